@@ -1,0 +1,263 @@
+// `tpf bench COLLECTIVE ...`: nccl-tests for the shared-memory fabric. Every rank runs the same
+// sweep; rank 0 prints the table (and optionally JSON). See bench_options.cc for the flags.
+//
+// Time of one size = max over ranks of (wall time of `iters` back-to-back calls / iters), measured
+// after `warmup` calls and a barrier, exactly as nccl-tests reports it. With -c 1 the buffers are
+// refilled after timing, the call runs once more and every rank counts the elements that differ
+// from the serially computed expectation; the counts are summed over ranks.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "tpf/bench_check.h"
+#include "tpf/bench_options.h"
+#include "tpf/bench_spec.h"
+#include "tpf/bench_table.h"
+#include "tpf/comm.h"
+#include "tpf/commands.h"
+#include "tpf/error.h"
+
+namespace tpf::cli {
+namespace {
+
+// Cache-line (and AVX-512) aligned heap buffer; aligned like a user's tensor would be.
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(size_t bytes) : bytes_(bytes) {
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    data_ = static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded));
+    if (data_ == nullptr) {
+      throw Error(ErrorCode::resource,
+                  "cannot allocate " + std::to_string(bytes) +
+                      " bytes of benchmark buffer; lower -e");
+    }
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  unsigned char* data() const noexcept { return data_; }
+  size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  static constexpr size_t kAlign = 64;
+  unsigned char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Bytes that no expected value has (0x7f7f... is NaN in f16 and huge in f32/bf16, 127 in i8/u8),
+// so an element the collective forgot to write is counted as wrong.
+constexpr int kPoison = 0x7f;
+
+struct Step {
+  const BenchOptions& opt;
+  Communicator& comm;
+  CallShape shape;
+  size_t elem = 0;  // bytes per element
+  AlignedBuffer& send;
+  AlignedBuffer& recv;  // max(send_elems, recv_elems) elements: also the in-place buffer
+};
+
+void run_sendrecv(Step& s, const void* sbuf, void* rbuf) {
+  const int n = s.comm.size();
+  const int rank = s.comm.rank();
+  const int next = (rank + 1) % n;
+  const int prev = (rank + n - 1) % n;
+  // Even ranks send first, odd ranks receive first: a ring of blocking calls that cannot deadlock
+  // even when a send completes only once its receiver has arrived.
+  if (rank % 2 == 0) {
+    s.comm.send(sbuf, s.shape.count, s.opt.dtype, next);
+    s.comm.recv(rbuf, s.shape.count, s.opt.dtype, prev);
+  } else {
+    s.comm.recv(rbuf, s.shape.count, s.opt.dtype, prev);
+    s.comm.send(sbuf, s.shape.count, s.opt.dtype, next);
+  }
+}
+
+// Where a call reads and writes; in-place follows the NCCL conventions stated in comm.h.
+struct Placement {
+  const void* sendp;
+  void* recvp;
+  unsigned char* result;  // where this rank's output starts
+  size_t result_elems;
+};
+
+Placement placement(Step& s, bool in_place) {
+  const size_t rank = static_cast<size_t>(s.comm.rank());
+  unsigned char* r = s.recv.data();
+  if (!in_place) return {s.send.data(), r, r, s.shape.recv_elems};
+  switch (s.opt.collective) {
+    case Collective::all_gather:
+      return {r + rank * s.shape.count * s.elem, r, r, s.shape.recv_elems};
+    case Collective::reduce_scatter: {
+      unsigned char* mine = r + rank * s.shape.count * s.elem;
+      return {r, mine, mine, s.shape.count};
+    }
+    default:  // all_reduce, reduce, broadcast
+      return {r, r, r, s.shape.count};
+  }
+}
+
+void run_call(Step& s, const Placement& p) {
+  const BenchOptions& o = s.opt;
+  const size_t c = s.shape.count;
+  switch (o.collective) {
+    case Collective::all_reduce: s.comm.all_reduce(p.sendp, p.recvp, c, o.dtype, o.op); break;
+    case Collective::reduce: s.comm.reduce(p.sendp, p.recvp, c, o.dtype, o.op, o.root); break;
+    case Collective::broadcast: s.comm.broadcast(p.sendp, p.recvp, c, o.dtype, o.root); break;
+    case Collective::all_gather: s.comm.all_gather(p.sendp, p.recvp, c, o.dtype); break;
+    case Collective::reduce_scatter:
+      s.comm.reduce_scatter(p.sendp, p.recvp, c, o.dtype, o.op);
+      break;
+    case Collective::all_to_all: s.comm.all_to_all(p.sendp, p.recvp, c, o.dtype); break;
+    case Collective::gather: s.comm.gather(p.sendp, p.recvp, c, o.dtype, o.root); break;
+    case Collective::scatter: s.comm.scatter(p.sendp, p.recvp, c, o.dtype, o.root); break;
+    case Collective::sendrecv: run_sendrecv(s, p.sendp, p.recvp); break;
+    case Collective::barrier: s.comm.barrier(); break;
+  }
+}
+
+// Puts this rank's deterministic input where the call reads it and poisons the output.
+void prepare(Step& s, bool in_place) {
+  const int rank = s.comm.rank();
+  const BenchOptions& o = s.opt;
+  std::memset(s.recv.data(), kPoison, s.recv.bytes());
+  if (!in_place) {
+    fill_buffer(o.dtype, o.op, rank, s.send.data(), 0, s.shape.send_elems);
+    return;
+  }
+  const Placement p = placement(s, true);
+  // In place the input occupies the send region inside the receive buffer.
+  fill_buffer(o.dtype, o.op, rank, const_cast<void*>(p.sendp), 0, s.shape.send_elems);
+}
+
+double max_over_ranks(Communicator& comm, double v) {
+  double out = 0.0;
+  comm.all_reduce(&v, &out, 1, DType::f64, ReduceOp::max);
+  return out;
+}
+
+uint64_t sum_over_ranks(Communicator& comm, uint64_t v) {
+  int64_t in = static_cast<int64_t>(v);
+  int64_t out = 0;
+  comm.all_reduce(&in, &out, 1, DType::i64, ReduceOp::sum);
+  return static_cast<uint64_t>(out);
+}
+
+Measurement measure(Step& s, bool in_place) {
+  prepare(s, in_place);
+  const Placement p = placement(s, in_place);
+  for (int i = 0; i < s.opt.warmup; ++i) run_call(s, p);
+  s.comm.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < s.opt.iters; ++i) run_call(s, p);
+  const auto t1 = std::chrono::steady_clock::now();
+  const double mine = std::chrono::duration<double, std::micro>(t1 - t0).count() / s.opt.iters;
+  const double time_us = max_over_ranks(s.comm, mine);
+
+  std::optional<uint64_t> wrong;
+  if (s.opt.check && s.opt.collective != Collective::barrier) {
+    // Repeated in-place reductions compound; refill so the check sees one call's result.
+    prepare(s, in_place);
+    run_call(s, p);
+    const CheckContext ctx{s.opt.collective, s.opt.dtype, s.opt.op, s.comm.rank(),
+                           s.comm.size(), s.opt.root, s.shape.count};
+    wrong = sum_over_ranks(s.comm, count_wrong(ctx, p.result, p.result_elems));
+  }
+  return make_measurement(s.opt.collective, s.comm.size(), s.shape.bytes, time_us, wrong);
+}
+
+int run_bench(const BenchOptions& opt) {
+  Communicator comm = Communicator::from_env();
+  const int n = comm.size();
+  const bool rank0 = comm.rank() == 0;
+  // Every rank sees the same size and options, so every rank takes the same early exit.
+  if (collective_has_root(opt.collective) && opt.root >= n) {
+    if (!rank0) return kExitUsage;  // rank 0 alone says why, once
+    throw UsageError("root " + std::to_string(opt.root) + " is out of range for " +
+                     std::to_string(n) + " ranks; pass -r 0.." + std::to_string(n - 1));
+  }
+  if (opt.collective == Collective::sendrecv && n < 2) {
+    if (!rank0) return kExitUsage;
+    throw UsageError("sendrecv needs at least 2 ranks; start it with tpf run -n 2 (or more)");
+  }
+
+  BenchReport report;
+  report.collective = opt.collective;
+  report.nranks = n;
+  report.dtype = dtype_name(opt.dtype);
+  report.op = collective_reduces(opt.collective) ? reduce_op_name(opt.op) : "none";
+  report.root = collective_has_root(opt.collective) ? opt.root : -1;
+  report.iters = opt.iters;
+  report.warmup = opt.warmup;
+  if (rank0) print_table_header(stdout, report);
+
+  const size_t elem = dtype_size(opt.dtype);
+  std::vector<size_t> sizes = opt.collective == Collective::barrier
+                                  ? std::vector<size_t>{0}
+                                  : sweep_sizes(opt.min_bytes, opt.max_bytes, opt.factor);
+  // The largest shape decides the buffers, allocated once for the whole sweep.
+  size_t max_send = 1;
+  size_t max_recv = 1;
+  for (size_t bytes : sizes) {
+    if (auto sh = call_shape(opt.collective, bytes, elem, n)) {
+      max_send = std::max(max_send, sh->send_elems);
+      max_recv = std::max({max_recv, sh->recv_elems, sh->send_elems});
+    }
+  }
+  AlignedBuffer send(max_send * elem);
+  AlignedBuffer recv(max_recv * elem);
+
+  size_t last_bytes = SIZE_MAX;
+  for (size_t bytes : sizes) {
+    std::optional<CallShape> shape = call_shape(opt.collective, bytes, elem, n);
+    if (!shape && opt.collective != Collective::barrier) continue;  // below one element per rank
+    if (opt.collective == Collective::barrier) shape = CallShape{};
+    if (shape->bytes == last_bytes) continue;  // rounding gave the same size as the last row
+    last_bytes = shape->bytes;
+    Step step{opt, comm, *shape, elem, send, recv};
+    BenchRow row;
+    row.bytes = shape->bytes;
+    row.count = shape->elems;
+    row.oop = measure(step, false);
+    if (collective_has_in_place(opt.collective)) row.ip = measure(step, true);
+    if (rank0) print_table_row(stdout, report, row);
+    report.rows.push_back(row);
+  }
+  if (report.rows.empty() && rank0) {
+    std::fprintf(stderr, "tpf bench: no size in -b %zu .. -e %zu gives each of %d ranks one %s "
+                 "element; raise -e\n", opt.min_bytes, opt.max_bytes, n, report.dtype.c_str());
+  }
+  if (rank0) print_table_footer(stdout, report);
+  comm.barrier();  // nobody leaves (and tears down shared memory) while a peer still reads
+
+  if (rank0 && !opt.json_path.empty()) {
+    std::ofstream f(opt.json_path, std::ios::trunc);
+    f << report_to_json(report);
+    f.close();
+    if (!f) {
+      std::fprintf(stderr, "tpf bench: cannot write JSON results to '%s'; check the path\n",
+                   opt.json_path.c_str());
+      return kExitFailure;
+    }
+  }
+  return total_wrong(report) == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+// Errors propagate to main(), which prints them and picks the exit status (UsageError: 2).
+int cmd_bench(int argc, char** argv) {
+  const BenchOptions opt = parse_bench_options(argc, argv);
+  if (opt.help) {
+    std::fputs(bench_usage(), stdout);
+    return kExitOk;
+  }
+  return run_bench(opt);
+}
+
+}  // namespace tpf::cli

@@ -1,0 +1,176 @@
+#include "tpf/bench_spec.h"
+
+#include <array>
+#include <cctype>
+#include <limits>
+#include <utility>
+
+namespace tpf::cli {
+namespace {
+
+struct CollectiveInfo {
+  Collective id;
+  const char* name;
+  bool reduces;
+  bool has_root;
+  bool has_in_place;
+};
+
+constexpr std::array<CollectiveInfo, 10> kCollectives = {{
+    {Collective::all_reduce, "all_reduce", true, false, true},
+    {Collective::all_gather, "all_gather", false, false, true},
+    {Collective::reduce_scatter, "reduce_scatter", true, false, true},
+    {Collective::broadcast, "broadcast", false, true, true},
+    {Collective::reduce, "reduce", true, true, true},
+    {Collective::all_to_all, "all_to_all", false, false, false},
+    {Collective::gather, "gather", false, true, false},
+    {Collective::scatter, "scatter", false, true, false},
+    {Collective::sendrecv, "sendrecv", false, false, false},
+    {Collective::barrier, "barrier", false, false, false},
+}};
+
+const CollectiveInfo& info(Collective c) noexcept {
+  for (const auto& i : kCollectives) {
+    if (i.id == c) return i;
+  }
+  return kCollectives[0];  // unreachable for valid enumerators
+}
+
+}  // namespace
+
+std::optional<Collective> parse_collective(std::string_view name) noexcept {
+  for (const auto& i : kCollectives) {
+    if (name == i.name) return i.id;
+  }
+  // nccl-tests spells them allreduce, all_reduce_perf, ...; accept the names without '_'.
+  for (const auto& i : kCollectives) {
+    std::string_view full = i.name;
+    size_t a = 0;
+    size_t b = 0;
+    while (a < full.size() && b < name.size()) {
+      if (full[a] == '_') {
+        ++a;
+        continue;
+      }
+      if (full[a] != name[b]) break;
+      ++a;
+      ++b;
+    }
+    if (a == full.size() && b == name.size()) return i.id;
+  }
+  return std::nullopt;
+}
+
+const char* collective_name(Collective c) noexcept { return info(c).name; }
+
+const char* collective_choices() noexcept {
+  return "all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|"
+         "sendrecv|barrier";
+}
+
+bool collective_reduces(Collective c) noexcept { return info(c).reduces; }
+bool collective_has_root(Collective c) noexcept { return info(c).has_root; }
+bool collective_has_in_place(Collective c) noexcept { return info(c).has_in_place; }
+
+std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size, int nranks) {
+  if (elem_size == 0 || nranks <= 0) return std::nullopt;
+  const size_t n = static_cast<size_t>(nranks);
+  const size_t total = bytes / elem_size;
+  CallShape s;
+  switch (c) {
+    case Collective::all_reduce:
+    case Collective::broadcast:
+    case Collective::reduce:
+    case Collective::sendrecv:
+      if (total == 0) return std::nullopt;
+      s.count = s.send_elems = s.recv_elems = s.elems = total;
+      break;
+    case Collective::all_gather:
+    case Collective::gather:
+      // Each rank contributes one block; the (root's) output holds all n blocks.
+      s.count = total / n;
+      if (s.count == 0) return std::nullopt;
+      s.send_elems = s.count;
+      s.recv_elems = s.elems = s.count * n;
+      break;
+    case Collective::reduce_scatter:
+    case Collective::scatter:
+      s.count = total / n;
+      if (s.count == 0) return std::nullopt;
+      s.send_elems = s.elems = s.count * n;
+      s.recv_elems = s.count;
+      break;
+    case Collective::all_to_all:
+      s.count = total / n;
+      if (s.count == 0) return std::nullopt;
+      s.send_elems = s.recv_elems = s.elems = s.count * n;
+      break;
+    case Collective::barrier:
+      break;  // no data: a single row of zero bytes
+  }
+  s.bytes = s.elems * elem_size;
+  return s;
+}
+
+double bus_factor(Collective c, int nranks) noexcept {
+  if (nranks <= 0) return 0.0;
+  const double n = nranks;
+  switch (c) {
+    case Collective::all_reduce:
+      return 2.0 * (n - 1.0) / n;
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+    case Collective::gather:
+    case Collective::scatter:
+      return (n - 1.0) / n;
+    case Collective::broadcast:
+    case Collective::reduce:
+    case Collective::sendrecv:
+      return 1.0;
+    case Collective::barrier:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+std::vector<size_t> sweep_sizes(size_t min_bytes, size_t max_bytes, size_t factor) {
+  std::vector<size_t> sizes;
+  size_t s = min_bytes;
+  sizes.push_back(s);
+  if (factor < 2) return sizes;
+  while (s <= max_bytes / factor && s * factor <= max_bytes) {
+    s *= factor;
+    sizes.push_back(s);
+  }
+  return sizes;
+}
+
+std::optional<size_t> parse_byte_size(std::string_view text) noexcept {
+  size_t i = 0;
+  size_t value = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    const size_t digit = static_cast<size_t>(text[i] - '0');
+    if (value > (std::numeric_limits<size_t>::max() - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string_view suffix = text.substr(i);
+  size_t shift = 0;
+  if (!suffix.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
+      case 'K': shift = 10; suffix.remove_prefix(1); break;
+      case 'M': shift = 20; suffix.remove_prefix(1); break;
+      case 'G': shift = 30; suffix.remove_prefix(1); break;
+      default: break;
+    }
+  }
+  if (suffix == "iB" || suffix == "ib" || (shift != 0 && suffix == "i")) suffix = {};
+  if (suffix == "B" || suffix == "b") suffix = {};
+  if (!suffix.empty()) return std::nullopt;
+  if (shift != 0 && value > (std::numeric_limits<size_t>::max() >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+}  // namespace tpf::cli

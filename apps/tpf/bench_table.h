@@ -1,0 +1,55 @@
+// How `tpf bench` reports: the nccl-tests style table on stdout and the JSON file (--json).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpf/bench_spec.h"
+
+namespace tpf::cli {
+
+struct Measurement {
+  double time_us = 0.0;   // max over ranks of the mean time of one iteration
+  double algbw = 0.0;     // GB/s (1e9 bytes per second)
+  double busbw = 0.0;     // GB/s
+  std::optional<uint64_t> wrong;  // nullopt when results were not checked (-c 0)
+};
+
+struct BenchRow {
+  size_t bytes = 0;
+  size_t count = 0;  // elements, nccl-tests' count column
+  Measurement oop;
+  std::optional<Measurement> ip;  // nullopt where the collective has no in-place form
+};
+
+struct BenchReport {
+  Collective collective = Collective::all_reduce;
+  int nranks = 1;
+  std::string dtype;  // "f32", ...
+  std::string op;     // "sum", ... or "none"
+  int root = -1;      // -1 where the collective has no root
+  int iters = 0;
+  int warmup = 0;
+  std::vector<BenchRow> rows;
+};
+
+// algbw and busbw in GB/s from bytes and microseconds (0 when the time is 0).
+Measurement make_measurement(Collective c, int nranks, size_t bytes, double time_us,
+                             std::optional<uint64_t> wrong);
+
+void print_table_header(std::FILE* out, const BenchReport& report);
+void print_table_row(std::FILE* out, const BenchReport& report, const BenchRow& row);
+// "# Out of bounds values" and "# Avg bus bandwidth" lines.
+void print_table_footer(std::FILE* out, const BenchReport& report);
+
+// Mean busbw over all rows and both placements (the nccl-tests "Avg bus bandwidth").
+double average_busbw(const BenchReport& report);
+uint64_t total_wrong(const BenchReport& report);
+
+std::string report_to_json(const BenchReport& report);
+
+}  // namespace tpf::cli

@@ -1,0 +1,626 @@
+#include "tpf/launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpf/error.h"
+#include "tpf/line_prefixer.h"
+#include "tpf/store.h"
+
+extern char** environ;
+
+namespace tpf::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Signals tpf run forwards to every rank (and then treats as "the user wants the job to stop").
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+
+// Both ends close on exec: a rank only keeps what dup2 puts on fds 1 and 2, so the launcher sees
+// EOF on a rank's output exactly when that rank (and its descendants) are gone.
+Pipe make_pipe(const char* what) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw_system_error(ErrorCode::resource,
+                       std::string("tpf run: pipe2 for ") + what +
+                           " (too many ranks for the open-file limit? see 'ulimit -n')",
+                       errno);
+  }
+  return Pipe{Fd(fds[0]), Fd(fds[1])};
+}
+
+void report(const std::string& line) {
+  std::string text = "tpf run: " + line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string random_hex(size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::getrandom(buf.data() + done, bytes - done, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_system_error(ErrorCode::system, "tpf run: getrandom (job secret)", errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : buf) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  std::string name = abbrev != nullptr ? std::string("SIG") + abbrev : "signal";
+  return name + " (" + std::to_string(sig) + ")";
+}
+
+// Blocks the signals the launcher handles through a signalfd, in this thread and in every thread
+// started afterwards (the store server's), and restores the old mask when the job is over.
+class SignalRouting {
+ public:
+  SignalRouting() {
+    sigemptyset(&mask_);
+    sigaddset(&mask_, SIGCHLD);
+    for (int sig : kForwardedSignals) sigaddset(&mask_, sig);
+    if (::pthread_sigmask(SIG_BLOCK, &mask_, &old_mask_) != 0) {
+      throw Error(ErrorCode::system, "tpf run: pthread_sigmask failed");
+    }
+    fd_ = Fd(::signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!fd_.valid()) {
+      int err = errno;
+      ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+      throw_system_error(ErrorCode::system, "tpf run: signalfd", err);
+    }
+    // Writing tagged output to a closed pipe must not kill the launcher (and orphan the ranks).
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &old_sigpipe_);
+  }
+  ~SignalRouting() {
+    ::sigaction(SIGPIPE, &old_sigpipe_, nullptr);
+    fd_.reset();
+    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  SignalRouting(const SignalRouting&) = delete;
+  SignalRouting& operator=(const SignalRouting&) = delete;
+
+  int fd() const { return fd_.get(); }
+  // What a child must restore before exec: signal masks and ignored dispositions survive exec.
+  const sigset_t& old_mask() const { return old_mask_; }
+  const struct sigaction& old_sigpipe() const { return old_sigpipe_; }
+
+ private:
+  sigset_t mask_;
+  sigset_t old_mask_;
+  struct sigaction old_sigpipe_ {};
+  Fd fd_;
+};
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int wait_status = 0;
+  int exec_errno = 0;     // non-zero: execve failed in the child with this errno
+  Fd exec_status;         // read end of the child's CLOEXEC pipe: EOF = exec succeeded
+  Fd out, err;            // read ends of the child's stdout/stderr (--tag-output only)
+  std::unique_ptr<LinePrefixer> out_tag, err_tag;
+};
+
+// Owns the ranks' processes: whatever path leaves launch_job (including an exception), no rank
+// outlives it.
+class RankSet {
+ public:
+  explicit RankSet(int n) : ranks_(static_cast<size_t>(n)) {
+    for (int r = 0; r < n; ++r) ranks_[static_cast<size_t>(r)].rank = r;
+  }
+  ~RankSet() {
+    bool any = false;
+    for (Rank& r : ranks_) {
+      if (r.running) {
+        ::kill(-r.pid, SIGKILL);
+        ::kill(r.pid, SIGKILL);
+        any = true;
+      }
+    }
+    if (!any) return;
+    // SIGKILL cannot be caught; the loop only bounds the rare process stuck in the kernel.
+    Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
+    for (Rank& r : ranks_) {
+      while (r.running && Clock::now() < deadline) {
+        if (::waitpid(r.pid, &r.wait_status, WNOHANG) != 0) {
+          r.running = false;
+        } else {
+          ::usleep(10000);
+        }
+      }
+    }
+  }
+  RankSet(const RankSet&) = delete;
+  RankSet& operator=(const RankSet&) = delete;
+
+  std::vector<Rank>& ranks() { return ranks_; }
+
+  // Signals each running rank's whole process group, so that a rank started through a shell
+  // wrapper (sh -c '...; sleep') loses its children too; they would otherwise keep its output
+  // pipes open and survive the job.
+  void signal_running(int sig) {
+    for (Rank& r : ranks_) {
+      if (!r.running) continue;
+      if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
+    }
+  }
+
+  // "rank 2" or "ranks 0,2,3".
+  std::string running_list() const {
+    std::string out;
+    int count = 0;
+    for (const Rank& r : ranks_) {
+      if (!r.running) continue;
+      if (count++ > 0) out += ",";
+      out += std::to_string(r.rank);
+    }
+    return (count == 1 ? "rank " : "ranks ") + out;
+  }
+
+  int running_count() const {
+    int n = 0;
+    for (const Rank& r : ranks_) n += r.running ? 1 : 0;
+    return n;
+  }
+
+ private:
+  std::vector<Rank> ranks_;
+};
+
+// Removes /dev/shm/tpf-<uid>-<jobid>-* when the job is over. The fabric unlinks its segments as
+// soon as every rank has mapped them; this only catches what a rank killed during setup left.
+class ShmSweeper {
+ public:
+  explicit ShmSweeper(std::string job_id)
+      : prefix_("tpf-" + std::to_string(::getuid()) + "-" + std::move(job_id) + "-") {}
+  ~ShmSweeper() {
+    DIR* dir = ::opendir("/dev/shm");
+    if (dir == nullptr) return;
+    int removed = 0;
+    while (dirent* entry = ::readdir(dir)) {
+      if (std::strncmp(entry->d_name, prefix_.c_str(), prefix_.size()) != 0) continue;
+      if (::unlinkat(::dirfd(dir), entry->d_name, 0) == 0) ++removed;
+    }
+    ::closedir(dir);
+    if (removed > 0) {
+      report("removed " + std::to_string(removed) + " leftover shared-memory segment(s) /dev/shm/" +
+             prefix_ + "*");
+    }
+  }
+  ShmSweeper(const ShmSweeper&) = delete;
+  ShmSweeper& operator=(const ShmSweeper&) = delete;
+
+ private:
+  std::string prefix_;
+};
+
+bool is_launcher_variable(const char* entry, bool override_timeout) {
+  static const char* const kNames[] = {"TPF_RANK",       "TPF_WORLD_SIZE", "TPF_LOCAL_RANK",
+                                       "TPF_LOCAL_WORLD_SIZE", "TPF_STORE_ADDR", "TPF_JOB_SECRET",
+                                       "TPF_JOB_ID"};
+  auto matches = [entry](const char* name) {
+    size_t len = std::strlen(name);
+    return std::strncmp(entry, name, len) == 0 && entry[len] == '=';
+  };
+  for (const char* name : kNames) {
+    if (matches(name)) return true;
+  }
+  return override_timeout && matches("TPF_TIMEOUT");
+}
+
+// Everything a child needs, built before fork: after fork in a process with threads (the store
+// server) the child should do as little as possible before execve.
+struct ChildPlan {
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  std::vector<char*> argv;
+};
+
+// What the child runs between fork and execve. Only returns by _exit.
+[[noreturn]] void run_child(const LaunchOptions& options, const std::string& path, Rank& rank,
+                            const ChildPlan& plan, const SignalRouting& signals, pid_t launcher,
+                            int exec_status_fd, int out_fd, int err_fd) {
+  // Own process group: the launcher signals the rank and everything it started as one unit, and
+  // a terminal's Ctrl-C reaches the ranks once (through the launcher), not twice.
+  ::setpgid(0, 0);
+  // If the launcher dies without cleaning up (SIGKILL, OOM killer), the ranks go too.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(kExitCannotStart);
+  ::sigaction(SIGPIPE, &signals.old_sigpipe(), nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &signals.old_mask(), nullptr);
+  if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
+  if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
+
+  if (options.bind != BindPolicy::none) {
+    std::string where;
+    try {
+      where = bind_current_process(options.bind, rank.rank, options.world_size);
+    } catch (const std::exception& e) {
+      where = std::string("warning: ") + e.what();
+    }
+    if (where.rfind("warning:", 0) == 0) {
+      std::string line = "tpf run: rank " + std::to_string(rank.rank) + ": " + where + "\n";
+      (void)!::write(STDERR_FILENO, line.data(), line.size());
+    }
+  }
+
+  ::execve(path.c_str(), plan.argv.data(), plan.envp.data());
+  int err = errno;
+  (void)!::write(exec_status_fd, &err, sizeof(err));
+  ::_exit(kExitCannotStart);
+}
+
+class Job {
+ public:
+  Job(const LaunchOptions& options, std::string path)
+      : options_(options), path_(std::move(path)), ranks_(options.world_size) {}
+
+  int run(const std::string& store_addr, const std::string& secret, const std::string& job_id,
+          const SignalRouting& signals) {
+    spawn_all(store_addr, secret, job_id, signals);
+    supervise(signals);
+    finish_output();
+    return exit_code();
+  }
+
+ private:
+  void spawn_all(const std::string& store_addr, const std::string& secret,
+                 const std::string& job_id, const SignalRouting& signals) {
+    std::vector<std::string> common;
+    bool override_timeout = options_.timeout_s.has_value();
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!is_launcher_variable(*e, override_timeout)) common.emplace_back(*e);
+    }
+    common.push_back("TPF_WORLD_SIZE=" + std::to_string(options_.world_size));
+    common.push_back("TPF_LOCAL_WORLD_SIZE=" + std::to_string(options_.world_size));
+    common.push_back("TPF_STORE_ADDR=" + store_addr);
+    common.push_back("TPF_JOB_SECRET=" + secret);
+    common.push_back("TPF_JOB_ID=" + job_id);
+    if (options_.timeout_s) common.push_back("TPF_TIMEOUT=" + *options_.timeout_s);
+
+    std::fflush(nullptr);  // nothing buffered in the launcher may be duplicated into a child
+    pid_t launcher = ::getpid();
+    for (Rank& rank : ranks_.ranks()) {
+      ChildPlan plan;
+      plan.env_strings = common;
+      plan.env_strings.push_back("TPF_RANK=" + std::to_string(rank.rank));
+      plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank.rank));
+      for (std::string& s : plan.env_strings) plan.envp.push_back(s.data());
+      plan.envp.push_back(nullptr);
+      for (const std::string& a : options_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
+      plan.argv.push_back(nullptr);
+
+      Pipe status = make_pipe("the exec status of a rank");
+      Pipe out, err;
+      if (options_.tag_output) {
+        out = make_pipe("a rank's stdout");
+        err = make_pipe("a rank's stderr");
+      }
+      pid_t pid = ::fork();
+      if (pid < 0) throw_system_error(ErrorCode::resource, "tpf run: fork of rank " + std::to_string(rank.rank), errno);
+      if (pid == 0) {
+        run_child(options_, path_, rank, plan, signals, launcher, status.write.get(),
+                  out.write.get(), err.write.get());
+      }
+      ::setpgid(pid, pid);  // also here, so signals sent right after fork reach the group
+      rank.pid = pid;
+      rank.running = true;
+      rank.exec_status = std::move(status.read);
+      if (options_.tag_output) {
+        std::string prefix = "[" + std::to_string(rank.rank) + "] ";
+        rank.out = std::move(out.read);
+        rank.err = std::move(err.read);
+        rank.out_tag = std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO);
+        rank.err_tag = std::make_unique<LinePrefixer>(prefix, STDERR_FILENO);
+      }
+    }
+  }
+
+  // One poll loop: the signalfd (children exiting, signals to forward), the ranks' output pipes
+  // and exec-status pipes, and the teardown deadlines. It sleeps in poll() until one of them
+  // needs attention; nothing spins.
+  void supervise(const SignalRouting& signals) {
+    while (ranks_.running_count() > 0) {
+      std::vector<pollfd> fds;
+      std::vector<std::pair<Rank*, int>> owners;  // which rank/stream each entry (after [0]) is
+      fds.push_back(pollfd{signals.fd(), POLLIN, 0});
+      for (Rank& r : ranks_.ranks()) {
+        if (r.exec_status.valid()) { fds.push_back({r.exec_status.get(), POLLIN, 0}); owners.push_back({&r, 0}); }
+        if (r.out.valid()) { fds.push_back({r.out.get(), POLLIN, 0}); owners.push_back({&r, 1}); }
+        if (r.err.valid()) { fds.push_back({r.err.get(), POLLIN, 0}); owners.push_back({&r, 2}); }
+      }
+      int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
+      if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "tpf run: poll", errno);
+      if (rc > 0) {
+        for (size_t i = 1; i < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          auto [rank, stream] = owners[i - 1];
+          if (stream == 0) {
+            read_exec_status(*rank);
+          } else {
+            read_output(*rank, stream, /*drain=*/false);
+          }
+        }
+        if (fds[0].revents != 0) handle_signals(signals);
+      }
+      enforce_deadlines();
+    }
+  }
+
+  int poll_timeout_ms() const {
+    std::optional<Clock::time_point> next;
+    if (term_deadline_) next = term_deadline_;
+    if (kill_deadline_ && (!next || *kill_deadline_ < *next)) next = kill_deadline_;
+    if (!next) return -1;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
+    return ms < 0 ? 0 : static_cast<int>(ms + 1);
+  }
+
+  void handle_signals(const SignalRouting& signals) {
+    signalfd_siginfo info;
+    bool child_exited = false;
+    while (::read(signals.fd(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) {
+        child_exited = true;
+        continue;
+      }
+      if (received_signal_ == 0) received_signal_ = sig;
+      report("received " + signal_name(sig) + "; forwarding it to " + ranks_.running_list());
+      ranks_.signal_running(sig);
+      // The ranks got the signal already; if they ignore it, they are killed after the grace.
+      term_deadline_.reset();
+      if (!kill_deadline_) kill_deadline_ = Clock::now() + options_.grace;
+    }
+    // SIGCHLD is not queued per child: one notification may stand for several exits.
+    if (child_exited) reap();
+  }
+
+  void reap() {
+    for (Rank& r : ranks_.ranks()) {
+      if (!r.running) continue;
+      pid_t got = ::waitpid(r.pid, &r.wait_status, WNOHANG);
+      if (got != r.pid) continue;
+      r.running = false;
+      read_exec_status(r);
+      report_exit(r);
+    }
+  }
+
+  void read_exec_status(Rank& r) {
+    if (!r.exec_status.valid()) return;
+    int err = 0;
+    ssize_t n;
+    do {
+      n = ::read(r.exec_status.get(), &err, sizeof(err));
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof(err))) r.exec_errno = err;
+    r.exec_status.reset();
+  }
+
+  void report_exit(const Rank& r) {
+    bool failed = true;
+    std::string who = "rank " + std::to_string(r.rank);
+    if (r.exec_errno != 0) {
+      std::string program = "'" + options_.command[0] + "'";
+      if (path_ != options_.command[0]) program += " (" + path_ + ")";
+      report(who + " could not start program " + program + ": " + std::strerror(r.exec_errno));
+      cannot_start_ = true;
+    } else if (WIFEXITED(r.wait_status)) {
+      int code = WEXITSTATUS(r.wait_status);
+      failed = code != 0;
+      if (failed) report(who + " exited with code " + std::to_string(code));
+    } else if (WIFSIGNALED(r.wait_status)) {
+      int sig = WTERMSIG(r.wait_status);
+      if (stopped_by_launcher_ || received_signal_ != 0) {
+        report(who + " was stopped by " + signal_name(sig));
+      } else {
+        report(who + " was killed by signal " + signal_name(sig));
+      }
+    }
+    if (!failed) return;
+    any_failed_ = true;
+    if (first_failure_.empty()) first_failure_ = who;
+    // The others will notice the dead peer through their own deadlines and say so; give them
+    // the grace period to do it before stopping them.
+    if (!term_deadline_ && !kill_deadline_) term_deadline_ = Clock::now() + options_.grace;
+  }
+
+  void enforce_deadlines() {
+    Clock::time_point now = Clock::now();
+    if (ranks_.running_count() == 0) return;
+    if (term_deadline_ && now >= *term_deadline_) {
+      term_deadline_.reset();
+      report(ranks_.running_list() + " still running after " + first_failure_ +
+             " failed; sending SIGTERM");
+      stopped_by_launcher_ = true;
+      ranks_.signal_running(SIGTERM);
+      kill_deadline_ = now + options_.grace;
+    } else if (kill_deadline_ && now >= *kill_deadline_) {
+      kill_deadline_.reset();
+      report(ranks_.running_list() + " did not stop; sending SIGKILL");
+      stopped_by_launcher_ = true;
+      ranks_.signal_running(SIGKILL);
+    }
+  }
+
+  // stream 1 = stdout, 2 = stderr. With drain, reads whatever is buffered without waiting.
+  void read_output(Rank& r, int stream, bool drain) {
+    Fd& fd = stream == 1 ? r.out : r.err;
+    LinePrefixer& tag = stream == 1 ? *r.out_tag : *r.err_tag;
+    if (drain) ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+    char buf[65536];
+    do {
+      ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && !drain && errno == EAGAIN) return;  // spurious wakeup; poll again
+      if (n <= 0) {  // EOF, a read error, or nothing left to drain: this stream is done
+        tag.flush();
+        fd.reset();
+        return;
+      }
+      tag.feed(buf, static_cast<size_t>(n));
+    } while (drain);
+  }
+
+  // The ranks are gone, but a descendant that escaped its process group may still hold a pipe
+  // open: take what is already buffered rather than wait for an EOF that might never come.
+  void finish_output() {
+    for (Rank& r : ranks_.ranks()) {
+      if (r.out.valid()) read_output(r, 1, /*drain=*/true);
+      if (r.err.valid()) read_output(r, 2, /*drain=*/true);
+    }
+  }
+
+  int exit_code() const {
+    if (received_signal_ != 0) return 128 + received_signal_;
+    if (cannot_start_) return kExitCannotStart;
+    return any_failed_ ? kExitRankFailed : 0;
+  }
+
+  const LaunchOptions& options_;
+  std::string path_;
+  RankSet ranks_;
+  std::optional<Clock::time_point> term_deadline_;
+  std::optional<Clock::time_point> kill_deadline_;
+  std::string first_failure_;
+  bool any_failed_ = false;
+  bool cannot_start_ = false;
+  bool stopped_by_launcher_ = false;
+  int received_signal_ = 0;
+};
+
+}  // namespace
+
+std::optional<std::string> resolve_program(const std::string& program, std::string* error) {
+  auto usable = [](const std::string& path, int* err) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      *err = errno;
+      return false;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      *err = EISDIR;
+      return false;
+    }
+    if (::access(path.c_str(), X_OK) != 0) {
+      *err = errno;
+      return false;
+    }
+    return true;
+  };
+  int err = 0;
+  if (program.empty()) {
+    *error = "the program name is empty";
+    return std::nullopt;
+  }
+  if (program.find('/') != std::string::npos) {
+    if (usable(program, &err)) return program;
+    *error = "cannot run '" + program + "': " + std::strerror(err);
+    return std::nullopt;
+  }
+  const char* path_env = std::getenv("PATH");
+  std::string search = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= search.size()) {
+    size_t end = search.find(':', start);
+    if (end == std::string::npos) end = search.size();
+    std::string dir = search.substr(start, end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (usable(candidate, &err)) return candidate;
+    start = end + 1;
+  }
+  *error = "cannot find program '" + program + "' in PATH (" + search + ")";
+  return std::nullopt;
+}
+
+int launch_job(const LaunchOptions& options) {
+  std::string resolve_error;
+  std::optional<std::string> path = resolve_program(options.command.at(0), &resolve_error);
+  if (!path) {
+    report("error: " + resolve_error);
+    return kExitCannotStart;
+  }
+  std::string job_id = random_hex(8);
+  std::string secret = random_hex(16);  // 128 bits: keeps other local users out of the store
+
+  // Order matters: the mask must be in place before the store server starts its thread, or that
+  // thread could take SIGCHLD/SIGTERM with the default action; the sweeper must outlive the job.
+  ShmSweeper sweeper(job_id);
+  SignalRouting signals;
+  TcpStoreServer server("127.0.0.1", 0, secret);
+  std::string store_addr = "127.0.0.1:" + std::to_string(server.port());
+  Job job(options, *path);
+  return job.run(store_addr, secret, job_id, signals);
+}
+
+}  // namespace tpf::cli

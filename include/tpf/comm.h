@@ -1,0 +1,156 @@
+// The communicator: a group of ranks (processes on one machine, for now) that run collectives over
+// the in-memory fabric. Every rank of a communicator must issue the same collectives in the same
+// order; a mismatch is detected and reported (Error(mismatch)) instead of corrupting data.
+//
+// Threading and ordering:
+// - A Communicator may be used from several threads; calls are serialized in the order they enter
+//   the communicator. Issuing collectives concurrently from two threads on one communicator is safe
+//   but leaves their order unspecified, so do it only if every rank does it identically.
+// - *_async calls return at once; the operations of one communicator run one after another, in
+//   issue order, on a progress thread. A blocking call waits for all earlier async work first.
+// - Different communicators (e.g. from split()) are independent and may run concurrently.
+// - Buffers passed to an async call must stay valid and unmodified until its Work completes.
+//
+// Buffers and counts: counts are in elements. In-place forms (NCCL conventions):
+//   all_reduce/reduce/broadcast: send == recv;  all_gather: send == recv + rank*count;
+//   reduce_scatter: recv == send + rank*recv_count.
+// Results are deterministic: every rank receives bit-identical output (fixed reduction order
+// rank 0, 1, ..., n-1; f16/bf16 accumulate in f32 and round once, to nearest even).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpf/dtype.h"
+#include "tpf/store.h"
+
+namespace tpf {
+
+namespace detail {
+class CommImpl;
+struct WorkState;
+}  // namespace detail
+
+using Clock = std::chrono::steady_clock;
+
+struct CommOptions {
+  // Default deadline of each operation; TPF_TIMEOUT (seconds) overrides the built-in 300 s.
+  std::optional<std::chrono::milliseconds> timeout;
+  // Bytes of staging buffer per rank in shared memory; TPF_SHM_BUFFER_BYTES overrides.
+  std::optional<size_t> buffer_bytes;
+};
+
+struct CallOptions {
+  std::optional<std::chrono::milliseconds> timeout;  // overrides the communicator's default
+};
+
+// Handle to an operation started by an *_async call. Copyable; all copies see the same operation.
+// A default-constructed Work is already complete.
+class Work {
+ public:
+  Work() = default;
+  // Blocks until done; rethrows the operation's error. Bounded by the operation's own deadline.
+  void wait();
+  // True if done (rethrows the error if it failed); never blocks.
+  bool test();
+  // Waits until done or the deadline; true if done (rethrows the error if it failed).
+  bool wait_until(Clock::time_point deadline);
+  bool wait_for(std::chrono::nanoseconds duration) { return wait_until(Clock::now() + duration); }
+
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+class Communicator {
+ public:
+  // From a launcher's environment (tpf run, torchrun, mpirun, srun); see launch_env.h.
+  static Communicator from_env(const CommOptions& options = {});
+  // From an explicit (rank, size, store address "host:port") triple.
+  static Communicator create(int rank, int size, const std::string& store_address,
+                             const std::string& secret = "", const CommOptions& options = {});
+  // Over an existing store; `name` keeps several communicators on one store apart.
+  static Communicator create(int rank, int size, std::shared_ptr<Store> store,
+                             const std::string& name = "world", const CommOptions& options = {});
+
+  Communicator();  // an invalid (empty) communicator, e.g. from split() with a negative color
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  bool valid() const noexcept { return impl_ != nullptr; }
+  int rank() const;
+  int size() const;
+  const std::string& name() const;
+
+  // Collective over this communicator: ranks with the same color form a new communicator, ordered
+  // by key then by rank. A negative color returns an invalid Communicator.
+  Communicator split(int color, int key, const CommOptions& options = {}) const;
+
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                  const CallOptions& call = {});
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
+              const CallOptions& call = {});
+  // send is read on root only; recv is written on every rank (root included, if send != recv).
+  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+                 const CallOptions& call = {});
+  // recv holds size() * send_count elements, rank r's contribution at offset r * send_count.
+  void all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                  const CallOptions& call = {});
+  // send holds size() * recv_count elements; rank r receives the reduction of block r.
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                      const CallOptions& call = {});
+  // send and recv hold size() * count elements; block j of rank i's send lands in block i of rank j.
+  void all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                  const CallOptions& call = {});
+  // recv (root only) holds size() * send_count elements.
+  void gather(const void* send, void* recv, size_t send_count, DType dtype, int root,
+              const CallOptions& call = {});
+  // send (root only) holds size() * recv_count elements.
+  void scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root,
+               const CallOptions& call = {});
+  // Point to point: sends and receives between a pair are matched in order.
+  void send(const void* buf, size_t count, DType dtype, int peer, const CallOptions& call = {});
+  void recv(void* buf, size_t count, DType dtype, int peer, const CallOptions& call = {});
+  void barrier(const CallOptions& call = {});
+
+  Work all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                        const CallOptions& call = {});
+  Work reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
+                    const CallOptions& call = {});
+  Work broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root,
+                       const CallOptions& call = {});
+  Work all_gather_async(const void* send, void* recv, size_t send_count, DType dtype,
+                        const CallOptions& call = {});
+  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DType dtype,
+                            ReduceOp op, const CallOptions& call = {});
+  Work all_to_all_async(const void* send, void* recv, size_t count, DType dtype,
+                        const CallOptions& call = {});
+  Work gather_async(const void* send, void* recv, size_t send_count, DType dtype, int root,
+                    const CallOptions& call = {});
+  Work scatter_async(const void* send, void* recv, size_t recv_count, DType dtype, int root,
+                     const CallOptions& call = {});
+  Work send_async(const void* buf, size_t count, DType dtype, int peer,
+                  const CallOptions& call = {});
+  Work recv_async(void* buf, size_t count, DType dtype, int peer, const CallOptions& call = {});
+  Work barrier_async(const CallOptions& call = {});
+
+  // Fails pending and later operations of this communicator at once (Error(aborted)), and tells
+  // the peers, whose operations then fail too. Safe to call from any thread.
+  void abort();
+
+  // How many operations this communicator has issued (the sequence number of the next one).
+  uint64_t next_sequence() const;
+
+ private:
+  explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
+  std::unique_ptr<detail::CommImpl> impl_;
+};
+
+}  // namespace tpf

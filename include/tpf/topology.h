@@ -1,0 +1,35 @@
+// What this machine is (from hwloc): cores, NUMA nodes, sockets, caches; and how to pin a rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tpf {
+
+struct CoreInfo {
+  int logical_index = 0;  // hwloc logical index of the core
+  int numa_node = 0;
+  int socket = 0;
+  std::vector<int> pus;  // OS indices of the hardware threads of this core
+};
+
+struct MachineTopology {
+  int sockets = 1;
+  int numa_nodes = 1;
+  std::vector<CoreInfo> cores;
+  size_t l3_bytes = 0;  // per L3 instance, 0 if unknown
+  // Human-readable summary (the output of `tpf topo`).
+  std::string describe() const;
+};
+
+MachineTopology discover_topology();
+
+enum class BindPolicy { none, core, numa };
+// Throws Error(invalid_argument) for an unknown name; accepts "none", "core", "numa".
+BindPolicy parse_bind_policy(const std::string& name);
+
+// Pins the calling process: core -> the local_rank-th core (round-robin), numa -> the cores of
+// NUMA node (local_rank mod nodes). Returns a description of where it was bound ("" for none).
+std::string bind_current_process(BindPolicy policy, int local_rank, int local_world_size);
+
+}  // namespace tpf

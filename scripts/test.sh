@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The full check, as CI runs it (.ci/run):
+#   1. install the build dependencies (no-op when present)
+#   2. build build/ (Release, Ninja; an existing build/ is reused as configured) and run its tests
+#   3. build build-asan/ with ASan + UBSan (no benchmarks) and run the tests again
+#   4. install build/ into a temporary prefix and build a consumer against it (check-install.sh)
+# Every step runs even if an earlier independent one failed; the summary at the end lists each
+# step, and the exit status is non-zero if any failed.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+jobs=$(nproc)
+readonly jobs
+
+step_names=()
+step_results=()
+step_seconds=()
+failed=0
+
+# run_step NAME COMMAND...: runs the command, records PASS/FAIL and its duration.
+run_step() {
+  local name=$1
+  shift
+  echo
+  echo "=== test.sh: $name"
+  local start=$SECONDS
+  if "$@"; then
+    step_results+=(PASS)
+  else
+    step_results+=("FAIL (exit $?)")
+    failed=1
+  fi
+  step_names+=("$name")
+  step_seconds+=($((SECONDS - start)))
+}
+
+skip_step() {
+  step_names+=("$1")
+  step_results+=("SKIPPED ($2)")
+  step_seconds+=(0)
+  failed=1
+}
+
+last_passed() { [[ "${step_results[-1]}" == PASS ]]; }
+
+# configure_and_build DIR CMAKE_ARGS...: configures DIR only if it has no cache yet.
+configure_and_build() {
+  local dir=$1
+  shift
+  if [[ ! -f "$dir/CMakeCache.txt" ]]; then
+    cmake -S . -B "$dir" -G Ninja "$@" || return
+  fi
+  cmake --build "$dir" -j"$jobs"
+}
+
+# Multi-process tests: two at a time is right for the 2-core machines CI runs on.
+run_tests() {
+  ctest --test-dir "$1" --output-on-failure --no-tests=error -j2
+}
+
+run_sanitized_tests() {
+  # Leaks are errors; UBSan stops at the first finding and shows where it came from.
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_tests "$1"
+}
+
+run_step "install dependencies" scripts/install-deps.sh
+if last_passed; then
+  run_step "build (build/)" configure_and_build build -DCMAKE_BUILD_TYPE=Release
+  if last_passed; then
+    run_step "tests (build/)" run_tests build
+    run_step "install check" scripts/check-install.sh build
+  else
+    skip_step "tests (build/)" "build failed"
+    skip_step "install check" "build failed"
+  fi
+
+  # -O2 -g: sanitizer findings keep usable stacks, and the multi-process tests stay quick.
+  run_step "build (build-asan/, ASan+UBSan)" configure_and_build build-asan \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPF_SANITIZE=ON -DTPF_BUILD_BENCH=OFF
+  if last_passed; then
+    run_step "tests (build-asan/)" run_sanitized_tests build-asan
+  else
+    skip_step "tests (build-asan/)" "build failed"
+  fi
+fi
+
+echo
+echo "=== test.sh summary"
+for i in "${!step_names[@]}"; do
+  printf '  %-34s %-22s %5ds\n' "${step_names[$i]}" "${step_results[$i]}" "${step_seconds[$i]}"
+done
+if (( failed )); then
+  echo "test.sh: FAILED"
+  exit 1
+fi
+echo "test.sh: all steps passed"

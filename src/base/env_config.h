@@ -1,0 +1,22 @@
+// Settings read from the environment (TPF_*), with defaults and clear errors for malformed values.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace tpf::base {
+
+// The value of an environment variable, or nullopt if unset or empty.
+std::optional<std::string> env_string(const char* name);
+// Parses a non-negative size; accepts suffixes K, M, G (powers of 1024). Throws Error naming the
+// variable if malformed.
+std::optional<size_t> env_bytes(const char* name);
+// Parses seconds (may be fractional, e.g. "0.5").
+std::optional<std::chrono::milliseconds> env_seconds(const char* name);
+
+// Per-operation deadline: TPF_TIMEOUT seconds, default 300 s.
+std::chrono::milliseconds default_op_timeout();
+
+}  // namespace tpf::base

@@ -1,0 +1,223 @@
+// The TCP store client: one socket, one request in flight at a time (a mutex serializes callers).
+// Any transport failure drops the socket so that a late reply can never be read as the answer to
+// a later request; the next call reconnects.
+
+#include <mutex>
+#include <string_view>
+
+#include "bootstrap/socket.h"
+#include "bootstrap/store_protocol.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+
+namespace tpf {
+
+namespace {
+
+using bootstrap::Clock;
+using bootstrap::Deadline;
+using bootstrap::IoStatus;
+using bootstrap::Socket;
+namespace proto = bootstrap::store_protocol;
+
+// How long past its own timeout we wait for the server to answer: a live server answers a GET at
+// its deadline, so only a hung server or a dead network uses this up.
+constexpr std::chrono::seconds kReplyGrace{30};
+// A server that accepted the connection answers the hello at once; this bounds a wrong address
+// that points at some other service which never replies.
+constexpr std::chrono::seconds kHelloReplyTimeout{10};
+
+}  // namespace
+
+struct TcpStoreClient::Impl {
+  std::string host;
+  uint16_t port = 0;
+  std::string secret;
+  std::chrono::milliseconds connect_timeout{0};
+  std::mutex mutex;
+  Socket socket;
+
+  std::string where() const { return "store at " + bootstrap::host_port(host, port); }
+
+  void connect();
+  // Sends one request and returns the reply payload; `what` names the operation for errors.
+  std::string exchange(const std::string& payload, Deadline deadline, const std::string& what);
+  [[noreturn]] void fail_transport(IoStatus status, const std::string& what);
+};
+
+void TcpStoreClient::Impl::fail_transport(IoStatus status, const std::string& what) {
+  socket.reset();
+  if (status == IoStatus::timeout) {
+    throw Error(ErrorCode::timeout, where() + " did not answer " + what +
+                                        " in time; is the store's host process (tpf run or rank "
+                                        "0) alive and not overloaded?");
+  }
+  throw Error(ErrorCode::bootstrap, where() + " closed the connection during " + what +
+                                        "; did the process hosting the store (tpf run or rank 0) "
+                                        "exit?");
+}
+
+std::string TcpStoreClient::Impl::exchange(const std::string& payload, Deadline deadline,
+                                           const std::string& what) {
+  if (!socket.valid()) connect();
+  std::string frame;
+  frame.reserve(proto::kFrameHeaderBytes + payload.size());
+  const size_t at = proto::begin_frame(frame);
+  frame.append(payload);
+  proto::finish_frame(frame, at);
+  IoStatus st = bootstrap::send_all(socket.fd(), frame.data(), frame.size(), deadline);
+  if (st != IoStatus::ok) fail_transport(st, what);
+  char header[proto::kFrameHeaderBytes];
+  st = bootstrap::recv_all(socket.fd(), header, sizeof(header), deadline);
+  if (st != IoStatus::ok) fail_transport(st, what);
+  const uint32_t len = proto::decode_u32(header);
+  if (len == 0 || len > proto::kMaxFrameBytes) {
+    socket.reset();
+    throw Error(ErrorCode::bootstrap, where() + " sent a malformed reply (" + std::to_string(len) +
+                                          " bytes) to " + what + "; is it a tpfabric store?");
+  }
+  std::string reply(len, '\0');
+  st = bootstrap::recv_all(socket.fd(), reply.data(), len, deadline);
+  if (st != IoStatus::ok) fail_transport(st, what);
+  return reply;
+}
+
+void TcpStoreClient::Impl::connect() {
+  const Deadline connect_deadline = bootstrap::deadline_after(connect_timeout);
+  socket = bootstrap::connect_tcp(host, port, connect_deadline);
+  std::string hello;
+  proto::put_u8(hello, static_cast<uint8_t>(proto::Op::hello));
+  proto::put_u32(hello, proto::kProtocolMagic);
+  proto::put_str(hello, secret);
+  const std::string reply =
+      exchange(hello, std::max(connect_deadline, Clock::now() + kHelloReplyTimeout), "the hello");
+  proto::Reader r(reply);
+  const auto status = r.u8();
+  if (status == static_cast<uint8_t>(proto::Status::ok)) return;
+  socket.reset();
+  if (status == static_cast<uint8_t>(proto::Status::auth_failed)) {
+    throw Error(ErrorCode::bootstrap,
+                where() + " refused this client: wrong job secret (TPF_JOB_SECRET)");
+  }
+  const auto message = r.str();
+  throw Error(ErrorCode::bootstrap,
+              where() + " rejected the hello: " + message.value_or("(no message)") +
+                  " (client and server from different tpfabric versions?)");
+}
+
+TcpStoreClient::TcpStoreClient(const std::string& host, uint16_t port, const std::string& secret,
+                               std::chrono::milliseconds connect_timeout)
+    : impl_(std::make_unique<Impl>()) {
+  if (port == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "TcpStoreClient: port 0 is not a valid store port for host '" + host + "'");
+  }
+  impl_->host = host;
+  impl_->port = port;
+  impl_->secret = secret;
+  impl_->connect_timeout = connect_timeout;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->connect();
+}
+
+TcpStoreClient::~TcpStoreClient() = default;
+
+namespace {
+
+// Request payload: op then key; callers append the rest.
+std::string request(proto::Op op, const std::string& key) {
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(op));
+  proto::put_str(p, key);
+  return p;
+}
+
+void check_size(const std::string& key, size_t value_bytes, const char* op) {
+  // Leaves room for the op byte and length fields inside the frame limit.
+  if (key.size() + value_bytes + 64 > proto::kMaxFrameBytes) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("store ") + op + ": key and value are " +
+                    std::to_string(key.size() + value_bytes) + " bytes; the store accepts at most " +
+                    std::to_string(proto::kMaxFrameBytes - 64) + " bytes per request");
+  }
+}
+
+}  // namespace
+
+void TcpStoreClient::set(const std::string& key, const std::string& value) {
+  check_size(key, value.size(), "set");
+  std::string p = request(proto::Op::set, key);
+  proto::put_str(p, value);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string reply =
+      impl_->exchange(p, Clock::now() + kReplyGrace, "set of key '" + key + "'");
+  proto::Reader r(reply);
+  if (r.u8() != static_cast<uint8_t>(proto::Status::ok)) {
+    impl_->socket.reset();
+    throw Error(ErrorCode::bootstrap, impl_->where() + " refused set of key '" + key +
+                                          "': " + r.str().value_or("(no message)"));
+  }
+}
+
+std::string TcpStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  check_size(key, 0, "get");
+  if (timeout < std::chrono::milliseconds::zero()) timeout = std::chrono::milliseconds::zero();
+  const Deadline deadline = bootstrap::deadline_after(timeout);
+  // Send the remaining time (not the original) so the server's deadline matches ours.
+  std::string p = request(proto::Op::get, key);
+  proto::put_i64(p, bootstrap::poll_timeout_ms(deadline));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string reply = impl_->exchange(p, deadline + kReplyGrace, "get of key '" + key + "'");
+  proto::Reader r(reply);
+  const auto status = r.u8();
+  if (status == static_cast<uint8_t>(proto::Status::ok)) {
+    if (auto value = r.str()) return std::move(*value);
+  } else if (status == static_cast<uint8_t>(proto::Status::not_found)) {
+    throw Error(ErrorCode::timeout,
+                impl_->where() + ": key '" + key + "' not set within " +
+                    std::to_string(timeout.count()) +
+                    " ms; a rank may have died or not reached this point yet (check the other "
+                    "ranks, or raise the timeout)");
+  }
+  impl_->socket.reset();
+  throw Error(ErrorCode::bootstrap, impl_->where() + " sent a malformed reply to get of key '" +
+                                        key + "': " + r.str().value_or("(no message)"));
+}
+
+int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
+  check_size(key, 0, "add");
+  std::string p = request(proto::Op::add, key);
+  proto::put_i64(p, delta);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string reply =
+      impl_->exchange(p, Clock::now() + kReplyGrace, "add to key '" + key + "'");
+  proto::Reader r(reply);
+  const auto status = r.u8();
+  if (status == static_cast<uint8_t>(proto::Status::ok)) {
+    if (auto value = r.i64()) return *value;
+  } else if (status == static_cast<uint8_t>(proto::Status::error)) {
+    // A semantic error (not a counter, overflow): the server keeps the connection open.
+    throw Error(ErrorCode::invalid_argument,
+                impl_->where() + ": " + r.str().value_or("add of key '" + key + "' failed"));
+  }
+  impl_->socket.reset();
+  throw Error(ErrorCode::bootstrap,
+              impl_->where() + " sent a malformed reply to add of key '" + key + "'");
+}
+
+bool TcpStoreClient::check(const std::string& key) {
+  check_size(key, 0, "check");
+  const std::string p = request(proto::Op::check, key);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string reply =
+      impl_->exchange(p, Clock::now() + kReplyGrace, "check of key '" + key + "'");
+  proto::Reader r(reply);
+  if (r.u8() == static_cast<uint8_t>(proto::Status::ok)) {
+    if (auto exists = r.u8()) return *exists != 0;
+  }
+  impl_->socket.reset();
+  throw Error(ErrorCode::bootstrap, impl_->where() + " sent a malformed reply to check of key '" +
+                                        key + "': " + r.str().value_or("(no message)"));
+}
+
+}  // namespace tpf

@@ -1,0 +1,43 @@
+// The collective algorithms over the in-memory fabric. Each runs one whole operation on the
+// calling thread; all ranks must call the same one (the fingerprint check enforces it).
+#pragma once
+
+#include <cstdint>
+
+#include "coll/op_desc.h"
+#include "transport/shm_fabric.h"
+
+namespace tpf::coll {
+
+// Runs `desc` (already validated) as operation number `sequence` of the communicator.
+void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
+                   const transport::WaitContext& ctx);
+
+// Reductions (all_reduce, reduce, reduce_scatter): reduce_algorithms.cc.
+void all_reduce_one_shot(transport::ShmFabric& fabric, const OpDesc& desc,
+                         const transport::Fingerprint& fp, const transport::WaitContext& ctx);
+// Pipelined reduce-scatter + all-gather. With `root_only`, only desc.root receives (reduce).
+void all_reduce_two_shot(transport::ShmFabric& fabric, const OpDesc& desc, bool root_only,
+                         const transport::Fingerprint& fp, const transport::WaitContext& ctx);
+void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
+                    const transport::Fingerprint& fp, const transport::WaitContext& ctx);
+
+// Data movement (broadcast, all_gather, all_to_all, gather, scatter, barrier): movement.cc.
+void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+               const transport::WaitContext& ctx);
+void all_gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+                const transport::WaitContext& ctx);
+void all_to_all(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+                const transport::WaitContext& ctx);
+void gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+            const transport::WaitContext& ctx);
+void scatter(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+             const transport::WaitContext& ctx);
+void barrier(transport::ShmFabric& fabric, const transport::Fingerprint& fp,
+             const transport::WaitContext& ctx);
+
+// Point to point (p2p.cc).
+void send(transport::ShmFabric& fabric, const OpDesc& desc, const transport::WaitContext& ctx);
+void recv(transport::ShmFabric& fabric, const OpDesc& desc, const transport::WaitContext& ctx);
+
+}  // namespace tpf::coll

@@ -1,0 +1,91 @@
+#include "coll/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "base/env_config.h"
+#include "tpf/error.h"
+
+namespace tpf::coll {
+namespace {
+
+constexpr size_t kAlignBytes = 64;
+
+double env_double(const char* name, double fallback) {
+  auto text = base::env_string(name);
+  if (!text) return fallback;
+  char* end = nullptr;
+  double value = std::strtod(text->c_str(), &end);
+  if (end == text->c_str() || *end != '\0' || !(value > 0)) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(name) + "='" + *text + "' is not a positive number");
+  }
+  return value;
+}
+
+}  // namespace
+
+ShmLinkCost ShmLinkCost::from_env() {
+  ShmLinkCost cost;
+  cost.step_us = env_double("TPF_SHM_STEP_US", cost.step_us);
+  cost.copy_gbps = env_double("TPF_SHM_COPY_GBPS", cost.copy_gbps);
+  cost.reduce_gbps = env_double("TPF_SHM_REDUCE_GBPS", cost.reduce_gbps);
+  return cost;
+}
+
+const char* algorithm_name(AllReduceAlgorithm algorithm) noexcept {
+  return algorithm == AllReduceAlgorithm::one_shot ? "one_shot" : "two_shot";
+}
+
+size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
+  // A slot holds the chunk's inputs plus this rank's reduced portion (chunk / n), and portions
+  // start on cache lines: chunk = n * portion, with (n + 1) * portion <= slot.
+  size_t align_elems = std::max<size_t>(1, kAlignBytes / elem_bytes);
+  size_t n = static_cast<size_t>(nranks);
+  size_t portion = slot_bytes / elem_bytes / (n + 1) / align_elems * align_elems;
+  return std::max(portion, align_elems) * n;
+}
+
+double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nranks,
+                             size_t slot_bytes, const ShmLinkCost& cost) {
+  const double n = nranks;
+  const double step = cost.step_us + cost.step_us_per_rank * (n - 2);
+  const double b = static_cast<double>(bytes);
+  const double copy = b / (cost.copy_gbps * 1e3);      // microseconds to copy `bytes`
+  const double read = b / (cost.reduce_gbps * 1e3);    // microseconds to read `bytes` reducing
+  if (algorithm == AllReduceAlgorithm::one_shot) {
+    // Copy in, then every rank reads all n inputs.
+    return step + copy + n * read;
+  }
+  const double chunk_bytes = static_cast<double>(two_shot_chunk_elems(slot_bytes, 1, nranks));
+  const double chunks = std::max(1.0, std::ceil(b / chunk_bytes));
+  // Copy in, reduce one n-th (reading n n-ths), copy the result out, gather the other portions.
+  return (chunks + 1) * step + copy + read + copy / n + copy * (n - 1) / n;
+}
+
+AllReduceAlgorithm choose_all_reduce(size_t bytes, size_t elem_bytes, int nranks,
+                                     size_t slot_bytes) {
+  const bool fits_one_slot = bytes <= slot_bytes;
+  if (auto forced = base::env_string("TPF_ALLREDUCE_ALGO")) {
+    if (*forced == "two_shot") return AllReduceAlgorithm::two_shot;
+    if (*forced == "one_shot" && fits_one_slot) return AllReduceAlgorithm::one_shot;
+    if (*forced != "one_shot") {
+      throw Error(ErrorCode::invalid_argument,
+                  "TPF_ALLREDUCE_ALGO='" + *forced + "': expected one_shot or two_shot");
+    }
+  }
+  if (!fits_one_slot || nranks == 1) {
+    return nranks == 1 ? AllReduceAlgorithm::one_shot : AllReduceAlgorithm::two_shot;
+  }
+  (void)elem_bytes;
+  static const ShmLinkCost cost = ShmLinkCost::from_env();
+  return predict_all_reduce_us(AllReduceAlgorithm::one_shot, bytes, nranks, slot_bytes, cost) <=
+                 predict_all_reduce_us(AllReduceAlgorithm::two_shot, bytes, nranks, slot_bytes,
+                                       cost)
+             ? AllReduceAlgorithm::one_shot
+             : AllReduceAlgorithm::two_shot;
+}
+
+}  // namespace tpf::coll

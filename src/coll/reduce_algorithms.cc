@@ -1,0 +1,153 @@
+// all_reduce, reduce and reduce_scatter over the in-memory fabric.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "coll/algorithms.h"
+#include "coll/cost_model.h"
+#include "coll/reduce_kernels.h"
+
+namespace tpf::coll {
+namespace {
+
+constexpr size_t kAlignBytes = 64;
+
+size_t align_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
+
+// Rank r's portion [begin, end) of a chunk of `len` elements: cache-line aligned pieces, so each
+// rank reduces its own lines and the last ranks may get less (or nothing).
+struct Portion {
+  size_t begin, end;
+};
+Portion portion_of(size_t len, int nranks, int rank, size_t elem_bytes) {
+  size_t align_elems = std::max<size_t>(1, kAlignBytes / elem_bytes);
+  size_t piece = align_up((len + nranks - 1) / nranks, align_elems);
+  size_t begin = std::min(len, piece * static_cast<size_t>(rank));
+  return {begin, std::min(len, begin + piece)};
+}
+
+}  // namespace
+
+void all_reduce_one_shot(transport::ShmFabric& fabric, const OpDesc& desc,
+                         const transport::Fingerprint& fp, const transport::WaitContext& ctx) {
+  const int n = fabric.size(), me = fabric.rank();
+  const size_t bytes = desc.count * dtype_size(desc.dtype);
+  const bool deliver = desc.kind == OpKind::all_reduce || me == desc.root;
+  uint64_t step = fabric.begin_step();
+  if (bytes > 0) std::memcpy(fabric.slot(me, step), desc.send, bytes);
+  fabric.post_and_wait_all(step, fp, ctx);
+  if (!deliver || bytes == 0) return;
+  std::vector<const void*> srcs(n);
+  for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step);
+  reduce_n(desc.dtype, desc.op, desc.recv, srcs.data(), n, desc.count);
+}
+
+void all_reduce_two_shot(transport::ShmFabric& fabric, const OpDesc& desc, bool root_only,
+                         const transport::Fingerprint& fp, const transport::WaitContext& ctx) {
+  const int n = fabric.size(), me = fabric.rank();
+  const size_t esize = dtype_size(desc.dtype);
+  const size_t chunk = two_shot_chunk_elems(fabric.slot_bytes(), esize, n);
+  const size_t result_offset = chunk * esize;  // where a slot keeps this rank's reduced portion
+  const size_t chunks = (desc.count + chunk - 1) / chunk;
+  const bool deliver = !root_only || me == desc.root;
+  const auto* send = static_cast<const std::byte*>(desc.send);
+  auto* recv = static_cast<std::byte*>(desc.recv);
+  std::vector<const void*> srcs(n);
+
+  // Step k copies in chunk k and, in its read phase, reduces this rank's portion of chunk k into
+  // the next slot; step k + 1 then copies every peer's reduced portion of chunk k out. So the
+  // pipeline takes chunks + 1 steps and reduction of chunk k overlaps the gather of chunk k - 1.
+  for (size_t k = 0; k <= std::max<size_t>(chunks, 1); ++k) {
+    if (chunks == 0 && k == 1) break;  // count 0: a single step carries the fingerprint
+    uint64_t step = fabric.begin_step();
+    const bool has_input = k < chunks;
+    const size_t base = k * chunk;
+    const size_t len = has_input ? std::min(chunk, desc.count - base) : 0;
+    if (len > 0) std::memcpy(fabric.slot(me, step), send + base * esize, len * esize);
+    fabric.post_and_wait_all(step, fp, ctx);
+
+    if (k > 0 && deliver) {  // gather the reduced portions of chunk k - 1
+      const size_t prev_base = (k - 1) * chunk;
+      const size_t prev_len = std::min(chunk, desc.count - prev_base);
+      for (int p = 0; p < n; ++p) {
+        if (p == me) continue;  // copied into recv when it was reduced
+        Portion part = portion_of(prev_len, n, p, esize);
+        if (part.end > part.begin) {
+          std::memcpy(recv + (prev_base + part.begin) * esize,
+                      fabric.slot(p, step) + result_offset, (part.end - part.begin) * esize);
+        }
+      }
+    }
+    if (len > 0) {  // reduce this rank's portion of chunk k into the next slot
+      Portion part = portion_of(len, n, me, esize);
+      if (part.end > part.begin) {
+        for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step) + part.begin * esize;
+        std::byte* result = fabric.slot(me, step + 1) + result_offset;
+        reduce_n(desc.dtype, desc.op, result, srcs.data(), n, part.end - part.begin);
+        if (deliver) {
+          std::memcpy(recv + (base + part.begin) * esize, result, (part.end - part.begin) * esize);
+        }
+      }
+    }
+  }
+}
+
+void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
+                    const transport::Fingerprint& fp, const transport::WaitContext& ctx) {
+  const int n = fabric.size(), me = fabric.rank();
+  const size_t esize = dtype_size(desc.dtype);
+  const size_t align_elems = std::max<size_t>(1, kAlignBytes / esize);
+  // A slot holds one piece of every block; pieces start on cache lines.
+  const size_t piece = std::max(align_elems, fabric.slot_bytes() / esize / n / align_elems *
+                                                 align_elems);
+  const size_t count = desc.count;  // per-rank block
+  const size_t steps = std::max<size_t>(1, (count + piece - 1) / piece);
+  const auto* send = static_cast<const std::byte*>(desc.send);
+  auto* recv = static_cast<std::byte*>(desc.recv);
+  std::vector<const void*> srcs(n);
+  for (size_t k = 0; k < steps; ++k) {
+    uint64_t step = fabric.begin_step();
+    const size_t base = k * piece;
+    const size_t len = base < count ? std::min(piece, count - base) : 0;
+    std::byte* mine = fabric.slot(me, step);
+    for (int b = 0; b < n && len > 0; ++b) {
+      // Own block too: the reduction reads every input from the slots, so an in-place call
+      // (recv inside send) never overwrites an input it still needs.
+      std::memcpy(mine + b * piece * esize, send + (b * count + base) * esize, len * esize);
+    }
+    fabric.post_and_wait_all(step, fp, ctx);
+    if (len == 0) continue;
+    for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step) + me * piece * esize;
+    reduce_n(desc.dtype, desc.op, recv + base * esize, srcs.data(), n, len);
+  }
+}
+
+void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
+                   const transport::WaitContext& ctx) {
+  const transport::Fingerprint fp = collective_fingerprint(desc, sequence);
+  const size_t bytes = desc.count * dtype_size(desc.dtype);
+  switch (desc.kind) {
+    case OpKind::all_reduce:
+    case OpKind::reduce: {
+      auto algorithm = choose_all_reduce(bytes, dtype_size(desc.dtype), fabric.size(),
+                                         fabric.slot_bytes());
+      if (algorithm == AllReduceAlgorithm::one_shot) {
+        all_reduce_one_shot(fabric, desc, fp, ctx);
+      } else {
+        all_reduce_two_shot(fabric, desc, desc.kind == OpKind::reduce, fp, ctx);
+      }
+      return;
+    }
+    case OpKind::reduce_scatter: return reduce_scatter(fabric, desc, fp, ctx);
+    case OpKind::broadcast: return broadcast(fabric, desc, fp, ctx);
+    case OpKind::all_gather: return all_gather(fabric, desc, fp, ctx);
+    case OpKind::all_to_all: return all_to_all(fabric, desc, fp, ctx);
+    case OpKind::gather: return gather(fabric, desc, fp, ctx);
+    case OpKind::scatter: return scatter(fabric, desc, fp, ctx);
+    case OpKind::barrier: return barrier(fabric, fp, ctx);
+    case OpKind::send: return send(fabric, desc, ctx);
+    case OpKind::recv: return recv(fabric, desc, ctx);
+  }
+}
+
+}  // namespace tpf::coll

@@ -1,0 +1,251 @@
+#include "comm/comm_impl.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "base/env_config.h"
+#include "coll/algorithms.h"
+#include "tpf/error.h"
+
+namespace tpf::detail {
+namespace {
+
+constexpr size_t kDefaultSlotBytes = size_t{2} << 20;
+constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
+constexpr size_t kMinSlotBytes = 4096;
+// Far beyond any real buffer, small enough that size * count * element size cannot overflow.
+constexpr size_t kMaxBufferBytes = size_t{1} << 46;
+
+// Segment names allow only a few characters; communicator names may contain anything.
+std::string sanitize(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    out += plain ? c : '_';
+  }
+  if (out.size() > 64) out = out.substr(0, 40) + "_" + std::to_string(std::hash<std::string>{}(text));
+  return out;
+}
+
+transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generation) {
+  transport::FabricConfig config;
+  config.rank = setup.rank;
+  config.size = setup.size;
+  size_t slot = setup.options.buffer_bytes.value_or(
+      base::env_bytes("TPF_SHM_BUFFER_BYTES").value_or(kDefaultSlotBytes));
+  config.slot_bytes = std::max(kMinSlotBytes, slot / 64 * 64);
+  config.p2p_chunk_bytes = std::min(kMaxP2pChunkBytes, config.slot_bytes / 4) / 64 * 64;
+  config.segment_prefix = transport::shm_job_prefix(setup.job_id) + sanitize(setup.name) + "-g" +
+                          std::to_string(generation) + "-";
+  config.label = "communicator '" + setup.name + "'";
+  std::string prefix = setup.name + "/" + std::to_string(generation);
+  config.store = std::make_shared<PrefixStore>(prefix, setup.store);
+  config.setup_timeout =
+      setup.options.timeout.value_or(std::min(base::default_op_timeout(),
+                                              std::chrono::milliseconds(120000)));
+  config.describe = coll::describe_fingerprint;
+  return config;
+}
+
+}  // namespace
+
+CommImpl::CommImpl(CommSetup setup)
+    : setup_(std::move(setup)),
+      default_timeout_(setup_.options.timeout.value_or(base::default_op_timeout())) {
+  if (setup_.size < 1 || setup_.rank < 0 || setup_.rank >= setup_.size) {
+    throw Error(ErrorCode::invalid_argument,
+                "communicator '" + setup_.name + "': rank " + std::to_string(setup_.rank) +
+                    " is outside [0, size=" + std::to_string(setup_.size) + ")");
+  }
+  // Ranks join in the same order on every rank, so the n-th group of `size` joiners forms the
+  // n-th communicator of this name: keys never collide when a name is reused.
+  int64_t joined = setup_.store->add(setup_.name + "/joined", 1);
+  uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
+  fabric_ = std::make_unique<transport::ShmFabric>(fabric_config(setup_, generation));
+}
+
+CommImpl::~CommImpl() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  for (Task& task : queue_) {
+    task.state->complete(std::make_exception_ptr(
+        Error(ErrorCode::aborted, label(task) + ": the communicator was destroyed first")));
+  }
+}
+
+uint64_t CommImpl::next_sequence() const {
+  std::lock_guard lock(mu_);
+  return sequence_;
+}
+
+std::string CommImpl::label(const Task& task) const {
+  std::string text = std::string(coll::op_kind_name(task.desc.kind)) + " (sequence " +
+                     std::to_string(task.sequence) + ") on communicator '" + setup_.name + "'";
+  if (task.desc.kind == coll::OpKind::send || task.desc.kind == coll::OpKind::recv) {
+    text += (task.desc.kind == coll::OpKind::send ? ", to rank " : ", from rank ") +
+            std::to_string(task.desc.peer);
+  }
+  return text;
+}
+
+void CommImpl::validate(const coll::OpDesc& d) const {
+  using coll::OpKind;
+  const std::string what = std::string(coll::op_kind_name(d.kind)) + " on communicator '" +
+                           setup_.name + "' (rank " + std::to_string(rank()) + ")";
+  auto fail = [&](const std::string& why) { throw Error(ErrorCode::invalid_argument, what + ": " + why); };
+  if (!is_valid(d.dtype)) fail("unknown dtype " + std::to_string(static_cast<int>(d.dtype)));
+  if (coll::is_reducing(d.kind) && !is_valid(d.op)) {
+    fail("unknown reduction op " + std::to_string(static_cast<int>(d.op)));
+  }
+  const int n = size();
+  if (coll::is_rooted(d.kind) && (d.root < 0 || d.root >= n)) {
+    fail("root " + std::to_string(d.root) + " is outside [0, " + std::to_string(n) + ")");
+  }
+  if (d.kind == OpKind::send || d.kind == OpKind::recv) {
+    if (d.peer < 0 || d.peer >= n) {
+      fail("peer " + std::to_string(d.peer) + " is outside [0, " + std::to_string(n) + ")");
+    }
+    if (d.peer == rank()) fail("a rank cannot send to or receive from itself");
+  }
+  const size_t esize = dtype_size(d.dtype);
+  if (d.count > kMaxBufferBytes / esize / static_cast<size_t>(n)) {
+    fail("count " + std::to_string(d.count) +
+         " is too large (a negative count converted to size_t?)");
+  }
+  if (d.count == 0 || d.kind == OpKind::barrier) return;
+  const bool root = rank() == d.root;
+  bool needs_send = false, needs_recv = false;
+  switch (d.kind) {
+    case OpKind::all_reduce: case OpKind::all_gather: case OpKind::reduce_scatter:
+    case OpKind::all_to_all:
+      needs_send = needs_recv = true;
+      break;
+    case OpKind::reduce: needs_send = true; needs_recv = root; break;
+    case OpKind::broadcast: needs_send = root; needs_recv = true; break;
+    case OpKind::gather: needs_send = true; needs_recv = root; break;
+    case OpKind::scatter: needs_send = root; needs_recv = true; break;
+    case OpKind::send: needs_send = true; break;
+    case OpKind::recv: needs_recv = true; break;
+    case OpKind::barrier: break;
+  }
+  if (needs_send && d.send == nullptr) fail("the send buffer is null but count is " + std::to_string(d.count));
+  if (needs_recv && d.recv == nullptr) fail("the recv buffer is null but count is " + std::to_string(d.count));
+}
+
+Work CommImpl::submit(const coll::OpDesc& desc, const CallOptions& call, bool async) {
+  validate(desc);
+  auto state = std::make_shared<WorkState>();
+  state->deadline = Clock::now() + call.timeout.value_or(default_timeout_);
+  std::unique_lock lock(mu_);
+  Task task{desc, sequence_++, state};
+  if (aborted_.load() || !failure_.empty()) {
+    lock.unlock();
+    execute(task);  // fails at once with the reason
+    return Work(state);
+  }
+  if (!async && queue_.empty() && !running_) {
+    running_ = true;  // run inline: no thread hand-off on the latency-critical blocking path
+    lock.unlock();
+    execute(task);
+    lock.lock();
+    running_ = false;
+    lock.unlock();
+    cv_.notify_all();
+    return Work(state);
+  }
+  queue_.push_back(std::move(task));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  lock.unlock();
+  cv_.notify_all();
+  return Work(state);
+}
+
+void CommImpl::worker_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
+    if (stopping_) return;
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    execute(task);
+    lock.lock();
+    running_ = false;
+    cv_.notify_all();
+  }
+}
+
+void CommImpl::execute(Task& task) {
+  std::exception_ptr failure;
+  try {
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_.load()) {
+        throw Error(ErrorCode::aborted, label(task) + ": the communicator was aborted");
+      }
+      if (!failure_.empty()) {
+        throw Error(ErrorCode::aborted, label(task) + ": the communicator is unusable after an "
+                                                      "earlier error: " + failure_);
+      }
+    }
+    transport::WaitContext ctx{task.state->deadline, label(task)};
+    coll::run_operation(*fabric_, task.desc, task.sequence, ctx);
+  } catch (const Error& error) {
+    failure = std::current_exception();
+    std::lock_guard lock(mu_);
+    if (failure_.empty() && !aborted_.load()) {
+      failure_ = error.what();
+      fabric_->mark_failed(failure_);  // peers waiting on this rank fail fast with the reason
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  task.state->complete(failure);
+}
+
+void CommImpl::abort() {
+  aborted_.store(true);
+  fabric_->abort();
+}
+
+std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions& options) {
+  // Everyone learns everyone's (color, key) over the fabric itself.
+  const int n = size();
+  int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(n));
+  coll::OpDesc desc;
+  desc.kind = coll::OpKind::all_gather;
+  desc.dtype = DType::i32;
+  desc.count = 2;
+  desc.send = mine;
+  desc.recv = all.data();
+  submit(desc, {}, false).wait();
+  uint64_t split_index;
+  {
+    std::lock_guard lock(mu_);
+    split_index = splits_++;
+  }
+  if (color < 0) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r)
+    if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  CommSetup child = setup_;
+  child.rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+  child.size = static_cast<int>(members.size());
+  child.name = setup_.name + ".s" + std::to_string(split_index) + "c" + std::to_string(color);
+  child.options = options;
+  if (!child.options.timeout) child.options.timeout = setup_.options.timeout;
+  if (!child.options.buffer_bytes) child.options.buffer_bytes = setup_.options.buffer_bytes;
+  return std::make_unique<CommImpl>(std::move(child));
+}
+
+}  // namespace tpf::detail

@@ -1,0 +1,74 @@
+// The state behind a Communicator: its fabric, its queue of operations and the thread that
+// progresses asynchronous ones, its sequence counter and its error state.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "coll/op_desc.h"
+#include "comm/work_state.h"
+#include "tpf/comm.h"
+#include "transport/shm_fabric.h"
+
+namespace tpf::detail {
+
+struct CommSetup {
+  int rank = 0;
+  int size = 1;
+  std::string name;                 // unique among the communicators on this store
+  std::shared_ptr<Store> store;     // the job's store (not prefixed)
+  std::string job_id;               // names the shared-memory segments
+  std::shared_ptr<void> keep_alive; // e.g. the store server rank 0 hosts
+  CommOptions options;
+};
+
+class CommImpl {
+ public:
+  explicit CommImpl(CommSetup setup);
+  ~CommImpl();
+  CommImpl(const CommImpl&) = delete;
+  CommImpl& operator=(const CommImpl&) = delete;
+
+  int rank() const noexcept { return setup_.rank; }
+  int size() const noexcept { return setup_.size; }
+  const std::string& name() const noexcept { return setup_.name; }
+  uint64_t next_sequence() const;
+
+  // Validates, then runs the operation inline (blocking) or queues it (async).
+  Work submit(const coll::OpDesc& desc, const CallOptions& call, bool async);
+  std::unique_ptr<CommImpl> split(int color, int key, const CommOptions& options);
+  void abort();
+
+ private:
+  struct Task {
+    coll::OpDesc desc;
+    uint64_t sequence;
+    std::shared_ptr<WorkState> state;
+  };
+  void execute(Task& task);
+  void worker_loop();
+  void validate(const coll::OpDesc& desc) const;
+  std::string label(const Task& task) const;
+
+  CommSetup setup_;
+  std::unique_ptr<transport::ShmFabric> fabric_;
+  std::chrono::milliseconds default_timeout_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool running_ = false;  // an operation is executing (inline or on the worker)
+  bool stopping_ = false;
+  std::thread worker_;
+  uint64_t sequence_ = 0;
+  uint64_t splits_ = 0;
+  std::string failure_;  // set once an operation failed: the communicator is unusable after that
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace tpf::detail

@@ -1,0 +1,213 @@
+// The public Communicator: creation from a launcher's environment or an explicit address, and the
+// collective calls, which only describe the operation and hand it to CommImpl.
+#include <charconv>
+
+#include "base/env_config.h"
+#include "bootstrap/rendezvous.h"
+#include "comm/comm_impl.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "tpf/launch_env.h"
+
+namespace tpf {
+namespace {
+
+using coll::OpDesc;
+using coll::OpKind;
+
+std::string job_id_from_env() { return base::env_string("TPF_JOB_ID").value_or("local"); }
+
+std::chrono::milliseconds connect_timeout(const CommOptions& options) {
+  return options.timeout.value_or(std::min(base::default_op_timeout(), std::chrono::milliseconds(120000)));
+}
+
+OpDesc make(OpKind kind, const void* send, void* recv, size_t count, DType dtype,
+            ReduceOp op = ReduceOp::sum, int root = 0, int peer = 0) {
+  OpDesc desc;
+  desc.kind = kind;
+  desc.send = send;
+  desc.recv = recv;
+  desc.count = count;
+  desc.dtype = dtype;
+  desc.op = op;
+  desc.root = root;
+  desc.peer = peer;
+  return desc;
+}
+
+}  // namespace
+
+Communicator::Communicator() = default;
+Communicator::Communicator(std::unique_ptr<detail::CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+Communicator Communicator::from_env(const CommOptions& options) {
+  LaunchEnv env = detect_launch_env();
+  auto rendezvous = bootstrap::rendezvous(env, connect_timeout(options));
+  detail::CommSetup setup;
+  setup.rank = env.rank;
+  setup.size = env.world_size;
+  setup.name = "world";
+  setup.store = rendezvous.store;
+  setup.job_id = env.job_id.empty() ? job_id_from_env() : env.job_id;
+  setup.keep_alive = std::shared_ptr<TcpStoreServer>(std::move(rendezvous.server));
+  setup.options = options;
+  return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
+}
+
+Communicator Communicator::create(int rank, int size, const std::string& store_address,
+                                  const std::string& secret, const CommOptions& options) {
+  auto colon = store_address.rfind(':');
+  unsigned port = 0;
+  const char* begin = store_address.data() + (colon == std::string::npos ? 0 : colon + 1);
+  const char* end = store_address.data() + store_address.size();
+  auto parsed = std::from_chars(begin, end, port);
+  if (colon == std::string::npos || colon == 0 || parsed.ec != std::errc() || parsed.ptr != end ||
+      port == 0 || port > 65535) {
+    throw Error(ErrorCode::invalid_argument,
+                "store address '" + store_address + "' is not of the form host:port");
+  }
+  auto store = std::make_shared<TcpStoreClient>(store_address.substr(0, colon),
+                                                static_cast<uint16_t>(port), secret,
+                                                connect_timeout(options));
+  return create(rank, size, store, "world", options);
+}
+
+Communicator Communicator::create(int rank, int size, std::shared_ptr<Store> store,
+                                  const std::string& name, const CommOptions& options) {
+  if (!store) throw Error(ErrorCode::invalid_argument, "Communicator::create: store is null");
+  if (name.empty()) throw Error(ErrorCode::invalid_argument, "Communicator::create: empty name");
+  detail::CommSetup setup;
+  setup.rank = rank;
+  setup.size = size;
+  setup.name = name;
+  setup.store = std::move(store);
+  setup.job_id = job_id_from_env();
+  setup.options = options;
+  return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
+}
+
+static detail::CommImpl& checked(const std::unique_ptr<detail::CommImpl>& impl) {
+  if (!impl) throw Error(ErrorCode::invalid_argument, "use of an invalid (empty) Communicator");
+  return *impl;
+}
+
+int Communicator::rank() const { return checked(impl_).rank(); }
+int Communicator::size() const { return checked(impl_).size(); }
+const std::string& Communicator::name() const { return checked(impl_).name(); }
+uint64_t Communicator::next_sequence() const { return checked(impl_).next_sequence(); }
+void Communicator::abort() { checked(impl_).abort(); }
+
+Communicator Communicator::split(int color, int key, const CommOptions& options) const {
+  return Communicator(checked(impl_).split(color, key, options));
+}
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
+                                    ReduceOp op, const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::all_reduce, send, recv, count, dtype, op), call, true);
+}
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DType dtype,
+                                ReduceOp op, int root, const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::reduce, send, recv, count, dtype, op, root), call, true);
+}
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DType dtype,
+                                   int root, const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root),
+                               call, true);
+}
+Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count, DType dtype,
+                                    const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::all_gather, send, recv, send_count, dtype), call, true);
+}
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                        DType dtype, ReduceOp op, const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::reduce_scatter, send, recv, recv_count, dtype, op), call,
+                               true);
+}
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype,
+                                    const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::all_to_all, send, recv, count, dtype), call, true);
+}
+Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DType dtype,
+                                int root, const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::gather, send, recv, send_count, dtype, ReduceOp::sum, root),
+                               call, true);
+}
+Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DType dtype,
+                                 int root, const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root),
+                               call, true);
+}
+Work Communicator::send_async(const void* buf, size_t count, DType dtype, int peer,
+                              const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::send, buf, nullptr, count, dtype, ReduceOp::sum, 0, peer),
+                               call, true);
+}
+Work Communicator::recv_async(void* buf, size_t count, DType dtype, int peer,
+                              const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::recv, nullptr, buf, count, dtype, ReduceOp::sum, 0, peer),
+                               call, true);
+}
+Work Communicator::barrier_async(const CallOptions& call) {
+  return checked(impl_).submit(make(OpKind::barrier, nullptr, nullptr, 0, DType::u8), call, true);
+}
+
+// Blocking forms: the same operations, run inline when nothing is queued.
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                              const CallOptions& call) {
+  checked(impl_).submit(make(OpKind::all_reduce, send, recv, count, dtype, op), call, false).wait();
+}
+void Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                          int root, const CallOptions& call) {
+  checked(impl_).submit(make(OpKind::reduce, send, recv, count, dtype, op, root), call, false).wait();
+}
+void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+                             const CallOptions& call) {
+  checked(impl_)
+      .submit(make(OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root), call, false)
+      .wait();
+}
+void Communicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
+                              const CallOptions& call) {
+  checked(impl_).submit(make(OpKind::all_gather, send, recv, send_count, dtype), call, false).wait();
+}
+void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                                  ReduceOp op, const CallOptions& call) {
+  checked(impl_)
+      .submit(make(OpKind::reduce_scatter, send, recv, recv_count, dtype, op), call, false)
+      .wait();
+}
+void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                              const CallOptions& call) {
+  checked(impl_).submit(make(OpKind::all_to_all, send, recv, count, dtype), call, false).wait();
+}
+void Communicator::gather(const void* send, void* recv, size_t send_count, DType dtype, int root,
+                          const CallOptions& call) {
+  checked(impl_)
+      .submit(make(OpKind::gather, send, recv, send_count, dtype, ReduceOp::sum, root), call, false)
+      .wait();
+}
+void Communicator::scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root,
+                           const CallOptions& call) {
+  checked(impl_)
+      .submit(make(OpKind::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root), call, false)
+      .wait();
+}
+void Communicator::send(const void* buf, size_t count, DType dtype, int peer,
+                        const CallOptions& call) {
+  checked(impl_)
+      .submit(make(OpKind::send, buf, nullptr, count, dtype, ReduceOp::sum, 0, peer), call, false)
+      .wait();
+}
+void Communicator::recv(void* buf, size_t count, DType dtype, int peer, const CallOptions& call) {
+  checked(impl_)
+      .submit(make(OpKind::recv, nullptr, buf, count, dtype, ReduceOp::sum, 0, peer), call, false)
+      .wait();
+}
+void Communicator::barrier(const CallOptions& call) {
+  checked(impl_).submit(make(OpKind::barrier, nullptr, nullptr, 0, DType::u8), call, false).wait();
+}
+
+}  // namespace tpf

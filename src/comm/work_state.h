@@ -1,0 +1,29 @@
+// Completion state shared between a Work handle and the communicator that runs its operation.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+
+#include "tpf/comm.h"
+
+namespace tpf::detail {
+
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  Clock::time_point deadline;  // the operation's own deadline (it fails by then at the latest)
+
+  void complete(std::exception_ptr failure) {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+      error = std::move(failure);
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace tpf::detail

@@ -1,0 +1,232 @@
+// Machine discovery and rank pinning through hwloc.
+//
+// hwloc by default restricts the topology to the CPUs this process may use (cgroup cpuset,
+// taskset), so everything here describes the machine *as this job sees it*; binding then never
+// asks for a CPU the kernel would refuse.
+#include "tpf/topology.h"
+
+#include <hwloc.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tpf/error.h"
+
+namespace tpf {
+namespace {
+
+// Owns one loaded hwloc topology.
+class HwlocTopology {
+ public:
+  HwlocTopology() {
+    if (hwloc_topology_init(&topo_) != 0) {
+      throw_system_error(ErrorCode::system, "hwloc_topology_init (discovering the machine topology)",
+                         errno);
+    }
+    if (hwloc_topology_load(topo_) != 0) {
+      int err = errno;
+      hwloc_topology_destroy(topo_);
+      throw_system_error(ErrorCode::system, "hwloc_topology_load (discovering the machine topology)",
+                         err);
+    }
+  }
+  ~HwlocTopology() { hwloc_topology_destroy(topo_); }
+  HwlocTopology(const HwlocTopology&) = delete;
+  HwlocTopology& operator=(const HwlocTopology&) = delete;
+
+  hwloc_topology_t get() const { return topo_; }
+
+  // Cores in logical order. Some virtual machines and containers expose PUs without a core level;
+  // then each PU stands in for a core so callers always get at least one.
+  std::vector<hwloc_obj_t> cores() const {
+    std::vector<hwloc_obj_t> out = objects(HWLOC_OBJ_CORE);
+    if (out.empty()) out = objects(HWLOC_OBJ_PU);
+    return out;
+  }
+
+  std::vector<hwloc_obj_t> objects(hwloc_obj_type_t type) const {
+    std::vector<hwloc_obj_t> out;
+    int n = hwloc_get_nbobjs_by_type(topo_, type);
+    for (int i = 0; i < n; ++i) out.push_back(hwloc_get_obj_by_type(topo_, type, i));
+    return out;
+  }
+
+ private:
+  hwloc_topology_t topo_ = nullptr;
+};
+
+std::vector<int> pu_os_indices(hwloc_const_cpuset_t cpuset) {
+  std::vector<int> out;
+  for (int i = hwloc_bitmap_first(cpuset); i >= 0; i = hwloc_bitmap_next(cpuset, i)) {
+    out.push_back(i);
+  }
+  return out;
+}
+
+// "0-3,8,10-11": short enough to print for machines with hundreds of CPUs.
+std::string format_ranges(const std::vector<int>& sorted) {
+  std::ostringstream out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (i > 0) out << ',';
+    out << sorted[i];
+    if (j > i) out << '-' << sorted[j];
+    i = j + 1;
+  }
+  return out.str();
+}
+
+std::string format_bytes(size_t bytes) {
+  std::ostringstream out;
+  if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) {
+    out << (bytes >> 30) << " GiB";
+  } else if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) {
+    out << (bytes >> 20) << " MiB";
+  } else if (bytes >= 1024 && bytes % 1024 == 0) {
+    out << (bytes >> 10) << " KiB";
+  } else {
+    out << bytes << " B";
+  }
+  return out.str();
+}
+
+const char* plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
+
+}  // namespace
+
+MachineTopology discover_topology() {
+  HwlocTopology topo;
+  MachineTopology machine;
+
+  std::vector<hwloc_obj_t> packages = topo.objects(HWLOC_OBJ_PACKAGE);
+  std::vector<hwloc_obj_t> numa = topo.objects(HWLOC_OBJ_NUMANODE);
+  machine.sockets = packages.empty() ? 1 : static_cast<int>(packages.size());
+  machine.numa_nodes = numa.empty() ? 1 : static_cast<int>(numa.size());
+
+  for (hwloc_obj_t core : topo.cores()) {
+    CoreInfo info;
+    info.logical_index = static_cast<int>(core->logical_index);
+    // NUMA nodes hang off the memory side of the tree in hwloc 2, so match by cpuset instead of
+    // walking ancestors.
+    for (hwloc_obj_t node : numa) {
+      if (hwloc_bitmap_intersects(core->cpuset, node->cpuset)) {
+        info.numa_node = static_cast<int>(node->logical_index);
+        break;
+      }
+    }
+    if (hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(topo.get(), HWLOC_OBJ_PACKAGE, core)) {
+      info.socket = static_cast<int>(pkg->logical_index);
+    }
+    info.pus = pu_os_indices(core->cpuset);
+    machine.cores.push_back(std::move(info));
+  }
+
+  std::vector<hwloc_obj_t> l3 = topo.objects(HWLOC_OBJ_L3CACHE);
+  if (!l3.empty() && l3.front()->attr != nullptr) {
+    machine.l3_bytes = static_cast<size_t>(l3.front()->attr->cache.size);
+  }
+  return machine;
+}
+
+std::string MachineTopology::describe() const {
+  size_t pus = 0;
+  for (const CoreInfo& core : cores) pus += core.pus.size();
+
+  std::ostringstream out;
+  out << "machine: " << sockets << ' ' << plural(sockets, "socket", "sockets") << ", " << numa_nodes
+      << ' ' << plural(numa_nodes, "NUMA node", "NUMA nodes") << ", " << cores.size() << ' '
+      << plural(cores.size(), "core", "cores") << ", " << pus << ' '
+      << plural(pus, "hardware thread", "hardware threads") << '\n';
+  out << "L3 cache: " << (l3_bytes == 0 ? std::string("unknown") : format_bytes(l3_bytes) + " per instance")
+      << '\n';
+  // One line per (socket, NUMA node) pair, in order of first appearance.
+  std::vector<std::pair<int, int>> groups;
+  for (const CoreInfo& core : cores) {
+    std::pair<int, int> key{core.socket, core.numa_node};
+    bool seen = false;
+    for (const auto& g : groups) seen = seen || g == key;
+    if (!seen) groups.push_back(key);
+  }
+  for (const auto& [socket, node] : groups) {
+    std::vector<int> core_ids;
+    std::vector<int> pu_ids;
+    for (const CoreInfo& core : cores) {
+      if (core.socket != socket || core.numa_node != node) continue;
+      core_ids.push_back(core.logical_index);
+      pu_ids.insert(pu_ids.end(), core.pus.begin(), core.pus.end());
+    }
+    std::sort(pu_ids.begin(), pu_ids.end());
+    out << "socket " << socket << ", NUMA node " << node << ": cores " << format_ranges(core_ids)
+        << " (CPUs " << format_ranges(pu_ids) << ")\n";
+  }
+  return out.str();
+}
+
+BindPolicy parse_bind_policy(const std::string& name) {
+  if (name == "none") return BindPolicy::none;
+  if (name == "core") return BindPolicy::core;
+  if (name == "numa") return BindPolicy::numa;
+  throw Error(ErrorCode::invalid_argument,
+              "parse_bind_policy: unknown binding '" + name + "'; use one of core, numa, none");
+}
+
+// A failure to bind (seccomp, restricted containers, a cpuset that changed under us) must not stop
+// a job that would otherwise run fine, only slower: it comes back as a string that starts with
+// "warning:" for the caller to print, instead of an exception.
+std::string bind_current_process(BindPolicy policy, int local_rank, int local_world_size) {
+  if (local_world_size < 1 || local_rank < 0 || local_rank >= local_world_size) {
+    throw Error(ErrorCode::invalid_argument,
+                "bind_current_process: local_rank " + std::to_string(local_rank) +
+                    " is not in [0, local_world_size=" + std::to_string(local_world_size) + ")");
+  }
+  if (policy == BindPolicy::none) return "";
+
+  HwlocTopology topo;
+  if (policy == BindPolicy::core) {
+    std::vector<hwloc_obj_t> cores = topo.cores();
+    hwloc_obj_t core = cores[static_cast<size_t>(local_rank) % cores.size()];
+    std::string where = "core " + std::to_string(core->logical_index) + " (CPUs " +
+                        format_ranges(pu_os_indices(core->cpuset)) + ")";
+    if (hwloc_set_cpubind(topo.get(), core->cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
+      return "warning: could not bind local rank " + std::to_string(local_rank) + " to " + where +
+             ": " + std::strerror(errno) + "; running unbound";
+    }
+    return where;
+  }
+
+  // numa: CPUs of the node, and memory from it where the kernel lets us.
+  std::vector<hwloc_obj_t> nodes = topo.objects(HWLOC_OBJ_NUMANODE);
+  if (nodes.empty()) {
+    return "warning: no NUMA node found; local rank " + std::to_string(local_rank) +
+           " runs unbound";
+  }
+  hwloc_obj_t node = nodes[static_cast<size_t>(local_rank) % nodes.size()];
+  std::string where = "NUMA node " + std::to_string(node->logical_index) + " (CPUs " +
+                      format_ranges(pu_os_indices(node->cpuset)) + ")";
+  if (hwloc_bitmap_iszero(node->cpuset)) {
+    return "warning: " + where + " has no CPUs; local rank " + std::to_string(local_rank) +
+           " runs unbound";
+  }
+  if (hwloc_set_cpubind(topo.get(), node->cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
+    return "warning: could not bind local rank " + std::to_string(local_rank) + " to " + where +
+           ": " + std::strerror(errno) + "; running unbound";
+  }
+  const hwloc_topology_support* support = hwloc_topology_get_support(topo.get());
+  bool can_membind = support != nullptr && support->membind != nullptr &&
+                     support->membind->set_thisproc_membind && support->membind->bind_membind;
+  if (!can_membind) return where + ", memory not bound (unsupported)";
+  if (hwloc_set_membind(topo.get(), node->nodeset, HWLOC_MEMBIND_BIND,
+                        HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0) {
+    return "warning: bound local rank " + std::to_string(local_rank) + " to " + where +
+           " but not its memory: " + std::strerror(errno);
+  }
+  return where + ", memory bound";
+}
+
+}  // namespace tpf

@@ -1,0 +1,46 @@
+#include "transport/peer_process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace tpf::transport {
+
+PeerProcess::PeerProcess(pid_t pid) : pid_(pid) {
+#ifdef SYS_pidfd_open
+  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+}
+
+PeerProcess::PeerProcess(PeerProcess&& other) noexcept
+    : pid_(std::exchange(other.pid_, 0)), pidfd_(std::exchange(other.pidfd_, -1)) {}
+
+PeerProcess& PeerProcess::operator=(PeerProcess&& other) noexcept {
+  if (this != &other) {
+    if (pidfd_ >= 0) ::close(pidfd_);
+    pid_ = std::exchange(other.pid_, 0);
+    pidfd_ = std::exchange(other.pidfd_, -1);
+  }
+  return *this;
+}
+
+PeerProcess::~PeerProcess() {
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+bool PeerProcess::alive() const {
+  if (pid_ <= 0) return true;  // unknown peer: rely on deadlines
+  if (pidfd_ >= 0) {
+    pollfd entry{pidfd_, POLLIN, 0};
+    int ready = ::poll(&entry, 1, 0);
+    return ready == 0;  // readable means the process has exited
+  }
+  // No pidfd (old kernel): the best we can do; misses unreaped zombies.
+  return ::kill(pid_, 0) == 0 || errno == EPERM;
+}
+
+}  // namespace tpf::transport

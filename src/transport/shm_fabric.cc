@@ -1,0 +1,273 @@
+#include "transport/shm_fabric.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "tpf/error.h"
+
+namespace tpf::transport {
+namespace {
+
+constexpr uint64_t kMagic = 0x7470666162726963ULL;  // "tpfabric"
+constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2;
+constexpr size_t kReasonBytes = 256;
+constexpr std::chrono::microseconds kMaxSleep{2000};
+
+struct alignas(kCacheLine) FingerprintLine {
+  Fingerprint fp;
+};
+
+// Per-peer point-to-point control lines, in the owner's segment.
+struct P2pControl {
+  Signal sent;      // chunks the owner has posted towards this peer
+  Signal consumed;  // chunks the owner has consumed from this peer
+  FingerprintLine fp[2];
+};
+
+size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+struct ShmFabric::Control {
+  uint64_t magic;
+  int32_t rank;
+  int32_t pid;
+  alignas(kCacheLine) Signal posted;
+  Doorbell bell;
+  Signal state;
+  alignas(kCacheLine) char reason[kReasonBytes];
+  FingerprintLine fp[2];
+  // Followed by P2pControl[size] at p2p_offset().
+  P2pControl& p2p(int peer) {
+    auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);
+    return reinterpret_cast<P2pControl*>(base)[peer];
+  }
+};
+
+ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
+  const int n = config_.size;
+  control_bytes_ = round_up(round_up(sizeof(Control), kCacheLine) + sizeof(P2pControl) * n, 4096);
+  segment_bytes_ = control_bytes_ + 2 * config_.slot_bytes + 2 * config_.p2p_chunk_bytes * n;
+  segment_bytes_ = round_up(segment_bytes_, 4096);
+  oversubscribed_ = n > usable_cpus();
+  sent_chunks_.assign(n, 0);
+  received_chunks_.assign(n, 0);
+  for (int p = 0; p < n; ++p)
+    if (p != config_.rank) all_peers_.push_back(p);
+  setup();
+}
+
+ShmFabric::~ShmFabric() = default;
+
+void ShmFabric::setup() {
+  const int n = config_.size, me = config_.rank;
+  std::random_device entropy;
+  std::ostringstream name;
+  name << config_.segment_prefix << "r" << me << "-" << std::hex << entropy() << entropy();
+  own_ = ShmSegment::create(name.str(), segment_bytes_,
+                            config_.label + " (" + std::to_string(n) + " ranks)");
+  bases_.assign(n, nullptr);
+  bases_[me] = static_cast<std::byte*>(own_.data());
+  Control& mine = control(me);
+  mine.magic = kMagic;
+  mine.rank = me;
+  mine.pid = static_cast<int32_t>(::getpid());
+
+  Store& store = *config_.store;
+  store.set("rank/" + std::to_string(me),
+            own_.name() + " " + std::to_string(::getpid()) + " " + std::to_string(segment_bytes_));
+  peers_.resize(n);
+  processes_.resize(n);
+  for (int p : all_peers_) {
+    std::string info;
+    try {
+      info = store.get("rank/" + std::to_string(p), config_.setup_timeout);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
+                                            " did not join while creating the communicator (" +
+                                            e.what() + ")");
+    }
+    std::istringstream fields(info);
+    std::string segment_name;
+    long pid = 0;
+    size_t bytes = 0;
+    fields >> segment_name >> pid >> bytes;
+    if (!fields || bytes != segment_bytes_) {
+      throw Error(ErrorCode::bootstrap,
+                  config_.label + ": rank " + std::to_string(p) + " joined with a different "
+                  "configuration (segment of " + std::to_string(bytes) + " bytes, expected " +
+                  std::to_string(segment_bytes_) + "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
+    }
+    peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
+    bases_[p] = static_cast<std::byte*>(peers_[p].data());
+    processes_[p] = PeerProcess(static_cast<pid_t>(pid));
+  }
+  // Everyone has mapped everyone: the names are no longer needed, and removing them now means a
+  // rank killed later leaves nothing behind in /dev/shm.
+  if (store.add("mapped", 1) == n) store.set("all_mapped", "1");
+  store.get("all_mapped", config_.setup_timeout);
+  own_.unlink();
+}
+
+ShmFabric::Control& ShmFabric::control(int rank) const noexcept {
+  return *reinterpret_cast<Control*>(bases_[rank]);
+}
+
+std::byte* ShmFabric::slot(int rank, uint64_t step) const noexcept {
+  return bases_[rank] + control_bytes_ + (step % 2) * config_.slot_bytes;
+}
+
+std::byte* ShmFabric::p2p_slot(int owner, int peer, uint64_t k) const noexcept {
+  return bases_[owner] + control_bytes_ + 2 * config_.slot_bytes +
+         (static_cast<size_t>(peer) * 2 + k % 2) * config_.p2p_chunk_bytes;
+}
+
+void ShmFabric::ring_peers() noexcept {
+  for (int p : all_peers_) control(p).bell.ring();
+}
+
+void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
+  Control& other = control(peer);
+  uint64_t state = other.state.value.load(std::memory_order_acquire);
+  if (state == kStateAborted) {
+    throw Error(ErrorCode::aborted, ctx.op_label + ": rank " + std::to_string(peer) +
+                                        " aborted the communicator");
+  }
+  if (state == kStateFailed) {
+    std::string reason(other.reason, strnlen(other.reason, kReasonBytes));
+    throw Error(ErrorCode::aborted, ctx.op_label + ": rank " + std::to_string(peer) +
+                                        " failed earlier and left the communicator: " + reason);
+  }
+  if (!processes_[peer].alive()) {
+    throw Error(ErrorCode::peer_died,
+                ctx.op_label + ": rank " + std::to_string(peer) + " (pid " +
+                    std::to_string(processes_[peer].pid()) +
+                    ") died (its process exited or was killed) before completing the operation");
+  }
+}
+
+template <class Ready>
+void ShmFabric::wait(Ready&& ready, const std::vector<int>& awaited, const WaitContext& ctx,
+                     const std::function<std::vector<int>()>& missing) {
+  if (ready()) return;
+  Backoff backoff(oversubscribed_);
+  Doorbell& bell = control(config_.rank).bell;
+  for (;;) {
+    Backoff::Stage stage = backoff.next();
+    if (ready()) return;
+    if (stage == Backoff::Stage::spin) continue;
+    if (aborted()) {
+      throw Error(ErrorCode::aborted, ctx.op_label + ": the communicator was aborted on this rank");
+    }
+    for (int p : awaited) check_peer(p, ctx);
+    auto now = std::chrono::steady_clock::now();
+    if (now >= ctx.deadline) {
+      throw Error(ErrorCode::timeout, ctx.op_label + " timed out on rank " +
+                                          std::to_string(config_.rank) + ": rank(s) " +
+                                          join_ranks(missing()) + " never arrived");
+    }
+    if (stage == Backoff::Stage::sleep) {
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline - now);
+      sleep_on(bell, std::min(left + std::chrono::microseconds(1), kMaxSleep), ready);
+    }
+  }
+}
+
+void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const WaitContext& ctx) {
+  Control& mine = control(config_.rank);
+  mine.fp[step % 2].fp = fp;
+  mine.posted.value.store(step, std::memory_order_seq_cst);
+  ring_peers();
+  auto all_posted = [&] {
+    for (int p : all_peers_)
+      if (control(p).posted.value.load(std::memory_order_acquire) < step) return false;
+    return true;
+  };
+  auto missing = [&] {
+    std::vector<int> late;
+    for (int p : all_peers_)
+      if (control(p).posted.value.load(std::memory_order_acquire) < step) late.push_back(p);
+    return late;
+  };
+  wait(all_posted, all_peers_, ctx, missing);
+  for (int p : all_peers_) {
+    const Fingerprint& theirs = control(p).fp[step % 2].fp;
+    if (!(theirs == fp)) {
+      throw Error(ErrorCode::mismatch,
+                  ctx.op_label + ": ranks called different collectives: rank " +
+                      std::to_string(config_.rank) + " called " + config_.describe(fp) +
+                      " but rank " + std::to_string(p) + " called " + config_.describe(theirs));
+    }
+  }
+}
+
+std::byte* ShmFabric::acquire_send_slot(int peer, uint64_t k, const WaitContext& ctx) {
+  if (k >= 2) {
+    P2pControl& theirs = control(peer).p2p(config_.rank);
+    auto free = [&] { return theirs.consumed.value.load(std::memory_order_acquire) >= k - 1; };
+    wait(free, {peer}, ctx, [peer] { return std::vector<int>{peer}; });
+  }
+  return p2p_slot(config_.rank, peer, k);
+}
+
+void ShmFabric::post_send(int peer, uint64_t k, const Fingerprint& fp) {
+  P2pControl& mine = control(config_.rank).p2p(peer);
+  mine.fp[k % 2].fp = fp;
+  mine.sent.value.store(k + 1, std::memory_order_seq_cst);
+  control(peer).bell.ring();
+}
+
+const std::byte* ShmFabric::wait_recv(int peer, uint64_t k, Fingerprint* fp,
+                                      const WaitContext& ctx) {
+  P2pControl& theirs = control(peer).p2p(config_.rank);
+  auto arrived = [&] { return theirs.sent.value.load(std::memory_order_acquire) >= k + 1; };
+  wait(arrived, {peer}, ctx, [peer] { return std::vector<int>{peer}; });
+  *fp = theirs.fp[k % 2].fp;
+  return p2p_slot(peer, config_.rank, k);
+}
+
+void ShmFabric::release_recv(int peer, uint64_t k) {
+  control(config_.rank).p2p(peer).consumed.value.store(k + 1, std::memory_order_seq_cst);
+  control(peer).bell.ring();
+}
+
+void ShmFabric::mark_failed(const std::string& reason) noexcept {
+  Control& mine = control(config_.rank);
+  if (mine.state.value.load(std::memory_order_acquire) != kStateOk) return;
+  size_t n = std::min(reason.size(), kReasonBytes - 1);
+  std::memcpy(mine.reason, reason.data(), n);
+  mine.reason[n] = '\0';
+  mine.state.value.store(kStateFailed, std::memory_order_seq_cst);
+  for (int p : all_peers_) control(p).bell.ring_always();
+}
+
+void ShmFabric::abort() noexcept {
+  Control& mine = control(config_.rank);
+  mine.state.value.store(kStateAborted, std::memory_order_seq_cst);
+  mine.bell.ring_always();
+  for (int p : all_peers_) control(p).bell.ring_always();
+}
+
+bool ShmFabric::aborted() const noexcept {
+  return control(config_.rank).state.value.load(std::memory_order_acquire) == kStateAborted;
+}
+
+}  // namespace tpf::transport

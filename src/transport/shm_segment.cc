@@ -1,0 +1,129 @@
+#include "transport/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "tpf/error.h"
+
+namespace tpf::transport {
+namespace {
+
+std::string mib(size_t bytes) {
+  return std::to_string((bytes + (size_t{1} << 20) - 1) >> 20) + " MiB";
+}
+
+// Closes a file descriptor when it goes out of scope.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void* map_shared(int fd, size_t bytes, const std::string& name) {
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) throw_system_error(ErrorCode::system, "mmap of " + name, errno);
+  return data;
+}
+
+}  // namespace
+
+std::string shm_job_prefix(const std::string& job_id) {
+  return "/tpf-" + std::to_string(::getuid()) + "-" + job_id + "-";
+}
+
+size_t shm_free_bytes() {
+  struct statvfs info {};
+  if (::statvfs("/dev/shm", &info) != 0) return 0;
+  return static_cast<size_t>(info.f_bavail) * info.f_frsize;
+}
+
+ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::string& what) {
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw_system_error(ErrorCode::system, "shm_open(" + name + ") for " + what, errno);
+  FdGuard guard{fd};
+  ShmSegment segment;
+  segment.name_ = name;
+  segment.owner_linked_ = true;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    segment.unlink();
+    throw_system_error(ErrorCode::system, "ftruncate of " + name, err);
+  }
+  // Reserve the pages now: tmpfs otherwise grants them lazily and a full /dev/shm would kill the
+  // process with SIGBUS in the middle of a collective.
+  int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    segment.unlink();
+    if (err == ENOSPC) {
+      throw Error(ErrorCode::resource,
+                  what + " needs " + mib(bytes) + " of shared memory for this rank but /dev/shm has "
+                  "only " + mib(shm_free_bytes()) + " free. Make /dev/shm larger (e.g. `mount -o "
+                  "remount,size=8G /dev/shm`, or `docker run --shm-size=8g`) or lower "
+                  "TPF_SHM_BUFFER_BYTES");
+    }
+    throw_system_error(ErrorCode::system, "posix_fallocate of " + name, err);
+  }
+  segment.data_ = map_shared(fd, bytes, name);
+  segment.size_ = bytes;
+  return segment;
+}
+
+ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) throw_system_error(ErrorCode::bootstrap, "shm_open(" + name + ") of a peer", errno);
+  FdGuard guard{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) throw_system_error(ErrorCode::system, "fstat " + name, errno);
+  if (static_cast<size_t>(info.st_size) < bytes) {
+    throw Error(ErrorCode::bootstrap, "peer segment " + name + " has " +
+                                          std::to_string(info.st_size) + " bytes, expected " +
+                                          std::to_string(bytes));
+  }
+  ShmSegment segment;
+  segment.name_ = name;
+  segment.data_ = map_shared(fd, bytes, name);
+  segment.size_ = bytes;
+  return segment;
+}
+
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept
+    : name_(std::move(other.name_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owner_linked_(std::exchange(other.owner_linked_, false)) {}
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
+  if (this != &other) {
+    release();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owner_linked_ = std::exchange(other.owner_linked_, false);
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() { release(); }
+
+void ShmSegment::unlink() {
+  if (owner_linked_) {
+    ::shm_unlink(name_.c_str());
+    owner_linked_ = false;
+  }
+}
+
+void ShmSegment::release() noexcept {
+  unlink();
+  if (data_ != nullptr) ::munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace tpf::transport

@@ -1,0 +1,67 @@
+// The synchronization primitives of the in-memory fabric: monotonic 64-bit counters and futex
+// doorbells, each on its own cache line in shared memory so ranks never write the same line.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace tpf::transport {
+
+inline constexpr size_t kCacheLine = 64;
+
+// A counter that only grows. Its owner stores; peers load.
+struct alignas(kCacheLine) Signal {
+  std::atomic<uint64_t> value{0};
+};
+
+// A rank's doorbell: peers ring it after posting a signal the rank may be sleeping on. Ringing
+// costs a system call only when the owner announced that it sleeps.
+struct alignas(kCacheLine) Doorbell {
+  std::atomic<uint32_t> word{0};
+  std::atomic<uint32_t> sleeping{0};
+
+  // Wakes the owner if it sleeps (or is about to).
+  void ring();
+  // Forces a wake-up regardless of the sleeping flag (abort, shutdown).
+  void ring_always();
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "signals need lock-free 64-bit atomics");
+static_assert(sizeof(Signal) == kCacheLine && sizeof(Doorbell) == kCacheLine);
+
+// Sleeps on `bell` until it rings or `timeout` passes, unless `ready()` already holds after the
+// sleeping flag is raised (the flag/recheck pair closes the lost-wake-up race with ring()).
+template <class Ready>
+void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, Ready&& ready);
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::microseconds timeout);
+void futex_wake_all(std::atomic<uint32_t>& word);
+
+template <class Ready>
+void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, Ready&& ready) {
+  uint32_t seen = bell.word.load(std::memory_order_seq_cst);
+  bell.sleeping.store(1, std::memory_order_seq_cst);
+  if (!ready()) futex_wait(bell.word, seen, timeout);
+  bell.sleeping.store(0, std::memory_order_relaxed);
+}
+
+// Spin-then-sleep policy for a waiting rank: a short spin (cheap when every rank has a core), a
+// few yields, then futex sleeps with a short timeout so the waiter still re-checks deadlines,
+// aborts and peer liveness regularly.
+class Backoff {
+ public:
+  explicit Backoff(bool oversubscribed) : spin_limit_(oversubscribed ? 16 : 4096) {}
+  enum class Stage { spin, yield, sleep };
+  // Call once per unsuccessful poll; says what to do next.
+  Stage next();
+  unsigned polls() const noexcept { return polls_; }
+
+ private:
+  unsigned spin_limit_;
+  unsigned polls_ = 0;
+};
+
+void cpu_relax() noexcept;
+
+}  // namespace tpf::transport

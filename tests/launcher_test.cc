@@ -1,0 +1,363 @@
+// Runs the real `tpf` binary (TPF_BINARY) as a user would and checks what it prints and returns.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tpf/topology.h"
+
+#ifndef TPF_BINARY
+#error "TPF_BINARY must name the tpf executable under test"
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct Outcome {
+  int exit_code = -1;  // -1 if killed by a signal
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// Called with tpf's pid and all of its stdout so far, after each chunk arrives.
+using OnStdout = std::function<void(pid_t, const std::string&)>;
+
+// Runs `tpf ARGS...` with extra environment entries ("NAME=value"), collecting stdout and stderr.
+// Everything is bounded by `limit`: on expiry tpf is SIGKILLed (its ranks follow through their
+// parent-death signal) and the outcome says timed_out.
+Outcome run_tpf(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                OnStdout on_stdout = {}, std::chrono::milliseconds limit = 20s) {
+  Outcome result;
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return result;
+  }
+  std::vector<std::string> argv_strings = {TPF_BINARY};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  Clock::time_point start = Clock::now();
+  Clock::time_point deadline = start + limit;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+    execv(TPF_BINARY, argv.data());
+    _exit(126);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  int fds[2] = {out_pipe[0], err_pipe[0]};
+  std::string* sinks[2] = {&result.out, &result.err};
+
+  auto remaining_ms = [&] {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return static_cast<int>(std::max<long long>(0, ms.count()));
+  };
+  while ((fds[0] >= 0 || fds[1] >= 0) && !result.timed_out) {
+    pollfd pfds[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
+    int rc = poll(pfds, 2, remaining_ms());
+    if (rc == 0) {
+      result.timed_out = true;
+      break;
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k] < 0 || pfds[k].revents == 0) continue;
+      char buf[4096];
+      ssize_t n = read(fds[k], buf, sizeof(buf));
+      if (n <= 0) {
+        close(fds[k]);
+        fds[k] = -1;
+        continue;
+      }
+      sinks[k]->append(buf, static_cast<size_t>(n));
+      if (k == 0 && on_stdout) on_stdout(pid, result.out);
+    }
+  }
+  for (int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+
+  // The output is closed; tpf exits right after. Wait for it on a pidfd, still bounded.
+  int pidfd = pidfd_open(pid, 0);
+  if (pidfd >= 0 && !result.timed_out) {
+    pollfd pfd = {pidfd, POLLIN, 0};
+    if (poll(&pfd, 1, remaining_ms()) == 0) result.timed_out = true;
+  }
+  if (pidfd >= 0) close(pidfd);
+  if (result.timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(Launcher, RanksGetTheirEnvironment) {
+  Outcome r = run_tpf({"run", "-n", "3", "--timeout", "7.5", "--", "sh", "-c",
+                       "echo rank=$TPF_RANK size=$TPF_WORLD_SIZE local=$TPF_LOCAL_RANK "
+                       "lsize=$TPF_LOCAL_WORLD_SIZE store=$TPF_STORE_ADDR "
+                       "secret=$TPF_JOB_SECRET job=$TPF_JOB_ID timeout=$TPF_TIMEOUT"});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::regex pattern(
+      "rank=(\\d+) size=3 local=(\\d+) lsize=3 store=127\\.0\\.0\\.1:(\\d+) "
+      "secret=([0-9a-f]{32}) job=([0-9a-f]+) timeout=7\\.5");
+  std::set<int> ranks, local_ranks;
+  std::set<std::string> secrets, jobs;
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, pattern)) << line;
+    ranks.insert(std::stoi(m[1]));
+    local_ranks.insert(std::stoi(m[2]));
+    EXPECT_GT(std::stoi(m[3]), 0);
+    secrets.insert(m[4]);
+    jobs.insert(m[5]);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(local_ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(secrets.size(), 1u) << "all ranks share one secret";
+  EXPECT_EQ(jobs.size(), 1u) << "all ranks share one job id";
+}
+
+TEST(Launcher, EachJobGetsAFreshSecretAndJobId) {
+  std::vector<std::string> cmd = {"run", "-n", "1", "--", "sh", "-c",
+                                  "echo $TPF_JOB_SECRET $TPF_JOB_ID"};
+  Outcome a = run_tpf(cmd);
+  Outcome b = run_tpf(cmd);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(a.out, b.out);
+}
+
+TEST(Launcher, TagOutputPrefixesEveryLineOfStdoutAndStderr) {
+  Outcome r = run_tpf({"run", "-n", "2", "--tag-output", "--", "sh", "-c",
+                       "echo out$TPF_RANK; echo err$TPF_RANK >&2; printf partial$TPF_RANK"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* want : {"[0] out0\n", "[1] out1\n", "[0] partial0\n", "[1] partial1\n"}) {
+    EXPECT_TRUE(contains(r.out, want)) << want << " missing from:\n" << r.out;
+  }
+  EXPECT_TRUE(contains(r.err, "[0] err0\n")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[1] err1\n")) << r.err;
+}
+
+TEST(Launcher, TagOutputNeverMixesLines) {
+  constexpr int kLines = 300;
+  Outcome r = run_tpf({"run", "-n", "2", "--tag-output", "--", "sh", "-c",
+                       "i=0; while [ $i -lt " + std::to_string(kLines) +
+                           " ]; do echo rank$TPF_RANK-line$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; "
+                           "i=$((i+1)); done"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::regex pattern("\\[(\\d)\\] rank(\\d)-line(\\d+)-x{30}");
+  std::map<int, int> next_line;
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, pattern)) << "mixed or untagged line: " << line;
+    int rank = std::stoi(m[1]);
+    ASSERT_EQ(rank, std::stoi(m[2])) << line;
+    EXPECT_EQ(std::stoi(m[3]), next_line[rank]++) << "lines of one rank out of order: " << line;
+  }
+  EXPECT_EQ(next_line[0], kLines);
+  EXPECT_EQ(next_line[1], kLines);
+}
+
+TEST(Launcher, FailingRankIsNamedWithItsExitCode) {
+  Outcome r = run_tpf({"run", "-n", "3", "--", "sh", "-c",
+                       "if [ $TPF_RANK = 1 ]; then exit 3; fi; exit 0"},
+                      {"TPF_RUN_GRACE_S=1"});
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "rank 1 exited with code 3")) << r.err;
+  EXPECT_FALSE(contains(r.err, "rank 0")) << r.err;
+}
+
+TEST(Launcher, KilledRankIsNamedAndTheOthersAreStoppedAfterTheGrace) {
+  Outcome r = run_tpf({"run", "-n", "3", "--", "sh", "-c",
+                       "if [ $TPF_RANK = 1 ]; then kill -KILL $$; fi; exec sleep 30"},
+                      {"TPF_RUN_GRACE_S=1"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "rank 1 was killed by signal SIGKILL (9)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "SIGTERM")) << r.err;
+  EXPECT_GE(r.seconds, 0.9);  // the grace period was honoured...
+  EXPECT_LT(r.seconds, 5.0);  // ...and the sleepers did not run their 30 s
+}
+
+TEST(Launcher, RanksThatIgnoreSigtermAreKilled) {
+  Outcome r = run_tpf({"run", "-n", "2", "--", "sh", "-c",
+                       "if [ $TPF_RANK = 1 ]; then exit 4; fi; trap '' TERM; sleep 30"},
+                      {"TPF_RUN_GRACE_S=0.3"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "rank 1 exited with code 4")) << r.err;
+  EXPECT_TRUE(contains(r.err, "sending SIGKILL")) << r.err;
+  EXPECT_LT(r.seconds, 5.0);
+}
+
+TEST(Launcher, SigtermIsForwardedToEveryRank) {
+  bool sent = false;
+  auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
+    // "ready" comes after the trap is installed: once both ranks said it, they can take it.
+    size_t ready = 0;
+    for (size_t at = out.find("ready"); at != std::string::npos; at = out.find("ready", at + 1)) {
+      ++ready;
+    }
+    if (ready == 2 && !sent) {
+      sent = true;
+      kill(tpf, SIGTERM);
+    }
+  };
+  Outcome r = run_tpf({"run", "-n", "2", "--", "sh", "-c",
+                       "trap 'echo got-TERM-$TPF_RANK; exit 0' TERM; echo ready; sleep 30 & wait"},
+                      {"TPF_RUN_GRACE_S=2"}, on_stdout);
+  ASSERT_TRUE(sent) << r.out << r.err;
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_TRUE(contains(r.out, "got-TERM-0")) << r.out;
+  EXPECT_TRUE(contains(r.out, "got-TERM-1")) << r.out;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_LT(r.seconds, 5.0);
+}
+
+TEST(Launcher, UnknownProgramIsAClearError) {
+  Outcome r = run_tpf({"run", "-n", "2", "--", "tpf-no-such-program-xyz"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_TRUE(contains(r.err, "tpf-no-such-program-xyz")) << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot find program")) << r.err;
+
+  r = run_tpf({"run", "-n", "2", "--", "/nonexistent-dir/prog"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_TRUE(contains(r.err, "/nonexistent-dir/prog")) << r.err;
+}
+
+TEST(Launcher, ProgramThatFailsToExecIsReportedPerRank) {
+  char path[] = "/tmp/tpf-launcher-test-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "\x7f" "garbage", 8), 8);  // executable bit, but no known format
+  close(fd);
+  chmod(path, 0755);
+  Outcome r = run_tpf({"run", "-n", "2", "--", path});
+  unlink(path);
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_TRUE(contains(r.err, "rank 0 could not start program")) << r.err;
+  EXPECT_TRUE(contains(r.err, path)) << r.err;
+}
+
+TEST(Launcher, BadCommandLinesAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{"run", "--", "true"}, "missing -n"},
+      {{"run", "-n", "0", "--", "true"}, "-n expects"},
+      {{"run", "-n", "two", "--", "true"}, "'two'"},
+      {{"run", "-n", "2"}, "missing the program"},
+      {{"run", "-n", "2", "--bind", "socket", "true"}, "--bind expects"},
+      {{"run", "-n", "2", "--timeout", "soon", "true"}, "--timeout expects"},
+      {{"run", "-n", "2", "--frobnicate", "true"}, "unknown option"},
+      {{"frobnicate"}, "unknown command 'frobnicate'"},
+  };
+  for (const Case& c : cases) {
+    Outcome r = run_tpf(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.message << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, c.message)) << r.err;
+  }
+}
+
+TEST(Launcher, VersionHelpAndTopo) {
+  Outcome version = run_tpf({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_TRUE(contains(version.out, "tpf ")) << version.out;
+
+  Outcome help = run_tpf({"help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* sub : {"run", "bench", "topo", "demo"}) {
+    EXPECT_TRUE(contains(help.out, sub)) << help.out;
+  }
+  Outcome run_help = run_tpf({"run", "--help"});
+  EXPECT_EQ(run_help.exit_code, 0);
+  EXPECT_TRUE(contains(run_help.out, "--tag-output")) << run_help.out;
+
+  Outcome topo = run_tpf({"topo"});
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+  EXPECT_TRUE(contains(topo.out, "core")) << topo.out;
+}
+
+TEST(Launcher, LeftoverSharedMemoryOfTheJobIsRemoved) {
+  std::string uid = std::to_string(getuid());
+  std::string other = "/dev/shm/tpf-" + uid + "-launchertestotherjob-keep";
+  int fd = open(other.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  close(fd);
+  // The rank leaves a segment named like the fabric's and dies as if killed during setup.
+  Outcome r = run_tpf({"run", "-n", "1", "--", "sh", "-c",
+                       "touch /dev/shm/tpf-$(id -u)-$TPF_JOB_ID-seg0; echo $TPF_JOB_ID; "
+                       "kill -KILL $$"});
+  std::string job = lines_of(r.out).empty() ? "" : lines_of(r.out)[0];
+  ASSERT_FALSE(job.empty()) << r.err;
+  EXPECT_EQ(r.exit_code, 1);
+  struct stat st;
+  EXPECT_NE(stat(("/dev/shm/tpf-" + uid + "-" + job + "-seg0").c_str(), &st), 0)
+      << "the job's segment survived";
+  EXPECT_EQ(stat(other.c_str(), &st), 0) << "another job's segment was removed";
+  unlink(other.c_str());
+}
+
+TEST(Launcher, BindCorePinsEachRankToOneCore) {
+  tpf::MachineTopology machine = tpf::discover_topology();
+  ASSERT_FALSE(machine.cores.empty());
+  // The kernel's list format for the CPUs of core 0, e.g. "0" or "0,64" or "0-1".
+  std::string expected;
+  const std::vector<int>& pus = machine.cores[0].pus;
+  for (size_t i = 0; i < pus.size();) {
+    size_t j = i;
+    while (j + 1 < pus.size() && pus[j + 1] == pus[j] + 1) ++j;
+    expected += (i > 0 ? "," : "") + std::to_string(pus[i]);
+    if (j > i) expected += "-" + std::to_string(pus[j]);
+    i = j + 1;
+  }
+  Outcome r = run_tpf({"run", "-n", "1", "--bind", "core", "--", "sh", "-c",
+                       "grep Cpus_allowed_list /proc/self/status"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (contains(r.err, "warning")) GTEST_SKIP() << "binding not permitted here: " << r.err;
+  EXPECT_TRUE(contains(r.out, "Cpus_allowed_list:\t" + expected + "\n")) << r.out;
+}
+
+}  // namespace

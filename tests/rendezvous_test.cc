@@ -1,0 +1,221 @@
+// Tests of rendezvous(): rank 0 hosting the store with a published port (real processes), the
+// launcher hosting it, and bounded failures when ranks are missing.
+
+#include "bootstrap/rendezvous.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tpf/error.h"
+#include "tpf/store.h"
+
+namespace tpf::bootstrap {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A job id no other test run on this host shares.
+std::string unique_job_id(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  return "rdvtest-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+LaunchEnv rank0_hosted_env(int rank, int world, const std::string& job_id) {
+  LaunchEnv env;
+  env.launcher = "mpirun";
+  env.rank = rank;
+  env.world_size = world;
+  env.local_rank = rank;
+  env.local_world_size = world;
+  env.store_host = "127.0.0.1";
+  env.store_port = 0;
+  env.rank0_hosts_store = true;
+  env.secret = "rdv-secret";
+  env.job_id = job_id;
+  return env;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Body of one forked rank; returns the process exit code.
+int run_rank(int rank, int world, const std::string& job_id) {
+  try {
+    const Rendezvous r = rendezvous(rank0_hosted_env(rank, world, job_id), 10s);
+    if ((rank == 0) != (r.server != nullptr)) {
+      std::fprintf(stderr, "rank %d: server present=%d\n", rank, r.server != nullptr);
+      return 2;
+    }
+    if (rank == 0 && file_exists(port_file_path(job_id))) {
+      std::fprintf(stderr, "rank 0: port file still present after rendezvous\n");
+      return 3;
+    }
+    r.store->set("value/" + std::to_string(rank), std::to_string(rank * 10));
+    for (int peer = 0; peer < world; ++peer) {
+      if (r.store->get("value/" + std::to_string(peer), 10s) != std::to_string(peer * 10)) {
+        std::fprintf(stderr, "rank %d: wrong value from rank %d\n", rank, peer);
+        return 4;
+      }
+    }
+    if (rank != 0) {
+      // The last rank to finish tells rank 0, which must keep serving until then.
+      if (r.store->add("finished", 1) == world - 1) r.store->set("all_finished", "1");
+    } else if (world > 1) {
+      r.store->get("all_finished", 10s);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return 1;
+  }
+}
+
+TEST(RendezvousTest, Rank0HostsStoreAndPublishesPortForThreeProcesses) {
+  constexpr int kWorld = 3;
+  const std::string job_id = unique_job_id("fork");
+  std::vector<pid_t> children;
+  // Start the non-zero ranks first so they really wait for the port file.
+  for (int rank : {2, 1, 0}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::alarm(30);  // a stuck child dies, so the parent's waitpid below is bounded
+      ::_exit(run_rank(rank, kWorld, job_id));
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status)) << "child " << pid << " status " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "child " << pid;
+  }
+  EXPECT_FALSE(file_exists(port_file_path(job_id)));
+}
+
+TEST(RendezvousTest, LauncherHostedStoreWithThreads) {
+  TcpStoreServer server("127.0.0.1", 0, "launcher-secret");
+  constexpr int kWorld = 3;
+  std::vector<Rendezvous> results(kWorld);
+  std::vector<std::string> errors(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      LaunchEnv env;
+      env.launcher = "tpf";
+      env.rank = rank;
+      env.world_size = kWorld;
+      env.local_rank = rank;
+      env.local_world_size = kWorld;
+      env.store_host = "127.0.0.1";
+      env.store_port = server.port();
+      env.rank0_hosts_store = false;
+      env.secret = "launcher-secret";
+      env.job_id = unique_job_id("tpf");
+      try {
+        results[rank] = rendezvous(env, 5s);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_EQ(errors[rank], "") << "rank " << rank;
+    ASSERT_NE(results[rank].store, nullptr);
+    EXPECT_EQ(results[rank].server, nullptr);
+  }
+  EXPECT_EQ(results[0].store->add("rendezvous/connected", 0), kWorld);
+}
+
+TEST(RendezvousTest, WrongSecretIsRefused) {
+  TcpStoreServer server("127.0.0.1", 0, "right");
+  LaunchEnv env = rank0_hosted_env(1, 2, unique_job_id("secret"));
+  env.rank0_hosts_store = false;
+  env.store_port = server.port();
+  env.secret = "wrong";
+  try {
+    rendezvous(env, 2s);
+    FAIL() << "expected refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::bootstrap);
+    EXPECT_NE(std::string(e.what()).find("TPF_JOB_SECRET"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RendezvousTest, MissingRank0TimesOutNamingThePortFile) {
+  const std::string job_id = unique_job_id("norank0");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    rendezvous(rank0_hosted_env(1, 2, job_id), 200ms);
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::timeout);
+    EXPECT_NE(std::string(e.what()).find(port_file_path(job_id)), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+TEST(RendezvousTest, Rank0AloneTimesOutAndRemovesThePortFile) {
+  const std::string job_id = unique_job_id("alone");
+  try {
+    rendezvous(rank0_hosted_env(0, 2, job_id), 300ms);
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::timeout);
+    EXPECT_NE(std::string(e.what()).find("only 1 of 2 ranks"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(file_exists(port_file_path(job_id)));
+}
+
+TEST(RendezvousTest, StalePortFileFromDeadProcessIsIgnored) {
+  const std::string job_id = unique_job_id("stale");
+  const std::string path = port_file_path(job_id);
+  // A pid that certainly exited: a child we reaped.
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  {
+    std::ofstream stale(path);
+    stale << "1 " << dead << "\n";  // port 1: nobody listens there
+  }
+  ::chmod(path.c_str(), 0600);
+  std::string error1;
+  std::thread rank1([&] {
+    try {
+      const Rendezvous r = rendezvous(rank0_hosted_env(1, 2, job_id), 10s);
+      r.store->set("hello", "from 1");
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  Rendezvous r0;
+  std::string error0;
+  try {
+    r0 = rendezvous(rank0_hosted_env(0, 2, job_id), 10s);
+    EXPECT_EQ(r0.store->get("hello", 10s), "from 1");
+  } catch (const std::exception& e) {
+    error0 = e.what();
+  }
+  rank1.join();
+  EXPECT_EQ(error0, "");
+  EXPECT_EQ(error1, "");
+  EXPECT_FALSE(file_exists(path));
+  ::unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace tpf::bootstrap

@@ -1,0 +1,304 @@
+#include "support/multiproc.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "tpf/error.h"
+#include "tpf/store.h"
+
+namespace tpf::testing {
+namespace {
+
+constexpr size_t kMaxMessageBytes = 64 * 1024;  // longer child messages are cut
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the parent is gone; nobody to tell
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string unique_job_name() {
+  static std::atomic<int> counter{0};
+  std::string test = "test";
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    test = std::string(info->test_suite_name()) + "." + info->name();
+  }
+  // Keep it short and file-name friendly: segment names derive from it.
+  std::string clean;
+  for (char c : test) clean += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (clean.size() > 40) clean = clean.substr(clean.size() - 40);
+  return "t" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" + clean;
+}
+
+// The child side: never returns, never runs the parent's teardown.
+[[noreturn]] void child_main(int report_fd, pid_t parent, const RankContext& ctx,
+                             const std::function<void(const RankContext&)>& body) {
+  // If the parent (the gtest process) dies, do not linger holding shared memory.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(98);
+  ::setenv("TPF_JOB_ID", ctx.job_name.c_str(), 1);
+  int code = 0;
+  std::string message;
+  try {
+    body(ctx);
+  } catch (const tpf::Error& e) {
+    code = 1;
+    message = std::string("tpf::Error(") + error_code_name(e.code()) + "): " + e.what();
+  } catch (const ChildCheckFailure& e) {
+    code = 2;
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = 3;
+    message = std::string("exception: ") + e.what();
+  } catch (...) {
+    code = 4;
+    message = "unknown exception";
+  }
+  if (!message.empty()) write_all(report_fd, message.substr(0, kMaxMessageBytes));
+  ::close(report_fd);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+// Owns the forked children: whatever happens in the parent, no child outlives the run.
+class ChildSet {
+ public:
+  struct Child {
+    pid_t pid = -1;
+    int fd = -1;  // read end of its report pipe
+    bool reaped = false;
+  };
+  explicit ChildSet(int size) : children_(static_cast<size_t>(size)) {}
+  ~ChildSet() {
+    for (auto& c : children_) {
+      if (c.pid > 0 && !c.reaped) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
+      if (c.fd >= 0) ::close(c.fd);
+    }
+  }
+  ChildSet(const ChildSet&) = delete;
+  ChildSet& operator=(const ChildSet&) = delete;
+  Child& operator[](size_t i) { return children_[i]; }
+  size_t size() const { return children_.size(); }
+
+ private:
+  std::vector<Child> children_;
+};
+
+void drain(int fd, std::string& into) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      if (into.size() < kMaxMessageBytes) into.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return;  // EOF or EAGAIN
+  }
+}
+
+void record_status(RankOutcome& out, int status) {
+  if (WIFEXITED(status)) {
+    out.exited = true;
+    out.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    out.signal = WTERMSIG(status);
+  }
+}
+
+}  // namespace
+
+std::string RankOutcome::describe() const {
+  std::string s = "rank " + std::to_string(rank) + ": ";
+  if (timed_out) {
+    s += "still running at the deadline (killed)";
+  } else if (exited) {
+    s += "exit code " + std::to_string(exit_code);
+  } else if (signal != 0) {
+    s += "killed by signal " + std::to_string(signal) + " (" + ::strsignal(signal) + ")";
+  } else {
+    s += "unknown status";
+  }
+  if (!message.empty()) s += ": " + message;
+  return s;
+}
+
+[[noreturn]] void child_check_failed(const char* expr, const std::string& message, const char* file,
+                                     int line) {
+  throw ChildCheckFailure(std::string(file) + ":" + std::to_string(line) + ": check failed: " +
+                          expr + (message.empty() ? "" : " -- " + message));
+}
+
+std::vector<RankOutcome> run_ranks_raw(int size,
+                                       const std::function<void(const RankContext&)>& body,
+                                       const RunOptions& options) {
+  if (size < 1) throw std::invalid_argument("run_ranks: size must be >= 1");
+  TcpStoreServer server("127.0.0.1", 0, options.secret);
+  RankContext base;
+  base.size = size;
+  base.store_address = "127.0.0.1:" + std::to_string(server.port());
+  base.secret = options.secret;
+  base.job_name = options.job_name.empty() ? unique_job_name() : options.job_name;
+  base.comm_options = options.comm_options;
+
+  std::fflush(stdout);  // or the children would print the parent's buffered output again
+  std::fflush(stderr);
+  const pid_t parent = ::getpid();
+  ChildSet children(size);
+  for (int r = 0; r < size; ++r) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("run_ranks: pipe failed");
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw std::runtime_error(std::string("run_ranks: fork failed: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      ::close(fds[0]);
+      RankContext ctx = base;
+      ctx.rank = r;
+      child_main(fds[1], parent, ctx, body);
+    }
+    ::close(fds[1]);
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    children[static_cast<size_t>(r)].pid = pid;
+    children[static_cast<size_t>(r)].fd = fds[0];
+  }
+
+  std::vector<RankOutcome> outcomes(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) outcomes[static_cast<size_t>(r)].rank = r;
+  const auto deadline = Clock::now() + options.deadline;
+  size_t running = children.size();
+  while (running > 0) {
+    // Read reports as they come (a pipe holds only 64 KiB), and reap children as they exit.
+    std::vector<pollfd> pfds;
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (children[i].fd >= 0) pfds.push_back({children[i].fd, POLLIN, 0});
+    }
+    if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 5);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(5));  // poll interval, not sync
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (children[i].fd >= 0) drain(children[i].fd, outcomes[i].message);
+      if (children[i].reaped) continue;
+      int status = 0;
+      pid_t got = ::waitpid(children[i].pid, &status, WNOHANG);
+      if (got == children[i].pid) {
+        children[i].reaped = true;
+        --running;
+        record_status(outcomes[i], status);
+      }
+    }
+    if (running > 0 && Clock::now() >= deadline) {
+      for (size_t i = 0; i < children.size(); ++i) {
+        if (children[i].reaped) continue;
+        ::kill(children[i].pid, SIGKILL);
+        int status = 0;
+        ::waitpid(children[i].pid, &status, 0);
+        children[i].reaped = true;
+        outcomes[i].timed_out = true;
+        record_status(outcomes[i], status);
+      }
+      running = 0;
+    }
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].fd >= 0) drain(children[i].fd, outcomes[i].message);
+  }
+  return outcomes;
+}
+
+std::vector<RankOutcome> run_ranks(int size, const std::function<void(Communicator&)>& body,
+                                   const RunOptions& options) {
+  return run_ranks_raw(
+      size,
+      [&body](const RankContext& ctx) {
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        body(comm);
+      },
+      options);
+}
+
+void expect_all_ok(const std::vector<RankOutcome>& outcomes) {
+  std::vector<int> late;
+  for (const auto& o : outcomes) {
+    if (o.timed_out) late.push_back(o.rank);
+  }
+  if (!late.empty()) {
+    std::string ranks;
+    for (int r : late) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    ADD_FAILURE() << "deadline expired; ranks still running: " << ranks;
+  }
+  for (const auto& o : outcomes) {
+    if (!o.ok()) ADD_FAILURE() << o.describe();
+  }
+}
+
+SharedBlock::SharedBlock(size_t bytes) : bytes_(bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("SharedBlock: mmap failed");
+  data_ = p;
+}
+
+SharedBlock::~SharedBlock() {
+  if (data_ != nullptr) ::munmap(data_, bytes_);
+}
+
+std::atomic<int64_t>& SharedBlock::counter(size_t i) const {
+  constexpr size_t kStride = 64;  // one cache line each
+  if ((i + 1) * kStride > bytes_) throw std::out_of_range("SharedBlock::counter: index too large");
+  static_assert(sizeof(std::atomic<int64_t>) == sizeof(int64_t));
+  // Zero-filled memory is a valid atomic<int64_t> holding 0 (lock-free on every target we use).
+  return *std::launder(
+      reinterpret_cast<std::atomic<int64_t>*>(static_cast<char*>(data_) + i * kStride));
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!pred()) {
+    if (Clock::now() >= deadline) return false;
+    // A short nap between checks leaves the 2 shared cores to the ranks doing the work.
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+std::vector<std::string> list_dev_shm(const std::string& prefix) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace tpf::testing

@@ -1,0 +1,107 @@
+// Multi-process test harness: runs a test body in `size` forked child processes, one per rank, that
+// rendezvous through a TcpStoreServer hosted by the parent (the gtest process). Each child reports
+// failure through a pipe and its exit status; the parent collects one RankOutcome per rank under a
+// hard deadline, after which it SIGKILLs every child still running and says which ranks they were.
+//
+// Children leave with _exit(): they never run gtest's teardown, atexit handlers or static
+// destructors, which belong to the parent.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tpf/comm.h"
+
+namespace tpf::testing {
+
+struct RunOptions {
+  // Hard limit for the whole run; children still running then are killed and reported.
+  std::chrono::milliseconds deadline{60000};
+  // Exported to the children as TPF_JOB_ID (names the job's shared-memory segments). Empty: a
+  // unique name is made from the current gtest name, the parent's pid and a counter.
+  std::string job_name;
+  std::string secret = "tpf-test-secret";
+  CommOptions comm_options;
+};
+
+// Everything a child needs to create its own communicator (see run_ranks_raw).
+struct RankContext {
+  int rank = 0;
+  int size = 0;
+  std::string store_address;  // "127.0.0.1:PORT"
+  std::string secret;
+  std::string job_name;
+  CommOptions comm_options;
+};
+
+struct RankOutcome {
+  int rank = 0;
+  bool exited = false;       // exited normally (see exit_code)
+  int exit_code = -1;        // valid if exited
+  int signal = 0;            // the signal that killed it, 0 if none
+  bool timed_out = false;    // still running at the deadline (then killed by SIGKILL)
+  std::string message;       // what the child wrote before failing (exception text)
+
+  bool ok() const noexcept { return exited && exit_code == 0 && !timed_out; }
+  // One line: "rank 2: killed by signal 9 (Killed): <message>".
+  std::string describe() const;
+};
+
+// Thrown by TPF_CHILD_CHECK inside a child; the harness reports its message.
+class ChildCheckFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs body(comm) in `size` children, each with a Communicator created through the parent's store.
+std::vector<RankOutcome> run_ranks(int size, const std::function<void(Communicator&)>& body,
+                                   const RunOptions& options = {});
+// Like run_ranks, but the body creates (or deliberately fails to create) its own communicator.
+std::vector<RankOutcome> run_ranks_raw(int size,
+                                       const std::function<void(const RankContext&)>& body,
+                                       const RunOptions& options = {});
+
+// gtest: one non-fatal failure per rank that did not succeed, naming the rank and its message.
+void expect_all_ok(const std::vector<RankOutcome>& outcomes);
+
+// Memory shared by the parent and all children (an anonymous MAP_SHARED mapping made before the
+// fork): lets children coordinate without the communicator under test, e.g. "rank 0 has timed
+// out, you may go on". Zero-filled.
+class SharedBlock {
+ public:
+  explicit SharedBlock(size_t bytes = 4096);
+  ~SharedBlock();
+  SharedBlock(const SharedBlock&) = delete;
+  SharedBlock& operator=(const SharedBlock&) = delete;
+  void* data() const noexcept { return data_; }
+  size_t size() const noexcept { return bytes_; }
+  // The i-th 64-bit atomic counter in the block (each on its own cache line).
+  std::atomic<int64_t>& counter(size_t i) const;
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Waits (bounded) until pred() holds, yielding between checks; false if the timeout expired first.
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// Entries of /dev/shm whose names start with prefix (sorted).
+std::vector<std::string> list_dev_shm(const std::string& prefix = "tpf-");
+
+[[noreturn]] void child_check_failed(const char* expr, const std::string& message, const char* file,
+                                     int line);
+
+}  // namespace tpf::testing
+
+// For use inside a child body: throws ChildCheckFailure (reported by the parent) if cond is false.
+// msg may be any expression convertible to std::string.
+#define TPF_CHILD_CHECK(cond, msg)                                                      \
+  do {                                                                                  \
+    if (!(cond)) ::tpf::testing::child_check_failed(#cond, (msg), __FILE__, __LINE__); \
+  } while (0)
