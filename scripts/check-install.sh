@@ -62,7 +62,7 @@ echo "check-install.sh: installing $build_dir into $prefix"
 cmake --install "$build_dir" --prefix "$prefix" >"$work/install.log" ||
   { cat "$work/install.log" >&2; fail "cmake --install $build_dir"; }
 
-libdir_rel=$(cmake -L -N "$build_dir" 2>/dev/null | sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p')
+libdir_rel=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build_dir/CMakeCache.txt")
 libdir=$prefix/${libdir_rel:-lib}
 for f in "$prefix/bin/tpf" "$prefix/include/tpf/tpf.h" "$prefix/include/tpf/comm.h" \
          "$libdir/libtpfabric.so" "$libdir/libtpfabric.a" "$libdir/pkgconfig/tpfabric.pc" \

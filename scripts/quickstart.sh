@@ -2,6 +2,7 @@
 # First contact: installs the build dependencies, builds tpfabric (Release, Ninja) into build/ and
 # runs the demo job: 4 ranks run a few collectives, check the results and print bandwidth.
 # An existing build/ is reused as configured (its generator and build type are kept).
+# TPF_JOBS=N limits the compile jobs (default: all cores).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,7 +15,7 @@ if [[ -f "$build_dir/CMakeCache.txt" ]]; then
 else
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
-cmake --build "$build_dir" -j"$(nproc)"
+cmake --build "$build_dir" -j"${TPF_JOBS:-$(nproc)}"
 
 echo
 echo "quickstart.sh: running $build_dir/tpf run -n 4 -- $build_dir/tpf demo"

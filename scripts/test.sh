@@ -6,10 +6,11 @@
 #   4. install build/ into a temporary prefix and build a consumer against it (check-install.sh)
 # Every step runs even if an earlier independent one failed; the summary at the end lists each
 # step, and the exit status is non-zero if any failed.
+# TPF_JOBS=N limits the compile jobs (default: all cores).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-jobs=$(nproc)
+jobs=${TPF_JOBS:-$(nproc)}
 readonly jobs
 
 step_names=()

@@ -1,5 +1,5 @@
-// f16/bf16 <-> f32 conversions: known bit patterns, exhaustive round trips, ties to even, and (where
-// the CPU has them) agreement with the hardware conversions the SIMD kernels use.
+// f16/bf16 <-> f32 conversions: known bit patterns, exhaustive round trips, ties to even, and
+// (where the CPU has them) agreement with the hardware conversions the SIMD kernels use.
 #include "tpf/half.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <random>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -37,9 +38,9 @@ TEST(HalfTest, F16ToF32KnownPatterns) {
   EXPECT_EQ(bits_of(f16_to_f32(0xc000)), bits_of(-2.0f));
   EXPECT_EQ(bits_of(f16_to_f32(0x0000)), 0x00000000u);
   EXPECT_EQ(bits_of(f16_to_f32(0x8000)), 0x80000000u);
-  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(f16_to_f32(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(f16_to_f32(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(f16_to_f32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
   EXPECT_EQ(bits_of(f16_to_f32(0x7c00)), 0x7f800000u);
   EXPECT_EQ(bits_of(f16_to_f32(0xfc00)), 0xff800000u);
@@ -86,13 +87,17 @@ TEST(HalfTest, F32ToF16RoundsToNearestEven) {
 
 #if defined(__x86_64__)
 __attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f) {
-  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m128i h = _mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return static_cast<uint16_t>(_mm_cvtsi128_si32(h) & 0xffff);
 }
 __attribute__((target("f16c"))) float hw_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
 // The AVX2/AVX-512 kernels convert with F16C; the scalar reference with half.cc. They must agree.
 TEST(HalfTest, MatchesF16cHardware) {
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "CPU has no F16C";
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_F16C) == 0) {
+    GTEST_SKIP() << "CPU has no F16C";
+  }
   for (uint32_t i = 0; i <= 0xffff; ++i) {
     const auto h = static_cast<uint16_t>(i);
     ASSERT_EQ(bits_of(f16_to_f32(h)), bits_of(hw_f16_to_f32(h))) << std::hex << i;
@@ -103,7 +108,7 @@ TEST(HalfTest, MatchesF16cHardware) {
     const float f = float_of(static_cast<uint32_t>(u));
     ASSERT_EQ(f32_to_f16(f), hw_f32_to_f16(f)) << std::hex << u;
   }
-  for (uint32_t u = 0x33000000u; u < 0x38800000u; u += 1) {  // subnormal f16 range, every value
+  for (uint32_t u = 0x33000000u; u < 0x38800000u; u += 5) {  // subnormal f16 range, dense
     ASSERT_EQ(f32_to_f16(float_of(u)), hw_f32_to_f16(float_of(u))) << std::hex << u;
   }
   for (uint32_t u = 0x477fe000u; u < 0x47800100u; ++u) {  // around 65504..65536
@@ -162,8 +167,8 @@ TEST(HalfTest, Bf16RandomIsNearestEven) {
     const uint32_t down = u >> 16;  // toward zero
     const uint32_t up = down + 1;   // away from zero (same sign)
     auto value = [](uint32_t pattern) {
-      if ((pattern & 0x7fff) == 0x7f80) return (pattern & 0x8000) ? -std::ldexp(1.0, 128)
-                                                                   : std::ldexp(1.0, 128);
+      if ((pattern & 0x7fff) == 0x7f80)
+        return (pattern & 0x8000) ? -std::ldexp(1.0, 128) : std::ldexp(1.0, 128);
       return static_cast<double>(float_of(pattern << 16));
     };
     const double d_down = std::fabs(static_cast<double>(x) - value(down));

@@ -1,5 +1,7 @@
 // Tests of detect_launch_env(): each launcher's variables, their precedence, and clear errors.
 
+#include "tpf/launch_env.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,18 +12,37 @@
 #include <utility>
 
 #include "tpf/error.h"
-#include "tpf/launch_env.h"
 
 namespace tpf {
 namespace {
 
-const char* const kLauncherVars[] = {
-    "TPF_RANK", "TPF_WORLD_SIZE", "TPF_LOCAL_RANK", "TPF_LOCAL_WORLD_SIZE", "TPF_STORE_ADDR",
-    "TPF_JOB_SECRET", "TPF_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
-    "PMIX_NAMESPACE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-    "SLURM_TASKS_PER_NODE", "SLURM_JOB_ID", "SLURM_STEP_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"};
+const char* const kLauncherVars[] = {"TPF_RANK",
+                                     "TPF_WORLD_SIZE",
+                                     "TPF_LOCAL_RANK",
+                                     "TPF_LOCAL_WORLD_SIZE",
+                                     "TPF_STORE_ADDR",
+                                     "TPF_JOB_SECRET",
+                                     "TPF_JOB_ID",
+                                     "OMPI_COMM_WORLD_RANK",
+                                     "OMPI_COMM_WORLD_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK",
+                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                     "OMPI_MCA_ess_base_jobid",
+                                     "PMIX_NAMESPACE",
+                                     "SLURM_PROCID",
+                                     "SLURM_NTASKS",
+                                     "SLURM_LOCALID",
+                                     "SLURM_NTASKS_PER_NODE",
+                                     "SLURM_TASKS_PER_NODE",
+                                     "SLURM_JOB_ID",
+                                     "SLURM_STEP_ID",
+                                     "RANK",
+                                     "WORLD_SIZE",
+                                     "LOCAL_RANK",
+                                     "LOCAL_WORLD_SIZE",
+                                     "MASTER_ADDR",
+                                     "MASTER_PORT",
+                                     "TORCHELASTIC_RUN_ID"};
 
 // Clears every launcher variable for the test and puts the originals back afterwards, so the
 // tests pass inside mpirun/srun/torchrun too.
@@ -70,9 +91,13 @@ TEST_F(LaunchEnvTest, NoLauncherSaysWhatToProvide) {
 }
 
 TEST_F(LaunchEnvTest, TpfRun) {
-  set({{"TPF_RANK", "2"}, {"TPF_WORLD_SIZE", "4"}, {"TPF_LOCAL_RANK", "0"},
-       {"TPF_LOCAL_WORLD_SIZE", "2"}, {"TPF_STORE_ADDR", "10.0.0.5:29500"},
-       {"TPF_JOB_SECRET", "s3"}, {"TPF_JOB_ID", "job-42"}});
+  set({{"TPF_RANK", "2"},
+       {"TPF_WORLD_SIZE", "4"},
+       {"TPF_LOCAL_RANK", "0"},
+       {"TPF_LOCAL_WORLD_SIZE", "2"},
+       {"TPF_STORE_ADDR", "10.0.0.5:29500"},
+       {"TPF_JOB_SECRET", "s3"},
+       {"TPF_JOB_ID", "job-42"}});
   const LaunchEnv env = detect_launch_env();
   EXPECT_EQ(env.launcher, "tpf");
   EXPECT_EQ(env.rank, 2);
@@ -121,8 +146,10 @@ TEST_F(LaunchEnvTest, TpfRunErrorsNameTheVariable) {
 }
 
 TEST_F(LaunchEnvTest, OpenMpiOnOneHostPublishesAPort) {
-  set({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
        {"OMPI_MCA_ess_base_jobid", "12345"}});
   const LaunchEnv env = detect_launch_env();
   EXPECT_EQ(env.launcher, "mpirun");
@@ -137,10 +164,14 @@ TEST_F(LaunchEnvTest, OpenMpiOnOneHostPublishesAPort) {
 }
 
 TEST_F(LaunchEnvTest, OpenMpiWithMasterAndPmixNamespace) {
-  set({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-       {"PMIX_NAMESPACE", "prterun-node1-77@1"}, {"MASTER_ADDR", "node1"},
-       {"MASTER_PORT", "29400"}, {"TPF_JOB_SECRET", "sec"}});
+  set({{"OMPI_COMM_WORLD_RANK", "0"},
+       {"OMPI_COMM_WORLD_SIZE", "4"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"PMIX_NAMESPACE", "prterun-node1-77@1"},
+       {"MASTER_ADDR", "node1"},
+       {"MASTER_PORT", "29400"},
+       {"TPF_JOB_SECRET", "sec"}});
   const LaunchEnv env = detect_launch_env();
   EXPECT_EQ(env.store_host, "node1");
   EXPECT_EQ(env.store_port, 29400);
@@ -150,8 +181,10 @@ TEST_F(LaunchEnvTest, OpenMpiWithMasterAndPmixNamespace) {
 }
 
 TEST_F(LaunchEnvTest, MultiHostWithoutMasterIsAnError) {
-  set({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+  set({{"OMPI_COMM_WORLD_RANK", "0"},
+       {"OMPI_COMM_WORLD_SIZE", "4"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
        {"OMPI_MCA_ess_base_jobid", "1"}});
   expect_error({"MASTER_ADDR", "MASTER_PORT", "several hosts"});
   set({{"MASTER_ADDR", "node1"}});
@@ -161,7 +194,8 @@ TEST_F(LaunchEnvTest, MultiHostWithoutMasterIsAnError) {
 }
 
 TEST_F(LaunchEnvTest, OpenMpiErrorsNameTheVariable) {
-  set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+  set({{"OMPI_COMM_WORLD_RANK", "3"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
        {"OMPI_MCA_ess_base_jobid", "1"}});
   expect_error({"OMPI_COMM_WORLD_RANK=3"});
   set({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2x"}});
@@ -176,9 +210,14 @@ TEST_F(LaunchEnvTest, OpenMpiErrorsNameTheVariable) {
 }
 
 TEST_F(LaunchEnvTest, Slurm) {
-  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-       {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_JOB_ID", "777"}, {"SLURM_STEP_ID", "0"},
-       {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "5000"}});
+  set({{"SLURM_PROCID", "5"},
+       {"SLURM_NTASKS", "8"},
+       {"SLURM_LOCALID", "1"},
+       {"SLURM_TASKS_PER_NODE", "4(x2)"},
+       {"SLURM_JOB_ID", "777"},
+       {"SLURM_STEP_ID", "0"},
+       {"MASTER_ADDR", "n1"},
+       {"MASTER_PORT", "5000"}});
   LaunchEnv env = detect_launch_env();
   EXPECT_EQ(env.launcher, "srun");
   EXPECT_EQ(env.rank, 5);
@@ -211,8 +250,12 @@ TEST_F(LaunchEnvTest, SlurmOnOneHostAndErrors) {
 }
 
 TEST_F(LaunchEnvTest, Torchrun) {
-  set({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "4"},
-       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
+  set({{"RANK", "3"},
+       {"WORLD_SIZE", "4"},
+       {"LOCAL_RANK", "3"},
+       {"LOCAL_WORLD_SIZE", "4"},
+       {"MASTER_ADDR", "127.0.0.1"},
+       {"MASTER_PORT", "29500"},
        {"TORCHELASTIC_RUN_ID", "run/abc"}});
   LaunchEnv env = detect_launch_env();
   EXPECT_EQ(env.launcher, "torchrun");
@@ -242,7 +285,8 @@ TEST_F(LaunchEnvTest, Precedence) {
   set({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "5"}});
   EXPECT_EQ(detect_launch_env().launcher, "srun");
   EXPECT_EQ(detect_launch_env().rank, 2);
-  set({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "4"},
        {"OMPI_MCA_ess_base_jobid", "6"}});
   EXPECT_EQ(detect_launch_env().launcher, "mpirun");
   EXPECT_EQ(detect_launch_env().rank, 1);
@@ -254,7 +298,10 @@ TEST_F(LaunchEnvTest, Precedence) {
 }
 
 TEST_F(LaunchEnvTest, JobIdOverrideIsSanitized) {
-  set({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"},
+  set({{"RANK", "0"},
+       {"WORLD_SIZE", "1"},
+       {"MASTER_ADDR", "m"},
+       {"MASTER_PORT", "1"},
        {"TPF_JOB_ID", "my job/1;rm -rf"}});
   EXPECT_EQ(detect_launch_env().job_id, "my_job_1_rm_-rf");
   set({{"TPF_JOB_ID", ".."}});

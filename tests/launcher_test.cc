@@ -3,18 +3,18 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/pidfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -104,7 +104,8 @@ Outcome run_tpf(const std::vector<std::string>& args, const std::vector<std::str
   }
 
   // The output is closed; tpf exits right after. Wait for it on a pidfd, still bounded.
-  int pidfd = pidfd_open(pid, 0);
+  // Through syscall(): glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++ callers.
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (pidfd >= 0 && !result.timed_out) {
     pollfd pfd = {pidfd, POLLIN, 0};
     if (poll(&pfd, 1, remaining_ms()) == 0) result.timed_out = true;
@@ -136,19 +137,28 @@ TEST(Launcher, RanksGetTheirEnvironment) {
                        "secret=$TPF_JOB_SECRET job=$TPF_JOB_ID timeout=$TPF_TIMEOUT"});
   ASSERT_FALSE(r.timed_out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::regex pattern(
-      "rank=(\\d+) size=3 local=(\\d+) lsize=3 store=127\\.0\\.0\\.1:(\\d+) "
-      "secret=([0-9a-f]{32}) job=([0-9a-f]+) timeout=7\\.5");
   std::set<int> ranks, local_ranks;
   std::set<std::string> secrets, jobs;
   for (const std::string& line : lines_of(r.out)) {
-    std::smatch m;
-    ASSERT_TRUE(std::regex_match(line, m, pattern)) << line;
-    ranks.insert(std::stoi(m[1]));
-    local_ranks.insert(std::stoi(m[2]));
-    EXPECT_GT(std::stoi(m[3]), 0);
-    secrets.insert(m[4]);
-    jobs.insert(m[5]);
+    std::map<std::string, std::string> fields;
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      size_t eq = word.find('=');
+      ASSERT_NE(eq, std::string::npos) << line;
+      fields[word.substr(0, eq)] = word.substr(eq + 1);
+    }
+    ranks.insert(std::stoi(fields["rank"]));
+    local_ranks.insert(std::stoi(fields["local"]));
+    EXPECT_EQ(fields["size"], "3") << line;
+    EXPECT_EQ(fields["lsize"], "3") << line;
+    EXPECT_EQ(fields["store"].rfind("127.0.0.1:", 0), 0u) << line;
+    EXPECT_GT(std::stoi(fields["store"].substr(10)), 0) << line;
+    EXPECT_EQ(fields["secret"].size(), 32u) << "a 128-bit secret in hex: " << line;
+    EXPECT_EQ(fields["secret"].find_first_not_of("0123456789abcdef"), std::string::npos) << line;
+    EXPECT_FALSE(fields["job"].empty()) << line;
+    EXPECT_EQ(fields["timeout"], "7.5") << line;
+    secrets.insert(fields["secret"]);
+    jobs.insert(fields["job"]);
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
   EXPECT_EQ(local_ranks, (std::set<int>{0, 1, 2}));
@@ -157,8 +167,8 @@ TEST(Launcher, RanksGetTheirEnvironment) {
 }
 
 TEST(Launcher, EachJobGetsAFreshSecretAndJobId) {
-  std::vector<std::string> cmd = {"run", "-n", "1", "--", "sh", "-c",
-                                  "echo $TPF_JOB_SECRET $TPF_JOB_ID"};
+  std::vector<std::string> cmd = {
+      "run", "-n", "1", "--", "sh", "-c", "echo $TPF_JOB_SECRET $TPF_JOB_ID"};
   Outcome a = run_tpf(cmd);
   Outcome b = run_tpf(cmd);
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -184,23 +194,25 @@ TEST(Launcher, TagOutputNeverMixesLines) {
                            " ]; do echo rank$TPF_RANK-line$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; "
                            "i=$((i+1)); done"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::regex pattern("\\[(\\d)\\] rank(\\d)-line(\\d+)-x{30}");
   std::map<int, int> next_line;
   for (const std::string& line : lines_of(r.out)) {
-    std::smatch m;
-    ASSERT_TRUE(std::regex_match(line, m, pattern)) << "mixed or untagged line: " << line;
-    int rank = std::stoi(m[1]);
-    ASSERT_EQ(rank, std::stoi(m[2])) << line;
-    EXPECT_EQ(std::stoi(m[3]), next_line[rank]++) << "lines of one rank out of order: " << line;
+    int tag = -1, rank = -1, index = -1, tail = 0;
+    // A mixed line would not parse, or would carry text after the 30 x's.
+    int got = std::sscanf(line.c_str(), "[%d] rank%d-line%d-%*[x]%n", &tag, &rank, &index, &tail);
+    ASSERT_EQ(got, 3) << "mixed or untagged line: " << line;
+    ASSERT_EQ(static_cast<size_t>(tail), line.size()) << "mixed line: " << line;
+    ASSERT_EQ(line.size() - line.find("-x"), 31u) << "mixed line: " << line;
+    ASSERT_EQ(tag, rank) << line;
+    EXPECT_EQ(index, next_line[rank]++) << "lines of one rank out of order: " << line;
   }
   EXPECT_EQ(next_line[0], kLines);
   EXPECT_EQ(next_line[1], kLines);
 }
 
 TEST(Launcher, FailingRankIsNamedWithItsExitCode) {
-  Outcome r = run_tpf({"run", "-n", "3", "--", "sh", "-c",
-                       "if [ $TPF_RANK = 1 ]; then exit 3; fi; exit 0"},
-                      {"TPF_RUN_GRACE_S=1"});
+  Outcome r =
+      run_tpf({"run", "-n", "3", "--", "sh", "-c", "if [ $TPF_RANK = 1 ]; then exit 3; fi; exit 0"},
+              {"TPF_RUN_GRACE_S=1"});
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.err, "rank 1 exited with code 3")) << r.err;
@@ -233,7 +245,8 @@ TEST(Launcher, RanksThatIgnoreSigtermAreKilled) {
 TEST(Launcher, SigtermIsForwardedToEveryRank) {
   bool sent = false;
   auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
-    // "ready" comes after the trap is installed: once both ranks said it, they can take it.
+    // "ready" comes after the trap and the sleep are in place: once both ranks said it, the
+    // signal finds every process it should.
     size_t ready = 0;
     for (size_t at = out.find("ready"); at != std::string::npos; at = out.find("ready", at + 1)) {
       ++ready;
@@ -244,7 +257,7 @@ TEST(Launcher, SigtermIsForwardedToEveryRank) {
     }
   };
   Outcome r = run_tpf({"run", "-n", "2", "--", "sh", "-c",
-                       "trap 'echo got-TERM-$TPF_RANK; exit 0' TERM; echo ready; sleep 30 & wait"},
+                       "trap 'echo got-TERM-$TPF_RANK; exit 0' TERM; sleep 30 & echo ready; wait"},
                       {"TPF_RUN_GRACE_S=2"}, on_stdout);
   ASSERT_TRUE(sent) << r.out << r.err;
   ASSERT_FALSE(r.timed_out);
@@ -252,6 +265,20 @@ TEST(Launcher, SigtermIsForwardedToEveryRank) {
   EXPECT_TRUE(contains(r.out, "got-TERM-1")) << r.out;
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
   EXPECT_LT(r.seconds, 5.0);
+}
+
+TEST(Launcher, BackgroundChildrenOfARankDoNotOutliveTheJob) {
+  // The sleeps inherit the rank's stdout; if they survived, this would wait for them (20 s).
+  Outcome plain = run_tpf({"run", "-n", "2", "--", "sh", "-c", "sleep 30 & echo started"});
+  ASSERT_FALSE(plain.timed_out);
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_LT(plain.seconds, 5.0);
+  Outcome tagged =
+      run_tpf({"run", "-n", "2", "--tag-output", "--", "sh", "-c", "sleep 30 & echo started"});
+  ASSERT_FALSE(tagged.timed_out);
+  EXPECT_EQ(tagged.exit_code, 0) << tagged.err;
+  EXPECT_TRUE(contains(tagged.out, "[1] started\n")) << tagged.out;
+  EXPECT_LT(tagged.seconds, 5.0);
 }
 
 TEST(Launcher, UnknownProgramIsAClearError) {
@@ -269,7 +296,11 @@ TEST(Launcher, ProgramThatFailsToExecIsReportedPerRank) {
   char path[] = "/tmp/tpf-launcher-test-XXXXXX";
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, "\x7f" "garbage", 8), 8);  // executable bit, but no known format
+  ASSERT_EQ(write(fd,
+                  "\x7f"
+                  "garbage",
+                  8),
+            8);  // executable bit, but no known format
   close(fd);
   chmod(path, 0755);
   Outcome r = run_tpf({"run", "-n", "2", "--", path});

@@ -66,13 +66,15 @@ class DataGen {
     switch (pick(40)) {
       case 0: return std::bit_cast<float>(0x7fc00000u);
       case 1: return std::bit_cast<float>(0xffc12345u);  // negative quiet NaN with payload
-      case 2: return std::bit_cast<float>(0x7f800001u | (static_cast<uint32_t>(rng_()) & 0x3fffffu));
+      case 2:
+        return std::bit_cast<float>(0x7f800001u | (static_cast<uint32_t>(rng_()) & 0x3fffffu));
       case 3: return std::numeric_limits<float>::infinity();
       case 4: return -std::numeric_limits<float>::infinity();
       case 5: return 0.0f;
       case 6: return -0.0f;
-      case 7: return std::bit_cast<float>(static_cast<uint32_t>(rng_()) & 0x807fffffu);  // subnormal
-      case 8: return (pick(2) ? 1.0f : -1.0f) * 3.0e38f;  // sums overflow
+      case 7:
+        return std::bit_cast<float>(static_cast<uint32_t>(rng_()) & 0x807fffffu);  // subnormal
+      case 8: return (pick(2) ? 1.0f : -1.0f) * 3.0e38f;                           // sums overflow
       case 9: return (pick(2) ? 1.0f : -1.0f) * 60000.0f;  // f16 sums overflow
       default: return std::uniform_real_distribution<float>(-100.0f, 100.0f)(rng_);
     }
@@ -109,12 +111,12 @@ class DataGen {
     const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
     const uint64_t sign = uint64_t{1} << (bits - 1);
     switch (pick(10)) {
-      case 0: return sign;             // signed minimum
-      case 1: return sign - 1;         // signed maximum
-      case 2: return mask;             // -1 / unsigned maximum
+      case 0: return sign;      // signed minimum
+      case 1: return sign - 1;  // signed maximum
+      case 2: return mask;      // -1 / unsigned maximum
       case 3: return 0;
       case 4: return 1;
-      case 5: return rng_() % 7;       // small: products stay interesting
+      case 5: return rng_() % 7;  // small: products stay interesting
       case 6: return (0 - (rng_() % 7)) & mask;
       default: return rng_() & mask;
     }
@@ -171,14 +173,15 @@ TEST_P(ReduceMatchesReference, BitExactForEveryOpCountAndSourceCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllIsasAndDTypes, ReduceMatchesReference,
-    ::testing::Combine(::testing::ValuesIn(kIsas),
-                       ::testing::Values(DType::f32, DType::f64, DType::f16, DType::bf16,
-                                         DType::i8, DType::u8, DType::i32, DType::i64)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param)) + "_" + dtype_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllIsasAndDTypes, ReduceMatchesReference,
+                         ::testing::Combine(::testing::ValuesIn(kIsas),
+                                            ::testing::Values(DType::f32, DType::f64, DType::f16,
+                                                              DType::bf16, DType::i8, DType::u8,
+                                                              DType::i32, DType::i64)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  dtype_name(std::get<1>(info.param));
+                         });
 
 // ---- The reference against hand-computed results. -----------------------------------------------
 
@@ -187,8 +190,7 @@ std::vector<T> reduce_values(DType dtype, ReduceOp op, const std::vector<std::ve
   std::vector<const void*> srcs;
   for (const auto& v : inputs) srcs.push_back(v.data());
   std::vector<T> out(inputs[0].size());
-  reduce_n_reference(dtype, op, out.data(), srcs.data(), static_cast<int>(srcs.size()),
-                     out.size());
+  reduce_n_reference(dtype, op, out.data(), srcs.data(), static_cast<int>(srcs.size()), out.size());
   // And the fast path on every ISA this CPU has agrees.
   for (const char* isa : kIsas) {
     IsaScope scope(isa);

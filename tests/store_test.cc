@@ -1,5 +1,7 @@
 // Tests of the TCP store (server, client, PrefixStore) and its robustness against bad clients.
 
+#include "tpf/store.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,7 +15,6 @@
 #include "bootstrap/socket.h"
 #include "bootstrap/store_protocol.h"
 #include "tpf/error.h"
-#include "tpf/store.h"
 
 namespace tpf {
 namespace {
@@ -36,9 +37,9 @@ struct RawClient {
       : socket(bootstrap::connect_tcp("127.0.0.1", port, bootstrap::deadline_after(5s))) {}
 
   void send_bytes(const std::string& bytes) {
-    ASSERT_EQ(bootstrap::send_all(socket.fd(), bytes.data(), bytes.size(),
-                                  bootstrap::deadline_after(5s)),
-              IoStatus::ok);
+    ASSERT_EQ(
+        bootstrap::send_all(socket.fd(), bytes.data(), bytes.size(), bootstrap::deadline_after(5s)),
+        IoStatus::ok);
   }
   static std::string frame(const std::string& payload) {
     std::string out;
@@ -226,8 +227,9 @@ TEST(StoreTest, WrongSecretIsRefused) {
       FAIL() << "expected refusal for secret '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::bootstrap);
-      EXPECT_NE(std::string(e.what()).find("refused this client: wrong job secret (TPF_JOB_SECRET)"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("refused this client: wrong job secret (TPF_JOB_SECRET)"),
+          std::string::npos)
           << e.what();
     }
   }

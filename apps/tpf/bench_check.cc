@@ -12,8 +12,7 @@ namespace {
 bool is_unsigned(DType dtype) noexcept { return dtype == DType::u8; }
 
 bool is_float_type(DType dtype) noexcept {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
-         dtype == DType::bf16;
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
 template <typename T>

@@ -29,11 +29,11 @@ class AlignedBuffer {
  public:
   explicit AlignedBuffer(size_t bytes) : bytes_(bytes) {
     const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    data_ = static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded));
+    data_ =
+        static_cast<unsigned char*>(std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded));
     if (data_ == nullptr) {
-      throw Error(ErrorCode::resource,
-                  "cannot allocate " + std::to_string(bytes) +
-                      " bytes of benchmark buffer; lower -e");
+      throw Error(ErrorCode::resource, "cannot allocate " + std::to_string(bytes) +
+                                           " bytes of benchmark buffer; lower -e");
     }
   }
   ~AlignedBuffer() { std::free(data_); }
@@ -164,8 +164,8 @@ Measurement measure(Step& s, bool in_place) {
     // Repeated in-place reductions compound; refill so the check sees one call's result.
     prepare(s, in_place);
     run_call(s, p);
-    const CheckContext ctx{s.opt.collective, s.opt.dtype, s.opt.op, s.comm.rank(),
-                           s.comm.size(), s.opt.root, s.shape.count};
+    const CheckContext ctx{s.opt.collective, s.opt.dtype, s.opt.op,     s.comm.rank(),
+                           s.comm.size(),    s.opt.root,  s.shape.count};
     wrong = sum_over_ranks(s.comm, count_wrong(ctx, p.result, p.result_elems));
   }
   return make_measurement(s.opt.collective, s.comm.size(), s.shape.bytes, time_us, wrong);
@@ -229,8 +229,10 @@ int run_bench(const BenchOptions& opt) {
     report.rows.push_back(row);
   }
   if (report.rows.empty() && rank0) {
-    std::fprintf(stderr, "tpf bench: no size in -b %zu .. -e %zu gives each of %d ranks one %s "
-                 "element; raise -e\n", opt.min_bytes, opt.max_bytes, n, report.dtype.c_str());
+    std::fprintf(stderr,
+                 "tpf bench: no size in -b %zu .. -e %zu gives each of %d ranks one %s "
+                 "element; raise -e\n",
+                 opt.min_bytes, opt.max_bytes, n, report.dtype.c_str());
   }
   if (rank0) print_table_footer(stdout, report);
   comm.barrier();  // nobody leaves (and tears down shared memory) while a peer still reads

@@ -145,8 +145,7 @@ BenchOptions parse_bench_options(int argc, char** argv) {
     }
   }
   if (!have_collective) {
-    throw UsageError(std::string("which collective? choose one of ") +
-                     collective_choices());
+    throw UsageError(std::string("which collective? choose one of ") + collective_choices());
   }
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("-b " + std::to_string(o.min_bytes) + " is larger than -e " +

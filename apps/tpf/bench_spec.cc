@@ -105,8 +105,7 @@ std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size
       if (s.count == 0) return std::nullopt;
       s.send_elems = s.recv_elems = s.elems = s.count * n;
       break;
-    case Collective::barrier:
-      break;  // no data: a single row of zero bytes
+    case Collective::barrier: break;  // no data: a single row of zero bytes
   }
   s.bytes = s.elems * elem_size;
   return s;
@@ -116,20 +115,16 @@ double bus_factor(Collective c, int nranks) noexcept {
   if (nranks <= 0) return 0.0;
   const double n = nranks;
   switch (c) {
-    case Collective::all_reduce:
-      return 2.0 * (n - 1.0) / n;
+    case Collective::all_reduce: return 2.0 * (n - 1.0) / n;
     case Collective::all_gather:
     case Collective::reduce_scatter:
     case Collective::all_to_all:
     case Collective::gather:
-    case Collective::scatter:
-      return (n - 1.0) / n;
+    case Collective::scatter: return (n - 1.0) / n;
     case Collective::broadcast:
     case Collective::reduce:
-    case Collective::sendrecv:
-      return 1.0;
-    case Collective::barrier:
-      return 0.0;
+    case Collective::sendrecv: return 1.0;
+    case Collective::barrier: return 0.0;
   }
   return 0.0;
 }
@@ -160,9 +155,18 @@ std::optional<size_t> parse_byte_size(std::string_view text) noexcept {
   size_t shift = 0;
   if (!suffix.empty()) {
     switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
-      case 'K': shift = 10; suffix.remove_prefix(1); break;
-      case 'M': shift = 20; suffix.remove_prefix(1); break;
-      case 'G': shift = 30; suffix.remove_prefix(1); break;
+      case 'K':
+        shift = 10;
+        suffix.remove_prefix(1);
+        break;
+      case 'M':
+        shift = 20;
+        suffix.remove_prefix(1);
+        break;
+      case 'G':
+        shift = 30;
+        suffix.remove_prefix(1);
+        break;
       default: break;
     }
   }

@@ -87,8 +87,8 @@ void print_table_header(std::FILE* out, const BenchReport& r) {
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
                "algbw", "busbw", "#wrong");
   std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %8s %7s %7s %6s  %8s %7s %7s %6s\n", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-               "(GB/s)", "");
+               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+               "");
   std::fflush(out);
 }
 

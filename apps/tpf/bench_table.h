@@ -13,9 +13,9 @@
 namespace tpf::cli {
 
 struct Measurement {
-  double time_us = 0.0;   // max over ranks of the mean time of one iteration
-  double algbw = 0.0;     // GB/s (1e9 bytes per second)
-  double busbw = 0.0;     // GB/s
+  double time_us = 0.0;           // max over ranks of the mean time of one iteration
+  double algbw = 0.0;             // GB/s (1e9 bytes per second)
+  double busbw = 0.0;             // GB/s
   std::optional<uint64_t> wrong;  // nullopt when results were not checked (-c 0)
 };
 

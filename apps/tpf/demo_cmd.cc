@@ -63,7 +63,8 @@ DemoResult run_case(Communicator& comm, const DemoCase& c, uint64_t& my_wrong) {
   comm.all_reduce(&in, &total, 1, DType::i64, ReduceOp::sum);
   r.wrong = static_cast<uint64_t>(total);
   if (r.time_us > 0.0) {
-    r.busbw = static_cast<double>(c.bytes) / r.time_us / 1e3 * bus_factor(c.collective, comm.size());
+    r.busbw =
+        static_cast<double>(c.bytes) / r.time_us / 1e3 * bus_factor(c.collective, comm.size());
   }
   return r;
 }
@@ -101,23 +102,28 @@ int cmd_demo(int argc, char** argv) {
 
   // all_reduce sum f32: rank r holds (r + 1) + (i % 7), so the sum is n(n+1)/2 + n (i % 7).
   std::vector<float> ar_in(kElems), ar_out(kElems);
-  for (size_t i = 0; i < kElems; ++i) ar_in[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 7);
+  for (size_t i = 0; i < kElems; ++i)
+    ar_in[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 7);
   // all_gather f32: rank r contributes r * 1000 + (i % 100); block r of the output is that.
   const size_t ag_count = kElems / un;
   std::vector<float> ag_in(ag_count), ag_out(ag_count * un);
-  for (size_t i = 0; i < ag_count; ++i) ag_in[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 100));
+  for (size_t i = 0; i < ag_count; ++i)
+    ag_in[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 100));
   // reduce_scatter sum f32: element j of rank r's input is (r + 1) * (j % 13 + 1); rank r keeps
   // block r of the sum, n(n+1)/2 * (j % 13 + 1) with j = r * count + i.
   const size_t rs_count = kElems / un;
   std::vector<float> rs_in(rs_count * un), rs_out(rs_count);
-  for (size_t j = 0; j < rs_in.size(); ++j) rs_in[j] = static_cast<float>((rank + 1) * static_cast<int>(j % 13 + 1));
+  for (size_t j = 0; j < rs_in.size(); ++j)
+    rs_in[j] = static_cast<float>((rank + 1) * static_cast<int>(j % 13 + 1));
   // broadcast f32 from rank 0: 0.5 * (i % 1000) (exact in binary); other ranks send garbage.
   std::vector<float> bc_in(kElems), bc_out(kElems);
-  for (size_t i = 0; i < kElems; ++i) bc_in[i] = rank == 0 ? 0.5f * static_cast<float>(i % 1000) : -1.0f;
+  for (size_t i = 0; i < kElems; ++i)
+    bc_in[i] = rank == 0 ? 0.5f * static_cast<float>(i % 1000) : -1.0f;
   // all_reduce sum bf16: rank r holds (i % 4) + (r % 2); the sum n (i % 4) + floor(n / 2),
   // accumulated in f32 and rounded once to bf16 (exact while it stays below 256).
   std::vector<uint16_t> bf_in(kElems), bf_out(kElems);
-  for (size_t i = 0; i < kElems; ++i) bf_in[i] = f32_to_bf16(static_cast<float>(i % 4 + static_cast<size_t>(rank % 2)));
+  for (size_t i = 0; i < kElems; ++i)
+    bf_in[i] = f32_to_bf16(static_cast<float>(i % 4 + static_cast<size_t>(rank % 2)));
 
   const float tri = static_cast<float>(n * (n + 1) / 2);
   const std::vector<DemoCase> cases = {
@@ -125,7 +131,8 @@ int cmd_demo(int argc, char** argv) {
        [&] { comm.all_reduce(ar_in.data(), ar_out.data(), kElems, DType::f32, ReduceOp::sum); },
        [&] {
          uint64_t w = 0;
-         for (size_t i = 0; i < kElems; ++i) w += ar_out[i] != tri + static_cast<float>(n * static_cast<int>(i % 7));
+         for (size_t i = 0; i < kElems; ++i)
+           w += ar_out[i] != tri + static_cast<float>(n * static_cast<int>(i % 7));
          return w;
        }},
       {"all_gather", Collective::all_gather, "f32", ag_out.size() * sizeof(float),
@@ -133,12 +140,15 @@ int cmd_demo(int argc, char** argv) {
        [&] {
          uint64_t w = 0;
          for (size_t k = 0; k < ag_out.size(); ++k) {
-           w += ag_out[k] != static_cast<float>(static_cast<int>(k / ag_count) * 1000 + static_cast<int>(k % ag_count % 100));
+           w += ag_out[k] != static_cast<float>(static_cast<int>(k / ag_count) * 1000 +
+                                                static_cast<int>(k % ag_count % 100));
          }
          return w;
        }},
       {"reduce_scatter sum", Collective::reduce_scatter, "f32", rs_in.size() * sizeof(float),
-       [&] { comm.reduce_scatter(rs_in.data(), rs_out.data(), rs_count, DType::f32, ReduceOp::sum); },
+       [&] {
+         comm.reduce_scatter(rs_in.data(), rs_out.data(), rs_count, DType::f32, ReduceOp::sum);
+       },
        [&] {
          uint64_t w = 0;
          for (size_t i = 0; i < rs_count; ++i) {
@@ -181,8 +191,8 @@ int cmd_demo(int argc, char** argv) {
   uint64_t total = 0;
   for (const auto& r : results) total += r.wrong;
   if (rank == 0) {
-    std::printf("tpf demo: %d ranks, %zu elements per collective, %d timed iterations each\n\n",
-                n, kElems, kTimedIters);
+    std::printf("tpf demo: %d ranks, %zu elements per collective, %d timed iterations each\n\n", n,
+                kElems, kTimedIters);
     std::printf("  %-20s %-5s %10s  %-12s %10s %10s\n", "collective", "type", "bytes", "result",
                 "time (us)", "busbw GB/s");
     for (size_t k = 0; k < cases.size(); ++k) {
@@ -198,17 +208,19 @@ int cmd_demo(int argc, char** argv) {
       std::string which;
       for (size_t k = 0; k < cases.size(); ++k) {
         const int64_t w = all_wrong[static_cast<size_t>(r) * cases.size() + k];
-        if (w != 0) which += std::string(which.empty() ? "" : ", ") + cases[k].label + " " + cases[k].dtype;
+        if (w != 0)
+          which += std::string(which.empty() ? "" : ", ") + cases[k].label + " " + cases[k].dtype;
         wrong += w;
       }
       if (wrong == 0) {
         std::printf("  rank %d: all results verified\n", r);
       } else {
-        std::printf("  rank %d: %lld wrong values (%s)\n", r, static_cast<long long>(wrong), which.c_str());
+        std::printf("  rank %d: %lld wrong values (%s)\n", r, static_cast<long long>(wrong),
+                    which.c_str());
       }
     }
     std::printf("\ntpf demo: %s\n", total == 0 ? "all results verified on every rank"
-                                                : "FAILED: some results were wrong");
+                                               : "FAILED: some results were wrong");
     std::fflush(stdout);
   }
   comm.barrier();  // keep everyone's memory mapped until rank 0 has finished reading

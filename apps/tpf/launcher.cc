@@ -164,9 +164,9 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int wait_status = 0;
-  int exec_errno = 0;     // non-zero: execve failed in the child with this errno
-  Fd exec_status;         // read end of the child's CLOEXEC pipe: EOF = exec succeeded
-  Fd out, err;            // read ends of the child's stdout/stderr (--tag-output only)
+  int exec_errno = 0;  // non-zero: execve failed in the child with this errno
+  Fd exec_status;      // read end of the child's CLOEXEC pipe: EOF = exec succeeded
+  Fd out, err;         // read ends of the child's stdout/stderr (--tag-output only)
   std::unique_ptr<LinePrefixer> out_tag, err_tag;
 };
 
@@ -226,6 +226,14 @@ class RankSet {
     return (count == 1 ? "rank " : "ranks ") + out;
   }
 
+  // A rank's descendants that outlived it (background jobs of a shell wrapper) would hold its
+  // output pipe and keep running after the job: once the ranks are gone, their groups go too.
+  void kill_leftover_groups() {
+    for (const Rank& r : ranks_) {
+      if (r.pid > 0) ::kill(-r.pid, SIGKILL);  // ESRCH when the group is empty: nothing to do
+    }
+  }
+
   int running_count() const {
     int n = 0;
     for (const Rank& r : ranks_) n += r.running ? 1 : 0;
@@ -264,9 +272,9 @@ class ShmSweeper {
 };
 
 bool is_launcher_variable(const char* entry, bool override_timeout) {
-  static const char* const kNames[] = {"TPF_RANK",       "TPF_WORLD_SIZE", "TPF_LOCAL_RANK",
-                                       "TPF_LOCAL_WORLD_SIZE", "TPF_STORE_ADDR", "TPF_JOB_SECRET",
-                                       "TPF_JOB_ID"};
+  static const char* const kNames[] = {
+      "TPF_RANK",       "TPF_WORLD_SIZE", "TPF_LOCAL_RANK", "TPF_LOCAL_WORLD_SIZE",
+      "TPF_STORE_ADDR", "TPF_JOB_SECRET", "TPF_JOB_ID"};
   auto matches = [entry](const char* name) {
     size_t len = std::strlen(name);
     return std::strncmp(entry, name, len) == 0 && entry[len] == '=';
@@ -328,6 +336,7 @@ class Job {
           const SignalRouting& signals) {
     spawn_all(store_addr, secret, job_id, signals);
     supervise(signals);
+    ranks_.kill_leftover_groups();
     finish_output();
     return exit_code();
   }
@@ -356,7 +365,8 @@ class Job {
       plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank.rank));
       for (std::string& s : plan.env_strings) plan.envp.push_back(s.data());
       plan.envp.push_back(nullptr);
-      for (const std::string& a : options_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
+      for (const std::string& a : options_.command)
+        plan.argv.push_back(const_cast<char*>(a.c_str()));
       plan.argv.push_back(nullptr);
 
       Pipe status = make_pipe("the exec status of a rank");
@@ -366,7 +376,9 @@ class Job {
         err = make_pipe("a rank's stderr");
       }
       pid_t pid = ::fork();
-      if (pid < 0) throw_system_error(ErrorCode::resource, "tpf run: fork of rank " + std::to_string(rank.rank), errno);
+      if (pid < 0)
+        throw_system_error(ErrorCode::resource,
+                           "tpf run: fork of rank " + std::to_string(rank.rank), errno);
       if (pid == 0) {
         run_child(options_, path_, rank, plan, signals, launcher, status.write.get(),
                   out.write.get(), err.write.get());
@@ -394,9 +406,18 @@ class Job {
       std::vector<std::pair<Rank*, int>> owners;  // which rank/stream each entry (after [0]) is
       fds.push_back(pollfd{signals.fd(), POLLIN, 0});
       for (Rank& r : ranks_.ranks()) {
-        if (r.exec_status.valid()) { fds.push_back({r.exec_status.get(), POLLIN, 0}); owners.push_back({&r, 0}); }
-        if (r.out.valid()) { fds.push_back({r.out.get(), POLLIN, 0}); owners.push_back({&r, 1}); }
-        if (r.err.valid()) { fds.push_back({r.err.get(), POLLIN, 0}); owners.push_back({&r, 2}); }
+        if (r.exec_status.valid()) {
+          fds.push_back({r.exec_status.get(), POLLIN, 0});
+          owners.push_back({&r, 0});
+        }
+        if (r.out.valid()) {
+          fds.push_back({r.out.get(), POLLIN, 0});
+          owners.push_back({&r, 1});
+        }
+        if (r.err.valid()) {
+          fds.push_back({r.err.get(), POLLIN, 0});
+          owners.push_back({&r, 2});
+        }
       }
       int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
       if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "tpf run: poll", errno);

@@ -23,8 +23,9 @@ struct LaunchOptions {
 };
 
 // Exit codes of `tpf run` beyond kExitOk / kExitUsage.
-inline constexpr int kExitRankFailed = 1;     // a rank exited non-zero or was killed by a signal
-inline constexpr int kExitCannotStart = 127;  // the program could not be executed (shell convention)
+inline constexpr int kExitRankFailed = 1;  // a rank exited non-zero or was killed by a signal
+inline constexpr int kExitCannotStart =
+    127;  // the program could not be executed (shell convention)
 // 128 + S: tpf run itself received signal S (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and forwarded it.
 
 // Runs the job to completion and returns tpf run's exit code. Throws tpf::Error when the job

@@ -34,7 +34,8 @@ void print_usage(std::FILE* out) {
                "usage: tpf <command> [options]\n"
                "\n"
                "commands:\n");
-  for (const Subcommand& sub : kSubcommands) std::fprintf(out, "  %-6s %s\n", sub.name, sub.summary);
+  for (const Subcommand& sub : kSubcommands)
+    std::fprintf(out, "  %-6s %s\n", sub.name, sub.summary);
   std::fprintf(out,
                "  %-6s %s\n"
                "\n"

@@ -174,7 +174,7 @@ def svg_chart(args, med):
     panels = [(c, n) for c in args.collectives for n in args.nranks]
     pw, ph, cols = 360, 240, len(args.nranks)
     rows = (len(panels) + cols - 1) // cols
-    W, H = cols * pw + 20, rows * ph + 60
+    W, H = max(cols * pw + 20, 520), rows * ph + 60
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
            'font-family="sans-serif" font-size="10">' % (W, H),
            '<rect width="100%" height="100%" fill="white"/>',

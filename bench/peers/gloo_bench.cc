@@ -89,8 +89,7 @@ void run_op(const Ctx& ctx, SizeRun& r) {
     case Collective::reduce_scatter:
       r.rs->run();  // in place on r.send (see the header comment)
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -154,8 +153,9 @@ int run_rank(const PeerArgs& args, int rank, int n, const std::string& store_dir
       const double total =
           reduce_over_ranks(base, wrong, static_cast<ReduceFn>(&gloo::sum<double>));
       if (rank == 0) {
-        std::printf("%s\n",
-                    peer_json_line("gloo", c, n, *shape, time_us, static_cast<size_t>(total)).c_str());
+        std::printf(
+            "%s\n",
+            peer_json_line("gloo", c, n, *shape, time_us, static_cast<size_t>(total)).c_str());
         std::fflush(stdout);
       }
     }

@@ -5,7 +5,8 @@
 //
 //   mpirun --oversubscribe --allow-run-as-root --mca btl self,vader --bind-to none -np 4
 //       build/bench/mpi_bench -c all_reduce -b 8 -e 32M
-// Only the C API is used; skipping Open MPI's deprecated C++ bindings also keeps their warnings out.
+// Only the C API is used; skipping Open MPI's deprecated C++ bindings also keeps their warnings
+// out.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
@@ -32,11 +33,8 @@ void run_op(Collective c, const float* send, float* recv, const CallShape& s) {
     case Collective::reduce_scatter:
       MPI_Reduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       break;
-    case Collective::broadcast:
-      MPI_Bcast(recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-      break;
-    default:
-      break;
+    case Collective::broadcast: MPI_Bcast(recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    default: break;
   }
 }
 
@@ -75,8 +73,7 @@ int run(const PeerArgs& args) {
       prepare(c, rank, *shape, send, recv);
       run_op(c, send.data(), recv.data(), *shape);
       const size_t out_elems = c == Collective::all_gather ? shape->recv_elems : shape->count;
-      unsigned long long wrong =
-          peer_count_wrong(c, rank, n, shape->count, recv.data(), out_elems);
+      unsigned long long wrong = peer_count_wrong(c, rank, n, shape->count, recv.data(), out_elems);
       unsigned long long total = 0;
       MPI_Reduce(&wrong, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       if (rank == 0) {

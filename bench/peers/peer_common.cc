@@ -21,16 +21,17 @@ int to_int(const char* program, std::string_view flag, std::string_view v, int m
   int out = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || end != v.data() + v.size() || out < min_value) {
-    usage_error(program, std::string(flag) + " expects an integer >= " +
-                             std::to_string(min_value) + ", got '" + std::string(v) + "'");
+    usage_error(program, std::string(flag) + " expects an integer >= " + std::to_string(min_value) +
+                             ", got '" + std::string(v) + "'");
   }
   return out;
 }
 
 size_t to_bytes(const char* program, std::string_view flag, std::string_view v) {
   const auto b = cli::parse_byte_size(v);
-  if (!b) usage_error(program, std::string(flag) + " expects a size like 8, 64K, 1M, got '" +
-                                   std::string(v) + "'");
+  if (!b)
+    usage_error(program, std::string(flag) + " expects a size like 8, 64K, 1M, got '" +
+                             std::string(v) + "'");
   return *b;
 }
 
@@ -102,14 +103,9 @@ size_t peer_count_wrong(Collective c, int rank, int nranks, size_t count, const 
         for (int r = 0; r < nranks; ++r) want += peer_fill(r, j);
         break;
       }
-      case Collective::all_gather:
-        want = peer_fill(static_cast<int>(i / count), i % count);
-        break;
-      case Collective::broadcast:
-        want = peer_fill(0, i);
-        break;
-      default:
-        break;
+      case Collective::all_gather: want = peer_fill(static_cast<int>(i / count), i % count); break;
+      case Collective::broadcast: want = peer_fill(0, i); break;
+      default: break;
     }
     wrong += out[i] != want;
   }

@@ -5,8 +5,10 @@ Same sweep and conventions as tpf bench and the C++ peers (apps/tpf/bench_spec.c
 `bytes` is the largest buffer a rank touches, time = mean of ITERS calls after WARMUP calls and a
 barrier, maximised over ranks; one JSON line per size on rank 0's stdout.
 
-Run it under torchrun (python3 -m torch.distributed.run --nproc_per_node N torch_gloo_bench.py)
-or let it spawn its own ranks with --nprocs N (torch.multiprocessing, file:// rendezvous).
+Let it spawn its own ranks with --nprocs N (torch.multiprocessing, file:// rendezvous), or start
+one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (env:// rendezvous),
+e.g. under torchrun. Note: Debian 12's torchrun (torch 1.13 on Python 3.11) dies in its elastic
+agent ("'NoneType' object has no attribute 'get'") before starting any rank, so use --nprocs.
 
 PyTorch 1.13's gloo backend has no reduce_scatter ("ProcessGroupGloo does not support
 reduce_scatter"); for that collective this script prints nothing and says so on stderr.

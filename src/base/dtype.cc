@@ -28,15 +28,15 @@ struct DTypeAlias {
 
 // The canonical names come first; the rest are the spellings of NumPy, PyTorch and C.
 constexpr DTypeAlias kDTypeAliases[] = {
-    {"f32", DType::f32},        {"f64", DType::f64},       {"f16", DType::f16},
-    {"bf16", DType::bf16},      {"i8", DType::i8},         {"u8", DType::u8},
-    {"i32", DType::i32},        {"i64", DType::i64},       {"float", DType::f32},
-    {"float32", DType::f32},    {"fp32", DType::f32},      {"double", DType::f64},
-    {"float64", DType::f64},    {"fp64", DType::f64},      {"half", DType::f16},
-    {"float16", DType::f16},    {"fp16", DType::f16},      {"bfloat16", DType::bf16},
-    {"int8", DType::i8},        {"char", DType::i8},       {"uint8", DType::u8},
-    {"byte", DType::u8},        {"int32", DType::i32},     {"int", DType::i32},
-    {"int64", DType::i64},      {"long", DType::i64},
+    {"f32", DType::f32},     {"f64", DType::f64},   {"f16", DType::f16},
+    {"bf16", DType::bf16},   {"i8", DType::i8},     {"u8", DType::u8},
+    {"i32", DType::i32},     {"i64", DType::i64},   {"float", DType::f32},
+    {"float32", DType::f32}, {"fp32", DType::f32},  {"double", DType::f64},
+    {"float64", DType::f64}, {"fp64", DType::f64},  {"half", DType::f16},
+    {"float16", DType::f16}, {"fp16", DType::f16},  {"bfloat16", DType::bf16},
+    {"int8", DType::i8},     {"char", DType::i8},   {"uint8", DType::u8},
+    {"byte", DType::u8},     {"int32", DType::i32}, {"int", DType::i32},
+    {"int64", DType::i64},   {"long", DType::i64},
 };
 
 }  // namespace
@@ -63,8 +63,7 @@ size_t dtype_size(DType dtype) {
 }
 
 bool is_floating(DType dtype) noexcept {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
-         dtype == DType::bf16;
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
 const char* dtype_name(DType dtype) noexcept {

@@ -58,7 +58,7 @@ uint16_t f32_to_f16(float value) noexcept {
   }
   if (exp == 0) return sign;  // f32 zero or subnormal: far below half the smallest f16 subnormal
   const int e = static_cast<int>(exp) - 127;
-  if (e > 15) return sign | kF16Inf;  // at least 2^16: beyond f16's range, rounds to infinity
+  if (e > 15) return sign | kF16Inf;       // at least 2^16: beyond f16's range, rounds to infinity
   const uint32_t full = mant | 0x800000u;  // 24-bit significand with the implicit one
   if (e >= -14) {
     // Normal f16. Drop 13 bits, round to nearest even; a carry out of the significand correctly
@@ -69,7 +69,7 @@ uint16_t f32_to_f16(float value) noexcept {
     return static_cast<uint16_t>(sign | h);
   }
   // Subnormal f16: the value in units of 2^-24 is full * 2^(e + 1).
-  const int shift = -e - 1;  // >= 14
+  const int shift = -e - 1;     // >= 14
   if (shift > 24) return sign;  // below a quarter unit: rounds to zero
   uint32_t q = full >> shift;
   const uint32_t rem = full & ((1u << shift) - 1u);

@@ -2,13 +2,14 @@
 // first launcher whose rank variable is present wins, in the order tpf run, mpirun, srun, torchrun,
 // so that e.g. `tpf run` inside a Slurm allocation is read as tpf run.
 
+#include "tpf/launch_env.h"
+
 #include <charconv>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "tpf/error.h"
-#include "tpf/launch_env.h"
 
 namespace tpf {
 
@@ -44,8 +45,8 @@ int64_t parse_integer(const std::string& launcher, const char* name, const std::
     fail(launcher, std::string(name) + "='" + value + "' is not an integer");
   }
   if (out < min || out > max) {
-    fail(launcher, std::string(name) + "='" + value + "' is out of range [" +
-                       std::to_string(min) + ", " + std::to_string(max) + "]");
+    fail(launcher, std::string(name) + "='" + value + "' is out of range [" + std::to_string(min) +
+                       ", " + std::to_string(max) + "]");
   }
   return out;
 }
@@ -93,8 +94,7 @@ void resolve_rank0_store(const std::string& launcher, LaunchEnv& env) {
   }
   if (addr || port) {
     fail(launcher, std::string(addr ? "MASTER_ADDR" : "MASTER_PORT") + " is set but " +
-                       (addr ? "MASTER_PORT" : "MASTER_ADDR") +
-                       " is missing; set both or neither");
+                       (addr ? "MASTER_PORT" : "MASTER_ADDR") + " is missing; set both or neither");
   }
   if (env.local_world_size < env.world_size) {
     fail(launcher, "the job spans several hosts (local size " +
@@ -110,8 +110,9 @@ std::string master_job_id(const std::string& launcher) {
   const auto addr = env_nonempty("MASTER_ADDR");
   const auto port = env_nonempty("MASTER_PORT");
   if (addr && port) return *addr + ":" + *port;
-  fail(launcher, "cannot tell this job from others on the host; set TPF_JOB_ID to a name that "
-                 "all ranks of this job share");
+  fail(launcher,
+       "cannot tell this job from others on the host; set TPF_JOB_ID to a name that "
+       "all ranks of this job share");
 }
 
 void read_tpf(LaunchEnv& env) {
@@ -121,8 +122,10 @@ void read_tpf(LaunchEnv& env) {
   env.local_rank = optional_int(l, "TPF_LOCAL_RANK", 0).value_or(env.rank);
   env.local_world_size = optional_int(l, "TPF_LOCAL_WORLD_SIZE", 1).value_or(env.world_size);
   const auto addr = env_value("TPF_STORE_ADDR");
-  if (!addr) fail(l, "TPF_RANK is set but TPF_STORE_ADDR (host:port of the launcher's store) is "
-                     "missing");
+  if (!addr)
+    fail(l,
+         "TPF_RANK is set but TPF_STORE_ADDR (host:port of the launcher's store) is "
+         "missing");
   const size_t colon = addr->rfind(':');
   if (colon == std::string::npos || colon == 0) {
     fail(l, "TPF_STORE_ADDR='" + *addr + "' is not host:port");
@@ -142,8 +145,7 @@ void read_ompi(LaunchEnv& env) {
   env.rank = required_int(l, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_RANK", 0);
   env.world_size = required_int(l, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", 1);
   env.local_rank = optional_int(l, "OMPI_COMM_WORLD_LOCAL_RANK", 0).value_or(env.rank);
-  env.local_world_size =
-      optional_int(l, "OMPI_COMM_WORLD_LOCAL_SIZE", 1).value_or(env.world_size);
+  env.local_world_size = optional_int(l, "OMPI_COMM_WORLD_LOCAL_SIZE", 1).value_or(env.world_size);
   if (const auto id = env_nonempty("OMPI_MCA_ess_base_jobid")) {
     env.job_id = "ompi-" + *id;
   } else if (const auto ns = env_nonempty("PMIX_NAMESPACE")) {
@@ -163,8 +165,8 @@ void read_slurm(LaunchEnv& env) {
   } else if (const auto tasks = env_nonempty("SLURM_TASKS_PER_NODE")) {
     // Format "2(x3),1": this node's count is not named, so take the first group's.
     const size_t digits = tasks->find_first_not_of("0123456789");
-    env.local_world_size = static_cast<int>(parse_integer(
-        l, "SLURM_TASKS_PER_NODE", tasks->substr(0, digits), 1, 1 << 24));
+    env.local_world_size = static_cast<int>(
+        parse_integer(l, "SLURM_TASKS_PER_NODE", tasks->substr(0, digits), 1, 1 << 24));
   } else {
     env.local_world_size = env.world_size;
   }

@@ -111,9 +111,9 @@ std::string port_file_path(const std::string& job_id) {
 
 Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
-    throw Error(ErrorCode::invalid_argument,
-                "rendezvous: rank " + std::to_string(env.rank) + " is not in [0, world size " +
-                    std::to_string(env.world_size) + ")");
+    throw Error(ErrorCode::invalid_argument, "rendezvous: rank " + std::to_string(env.rank) +
+                                                 " is not in [0, world size " +
+                                                 std::to_string(env.world_size) + ")");
   }
   const Deadline deadline = deadline_after(timeout);
   Rendezvous out;
@@ -132,9 +132,9 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   } else if (env.rank0_hosts_store && env.store_port == 0) {
     port = wait_for_port_file(env, deadline, timeout);
   } else if (port == 0) {
-    throw Error(ErrorCode::bootstrap,
-                "rendezvous: no store port for rank " + std::to_string(env.rank) +
-                    " (the launcher must set TPF_STORE_ADDR=host:port)");
+    throw Error(ErrorCode::bootstrap, "rendezvous: no store port for rank " +
+                                          std::to_string(env.rank) +
+                                          " (the launcher must set TPF_STORE_ADDR=host:port)");
   }
 
   out.store = std::make_shared<TcpStoreClient>(host, port, env.secret, remaining(deadline));

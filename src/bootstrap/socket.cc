@@ -37,8 +37,8 @@ int resolve(const std::string& host, uint16_t port, bool passive, AddrInfoPtr* o
   if (passive) hints.ai_flags = AI_PASSIVE;
   const std::string service = std::to_string(port);
   addrinfo* result = nullptr;
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints,
-                             &result);
+  const int rc =
+      getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
   out->reset(result);
   return rc;
 }
@@ -59,8 +59,8 @@ bool wait_fd(int fd, short events, Deadline deadline) {
 
 // One non-blocking connect attempt. Returns 0 and fills *out on success, else the errno.
 int try_connect(const addrinfo* ai, Deadline deadline, Socket* out) {
-  Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                    ai->ai_protocol));
+  Socket s(
+      ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
   if (!s.valid()) return errno;
   int rc;
   do {
@@ -143,8 +143,8 @@ Listener listen_tcp(const std::string& host, uint16_t port, int backlog) {
   }
   int last_err = EADDRNOTAVAIL;
   for (const addrinfo* ai = addrs.get(); ai != nullptr; ai = ai->ai_next) {
-    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                      ai->ai_protocol));
+    Socket s(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!s.valid()) {
       last_err = errno;
       continue;
@@ -170,10 +170,9 @@ Listener listen_tcp(const std::string& host, uint16_t port, int backlog) {
     return Listener{std::move(s), bound_port};
   }
   const ErrorCode code = last_err == EADDRINUSE ? ErrorCode::resource : ErrorCode::bootstrap;
-  throw_system_error(code,
-                     "listen on " + host_port(host, port) +
-                         " (pick another port, or port 0 for a free one)",
-                     last_err);
+  throw_system_error(
+      code, "listen on " + host_port(host, port) + " (pick another port, or port 0 for a free one)",
+      last_err);
 }
 
 Socket accept_tcp(const Socket& listener) {

@@ -100,9 +100,9 @@ void TcpStoreClient::Impl::connect() {
                 where() + " refused this client: wrong job secret (TPF_JOB_SECRET)");
   }
   const auto message = r.str();
-  throw Error(ErrorCode::bootstrap,
-              where() + " rejected the hello: " + message.value_or("(no message)") +
-                  " (client and server from different tpfabric versions?)");
+  throw Error(ErrorCode::bootstrap, where() +
+                                        " rejected the hello: " + message.value_or("(no message)") +
+                                        " (client and server from different tpfabric versions?)");
 }
 
 TcpStoreClient::TcpStoreClient(const std::string& host, uint16_t port, const std::string& secret,
@@ -135,10 +135,11 @@ std::string request(proto::Op op, const std::string& key) {
 void check_size(const std::string& key, size_t value_bytes, const char* op) {
   // Leaves room for the op byte and length fields inside the frame limit.
   if (key.size() + value_bytes + 64 > proto::kMaxFrameBytes) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string("store ") + op + ": key and value are " +
-                    std::to_string(key.size() + value_bytes) + " bytes; the store accepts at most " +
-                    std::to_string(proto::kMaxFrameBytes - 64) + " bytes per request");
+    throw Error(ErrorCode::invalid_argument, std::string("store ") + op + ": key and value are " +
+                                                 std::to_string(key.size() + value_bytes) +
+                                                 " bytes; the store accepts at most " +
+                                                 std::to_string(proto::kMaxFrameBytes - 64) +
+                                                 " bytes per request");
   }
 }
 

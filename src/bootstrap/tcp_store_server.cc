@@ -322,8 +322,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
       proto::put_u8(p, data.count(*key) ? 1 : 0);
       return respond(c, p);
     }
-    case proto::Op::hello:
-      return fail(c, "store: duplicate hello");
+    case proto::Op::hello: return fail(c, "store: duplicate hello");
   }
   fail(c, "store: unknown request op " + std::to_string(*op));
 }
@@ -411,9 +410,9 @@ void TcpStoreServer::Impl::drop_waiter(uint64_t id, const std::string& key) {
   auto it = waiters.find(key);
   if (it == waiters.end()) return;
   auto& list = it->second;
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [id](const Waiter& w) { return w.conn_id == id; }),
-             list.end());
+  list.erase(
+      std::remove_if(list.begin(), list.end(), [id](const Waiter& w) { return w.conn_id == id; }),
+      list.end());
   if (list.empty()) waiters.erase(it);
 }
 

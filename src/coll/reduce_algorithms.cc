@@ -33,6 +33,11 @@ void all_reduce_one_shot(transport::ShmFabric& fabric, const OpDesc& desc,
   const int n = fabric.size(), me = fabric.rank();
   const size_t bytes = desc.count * dtype_size(desc.dtype);
   const bool deliver = desc.kind == OpKind::all_reduce || me == desc.root;
+  if (n == 1) {  // nothing to exchange; the message may be larger than a slot
+    fabric.post_and_wait_all(fabric.begin_step(), fp, ctx);
+    if (bytes > 0) reduce_n(desc.dtype, desc.op, desc.recv, &desc.send, 1, desc.count);
+    return;
+  }
   uint64_t step = fabric.begin_step();
   if (bytes > 0) std::memcpy(fabric.slot(me, step), desc.send, bytes);
   fabric.post_and_wait_all(step, fp, ctx);

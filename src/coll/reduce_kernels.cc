@@ -14,6 +14,10 @@
 #include "tpf/error.h"
 #include "tpf/half.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace tpf::coll {
 
 namespace {
@@ -193,8 +197,12 @@ Isa best_supported_isa() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
     return Isa::avx512;
   }
-  // F16C came with every AVX2 CPU shipped, but check rather than assume.
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return Isa::avx2;
+  // F16C came with every AVX2 CPU shipped, but check rather than assume. Through cpuid because
+  // Clang's __builtin_cpu_supports does not know "f16c"; AVX2 being usable already implies the OS
+  // saves the YMM state F16C needs.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  if (__builtin_cpu_supports("avx2") && f16c) return Isa::avx2;
 #endif
   return Isa::scalar;
 }
@@ -271,9 +279,8 @@ void reduce_n(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int 
     case Isa::scalar: break;
   }
   const bool avg = op == ReduceOp::avg;
-  dispatch(dtype, op, [&]<class Io, class Op>() {
-    blocked_range<Io, Op>(dst, srcs, nsrcs, count, avg);
-  });
+  dispatch(dtype, op,
+           [&]<class Io, class Op>() { blocked_range<Io, Op>(dst, srcs, nsrcs, count, avg); });
 }
 
 const char* reduce_kernel_isa() { return isa_name(active_isa()); }
@@ -312,8 +319,9 @@ void divide_range_scalar(DType dtype, void* dst, int nsrcs, size_t begin, size_t
     case DType::i32: divide.template operator()<int32_t>(); return;
     case DType::i64: divide.template operator()<int64_t>(); return;
     default:
-      throw Error(ErrorCode::internal, std::string("reduce kernels: integer avg divide called for ") +
-                                           dtype_name(dtype));
+      throw Error(
+          ErrorCode::internal,
+          std::string("reduce kernels: integer avg divide called for ") + dtype_name(dtype));
   }
 }
 

@@ -56,8 +56,7 @@ struct F64Io {
   TPF_AVX2 static V finish(V v, int nsrcs, bool avg) {
     if (avg) v = _mm256_div_pd(v, _mm256_set1_pd(static_cast<double>(nsrcs)));
     const V nan = _mm256_cmp_pd(v, v, _CMP_UNORD_Q);
-    return _mm256_blendv_pd(v, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7ff8000000000000LL)),
-                            nan);
+    return _mm256_blendv_pd(v, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7ff8000000000000LL)), nan);
   }
 };
 
@@ -82,14 +81,13 @@ struct Bf16Io {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
   }
   TPF_AVX2 static void store(void* p, size_t i, V v) {
-    // Round to nearest even on the integer bits, as f32_to_bf16 does.
+    // Round to nearest even on the integer bits, as f32_to_bf16 does. store() only ever sees
+    // finish()'s output, where every NaN is the canonical 0x7fc00000: the rounding maps that to
+    // 0x7fc0, the canonical bf16 NaN, so no NaN case is needed here.
     const __m256i x = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-    const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m256i bits = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
     // Every lane is in [0, 0xffff], so the saturating pack is an exact narrowing.
     const __m128i packed =
         _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
@@ -113,21 +111,26 @@ struct IntIo {
 };
 
 // ---- Combining operators. min/max: vminps(a, b) is "a < b ? a : b", the reference's order; the
-// blend adds NaN propagation from a (a NaN in b already comes out). --------------------------------
+// blend adds NaN propagation from a (a NaN in b already comes out).
+// --------------------------------
 
-#define TPF_BINOP(Name, V, expr)                         \
-  struct Name {                                          \
+#define TPF_BINOP(Name, V, expr)                       \
+  struct Name {                                        \
     TPF_AVX2 static V apply(V a, V b) { return expr; } \
   };
 
 TPF_BINOP(AddPs, __m256, _mm256_add_ps(a, b))
 TPF_BINOP(MulPs, __m256, _mm256_mul_ps(a, b))
-TPF_BINOP(MinPs, __m256, _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
-TPF_BINOP(MaxPs, __m256, _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
+TPF_BINOP(MinPs, __m256,
+          _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
+TPF_BINOP(MaxPs, __m256,
+          _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
 TPF_BINOP(AddPd, __m256d, _mm256_add_pd(a, b))
 TPF_BINOP(MulPd, __m256d, _mm256_mul_pd(a, b))
-TPF_BINOP(MinPd, __m256d, _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
-TPF_BINOP(MaxPd, __m256d, _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
+TPF_BINOP(MinPd, __m256d,
+          _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
+TPF_BINOP(MaxPd, __m256d,
+          _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
 TPF_BINOP(AddI8, __m256i, _mm256_add_epi8(a, b))
 TPF_BINOP(MinI8, __m256i, _mm256_min_epi8(a, b))
 TPF_BINOP(MaxI8, __m256i, _mm256_max_epi8(a, b))
@@ -149,8 +152,8 @@ struct MulI8 {
   TPF_AVX2 static __m256i apply(__m256i a, __m256i b) {
     const __m256i low_bytes = _mm256_set1_epi16(0x00ff);
     const __m256i even = _mm256_and_si256(_mm256_mullo_epi16(a, b), low_bytes);
-    const __m256i odd = _mm256_slli_epi16(
-        _mm256_mullo_epi16(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8)), 8);
+    const __m256i odd =
+        _mm256_slli_epi16(_mm256_mullo_epi16(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8)), 8);
     return _mm256_or_si256(even, odd);
   }
 };
@@ -201,8 +204,8 @@ TPF_AVX2 size_t run(void* dst, const void* const* srcs, int nsrcs, size_t begin,
 
 // Runs the vector loop, then the scalar reference on the tail.
 template <class Io, class Op>
-TPF_AVX2 void run_with_tail(DType dtype, ReduceOp op, void* dst, const void* const* srcs,
-                            int nsrcs, size_t count) {
+TPF_AVX2 void run_with_tail(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
+                            size_t count) {
   const size_t done = run<Io, Op>(dst, srcs, nsrcs, 0, count, op == ReduceOp::avg);
   if (done < count) reduce_range_scalar(dtype, op, dst, srcs, nsrcs, done, count);
 }
@@ -244,14 +247,30 @@ TPF_AVX2 void run_op(DType dtype, ReduceOp op, void* dst, const void* const* src
 bool reduce_n_avx2(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
                    size_t count) {
   switch (dtype) {
-    case DType::f32: run_op<F32Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::f16: run_op<F16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::bf16: run_op<Bf16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::f64: run_op<F64Io, AddPd, MulPd, MinPd, MaxPd>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::i8: run_op<IntIo<int8_t>, AddI8, MulI8, MinI8, MaxI8>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::u8: run_op<IntIo<uint8_t>, AddI8, MulI8, MinU8, MaxU8>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::i32: run_op<IntIo<int32_t>, AddI32, MulI32, MinI32, MaxI32>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::i64: run_op<IntIo<int64_t>, AddI64, MulI64, MinI64, MaxI64>(dtype, op, dst, srcs, nsrcs, count); break;
+    case DType::f32:
+      run_op<F32Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::f16:
+      run_op<F16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::bf16:
+      run_op<Bf16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::f64:
+      run_op<F64Io, AddPd, MulPd, MinPd, MaxPd>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::i8:
+      run_op<IntIo<int8_t>, AddI8, MulI8, MinI8, MaxI8>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::u8:
+      run_op<IntIo<uint8_t>, AddI8, MulI8, MinU8, MaxU8>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::i32:
+      run_op<IntIo<int32_t>, AddI32, MulI32, MinI32, MaxI32>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::i64:
+      run_op<IntIo<int64_t>, AddI64, MulI64, MinI64, MaxI64>(dtype, op, dst, srcs, nsrcs, count);
+      break;
     default: return false;
   }
   return true;

@@ -65,7 +65,8 @@ struct F16Io {
   using V = __m512;
   static constexpr size_t kWidth = 16;
   TPF_AVX512 static V load(const void* p, size_t i) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at<uint16_t>(p, i))));
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at<uint16_t>(p, i))));
   }
   TPF_AVX512 static void store(void* p, size_t i, V v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(at<uint16_t>(p, i)),
@@ -82,15 +83,13 @@ struct Bf16Io {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
   }
   TPF_AVX512 static void store(void* p, size_t i, V v) {
-    // Round to nearest even on the integer bits, as f32_to_bf16 does; finish() already made any
-    // NaN the canonical one, whose top half (0x7fc0) the rounding leaves intact.
+    // Round to nearest even on the integer bits, as f32_to_bf16 does. store() only ever sees
+    // finish()'s output, where every NaN is the canonical 0x7fc00000: the rounding maps that to
+    // 0x7fc0, the canonical bf16 NaN, so no NaN case is needed here.
     const __m512i x = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
     const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-    const __m512i bits = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    const __m512i bits = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(at<uint16_t>(p, i)),
                         _mm512_cvtepi32_epi16(bits));
   }
@@ -108,10 +107,11 @@ struct IntIo {
 };
 
 // ---- Combining operators. min/max: vminps(a, b) is "a < b ? a : b", the reference's order; the
-// blend adds NaN propagation from a (a NaN in b already comes out). --------------------------------
+// blend adds NaN propagation from a (a NaN in b already comes out).
+// --------------------------------
 
-#define TPF_BINOP(Name, V, expr)                           \
-  struct Name {                                            \
+#define TPF_BINOP(Name, V, expr)                         \
+  struct Name {                                          \
     TPF_AVX512 static V apply(V a, V b) { return expr; } \
   };
 
@@ -149,8 +149,8 @@ struct MulI8 {
   TPF_AVX512 static __m512i apply(__m512i a, __m512i b) {
     const __m512i low_bytes = _mm512_set1_epi16(0x00ff);
     const __m512i even = _mm512_and_si512(_mm512_mullo_epi16(a, b), low_bytes);
-    const __m512i odd = _mm512_slli_epi16(
-        _mm512_mullo_epi16(_mm512_srli_epi16(a, 8), _mm512_srli_epi16(b, 8)), 8);
+    const __m512i odd =
+        _mm512_slli_epi16(_mm512_mullo_epi16(_mm512_srli_epi16(a, 8), _mm512_srli_epi16(b, 8)), 8);
     return _mm512_or_si512(even, odd);
   }
 };
@@ -234,14 +234,30 @@ TPF_AVX512 void run_op(DType dtype, ReduceOp op, void* dst, const void* const* s
 bool reduce_n_avx512(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
                      size_t count) {
   switch (dtype) {
-    case DType::f32: run_op<F32Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::f16: run_op<F16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::bf16: run_op<Bf16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::f64: run_op<F64Io, AddPd, MulPd, MinPd, MaxPd>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::i8: run_op<IntIo<int8_t>, AddI8, MulI8, MinI8, MaxI8>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::u8: run_op<IntIo<uint8_t>, AddI8, MulI8, MinU8, MaxU8>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::i32: run_op<IntIo<int32_t>, AddI32, MulI32, MinI32, MaxI32>(dtype, op, dst, srcs, nsrcs, count); break;
-    case DType::i64: run_op<IntIo<int64_t>, AddI64, MulI64, MinI64, MaxI64>(dtype, op, dst, srcs, nsrcs, count); break;
+    case DType::f32:
+      run_op<F32Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::f16:
+      run_op<F16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::bf16:
+      run_op<Bf16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::f64:
+      run_op<F64Io, AddPd, MulPd, MinPd, MaxPd>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::i8:
+      run_op<IntIo<int8_t>, AddI8, MulI8, MinI8, MaxI8>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::u8:
+      run_op<IntIo<uint8_t>, AddI8, MulI8, MinU8, MaxU8>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::i32:
+      run_op<IntIo<int32_t>, AddI32, MulI32, MinI32, MaxI32>(dtype, op, dst, srcs, nsrcs, count);
+      break;
+    case DType::i64:
+      run_op<IntIo<int64_t>, AddI64, MulI64, MinI64, MaxI64>(dtype, op, dst, srcs, nsrcs, count);
+      break;
     default: return false;
   }
   return true;

@@ -202,7 +202,7 @@ void CommImpl::execute(Task& task) {
     std::lock_guard lock(mu_);
     if (failure_.empty() && !aborted_.load()) {
       failure_ = error.what();
-      fabric_->mark_failed(failure_);  // peers waiting on this rank fail fast with the reason
+      fabric_->mark_failed(error.code(), failure_);  // peers waiting on this rank fail fast with the reason
     }
   } catch (...) {
     failure = std::current_exception();

@@ -25,14 +25,14 @@ class HwlocTopology {
  public:
   HwlocTopology() {
     if (hwloc_topology_init(&topo_) != 0) {
-      throw_system_error(ErrorCode::system, "hwloc_topology_init (discovering the machine topology)",
-                         errno);
+      throw_system_error(ErrorCode::system,
+                         "hwloc_topology_init (discovering the machine topology)", errno);
     }
     if (hwloc_topology_load(topo_) != 0) {
       int err = errno;
       hwloc_topology_destroy(topo_);
-      throw_system_error(ErrorCode::system, "hwloc_topology_load (discovering the machine topology)",
-                         err);
+      throw_system_error(ErrorCode::system,
+                         "hwloc_topology_load (discovering the machine topology)", err);
     }
   }
   ~HwlocTopology() { hwloc_topology_destroy(topo_); }
@@ -143,7 +143,8 @@ std::string MachineTopology::describe() const {
       << ' ' << plural(numa_nodes, "NUMA node", "NUMA nodes") << ", " << cores.size() << ' '
       << plural(cores.size(), "core", "cores") << ", " << pus << ' '
       << plural(pus, "hardware thread", "hardware threads") << '\n';
-  out << "L3 cache: " << (l3_bytes == 0 ? std::string("unknown") : format_bytes(l3_bytes) + " per instance")
+  out << "L3 cache: "
+      << (l3_bytes == 0 ? std::string("unknown") : format_bytes(l3_bytes) + " per instance")
       << '\n';
   // One line per (socket, NUMA node) pair, in order of first appearance.
   std::vector<std::pair<int, int>> groups;

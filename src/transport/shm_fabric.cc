@@ -54,6 +54,7 @@ struct ShmFabric::Control {
   Doorbell bell;
   Signal state;
   alignas(kCacheLine) char reason[kReasonBytes];
+  int32_t reason_code;  // the ErrorCode of the failure, so peers report the root cause's kind
   FingerprintLine fp[2];
   // Followed by P2pControl[size] at p2p_offset().
   P2pControl& p2p(int peer) {
@@ -153,9 +154,13 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   }
   if (state == kStateFailed) {
     std::string reason(other.reason, strnlen(other.reason, kReasonBytes));
-    throw Error(ErrorCode::aborted, ctx.op_label + ": rank " + std::to_string(peer) +
-                                        " failed earlier and left the communicator: " + reason);
+    throw Error(static_cast<ErrorCode>(other.reason_code),
+                ctx.op_label + ": rank " + std::to_string(peer) +
+                    " failed earlier and left the communicator: " + reason);
   }
+}
+
+void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   if (!processes_[peer].alive()) {
     throw Error(ErrorCode::peer_died,
                 ctx.op_label + ": rank " + std::to_string(peer) + " (pid " +
@@ -177,6 +182,8 @@ void ShmFabric::wait(Ready&& ready, const std::vector<int>& awaited, const WaitC
     if (aborted()) {
       throw Error(ErrorCode::aborted, ctx.op_label + ": the communicator was aborted on this rank");
     }
+    // Dead peers first: a peer that failed because another died should not hide the dead one.
+    for (int p : awaited) check_alive(p, ctx);
     for (int p : awaited) check_peer(p, ctx);
     auto now = std::chrono::steady_clock::now();
     if (now >= ctx.deadline) {
@@ -211,6 +218,7 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
   for (int p : all_peers_) {
     const Fingerprint& theirs = control(p).fp[step % 2].fp;
     if (!(theirs == fp)) {
+      check_peer(p, ctx);  // a peer that aborted or failed explains the difference better
       throw Error(ErrorCode::mismatch,
                   ctx.op_label + ": ranks called different collectives: rank " +
                       std::to_string(config_.rank) + " called " + config_.describe(fp) +
@@ -249,12 +257,13 @@ void ShmFabric::release_recv(int peer, uint64_t k) {
   control(peer).bell.ring();
 }
 
-void ShmFabric::mark_failed(const std::string& reason) noexcept {
+void ShmFabric::mark_failed(ErrorCode code, const std::string& reason) noexcept {
   Control& mine = control(config_.rank);
   if (mine.state.value.load(std::memory_order_acquire) != kStateOk) return;
   size_t n = std::min(reason.size(), kReasonBytes - 1);
   std::memcpy(mine.reason, reason.data(), n);
   mine.reason[n] = '\0';
+  mine.reason_code = static_cast<int32_t>(code);
   mine.state.value.store(kStateFailed, std::memory_order_seq_cst);
   for (int p : all_peers_) control(p).bell.ring_always();
 }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tpf/error.h"
 #include "tpf/store.h"
 #include "transport/peer_process.h"
 #include "transport/shm_segment.h"
@@ -81,7 +82,7 @@ class ShmFabric {
   void release_recv(int peer, uint64_t k);
 
   // Marks this rank failed (peers waiting on it fail fast, with `reason`).
-  void mark_failed(const std::string& reason) noexcept;
+  void mark_failed(ErrorCode code, const std::string& reason) noexcept;
   // Marks this rank aborted and wakes everyone, this rank's own waiters included.
   void abort() noexcept;
   bool aborted() const noexcept;
@@ -93,7 +94,9 @@ class ShmFabric {
   template <class Ready>
   void wait(Ready&& ready, const std::vector<int>& awaited, const WaitContext& ctx,
             const std::function<std::vector<int>()>& missing);
+  // Throw if the peer aborted or failed (check_peer) or if its process is gone (check_alive).
   void check_peer(int peer, const WaitContext& ctx) const;
+  void check_alive(int peer, const WaitContext& ctx) const;
   void ring_peers() noexcept;
   void setup();
 
