@@ -3,6 +3,8 @@
 // bit with what each rank's deterministic input says they must be.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -28,6 +30,9 @@ std::vector<size_t> counts_for(DType dt, int blocks) {
 
 template <class F>
 void call(const std::string& name, F&& f) {
+  // TPF_TEST_TRACE=1 prints each case before it runs: shows where a crashing rank was.
+  static const bool trace = std::getenv("TPF_TEST_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "[trace] %s\n", name.c_str());
   try {
     f();
   } catch (const Error& e) {

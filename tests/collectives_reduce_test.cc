@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -39,6 +41,9 @@ std::vector<size_t> counts_for(DType dt, ReduceOp op, int blocks) {
 // the ranks may be out of step, so the run stops here.
 template <class F>
 void call(const std::string& name, F&& f) {
+  // TPF_TEST_TRACE=1 prints each case before it runs: shows where a crashing rank was.
+  static const bool trace = std::getenv("TPF_TEST_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "[trace] %s\n", name.c_str());
   try {
     f();
   } catch (const Error& e) {

@@ -1,13 +1,10 @@
 #include "tpf/launcher.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +18,7 @@
 
 #include "tpf/error.h"
 #include "tpf/line_prefixer.h"
+#include "tpf/process_util.h"
 #include "tpf/store.h"
 
 extern char** environ;
@@ -33,90 +31,6 @@ using Clock = std::chrono::steady_clock;
 // Signals tpf run forwards to every rank (and then treats as "the user wants the job to stop").
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = other.release();
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Pipe {
-  Fd read;
-  Fd write;
-};
-
-// Both ends close on exec: a rank only keeps what dup2 puts on fds 1 and 2, so the launcher sees
-// EOF on a rank's output exactly when that rank (and its descendants) are gone.
-Pipe make_pipe(const char* what) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw_system_error(ErrorCode::resource,
-                       std::string("tpf run: pipe2 for ") + what +
-                           " (too many ranks for the open-file limit? see 'ulimit -n')",
-                       errno);
-  }
-  return Pipe{Fd(fds[0]), Fd(fds[1])};
-}
-
-void report(const std::string& line) {
-  std::string text = "tpf run: " + line + "\n";
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
-std::string random_hex(size_t bytes) {
-  std::vector<unsigned char> buf(bytes);
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = ::getrandom(buf.data() + done, bytes - done, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_system_error(ErrorCode::system, "tpf run: getrandom (job secret)", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : buf) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
-
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  std::string name = abbrev != nullptr ? std::string("SIG") + abbrev : "signal";
-  return name + " (" + std::to_string(sig) + ")";
-}
-
 // Blocks the signals the launcher handles through a signalfd, in this thread and in every thread
 // started afterwards (the store server's), and restores the old mask when the job is over.
 class SignalRouting {
@@ -126,13 +40,13 @@ class SignalRouting {
     sigaddset(&mask_, SIGCHLD);
     for (int sig : kForwardedSignals) sigaddset(&mask_, sig);
     if (::pthread_sigmask(SIG_BLOCK, &mask_, &old_mask_) != 0) {
-      throw Error(ErrorCode::system, "tpf run: pthread_sigmask failed");
+      throw Error(ErrorCode::system, "pthread_sigmask: cannot block the signals tpf run handles");
     }
     fd_ = Fd(::signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!fd_.valid()) {
       int err = errno;
       ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-      throw_system_error(ErrorCode::system, "tpf run: signalfd", err);
+      throw_system_error(ErrorCode::system, "signalfd", err);
     }
     // Writing tagged output to a closed pipe must not kill the launcher (and orphan the ranks).
     struct sigaction ignore {};
@@ -246,29 +160,16 @@ class RankSet {
 
 // Removes /dev/shm/tpf-<uid>-<jobid>-* when the job is over. The fabric unlinks its segments as
 // soon as every rank has mapped them; this only catches what a rank killed during setup left.
+// Runs remove_job_shm_segments when the job is over, whichever way launch_job leaves.
 class ShmSweeper {
  public:
-  explicit ShmSweeper(std::string job_id)
-      : prefix_("tpf-" + std::to_string(::getuid()) + "-" + std::move(job_id) + "-") {}
-  ~ShmSweeper() {
-    DIR* dir = ::opendir("/dev/shm");
-    if (dir == nullptr) return;
-    int removed = 0;
-    while (dirent* entry = ::readdir(dir)) {
-      if (std::strncmp(entry->d_name, prefix_.c_str(), prefix_.size()) != 0) continue;
-      if (::unlinkat(::dirfd(dir), entry->d_name, 0) == 0) ++removed;
-    }
-    ::closedir(dir);
-    if (removed > 0) {
-      report("removed " + std::to_string(removed) + " leftover shared-memory segment(s) /dev/shm/" +
-             prefix_ + "*");
-    }
-  }
+  explicit ShmSweeper(std::string job_id) : job_id_(std::move(job_id)) {}
+  ~ShmSweeper() { remove_job_shm_segments(job_id_); }
   ShmSweeper(const ShmSweeper&) = delete;
   ShmSweeper& operator=(const ShmSweeper&) = delete;
 
  private:
-  std::string prefix_;
+  std::string job_id_;
 };
 
 bool is_launcher_variable(const char* entry, bool override_timeout) {
@@ -377,8 +278,7 @@ class Job {
       }
       pid_t pid = ::fork();
       if (pid < 0)
-        throw_system_error(ErrorCode::resource,
-                           "tpf run: fork of rank " + std::to_string(rank.rank), errno);
+        throw_system_error(ErrorCode::resource, "fork of rank " + std::to_string(rank.rank), errno);
       if (pid == 0) {
         run_child(options_, path_, rank, plan, signals, launcher, status.write.get(),
                   out.write.get(), err.write.get());
@@ -420,7 +320,7 @@ class Job {
         }
       }
       int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
-      if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "tpf run: poll", errno);
+      if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "poll", errno);
       if (rc > 0) {
         for (size_t i = 1; i < fds.size(); ++i) {
           if (fds[i].revents == 0) continue;
@@ -470,6 +370,13 @@ class Job {
     for (Rank& r : ranks_.ranks()) {
       if (!r.running) continue;
       pid_t got = ::waitpid(r.pid, &r.wait_status, WNOHANG);
+      if (got < 0 && errno == ECHILD) {
+        // Someone else reaped it (cannot happen unless SIGCHLD is ignored); never wait on it.
+        r.running = false;
+        report("rank " + std::to_string(r.rank) + " vanished (exit status unknown)");
+        any_failed_ = true;
+        continue;
+      }
       if (got != r.pid) continue;
       r.running = false;
       read_exec_status(r);
@@ -581,48 +488,6 @@ class Job {
 };
 
 }  // namespace
-
-std::optional<std::string> resolve_program(const std::string& program, std::string* error) {
-  auto usable = [](const std::string& path, int* err) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
-      *err = errno;
-      return false;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      *err = EISDIR;
-      return false;
-    }
-    if (::access(path.c_str(), X_OK) != 0) {
-      *err = errno;
-      return false;
-    }
-    return true;
-  };
-  int err = 0;
-  if (program.empty()) {
-    *error = "the program name is empty";
-    return std::nullopt;
-  }
-  if (program.find('/') != std::string::npos) {
-    if (usable(program, &err)) return program;
-    *error = "cannot run '" + program + "': " + std::strerror(err);
-    return std::nullopt;
-  }
-  const char* path_env = std::getenv("PATH");
-  std::string search = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= search.size()) {
-    size_t end = search.find(':', start);
-    if (end == std::string::npos) end = search.size();
-    std::string dir = search.substr(start, end - start);
-    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
-    if (usable(candidate, &err)) return candidate;
-    start = end + 1;
-  }
-  *error = "cannot find program '" + program + "' in PATH (" + search + ")";
-  return std::nullopt;
-}
 
 int launch_job(const LaunchOptions& options) {
   std::string resolve_error;

@@ -32,8 +32,4 @@ inline constexpr int kExitCannotStart =
 // cannot be set up (no free port, fork failure, too many open files).
 int launch_job(const LaunchOptions& options);
 
-// Path of the program execve() will run: `program` itself if it contains a '/', else the first
-// executable match in $PATH. nullopt (and *error set) when there is none.
-std::optional<std::string> resolve_program(const std::string& program, std::string* error);
-
 }  // namespace tpf::cli

@@ -68,7 +68,12 @@ void all_reduce_two_shot(transport::ShmFabric& fabric, const OpDesc& desc, bool 
     const bool has_input = k < chunks;
     const size_t base = k * chunk;
     const size_t len = has_input ? std::min(chunk, desc.count - base) : 0;
-    if (len > 0) std::memcpy(fabric.slot(me, step), send + base * esize, len * esize);
+    const Portion own = portion_of(len, n, me, esize);
+    if (len > 0) {  // stage the portions the peers reduce; this rank reads its own from `send`
+      std::byte* slot = fabric.slot(me, step);
+      std::memcpy(slot, send + base * esize, own.begin * esize);
+      std::memcpy(slot + own.end * esize, send + (base + own.end) * esize, (len - own.end) * esize);
+    }
     fabric.post_and_wait_all(step, fp, ctx);
 
     if (k > 0 && deliver) {  // gather the reduced portions of chunk k - 1
@@ -84,9 +89,12 @@ void all_reduce_two_shot(transport::ShmFabric& fabric, const OpDesc& desc, bool 
       }
     }
     if (len > 0) {  // reduce this rank's portion of chunk k into the next slot
-      Portion part = portion_of(len, n, me, esize);
+      const Portion part = own;
       if (part.end > part.begin) {
+        // The result goes to the slot, never to `send`, so reading this rank's input in place is
+        // safe even when send == recv.
         for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step) + part.begin * esize;
+        srcs[me] = send + (base + part.begin) * esize;
         std::byte* result = fabric.slot(me, step + 1) + result_offset;
         reduce_n(desc.dtype, desc.op, result, srcs.data(), n, part.end - part.begin);
         if (deliver) {

@@ -44,7 +44,22 @@ size_t shm_free_bytes() {
   return static_cast<size_t>(info.f_bavail) * info.f_frsize;
 }
 
+namespace {
+
+[[noreturn]] void throw_shm_too_small(size_t bytes, const std::string& what) {
+  throw Error(ErrorCode::resource,
+              what + " needs " + mib(bytes) + " of shared memory for this rank but /dev/shm has "
+              "only " + mib(shm_free_bytes()) + " free. Make /dev/shm larger (e.g. `mount -o "
+              "remount,size=8G /dev/shm`, or `docker run --shm-size=8g`) or lower "
+              "TPF_SHM_BUFFER_BYTES");
+}
+
+}  // namespace
+
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::string& what) {
+  // Checked first so that an impossible request fails at once, before tmpfs hands out pages.
+  const size_t free_bytes = shm_free_bytes();
+  if (free_bytes != 0 && bytes > free_bytes) throw_shm_too_small(bytes, what);
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw_system_error(ErrorCode::system, "shm_open(" + name + ") for " + what, errno);
   FdGuard guard{fd};
@@ -61,13 +76,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (err != 0) {
     segment.unlink();
-    if (err == ENOSPC) {
-      throw Error(ErrorCode::resource,
-                  what + " needs " + mib(bytes) + " of shared memory for this rank but /dev/shm has "
-                  "only " + mib(shm_free_bytes()) + " free. Make /dev/shm larger (e.g. `mount -o "
-                  "remount,size=8G /dev/shm`, or `docker run --shm-size=8g`) or lower "
-                  "TPF_SHM_BUFFER_BYTES");
-    }
+    if (err == ENOSPC) throw_shm_too_small(bytes, what);
     throw_system_error(ErrorCode::system, "posix_fallocate of " + name, err);
   }
   segment.data_ = map_shared(fd, bytes, name);

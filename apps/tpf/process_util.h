@@ -1,0 +1,68 @@
+// Small process and file-descriptor helpers of the launcher (`tpf run`).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace tpf::cli {
+
+// Owns one file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd read;
+  Fd write;
+};
+
+// A pipe whose ends both close on exec; throws Error(resource) naming `what` on failure.
+Pipe make_pipe(const char* what);
+
+// Writes "tpf run: <line>\n" to stderr in one write() (no stdio buffer to interleave with).
+void report(const std::string& line);
+
+// `bytes` random bytes from getrandom(), as lowercase hex.
+std::string random_hex(size_t bytes);
+
+// "SIGKILL (9)".
+std::string signal_name(int sig);
+
+// Path of the program execve() will run: `program` itself if it contains a '/', else the first
+// executable match in $PATH. nullopt (and *error set) when there is none.
+std::optional<std::string> resolve_program(const std::string& program, std::string* error);
+
+// Unlinks /dev/shm/tpf-<uid>-<job_id>-* and reports how many there were. The fabric unlinks its
+// segments as soon as every rank has mapped them; this only catches what a rank killed during
+// setup left behind.
+void remove_job_shm_segments(const std::string& job_id);
+
+}  // namespace tpf::cli

@@ -1,0 +1,111 @@
+// The shared-memory layer on its own: segment lifetime, the /dev/shm space check, and a
+// one-rank communicator's setup and errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+#include "transport/shm_segment.h"
+
+namespace tpf {
+namespace {
+
+bool shm_entry_exists(const std::string& name) {
+  return std::filesystem::exists("/dev/shm" + name);  // names start with '/'
+}
+
+std::string unique_name(const char* tag) {
+  return "/tpf-test-" + std::to_string(::getpid()) + "-" + tag;
+}
+
+TEST(ShmSegment, CreateOpenUnlinkLeavesNothingBehind) {
+  const std::string name = unique_name("life");
+  auto created = transport::ShmSegment::create(name, 8192, "test");
+  EXPECT_TRUE(shm_entry_exists(name));
+  auto opened = transport::ShmSegment::open(name, 8192);
+  static_cast<char*>(created.data())[100] = 42;
+  EXPECT_EQ(static_cast<char*>(opened.data())[100], 42);  // same memory through both maps
+  created.unlink();
+  EXPECT_FALSE(shm_entry_exists(name));
+  static_cast<char*>(opened.data())[101] = 7;  // the mapping outlives the name
+  EXPECT_EQ(static_cast<char*>(created.data())[101], 7);
+}
+
+TEST(ShmSegment, DestroyingTheCreatorRemovesTheName) {
+  const std::string name = unique_name("raii");
+  { auto created = transport::ShmSegment::create(name, 4096, "test"); }
+  EXPECT_FALSE(shm_entry_exists(name));
+}
+
+TEST(ShmSegment, TooSmallDevShmFailsWithTheSizeNeededAndTheFix) {
+  const size_t free_bytes = transport::shm_free_bytes();
+  ASSERT_GT(free_bytes, 0u) << "statvfs(/dev/shm) failed";
+  const std::string name = unique_name("big");
+  try {
+    transport::ShmSegment::create(name, free_bytes + (size_t{1} << 30), "a 4-rank job");
+    FAIL() << "creating a segment larger than /dev/shm succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::resource);
+    const std::string message = e.what();
+    EXPECT_NE(message.find("a 4-rank job needs"), std::string::npos) << message;
+    EXPECT_NE(message.find("/dev/shm has only"), std::string::npos) << message;
+    EXPECT_NE(message.find("--shm-size"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(shm_entry_exists(name));
+}
+
+TEST(ShmSegment, OpeningAMissingPeerSegmentIsABootstrapError) {
+  try {
+    transport::ShmSegment::open(unique_name("missing"), 4096);
+    FAIL() << "opened a segment that does not exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::bootstrap);
+  }
+}
+
+TEST(OneRankCommunicator, OversizedBufferIsRejectedAtCreation) {
+  TcpStoreServer server("127.0.0.1", 0, "s3cret");
+  CommOptions options;
+  options.buffer_bytes = transport::shm_free_bytes() + (size_t{1} << 30);
+  try {
+    Communicator::create(0, 1, "127.0.0.1:" + std::to_string(server.port()), "s3cret", options);
+    FAIL() << "communicator with a buffer larger than /dev/shm was created";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::resource) << e.what();
+  }
+}
+
+TEST(OneRankCommunicator, CollectivesWorkAndLeaveNoSegment) {
+  TcpStoreServer server("127.0.0.1", 0, "");
+  Communicator comm = Communicator::create(0, 1, "127.0.0.1:" + std::to_string(server.port()));
+  float in[3] = {1.5f, -2.0f, 4.0f}, out[3] = {};
+  comm.all_reduce(in, out, 3, DType::f32, ReduceOp::max);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[2], 4.0f);
+  comm.all_reduce(in, in, 3, DType::f32, ReduceOp::avg);  // in place
+  EXPECT_EQ(in[1], -2.0f);
+  EXPECT_EQ(comm.next_sequence(), 2u);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_EQ(entry.path().filename().string().find("tpf-" + std::to_string(::getuid()) + "-local-world-g"),
+              std::string::npos)
+        << "segment left after setup: " << entry.path();
+  }
+}
+
+TEST(OneRankCommunicator, MalformedStoreAddressIsInvalidArgument) {
+  for (const char* address : {"localhost", ":123", "host:", "host:0", "host:70000", "host:12x"}) {
+    try {
+      Communicator::create(0, 1, address);
+      ADD_FAILURE() << "accepted store address " << address;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << address << ": " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpf
