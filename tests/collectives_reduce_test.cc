@@ -75,10 +75,11 @@ void all_reduce_matrix(Communicator& comm) {
     const size_t es = element_size(dt);
     for (ReduceOp op : kAllOps) {
       for (size_t count : counts_for(dt, op, 1)) {
+        // Inputs and reference are shared by the out-of-place and in-place runs.
+        const Inputs in = all_inputs(dt, op, count, n, ++salt);
+        const auto want = reference_reduce(dt, op, in, 0, count);
         for (bool in_place : {false, true}) {
           const auto name = case_name("all_reduce", dt, static_cast<int>(op), count, in_place, -1, me, n);
-          const Inputs in = all_inputs(dt, op, count, n, ++salt);
-          const auto want = reference_reduce(dt, op, in, 0, count);
           std::vector<uint8_t> send = in[static_cast<size_t>(me)];
           GuardedBuffer out(count * es);
           if (in_place) {
@@ -106,10 +107,12 @@ void reduce_matrix(Communicator& comm) {
     const size_t es = element_size(dt);
     for (ReduceOp op : kAllOps) {
       for (size_t count : counts_for(dt, op, 1)) {
+        const Inputs in = all_inputs(dt, op, count, n, ++salt);
+        const auto want = reference_reduce(dt, op, in, 0, count);
         for (bool in_place : {false, true}) {
-          const int root = static_cast<int>(salt % static_cast<uint64_t>(n));  // every rank gets a turn
+          // Every rank gets a turn as the root.
+          const int root = static_cast<int>((salt + (in_place ? 1 : 0)) % static_cast<uint64_t>(n));
           const auto name = case_name("reduce", dt, static_cast<int>(op), count, in_place, root, me, n);
-          const Inputs in = all_inputs(dt, op, count, n, ++salt);
           std::vector<uint8_t> send = in[static_cast<size_t>(me)];
           GuardedBuffer out(count * es);
           if (in_place) {
@@ -120,7 +123,6 @@ void reduce_matrix(Communicator& comm) {
             if (send != in[static_cast<size_t>(me)]) log.add(name + ": the send buffer was modified");
           }
           if (me == root) {
-            const auto want = reference_reduce(dt, op, in, 0, count);
             auto diff = compare_elements(dt, out.data(), want.data(), count);
             if (!diff.empty()) log.add(name + ": " + diff);
           }
@@ -141,10 +143,10 @@ void reduce_scatter_matrix(Communicator& comm) {
     const size_t es = element_size(dt);
     for (ReduceOp op : kAllOps) {
       for (size_t rc : counts_for(dt, op, n)) {
+        const Inputs in = all_inputs(dt, op, rc * un, n, ++salt);
+        const auto want = reference_reduce(dt, op, in, ume * rc, rc);
         for (bool in_place : {false, true}) {
           const auto name = case_name("reduce_scatter", dt, static_cast<int>(op), rc, in_place, -1, me, n);
-          const Inputs in = all_inputs(dt, op, rc * un, n, ++salt);
-          const auto want = reference_reduce(dt, op, in, ume * rc, rc);
           std::vector<uint8_t> send = in[ume];
           if (in_place) {
             GuardedBuffer buf(un * rc * es);

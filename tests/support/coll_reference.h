@@ -21,12 +21,15 @@ inline constexpr size_t kSmallCounts[] = {0, 1, 7, 4099};
 // Bytes of the "large" size class: well over one chunk of any staging buffer.
 inline constexpr size_t kLargeBytes = size_t{5} << 20;
 
+// Inputs longer than this repeat with this (prime) period.
+inline constexpr size_t kInputPeriod = 65537;
 // The large size is tried only for these (bounds the suite's run time).
 bool is_large_dtype(DType dtype);
 
 size_t element_size(DType dtype);  // written here, not dtype_size(): the test's own view
 
-// Elements of `rank`'s input (count elements), deterministic in (dtype, op, count, rank, salt).
+// Elements of `rank`'s input (count elements), deterministic in (dtype, op, count, rank, salt);
+// periodic with period kInputPeriod beyond that many elements.
 // The value range suits op: prod gets values near 1 (floats) so that products stay finite; avg gets
 // integers small enough that the sum of 8 ranks does not overflow; min/max floats contain quiet NaNs.
 std::vector<uint8_t> make_input(DType dtype, ReduceOp op, size_t count, int rank, uint64_t salt);

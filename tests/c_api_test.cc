@@ -1,0 +1,79 @@
+// The C API: status codes, per-thread messages, and arguments only C callers can get wrong.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "tpf/store.h"
+#include "tpf/tpf_c.h"
+
+namespace {
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string address = "127.0.0.1:" + std::to_string(server_.port());
+    ASSERT_EQ(tpf_comm_create(0, 1, address.c_str(), "k", &comm_), TPF_OK) << tpf_last_error();
+  }
+  void TearDown() override { EXPECT_EQ(tpf_comm_destroy(comm_), TPF_OK); }
+  tpf::TcpStoreServer server_{"127.0.0.1", 0, "k"};
+  tpf_comm_t comm_ = nullptr;
+};
+
+TEST_F(CApi, CollectivesReturnOkAndCorrectData) {
+  int rank = -1, size = -1;
+  EXPECT_EQ(tpf_comm_rank(comm_, &rank), TPF_OK);
+  EXPECT_EQ(tpf_comm_size(comm_, &size), TPF_OK);
+  EXPECT_EQ(rank, 0);
+  EXPECT_EQ(size, 1);
+  int32_t in[4] = {1, -2, 3, -4}, out[4] = {};
+  ASSERT_EQ(tpf_all_reduce(comm_, in, out, 4, TPF_I32, TPF_SUM), TPF_OK) << tpf_last_error();
+  EXPECT_EQ(out[3], -4);
+  EXPECT_EQ(tpf_barrier(comm_), TPF_OK);
+}
+
+TEST_F(CApi, NegativeCountIsInvalidArgumentWithAMessage) {
+  float x = 0;
+  EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, -1, TPF_F32, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("count -1 is negative"), std::string::npos)
+      << tpf_last_error();
+}
+
+TEST_F(CApi, UnknownDtypeAndOpAndNullsAreInvalidArguments) {
+  float x = 0;
+  EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, 42, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("unknown dtype"), std::string::npos);
+  EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, TPF_F32, -3), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("unknown reduction op"), std::string::npos);
+  EXPECT_EQ(tpf_all_reduce(comm_, nullptr, &x, 1, TPF_F32, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_broadcast(comm_, &x, &x, 1, TPF_F32, 1), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_all_reduce(nullptr, &x, &x, 1, TPF_F32, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_comm_rank(comm_, nullptr), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_comm_set_timeout_ms(comm_, -5), TPF_ERR_INVALID_ARGUMENT);
+  // Invalid arguments do not break the communicator.
+  EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, TPF_F32, TPF_SUM), TPF_OK) << tpf_last_error();
+}
+
+TEST_F(CApi, LastErrorIsPerThread) {
+  float x = 0;
+  EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, -7, TPF_F32, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
+  std::string other;
+  std::thread([&] { other = tpf_last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(std::string(tpf_last_error()).find("-7"), std::string::npos);
+}
+
+TEST_F(CApi, AbortMakesLaterCallsFailFast) {
+  EXPECT_EQ(tpf_comm_abort(comm_), TPF_OK);
+  float x = 0;
+  EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, TPF_F32, TPF_SUM), TPF_ERR_ABORTED);
+}
+
+TEST(CApiCreate, BadStoreAddressIsInvalidArgument) {
+  tpf_comm_t comm = nullptr;
+  EXPECT_EQ(tpf_comm_create(0, 1, "nonsense", "", &comm), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(tpf_comm_create(0, 1, nullptr, "", &comm), TPF_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace
