@@ -42,7 +42,7 @@ void recv(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Wai
     const transport::Fingerprint expected = message_fingerprint(desc.dtype, desc.count, c);
     if (!(theirs == expected)) {
       throw Error(ErrorCode::mismatch,
-                  ctx.op_label + ": rank " + std::to_string(fabric.rank()) + " called recv(count=" +
+                  ctx.op_label() + ": rank " + std::to_string(fabric.rank()) + " called recv(count=" +
                       std::to_string(desc.count) + ", dtype=" + dtype_name(desc.dtype) +
                       ") from rank " + std::to_string(desc.peer) + ", which called " +
                       describe_fingerprint(theirs));

@@ -195,7 +195,7 @@ void CommImpl::execute(Task& task) {
                                                       "earlier error: " + failure_);
       }
     }
-    transport::WaitContext ctx{task.state->deadline, label(task)};
+    transport::WaitContext ctx{task.state->deadline, [this, &task] { return label(task); }};
     coll::run_operation(*fabric_, task.desc, task.sequence, ctx);
   } catch (const Error& error) {
     failure = std::current_exception();

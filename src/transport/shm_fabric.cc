@@ -149,13 +149,13 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   Control& other = control(peer);
   uint64_t state = other.state.value.load(std::memory_order_acquire);
   if (state == kStateAborted) {
-    throw Error(ErrorCode::aborted, ctx.op_label + ": rank " + std::to_string(peer) +
+    throw Error(ErrorCode::aborted, ctx.op_label() + ": rank " + std::to_string(peer) +
                                         " aborted the communicator");
   }
   if (state == kStateFailed) {
     std::string reason(other.reason, strnlen(other.reason, kReasonBytes));
     throw Error(static_cast<ErrorCode>(other.reason_code),
-                ctx.op_label + ": rank " + std::to_string(peer) +
+                ctx.op_label() + ": rank " + std::to_string(peer) +
                     " failed earlier and left the communicator: " + reason);
   }
 }
@@ -163,7 +163,7 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
 void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   if (!processes_[peer].alive()) {
     throw Error(ErrorCode::peer_died,
-                ctx.op_label + ": rank " + std::to_string(peer) + " (pid " +
+                ctx.op_label() + ": rank " + std::to_string(peer) + " (pid " +
                     std::to_string(processes_[peer].pid()) +
                     ") died (its process exited or was killed) before completing the operation");
   }
@@ -180,14 +180,14 @@ void ShmFabric::wait(Ready&& ready, const std::vector<int>& awaited, const WaitC
     if (ready()) return;
     if (stage == Backoff::Stage::spin) continue;
     if (aborted()) {
-      throw Error(ErrorCode::aborted, ctx.op_label + ": the communicator was aborted on this rank");
+      throw Error(ErrorCode::aborted, ctx.op_label() + ": the communicator was aborted on this rank");
     }
     // Dead peers first: a peer that failed because another died should not hide the dead one.
     for (int p : awaited) check_alive(p, ctx);
     for (int p : awaited) check_peer(p, ctx);
     auto now = std::chrono::steady_clock::now();
     if (now >= ctx.deadline) {
-      throw Error(ErrorCode::timeout, ctx.op_label + " timed out on rank " +
+      throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on rank " +
                                           std::to_string(config_.rank) + ": rank(s) " +
                                           join_ranks(missing()) + " never arrived");
     }
@@ -220,7 +220,7 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
     if (!(theirs == fp)) {
       check_peer(p, ctx);  // a peer that aborted or failed explains the difference better
       throw Error(ErrorCode::mismatch,
-                  ctx.op_label + ": ranks called different collectives: rank " +
+                  ctx.op_label() + ": ranks called different collectives: rank " +
                       std::to_string(config_.rank) + " called " + config_.describe(fp) +
                       " but rank " + std::to_string(p) + " called " + config_.describe(theirs));
     }

@@ -34,10 +34,12 @@ struct Fingerprint {
   bool operator==(const Fingerprint&) const = default;
 };
 
-// The deadline and the name of the operation being waited on, for error messages.
+// The deadline and the name of the operation being waited on, for error messages. The name is
+// built only when an error needs it: operations are too short to format strings every time.
 struct WaitContext {
   std::chrono::steady_clock::time_point deadline;
-  std::string op_label;  // e.g. "all_reduce (sequence 7) on communicator 'world'"
+  std::function<std::string()> describe_op;  // e.g. "all_reduce (sequence 7) on communicator 'world'"
+  std::string op_label() const { return describe_op ? describe_op() : std::string("operation"); }
 };
 
 struct FabricConfig {

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "topo/numa_placement.h"
 #include "tpf/error.h"
 
 namespace tpf::transport {
@@ -71,15 +72,18 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::
     segment.unlink();
     throw_system_error(ErrorCode::system, "ftruncate of " + name, err);
   }
-  // Reserve the pages now: tmpfs otherwise grants them lazily and a full /dev/shm would kill the
+  segment.data_ = map_shared(fd, bytes, name);
+  segment.size_ = bytes;
+  // Placement first (shmem applies a mapping's policy to the pages it allocates later), then
+  // reserve the pages now: tmpfs otherwise grants them lazily and a full /dev/shm would kill the
   // process with SIGBUS in the middle of a collective.
+  topo::bind_area_to_local_numa(segment.data_, bytes);
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (err != 0) {
-    segment.unlink();
+    segment.release();
     if (err == ENOSPC) throw_shm_too_small(bytes, what);
     throw_system_error(ErrorCode::system, "posix_fallocate of " + name, err);
   }
-  segment.data_ = map_shared(fd, bytes, name);
   segment.size_ = bytes;
   return segment;
 }

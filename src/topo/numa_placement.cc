@@ -1,0 +1,64 @@
+#include "topo/numa_placement.h"
+
+#include <dirent.h>
+#include <hwloc.h>
+
+#include <cctype>
+#include <cstring>
+
+
+namespace tpf::topo {
+namespace {
+
+// hwloc discovery costs milliseconds, so one topology serves the whole process.
+hwloc_topology_t process_topology() {
+  static hwloc_topology_t topology = [] {
+    hwloc_topology_t topo = nullptr;
+    if (hwloc_topology_init(&topo) != 0) return static_cast<hwloc_topology_t>(nullptr);
+    if (hwloc_topology_load(topo) != 0) {
+      hwloc_topology_destroy(topo);
+      return static_cast<hwloc_topology_t>(nullptr);
+    }
+    return topo;
+  }();
+  return topology;
+}
+
+// Counts /sys/devices/system/node/nodeN: cheap, so single-node machines never load hwloc here.
+int sysfs_numa_nodes() {
+  static const int count = [] {
+    int nodes = 0;
+    if (DIR* dir = opendir("/sys/devices/system/node")) {
+      while (dirent* entry = readdir(dir)) {
+        if (std::strncmp(entry->d_name, "node", 4) == 0 && std::isdigit(entry->d_name[4])) ++nodes;
+      }
+      closedir(dir);
+    }
+    return nodes;
+  }();
+  return count;
+}
+
+}  // namespace
+
+bool bind_area_to_local_numa(void* addr, size_t bytes) noexcept {
+  if (sysfs_numa_nodes() <= 1) return false;
+  hwloc_topology_t topo = process_topology();
+  if (topo == nullptr || hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) <= 1) return false;
+  hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
+  hwloc_bitmap_t nodes = hwloc_bitmap_alloc();
+  // A bound rank (tpf run --bind) gets its binding's nodes; an unbound one the node it runs on.
+  if (hwloc_get_cpubind(topo, cpus, HWLOC_CPUBIND_THREAD) != 0 ||
+      hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(topo), cpus)) {
+    hwloc_get_last_cpu_location(topo, cpus, HWLOC_CPUBIND_THREAD);
+  }
+  hwloc_cpuset_to_nodeset(topo, cpus, nodes);
+  bool bound = !hwloc_bitmap_iszero(nodes) &&
+               hwloc_set_area_membind(topo, addr, bytes, nodes, HWLOC_MEMBIND_BIND,
+                                      HWLOC_MEMBIND_BYNODESET) == 0;
+  hwloc_bitmap_free(nodes);
+  hwloc_bitmap_free(cpus);
+  return bound;
+}
+
+}  // namespace tpf::topo
