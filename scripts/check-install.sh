@@ -72,7 +72,8 @@ for f in "$prefix/bin/tpf" "$prefix/include/tpf/tpf.h" "$prefix/include/tpf/comm
   [[ -e "$f" ]] || fail "not installed: ${f#"$prefix/"}"
 done
 # Installed package files must not point back into the source or build tree.
-if grep -rl -e "$repo" -e "$(cd "$build_dir" && pwd)" "$libdir/cmake/tpfabric" \
+source_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
+if grep -rl -e "$repo" -e "${source_dir:-$repo}" -e "$(cd "$build_dir" && pwd)" "$libdir/cmake/tpfabric" \
      "$libdir/pkgconfig/tpfabric.pc"; then
   fail "the package files above refer to the source or build tree"
 fi
@@ -89,13 +90,15 @@ for linkage in shared static; do
     cat "$cdir.log" >&2
     fail "building the CMake consumer ($linkage)"
   fi
+  # ldd's output is captured first: `ldd | grep -q` fails under pipefail when grep exits early.
+  deps=$(ldd "$cdir/consumer")
   if [[ $linkage == shared ]]; then
-    ldd "$cdir/consumer" | grep -q "$libdir/libtpfabric.so" ||
-      fail "CMake consumer (shared) does not load libtpfabric.so from $libdir: $(ldd "$cdir/consumer")"
+    grep -q "$libdir/libtpfabric.so" <<<"$deps" ||
+      fail "CMake consumer (shared) does not load libtpfabric.so from $libdir: $deps"
     expect_output "find_package, shared" bf16 "$cdir/consumer"
   else
-    if ldd "$cdir/consumer" | grep -q libtpfabric; then
-      fail "CMake consumer (static) links libtpfabric.so dynamically"
+    if grep -q libtpfabric <<<"$deps"; then
+      fail "CMake consumer (static) links libtpfabric.so dynamically: $deps"
     fi
     expect_output "find_package, static" bf16 "$cdir/consumer" --topo
   fi
@@ -106,6 +109,7 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 pkg-config --exists --print-errors tpfabric || fail "pkg-config cannot find tpfabric"
 pc_version=$(pkg-config --modversion tpfabric)
 pc_libdir=$(pkg-config --variable=libdir tpfabric)
+# The .pc file is relocatable, so its libdir reads ".../pkgconfig/../../lib": compare resolved.
 [[ "$(cd "$pc_libdir" && pwd -P)" == "$(cd "$libdir" && pwd -P)" ]] ||
   fail "tpfabric.pc resolves libdir to '$pc_libdir', expected $libdir"
 CXX=${CXX:-g++}
@@ -113,7 +117,10 @@ CXX=${CXX:-g++}
 read -ra cflags <<<"$(pkg-config --cflags tpfabric)"
 read -ra libs <<<"$(pkg-config --libs tpfabric)"
 "$CXX" -std=c++20 -O1 "${cflags[@]}" tests/consumer/main.cc -o "$work/consumer-pc-shared" \
-  "${libs[@]}" -Wl,-rpath,"$pc_libdir" || fail "compiling with pkg-config --cflags --libs"
+  "${libs[@]}" -Wl,-rpath,"$libdir" || fail "compiling with pkg-config --cflags --libs"
+deps=$(ldd "$work/consumer-pc-shared")
+grep -q "$libdir/libtpfabric.so" <<<"$deps" ||
+  fail "pkg-config consumer (shared) does not load libtpfabric.so from $libdir: $deps"
 expect_output "pkg-config $pc_version, shared" bf16 "$work/consumer-pc-shared"
 
 # For the static check the linker must see only the archive, so point libdir at a folder that
@@ -123,6 +130,10 @@ ln -s "$libdir/libtpfabric.a" "$work/static-only/libtpfabric.a"
 read -ra libs <<<"$(pkg-config --static --libs --define-variable=libdir="$work/static-only" tpfabric)"
 "$CXX" -std=c++20 -O1 "${cflags[@]}" tests/consumer/main.cc -o "$work/consumer-pc-static" \
   "${libs[@]}" || fail "linking with pkg-config --static --libs"
+deps=$(ldd "$work/consumer-pc-static")
+if grep -q libtpfabric <<<"$deps"; then
+  fail "pkg-config consumer (static) links libtpfabric.so dynamically: $deps"
+fi
 expect_output "pkg-config $pc_version, static" bf16 "$work/consumer-pc-static" --topo
 
 # --- the installed launcher running an installed-library program -----------------------------

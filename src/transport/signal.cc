@@ -44,17 +44,25 @@ void cpu_relax() noexcept {
 #endif
 }
 
+Backoff::Backoff(bool oversubscribed)
+    : start_(std::chrono::steady_clock::now()),
+      spin_for_(oversubscribed ? 2 : 100),
+      yield_until_(oversubscribed ? 1000 : 2000) {}
+
 Backoff::Stage Backoff::next() {
   ++polls_;
-  if (polls_ < spin_limit_) {
-    cpu_relax();
-    return Stage::spin;
+  // Reading the clock costs ~20 ns, so while spinning look at it only every 64 polls.
+  if (stage_ == Stage::spin && (polls_ % 64) == 0) {
+    if (std::chrono::steady_clock::now() - start_ >= spin_for_) stage_ = Stage::yield;
+  } else if (stage_ == Stage::yield) {
+    if (std::chrono::steady_clock::now() - start_ >= yield_until_) stage_ = Stage::sleep;
   }
-  if (polls_ < spin_limit_ + 8) {
-    ::sched_yield();
-    return Stage::yield;
+  switch (stage_) {
+    case Stage::spin: cpu_relax(); break;
+    case Stage::yield: ::sched_yield(); break;
+    case Stage::sleep: break;
   }
-  return Stage::sleep;
+  return stage_;
 }
 
 }  // namespace tpf::transport

@@ -46,20 +46,25 @@ void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, Ready&& ready) 
   bell.sleeping.store(0, std::memory_order_relaxed);
 }
 
-// Spin-then-sleep policy for a waiting rank: a short spin (cheap when every rank has a core), a
-// few yields, then futex sleeps with a short timeout so the waiter still re-checks deadlines,
-// aborts and peer liveness regularly.
+// Spin-then-sleep policy for a waiting rank. With a core per rank, spinning ~100 us keeps the
+// small-message latency at cache-line speed, and yielding up to ~2 ms keeps a rank responsive
+// when other work shares its core (a futex wake-up on a busy core can take milliseconds). With
+// more ranks than cores, spinning only steals time from the ranks being waited for, so the rank
+// yields almost at once. Past that it sleeps on its futex, in short slices so that deadlines,
+// aborts and dead peers are still noticed.
 class Backoff {
  public:
-  explicit Backoff(bool oversubscribed) : spin_limit_(oversubscribed ? 16 : 4096) {}
+  explicit Backoff(bool oversubscribed);
   enum class Stage { spin, yield, sleep };
-  // Call once per unsuccessful poll; says what to do next.
+  // Call once per unsuccessful poll; says what to do next (it has already paused or yielded).
   Stage next();
-  unsigned polls() const noexcept { return polls_; }
 
  private:
-  unsigned spin_limit_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::microseconds spin_for_;
+  std::chrono::microseconds yield_until_;
   unsigned polls_ = 0;
+  Stage stage_ = Stage::spin;
 };
 
 void cpu_relax() noexcept;

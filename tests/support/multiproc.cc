@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -57,6 +58,11 @@ std::string unique_job_name() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(98);
   ::setenv("TPF_JOB_ID", ctx.job_name.c_str(), 1);
+  // Keep freed large blocks in the heap instead of returning them to the kernel: tests allocate
+  // and free many-MiB buffers per case, and on virtual machines the page faults of fresh mappings
+  // cost more than the collectives being tested.
+  ::mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 1024 << 20);
   int code = 0;
   std::string message;
   try {
