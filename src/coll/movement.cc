@@ -34,15 +34,17 @@ void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport
   const size_t piece = piece_elems(fabric.slot_bytes(), esize, 1);
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  if (me == desc.root) copy_elems(recv, send, desc.count, esize);
   for (size_t k = 0, steps = steps_for(desc.count, piece); k < steps; ++k) {
     uint64_t step = fabric.begin_step();
     const size_t base = k * piece;
     const size_t len = base < desc.count ? std::min(piece, desc.count - base) : 0;
     if (me == desc.root && len > 0) std::memcpy(fabric.slot(me, step), send + base * esize, len * esize);
     fabric.post_and_wait_all(step, fp, ctx);
-    if (me != desc.root && len > 0) {
+    if (len == 0) continue;
+    if (me != desc.root) {
       std::memcpy(recv + base * esize, fabric.slot(desc.root, step), len * esize);
+    } else {  // the root's own copy overlaps the peers' reads of this chunk
+      copy_elems(recv + base * esize, send + base * esize, len, esize);
     }
   }
 }
@@ -104,7 +106,6 @@ void gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::F
   const size_t piece = piece_elems(fabric.slot_bytes(), esize, 1);
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  if (me == desc.root) copy_elems(recv + me * desc.count * esize, send, desc.count, esize);
   for (size_t k = 0, steps = steps_for(desc.count, piece); k < steps; ++k) {
     uint64_t step = fabric.begin_step();
     const size_t base = k * piece;
@@ -113,8 +114,12 @@ void gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::F
     fabric.post_and_wait_all(step, fp, ctx);
     if (me != desc.root || len == 0) continue;
     for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      std::memcpy(recv + (p * desc.count + base) * esize, fabric.slot(p, step), len * esize);
+      std::byte* dst = recv + (p * desc.count + base) * esize;
+      if (p == me) {
+        copy_elems(dst, send + base * esize, len, esize);
+      } else {
+        std::memcpy(dst, fabric.slot(p, step), len * esize);
+      }
     }
   }
 }
@@ -126,7 +131,6 @@ void scatter(transport::ShmFabric& fabric, const OpDesc& desc, const transport::
   const size_t piece = piece_elems(fabric.slot_bytes(), esize, n);
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  if (me == desc.root) copy_elems(recv, send + me * desc.count * esize, desc.count, esize);
   for (size_t k = 0, steps = steps_for(desc.count, piece); k < steps; ++k) {
     uint64_t step = fabric.begin_step();
     const size_t base = k * piece;
@@ -139,9 +143,12 @@ void scatter(transport::ShmFabric& fabric, const OpDesc& desc, const transport::
       }
     }
     fabric.post_and_wait_all(step, fp, ctx);
-    if (me != desc.root && len > 0) {
+    if (len == 0) continue;
+    if (me != desc.root) {
       std::memcpy(recv + base * esize, fabric.slot(desc.root, step) + me * piece * esize,
                   len * esize);
+    } else {
+      copy_elems(recv + base * esize, send + (me * desc.count + base) * esize, len, esize);
     }
   }
 }
