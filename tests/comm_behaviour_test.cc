@@ -13,6 +13,7 @@
 
 #include "support/coll_reference.h"
 #include "support/multiproc.h"
+#include "transport/shm_segment.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 
@@ -271,7 +272,10 @@ TEST(CommErrors, DeadlineExpiryNamesOpSequenceAndMissingRank) {
 }
 
 TEST(CommErrors, KilledPeerIsReportedQuicklyAndShmIsCleanedUp) {
-  const auto before = list_dev_shm("tpf-");
+  // Only this job's segments are checked: tests running in parallel create and remove their own.
+  RunOptions options = run_options(milliseconds(30000));
+  options.job_name = "killedpeer" + std::to_string(::getpid());
+  const std::string job_prefix = transport::shm_job_prefix(options.job_name).substr(1);  // no '/' 
   auto outcomes = run_ranks(4, [](Communicator& comm) {
     comm.barrier();
     std::vector<float> a(4 << 20, 1.0f), b(a.size());
@@ -285,15 +289,11 @@ TEST(CommErrors, KilledPeerIsReportedQuicklyAndShmIsCleanedUp) {
     const std::string m = e.what();
     TPF_CHILD_CHECK(std::regex_search(m, std::regex("rank[^0-9]{0,24}2")), "message does not name rank 2: " + m);
     TPF_CHILD_CHECK(took < milliseconds(10000), "took " + std::to_string(took.count()) + " ms to notice");
-  }, run_options(milliseconds(30000)));
+  }, options);
   ASSERT_EQ(outcomes.size(), 4u);
   EXPECT_EQ(outcomes[2].signal, SIGKILL) << outcomes[2].describe();
   for (int r : {0, 1, 3}) EXPECT_TRUE(outcomes[static_cast<size_t>(r)].ok()) << outcomes[static_cast<size_t>(r)].describe();
-  const auto after = list_dev_shm("tpf-");
-  std::vector<std::string> left;
-  for (const auto& name : after) {
-    if (!std::binary_search(before.begin(), before.end(), name)) left.push_back(name);
-  }
+  const auto left = list_dev_shm(job_prefix);
   std::string names;
   for (const auto& s : left) names += s + " ";
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << names;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tpf/error.h"
@@ -172,10 +174,16 @@ class ShmSweeper {
   std::string job_id_;
 };
 
+int usable_cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 bool is_launcher_variable(const char* entry, bool override_timeout) {
   static const char* const kNames[] = {
       "TPF_RANK",       "TPF_WORLD_SIZE", "TPF_LOCAL_RANK", "TPF_LOCAL_WORLD_SIZE",
-      "TPF_STORE_ADDR", "TPF_JOB_SECRET", "TPF_JOB_ID"};
+      "TPF_STORE_ADDR", "TPF_JOB_SECRET", "TPF_JOB_ID",     "TPF_CPUS"};
   auto matches = [entry](const char* name) {
     size_t len = std::strlen(name);
     return std::strncmp(entry, name, len) == 0 && entry[len] == '=';
@@ -255,6 +263,8 @@ class Job {
     common.push_back("TPF_STORE_ADDR=" + store_addr);
     common.push_back("TPF_JOB_SECRET=" + secret);
     common.push_back("TPF_JOB_ID=" + job_id);
+    // Ranks are bound to single cores below, so they cannot see how many cores the job has.
+    common.push_back("TPF_CPUS=" + std::to_string(usable_cpu_count()));
     if (options_.timeout_s) common.push_back("TPF_TIMEOUT=" + *options_.timeout_s);
 
     std::fflush(nullptr);  // nothing buffered in the launcher may be duplicated into a child
@@ -288,7 +298,10 @@ class Job {
       rank.running = true;
       rank.exec_status = std::move(status.read);
       if (options_.tag_output) {
-        std::string prefix = "[" + std::to_string(rank.rank) + "] ";
+        // Appended piecewise: GCC 12 -O3 warns falsely (-Wrestrict) on "[" + std::string.
+        std::string prefix("[");
+        prefix += std::to_string(rank.rank);
+        prefix += "] ";
         rank.out = std::move(out.read);
         rank.err = std::move(err.read);
         rank.out_tag = std::make_unique<LinePrefixer>(prefix, STDOUT_FILENO);

@@ -49,9 +49,9 @@ size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
 }
 
 double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nranks,
-                             size_t slot_bytes, const ShmLinkCost& cost) {
+                             bool oversubscribed, size_t slot_bytes, const ShmLinkCost& cost) {
   const double n = nranks;
-  const double step = cost.step_us + cost.step_us_per_rank * (n - 2);
+  const double step = oversubscribed ? cost.oversubscribed_step_us_per_rank * n : cost.step_us;
   const double b = static_cast<double>(bytes);
   const double copy = b / (cost.copy_gbps * 1e3);      // microseconds to copy `bytes`
   const double read = b / (cost.reduce_gbps * 1e3);    // microseconds to read `bytes` reducing
@@ -65,7 +65,7 @@ double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nra
   return (chunks + 1) * step + copy + read + copy / n + copy * (n - 1) / n;
 }
 
-AllReduceAlgorithm choose_all_reduce(size_t bytes, size_t elem_bytes, int nranks,
+AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, bool oversubscribed,
                                      size_t slot_bytes) {
   const bool fits_one_slot = bytes <= slot_bytes;
   if (auto forced = base::env_string("TPF_ALLREDUCE_ALGO")) {
@@ -79,11 +79,11 @@ AllReduceAlgorithm choose_all_reduce(size_t bytes, size_t elem_bytes, int nranks
   if (!fits_one_slot || nranks == 1) {
     return nranks == 1 ? AllReduceAlgorithm::one_shot : AllReduceAlgorithm::two_shot;
   }
-  (void)elem_bytes;
   static const ShmLinkCost cost = ShmLinkCost::from_env();
-  return predict_all_reduce_us(AllReduceAlgorithm::one_shot, bytes, nranks, slot_bytes, cost) <=
-                 predict_all_reduce_us(AllReduceAlgorithm::two_shot, bytes, nranks, slot_bytes,
-                                       cost)
+  auto predict = [&](AllReduceAlgorithm algorithm) {
+    return predict_all_reduce_us(algorithm, bytes, nranks, oversubscribed, slot_bytes, cost);
+  };
+  return predict(AllReduceAlgorithm::one_shot) <= predict(AllReduceAlgorithm::two_shot)
              ? AllReduceAlgorithm::one_shot
              : AllReduceAlgorithm::two_shot;
 }

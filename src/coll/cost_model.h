@@ -6,13 +6,14 @@
 
 namespace tpf::coll {
 
-// Costs of the shared-memory link class. Defaults were fitted with `tpf bench` on the development
-// machine (see docs/); TPF_SHM_STEP_US, TPF_SHM_COPY_GBPS, TPF_SHM_REDUCE_GBPS override them.
+// Costs of the shared-memory link class, fitted with `tpf bench` on the development machine (2-core
+// AMD EPYC VM; see docs/performance.md): TPF_SHM_STEP_US, TPF_SHM_COPY_GBPS, TPF_SHM_REDUCE_GBPS
+// override them.
 struct ShmLinkCost {
-  double step_us = 1.5;        // one synchronized step (post + wait for every peer), at 2 ranks
-  double step_us_per_rank = 0.4;  // extra per additional rank
-  double copy_gbps = 12.0;     // memcpy into / out of shared memory
-  double reduce_gbps = 14.0;   // bytes read per second by the reduction kernel
+  double step_us = 0.5;                // one synchronized step, every rank on its own core
+  double oversubscribed_step_us_per_rank = 10.0;  // with more ranks than cores: scheduler-bound
+  double copy_gbps = 12.0;             // memcpy into / out of shared memory
+  double reduce_gbps = 8.8;            // bytes per second the reduction reads from peers' slots
   static ShmLinkCost from_env();
 };
 
@@ -23,11 +24,11 @@ const char* algorithm_name(AllReduceAlgorithm algorithm) noexcept;
 size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks);
 
 double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nranks,
-                             size_t slot_bytes, const ShmLinkCost& cost);
+                             bool oversubscribed, size_t slot_bytes, const ShmLinkCost& cost);
 
 // The cheaper algorithm (one-shot only if the message fits one slot). TPF_ALLREDUCE_ALGO=one_shot
 // or two_shot forces one (where it applies).
-AllReduceAlgorithm choose_all_reduce(size_t bytes, size_t elem_bytes, int nranks,
+AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, bool oversubscribed,
                                      size_t slot_bytes);
 
 }  // namespace tpf::coll

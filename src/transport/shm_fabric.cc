@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -38,10 +39,23 @@ std::string join_ranks(const std::vector<int>& ranks) {
   return out;
 }
 
-int usable_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+// Cores the job may use. A rank pinned to one core cannot see that, so the launcher's view
+// (TPF_CPUS, set by tpf run) wins; otherwise all online CPUs.
+int job_cpus() {
+  if (const char* text = std::getenv("TPF_CPUS")) {
+    int cpus = std::atoi(text);
+    if (cpus > 0) return cpus;
+  }
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Ranks of this job on this machine: the launcher's local world size where it says so.
+int ranks_on_machine(int comm_size) {
+  int ranks = comm_size;
+  for (const char* name : {"TPF_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
+    if (const char* text = std::getenv(name)) ranks = std::max(ranks, std::atoi(text));
+  }
+  return ranks;
 }
 
 }  // namespace
@@ -68,7 +82,6 @@ ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
   control_bytes_ = round_up(round_up(sizeof(Control), kCacheLine) + sizeof(P2pControl) * n, 4096);
   segment_bytes_ = control_bytes_ + 2 * config_.slot_bytes + 2 * config_.p2p_chunk_bytes * n;
   segment_bytes_ = round_up(segment_bytes_, 4096);
-  oversubscribed_ = n > usable_cpus();
   sent_chunks_.assign(n, 0);
   received_chunks_.assign(n, 0);
   for (int p = 0; p < n; ++p)
@@ -121,6 +134,9 @@ void ShmFabric::setup() {
     bases_[p] = static_cast<std::byte*>(peers_[p].data());
     processes_[p] = PeerProcess(static_cast<pid_t>(pid));
   }
+  // Algorithm choices depend on this, so every rank takes rank 0's view.
+  if (me == 0) store.set("oversubscribed", ranks_on_machine(n) > job_cpus() ? "1" : "0");
+  oversubscribed_ = store.get("oversubscribed", config_.setup_timeout) == "1";
   // Everyone has mapped everyone: the names are no longer needed, and removing them now means a
   // rank killed later leaves nothing behind in /dev/shm.
   if (store.add("mapped", 1) == n) store.set("all_mapped", "1");

@@ -66,6 +66,8 @@ class ShmFabric {
   int size() const noexcept { return config_.size; }
   size_t slot_bytes() const noexcept { return config_.slot_bytes; }
   size_t p2p_chunk_bytes() const noexcept { return config_.p2p_chunk_bytes; }
+  // More ranks than usable cores: waits yield at once and steps cost scheduler time.
+  bool oversubscribed() const noexcept { return oversubscribed_; }
 
   // Collective steps.
   uint64_t begin_step() noexcept { return ++step_; }
