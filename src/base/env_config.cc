@@ -41,9 +41,10 @@ std::optional<std::chrono::milliseconds> env_seconds(const char* name) {
   if (!text) return std::nullopt;
   char* end = nullptr;
   double seconds = std::strtod(text->c_str(), &end);
-  if (end == text->c_str() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0) {
+  if (end == text->c_str() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0 ||
+      seconds > 1e8) {
     throw Error(ErrorCode::invalid_argument,
-                std::string(name) + "='" + *text + "' is not a positive number of seconds");
+                std::string(name) + "='" + *text + "' is not a number of seconds in (0, 1e8]");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000.0)));
 }

@@ -5,12 +5,11 @@
 
 #include "coll/algorithms.h"
 #include "coll/cost_model.h"
+#include "coll/piecewise.h"
 #include "coll/reduce_kernels.h"
 
 namespace tpf::coll {
 namespace {
-
-constexpr size_t kAlignBytes = 64;
 
 size_t align_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
@@ -20,7 +19,7 @@ struct Portion {
   size_t begin, end;
 };
 Portion portion_of(size_t len, int nranks, int rank, size_t elem_bytes) {
-  size_t align_elems = std::max<size_t>(1, kAlignBytes / elem_bytes);
+  size_t align_elems = std::max<size_t>(1, kPieceAlignBytes / elem_bytes);
   size_t piece = align_up((len + nranks - 1) / nranks, align_elems);
   size_t begin = std::min(len, piece * static_cast<size_t>(rank));
   return {begin, std::min(len, begin + piece)};
@@ -109,30 +108,25 @@ void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
                     const transport::Fingerprint& fp, const transport::WaitContext& ctx) {
   const int n = fabric.size(), me = fabric.rank();
   const size_t esize = dtype_size(desc.dtype);
-  const size_t align_elems = std::max<size_t>(1, kAlignBytes / esize);
-  // A slot holds one piece of every block; pieces start on cache lines.
-  const size_t piece = std::max(align_elems, fabric.slot_bytes() / esize / n / align_elems *
-                                                 align_elems);
-  const size_t count = desc.count;  // per-rank block
-  const size_t steps = std::max<size_t>(1, (count + piece - 1) / piece);
+  const size_t piece = piece_elems(fabric.slot_bytes(), esize, n);  // one piece of every block
+  const size_t count = desc.count;                                  // per-rank block
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
   std::vector<const void*> srcs(n);
-  for (size_t k = 0; k < steps; ++k) {
-    uint64_t step = fabric.begin_step();
-    const size_t base = k * piece;
-    const size_t len = base < count ? std::min(piece, count - base) : 0;
-    std::byte* mine = fabric.slot(me, step);
-    for (int b = 0; b < n && len > 0; ++b) {
-      // Own block too: the reduction reads every input from the slots, so an in-place call
-      // (recv inside send) never overwrites an input it still needs.
-      std::memcpy(mine + b * piece * esize, send + (b * count + base) * esize, len * esize);
-    }
-    fabric.post_and_wait_all(step, fp, ctx);
-    if (len == 0) continue;
-    for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step) + me * piece * esize;
-    reduce_n(desc.dtype, desc.op, recv + base * esize, srcs.data(), n, len);
-  }
+  run_piecewise(
+      fabric, count, piece, fp, ctx,
+      [&](uint64_t step, size_t base, size_t len) {
+        // Own block too: the reduction reads every input from the slots, so an in-place call
+        // (recv inside send) never overwrites an input it still needs.
+        std::byte* mine = fabric.slot(me, step);
+        for (int b = 0; b < n; ++b) {
+          std::memcpy(mine + b * piece * esize, send + (b * count + base) * esize, len * esize);
+        }
+      },
+      [&](uint64_t step, size_t base, size_t len) {
+        for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step) + me * piece * esize;
+        reduce_n(desc.dtype, desc.op, recv + base * esize, srcs.data(), n, len);
+      });
 }
 
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,

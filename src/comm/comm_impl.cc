@@ -141,7 +141,15 @@ void CommImpl::validate(const coll::OpDesc& d) const {
 Work CommImpl::submit(const coll::OpDesc& desc, const CallOptions& call, bool async) {
   validate(desc);
   auto state = std::make_shared<WorkState>();
-  state->deadline = Clock::now() + call.timeout.value_or(default_timeout_);
+  // Clamped so that now + timeout cannot overflow (e.g. milliseconds::max() for "no deadline").
+  constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 30);
+  auto timeout = std::min(call.timeout.value_or(default_timeout_), kLongestTimeout);
+  if (timeout.count() < 0) {
+    throw Error(ErrorCode::invalid_argument, std::string(coll::op_kind_name(desc.kind)) +
+                                                 ": negative timeout " +
+                                                 std::to_string(timeout.count()) + " ms");
+  }
+  state->deadline = Clock::now() + timeout;
   std::unique_lock lock(mu_);
   Task task{desc, sequence_++, state};
   if (aborted_.load() || !failure_.empty()) {

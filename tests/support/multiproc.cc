@@ -159,14 +159,76 @@ std::string RankOutcome::describe() const {
                           expr + (message.empty() ? "" : " -- " + message));
 }
 
+namespace {
+
+// Hosts the rendezvous store in a process of its own. The test process must not have a second
+// thread when it forks the ranks: a child forked while that thread holds an allocator lock
+// (ASan's allocator has no fork handlers) inherits the lock held and deadlocks.
+class StoreProcess {
+ public:
+  explicit StoreProcess(const std::string& secret) {
+    int port_pipe[2], lifeline[2];
+    if (::pipe2(port_pipe, O_CLOEXEC) != 0 || ::pipe2(lifeline, O_CLOEXEC) != 0) {
+      throw std::runtime_error("run_ranks: pipe failed");
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(std::string("run_ranks: fork failed: ") + std::strerror(errno));
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(port_pipe[0]);
+      ::close(lifeline[1]);
+      uint16_t port = 0;
+      try {
+        TcpStoreServer server("127.0.0.1", 0, secret);
+        port = server.port();
+        (void)!::write(port_pipe[1], &port, sizeof(port));
+        char byte;
+        while (::read(lifeline[0], &byte, 1) < 0 && errno == EINTR) {
+        }  // EOF: the test process is done with the store
+      } catch (...) {
+        (void)!::write(port_pipe[1], &port, sizeof(port));  // port 0 reports the failure
+      }
+      ::_exit(0);
+    }
+    ::close(port_pipe[1]);
+    ::close(lifeline[0]);
+    lifeline_ = lifeline[1];
+    ssize_t got;
+    do {
+      got = ::read(port_pipe[0], &port_, sizeof(port_));
+    } while (got < 0 && errno == EINTR);
+    ::close(port_pipe[0]);
+    if (got != static_cast<ssize_t>(sizeof(port_)) || port_ == 0) {
+      throw std::runtime_error("run_ranks: the store process could not start a TcpStoreServer");
+    }
+  }
+  ~StoreProcess() {
+    ::close(lifeline_);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);  // it exits as soon as it sees the lifeline close
+  }
+  StoreProcess(const StoreProcess&) = delete;
+  StoreProcess& operator=(const StoreProcess&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int lifeline_ = -1;
+  uint16_t port_ = 0;
+};
+
+}  // namespace
+
 std::vector<RankOutcome> run_ranks_raw(int size,
                                        const std::function<void(const RankContext&)>& body,
                                        const RunOptions& options) {
   if (size < 1) throw std::invalid_argument("run_ranks: size must be >= 1");
-  TcpStoreServer server("127.0.0.1", 0, options.secret);
+  StoreProcess store(options.secret);
   RankContext base;
   base.size = size;
-  base.store_address = "127.0.0.1:" + std::to_string(server.port());
+  base.store_address = "127.0.0.1:" + std::to_string(store.port());
   base.secret = options.secret;
   base.job_name = options.job_name.empty() ? unique_job_name() : options.job_name;
   base.comm_options = options.comm_options;
