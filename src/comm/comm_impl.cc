@@ -12,7 +12,9 @@
 namespace tpf::detail {
 namespace {
 
-constexpr size_t kDefaultSlotBytes = size_t{2} << 20;
+// 256 KiB: two slots per rank stay in L2, so peers read them cache to cache. Measured on the
+// 2-core EPYC VM: broadcast of 8 MiB at 2 ranks is 5x faster than with 1 MiB slots (docs/).
+constexpr size_t kDefaultSlotBytes = size_t{256} << 10;
 constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
 constexpr size_t kMinSlotBytes = 4096;
 // Far beyond any real buffer, small enough that size * count * element size cannot overflow.
