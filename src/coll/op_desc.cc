@@ -1,12 +1,6 @@
 #include "coll/op_desc.h"
 
 namespace tpf::coll {
-namespace {
-
-constexpr uint64_t kMessageTag = 0xfeed;
-
-}  // namespace
-
 const char* op_kind_name(OpKind kind) noexcept {
   switch (kind) {
     case OpKind::all_reduce: return "all_reduce";
@@ -41,8 +35,7 @@ transport::Fingerprint collective_fingerprint(const OpDesc& desc, uint64_t seque
   transport::Fingerprint fp;
   fp.words[0] = sequence;
   fp.words[1] = desc.kind == OpKind::barrier ? 0 : desc.count;
-  fp.words[2] = static_cast<uint64_t>(desc.kind) | (dtype << 8) | (op << 16);
-  fp.words[3] = root;
+  fp.words[2] = static_cast<uint64_t>(desc.kind) | (dtype << 8) | (op << 16) | (root << 32);
   return fp;
 }
 
@@ -51,7 +44,6 @@ transport::Fingerprint message_fingerprint(DType dtype, size_t count, uint64_t c
   fp.words[0] = chunk;
   fp.words[1] = count;
   fp.words[2] = static_cast<uint64_t>(OpKind::send) | ((static_cast<uint64_t>(dtype) + 1) << 8);
-  fp.words[3] = kMessageTag;
   return fp;
 }
 
@@ -59,16 +51,17 @@ std::string describe_fingerprint(const transport::Fingerprint& fp) {
   auto kind = static_cast<OpKind>(fp.words[2] & 0xff);
   uint64_t dtype = (fp.words[2] >> 8) & 0xff;
   uint64_t op = (fp.words[2] >> 16) & 0xff;
-  if (fp.words[3] == kMessageTag) {
-    return "send(count=" + std::to_string(fp.words[1]) + ", dtype=" +
-           dtype_name(static_cast<DType>(dtype - 1)) + ")";
+  uint64_t root = fp.words[2] >> 32;
+  if (kind == OpKind::send) {  // only point-to-point messages carry the send kind
+    return "send(count=" + std::to_string(fp.words[1]) +
+           ", dtype=" + dtype_name(static_cast<DType>(dtype - 1)) + ")";
   }
   std::string text = std::string(op_kind_name(kind)) + "(";
   if (kind != OpKind::barrier) {
     text += "count=" + std::to_string(fp.words[1]);
     if (dtype != 0) text += std::string(", dtype=") + dtype_name(static_cast<DType>(dtype - 1));
     if (op != 0) text += std::string(", op=") + reduce_op_name(static_cast<ReduceOp>(op - 1));
-    if (fp.words[3] != 0) text += ", root=" + std::to_string(fp.words[3] - 1);
+    if (root != 0) text += ", root=" + std::to_string(root - 1);
   }
   return text + ") at sequence " + std::to_string(fp.words[0]);
 }

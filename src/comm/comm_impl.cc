@@ -27,7 +27,8 @@ std::string sanitize(const std::string& text) {
     bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
     out += plain ? c : '_';
   }
-  if (out.size() > 64) out = out.substr(0, 40) + "_" + std::to_string(std::hash<std::string>{}(text));
+  if (out.size() > 64)
+    out = out.substr(0, 40) + "_" + std::to_string(std::hash<std::string>{}(text));
   return out;
 }
 
@@ -44,9 +45,8 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   config.label = "communicator '" + setup.name + "'";
   std::string prefix = setup.name + "/" + std::to_string(generation);
   config.store = std::make_shared<PrefixStore>(prefix, setup.store);
-  config.setup_timeout =
-      setup.options.timeout.value_or(std::min(base::default_op_timeout(),
-                                              std::chrono::milliseconds(120000)));
+  config.setup_timeout = setup.options.timeout.value_or(
+      std::min(base::default_op_timeout(), std::chrono::milliseconds(120000)));
   config.describe = coll::describe_fingerprint;
   return config;
 }
@@ -77,7 +77,8 @@ CommImpl::~CommImpl() {
   if (worker_.joinable()) worker_.join();
   for (Task& task : queue_) {
     task.state->complete(std::make_exception_ptr(
-        Error(ErrorCode::aborted, label(task) + ": the communicator was destroyed first")));
+        Error(ErrorCode::aborted,
+              label(task.desc, task.sequence) + ": the communicator was destroyed first")));
   }
 }
 
@@ -86,12 +87,12 @@ uint64_t CommImpl::next_sequence() const {
   return sequence_;
 }
 
-std::string CommImpl::label(const Task& task) const {
-  std::string text = std::string(coll::op_kind_name(task.desc.kind)) + " (sequence " +
-                     std::to_string(task.sequence) + ") on communicator '" + setup_.name + "'";
-  if (task.desc.kind == coll::OpKind::send || task.desc.kind == coll::OpKind::recv) {
-    text += (task.desc.kind == coll::OpKind::send ? ", to rank " : ", from rank ") +
-            std::to_string(task.desc.peer);
+std::string CommImpl::label(const coll::OpDesc& desc, uint64_t sequence) const {
+  std::string text = std::string(coll::op_kind_name(desc.kind)) + " (sequence " +
+                     std::to_string(sequence) + ") on communicator '" + setup_.name + "'";
+  if (desc.kind == coll::OpKind::send || desc.kind == coll::OpKind::recv) {
+    text += (desc.kind == coll::OpKind::send ? ", to rank " : ", from rank ") +
+            std::to_string(desc.peer);
   }
   return text;
 }
@@ -100,7 +101,9 @@ void CommImpl::validate(const coll::OpDesc& d) const {
   using coll::OpKind;
   const std::string what = std::string(coll::op_kind_name(d.kind)) + " on communicator '" +
                            setup_.name + "' (rank " + std::to_string(rank()) + ")";
-  auto fail = [&](const std::string& why) { throw Error(ErrorCode::invalid_argument, what + ": " + why); };
+  auto fail = [&](const std::string& why) {
+    throw Error(ErrorCode::invalid_argument, what + ": " + why);
+  };
   if (!is_valid(d.dtype)) fail("unknown dtype " + std::to_string(static_cast<int>(d.dtype)));
   if (coll::is_reducing(d.kind) && !is_valid(d.op)) {
     fail("unknown reduction op " + std::to_string(static_cast<int>(d.op)));
@@ -124,25 +127,37 @@ void CommImpl::validate(const coll::OpDesc& d) const {
   const bool root = rank() == d.root;
   bool needs_send = false, needs_recv = false;
   switch (d.kind) {
-    case OpKind::all_reduce: case OpKind::all_gather: case OpKind::reduce_scatter:
-    case OpKind::all_to_all:
-      needs_send = needs_recv = true;
+    case OpKind::all_reduce:
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::all_to_all: needs_send = needs_recv = true; break;
+    case OpKind::reduce:
+      needs_send = true;
+      needs_recv = root;
       break;
-    case OpKind::reduce: needs_send = true; needs_recv = root; break;
-    case OpKind::broadcast: needs_send = root; needs_recv = true; break;
-    case OpKind::gather: needs_send = true; needs_recv = root; break;
-    case OpKind::scatter: needs_send = root; needs_recv = true; break;
+    case OpKind::broadcast:
+      needs_send = root;
+      needs_recv = true;
+      break;
+    case OpKind::gather:
+      needs_send = true;
+      needs_recv = root;
+      break;
+    case OpKind::scatter:
+      needs_send = root;
+      needs_recv = true;
+      break;
     case OpKind::send: needs_send = true; break;
     case OpKind::recv: needs_recv = true; break;
     case OpKind::barrier: break;
   }
-  if (needs_send && d.send == nullptr) fail("the send buffer is null but count is " + std::to_string(d.count));
-  if (needs_recv && d.recv == nullptr) fail("the recv buffer is null but count is " + std::to_string(d.count));
+  if (needs_send && d.send == nullptr)
+    fail("the send buffer is null but count is " + std::to_string(d.count));
+  if (needs_recv && d.recv == nullptr)
+    fail("the recv buffer is null but count is " + std::to_string(d.count));
 }
 
-Work CommImpl::submit(const coll::OpDesc& desc, const CallOptions& call, bool async) {
-  validate(desc);
-  auto state = std::make_shared<WorkState>();
+Clock::time_point CommImpl::deadline_of(const coll::OpDesc& desc, const CallOptions& call) const {
   // Clamped so that now + timeout cannot overflow (e.g. milliseconds::max() for "no deadline").
   constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 30);
   auto timeout = std::min(call.timeout.value_or(default_timeout_), kLongestTimeout);
@@ -151,29 +166,40 @@ Work CommImpl::submit(const coll::OpDesc& desc, const CallOptions& call, bool as
                                                  ": negative timeout " +
                                                  std::to_string(timeout.count()) + " ms");
   }
-  state->deadline = Clock::now() + timeout;
+  return Clock::now() + timeout;
+}
+
+Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
+  validate(desc);
+  auto state = std::make_shared<WorkState>();
+  state->deadline = deadline_of(desc, call);
   std::unique_lock lock(mu_);
-  Task task{desc, sequence_++, state};
-  if (aborted_.load() || !failure_.empty()) {
-    lock.unlock();
-    execute(task);  // fails at once with the reason
-    return Work(state);
-  }
-  if (!async && queue_.empty() && !running_) {
-    running_ = true;  // run inline: no thread hand-off on the latency-critical blocking path
-    lock.unlock();
-    execute(task);
-    lock.lock();
-    running_ = false;
-    lock.unlock();
-    cv_.notify_all();
-    return Work(state);
-  }
-  queue_.push_back(std::move(task));
+  queue_.push_back(Task{desc, sequence_++, state});
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   lock.unlock();
   cv_.notify_all();
   return Work(state);
+}
+
+void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
+  validate(desc);
+  const Clock::time_point deadline = deadline_of(desc, call);
+  std::unique_lock lock(mu_);
+  if (!queue_.empty() || running_) {  // keep issue order behind the queued work
+    lock.unlock();
+    submit_async(desc, call).wait();
+    return;
+  }
+  const uint64_t sequence = sequence_++;
+  running_ = true;
+  lock.unlock();
+  std::exception_ptr failure = run(desc, sequence, deadline);
+  lock.lock();
+  running_ = false;
+  const bool wake_worker = !queue_.empty();
+  lock.unlock();
+  if (wake_worker) cv_.notify_all();
+  if (failure) std::rethrow_exception(failure);
 }
 
 void CommImpl::worker_loop() {
@@ -193,31 +219,36 @@ void CommImpl::worker_loop() {
 }
 
 void CommImpl::execute(Task& task) {
-  std::exception_ptr failure;
+  task.state->complete(run(task.desc, task.sequence, task.state->deadline));
+}
+
+std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
+                                 Clock::time_point deadline) {
   try {
-    {
+    if (aborted_.load()) {
+      throw Error(ErrorCode::aborted, label(desc, sequence) + ": the communicator was aborted");
+    }
+    if (failed_.load()) {
       std::lock_guard lock(mu_);
-      if (aborted_.load()) {
-        throw Error(ErrorCode::aborted, label(task) + ": the communicator was aborted");
-      }
-      if (!failure_.empty()) {
-        throw Error(ErrorCode::aborted, label(task) + ": the communicator is unusable after an "
-                                                      "earlier error: " + failure_);
-      }
+      throw Error(ErrorCode::aborted, label(desc, sequence) +
+                                          ": the communicator is unusable after an earlier "
+                                          "error: " +
+                                          failure_);
     }
-    transport::WaitContext ctx{task.state->deadline, [this, &task] { return label(task); }};
-    coll::run_operation(*fabric_, task.desc, task.sequence, ctx);
+    transport::WaitContext ctx{deadline, [&] { return label(desc, sequence); }};
+    coll::run_operation(*fabric_, desc, sequence, ctx);
+    return nullptr;
   } catch (const Error& error) {
-    failure = std::current_exception();
     std::lock_guard lock(mu_);
-    if (failure_.empty() && !aborted_.load()) {
+    if (!failed_.load() && !aborted_.load()) {
       failure_ = error.what();
-      fabric_->mark_failed(error.code(), failure_);  // peers waiting on this rank fail fast with the reason
+      failed_.store(true);
+      fabric_->mark_failed(error.code(), failure_);  // peers waiting on this rank fail fast
     }
+    return std::current_exception();
   } catch (...) {
-    failure = std::current_exception();
+    return std::current_exception();
   }
-  task.state->complete(failure);
 }
 
 void CommImpl::abort() {
@@ -236,7 +267,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions&
   desc.count = 2;
   desc.send = mine;
   desc.recv = all.data();
-  submit(desc, {}, false).wait();
+  run_blocking(desc, {});
   uint64_t split_index;
   {
     std::lock_guard lock(mu_);
@@ -249,7 +280,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions&
   std::stable_sort(members.begin(), members.end(),
                    [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
   CommSetup child = setup_;
-  child.rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+  child.rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
   child.size = static_cast<int>(members.size());
   child.name = setup_.name + ".s" + std::to_string(split_index) + "c" + std::to_string(color);
   child.options = options;

@@ -20,10 +20,10 @@ namespace tpf::detail {
 struct CommSetup {
   int rank = 0;
   int size = 1;
-  std::string name;                 // unique among the communicators on this store
-  std::shared_ptr<Store> store;     // the job's store (not prefixed)
-  std::string job_id;               // names the shared-memory segments
-  std::shared_ptr<void> keep_alive; // e.g. the store server rank 0 hosts
+  std::string name;                  // unique among the communicators on this store
+  std::shared_ptr<Store> store;      // the job's store (not prefixed)
+  std::string job_id;                // names the shared-memory segments
+  std::shared_ptr<void> keep_alive;  // e.g. the store server rank 0 hosts
   CommOptions options;
 };
 
@@ -39,8 +39,11 @@ class CommImpl {
   const std::string& name() const noexcept { return setup_.name; }
   uint64_t next_sequence() const;
 
-  // Validates, then runs the operation inline (blocking) or queues it (async).
-  Work submit(const coll::OpDesc& desc, const CallOptions& call, bool async);
+  // Validates, then queues the operation for the progress thread.
+  Work submit_async(const coll::OpDesc& desc, const CallOptions& call);
+  // Validates and runs the operation on the calling thread when nothing is queued (no hand-off,
+  // no allocation: the small-message latency path); otherwise queues it and waits.
+  void run_blocking(const coll::OpDesc& desc, const CallOptions& call);
   std::unique_ptr<CommImpl> split(int color, int key, const CommOptions& options);
   void abort();
 
@@ -51,9 +54,12 @@ class CommImpl {
     std::shared_ptr<WorkState> state;
   };
   void execute(Task& task);
+  // Runs one operation and returns its failure, if any (and marks the communicator broken).
+  std::exception_ptr run(const coll::OpDesc& desc, uint64_t sequence, Clock::time_point deadline);
+  Clock::time_point deadline_of(const coll::OpDesc& desc, const CallOptions& call) const;
   void worker_loop();
   void validate(const coll::OpDesc& desc) const;
-  std::string label(const Task& task) const;
+  std::string label(const coll::OpDesc& desc, uint64_t sequence) const;
 
   CommSetup setup_;
   std::unique_ptr<transport::ShmFabric> fabric_;
@@ -68,6 +74,7 @@ class CommImpl {
   uint64_t sequence_ = 0;
   uint64_t splits_ = 0;
   std::string failure_;  // set once an operation failed: the communicator is unusable after that
+  std::atomic<bool> failed_{false};  // failure_ is set (readable without the lock)
   std::atomic<bool> aborted_{false};
 };
 

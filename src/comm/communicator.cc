@@ -18,7 +18,8 @@ using coll::OpKind;
 std::string job_id_from_env() { return base::env_string("TPF_JOB_ID").value_or("local"); }
 
 std::chrono::milliseconds connect_timeout(const CommOptions& options) {
-  return options.timeout.value_or(std::min(base::default_op_timeout(), std::chrono::milliseconds(120000)));
+  return options.timeout.value_or(
+      std::min(base::default_op_timeout(), std::chrono::milliseconds(120000)));
 }
 
 OpDesc make(OpKind kind, const void* send, void* recv, size_t count, DType dtype,
@@ -69,9 +70,9 @@ Communicator Communicator::create(int rank, int size, const std::string& store_a
     throw Error(ErrorCode::invalid_argument,
                 "store address '" + store_address + "' is not of the form host:port");
   }
-  auto store = std::make_shared<TcpStoreClient>(store_address.substr(0, colon),
-                                                static_cast<uint16_t>(port), secret,
-                                                connect_timeout(options));
+  auto store =
+      std::make_shared<TcpStoreClient>(store_address.substr(0, colon), static_cast<uint16_t>(port),
+                                       secret, connect_timeout(options));
   return create(rank, size, store, "world", options);
 }
 
@@ -106,108 +107,103 @@ Communicator Communicator::split(int color, int key, const CommOptions& options)
 
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                     ReduceOp op, const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::all_reduce, send, recv, count, dtype, op), call, true);
+  return checked(impl_).submit_async(make(OpKind::all_reduce, send, recv, count, dtype, op), call);
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                 ReduceOp op, int root, const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::reduce, send, recv, count, dtype, op, root), call, true);
+  return checked(impl_).submit_async(make(OpKind::reduce, send, recv, count, dtype, op, root),
+                                     call);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DType dtype,
                                    int root, const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root),
-                               call, true);
+  return checked(impl_).submit_async(
+      make(OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root), call);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count, DType dtype,
                                     const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::all_gather, send, recv, send_count, dtype), call, true);
+  return checked(impl_).submit_async(make(OpKind::all_gather, send, recv, send_count, dtype), call);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
                                         DType dtype, ReduceOp op, const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::reduce_scatter, send, recv, recv_count, dtype, op), call,
-                               true);
+  return checked(impl_).submit_async(
+      make(OpKind::reduce_scatter, send, recv, recv_count, dtype, op), call);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype,
                                     const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::all_to_all, send, recv, count, dtype), call, true);
+  return checked(impl_).submit_async(make(OpKind::all_to_all, send, recv, count, dtype), call);
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DType dtype,
                                 int root, const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::gather, send, recv, send_count, dtype, ReduceOp::sum, root),
-                               call, true);
+  return checked(impl_).submit_async(
+      make(OpKind::gather, send, recv, send_count, dtype, ReduceOp::sum, root), call);
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DType dtype,
                                  int root, const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root),
-                               call, true);
+  return checked(impl_).submit_async(
+      make(OpKind::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root), call);
 }
 Work Communicator::send_async(const void* buf, size_t count, DType dtype, int peer,
                               const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::send, buf, nullptr, count, dtype, ReduceOp::sum, 0, peer),
-                               call, true);
+  return checked(impl_).submit_async(
+      make(OpKind::send, buf, nullptr, count, dtype, ReduceOp::sum, 0, peer), call);
 }
 Work Communicator::recv_async(void* buf, size_t count, DType dtype, int peer,
                               const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::recv, nullptr, buf, count, dtype, ReduceOp::sum, 0, peer),
-                               call, true);
+  return checked(impl_).submit_async(
+      make(OpKind::recv, nullptr, buf, count, dtype, ReduceOp::sum, 0, peer), call);
 }
 Work Communicator::barrier_async(const CallOptions& call) {
-  return checked(impl_).submit(make(OpKind::barrier, nullptr, nullptr, 0, DType::u8), call, true);
+  return checked(impl_).submit_async(make(OpKind::barrier, nullptr, nullptr, 0, DType::u8), call);
 }
 
 // Blocking forms: the same operations, run inline when nothing is queued.
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               const CallOptions& call) {
-  checked(impl_).submit(make(OpKind::all_reduce, send, recv, count, dtype, op), call, false).wait();
+  checked(impl_).run_blocking(make(OpKind::all_reduce, send, recv, count, dtype, op), call);
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                           int root, const CallOptions& call) {
-  checked(impl_).submit(make(OpKind::reduce, send, recv, count, dtype, op, root), call, false).wait();
+  checked(impl_).run_blocking(make(OpKind::reduce, send, recv, count, dtype, op, root), call);
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                              const CallOptions& call) {
-  checked(impl_)
-      .submit(make(OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root), call, false)
-      .wait();
+  checked(impl_).run_blocking(
+      make(OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root), call);
 }
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype,
                               const CallOptions& call) {
-  checked(impl_).submit(make(OpKind::all_gather, send, recv, send_count, dtype), call, false).wait();
+  checked(impl_).run_blocking(make(OpKind::all_gather, send, recv, send_count, dtype), call);
 }
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                   ReduceOp op, const CallOptions& call) {
-  checked(impl_)
-      .submit(make(OpKind::reduce_scatter, send, recv, recv_count, dtype, op), call, false)
-      .wait();
+  checked(impl_).run_blocking(make(OpKind::reduce_scatter, send, recv, recv_count, dtype, op),
+                              call);
 }
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype,
                               const CallOptions& call) {
-  checked(impl_).submit(make(OpKind::all_to_all, send, recv, count, dtype), call, false).wait();
+  checked(impl_).run_blocking(make(OpKind::all_to_all, send, recv, count, dtype), call);
 }
 void Communicator::gather(const void* send, void* recv, size_t send_count, DType dtype, int root,
                           const CallOptions& call) {
-  checked(impl_)
-      .submit(make(OpKind::gather, send, recv, send_count, dtype, ReduceOp::sum, root), call, false)
-      .wait();
+  checked(impl_).run_blocking(
+      make(OpKind::gather, send, recv, send_count, dtype, ReduceOp::sum, root), call);
 }
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root,
                            const CallOptions& call) {
-  checked(impl_)
-      .submit(make(OpKind::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root), call, false)
-      .wait();
+  checked(impl_).run_blocking(
+      make(OpKind::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root), call);
 }
 void Communicator::send(const void* buf, size_t count, DType dtype, int peer,
                         const CallOptions& call) {
-  checked(impl_)
-      .submit(make(OpKind::send, buf, nullptr, count, dtype, ReduceOp::sum, 0, peer), call, false)
-      .wait();
+  checked(impl_).run_blocking(
+      make(OpKind::send, buf, nullptr, count, dtype, ReduceOp::sum, 0, peer), call);
 }
 void Communicator::recv(void* buf, size_t count, DType dtype, int peer, const CallOptions& call) {
-  checked(impl_)
-      .submit(make(OpKind::recv, nullptr, buf, count, dtype, ReduceOp::sum, 0, peer), call, false)
-      .wait();
+  checked(impl_).run_blocking(
+      make(OpKind::recv, nullptr, buf, count, dtype, ReduceOp::sum, 0, peer), call);
 }
 void Communicator::barrier(const CallOptions& call) {
-  checked(impl_).submit(make(OpKind::barrier, nullptr, nullptr, 0, DType::u8), call, false).wait();
+  checked(impl_).run_blocking(make(OpKind::barrier, nullptr, nullptr, 0, DType::u8), call);
 }
 
 }  // namespace tpf

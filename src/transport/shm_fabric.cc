@@ -52,7 +52,8 @@ int job_cpus() {
 // Ranks of this job on this machine: the launcher's local world size where it says so.
 int ranks_on_machine(int comm_size) {
   int ranks = comm_size;
-  for (const char* name : {"TPF_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
+  for (const char* name :
+       {"TPF_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
     if (const char* text = std::getenv(name)) ranks = std::max(ranks, std::atoi(text));
   }
   return ranks;
@@ -60,16 +61,22 @@ int ranks_on_machine(int comm_size) {
 
 }  // namespace
 
+// The step counter and the fingerprints of both slots, written together by the owner.
+struct alignas(kCacheLine) PostLine {
+  std::atomic<uint64_t> posted{0};
+  Fingerprint fp[2];
+};
+static_assert(sizeof(PostLine) == kCacheLine, "the post line must be one cache line");
+
 struct ShmFabric::Control {
   uint64_t magic;
   int32_t rank;
   int32_t pid;
-  alignas(kCacheLine) Signal posted;
+  PostLine post;
   Doorbell bell;
   Signal state;
   alignas(kCacheLine) char reason[kReasonBytes];
   int32_t reason_code;  // the ErrorCode of the failure, so peers report the root cause's kind
-  FingerprintLine fp[2];
   // Followed by P2pControl[size] at p2p_offset().
   P2pControl& p2p(int peer) {
     auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);
@@ -125,10 +132,12 @@ void ShmFabric::setup() {
     size_t bytes = 0;
     fields >> segment_name >> pid >> bytes;
     if (!fields || bytes != segment_bytes_) {
-      throw Error(ErrorCode::bootstrap,
-                  config_.label + ": rank " + std::to_string(p) + " joined with a different "
-                  "configuration (segment of " + std::to_string(bytes) + " bytes, expected " +
-                  std::to_string(segment_bytes_) + "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
+      throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
+                                            " joined with a different "
+                                            "configuration (segment of " +
+                                            std::to_string(bytes) + " bytes, expected " +
+                                            std::to_string(segment_bytes_) +
+                                            "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
     }
     peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
     bases_[p] = static_cast<std::byte*>(peers_[p].data());
@@ -165,8 +174,8 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   Control& other = control(peer);
   uint64_t state = other.state.value.load(std::memory_order_acquire);
   if (state == kStateAborted) {
-    throw Error(ErrorCode::aborted, ctx.op_label() + ": rank " + std::to_string(peer) +
-                                        " aborted the communicator");
+    throw Error(ErrorCode::aborted,
+                ctx.op_label() + ": rank " + std::to_string(peer) + " aborted the communicator");
   }
   if (state == kStateFailed) {
     std::string reason(other.reason, strnlen(other.reason, kReasonBytes));
@@ -196,7 +205,8 @@ void ShmFabric::wait(Ready&& ready, const std::vector<int>& awaited, const WaitC
     if (ready()) return;
     if (stage == Backoff::Stage::spin) continue;
     if (aborted()) {
-      throw Error(ErrorCode::aborted, ctx.op_label() + ": the communicator was aborted on this rank");
+      throw Error(ErrorCode::aborted,
+                  ctx.op_label() + ": the communicator was aborted on this rank");
     }
     // Dead peers first: a peer that failed because another died should not hide the dead one.
     for (int p : awaited) check_alive(p, ctx);
@@ -216,23 +226,23 @@ void ShmFabric::wait(Ready&& ready, const std::vector<int>& awaited, const WaitC
 
 void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const WaitContext& ctx) {
   Control& mine = control(config_.rank);
-  mine.fp[step % 2].fp = fp;
-  mine.posted.value.store(step, std::memory_order_seq_cst);
+  mine.post.fp[step % 2] = fp;
+  mine.post.posted.store(step, std::memory_order_seq_cst);
   ring_peers();
   auto all_posted = [&] {
     for (int p : all_peers_)
-      if (control(p).posted.value.load(std::memory_order_acquire) < step) return false;
+      if (control(p).post.posted.load(std::memory_order_acquire) < step) return false;
     return true;
   };
   auto missing = [&] {
     std::vector<int> late;
     for (int p : all_peers_)
-      if (control(p).posted.value.load(std::memory_order_acquire) < step) late.push_back(p);
+      if (control(p).post.posted.load(std::memory_order_acquire) < step) late.push_back(p);
     return late;
   };
   wait(all_posted, all_peers_, ctx, missing);
   for (int p : all_peers_) {
-    const Fingerprint& theirs = control(p).fp[step % 2].fp;
+    const Fingerprint& theirs = control(p).post.fp[step % 2];
     if (!(theirs == fp)) {
       check_peer(p, ctx);  // a peer that aborted or failed explains the difference better
       throw Error(ErrorCode::mismatch,

@@ -29,8 +29,10 @@
 namespace tpf::transport {
 
 // What an operation is, as compared between ranks. Plain data; the comm layer gives it meaning.
+// Three words, so that a rank's step counter and both slots' fingerprints share one cache line:
+// a waiting peer then takes a single cache miss to see the post and check the fingerprint.
 struct Fingerprint {
-  uint64_t words[4] = {0, 0, 0, 0};
+  uint64_t words[3] = {0, 0, 0};
   bool operator==(const Fingerprint&) const = default;
 };
 
@@ -38,17 +40,18 @@ struct Fingerprint {
 // built only when an error needs it: operations are too short to format strings every time.
 struct WaitContext {
   std::chrono::steady_clock::time_point deadline;
-  std::function<std::string()> describe_op;  // e.g. "all_reduce (sequence 7) on communicator 'world'"
+  std::function<std::string()>
+      describe_op;  // e.g. "all_reduce (sequence 7) on communicator 'world'"
   std::string op_label() const { return describe_op ? describe_op() : std::string("operation"); }
 };
 
 struct FabricConfig {
   int rank = 0;
   int size = 1;
-  size_t slot_bytes = 0;       // bytes per collective staging slot (two per rank)
-  size_t p2p_chunk_bytes = 0;  // bytes per point-to-point mailbox slot (two per peer)
-  std::string segment_prefix;  // from shm_job_prefix() plus the communicator's unique name
-  std::string label;           // communicator description for messages
+  size_t slot_bytes = 0;         // bytes per collective staging slot (two per rank)
+  size_t p2p_chunk_bytes = 0;    // bytes per point-to-point mailbox slot (two per peer)
+  std::string segment_prefix;    // from shm_job_prefix() plus the communicator's unique name
+  std::string label;             // communicator description for messages
   std::shared_ptr<Store> store;  // keys are private to this communicator
   std::chrono::milliseconds setup_timeout{60000};
   // Turns a fingerprint into words for a mismatch message.
@@ -112,8 +115,8 @@ class ShmFabric {
   std::vector<uint64_t> sent_chunks_;
   std::vector<uint64_t> received_chunks_;
   ShmSegment own_;
-  std::vector<ShmSegment> peers_;      // index = rank (own rank's entry is empty)
-  std::vector<std::byte*> bases_;      // mapped base of every rank's segment
+  std::vector<ShmSegment> peers_;  // index = rank (own rank's entry is empty)
+  std::vector<std::byte*> bases_;  // mapped base of every rank's segment
   std::vector<PeerProcess> processes_;
   std::vector<int> all_peers_;
 };
