@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <regex>
@@ -297,6 +298,41 @@ TEST(CommErrors, KilledPeerIsReportedQuicklyAndShmIsCleanedUp) {
   std::string names;
   for (const auto& s : left) names += s + " ";
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << names;
+}
+
+// Regression: a rank that failed (here: timed out), recorded why, and exited used to be reported
+// by the peers as "died", hiding the real cause.
+TEST(CommErrors, APeerThatFailedAndExitedIsReportedByItsReasonNotAsDead) {
+  SharedBlock shared;
+  auto& rank0_pid = shared.counter(0);
+  expect_all_ok(run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> a(16, 1.0f), b(16);
+    if (comm.rank() == 0) {
+      rank0_pid.store(::getpid());
+      auto e = expect_error("all_reduce without rank 1", [&] {
+        comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum,
+                        CallOptions{milliseconds(100)});
+      });
+      expect_code("rank 0 alone", e, ErrorCode::timeout);
+      return;  // exits; its failure stays recorded in its segment
+    }
+    // Rank 1 starts once rank 0 has failed and its process is gone (reaped by the harness).
+    TPF_CHILD_CHECK(wait_until([&] {
+                      const int64_t pid = rank0_pid.load();
+                      return pid != 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+                    }, milliseconds(20000)),
+                    "rank 0 did not exit");
+    // The first call completes with what rank 0 staged before timing out; the second needs a step
+    // rank 0 never posted.
+    comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum);
+    auto e = expect_error("all_reduce after rank 0 failed and exited", [&] {
+      comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum,
+                      CallOptions{milliseconds(10000)});
+    });
+    expect_code("peer that failed and exited", e, ErrorCode::timeout);
+    TPF_CHILD_CHECK(contains(e.what(), "rank 0 failed earlier"), e.what());
+    TPF_CHILD_CHECK(!contains(e.what(), "died"), e.what());
+  }, run_options()));
 }
 
 TEST(CommErrors, AbortFailsTheBlockedCallTheLaterOnesAndThePeer) {

@@ -15,6 +15,20 @@ void copy_elems(std::byte* dst, const std::byte* src, size_t len, size_t esize) 
   if (len > 0 && dst != src) std::memmove(dst, src, len * esize);
 }
 
+// Copies piece [base, base + len) of every rank's block into recv: the peers' from their slots,
+// this rank's own from its send buffer.
+void collect_blocks(const transport::ShmFabric& fabric, uint64_t step, const std::byte* send,
+                    std::byte* recv, size_t block, size_t base, size_t len, size_t esize) {
+  for (int p = 0; p < fabric.size(); ++p) {
+    std::byte* dst = recv + (p * block + base) * esize;
+    if (p == fabric.rank()) {
+      copy_elems(dst, send + base * esize, len, esize);
+    } else {
+      std::memcpy(dst, fabric.slot(p, step), len * esize);
+    }
+  }
+}
+
 }  // namespace
 
 void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
@@ -40,7 +54,7 @@ void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport
 
 void all_gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
                 const transport::WaitContext& ctx) {
-  const int n = fabric.size(), me = fabric.rank();
+  const int me = fabric.rank();
   const size_t esize = dtype_size(desc.dtype);
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
@@ -50,14 +64,7 @@ void all_gather(transport::ShmFabric& fabric, const OpDesc& desc, const transpor
         std::memcpy(fabric.slot(me, step), send + base * esize, len * esize);
       },
       [&](uint64_t step, size_t base, size_t len) {
-        for (int p = 0; p < n; ++p) {
-          std::byte* dst = recv + (p * desc.count + base) * esize;
-          if (p == me) {
-            copy_elems(dst, send + base * esize, len, esize);
-          } else {
-            std::memcpy(dst, fabric.slot(p, step), len * esize);
-          }
-        }
+        collect_blocks(fabric, step, send, recv, desc.count, base, len, esize);
       });
 }
 
@@ -88,7 +95,7 @@ void all_to_all(transport::ShmFabric& fabric, const OpDesc& desc, const transpor
 
 void gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
             const transport::WaitContext& ctx) {
-  const int n = fabric.size(), me = fabric.rank();
+  const int me = fabric.rank();
   const bool root = me == desc.root;
   const size_t esize = dtype_size(desc.dtype);
   const auto* send = static_cast<const std::byte*>(desc.send);
@@ -99,15 +106,7 @@ void gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::F
         if (!root) std::memcpy(fabric.slot(me, step), send + base * esize, len * esize);
       },
       [&](uint64_t step, size_t base, size_t len) {
-        if (!root) return;
-        for (int p = 0; p < n; ++p) {
-          std::byte* dst = recv + (p * desc.count + base) * esize;
-          if (p == me) {
-            copy_elems(dst, send + base * esize, len, esize);
-          } else {
-            std::memcpy(dst, fabric.slot(p, step), len * esize);
-          }
-        }
+        if (root) collect_blocks(fabric, step, send, recv, desc.count, base, len, esize);
       });
 }
 

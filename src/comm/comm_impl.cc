@@ -99,10 +99,11 @@ std::string CommImpl::label(const coll::OpDesc& desc, uint64_t sequence) const {
 
 void CommImpl::validate(const coll::OpDesc& d) const {
   using coll::OpKind;
-  const std::string what = std::string(coll::op_kind_name(d.kind)) + " on communicator '" +
-                           setup_.name + "' (rank " + std::to_string(rank()) + ")";
+  // Runs on every call: the message is built only when an argument is wrong.
   auto fail = [&](const std::string& why) {
-    throw Error(ErrorCode::invalid_argument, what + ": " + why);
+    throw Error(ErrorCode::invalid_argument, std::string(coll::op_kind_name(d.kind)) +
+                                                 " on communicator '" + setup_.name + "' (rank " +
+                                                 std::to_string(rank()) + "): " + why);
   };
   if (!is_valid(d.dtype)) fail("unknown dtype " + std::to_string(static_cast<int>(d.dtype)));
   if (coll::is_reducing(d.kind) && !is_valid(d.op)) {

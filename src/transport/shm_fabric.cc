@@ -186,7 +186,11 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
 }
 
 void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
-  if (!processes_[peer].alive()) {
+  // A peer that failed (and recorded why) before exiting is reported by check_peer with its
+  // reason, which names the root cause. Its state is read after its death was seen, when it is
+  // final, so a peer that marked itself failed and then exited is never mistaken for a victim.
+  if (!processes_[peer].alive() &&
+      control(peer).state.value.load(std::memory_order_acquire) == kStateOk) {
     throw Error(ErrorCode::peer_died,
                 ctx.op_label() + ": rank " + std::to_string(peer) + " (pid " +
                     std::to_string(processes_[peer].pid()) +
