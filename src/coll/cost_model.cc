@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "base/env_config.h"
@@ -68,7 +69,9 @@ double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nra
 AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, bool oversubscribed,
                                      size_t slot_bytes) {
   const bool fits_one_slot = bytes <= slot_bytes;
-  if (auto forced = base::env_string("TPF_ALLREDUCE_ALGO")) {
+  // Read once: this runs on every all-reduce, and getenv scans the whole environment.
+  static const std::optional<std::string> forced = base::env_string("TPF_ALLREDUCE_ALGO");
+  if (forced) {
     if (*forced == "two_shot") return AllReduceAlgorithm::two_shot;
     if (*forced == "one_shot" && fits_one_slot) return AllReduceAlgorithm::one_shot;
     if (*forced != "one_shot") {

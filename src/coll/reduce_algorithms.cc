@@ -1,5 +1,6 @@
 // all_reduce, reduce and reduce_scatter over the in-memory fabric.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -10,6 +11,24 @@
 
 namespace tpf::coll {
 namespace {
+
+// The n source pointers of a reduction: on the stack for the usual rank counts, so the small-
+// message path does not allocate.
+class SourceList {
+ public:
+  explicit SourceList(int n) {
+    if (n > static_cast<int>(kInline)) heap_.resize(static_cast<size_t>(n));
+    data_ = heap_.empty() ? inline_.data() : heap_.data();
+  }
+  const void*& operator[](int i) { return data_[i]; }
+  const void* const* data() const { return data_; }
+
+ private:
+  static constexpr size_t kInline = 64;
+  std::array<const void*, kInline> inline_{};
+  std::vector<const void*> heap_;
+  const void** data_;
+};
 
 size_t align_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
@@ -41,7 +60,7 @@ void all_reduce_one_shot(transport::ShmFabric& fabric, const OpDesc& desc,
   if (bytes > 0) std::memcpy(fabric.slot(me, step), desc.send, bytes);
   fabric.post_and_wait_all(step, fp, ctx);
   if (!deliver || bytes == 0) return;
-  std::vector<const void*> srcs(n);
+  SourceList srcs(n);
   for (int p = 0; p < n; ++p) srcs[p] = fabric.slot(p, step);
   reduce_n(desc.dtype, desc.op, desc.recv, srcs.data(), n, desc.count);
 }
@@ -56,7 +75,7 @@ void all_reduce_two_shot(transport::ShmFabric& fabric, const OpDesc& desc, bool 
   const bool deliver = !root_only || me == desc.root;
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  std::vector<const void*> srcs(n);
+  SourceList srcs(n);
 
   // Step k copies in chunk k and, in its read phase, reduces this rank's portion of chunk k into
   // the next slot; step k + 1 then copies every peer's reduced portion of chunk k out. So the
@@ -112,7 +131,7 @@ void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
   const size_t count = desc.count;                                  // per-rank block
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  std::vector<const void*> srcs(n);
+  SourceList srcs(n);
   run_piecewise(
       fabric, count, piece, fp, ctx,
       [&](uint64_t step, size_t base, size_t len) {
