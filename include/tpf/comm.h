@@ -54,7 +54,8 @@ struct CallOptions {
 class Work {
  public:
   Work() = default;
-  // Blocks until done; rethrows the operation's error. Bounded by the operation's own deadline.
+  // Blocks until done; rethrows the operation's error. Every wait inside the operation is bounded
+  // by its deadline, so this returns (or throws) once the operation has stopped using its buffers.
   void wait();
   // True if done (rethrows the error if it failed); never blocks.
   bool test();

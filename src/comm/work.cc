@@ -2,21 +2,14 @@
 #include "tpf/error.h"
 
 namespace tpf {
-namespace {
-
-// An operation fails by its own deadline; this margin only guards against a bug leaving a Work
-// incomplete forever.
-constexpr std::chrono::seconds kCompletionMargin{30};
-
-}  // namespace
 
 void Work::wait() {
   if (!state_) return;
+  // No timeout here: the operation itself is bounded (every wait inside it has the deadline, and
+  // the communicator completes every queued task, with an error if it must). Returning earlier
+  // would hand the buffers back while the operation may still use them.
   std::unique_lock lock(state_->mu);
-  if (!state_->cv.wait_until(lock, state_->deadline + kCompletionMargin,
-                             [&] { return state_->done; })) {
-    throw Error(ErrorCode::internal, "operation did not complete within its deadline");
-  }
+  state_->cv.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
 }
 

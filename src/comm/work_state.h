@@ -14,7 +14,7 @@ struct WorkState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
-  Clock::time_point deadline;  // the operation's own deadline (it fails by then at the latest)
+  Clock::time_point deadline;  // the operation's deadline, counted from when it was issued
 
   void complete(std::exception_ptr failure) {
     {

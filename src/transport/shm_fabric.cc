@@ -1,6 +1,5 @@
 #include "transport/shm_fabric.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,7 +76,7 @@ struct ShmFabric::Control {
   Signal state;
   alignas(kCacheLine) char reason[kReasonBytes];
   int32_t reason_code;  // the ErrorCode of the failure, so peers report the root cause's kind
-  // Followed by P2pControl[size] at p2p_offset().
+  // Followed by P2pControl[size], one per peer, from the next cache line on.
   P2pControl& p2p(int peer) {
     auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);
     return reinterpret_cast<P2pControl*>(base)[peer];
@@ -141,6 +140,13 @@ void ShmFabric::setup() {
     }
     peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
     bases_[p] = static_cast<std::byte*>(peers_[p].data());
+    // A peer writes its header before it publishes the name, so this checks we mapped the right
+    // thing (same tpfabric layout, same rank).
+    if (control(p).magic != kMagic || control(p).rank != p) {
+      throw Error(ErrorCode::bootstrap, config_.label + ": segment " + segment_name +
+                                            " published by rank " + std::to_string(p) +
+                                            " is not that rank's tpfabric segment");
+    }
     processes_[p] = PeerProcess(static_cast<pid_t>(pid));
   }
   // Algorithm choices depend on this, so every rank takes rank 0's view.
