@@ -36,10 +36,6 @@ ShmLinkCost ShmLinkCost::from_env() {
   return cost;
 }
 
-const char* algorithm_name(AllReduceAlgorithm algorithm) noexcept {
-  return algorithm == AllReduceAlgorithm::one_shot ? "one_shot" : "two_shot";
-}
-
 size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
   // A slot holds the chunk's inputs plus this rank's reduced portion (chunk / n), and portions
   // start on cache lines: chunk = n * portion, with (n + 1) * portion <= slot.

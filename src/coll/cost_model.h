@@ -18,7 +18,6 @@ struct ShmLinkCost {
 };
 
 enum class AllReduceAlgorithm { one_shot, two_shot };
-const char* algorithm_name(AllReduceAlgorithm algorithm) noexcept;
 
 // Elements per pipeline chunk of the two-shot algorithm for a given slot size.
 size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks);

@@ -133,18 +133,12 @@ void CommImpl::validate(const coll::OpDesc& d) const {
     case OpKind::reduce_scatter:
     case OpKind::all_to_all: needs_send = needs_recv = true; break;
     case OpKind::reduce:
+    case OpKind::gather:  // every rank contributes, only the root receives
       needs_send = true;
       needs_recv = root;
       break;
     case OpKind::broadcast:
-      needs_send = root;
-      needs_recv = true;
-      break;
-    case OpKind::gather:
-      needs_send = true;
-      needs_recv = root;
-      break;
-    case OpKind::scatter:
+    case OpKind::scatter:  // only the root sends, every rank receives
       needs_send = root;
       needs_recv = true;
       break;
