@@ -230,7 +230,14 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
                                           "error: " +
                                           failure_);
     }
-    transport::WaitContext ctx{deadline, [&] { return label(desc, sequence); }};
+    // One captured reference keeps the std::function within its inline storage: no allocation
+    // per operation (capturing this, desc and sequence separately would not fit).
+    const struct {
+      const CommImpl* comm;
+      const coll::OpDesc* desc;
+      uint64_t sequence;
+    } op{this, &desc, sequence};
+    transport::WaitContext ctx{deadline, [&op] { return op.comm->label(*op.desc, op.sequence); }};
     coll::run_operation(*fabric_, desc, sequence, ctx);
     return nullptr;
   } catch (const Error& error) {
