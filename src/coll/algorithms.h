@@ -2,6 +2,7 @@
 // calling thread; all ranks must call the same one (the fingerprint check enforces it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "coll/op_desc.h"
@@ -35,6 +36,14 @@ void scatter(transport::ShmFabric& fabric, const OpDesc& desc, const transport::
              const transport::WaitContext& ctx);
 void barrier(transport::ShmFabric& fabric, const transport::Fingerprint& fp,
              const transport::WaitContext& ctx);
+
+// Small collectives over eager messages (eager.cc): all_reduce, all_gather, reduce_scatter and
+// broadcast whose per-rank message is at most eager_max_bytes().
+bool fits_eager(const OpDesc& desc, int nranks);
+void run_eager(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+               const transport::WaitContext& ctx);
+// ShmFabric::kEagerCapacity, or less with TPF_EAGER_MAX_BYTES (0 turns eager messages off).
+size_t eager_max_bytes();
 
 // Point to point (p2p.cc).
 void send(transport::ShmFabric& fabric, const OpDesc& desc, const transport::WaitContext& ctx);

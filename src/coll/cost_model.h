@@ -7,13 +7,14 @@
 namespace tpf::coll {
 
 // Costs of the shared-memory link class, fitted with `tpf bench` on the development machine (2-core
-// AMD EPYC VM; see docs/performance.md): TPF_SHM_STEP_US, TPF_SHM_COPY_GBPS, TPF_SHM_REDUCE_GBPS
+// AMD EPYC VM, N = 2: one-shot and two-shot all_reduce of 8 KiB to 256 KiB, forced with
+// TPF_ALLREDUCE_ALGO; see docs/fabric.md): TPF_SHM_STEP_US, TPF_SHM_COPY_GBPS, TPF_SHM_REDUCE_GBPS
 // override them.
 struct ShmLinkCost {
-  double step_us = 0.5;                // one synchronized step, every rank on its own core
+  double step_us = 0.35;  // one synchronized step, every rank on its own core
   double oversubscribed_step_us_per_rank = 10.0;  // with more ranks than cores: scheduler-bound
-  double copy_gbps = 12.0;             // memcpy into / out of shared memory
-  double reduce_gbps = 8.8;            // bytes per second the reduction reads from peers' slots
+  double copy_gbps = 20.0;    // memcpy into / out of shared memory (L2-resident slots)
+  double reduce_gbps = 47.0;  // bytes per second the reduction reads from the slots
   static ShmLinkCost from_env();
 };
 

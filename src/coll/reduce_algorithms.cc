@@ -8,27 +8,10 @@
 #include "coll/cost_model.h"
 #include "coll/piecewise.h"
 #include "coll/reduce_kernels.h"
+#include "coll/source_list.h"
 
 namespace tpf::coll {
 namespace {
-
-// The n source pointers of a reduction: on the stack for the usual rank counts, so the small-
-// message path does not allocate.
-class SourceList {
- public:
-  explicit SourceList(int n) {
-    if (n > static_cast<int>(kInline)) heap_.resize(static_cast<size_t>(n));
-    data_ = heap_.empty() ? inline_.data() : heap_.data();
-  }
-  const void*& operator[](int i) { return data_[i]; }
-  const void* const* data() const { return data_; }
-
- private:
-  static constexpr size_t kInline = 64;
-  std::array<const void*, kInline> inline_{};
-  std::vector<const void*> heap_;
-  const void** data_;
-};
 
 size_t align_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
@@ -101,8 +84,8 @@ void all_reduce_two_shot(transport::ShmFabric& fabric, const OpDesc& desc, bool 
         if (p == me) continue;  // copied into recv when it was reduced
         Portion part = portion_of(prev_len, n, p, esize);
         if (part.end > part.begin) {
-          std::memcpy(recv + (prev_base + part.begin) * esize,
-                      fabric.slot(p, step) + result_offset, (part.end - part.begin) * esize);
+          std::memcpy(recv + (prev_base + part.begin) * esize, fabric.slot(p, step) + result_offset,
+                      (part.end - part.begin) * esize);
         }
       }
     }
@@ -151,12 +134,13 @@ void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
                    const transport::WaitContext& ctx) {
   const transport::Fingerprint fp = collective_fingerprint(desc, sequence);
+  if (fits_eager(desc, fabric.size())) return run_eager(fabric, desc, fp, ctx);
   const size_t bytes = desc.count * dtype_size(desc.dtype);
   switch (desc.kind) {
     case OpKind::all_reduce:
     case OpKind::reduce: {
-      auto algorithm = choose_all_reduce(bytes, fabric.size(), fabric.oversubscribed(),
-                                         fabric.slot_bytes());
+      auto algorithm =
+          choose_all_reduce(bytes, fabric.size(), fabric.oversubscribed(), fabric.slot_bytes());
       if (algorithm == AllReduceAlgorithm::one_shot) {
         all_reduce_one_shot(fabric, desc, fp, ctx);
       } else {

@@ -152,7 +152,8 @@ void CommImpl::validate(const coll::OpDesc& d) const {
     fail("the recv buffer is null but count is " + std::to_string(d.count));
 }
 
-Clock::time_point CommImpl::deadline_of(const coll::OpDesc& desc, const CallOptions& call) const {
+std::chrono::milliseconds CommImpl::timeout_of(const coll::OpDesc& desc,
+                                               const CallOptions& call) const {
   // Clamped so that now + timeout cannot overflow (e.g. milliseconds::max() for "no deadline").
   constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 30);
   auto timeout = std::min(call.timeout.value_or(default_timeout_), kLongestTimeout);
@@ -161,15 +162,16 @@ Clock::time_point CommImpl::deadline_of(const coll::OpDesc& desc, const CallOpti
                                                  ": negative timeout " +
                                                  std::to_string(timeout.count()) + " ms");
   }
-  return Clock::now() + timeout;
+  return timeout;
 }
 
 Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   auto state = std::make_shared<WorkState>();
-  state->deadline = deadline_of(desc, call);
+  state->deadline = Clock::now() + timeout_of(desc, call);
   std::unique_lock lock(mu_);
   queue_.push_back(Task{desc, sequence_++, state});
+  queued_.store(queue_.size(), std::memory_order_seq_cst);
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   lock.unlock();
   cv_.notify_all();
@@ -178,47 +180,51 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
 
 void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
-  const Clock::time_point deadline = deadline_of(desc, call);
+  const std::chrono::milliseconds timeout = timeout_of(desc, call);
   std::unique_lock lock(mu_);
-  if (!queue_.empty() || running_) {  // keep issue order behind the queued work
-    lock.unlock();
+  if (!queue_.empty() || running_.load(std::memory_order_relaxed)) {
+    lock.unlock();  // keep issue order behind the queued work
     submit_async(desc, call).wait();
     return;
   }
   const uint64_t sequence = sequence_++;
-  running_ = true;
+  running_.store(true, std::memory_order_relaxed);
   lock.unlock();
-  std::exception_ptr failure = run(desc, sequence, deadline);
-  lock.lock();
-  running_ = false;
-  const bool wake_worker = !queue_.empty();
-  lock.unlock();
-  if (wake_worker) cv_.notify_all();
+  std::exception_ptr failure = run(desc, sequence, std::nullopt, timeout);
+  // No lock on the way out unless work was queued meanwhile: a worker that saw running_ set
+  // re-checks it under the lock, which this notify then takes.
+  running_.store(false, std::memory_order_seq_cst);
+  if (queued_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard wake(mu_); }
+    cv_.notify_all();
+  }
   if (failure) std::rethrow_exception(failure);
 }
 
 void CommImpl::worker_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
+    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_.load()); });
     if (stopping_) return;
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    running_ = true;
+    queued_.store(queue_.size(), std::memory_order_seq_cst);
+    running_.store(true);
     lock.unlock();
     execute(task);
     lock.lock();
-    running_ = false;
+    running_.store(false);
     cv_.notify_all();
   }
 }
 
 void CommImpl::execute(Task& task) {
-  task.state->complete(run(task.desc, task.sequence, task.state->deadline));
+  task.state->complete(run(task.desc, task.sequence, task.state->deadline, {}));
 }
 
 std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
-                                 Clock::time_point deadline) {
+                                 std::optional<Clock::time_point> deadline,
+                                 std::chrono::milliseconds timeout) {
   try {
     if (aborted_.load()) {
       throw Error(ErrorCode::aborted, label(desc, sequence) + ": the communicator was aborted");
@@ -237,7 +243,10 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
       const coll::OpDesc* desc;
       uint64_t sequence;
     } op{this, &desc, sequence};
-    transport::WaitContext ctx{deadline, [&op] { return op.comm->label(*op.desc, op.sequence); }};
+    auto describe = [&op] { return op.comm->label(*op.desc, op.sequence); };
+    const transport::WaitContext ctx =
+        deadline ? transport::WaitContext::with_deadline(*deadline, describe)
+                 : transport::WaitContext::with_timeout(timeout, describe);
     coll::run_operation(*fabric_, desc, sequence, ctx);
     return nullptr;
   } catch (const Error& error) {

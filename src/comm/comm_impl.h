@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -54,9 +55,12 @@ class CommImpl {
     std::shared_ptr<WorkState> state;
   };
   void execute(Task& task);
-  // Runs one operation and returns its failure, if any (and marks the communicator broken).
-  std::exception_ptr run(const coll::OpDesc& desc, uint64_t sequence, Clock::time_point deadline);
-  Clock::time_point deadline_of(const coll::OpDesc& desc, const CallOptions& call) const;
+  // Runs one operation and returns its failure, if any (and marks the communicator broken). It
+  // must end by `deadline` if given, else within `timeout` of its first wait that blocks.
+  std::exception_ptr run(const coll::OpDesc& desc, uint64_t sequence,
+                         std::optional<Clock::time_point> deadline,
+                         std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout_of(const coll::OpDesc& desc, const CallOptions& call) const;
   void worker_loop();
   void validate(const coll::OpDesc& desc) const;
   std::string label(const coll::OpDesc& desc, uint64_t sequence) const;
@@ -68,7 +72,8 @@ class CommImpl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  bool running_ = false;  // an operation is executing (inline or on the worker)
+  std::atomic<bool> running_{false};  // an operation is executing (inline or on the worker)
+  std::atomic<size_t> queued_{0};     // queue_.size(), readable without the lock
   bool stopping_ = false;
   std::thread worker_;
   uint64_t sequence_ = 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -10,33 +11,11 @@
 #include <thread>
 
 #include "tpf/error.h"
+#include "transport/asymmetric_fence.h"
+#include "transport/shm_layout.h"
 
 namespace tpf::transport {
 namespace {
-
-constexpr uint64_t kMagic = 0x7470666162726963ULL;  // "tpfabric"
-constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2;
-constexpr size_t kReasonBytes = 256;
-constexpr std::chrono::microseconds kMaxSleep{2000};
-
-struct alignas(kCacheLine) FingerprintLine {
-  Fingerprint fp;
-};
-
-// Per-peer point-to-point control lines, in the owner's segment.
-struct P2pControl {
-  Signal sent;      // chunks the owner has posted towards this peer
-  Signal consumed;  // chunks the owner has consumed from this peer
-  FingerprintLine fp[2];
-};
-
-size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
-
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
-}
 
 // Cores the job may use. A rank pinned to one core cannot see that, so the launcher's view
 // (TPF_CPUS, set by tpf run) wins; otherwise all online CPUs.
@@ -60,36 +39,23 @@ int ranks_on_machine(int comm_size) {
 
 }  // namespace
 
-// The step counter and the fingerprints of both slots, written together by the owner.
-struct alignas(kCacheLine) PostLine {
-  std::atomic<uint64_t> posted{0};
-  Fingerprint fp[2];
-};
-static_assert(sizeof(PostLine) == kCacheLine, "the post line must be one cache line");
-
-struct ShmFabric::Control {
-  uint64_t magic;
-  int32_t rank;
-  int32_t pid;
-  PostLine post;
-  Doorbell bell;
-  Signal state;
-  alignas(kCacheLine) char reason[kReasonBytes];
-  int32_t reason_code;  // the ErrorCode of the failure, so peers report the root cause's kind
-  // Followed by P2pControl[size], one per peer, from the next cache line on.
-  P2pControl& p2p(int peer) {
-    auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);
-    return reinterpret_cast<P2pControl*>(base)[peer];
-  }
-};
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
 
 ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
   const int n = config_.size;
   control_bytes_ = round_up(round_up(sizeof(Control), kCacheLine) + sizeof(P2pControl) * n, 4096);
-  segment_bytes_ = control_bytes_ + 2 * config_.slot_bytes + 2 * config_.p2p_chunk_bytes * n;
+  eager_bytes_ = round_up(kLineRingBytes + kTinyRingBytes + kTinyFingerprintBytes, 4096);
+  segment_bytes_ =
+      control_bytes_ + eager_bytes_ + 2 * config_.slot_bytes + 2 * config_.p2p_chunk_bytes * n;
   segment_bytes_ = round_up(segment_bytes_, 4096);
   sent_chunks_.assign(n, 0);
   received_chunks_.assign(n, 0);
+  lines_.received.assign(n, 0);
+  tiny_.received.assign(n, 0);
   for (int p = 0; p < n; ++p)
     if (p != config_.rank) all_peers_.push_back(p);
   setup();
@@ -112,10 +78,14 @@ void ShmFabric::setup() {
   mine.pid = static_cast<int32_t>(::getpid());
 
   Store& store = *config_.store;
-  store.set("rank/" + std::to_string(me),
-            own_.name() + " " + std::to_string(::getpid()) + " " + std::to_string(segment_bytes_));
+  // Registered before publishing: a peer may rely on it as soon as it sees our segment.
+  const bool can_fence = register_asymmetric_fences();
+  store.set("rank/" + std::to_string(me), own_.name() + " " + std::to_string(::getpid()) + " " +
+                                              std::to_string(segment_bytes_) + " " +
+                                              (can_fence ? "1" : "0"));
   peers_.resize(n);
   processes_.resize(n);
+  light_posts_ = can_fence;
   for (int p : all_peers_) {
     std::string info;
     try {
@@ -129,7 +99,9 @@ void ShmFabric::setup() {
     std::string segment_name;
     long pid = 0;
     size_t bytes = 0;
-    fields >> segment_name >> pid >> bytes;
+    int peer_can_fence = 0;
+    fields >> segment_name >> pid >> bytes >> peer_can_fence;
+    light_posts_ = light_posts_ && peer_can_fence == 1;
     if (!fields || bytes != segment_bytes_) {
       throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
                                             " joined with a different "
@@ -164,12 +136,26 @@ ShmFabric::Control& ShmFabric::control(int rank) const noexcept {
 }
 
 std::byte* ShmFabric::slot(int rank, uint64_t step) const noexcept {
-  return bases_[rank] + control_bytes_ + (step % 2) * config_.slot_bytes;
+  return bases_[rank] + control_bytes_ + eager_bytes_ + (step % 2) * config_.slot_bytes;
 }
 
 std::byte* ShmFabric::p2p_slot(int owner, int peer, uint64_t k) const noexcept {
-  return bases_[owner] + control_bytes_ + 2 * config_.slot_bytes +
+  return bases_[owner] + control_bytes_ + eager_bytes_ + 2 * config_.slot_bytes +
          (static_cast<size_t>(peer) * 2 + k % 2) * config_.p2p_chunk_bytes;
+}
+
+void ShmFabric::publish(std::atomic<uint64_t>& signal, uint64_t value) const noexcept {
+  if (light_posts_) {
+    signal.store(value, std::memory_order_release);
+    light_fence();
+  } else {
+    signal.store(value, std::memory_order_seq_cst);
+  }
+}
+
+std::byte* ShmFabric::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
 }
 
 void ShmFabric::ring_peers() noexcept {
@@ -204,40 +190,40 @@ void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   }
 }
 
-template <class Ready>
-void ShmFabric::wait(Ready&& ready, const std::vector<int>& awaited, const WaitContext& ctx,
-                     const std::function<std::vector<int>()>& missing) {
-  if (ready()) return;
-  Backoff backoff(oversubscribed_);
-  Doorbell& bell = control(config_.rank).bell;
-  for (;;) {
-    Backoff::Stage stage = backoff.next();
-    if (ready()) return;
-    if (stage == Backoff::Stage::spin) continue;
-    if (aborted()) {
-      throw Error(ErrorCode::aborted,
-                  ctx.op_label() + ": the communicator was aborted on this rank");
-    }
-    // Dead peers first: a peer that failed because another died should not hide the dead one.
-    for (int p : awaited) check_alive(p, ctx);
-    for (int p : awaited) check_peer(p, ctx);
-    auto now = std::chrono::steady_clock::now();
-    if (now >= ctx.deadline) {
-      throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on rank " +
-                                          std::to_string(config_.rank) + ": rank(s) " +
-                                          join_ranks(missing()) + " never arrived");
-    }
-    if (stage == Backoff::Stage::sleep) {
-      auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline - now);
-      sleep_on(bell, std::min(left + std::chrono::microseconds(1), kMaxSleep), ready);
-    }
-  }
+WaitContext WaitContext::with_deadline(Clock::time_point deadline,
+                                       std::function<std::string()> describe_op) {
+  WaitContext ctx;
+  ctx.describe_op = std::move(describe_op);
+  ctx.fixed_deadline = deadline;
+  return ctx;
+}
+
+WaitContext WaitContext::with_timeout(Clock::duration timeout,
+                                      std::function<std::string()> describe_op) {
+  WaitContext ctx;
+  ctx.describe_op = std::move(describe_op);
+  ctx.timeout = timeout;
+  return ctx;
+}
+
+WaitContext::Clock::time_point WaitContext::deadline() const {
+  if (!fixed_deadline) fixed_deadline = Clock::now() + timeout;
+  return *fixed_deadline;
+}
+
+void ShmFabric::throw_mismatch(int peer, const Fingerprint& mine, const Fingerprint& theirs,
+                               const WaitContext& ctx) const {
+  check_peer(peer, ctx);  // a peer that aborted or failed explains the difference better
+  throw Error(ErrorCode::mismatch,
+              ctx.op_label() + ": ranks called different collectives: rank " +
+                  std::to_string(config_.rank) + " called " + config_.describe(mine) +
+                  " but rank " + std::to_string(peer) + " called " + config_.describe(theirs));
 }
 
 void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const WaitContext& ctx) {
   Control& mine = control(config_.rank);
   mine.post.fp[step % 2] = fp;
-  mine.post.posted.store(step, std::memory_order_seq_cst);
+  publish(mine.post.posted, step);
   ring_peers();
   auto all_posted = [&] {
     for (int p : all_peers_)
@@ -250,16 +236,22 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
       if (control(p).post.posted.load(std::memory_order_acquire) < step) late.push_back(p);
     return late;
   };
-  wait(all_posted, all_peers_, ctx, missing);
+  // A peer whose next eager message is already written has left the operations this rank is in:
+  // it runs a small collective while this rank waits in a staged one. Re-checking all_posted()
+  // after seeing the message rules out a peer that merely finished this step and moved on.
+  auto suspect = [&] {
+    for (int p : all_peers_) {
+      Fingerprint theirs;
+      if ((unread_message(Ring::lines, p, &theirs) || unread_message(Ring::tiny, p, &theirs)) &&
+          !all_posted()) {
+        throw_mismatch(p, fp, theirs, ctx);
+      }
+    }
+  };
+  wait(all_posted, all_peers_, ctx, missing, suspect);
   for (int p : all_peers_) {
     const Fingerprint& theirs = control(p).post.fp[step % 2];
-    if (!(theirs == fp)) {
-      check_peer(p, ctx);  // a peer that aborted or failed explains the difference better
-      throw Error(ErrorCode::mismatch,
-                  ctx.op_label() + ": ranks called different collectives: rank " +
-                      std::to_string(config_.rank) + " called " + config_.describe(fp) +
-                      " but rank " + std::to_string(p) + " called " + config_.describe(theirs));
-    }
+    if (!(theirs == fp)) throw_mismatch(p, fp, theirs, ctx);
   }
 }
 
@@ -267,7 +259,9 @@ std::byte* ShmFabric::acquire_send_slot(int peer, uint64_t k, const WaitContext&
   if (k >= 2) {
     P2pControl& theirs = control(peer).p2p(config_.rank);
     auto free = [&] { return theirs.consumed.value.load(std::memory_order_acquire) >= k - 1; };
-    wait(free, {peer}, ctx, [peer] { return std::vector<int>{peer}; });
+    wait(
+        free, std::span<const int>(&peer, 1), ctx, [peer] { return std::vector<int>{peer}; },
+        [] {});
   }
   return p2p_slot(config_.rank, peer, k);
 }
@@ -275,7 +269,7 @@ std::byte* ShmFabric::acquire_send_slot(int peer, uint64_t k, const WaitContext&
 void ShmFabric::post_send(int peer, uint64_t k, const Fingerprint& fp) {
   P2pControl& mine = control(config_.rank).p2p(peer);
   mine.fp[k % 2].fp = fp;
-  mine.sent.value.store(k + 1, std::memory_order_seq_cst);
+  publish(mine.sent.value, k + 1);
   control(peer).bell.ring();
 }
 
@@ -283,13 +277,15 @@ const std::byte* ShmFabric::wait_recv(int peer, uint64_t k, Fingerprint* fp,
                                       const WaitContext& ctx) {
   P2pControl& theirs = control(peer).p2p(config_.rank);
   auto arrived = [&] { return theirs.sent.value.load(std::memory_order_acquire) >= k + 1; };
-  wait(arrived, {peer}, ctx, [peer] { return std::vector<int>{peer}; });
+  wait(
+      arrived, std::span<const int>(&peer, 1), ctx, [peer] { return std::vector<int>{peer}; },
+      [] {});
   *fp = theirs.fp[k % 2].fp;
   return p2p_slot(peer, config_.rank, k);
 }
 
 void ShmFabric::release_recv(int peer, uint64_t k) {
-  control(config_.rank).p2p(peer).consumed.value.store(k + 1, std::memory_order_seq_cst);
+  publish(control(config_.rank).p2p(peer).consumed.value, k + 1);
   control(peer).bell.ring();
 }
 

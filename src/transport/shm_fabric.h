@@ -10,6 +10,12 @@
 // - Each post carries the operation's fingerprint; peers compare before touching data.
 // Point-to-point: every ordered pair has a two-slot mailbox in the sender's segment, with a
 // "sent" counter (sender's) and a "consumed" counter (receiver's).
+// Eager messages (small collectives): every rank has two outbox rings, one of messages of up to
+// kTinyBytes in half cache lines, one of messages of up to kEagerCapacity in runs of cache lines.
+// Every line carries its own "written" flag, so a reader pays one cache miss per line and no
+// separate signal. Every peer reads every message and acknowledges it through a "consumed" counter
+// in its own segment; a writer waits only when its ring is full, so a broadcast root returns as
+// soon as its message is written. Both sides pick the ring from the message size.
 #pragma once
 
 #include <chrono>
@@ -17,6 +23,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,10 +47,20 @@ struct Fingerprint {
 // The deadline and the name of the operation being waited on, for error messages. The name is
 // built only when an error needs it: operations are too short to format strings every time.
 struct WaitContext {
-  std::chrono::steady_clock::time_point deadline;
-  std::function<std::string()>
-      describe_op;  // e.g. "all_reduce (sequence 7) on communicator 'world'"
+  using Clock = std::chrono::steady_clock;
+  // Either a fixed deadline, or a timeout whose clock starts at the first wait that is not
+  // satisfied at once: reading the clock on every call would cost a tenth of a small broadcast,
+  // and the deadline moves by at most the spin phase of that first wait (~100 us).
+  static WaitContext with_deadline(Clock::time_point deadline,
+                                   std::function<std::string()> describe_op);
+  static WaitContext with_timeout(Clock::duration timeout,
+                                  std::function<std::string()> describe_op);
+  Clock::time_point deadline() const;
   std::string op_label() const { return describe_op ? describe_op() : std::string("operation"); }
+
+  std::function<std::string()> describe_op;  // e.g. "all_reduce (sequence 7) on communicator 'w'"
+  Clock::duration timeout{};
+  mutable std::optional<Clock::time_point> fixed_deadline;
 };
 
 struct FabricConfig {
@@ -78,6 +96,27 @@ class ShmFabric {
   // Posts `step` with `fp`, waits until every rank posted it, and checks their fingerprints.
   void post_and_wait_all(uint64_t step, const Fingerprint& fp, const WaitContext& ctx);
 
+  // Eager messages (eager_messages.cc). `bytes` <= kEagerCapacity. Posting waits only for space.
+  static constexpr size_t kEagerEntries = 16;  // line messages in flight per writer
+  static constexpr size_t kEagerLines = 16;    // cache lines per line message
+  static constexpr size_t kEagerCapacity = 32 + (kEagerLines - 1) * 56;  // bytes per message
+  static constexpr size_t kEagerOneLineBytes = 32;  // a line message this small is one line
+  static constexpr size_t kTinySlots = 64;          // tiny messages in flight per writer
+  static constexpr size_t kTinyBytes = 16;          // bytes per tiny message
+  void eager_post(const Fingerprint& fp, const void* data, size_t bytes, const WaitContext& ctx);
+  // Waits until the next message of every rank in `from` is complete, and checks that it carries
+  // `fp` (and therefore `bytes`).
+  void eager_wait(std::span<const int> from, const Fingerprint& fp, size_t bytes,
+                  const WaitContext& ctx);
+  // Copies bytes [offset, offset + len) of `peer`'s waited-for message to `out`.
+  void eager_read(int peer, size_t offset, size_t len, void* out) const noexcept;
+  // Marks the waited-for messages of `from` consumed (their writers may reuse the entries).
+  void eager_release(std::span<const int> from) noexcept;
+  // Every rank but this one.
+  std::span<const int> peers() const noexcept { return all_peers_; }
+  // A buffer of at least `bytes` for the algorithms' own staging (reused between calls).
+  std::byte* scratch(size_t bytes);
+
   // Point to point (chunk k counts the chunks between this ordered pair, from 0).
   uint64_t next_send_chunk(int peer) noexcept { return sent_chunks_[peer]++; }
   uint64_t next_recv_chunk(int peer) noexcept { return received_chunks_[peer]++; }
@@ -96,11 +135,46 @@ class ShmFabric {
 
  private:
   struct Control;
+  struct EagerLine;
+  struct TinySlot;
+  enum class Ring { lines, tiny };
+  // What this rank knows of one of its eager rings and of the peers' rings of the same kind.
+  struct RingState {
+    uint64_t sent = 0;               // messages this rank posted
+    uint64_t space = 0;              // messages every peer is known to have consumed
+    std::vector<uint64_t> received;  // messages consumed from each peer
+  };
+  static Ring ring_for(size_t bytes) noexcept {
+    return bytes <= kTinyBytes ? Ring::tiny : Ring::lines;
+  }
+  RingState& ring_state(Ring ring) noexcept { return ring == Ring::tiny ? tiny_ : lines_; }
+  const RingState& ring_state(Ring ring) const noexcept {
+    return ring == Ring::tiny ? tiny_ : lines_;
+  }
   Control& control(int rank) const noexcept;
   std::byte* p2p_slot(int owner, int peer, uint64_t k) const noexcept;
-  template <class Ready>
-  void wait(Ready&& ready, const std::vector<int>& awaited, const WaitContext& ctx,
-            const std::function<std::vector<int>()>& missing);
+  EagerLine* line_entry(int owner, uint64_t k) const noexcept;
+  TinySlot* tiny_slot(int owner, uint64_t k) const noexcept;
+  Fingerprint* tiny_fingerprint(int owner, uint64_t k) const noexcept;
+  std::atomic<uint64_t>& consumed_signal(Ring ring, int reader, int writer) const noexcept;
+  // Waits until every peer consumed message `needed - 1` of this rank's `ring`.
+  void wait_for_ring_space(Ring ring, uint64_t needed, const WaitContext& ctx);
+  // Peer's next unread message on `ring` is fully written: for the line ring, its first line and
+  // the `lines` that a message carrying `fp` has (a different fingerprint counts as complete, so
+  // that it is reported rather than waited for).
+  bool message_complete(Ring ring, int peer, const Fingerprint& fp, size_t lines) const noexcept;
+  // The fingerprint of peer's next unread message on `ring`, if it has been written.
+  bool unread_message(Ring ring, int peer, Fingerprint* fp) const noexcept;
+  // Stores a signal value that peers poll, ordered before the doorbell checks that follow it.
+  void publish(std::atomic<uint64_t>& signal, uint64_t value) const noexcept;
+  // Waits until ready(); in the slow path checks abort, dead and failed ranks among `awaited`,
+  // calls suspect_mismatch() (which throws if a peer is visibly running another operation), and
+  // enforces the deadline.
+  template <class Ready, class Suspect>
+  void wait(Ready&& ready, std::span<const int> awaited, const WaitContext& ctx,
+            const std::function<std::vector<int>()>& missing, Suspect&& suspect_mismatch);
+  [[noreturn]] void throw_mismatch(int peer, const Fingerprint& mine, const Fingerprint& theirs,
+                                   const WaitContext& ctx) const;
   // Throw if the peer aborted or failed (check_peer) or if its process is gone (check_alive).
   void check_peer(int peer, const WaitContext& ctx) const;
   void check_alive(int peer, const WaitContext& ctx) const;
@@ -110,8 +184,14 @@ class ShmFabric {
   FabricConfig config_;
   size_t control_bytes_ = 0;
   size_t segment_bytes_ = 0;
+  size_t eager_bytes_ = 0;
   bool oversubscribed_ = false;
+  bool light_posts_ = false;  // every rank registered for asymmetric fences
   uint64_t step_ = 0;
+  RingState lines_, tiny_;
+  Ring waited_ring_ = Ring::lines;  // the ring of the messages eager_wait waited for
+  size_t waited_lines_ = 1;         // lines of the last line messages waited for
+  std::vector<std::byte> scratch_;
   std::vector<uint64_t> sent_chunks_;
   std::vector<uint64_t> received_chunks_;
   ShmSegment own_;

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/asymmetric_fence.h"
+
 namespace tpf::transport {
 
 inline constexpr size_t kCacheLine = 64;
@@ -33,16 +35,18 @@ static_assert(sizeof(Signal) == kCacheLine && sizeof(Doorbell) == kCacheLine);
 
 // Sleeps on `bell` until it rings or `timeout` passes, unless `ready()` already holds after the
 // sleeping flag is raised (the flag/recheck pair closes the lost-wake-up race with ring()).
+// `heavy`: the posters use light fences (asymmetric_fence.h), so this side must use the heavy one.
 template <class Ready>
-void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, Ready&& ready);
+void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, bool heavy, Ready&& ready);
 
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::microseconds timeout);
 void futex_wake_all(std::atomic<uint32_t>& word);
 
 template <class Ready>
-void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, Ready&& ready) {
+void sleep_on(Doorbell& bell, std::chrono::microseconds timeout, bool heavy, Ready&& ready) {
   uint32_t seen = bell.word.load(std::memory_order_seq_cst);
   bell.sleeping.store(1, std::memory_order_seq_cst);
+  if (heavy) heavy_fence();
   if (!ready()) futex_wait(bell.word, seen, timeout);
   bell.sleeping.store(0, std::memory_order_relaxed);
 }

@@ -1,0 +1,112 @@
+// Small collectives over the fabric's eager messages (shm_fabric.h): each rank writes its
+// contribution once into its outbox and reads what it needs from the peers' outboxes. No step
+// synchronizes the ranks, so a message costs one cache miss per line to its readers, and a
+// broadcast root does not wait for anyone.
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "base/env_config.h"
+#include "coll/algorithms.h"
+#include "coll/reduce_kernels.h"
+#include "coll/source_list.h"
+
+namespace tpf::coll {
+namespace {
+
+// Bytes of the eager message each rank posts for `desc`.
+size_t message_bytes(const OpDesc& desc, int nranks) {
+  const size_t bytes = desc.count * dtype_size(desc.dtype);
+  return desc.kind == OpKind::reduce_scatter ? bytes * static_cast<size_t>(nranks) : bytes;
+}
+
+// Reduces block `block` (of `count` elements) of every rank's message, in rank order, into dst.
+// The contributions are gathered first, so dst may overlap this rank's input (in-place calls).
+void reduce_blocks(transport::ShmFabric& fabric, const OpDesc& desc, size_t block, void* dst) {
+  const int n = fabric.size(), me = fabric.rank();
+  const size_t bytes = desc.count * dtype_size(desc.dtype);
+  std::byte* staged = fabric.scratch(bytes * static_cast<size_t>(n));
+  SourceList list(n);
+  for (int p = 0; p < n; ++p) {
+    std::byte* to = staged + static_cast<size_t>(p) * bytes;
+    if (p == me) {
+      std::memcpy(to, static_cast<const std::byte*>(desc.send) + block * bytes, bytes);
+    } else {
+      fabric.eager_read(p, block * bytes, bytes, to);
+    }
+    list[p] = to;
+  }
+  reduce_n(desc.dtype, desc.op, dst, list.data(), n, desc.count);
+}
+
+constexpr size_t kEagerAllReduceBytes = 256;
+
+}  // namespace
+
+size_t eager_max_bytes() {
+  static const size_t limit = std::min(
+      transport::ShmFabric::kEagerCapacity,
+      base::env_bytes("TPF_EAGER_MAX_BYTES").value_or(transport::ShmFabric::kEagerCapacity));
+  return limit;
+}
+
+bool fits_eager(const OpDesc& desc, int nranks) {
+  if (nranks < 2) return false;
+  const size_t bytes = message_bytes(desc, nranks);
+  // Where every rank waits for every other anyway, eager messages win only while they are short;
+  // beyond that the staged path reads contiguous slots as fast. Measured at N = 2 on the 2-core
+  // EPYC VM (us per call, eager / staged): all_reduce 128 B 0.56 / 0.65, 1 KiB 0.84 / 0.79;
+  // all_gather 128 B 0.53 / 0.46; reduce_scatter 128 B 0.55 / 0.52; broadcast 512 B 0.25 / 0.42.
+  size_t limit = 0;
+  switch (desc.kind) {
+    case OpKind::broadcast: limit = transport::ShmFabric::kEagerCapacity; break;
+    case OpKind::all_reduce: limit = kEagerAllReduceBytes; break;
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter: limit = transport::ShmFabric::kEagerOneLineBytes; break;
+    default: return false;
+  }
+  return bytes <= std::min(limit, eager_max_bytes());
+}
+
+void run_eager(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
+               const transport::WaitContext& ctx) {
+  const int me = fabric.rank();
+  const size_t esize = dtype_size(desc.dtype);
+  const size_t bytes = message_bytes(desc, fabric.size());
+  if (desc.kind == OpKind::broadcast) {
+    const std::span<const int> root(&desc.root, 1);
+    if (me == desc.root) {
+      fabric.eager_post(fp, desc.send, bytes, ctx);
+      if (desc.recv != desc.send && bytes > 0) std::memmove(desc.recv, desc.send, bytes);
+    } else {
+      fabric.eager_wait(root, fp, bytes, ctx);
+      fabric.eager_read(desc.root, 0, bytes, desc.recv);
+      fabric.eager_release(root);
+    }
+    return;
+  }
+  fabric.eager_post(fp, desc.send, bytes, ctx);
+  fabric.eager_wait(fabric.peers(), fp, bytes, ctx);
+  if (bytes > 0) {
+    switch (desc.kind) {
+      case OpKind::all_reduce: reduce_blocks(fabric, desc, 0, desc.recv); break;
+      case OpKind::reduce_scatter:
+        reduce_blocks(fabric, desc, static_cast<size_t>(me), desc.recv);
+        break;
+      default: {  // all_gather
+        auto* recv = static_cast<std::byte*>(desc.recv);
+        for (int p = 0; p < fabric.size(); ++p) {
+          std::byte* to = recv + static_cast<size_t>(p) * desc.count * esize;
+          if (p != me) {
+            fabric.eager_read(p, 0, bytes, to);
+          } else if (to != desc.send) {
+            std::memmove(to, desc.send, bytes);
+          }
+        }
+      }
+    }
+  }
+  fabric.eager_release(fabric.peers());
+}
+
+}  // namespace tpf::coll

@@ -1,0 +1,122 @@
+// The layout of a rank's shared-memory segment, and the wait loop: private to src/transport,
+// shared by shm_fabric.cc (setup, steps, point to point, failures) and eager_messages.cc.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpf/error.h"
+#include "transport/shm_fabric.h"
+#include "transport/signal.h"
+
+namespace tpf::transport {
+
+inline constexpr uint64_t kMagic = 0x7470666162726963ULL;  // "tpfabric"
+inline constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2;
+inline constexpr size_t kReasonBytes = 256;
+inline constexpr std::chrono::microseconds kMaxSleep{2000};
+
+inline size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
+
+struct alignas(kCacheLine) FingerprintLine {
+  Fingerprint fp;
+};
+
+// Per-peer control lines, in the owner's segment.
+struct P2pControl {
+  Signal sent;      // chunks the owner has posted towards this peer
+  Signal consumed;  // chunks the owner has consumed from this peer
+  FingerprintLine fp[2];
+  Signal line_consumed;  // eager line messages of this peer that the owner has consumed
+  Signal tiny_consumed;  // eager tiny messages of this peer that the owner has consumed
+};
+
+// The step counter and the fingerprints of both slots, written together by the owner.
+struct alignas(kCacheLine) PostLine {
+  std::atomic<uint64_t> posted{0};
+  Fingerprint fp[2];
+};
+static_assert(sizeof(PostLine) == kCacheLine, "the post line must be one cache line");
+
+struct ShmFabric::Control {
+  uint64_t magic;
+  int32_t rank;
+  int32_t pid;
+  PostLine post;
+  Doorbell bell;
+  Signal state;
+  alignas(kCacheLine) char reason[kReasonBytes];
+  int32_t reason_code;  // the ErrorCode of the failure, so peers report the root cause's kind
+  // Followed by P2pControl[size], one per peer, from the next cache line on.
+  P2pControl& p2p(int peer) {
+    auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);
+    return reinterpret_cast<P2pControl*>(base)[peer];
+  }
+};
+
+// One cache line of an eager line message: its payload, then the flag that says which message it
+// holds (index + 1), stored last with release semantics. The first line's payload starts with the
+// message's fingerprint.
+struct alignas(kCacheLine) ShmFabric::EagerLine {
+  std::byte payload[56];
+  std::atomic<uint64_t> flag;
+};
+inline constexpr size_t kEagerFirstData = 56 - sizeof(Fingerprint);  // data bytes in line 0
+static_assert(ShmFabric::kEagerCapacity == kEagerFirstData + (ShmFabric::kEagerLines - 1) * 56);
+static_assert(ShmFabric::kEagerOneLineBytes == kEagerFirstData);
+
+// A tiny message: half a cache line, so a writer that runs ahead fills a line with two messages
+// and its readers take one miss for both. The full fingerprint goes to a side table that readers
+// consult only to describe a mismatch.
+struct alignas(32) ShmFabric::TinySlot {
+  std::atomic<uint64_t> flag;  // message index + 1, stored last
+  uint64_t fp_hash;
+  std::byte data[ShmFabric::kTinyBytes];
+};
+
+// Bytes of the eager region: the line ring, the tiny ring and the tiny fingerprints.
+inline constexpr size_t kLineRingBytes =
+    ShmFabric::kEagerEntries * ShmFabric::kEagerLines * kCacheLine;
+inline constexpr size_t kTinyRingBytes = ShmFabric::kTinySlots * kCacheLine / 2;
+inline constexpr size_t kTinyFingerprintBytes =
+    (ShmFabric::kTinySlots * sizeof(Fingerprint) + kCacheLine - 1) / kCacheLine * kCacheLine;
+
+std::string join_ranks(const std::vector<int>& ranks);
+
+template <class Ready, class Suspect>
+void ShmFabric::wait(Ready&& ready, std::span<const int> awaited, const WaitContext& ctx,
+                     const std::function<std::vector<int>()>& missing, Suspect&& suspect_mismatch) {
+  if (ready()) return;
+  Backoff backoff(oversubscribed_);
+  Doorbell& bell = control(config_.rank).bell;
+  for (;;) {
+    Backoff::Stage stage = backoff.next();
+    if (ready()) return;
+    if (stage == Backoff::Stage::spin) continue;
+    if (aborted()) {
+      throw Error(ErrorCode::aborted,
+                  ctx.op_label() + ": the communicator was aborted on this rank");
+    }
+    // Dead peers first: a peer that failed because another died should not hide the dead one.
+    for (int p : awaited) check_alive(p, ctx);
+    for (int p : awaited) check_peer(p, ctx);
+    suspect_mismatch();
+    auto now = std::chrono::steady_clock::now();
+    if (now >= ctx.deadline()) {
+      throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on rank " +
+                                          std::to_string(config_.rank) + ": rank(s) " +
+                                          join_ranks(missing()) + " never arrived");
+    }
+    if (stage == Backoff::Stage::sleep) {
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline() - now);
+      sleep_on(bell, std::min(left + std::chrono::microseconds(1), kMaxSleep), light_posts_, ready);
+    }
+  }
+}
+
+}  // namespace tpf::transport
