@@ -116,6 +116,49 @@ TEST(CommThreads, TwoCommunicatorsUsedConcurrentlyFromTwoThreads) {
   }, run_options()));
 }
 
+// One communicator used by its owner thread (inline, no lock), by a second thread and by queued
+// async work, in phases every rank runs in the same order: sequence numbers and results must
+// agree whichever path ran each operation.
+TEST(CommThreads, OwnerOtherThreadAndAsyncWorkShareOneCommunicator) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    const int n = comm.size();
+    int op = 0;
+    auto check_sum = [&](Communicator& c, const char* who) {
+      int64_t mine = op + c.rank(), sum = 0;
+      c.all_reduce(&mine, &sum, 1, DType::i64, ReduceOp::sum);
+      if (sum != int64_t{n} * op + n * (n - 1) / 2) {
+        std::string what(who);
+        what += ": op " + std::to_string(op) + " gave " + std::to_string(sum);
+        throw ChildCheckFailure(what);
+      }
+      ++op;
+    };
+    for (int i = 0; i < 5; ++i) check_sum(comm, "owner");
+    // Async work queued, then a blocking call that must run after it.
+    std::vector<int64_t> in(8, 1), out(8);
+    Work w = comm.all_reduce_async(in.data(), out.data(), in.size(), DType::i64, ReduceOp::sum);
+    const uint64_t before = comm.next_sequence();
+    check_sum(comm, "owner behind async");
+    w.wait();
+    TPF_CHILD_CHECK(out[0] == n && out[7] == n, "async result " + std::to_string(out[0]));
+    const uint64_t after = comm.next_sequence();
+    TPF_CHILD_CHECK(after == before + 1 || after == before + 2,
+                    "sequence did not advance once per operation");
+    // Another thread (not the owner) takes the locked path.
+    std::string failure;
+    std::thread other([&] {
+      try {
+        for (int i = 0; i < 5; ++i) check_sum(comm, "other thread");
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    });
+    other.join();
+    TPF_CHILD_CHECK(failure.empty(), failure);
+    for (int i = 0; i < 5; ++i) check_sum(comm, "owner again");
+  }, run_options()));
+}
+
 // ---------------------------------------------------------------------------------------------
 // async work
 

@@ -146,7 +146,8 @@ class Communicator {
   // the peers, whose operations then fail too. Safe to call from any thread.
   void abort();
 
-  // How many operations this communicator has issued (the sequence number of the next one).
+  // How many operations this communicator has started (the sequence number of the next one to
+  // start; operations start in issue order).
   uint64_t next_sequence() const;
 
  private:

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "coll/algorithms.h"
-#include "coll/copy_kernels.h"
 #include "coll/piecewise.h"
 
 namespace tpf::coll {
@@ -30,11 +29,6 @@ void collect_blocks(const transport::ShmFabric& fabric, uint64_t step, const std
   }
 }
 
-// Large outputs take non-temporal stores (copy_kernels.h).
-bool streams(size_t output_elems, size_t esize) {
-  return output_elems * esize >= kStreamingOutputBytes;
-}
-
 }  // namespace
 
 void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
@@ -44,7 +38,6 @@ void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport
   const size_t esize = dtype_size(desc.dtype);
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  const bool stream = streams(desc.count, esize);
   run_piecewise(
       fabric, desc.count, piece_elems(fabric.slot_bytes(), esize, 1), fp, ctx,
       [&](uint64_t step, size_t base, size_t len) {
@@ -52,15 +45,11 @@ void broadcast(transport::ShmFabric& fabric, const OpDesc& desc, const transport
       },
       [&](uint64_t step, size_t base, size_t len) {
         if (!root) {
-          copy_to_output(recv + base * esize, fabric.slot(desc.root, step), len * esize, stream);
-        } else if (recv != send) {
-          // The root's own copy overlaps the peers' reads of this piece. (Fusing it with the
-          // staging copy, as all_gather does, delays the post the peers wait for: measured
-          // 0.9-1.5x slower from 512 KiB to 8 MiB.)
-          copy_to_output(recv + base * esize, send + base * esize, len * esize, stream);
+          std::memcpy(recv + base * esize, fabric.slot(desc.root, step), len * esize);
+        } else {  // the root's own copy overlaps the peers' reads of this piece
+          copy_elems(recv + base * esize, send + base * esize, len, esize);
         }
       });
-  if (stream) stream_fence();
 }
 
 void all_gather(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
@@ -69,23 +58,14 @@ void all_gather(transport::ShmFabric& fabric, const OpDesc& desc, const transpor
   const size_t esize = dtype_size(desc.dtype);
   const auto* send = static_cast<const std::byte*>(desc.send);
   auto* recv = static_cast<std::byte*>(desc.recv);
-  const size_t block = desc.count;
-  const bool stream = streams(block * static_cast<size_t>(fabric.size()), esize);
   run_piecewise(
       fabric, desc.count, piece_elems(fabric.slot_bytes(), esize, 1), fp, ctx,
       [&](uint64_t step, size_t base, size_t len) {
-        // The input is read once, for the slot and for this rank's own block of the output.
-        copy_to_slot_and_output(fabric.slot(me, step), recv + (me * block + base) * esize,
-                                send + base * esize, len * esize, stream);
+        std::memcpy(fabric.slot(me, step), send + base * esize, len * esize);
       },
       [&](uint64_t step, size_t base, size_t len) {
-        for (int p = 0; p < fabric.size(); ++p) {
-          if (p == me) continue;
-          copy_to_output(recv + (p * block + base) * esize, fabric.slot(p, step), len * esize,
-                         stream);
-        }
+        collect_blocks(fabric, step, send, recv, desc.count, base, len, esize);
       });
-  if (stream) stream_fence();
 }
 
 void all_to_all(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
@@ -102,8 +82,7 @@ void all_to_all(transport::ShmFabric& fabric, const OpDesc& desc, const transpor
         // a block before it was staged.
         std::byte* mine = fabric.slot(me, step);
         for (int b = 0; b < n; ++b) {
-          std::memcpy(mine + b * piece * esize, send + (b * desc.count + base) * esize,
-                      len * esize);
+          std::memcpy(mine + b * piece * esize, send + (b * desc.count + base) * esize, len * esize);
         }
       },
       [&](uint64_t step, size_t base, size_t len) {
@@ -146,8 +125,7 @@ void scatter(transport::ShmFabric& fabric, const OpDesc& desc, const transport::
         std::byte* mine = fabric.slot(me, step);
         for (int b = 0; b < n; ++b) {
           if (b == me) continue;
-          std::memcpy(mine + b * piece * esize, send + (b * desc.count + base) * esize,
-                      len * esize);
+          std::memcpy(mine + b * piece * esize, send + (b * desc.count + base) * esize, len * esize);
         }
       },
       [&](uint64_t step, size_t base, size_t len) {

@@ -8,6 +8,7 @@
 #include "base/env_config.h"
 #include "coll/algorithms.h"
 #include "tpf/error.h"
+#include "transport/asymmetric_fence.h"
 
 namespace tpf::detail {
 namespace {
@@ -55,7 +56,8 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
 
 CommImpl::CommImpl(CommSetup setup)
     : setup_(std::move(setup)),
-      default_timeout_(setup_.options.timeout.value_or(base::default_op_timeout())) {
+      default_timeout_(setup_.options.timeout.value_or(base::default_op_timeout())),
+      gate_(transport::register_asymmetric_fences()) {
   if (setup_.size < 1 || setup_.rank < 0 || setup_.rank >= setup_.size) {
     throw Error(ErrorCode::invalid_argument,
                 "communicator '" + setup_.name + "': rank " + std::to_string(setup_.rank) +
@@ -77,14 +79,20 @@ CommImpl::~CommImpl() {
   if (worker_.joinable()) worker_.join();
   for (Task& task : queue_) {
     task.state->complete(std::make_exception_ptr(
-        Error(ErrorCode::aborted,
-              label(task.desc, task.sequence) + ": the communicator was destroyed first")));
+        Error(ErrorCode::aborted, std::string(coll::op_kind_name(task.desc.kind)) +
+                                      " on communicator '" + setup_.name +
+                                      "': the communicator was destroyed before it started")));
   }
 }
 
-uint64_t CommImpl::next_sequence() const {
-  std::lock_guard lock(mu_);
-  return sequence_;
+uint64_t CommImpl::next_sequence() const { return sequence_.load(std::memory_order_acquire); }
+
+uint64_t CommImpl::take_sequence() noexcept {
+  // Only the party that currently has the fabric (owner, worker or a claimed blocking call)
+  // calls this: a plain load and store, no locked instruction.
+  const uint64_t sequence = sequence_.load(std::memory_order_relaxed);
+  sequence_.store(sequence + 1, std::memory_order_release);
+  return sequence;
 }
 
 std::string CommImpl::label(const coll::OpDesc& desc, uint64_t sequence) const {
@@ -169,9 +177,9 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   auto state = std::make_shared<WorkState>();
   state->deadline = Clock::now() + timeout_of(desc, call);
+  gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
   std::unique_lock lock(mu_);
-  queue_.push_back(Task{desc, sequence_++, state});
-  queued_.store(queue_.size(), std::memory_order_seq_cst);
+  queue_.push_back(Task{desc, state});
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   lock.unlock();
   cv_.notify_all();
@@ -181,45 +189,50 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
 void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   const std::chrono::milliseconds timeout = timeout_of(desc, call);
+  if (gate_.owner_enter()) {  // the common case: one thread per communicator, nothing queued
+    std::exception_ptr failure = run(desc, take_sequence(), std::nullopt, timeout);
+    gate_.owner_exit();
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  gate_.add_claim();
+  gate_.wait_owner_out();
   std::unique_lock lock(mu_);
-  if (!queue_.empty() || running_.load(std::memory_order_relaxed)) {
-    lock.unlock();  // keep issue order behind the queued work
+  if (!queue_.empty() || running_) {  // keep issue order behind the queued work
+    lock.unlock();
+    gate_.release_claim();
     submit_async(desc, call).wait();
     return;
   }
-  const uint64_t sequence = sequence_++;
-  running_.store(true, std::memory_order_relaxed);
+  running_ = true;
   lock.unlock();
-  std::exception_ptr failure = run(desc, sequence, std::nullopt, timeout);
-  // No lock on the way out unless work was queued meanwhile: a worker that saw running_ set
-  // re-checks it under the lock, which this notify then takes.
-  running_.store(false, std::memory_order_seq_cst);
-  if (queued_.load(std::memory_order_seq_cst) > 0) {
-    { std::lock_guard wake(mu_); }
-    cv_.notify_all();
-  }
+  std::exception_ptr failure = run(desc, take_sequence(), std::nullopt, timeout);
+  lock.lock();
+  running_ = false;
+  const bool wake_worker = !queue_.empty();
+  lock.unlock();
+  gate_.release_claim();
+  if (wake_worker) cv_.notify_all();
   if (failure) std::rethrow_exception(failure);
 }
 
 void CommImpl::worker_loop() {
+  bool owner_out = false;  // the owner is known to be out, and a claim was held ever since
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_.load()); });
+    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
     if (stopping_) return;
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_seq_cst);
-    running_.store(true);
+    running_ = true;
     lock.unlock();
-    execute(task);
+    if (!owner_out) gate_.wait_owner_out();
+    task.state->complete(run(task.desc, take_sequence(), task.state->deadline, {}));
+    owner_out = !gate_.release_claim();
     lock.lock();
-    running_.store(false);
+    running_ = false;
     cv_.notify_all();
   }
-}
-
-void CommImpl::execute(Task& task) {
-  task.state->complete(run(task.desc, task.sequence, task.state->deadline, {}));
 }
 
 std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,

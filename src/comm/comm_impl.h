@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "coll/op_desc.h"
+#include "comm/owner_gate.h"
 #include "comm/work_state.h"
 #include "tpf/comm.h"
 #include "transport/shm_fabric.h"
@@ -51,10 +52,11 @@ class CommImpl {
  private:
   struct Task {
     coll::OpDesc desc;
-    uint64_t sequence;
     std::shared_ptr<WorkState> state;
   };
-  void execute(Task& task);
+  // The next sequence number. Numbers are taken when an operation starts; operations start in
+  // issue order (FIFO queue; the owner runs inline only when nothing is queued).
+  uint64_t take_sequence() noexcept;
   // Runs one operation and returns its failure, if any (and marks the communicator broken). It
   // must end by `deadline` if given, else within `timeout` of its first wait that blocks.
   std::exception_ptr run(const coll::OpDesc& desc, uint64_t sequence,
@@ -72,11 +74,11 @@ class CommImpl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  std::atomic<bool> running_{false};  // an operation is executing (inline or on the worker)
-  std::atomic<size_t> queued_{0};     // queue_.size(), readable without the lock
+  bool running_ = false;  // a claimed operation is executing (inline or on the worker)
   bool stopping_ = false;
   std::thread worker_;
-  uint64_t sequence_ = 0;
+  std::atomic<uint64_t> sequence_{0};
+  OwnerGate gate_;
   uint64_t splits_ = 0;
   std::string failure_;  // set once an operation failed: the communicator is unusable after that
   std::atomic<bool> failed_{false};  // failure_ is set (readable without the lock)
