@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/coll_reference.h"
+#include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "transport/shm_segment.h"
 #include "tpf/comm.h"
@@ -27,17 +28,6 @@ RunOptions run_options(milliseconds comm_timeout = milliseconds(20000)) {
   RunOptions o;
   o.comm_options.timeout = comm_timeout;
   return o;
-}
-
-// Runs f, which must throw tpf::Error; returns it (or fails the child if nothing was thrown).
-template <class F>
-Error expect_error(const std::string& what, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  throw ChildCheckFailure(what + ": no tpf::Error was thrown");
 }
 
 void expect_code(const std::string& what, const Error& e, ErrorCode code) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
@@ -26,16 +27,6 @@ RunOptions run_options() {
   RunOptions o;
   o.comm_options.timeout = milliseconds(20000);
   return o;
-}
-
-template <class F>
-Error expect_error(const std::string& what, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  throw ChildCheckFailure(what + ": no tpf::Error was thrown");
 }
 
 bool contains(const std::string& text, const std::string& part) {

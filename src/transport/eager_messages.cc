@@ -201,6 +201,7 @@ void ShmFabric::eager_wait(std::span<const int> from, const Fingerprint& fp, siz
 }
 
 void ShmFabric::eager_read(int peer, size_t offset, size_t len, void* out) const noexcept {
+  if (len == 0) return;  // out may be null then (count 0)
   const uint64_t k = ring_state(waited_ring_).received[peer];
   if (waited_ring_ == Ring::tiny) {
     std::memcpy(out, tiny_slot(peer, k)->data + offset, len);
