@@ -1,20 +1,24 @@
 // The eager path of small collectives (src/coll/eager.cc, ShmFabric::eager_*): a broadcast root
 // returns without waiting for its readers, messages wrap around the ring, and calls that disagree
 // are reported as mismatches, also against a staged call or a dead root, instead of timing out.
+// Also the fallback from asymmetric fences to full ones (transport/asymmetric_fence.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
+#include "transport/asymmetric_fence.h"
 #include "transport/shm_fabric.h"
 
 namespace tpf::testing {
@@ -159,6 +163,42 @@ TEST(EagerMessages, AKilledRootIsReportedByTheRanksWaitingForItsMessage) {
   EXPECT_EQ(outcomes[0].signal, SIGKILL) << outcomes[0].describe();
   EXPECT_TRUE(outcomes[1].ok()) << outcomes[1].describe();
   EXPECT_TRUE(outcomes[2].ok()) << outcomes[2].describe();
+}
+
+TEST(FenceFallback, FullFencesOnBothSidesGiveTheSameResults) {
+  // With TPF_ASYMMETRIC_FENCES=0 no rank registers for membarrier, so posts use full fences and
+  // sleepers plain ones. A rank that arrives late makes the others reach the futex sleep, whose
+  // wake-up then depends on that pairing.
+  SharedBlock shared;
+  auto& arrived = shared.counter(0);
+  expect_all_ok(run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_ASYMMETRIC_FENCES", "0", 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        TPF_CHILD_CHECK(!transport::register_asymmetric_fences(),
+                        "TPF_ASYMMETRIC_FENCES=0 did not turn the asymmetric fences off");
+        for (int round = 0; round < 3; ++round) {
+          if (comm.rank() == round) {  // the others wait in the broadcast meanwhile
+            TPF_CHILD_CHECK(
+                wait_until([&] { return arrived.load() >= 2 * (round + 1); }, milliseconds(20000)),
+                "the other ranks did not reach the broadcast");
+            // Enough for them to pass the spin and yield phases of their wait and go to sleep.
+            const auto until = std::chrono::steady_clock::now() + milliseconds(20);
+            while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
+          } else {
+            arrived.fetch_add(1);
+          }
+          int32_t value = comm.rank() == round ? 1000 + round : -1;
+          comm.broadcast(&value, &value, 1, DType::i32, round);
+          TPF_CHILD_CHECK(value == 1000 + round, "broadcast gave " + std::to_string(value));
+          std::vector<float> big(100000, 1.0f), sum(big.size());
+          comm.all_reduce(big.data(), sum.data(), big.size(), DType::f32, ReduceOp::sum);
+          TPF_CHILD_CHECK(sum.front() == 3.0f && sum.back() == 3.0f, "staged all_reduce is wrong");
+        }
+      },
+      run_options()));
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 namespace tpf::transport {
 
 // Registers this process for asymmetric fences (once; later calls return the first answer).
-// False where membarrier's global expedited command is unavailable.
+// False where membarrier's global expedited command is unavailable, or TPF_ASYMMETRIC_FENCES=0.
 bool register_asymmetric_fences() noexcept;
 
 // The poster's side: orders the preceding store before the following load when, and only when,
