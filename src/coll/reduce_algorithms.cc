@@ -1,8 +1,6 @@
 // all_reduce, reduce and reduce_scatter over the in-memory fabric.
 #include <algorithm>
-#include <array>
 #include <cstring>
-#include <vector>
 
 #include "coll/algorithms.h"
 #include "coll/cost_model.h"

@@ -59,18 +59,7 @@ void ShmFabric::wait_for_ring_space(Ring ring, uint64_t needed, const WaitContex
   auto consumed = [&](int p) {
     return consumed_signal(ring, p, config_.rank).load(std::memory_order_acquire);
   };
-  auto all_consumed = [&] {
-    for (int p : all_peers_)
-      if (consumed(p) < needed) return false;
-    return true;
-  };
-  auto missing = [&] {
-    std::vector<int> late;
-    for (int p : all_peers_)
-      if (consumed(p) < needed) late.push_back(p);
-    return late;
-  };
-  wait(all_consumed, all_peers_, ctx, missing, [] {});
+  wait([&](int p) { return consumed(p) >= needed; }, all_peers_, ctx);
   RingState& state = ring_state(ring);
   state.space = UINT64_MAX;
   for (int p : all_peers_) state.space = std::min(state.space, consumed(p));
@@ -107,11 +96,7 @@ void ShmFabric::eager_post(const Fingerprint& fp, const void* data, size_t bytes
     }
   }
   state.sent = k + 1;
-  if (light_posts_) {
-    light_fence();
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
+  fence_after_post();
   ring_peers();
   // Own the next entry before it is needed, so its cache misses overlap this rank's work.
   if (ring == Ring::tiny) {
@@ -156,35 +141,19 @@ void ShmFabric::eager_wait(std::span<const int> from, const Fingerprint& fp, siz
   const Ring ring = ring_for(bytes);
   const Ring other = ring == Ring::tiny ? Ring::lines : Ring::tiny;
   const size_t lines = lines_for(bytes);
-  auto all_complete = [&] {
-    for (int p : from)
-      if (!message_complete(ring, p, fp, lines)) return false;
-    return true;
-  };
-  auto missing = [&] {
-    std::vector<int> late;
-    for (int p : from)
-      if (!message_complete(ring, p, fp, lines)) late.push_back(p);
-    return late;
-  };
+  auto complete = [&](int p) { return message_complete(ring, p, fp, lines); };
   // A peer that posted a step this rank has not begun, or wrote a message on the other ring
-  // (a different size), runs another operation: it cannot have left this one without writing the
-  // message waited for, which the final re-check rules out.
-  auto suspect = [&] {
-    for (int p : from) {
-      Fingerprint theirs;
-      const PostLine& post = control(p).post;
-      const uint64_t posted = post.posted.load(std::memory_order_acquire);
-      bool elsewhere = posted > step_;
-      if (elsewhere) {
-        theirs = post.fp[posted % 2];
-      } else {
-        elsewhere = unread_message(other, p, &theirs);
-      }
-      if (elsewhere && !message_complete(ring, p, fp, lines)) throw_mismatch(p, fp, theirs, ctx);
+  // (a different size), runs another operation.
+  auto elsewhere = [&](int p, Fingerprint* theirs) {
+    const PostLine& post = control(p).post;
+    const uint64_t posted = post.posted.load(std::memory_order_acquire);
+    if (posted > step_) {
+      *theirs = post.fp[posted % 2];
+      return true;
     }
+    return unread_message(other, p, theirs);
   };
-  wait(all_complete, from, ctx, missing, suspect);
+  wait(complete, from, ctx, fp, elsewhere);
   waited_ring_ = ring;
   waited_lines_ = lines;
   const uint64_t hash = ring == Ring::tiny ? fingerprint_hash(fp) : 0;

@@ -144,13 +144,17 @@ std::byte* ShmFabric::p2p_slot(int owner, int peer, uint64_t k) const noexcept {
          (static_cast<size_t>(peer) * 2 + k % 2) * config_.p2p_chunk_bytes;
 }
 
-void ShmFabric::publish(std::atomic<uint64_t>& signal, uint64_t value) const noexcept {
+void ShmFabric::fence_after_post() const noexcept {
   if (light_posts_) {
-    signal.store(value, std::memory_order_release);
     light_fence();
   } else {
-    signal.store(value, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
+}
+
+void ShmFabric::publish(std::atomic<uint64_t>& signal, uint64_t value) const noexcept {
+  signal.store(value, std::memory_order_release);
+  fence_after_post();
 }
 
 std::byte* ShmFabric::scratch(size_t bytes) {
@@ -190,19 +194,18 @@ void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   }
 }
 
-WaitContext WaitContext::with_deadline(Clock::time_point deadline,
-                                       std::function<std::string()> describe_op) {
-  WaitContext ctx;
-  ctx.describe_op = std::move(describe_op);
-  ctx.fixed_deadline = deadline;
-  return ctx;
-}
-
 WaitContext WaitContext::with_timeout(Clock::duration timeout,
                                       std::function<std::string()> describe_op) {
   WaitContext ctx;
   ctx.describe_op = std::move(describe_op);
   ctx.timeout = timeout;
+  return ctx;
+}
+
+WaitContext WaitContext::with_deadline(Clock::time_point deadline,
+                                       std::function<std::string()> describe_op) {
+  WaitContext ctx = with_timeout({}, std::move(describe_op));
+  ctx.fixed_deadline = deadline;
   return ctx;
 }
 
@@ -225,30 +228,15 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
   mine.post.fp[step % 2] = fp;
   publish(mine.post.posted, step);
   ring_peers();
-  auto all_posted = [&] {
-    for (int p : all_peers_)
-      if (control(p).post.posted.load(std::memory_order_acquire) < step) return false;
-    return true;
+  auto posted = [&](int p) {
+    return control(p).post.posted.load(std::memory_order_acquire) >= step;
   };
-  auto missing = [&] {
-    std::vector<int> late;
-    for (int p : all_peers_)
-      if (control(p).post.posted.load(std::memory_order_acquire) < step) late.push_back(p);
-    return late;
+  // A peer with an eager message this rank has not read runs a small collective while this rank
+  // waits in a staged one.
+  auto elsewhere = [&](int p, Fingerprint* theirs) {
+    return unread_message(Ring::lines, p, theirs) || unread_message(Ring::tiny, p, theirs);
   };
-  // A peer whose next eager message is already written has left the operations this rank is in:
-  // it runs a small collective while this rank waits in a staged one. Re-checking all_posted()
-  // after seeing the message rules out a peer that merely finished this step and moved on.
-  auto suspect = [&] {
-    for (int p : all_peers_) {
-      Fingerprint theirs;
-      if ((unread_message(Ring::lines, p, &theirs) || unread_message(Ring::tiny, p, &theirs)) &&
-          !all_posted()) {
-        throw_mismatch(p, fp, theirs, ctx);
-      }
-    }
-  };
-  wait(all_posted, all_peers_, ctx, missing, suspect);
+  wait(posted, all_peers_, ctx, fp, elsewhere);
   for (int p : all_peers_) {
     const Fingerprint& theirs = control(p).post.fp[step % 2];
     if (!(theirs == fp)) throw_mismatch(p, fp, theirs, ctx);
@@ -258,10 +246,8 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
 std::byte* ShmFabric::acquire_send_slot(int peer, uint64_t k, const WaitContext& ctx) {
   if (k >= 2) {
     P2pControl& theirs = control(peer).p2p(config_.rank);
-    auto free = [&] { return theirs.consumed.value.load(std::memory_order_acquire) >= k - 1; };
-    wait(
-        free, std::span<const int>(&peer, 1), ctx, [peer] { return std::vector<int>{peer}; },
-        [] {});
+    auto free = [&](int) { return theirs.consumed.value.load(std::memory_order_acquire) >= k - 1; };
+    wait(free, std::span<const int>(&peer, 1), ctx);
   }
   return p2p_slot(config_.rank, peer, k);
 }
@@ -276,10 +262,8 @@ void ShmFabric::post_send(int peer, uint64_t k, const Fingerprint& fp) {
 const std::byte* ShmFabric::wait_recv(int peer, uint64_t k, Fingerprint* fp,
                                       const WaitContext& ctx) {
   P2pControl& theirs = control(peer).p2p(config_.rank);
-  auto arrived = [&] { return theirs.sent.value.load(std::memory_order_acquire) >= k + 1; };
-  wait(
-      arrived, std::span<const int>(&peer, 1), ctx, [peer] { return std::vector<int>{peer}; },
-      [] {});
+  auto arrived = [&](int) { return theirs.sent.value.load(std::memory_order_acquire) >= k + 1; };
+  wait(arrived, std::span<const int>(&peer, 1), ctx);
   *fp = theirs.fp[k % 2].fp;
   return p2p_slot(peer, config_.rank, k);
 }

@@ -165,14 +165,21 @@ class ShmFabric {
   bool message_complete(Ring ring, int peer, const Fingerprint& fp, size_t lines) const noexcept;
   // The fingerprint of peer's next unread message on `ring`, if it has been written.
   bool unread_message(Ring ring, int peer, Fingerprint* fp) const noexcept;
-  // Stores a signal value that peers poll, ordered before the doorbell checks that follow it.
+  // Orders this rank's posted signals before the doorbell checks that follow (a full fence, or a
+  // compiler barrier when sleepers pay with heavy_fence()).
+  void fence_after_post() const noexcept;
+  // Stores a signal value that peers poll, then fence_after_post().
   void publish(std::atomic<uint64_t>& signal, uint64_t value) const noexcept;
-  // Waits until ready(); in the slow path checks abort, dead and failed ranks among `awaited`,
-  // calls suspect_mismatch() (which throws if a peer is visibly running another operation), and
-  // enforces the deadline.
-  template <class Ready, class Suspect>
-  void wait(Ready&& ready, std::span<const int> awaited, const WaitContext& ctx,
-            const std::function<std::vector<int>()>& missing, Suspect&& suspect_mismatch);
+  // Waits until arrived(p) holds for every p in `awaited`. In the slow path: abort, dead and
+  // failed peers; a peer that has not arrived but shows a signal of another operation
+  // (elsewhere(p, &its_fingerprint)) is a mismatch against `mine`; the deadline, naming the peers
+  // that have not arrived.
+  template <class Arrived, class Elsewhere>
+  void wait(Arrived&& arrived, std::span<const int> awaited, const WaitContext& ctx,
+            const Fingerprint& mine, Elsewhere&& elsewhere);
+  // The same, for waits where no other operation can show up (point to point, ring space).
+  template <class Arrived>
+  void wait(Arrived&& arrived, std::span<const int> awaited, const WaitContext& ctx);
   [[noreturn]] void throw_mismatch(int peer, const Fingerprint& mine, const Fingerprint& theirs,
                                    const WaitContext& ctx) const;
   // Throw if the peer aborted or failed (check_peer) or if its process is gone (check_alive).

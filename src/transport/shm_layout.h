@@ -88,9 +88,14 @@ inline constexpr size_t kTinyFingerprintBytes =
 
 std::string join_ranks(const std::vector<int>& ranks);
 
-template <class Ready, class Suspect>
-void ShmFabric::wait(Ready&& ready, std::span<const int> awaited, const WaitContext& ctx,
-                     const std::function<std::vector<int>()>& missing, Suspect&& suspect_mismatch) {
+template <class Arrived, class Elsewhere>
+void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const WaitContext& ctx,
+                     const Fingerprint& mine, Elsewhere&& elsewhere) {
+  auto ready = [&] {
+    for (int p : awaited)
+      if (!arrived(p)) return false;
+    return true;
+  };
   if (ready()) return;
   Backoff backoff(oversubscribed_);
   Doorbell& bell = control(config_.rank).bell;
@@ -105,18 +110,32 @@ void ShmFabric::wait(Ready&& ready, std::span<const int> awaited, const WaitCont
     // Dead peers first: a peer that failed because another died should not hide the dead one.
     for (int p : awaited) check_alive(p, ctx);
     for (int p : awaited) check_peer(p, ctx);
-    suspect_mismatch();
+    // A peer showing a signal of another operation may merely have finished this one and moved
+    // on; everything it wrote before that signal is visible once the signal is, so if it has
+    // still not arrived here, it is running something else.
+    for (int p : awaited) {
+      Fingerprint theirs;
+      if (elsewhere(p, &theirs) && !arrived(p)) throw_mismatch(p, mine, theirs, ctx);
+    }
     auto now = std::chrono::steady_clock::now();
     if (now >= ctx.deadline()) {
+      std::vector<int> missing;
+      for (int p : awaited)
+        if (!arrived(p)) missing.push_back(p);
       throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on rank " +
                                           std::to_string(config_.rank) + ": rank(s) " +
-                                          join_ranks(missing()) + " never arrived");
+                                          join_ranks(missing) + " never arrived");
     }
     if (stage == Backoff::Stage::sleep) {
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline() - now);
       sleep_on(bell, std::min(left + std::chrono::microseconds(1), kMaxSleep), light_posts_, ready);
     }
   }
+}
+
+template <class Arrived>
+void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const WaitContext& ctx) {
+  wait(arrived, awaited, ctx, Fingerprint{}, [](int, Fingerprint*) { return false; });
 }
 
 }  // namespace tpf::transport
