@@ -12,6 +12,8 @@ set -euo pipefail
 readonly kBasePackages=(
   cmake ninja-build g++ pkg-config   # toolchain
   libhwloc-dev                       # topology discovery (library dependency)
+  libopenblas-dev                    # GEMMs of the tensor-parallel model
+  fortunes                           # English text the training demo learns from
   libgtest-dev libgmock-dev          # tests
   libbenchmark-dev                   # kernel benchmarks
 )

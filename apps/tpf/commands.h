@@ -11,6 +11,10 @@ int cmd_run(int argc, char** argv);
 int cmd_topo(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
+int cmd_train(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_export(int argc, char** argv);
+int cmd_import(int argc, char** argv);
 
 // Thrown for bad command-line input (unknown option, missing or malformed value). main() prints
 // "tpf <sub>: error: <message>" and a hint to `tpf <sub> --help`, and exits with kExitUsage.

@@ -27,6 +27,10 @@ constexpr Subcommand kSubcommands[] = {
     {"bench", tpf::cli::cmd_bench, "measure collective bandwidth and latency"},
     {"topo", tpf::cli::cmd_topo, "show this machine's cores, NUMA nodes and caches"},
     {"demo", tpf::cli::cmd_demo, "run a small end-to-end example"},
+    {"train", tpf::cli::cmd_train, "train a tensor-parallel GPT on a text file"},
+    {"generate", tpf::cli::cmd_generate, "sample text from a trained checkpoint"},
+    {"export", tpf::cli::cmd_export, "write a checkpoint as one Hugging Face GPT-2 file"},
+    {"import", tpf::cli::cmd_import, "make a checkpoint from a Hugging Face GPT-2 file"},
 };
 
 void print_usage(std::FILE* out) {
@@ -35,9 +39,9 @@ void print_usage(std::FILE* out) {
                "\n"
                "commands:\n");
   for (const Subcommand& sub : kSubcommands)
-    std::fprintf(out, "  %-6s %s\n", sub.name, sub.summary);
+    std::fprintf(out, "  %-9s %s\n", sub.name, sub.summary);
   std::fprintf(out,
-               "  %-6s %s\n"
+               "  %-9s %s\n"
                "\n"
                "options:\n"
                "  --version  print the version and exit\n"

@@ -1,0 +1,113 @@
+#include "tpf/model_cli.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <thread>
+
+#include "tensor/blas.h"
+#include "tpf/commands.h"
+#include "tpf/launch_env.h"
+
+namespace tpf::cli {
+
+FlagParser::FlagParser(int argc, char** argv, const std::vector<std::string>& flags,
+                       const std::vector<std::string>& switches) {
+  auto known = [](const std::vector<std::string>& list, const std::string& f) {
+    for (const auto& s : list) {
+      if (s == f) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      help_ = true;
+      continue;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inline_value = true;
+    }
+    if (known(switches, arg)) {
+      if (inline_value) throw UsageError(arg + " takes no value");
+      values_[arg] = "1";
+    } else if (known(flags, arg)) {
+      if (!inline_value) {
+        if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+        value = argv[++i];
+      }
+      values_[arg] = value;
+    } else {
+      throw UsageError("unknown argument '" + arg + "'");
+    }
+  }
+}
+
+std::string FlagParser::get(const std::string& flag, const std::string& fallback) const {
+  const auto it = values_.find(flag);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::string FlagParser::required(const std::string& flag) const {
+  if (!has(flag)) throw UsageError(flag + " is required");
+  return get(flag);
+}
+
+int64_t FlagParser::get_int(const std::string& flag, int64_t fallback, int64_t min_value) const {
+  if (!has(flag)) return fallback;
+  const std::string s = get(flag);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < min_value) {
+    throw UsageError(flag + " expects an integer >= " + std::to_string(min_value) + ", got '" + s +
+                     "'");
+  }
+  return v;
+}
+
+double FlagParser::get_double(const std::string& flag, double fallback, double min_value) const {
+  if (!has(flag)) return fallback;
+  const std::string s = get(flag);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(v >= min_value)) {
+    throw UsageError(flag + " expects a number >= " + std::to_string(min_value) + ", got '" + s +
+                     "'");
+  }
+  return v;
+}
+
+namespace {
+
+bool launched() {
+  for (const char* v : {"TPF_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK"}) {
+    if (std::getenv(v) != nullptr) return true;
+  }
+  return false;
+}
+
+Communicator make_world(std::unique_ptr<TcpStoreServer>& server) {
+  if (launched()) return Communicator::from_env();
+  server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "");
+  return Communicator::create(0, 1, "127.0.0.1:" + std::to_string(server->port()));
+}
+
+}  // namespace
+
+World::World() : comm_(make_world(server_)) {
+  if (launched()) local_ranks_ = std::max(1, detect_launch_env().local_world_size);
+}
+
+int configure_blas_threads(const FlagParser& flags, int local_ranks) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  int threads = static_cast<int>(cores) / std::max(1, local_ranks);
+  threads = static_cast<int>(flags.get_int("--threads", std::max(1, threads), 1));
+  set_blas_threads(threads);
+  return threads;
+}
+
+}  // namespace tpf::cli

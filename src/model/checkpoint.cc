@@ -1,0 +1,305 @@
+#include "model/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/json.h"
+#include "model/safetensors.h"
+#include "parallel/vocab_parallel.h"
+#include "tpf/error.h"
+
+namespace tpf {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "tpfabric-checkpoint-v1";
+constexpr const char* kManifest = "checkpoint.json";
+constexpr const char* kEmbedding = "wte.weight";
+
+std::string rank_file(int rank, int tp_size) {
+  return "rank-" + std::to_string(rank) + "-of-" + std::to_string(tp_size) + ".safetensors";
+}
+
+SafeTensor to_safe(const std::string& name, const Tensor& t) {
+  SafeTensor s;
+  s.name = name;
+  s.dtype = t.dtype();
+  s.shape = t.shape();
+  s.data.resize(t.bytes());
+  if (t.bytes() > 0) std::memcpy(s.data.data(), t.data(), t.bytes());
+  return s;
+}
+
+Tensor from_safe(const SafeTensor& s) {
+  Tensor t(s.shape, s.dtype);
+  if (t.bytes() > 0) std::memcpy(t.data(), s.data.data(), t.bytes());
+  return t;
+}
+
+json::Value shape_json(const Shape& shape) {
+  json::Value a = json::Array{};
+  for (int64_t d : shape) a.push_back(d);
+  return a;
+}
+
+// The same tensor with `rows` rows: the vocabulary's padding depends on the TP size.
+Tensor with_rows(const Tensor& t, int64_t rows) {
+  if (t.dim(0) == rows) return t;
+  Shape shape = t.shape();
+  shape[0] = rows;
+  Tensor out(shape, t.dtype());
+  const size_t row_bytes = t.bytes() / static_cast<size_t>(t.dim(0));
+  std::memcpy(out.data(), t.data(), row_bytes * static_cast<size_t>(std::min(rows, t.dim(0))));
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::invalid_argument, "cannot read '" + path + "'");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw Error(ErrorCode::system, "cannot write '" + tmp + "'");
+  }
+  fs::rename(tmp, path);
+}
+
+std::string manifest_text(const GlobalCheckpoint& c, int tp_size) {
+  json::Value files = json::Array{};
+  for (int r = 0; r < tp_size; ++r) files.push_back(rank_file(r, tp_size));
+  json::Value m;
+  m.set("format", kFormat);
+  m.set("step", c.step);
+  m.set("tp_size", tp_size);
+  m.set("seed", static_cast<int64_t>(c.seed));
+  m.set("config", json::parse(config_to_json(c.config), "config"));
+  m.set("files", std::move(files));
+  return json::dump(m) + "\n";
+}
+
+// One rank's file from that rank's slices (value and, if given, moments) of each tensor.
+struct Slice {
+  std::string name;
+  Shape global_shape;
+  ShardSpec shard;
+  const Tensor* value;
+  const Tensor* exp_avg;
+  const Tensor* exp_avg_sq;
+};
+
+void write_rank_file(const std::string& dir, int rank, int tp_size, const GlobalCheckpoint& header,
+                     const std::vector<Slice>& slices) {
+  SafeTensorsFile file;
+  json::Value shards;
+  for (const Slice& s : slices) {
+    file.tensors.push_back(to_safe(s.name, *s.value));
+    if (s.exp_avg != nullptr) {
+      file.tensors.push_back(to_safe(s.name + ".exp_avg", *s.exp_avg));
+      file.tensors.push_back(to_safe(s.name + ".exp_avg_sq", *s.exp_avg_sq));
+    }
+    json::Value info;
+    info.set("global_shape", shape_json(s.global_shape));
+    info.set("dim", s.shard.dim);
+    info.set("blocks", s.shard.blocks);
+    shards.set(s.name, std::move(info));
+  }
+  file.metadata["format"] = kFormat;
+  file.metadata["rank"] = std::to_string(rank);
+  file.metadata["tp_size"] = std::to_string(tp_size);
+  file.metadata["step"] = std::to_string(header.step);
+  file.metadata["seed"] = std::to_string(header.seed);
+  file.metadata["config"] = config_to_json(header.config);
+  file.metadata["shards"] = json::dump(shards);
+  write_safetensors((fs::path(dir) / rank_file(rank, tp_size)).string(), file);
+}
+
+}  // namespace
+
+const GlobalTensor& GlobalCheckpoint::at(const std::string& name) const {
+  for (const GlobalTensor& t : tensors) {
+    if (t.name == name) return t;
+  }
+  throw Error(ErrorCode::invalid_argument, "the checkpoint has no tensor '" + name + "'");
+}
+
+void save_checkpoint(TpGroup& tp, const std::string& dir, const RunConfig& config, uint64_t seed,
+                     Gpt& model, AdamW* optimizer) {
+  fs::create_directories(dir);
+  GlobalCheckpoint header;
+  header.config = config;
+  header.seed = seed;
+  header.step = optimizer != nullptr ? optimizer->steps_taken() : 0;
+  std::vector<Slice> slices;
+  const auto& params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = *params[i];
+    slices.push_back({p.name, p.global_shape, p.shard, &p.value,
+                      optimizer ? &optimizer->first_moments()[i] : nullptr,
+                      optimizer ? &optimizer->second_moments()[i] : nullptr});
+  }
+  write_rank_file(dir, tp.rank(), tp.size(), header, slices);
+  tp.comm->barrier();  // every file is complete before the manifest says so
+  if (tp.rank() == 0) {
+    write_text_atomically((fs::path(dir) / kManifest).string(), manifest_text(header, tp.size()));
+  }
+  tp.comm->barrier();
+}
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  if (fs::exists(fs::path(path) / kManifest)) return path;
+  const fs::path latest = fs::path(path) / "checkpoints" / "latest";
+  if (fs::exists(latest)) {
+    std::string name = read_text(latest.string());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const fs::path dir = fs::path(path) / "checkpoints" / name;
+    if (fs::exists(dir / kManifest)) return dir.string();
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "'" + path + "' is neither a checkpoint (no " + kManifest +
+                  ") nor a training output directory with checkpoints/latest");
+}
+
+GlobalCheckpoint read_checkpoint(const std::string& path) {
+  const std::string dir = resolve_checkpoint_dir(path);
+  const std::string manifest_path = (fs::path(dir) / kManifest).string();
+  const json::Value manifest = json::parse(read_text(manifest_path), manifest_path);
+  if (!manifest.find("format") || manifest.at("format").as_string() != kFormat) {
+    throw Error(ErrorCode::invalid_argument, manifest_path + ": not a " + kFormat + " manifest");
+  }
+  GlobalCheckpoint c;
+  c.step = manifest.at("step").as_int();
+  c.tp_size = static_cast<int>(manifest.at("tp_size").as_int());
+  c.seed = static_cast<uint64_t>(manifest.at("seed").as_int());
+  c.config = parse_config(json::dump(manifest.at("config")), manifest_path + " config");
+  const json::Value& files = manifest.at("files");
+  if (c.tp_size < 1 || files.size() != static_cast<size_t>(c.tp_size)) {
+    throw Error(ErrorCode::invalid_argument, manifest_path + ": tp_size and files disagree");
+  }
+  std::vector<SafeTensorsFile> ranks;
+  for (size_t r = 0; r < files.size(); ++r) {
+    ranks.push_back(read_safetensors((fs::path(dir) / files.at(r).as_string()).string()));
+  }
+  const auto it = ranks.front().metadata.find("shards");
+  if (it == ranks.front().metadata.end()) {
+    throw Error(ErrorCode::invalid_argument, dir + ": rank 0's file has no 'shards' metadata");
+  }
+  const json::Value shards = json::parse(it->second, dir + " shards metadata");
+  for (const auto& [name, info] : shards.as_object()) {
+    GlobalTensor g;
+    g.name = name;
+    g.shard = ShardSpec{static_cast<int>(info.at("dim").as_int()),
+                        static_cast<int>(info.at("blocks").as_int())};
+    auto assemble = [&](const std::string& key) {
+      std::vector<Tensor> slices;
+      for (const SafeTensorsFile& f : ranks) slices.push_back(from_safe(f.at(key)));
+      return global_from_slices(slices, g.shard);
+    };
+    g.value = assemble(name);
+    if (ranks.front().find(name + ".exp_avg") != nullptr) {
+      g.exp_avg = assemble(name + ".exp_avg");
+      g.exp_avg_sq = assemble(name + ".exp_avg_sq");
+    }
+    Shape want;
+    for (const json::Value& d : info.at("global_shape").as_array()) want.push_back(d.as_int());
+    if (g.value.shape() != want) {
+      throw Error(ErrorCode::invalid_argument, dir + ": tensor '" + name + "' assembles to " +
+                                                   shape_string(g.value.shape()) +
+                                                   " but its metadata says " + shape_string(want));
+    }
+    c.tensors.push_back(std::move(g));
+  }
+  return c;
+}
+
+void load_into(const GlobalCheckpoint& c, int rank, int tp_size, Gpt& model, AdamW* optimizer) {
+  const auto& params = model.parameters();
+  const bool with_moments = optimizer != nullptr;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Parameter& p = *params[i];
+    const GlobalTensor& g = c.at(p.name);
+    if (g.shard.dim != p.shard.dim || g.shard.blocks != p.shard.blocks) {
+      throw Error(ErrorCode::invalid_argument,
+                  "checkpoint tensor '" + p.name + "' is sharded differently from the model's");
+    }
+    const int64_t rows = p.global_shape[0];
+    auto local = [&](const Tensor& global) {
+      Tensor t = slice_of_global(p.name == kEmbedding ? with_rows(global, rows) : global, p.shard,
+                                 rank, tp_size);
+      if (t.shape() != p.value.shape()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "checkpoint tensor '" + p.name + "' has global shape " +
+                        shape_string(global.shape()) + ", the model expects " +
+                        shape_string(p.global_shape));
+      }
+      return t;
+    };
+    p.value = local(g.value);
+    if (with_moments && !g.exp_avg.empty()) {
+      optimizer->first_moments()[i] = local(g.exp_avg);
+      optimizer->second_moments()[i] = local(g.exp_avg_sq);
+    }
+  }
+  if (with_moments) optimizer->set_steps_taken(c.step);
+}
+
+void write_checkpoint_files(const std::string& dir, const GlobalCheckpoint& c, int tp_size) {
+  fs::create_directories(dir);
+  const int64_t vocab_rows = padded_vocab(c.config.model.vocab, tp_size);
+  for (int r = 0; r < tp_size; ++r) {
+    std::vector<Tensor> owned;  // keeps the slices alive while the file is written
+    owned.reserve(c.tensors.size() * 3);
+    std::vector<Slice> slices;
+    for (const GlobalTensor& g : c.tensors) {
+      auto cut = [&](const Tensor& t) -> const Tensor* {
+        if (t.empty()) return nullptr;
+        owned.push_back(slice_of_global(g.name == kEmbedding ? with_rows(t, vocab_rows) : t,
+                                        g.shard, r, tp_size));
+        return &owned.back();
+      };
+      Shape global_shape = g.value.shape();
+      if (g.name == kEmbedding) global_shape[0] = vocab_rows;
+      const Tensor* value = cut(g.value);
+      const Tensor* m = cut(g.exp_avg);
+      const Tensor* v = m != nullptr ? cut(g.exp_avg_sq) : nullptr;
+      slices.push_back({g.name, global_shape, g.shard, value, m, v});
+    }
+    write_rank_file(dir, r, tp_size, c, slices);
+  }
+  write_text_atomically((fs::path(dir) / kManifest).string(), manifest_text(c, tp_size));
+}
+
+std::string checkpoint_dir_for_step(const std::string& out_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%07lld", static_cast<long long>(step));
+  return (fs::path(out_dir) / "checkpoints" / name).string();
+}
+
+void mark_latest(const std::string& out_dir, int64_t step, int keep) {
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  write_text_atomically(
+      (root / "latest").string(),
+      fs::path(checkpoint_dir_for_step(out_dir, step)).filename().string() + "\n");
+  // Keep the newest `keep` checkpoints: names sort by step.
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) {
+      dirs.push_back(e.path());
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < dirs.size(); ++i) fs::remove_all(dirs[i]);
+}
+
+}  // namespace tpf

@@ -1,0 +1,195 @@
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "parallel/dropout.h"
+#include "parallel/region_ops.h"
+#include "tensor/kernels.h"
+#include "tpf/error.h"
+
+namespace tpf {
+
+namespace {
+
+constexpr float kInitStd = 0.02f;  // GPT-2's initializer range
+constexpr float kPositionInitStd =
+    0.01f;  // GPT-2 (Radford et al. 2019) initializes positions smaller
+
+// GPT-2 scales the residual projections by 1/sqrt(2 * layers) so the residual stream's variance
+// does not grow with depth.
+float projection_std(const ModelConfig& c) {
+  return kInitStd / std::sqrt(2.0f * static_cast<float>(c.layers));
+}
+
+std::string block_name(int64_t index) { return "h." + std::to_string(index); }
+
+ParallelTensor add(ParallelTensor a, const ParallelTensor& b, const char* who) {
+  if (!(a.placement == b.placement) || a.local.shape() != b.local.shape()) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(who) + ": cannot add a " + b.placement.to_string() + " tensor " +
+                    shape_string(b.local.shape()) + " to a " + a.placement.to_string() +
+                    " tensor " + shape_string(a.local.shape()));
+  }
+  add_into(a.local.f32(), b.local.f32(), a.local.numel());
+  return a;
+}
+
+}  // namespace
+
+GptBlock::GptBlock(const ModelConfig& c, int64_t index, int tp_size)
+    : ln_1(block_name(index) + ".ln_1", c.width, c.layer_norm_eps),
+      attn(block_name(index) + ".attn", c.width, c.heads, tp_size, kInitStd, projection_std(c)),
+      ln_2(block_name(index) + ".ln_2", c.width, c.layer_norm_eps),
+      mlp(block_name(index) + ".mlp", c.width, c.mlp_width(), kInitStd, projection_std(c)),
+      dropout_(c.dropout) {}
+
+void GptBlock::collect(std::vector<Parameter*>& out) {
+  ln_1.collect(out);
+  attn.collect(out);
+  ln_2.collect(out);
+  mlp.collect(out);
+}
+
+ParallelTensor GptBlock::forward(TpGroup& tp, const ParallelTensor& x, int64_t batch, int64_t seq,
+                                 RngKey dropout_key) {
+  attn_key_ = dropout_key.derive(stream_of(attn.qkv.weight.name));
+  mlp_key_ = dropout_key.derive(stream_of(mlp.fc.weight.name));
+  ParallelTensor o =
+      attn.forward(tp, ln_1.forward(tp, x), batch, seq, dropout_, attn_key_.derive(1));
+  apply_dropout(tp, o, dropout_, attn_key_.derive(2));
+  ParallelTensor x1 = add(x, o, "attention residual");
+  ParallelTensor f = mlp.forward(tp, ln_2.forward(tp, x1));
+  apply_dropout(tp, f, dropout_, mlp_key_);
+  return add(std::move(x1), f, "MLP residual");
+}
+
+ParallelTensor GptBlock::backward(TpGroup& tp, const ParallelTensor& dy) {
+  ParallelTensor df = dy;
+  apply_dropout(tp, df, dropout_, mlp_key_);
+  ParallelTensor dx1 = add(ln_2.backward(tp, mlp.backward(tp, df)), dy, "MLP residual gradient");
+  ParallelTensor d_attn = dx1;
+  apply_dropout(tp, d_attn, dropout_, attn_key_.derive(2));
+  return add(ln_1.backward(tp, attn.backward(tp, d_attn)), dx1, "attention residual gradient");
+}
+
+ParallelTensor GptBlock::forward_cached(TpGroup& tp, const ParallelTensor& x, KvCache& cache) {
+  ParallelTensor x1 = add(x, attn.forward_cached(tp, ln_1.forward(tp, x), cache), "residual");
+  ParallelTensor f = mlp.forward(tp, ln_2.forward(tp, x1));
+  return add(std::move(x1), f, "residual");
+}
+
+Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed)
+    : config_(config),
+      wte_("wte.weight", config.vocab, config.width, tp_size, kInitStd),
+      ln_f_("ln_f", config.width, config.layer_norm_eps) {
+  wpe_.name = "wpe.weight";
+  wpe_.global_shape = {config.context, config.width};
+  wpe_.init = Init::normal;
+  wpe_.init_std = kPositionInitStd;
+  wpe_.weight_decay = true;
+  for (int64_t i = 0; i < config.layers; ++i) {
+    blocks_.push_back(std::make_unique<GptBlock>(config, i, tp_size));
+  }
+  wte_.collect(params_);
+  params_.push_back(&wpe_);
+  for (auto& b : blocks_) b->collect(params_);
+  ln_f_.collect(params_);
+  for (Parameter* p : params_) initialize(*p, seed, tp_rank, tp_size);
+  // Padded vocabulary rows stay zero: they are never looked up and masked out of the softmax.
+  const int64_t width = config.width;
+  float* table = wte_.weight.value.f32();
+  for (int64_t r = 0; r < wte_.weight.value.dim(0); ++r) {
+    if (wte_.first_row(tp_rank) + r >= config.vocab) std::fill_n(table + r * width, width, 0.0f);
+  }
+}
+
+Parameter& Gpt::parameter(const std::string& name) {
+  for (Parameter* p : params_) {
+    if (p->name == name) return *p;
+  }
+  throw Error(ErrorCode::invalid_argument, "the model has no parameter named '" + name + "'");
+}
+
+void Gpt::zero_grad() {
+  for (Parameter* p : params_) p->grad.zero();
+}
+
+ParallelTensor Gpt::add_positions(TpGroup& tp, ParallelTensor x, int64_t seq) {
+  const int64_t rows = x.local.dim(0), width = x.local.dim(1);
+  first_row_ = x.placement == Placement::shard(0) ? tp.rank() * rows : 0;
+  float* y = x.local.f32();
+  const float* pos = wpe_.value.f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t p = (first_row_ + r) % seq;
+    add_into(y + r * width, pos + p * width, width);
+  }
+  return x;
+}
+
+double Gpt::forward(TpGroup& tp, const std::vector<int32_t>& inputs,
+                    const std::vector<int32_t>& targets, int64_t batch, double loss_scale,
+                    RngKey dropout_key, Tensor* logits_out) {
+  const int64_t tokens = static_cast<int64_t>(inputs.size());
+  if (batch <= 0 || tokens % batch != 0) {
+    throw Error(ErrorCode::invalid_argument, "GPT forward: " + std::to_string(tokens) +
+                                                 " tokens do not form a batch of " +
+                                                 std::to_string(batch) + " sequences");
+  }
+  const int64_t seq = tokens / batch;
+  if (seq > config_.context) {
+    throw Error(ErrorCode::invalid_argument, "GPT forward: sequence length " + std::to_string(seq) +
+                                                 " exceeds the context " +
+                                                 std::to_string(config_.context));
+  }
+  batch_ = batch;
+  seq_ = seq;
+  embed_key_ = dropout_key.derive(stream_of(wte_.weight.name));
+  ParallelTensor x = add_positions(tp, wte_.forward(tp, inputs), seq);
+  apply_dropout(tp, x, config_.dropout, embed_key_);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = blocks_[i]->forward(tp, x, batch, seq, dropout_key);
+  return loss_.forward(tp, ln_f_.forward(tp, x), wte_, targets, loss_scale, logits_out);
+}
+
+void Gpt::backward(TpGroup& tp) {
+  ParallelTensor dx = ln_f_.backward(tp, loss_.backward(tp, wte_));
+  for (size_t i = blocks_.size(); i-- > 0;) dx = blocks_[i]->backward(tp, dx);
+  apply_dropout(tp, dx, config_.dropout, embed_key_);
+  const int64_t rows = dx.local.dim(0), width = dx.local.dim(1);
+  const float* g = dx.local.f32();
+  float* dpos = wpe_.grad.f32();
+  for (int64_t r = 0; r < rows; ++r)
+    add_into(dpos + ((first_row_ + r) % seq_) * width, g + r * width, width);
+  wpe_.grad_summed_over_tp = tp.sequence_parallel;
+  wte_.backward(tp, dx);
+}
+
+void Gpt::start_generation() {
+  caches_.clear();
+  for (auto& b : blocks_) caches_.push_back(b->attn.make_cache(config_.context));
+}
+
+std::vector<float> Gpt::next_logits(TpGroup& tp, int32_t token) {
+  if (caches_.empty()) start_generation();
+  // One row cannot be split by rows: generation runs without sequence parallelism.
+  TpGroup g = tp;
+  g.sequence_parallel = false;
+  const int64_t position = caches_.front().length;
+  if (position >= config_.context) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        "generation: the context of " + std::to_string(config_.context) + " positions is full");
+  }
+  ParallelTensor x = wte_.forward(g, {token});
+  add_into(x.local.f32(), wpe_.value.f32() + position * config_.width, config_.width);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(g, x, caches_[i]);
+  const ParallelTensor h = ln_f_.forward(g, x);
+  const Tensor local = local_logits(h.local, wte_);
+  Tensor whole = g.timed([&] { return all_gather_along(*g.comm, local, 1); });
+  tp.comm_seconds = g.comm_seconds;
+  return std::vector<float>(whole.f32(), whole.f32() + config_.vocab);
+}
+
+}  // namespace tpf

@@ -1,0 +1,81 @@
+// A GPT-2-style decoder sharded over a tensor-parallel group: pre-LayerNorm blocks of causal
+// self-attention and a 4x GELU MLP, learned positions, a final LayerNorm and an output layer tied
+// to the token embedding. Every layer has an explicit backward pass (parallel/); this class strings
+// them together and owns the parameters (this rank's slices).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/gpt_config.h"
+#include "parallel/layer_norm.h"
+#include "parallel/mlp.h"
+#include "parallel/self_attention.h"
+#include "parallel/vocab_parallel.h"
+
+namespace tpf {
+
+class GptBlock {
+ public:
+  GptBlock(const ModelConfig& config, int64_t index, int tp_size);
+  ParallelTensor forward(TpGroup& tp, const ParallelTensor& x, int64_t batch, int64_t seq,
+                         RngKey dropout_key);
+  ParallelTensor backward(TpGroup& tp, const ParallelTensor& dy);
+  ParallelTensor forward_cached(TpGroup& tp, const ParallelTensor& x, KvCache& cache);
+  void collect(std::vector<Parameter*>& out);
+
+  ReplicatedLayerNorm ln_1;
+  ParallelSelfAttention attn;
+  ReplicatedLayerNorm ln_2;
+  ParallelMlp mlp;
+
+ private:
+  float dropout_;
+  RngKey attn_key_, mlp_key_;
+};
+
+class Gpt {
+ public:
+  // Builds this rank's slices of the model initialized from `seed` (the same model at any TP).
+  Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed);
+
+  // One micro-batch: inputs and targets are [batch * seq] token ids (row-major). Returns the mean
+  // loss; backward() then accumulates gradients of loss * loss_scale. dropout_key selects the
+  // dropout masks (derive it from the step and micro-batch). logits_out: this rank's logits.
+  double forward(TpGroup& tp, const std::vector<int32_t>& inputs,
+                 const std::vector<int32_t>& targets, int64_t batch, double loss_scale,
+                 RngKey dropout_key, Tensor* logits_out = nullptr);
+  void backward(TpGroup& tp);
+
+  // Generation: feed one token at the next position; returns the logits over the real vocabulary
+  // (replicated: identical on every rank).
+  void start_generation();
+  std::vector<float> next_logits(TpGroup& tp, int32_t token);
+  int64_t generated_length() const { return caches_.empty() ? 0 : caches_.front().length; }
+
+  const ModelConfig& config() const { return config_; }
+  // Every parameter, in a fixed order (the same at every TP size).
+  const std::vector<Parameter*>& parameters() const { return params_; }
+  Parameter& parameter(const std::string& name);
+  void zero_grad();
+
+ private:
+  ParallelTensor add_positions(TpGroup& tp, ParallelTensor x, int64_t seq);
+
+  ModelConfig config_;
+  VocabParallelEmbedding wte_;
+  Parameter wpe_;
+  std::vector<std::unique_ptr<GptBlock>> blocks_;
+  ReplicatedLayerNorm ln_f_;
+  VocabParallelCrossEntropy loss_;
+  std::vector<Parameter*> params_;
+
+  // Saved by forward for backward.
+  int64_t batch_ = 0, seq_ = 0;
+  int64_t first_row_ = 0;  // global row of the first local activation row
+  RngKey embed_key_;
+  std::vector<KvCache> caches_;
+};
+
+}  // namespace tpf

@@ -1,0 +1,100 @@
+#include "model/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "parallel/region_ops.h"
+
+namespace tpf {
+
+double learning_rate(const TrainConfig& c, int64_t step) {
+  if (c.warmup > 0 && step < c.warmup) {
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup);
+  }
+  const int64_t decay_steps = c.steps - c.warmup;
+  if (decay_steps <= 1) return c.lr;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - c.warmup) / static_cast<double>(decay_steps - 1));
+  constexpr double kPi = 3.14159265358979323846;
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(kPi * progress));
+}
+
+void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& params) {
+  if (tp.size() == 1) return;
+  // One all-reduce for all of them: they are small (LayerNorms, biases, positions).
+  int64_t total = 0;
+  for (const Parameter* p : params) {
+    if (p->grad_summed_over_tp) total += p->grad.numel();
+  }
+  if (total == 0) return;
+  Tensor packed({total});
+  int64_t at = 0;
+  for (const Parameter* p : params) {
+    if (!p->grad_summed_over_tp) continue;
+    std::copy_n(p->grad.f32(), p->grad.numel(), packed.f32() + at);
+    at += p->grad.numel();
+  }
+  tp.timed([&] {
+    all_reduce_in_place(*tp.comm, packed);
+    return 0;
+  });
+  at = 0;
+  for (Parameter* p : params) {
+    if (!p->grad_summed_over_tp) continue;
+    std::copy_n(packed.f32() + at, p->grad.numel(), p->grad.f32());
+    at += p->grad.numel();
+  }
+}
+
+double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params) {
+  double sharded = 0, replicated = 0;
+  for (const Parameter* p : params) {
+    const float* g = p->grad.f32();
+    double s = 0;
+    for (int64_t i = 0; i < p->grad.numel(); ++i) s += static_cast<double>(g[i]) * g[i];
+    (p->shard.replicated() ? replicated : sharded) += s;
+  }
+  tp.timed([&] {
+    if (tp.size() > 1) {
+      tp.comm->all_reduce(&sharded, &sharded, 1, DType::f64, ReduceOp::sum);
+    }
+    return 0;
+  });
+  return std::sqrt(sharded + replicated);
+}
+
+AdamW::AdamW(const std::vector<Parameter*>& params, const TrainConfig& config)
+    : params_(params), config_(config) {
+  for (const Parameter* p : params_) {
+    m_.emplace_back(p->value.shape());
+    v_.emplace_back(p->value.shape());
+  }
+}
+
+void AdamW::step(double lr, double grad_scale) {
+  ++steps_;
+  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
+  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+  const float b1 = static_cast<float>(config_.beta1);
+  const float b2 = static_cast<float>(config_.beta2);
+  const float step_size = static_cast<float>(lr / bias1);
+  const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+  const float eps = static_cast<float>(config_.adam_eps);
+  const float scale = static_cast<float>(grad_scale);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    float* w = p.value.f32();
+    const float* g = p.grad.f32();
+    float* m = m_[i].f32();
+    float* v = v_[i].f32();
+    const float decay = p.weight_decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+    for (int64_t j = 0; j < p.value.numel(); ++j) {
+      const float gj = g[j] * scale;
+      m[j] = b1 * m[j] + (1.0f - b1) * gj;
+      v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
+      w[j] = w[j] * decay - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bias2 + eps);
+    }
+  }
+}
+
+}  // namespace tpf

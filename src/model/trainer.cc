@@ -1,0 +1,187 @@
+#include "model/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "base/json.h"
+#include "model/checkpoint.h"
+#include "model/gpt.h"
+#include "model/loss_plot.h"
+#include "model/optimizer.h"
+#include "model/text_data.h"
+#include "tpf/error.h"
+
+namespace tpf {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llds", s);
+  }
+  return buf;
+}
+
+std::string record_json(const StepRecord& r) {
+  json::Value v;
+  v.set("step", r.step);
+  v.set("loss", r.loss);
+  v.set("lr", r.lr);
+  v.set("grad_norm", r.grad_norm);
+  v.set("seconds", r.seconds);
+  v.set("comm_seconds", r.comm_seconds);
+  v.set("tokens_per_s", r.tokens_per_s);
+  return json::dump(v);
+}
+
+}  // namespace
+
+TrainSummary train(Communicator& comm, const TrainOptions& options) {
+  TpGroup tp{&comm};
+  RunConfig config = options.config;
+  uint64_t seed = options.seed;
+  GlobalCheckpoint resumed;
+  const bool resuming = !options.resume.empty();
+  if (resuming) {
+    resumed = read_checkpoint(options.resume);
+    config = resumed.config;
+    seed = resumed.seed;
+  }
+  if (options.steps >= 0) config.train.steps = options.steps;
+  validate(config);
+  tp.sequence_parallel = config.train.sequence_parallel;
+  const ModelConfig& mc = config.model;
+  const TrainConfig& tc = config.train;
+
+  const TextData data(options.data_path, mc.context);
+  Gpt model(mc, comm.rank(), comm.size(), seed);
+  AdamW optimizer(model.parameters(), tc);
+  if (resuming) load_into(resumed, comm.rank(), comm.size(), model, &optimizer);
+  TrainSummary summary;
+  summary.first_step = optimizer.steps_taken();
+  resumed = GlobalCheckpoint();  // free the whole-model copy
+
+  const bool writer = comm.rank() == 0 && !options.out_dir.empty();
+  std::ofstream log;
+  if (writer) {
+    fs::create_directories(options.out_dir);
+    std::ofstream(fs::path(options.out_dir) / "config.json") << config_to_json(config) << "\n";
+    const fs::path log_path = fs::path(options.out_dir) / "log.jsonl";
+    log.open(log_path, resuming ? std::ios::app : std::ios::trunc);
+    if (!log) throw Error(ErrorCode::system, "cannot write " + log_path.string());
+  }
+  if (comm.rank() == 0 && options.progress) {
+    int64_t params = 0;
+    for (const Parameter* p : model.parameters()) params += shape_numel(p->global_shape);
+    std::printf(
+        "tpf train: %s model (%lld layers, width %lld, %lld heads, context %lld), "
+        "%.2fM parameters, TP=%d%s, %lld steps of %lld x %lld x %lld tokens, data %s (%lld "
+        "bytes)%s\n",
+        config.preset.empty() ? "custom" : config.preset.c_str(), static_cast<long long>(mc.layers),
+        static_cast<long long>(mc.width), static_cast<long long>(mc.heads),
+        static_cast<long long>(mc.context), static_cast<double>(params) / 1e6, comm.size(),
+        tc.sequence_parallel ? " with sequence parallelism" : "", static_cast<long long>(tc.steps),
+        static_cast<long long>(tc.grad_accum), static_cast<long long>(tc.batch_size),
+        static_cast<long long>(mc.context), data.source().c_str(),
+        static_cast<long long>(data.size()),
+        resuming ? (" -- resumed at step " + std::to_string(summary.first_step)).c_str() : "");
+    std::fflush(stdout);
+  }
+
+  const int64_t tokens_per_step = tc.grad_accum * tc.batch_size * mc.context;
+  const RngKey dropout_root{seed, stream_of("dropout")};
+  std::vector<int32_t> inputs, targets;
+  double timed_seconds = 0, timed_comm = 0;
+  int64_t timed_steps = 0;
+  auto save = [&](int64_t step) {
+    if (options.out_dir.empty()) return;
+    save_checkpoint(tp, checkpoint_dir_for_step(options.out_dir, step), config, seed, model,
+                    &optimizer);
+    if (comm.rank() == 0) mark_latest(options.out_dir, step, /*keep=*/2);
+  };
+
+  for (int64_t step = summary.first_step; step < tc.steps; ++step) {
+    const auto start = Clock::now();
+    const double comm_before = tp.comm_seconds;
+    model.zero_grad();
+    double loss = 0;
+    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
+      data.batch(seed, step, micro, tc.batch_size, inputs, targets);
+      const RngKey key =
+          dropout_root.derive(static_cast<uint64_t>(step)).derive(static_cast<uint64_t>(micro));
+      loss += model.forward(tp, inputs, targets, tc.batch_size,
+                            1.0 / static_cast<double>(tc.grad_accum), key);
+      model.backward(tp);
+    }
+    loss /= static_cast<double>(tc.grad_accum);
+    reduce_sequence_parallel_grads(tp, model.parameters());
+    const double norm = global_grad_norm(tp, model.parameters());
+    const double scale = tc.clip > 0 && norm > tc.clip ? tc.clip / norm : 1.0;
+    const double lr = learning_rate(tc, step);
+    optimizer.step(lr, scale);
+
+    StepRecord r;
+    r.step = step + 1;
+    r.loss = loss;
+    r.lr = lr;
+    r.grad_norm = norm;
+    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    r.comm_seconds = tp.comm_seconds - comm_before;
+    r.tokens_per_s = static_cast<double>(tokens_per_step) / r.seconds;
+    summary.records.push_back(r);
+    if (step > summary.first_step) {  // the first step pays for first touches of memory
+      timed_seconds += r.seconds;
+      timed_comm += r.comm_seconds;
+      ++timed_steps;
+    }
+    if (!std::isfinite(loss)) {
+      throw Error(ErrorCode::internal, "training diverged: the loss is " + std::to_string(loss) +
+                                           " at step " + std::to_string(r.step) +
+                                           "; lower train.lr or raise train.warmup");
+    }
+    if (writer) log << record_json(r) << "\n" << std::flush;
+    if (comm.rank() == 0 && options.progress &&
+        (r.step % tc.log_every == 0 || r.step == tc.steps || step == summary.first_step)) {
+      const double avg =
+          timed_steps > 0 ? timed_seconds / static_cast<double>(timed_steps) : r.seconds;
+      std::printf(
+          "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | comm %4.1f%% | ETA %s\n",
+          static_cast<long long>(r.step), static_cast<long long>(tc.steps), r.loss, lr,
+          timed_steps > 0 ? static_cast<double>(tokens_per_step) *
+                                static_cast<double>(timed_steps) / timed_seconds
+                          : r.tokens_per_s,
+          100.0 * (timed_steps > 0 ? timed_comm / timed_seconds : r.comm_seconds / r.seconds),
+          format_duration(avg * static_cast<double>(tc.steps - r.step)).c_str());
+      std::fflush(stdout);
+    }
+    if (tc.checkpoint_every > 0 && r.step % tc.checkpoint_every == 0 && r.step < tc.steps) {
+      save(r.step);
+    }
+  }
+  if (tc.steps > summary.first_step) save(tc.steps);
+  if (timed_steps > 0) {
+    summary.tokens_per_s =
+        static_cast<double>(tokens_per_step) * static_cast<double>(timed_steps) / timed_seconds;
+    summary.comm_share = timed_comm / timed_seconds;
+  }
+  if (writer) {
+    write_loss_svg((fs::path(options.out_dir) / "loss.svg").string(),
+                   (fs::path(options.out_dir) / "log.jsonl").string());
+  }
+  return summary;
+}
+
+}  // namespace tpf
