@@ -1,6 +1,8 @@
 #include "tpf/topology.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,13 +75,19 @@ int bind_in_child(BindPolicy policy, int local_rank, int local_world_size) {
         CPU_ZERO(&set);
         if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 1) code = 2;
         if (policy == BindPolicy::core) {
+          // The rank's share: cores / ranks consecutive cores, at least one.
           MachineTopology machine = discover_topology();
-          const CoreInfo& core =
-              machine.cores[static_cast<size_t>(local_rank) % machine.cores.size()];
-          if (static_cast<size_t>(CPU_COUNT(&set)) != core.pus.size()) code = 2;
-          for (int pu : core.pus) {
-            if (!CPU_ISSET(pu, &set)) code = 2;
+          const size_t n = machine.cores.size();
+          const size_t share = std::max<size_t>(1, n / static_cast<size_t>(local_world_size));
+          const size_t first = static_cast<size_t>(local_rank) * share % n;
+          size_t want = 0;
+          for (size_t i = first; i < first + share && i < n; ++i) {
+            for (int pu : machine.cores[i].pus) {
+              if (!CPU_ISSET(pu, &set)) code = 2;
+              ++want;
+            }
           }
+          if (static_cast<size_t>(CPU_COUNT(&set)) != want) code = 2;
         }
       }
     } catch (...) {
@@ -93,9 +101,11 @@ int bind_in_child(BindPolicy policy, int local_rank, int local_world_size) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
 }
 
-TEST(Topology, BindCorePinsToTheCoresCpus) {
+TEST(Topology, BindCorePinsToTheRanksShareOfTheCores) {
   EXPECT_EQ(bind_in_child(BindPolicy::core, 0, 2), 0);
   EXPECT_EQ(bind_in_child(BindPolicy::core, 1, 2), 0);
+  EXPECT_EQ(bind_in_child(BindPolicy::core, 0, 1), 0);  // alone: every core
+  EXPECT_EQ(bind_in_child(BindPolicy::core, 5, 8), 0);  // more ranks than cores: round-robin
 }
 
 TEST(Topology, BindNumaSucceedsOrWarns) { EXPECT_EQ(bind_in_child(BindPolicy::numa, 0, 1), 0); }

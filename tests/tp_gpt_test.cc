@@ -157,5 +157,44 @@ TEST(TensorParallelGpt, DropoutDropsTheSameElementsAtEveryTpSize) {
   expect_same_step(t1, one_step(2, true, 0.1f), "T=2 sequence parallel dropout");
 }
 
+// Gradient accumulation: two micro-batches with loss_scale 1/2 each give the gradient of the
+// mean loss over both, i.e. of one batch holding all their sequences.
+TEST(TensorParallelGpt, AccumulatedMicroBatchesEqualOneLargeBatch) {
+  expect_all_ok(run_ranks(
+      2,
+      [](Communicator& comm) {
+        TpGroup tp{&comm};
+        const ModelConfig config = tiny_model(0.0f);
+        const TextData data(kText, config.context, "test text");
+        std::vector<int32_t> in_a, tg_a, in_b, tg_b;
+        data.batch(3, 0, 0, 2, in_a, tg_a);
+        data.batch(3, 0, 1, 2, in_b, tg_b);
+        Gpt accumulated(config, comm.rank(), comm.size(), 7);
+        accumulated.forward(tp, in_a, tg_a, 2, 0.5, RngKey{});
+        accumulated.backward(tp);
+        accumulated.forward(tp, in_b, tg_b, 2, 0.5, RngKey{});
+        accumulated.backward(tp);
+        Gpt whole(config, comm.rank(), comm.size(), 7);
+        std::vector<int32_t> in = in_a, tg = tg_a;
+        in.insert(in.end(), in_b.begin(), in_b.end());
+        tg.insert(tg.end(), tg_b.begin(), tg_b.end());
+        whole.forward(tp, in, tg, 4, 1.0, RngKey{});
+        whole.backward(tp);
+        for (size_t i = 0; i < whole.parameters().size(); ++i) {
+          const Tensor& a = accumulated.parameters()[i]->grad;
+          const Tensor& b = whole.parameters()[i]->grad;
+          float max_ref = 0, max_diff = 0;
+          for (int64_t j = 0; j < a.numel(); ++j) {
+            max_ref = std::max(max_ref, std::abs(b.f32()[j]));
+            max_diff = std::max(max_diff, std::abs(a.f32()[j] - b.f32()[j]));
+          }
+          TPF_CHILD_CHECK(max_diff <= 1e-5f * max_ref, whole.parameters()[i]->name +
+                                                           ": accumulated gradient differs by " +
+                                                           std::to_string(max_diff));
+        }
+      },
+      run_options()));
+}
+
 }  // namespace
 }  // namespace tpf::testing

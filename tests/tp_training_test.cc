@@ -30,6 +30,7 @@
 #include "parallel/gather_parameter.h"
 #include "parallel/region_ops.h"
 #include "support/multiproc.h"
+#include "support/training_text.h"
 
 namespace tpf::testing {
 namespace {
@@ -60,26 +61,7 @@ class TempDir {
   fs::path path_;
 };
 
-// English-like training text: a few sentences, shuffled deterministically into 40 KB.
-std::string write_text(const TempDir& dir) {
-  const std::vector<std::string> sentences = {
-      "The quick brown fox jumps over the lazy dog. ",
-      "A journey of a thousand miles begins with a single step. ",
-      "All that glitters is not gold. ",
-      "To be or not to be, that is the question. ",
-      "It was the best of times, it was the worst of times. ",
-      "Knowledge is power, and power is knowledge of the right things. ",
-      "The early bird catches the worm, but the second mouse gets the cheese. "};
-  std::string text;
-  uint64_t x = 12345;
-  while (text.size() < 40000) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    text += sentences[(x >> 33) % sentences.size()];
-  }
-  const std::string path = dir / "text.txt";
-  std::ofstream(path) << text;
-  return path;
-}
+std::string write_text(const TempDir& dir) { return write_training_text(dir / "text.txt"); }
 
 TrainOptions tiny_options(const std::string& data, const std::string& out, int64_t steps) {
   TrainOptions o;

@@ -1,5 +1,8 @@
 #include "tpf/model_cli.h"
 
+#include <malloc.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -99,13 +102,24 @@ Communicator make_world(std::unique_ptr<TcpStoreServer>& server) {
 }  // namespace
 
 World::World() : comm_(make_world(server_)) {
+  // A training step allocates and frees activations of many MB. By default glibc serves those
+  // with mmap and returns them with munmap, so every step page-faults them in again (measured:
+  // 20 % of a gpt-6x768 step). Keep blocks up to glibc's 32 MiB maximum in the heap instead.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (launched()) local_ranks_ = std::max(1, detect_launch_env().local_world_size);
 }
 
 int configure_blas_threads(const FlagParser& flags, int local_ranks) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  int threads = static_cast<int>(cores) / std::max(1, local_ranks);
-  threads = static_cast<int>(flags.get_int("--threads", std::max(1, threads), 1));
+  // The machine's share of this rank, capped by the CPUs it may run on (`tpf run` pins each rank
+  // to its share of the cores; more threads than CPUs would only take turns).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = std::max(1, cores / std::max(1, local_ranks));
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    threads = std::min(threads, std::max(1, CPU_COUNT(&allowed)));
+  }
+  threads = static_cast<int>(flags.get_int("--threads", threads, 1));
   set_blas_threads(threads);
   return threads;
 }

@@ -48,7 +48,8 @@ class World {
 };
 
 // OpenBLAS threads per rank: --threads if given, else this machine's cores divided among the
-// ranks that share it (TPF_LOCAL_WORLD_SIZE / LOCAL_WORLD_SIZE), at least 1.
+// ranks that share it (the launcher's local world size), capped by the CPUs the rank is allowed
+// to run on, at least 1.
 int configure_blas_threads(const FlagParser& flags, int local_ranks);
 
 }  // namespace tpf::cli

@@ -28,8 +28,9 @@ enum class BindPolicy { none, core, numa };
 // Throws Error(invalid_argument) for an unknown name; accepts "none", "core", "numa".
 BindPolicy parse_bind_policy(const std::string& name);
 
-// Pins the calling process: core -> the local_rank-th core (round-robin), numa -> the cores of
-// NUMA node (local_rank mod nodes). Returns a description of where it was bound ("" for none).
+// Pins the calling process: core -> the local_rank-th block of max(1, cores / local_world_size)
+// consecutive cores (round-robin when ranks outnumber cores), numa -> the cores of NUMA node
+// (local_rank mod nodes). Returns a description of where it was bound ("" for none).
 std::string bind_current_process(BindPolicy policy, int local_rank, int local_world_size);
 
 }  // namespace tpf

@@ -19,7 +19,7 @@ ParallelTensor ReplicatedLayerNorm::forward(TpGroup& tp, const ParallelTensor& x
   require_placement(x, activation_placement(tp), "LayerNorm " + weight.name);
   weight.grad_summed_over_tp = bias.grad_summed_over_tp = tp.sequence_parallel;
   const int64_t rows = x.local.dim(0), cols = x.local.dim(1);
-  Tensor y(x.local.shape());
+  Tensor y = Tensor::uninitialized(x.local.shape());
   mean_ = Tensor({rows});
   rstd_ = Tensor({rows});
   layer_norm_forward(x.local.f32(), weight.value.f32(), bias.value.f32(), rows, cols, eps, y.f32(),
@@ -30,7 +30,7 @@ ParallelTensor ReplicatedLayerNorm::forward(TpGroup& tp, const ParallelTensor& x
 
 ParallelTensor ReplicatedLayerNorm::backward(TpGroup& tp, const ParallelTensor& dy) {
   require_placement(dy, activation_placement(tp), "LayerNorm " + weight.name + " (gradient)");
-  Tensor dx(dy.local.shape());
+  Tensor dx = Tensor::uninitialized(dy.local.shape());
   layer_norm_backward(dy.local.f32(), input_.f32(), weight.value.f32(), mean_.f32(), rstd_.f32(),
                       dy.local.dim(0), dy.local.dim(1), dx.f32(), weight.grad.f32(),
                       bias.grad.f32());

@@ -30,7 +30,7 @@ Parameter vector_param(const std::string& name, int64_t n, ShardSpec spec) {
 
 // y[m, n] = x[m, k] W[k, n].
 Tensor matmul(const Tensor& x, const Tensor& w) {
-  Tensor y({x.dim(0), w.dim(1)});
+  Tensor y = Tensor::uninitialized({x.dim(0), w.dim(1)});
   gemm_f32(false, false, x.dim(0), w.dim(1), x.dim(1), 1.0f, x.f32(), x.dim(1), w.f32(), w.dim(1),
            0.0f, y.f32(), w.dim(1));
   return y;
@@ -40,7 +40,7 @@ Tensor matmul(const Tensor& x, const Tensor& w) {
 Tensor matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw) {
   const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(1);
   gemm_f32(true, false, k, n, m, 1.0f, x.f32(), k, dy.f32(), n, 1.0f, dw.f32(), n);
-  Tensor dx({m, k});
+  Tensor dx = Tensor::uninitialized({m, k});
   gemm_f32(false, true, m, k, n, 1.0f, dy.f32(), n, w.f32(), n, 0.0f, dx.f32(), k);
   return dx;
 }

@@ -11,7 +11,7 @@ ParallelMlp::ParallelMlp(const std::string& prefix, int64_t width, int64_t hidde
 
 ParallelTensor ParallelMlp::forward(TpGroup& tp, const ParallelTensor& x) {
   ParallelTensor u = fc.forward(tp, x);
-  ParallelTensor g{Tensor(u.local.shape()), u.placement};
+  ParallelTensor g{Tensor::uninitialized(u.local.shape()), u.placement};
   gelu_forward(u.local.f32(), u.local.numel(), g.local.f32());
   pre_activation_ = std::move(u.local);
   return proj.forward(tp, g);
@@ -19,7 +19,7 @@ ParallelTensor ParallelMlp::forward(TpGroup& tp, const ParallelTensor& x) {
 
 ParallelTensor ParallelMlp::backward(TpGroup& tp, const ParallelTensor& dy) {
   ParallelTensor dg = proj.backward(tp, dy);
-  ParallelTensor du{Tensor(dg.local.shape()), dg.placement};
+  ParallelTensor du{Tensor::uninitialized(dg.local.shape()), dg.placement};
   gelu_backward(dg.local.f32(), pre_activation_.f32(), dg.local.numel(), du.local.f32());
   pre_activation_ = Tensor();
   return fc.backward(tp, du);

@@ -50,12 +50,12 @@ Tensor all_gather_along(Communicator& tp, const Tensor& local, int dim) {
   const int parts = tp.size();
   Shape shape = local.shape();
   shape[static_cast<size_t>(dim)] *= parts;
-  Tensor whole(shape, local.dtype());
+  Tensor whole = Tensor::uninitialized(shape, local.dtype());
   if (v.outer == 1) {  // the blocks are contiguous: gather straight into place
     tp.all_gather(local.data(), whole.data(), static_cast<size_t>(local.numel()), local.dtype());
     return whole;
   }
-  Tensor blocks(Shape{parts, local.numel()}, local.dtype());
+  Tensor blocks = Tensor::uninitialized(Shape{parts, local.numel()}, local.dtype());
   tp.all_gather(local.data(), blocks.data(), static_cast<size_t>(local.numel()), local.dtype());
   const size_t row = static_cast<size_t>(v.extent) * v.inner_bytes;
   auto* dst = static_cast<std::byte*>(whole.data());
@@ -74,7 +74,7 @@ Tensor split_along(const Tensor& whole, int dim, int rank, int parts) {
   require_divisible(v.extent, parts, dim, whole.shape(), "split_along");
   Shape shape = whole.shape();
   shape[static_cast<size_t>(dim)] /= parts;
-  Tensor local(shape, whole.dtype());
+  Tensor local = Tensor::uninitialized(shape, whole.dtype());
   const size_t row = static_cast<size_t>(v.extent / parts) * v.inner_bytes;
   auto* dst = static_cast<std::byte*>(local.data());
   const auto* src = static_cast<const std::byte*>(whole.data());
@@ -91,14 +91,14 @@ Tensor reduce_scatter_along(Communicator& tp, const Tensor& whole, int dim) {
   require_divisible(v.extent, parts, dim, whole.shape(), "reduce_scatter_along");
   Shape shape = whole.shape();
   shape[static_cast<size_t>(dim)] /= parts;
-  Tensor local(shape, whole.dtype());
+  Tensor local = Tensor::uninitialized(shape, whole.dtype());
   const size_t count = static_cast<size_t>(local.numel());
   if (v.outer == 1) {
     tp.reduce_scatter(whole.data(), local.data(), count, whole.dtype(), ReduceOp::sum);
     return local;
   }
   // Rank-major blocks first, so that each rank's block is contiguous.
-  Tensor blocks(Shape{parts, local.numel()}, whole.dtype());
+  Tensor blocks = Tensor::uninitialized(Shape{parts, local.numel()}, whole.dtype());
   for (int r = 0; r < parts; ++r) {
     Tensor part = split_along(whole, dim, r, parts);
     std::memcpy(static_cast<std::byte*>(blocks.data()) + static_cast<size_t>(r) * part.bytes(),

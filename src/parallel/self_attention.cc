@@ -45,8 +45,8 @@ ParallelTensor ParallelSelfAttention::forward(TpGroup& tp, const ParallelTensor&
   }
   shape_ =
       AttentionShape{batch, seq, local_heads_, head_dim_, tp.rank() * local_heads_, heads_total_};
-  probs_ = Tensor({batch, local_heads_, seq, seq});
-  ParallelTensor context{Tensor({batch * seq, shape_.width()}), Placement::shard(1)};
+  probs_ = Tensor::uninitialized({batch, local_heads_, seq, seq});
+  ParallelTensor context{Tensor::uninitialized({batch * seq, shape_.width()}), Placement::shard(1)};
   causal_attention_forward(q.local.f32(), shape_, dropout, key, probs_.f32(), context.local.f32());
   qkv_out_ = std::move(q.local);
   dropout_ = dropout;
@@ -56,7 +56,7 @@ ParallelTensor ParallelSelfAttention::forward(TpGroup& tp, const ParallelTensor&
 
 ParallelTensor ParallelSelfAttention::backward(TpGroup& tp, const ParallelTensor& dy) {
   ParallelTensor dcontext = proj.backward(tp, dy);
-  ParallelTensor dq{Tensor(qkv_out_.shape()), Placement::shard(1)};
+  ParallelTensor dq{Tensor::uninitialized(qkv_out_.shape()), Placement::shard(1)};
   std::vector<float> scratch(static_cast<size_t>(2 * shape_.seq * shape_.seq));
   causal_attention_backward(dcontext.local.f32(), qkv_out_.f32(), probs_.f32(), shape_, dropout_,
                             key_, dq.local.f32(), scratch.data());

@@ -99,7 +99,7 @@ double VocabParallelCrossEntropy::forward(TpGroup& tp, const ParallelTensor& h,
   const int64_t first = embedding.first_row(tp.rank());
   real_columns_ = std::clamp<int64_t>(embedding.vocab - first, 0, cols);
 
-  logits_ = Tensor({rows, cols});
+  logits_ = Tensor::uninitialized({rows, cols});
   gemm_f32(false, true, rows, cols, width, 1.0f, whole.local.f32(), width, table.f32(), width, 0.0f,
            logits_.f32(), cols);
   float* logits = logits_.f32();
@@ -176,7 +176,7 @@ ParallelTensor VocabParallelCrossEntropy::backward(TpGroup& tp, VocabParallelEmb
   const Tensor& table = embedding.weight.value;
   gemm_f32(true, false, cols, width, rows, 1.0f, d, cols, hidden_.f32(), width, 1.0f,
            embedding.weight.grad.f32(), width);
-  ParallelTensor dh{Tensor({rows, width}), Placement::partial()};
+  ParallelTensor dh{Tensor::uninitialized({rows, width}), Placement::partial()};
   gemm_f32(false, false, rows, width, cols, 1.0f, d, cols, table.f32(), width, 0.0f, dh.local.f32(),
            width);
   hidden_ = Tensor();

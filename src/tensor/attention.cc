@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tensor/blas.h"
+#include "tensor/fast_math.h"
 
 namespace tpf {
 
@@ -51,7 +52,7 @@ void causal_attention_forward(const float* qkv, const AttentionShape& s, float d
         for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
         float sum = 0;
         for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - mx);
+          row[j] = fast_exp(row[j] - mx);
           sum += row[j];
         }
         const float inv = 1.0f / sum;

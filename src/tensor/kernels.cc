@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tensor/fast_math.h"
+
 namespace tpf {
 
 void layer_norm_forward(const float* x, const float* gamma, const float* beta, int64_t rows,
@@ -63,14 +65,14 @@ constexpr float kGeluCubic = 0.044715f;
 void gelu_forward(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
+    y[i] = 0.5f * v * (1.0f + fast_tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
   }
 }
 
 void gelu_backward(const float* dy, const float* x, int64_t n, float* dx) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float t = std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+    const float t = fast_tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
     const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
   }

@@ -26,6 +26,8 @@ class Tensor {
   Tensor() = default;
   // Zero-filled.
   explicit Tensor(Shape shape, DType dtype = DType::f32);
+  // Contents undefined: for outputs a kernel overwrites completely (saves a pass over memory).
+  static Tensor uninitialized(Shape shape, DType dtype = DType::f32);
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
   Tensor(Tensor&&) noexcept = default;

@@ -190,13 +190,27 @@ std::string bind_current_process(BindPolicy policy, int local_rank, int local_wo
 
   HwlocTopology topo;
   if (policy == BindPolicy::core) {
+    // Each rank gets its share of the cores, cores / ranks consecutive ones (at least one), so
+    // one rank alone keeps every core for its threads and N ranks on N cores get one each.
     std::vector<hwloc_obj_t> cores = topo.cores();
-    hwloc_obj_t core = cores[static_cast<size_t>(local_rank) % cores.size()];
-    std::string where = "core " + std::to_string(core->logical_index) + " (CPUs " +
-                        format_ranges(pu_os_indices(core->cpuset)) + ")";
-    if (hwloc_set_cpubind(topo.get(), core->cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
+    const size_t share = std::max<size_t>(1, cores.size() / static_cast<size_t>(local_world_size));
+    const size_t first = static_cast<size_t>(local_rank) * share % cores.size();
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    for (size_t i = first; i < first + share && i < cores.size(); ++i) {
+      hwloc_bitmap_or(set, set, cores[i]->cpuset);
+    }
+    const std::string which =
+        share == 1
+            ? "core " + std::to_string(cores[first]->logical_index)
+            : "cores " + std::to_string(cores[first]->logical_index) + "-" +
+                  std::to_string(cores[std::min(first + share, cores.size()) - 1]->logical_index);
+    const std::string where = which + " (CPUs " + format_ranges(pu_os_indices(set)) + ")";
+    const int rc = hwloc_set_cpubind(topo.get(), set, HWLOC_CPUBIND_PROCESS);
+    const int err = errno;
+    hwloc_bitmap_free(set);
+    if (rc != 0) {
       return "warning: could not bind local rank " + std::to_string(local_rank) + " to " + where +
-             ": " + std::strerror(errno) + "; running unbound";
+             ": " + std::strerror(err) + "; running unbound";
     }
     return where;
   }
