@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "support/run_tpf.h"
+#include "support/scratch_dir.h"
 #include "support/training_text.h"
 
 namespace tpf::testing {
@@ -18,20 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string templ = (fs::temp_directory_path() / "tpf-cli-XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = templ;
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -82,6 +82,24 @@ StepResult one_step(int tp_size, bool sequence_parallel, float dropout) {
                           p->name + ": replicated gradient differs from rank 0's");
         }
 
+        // ... and stay so through an optimizer step (LayerNorm weights, biases, positions).
+        {
+          Gpt stepped(config, comm.rank(), comm.size(), 7);
+          for (size_t i = 0; i < stepped.parameters().size(); ++i) {
+            stepped.parameters()[i]->grad = model.parameters()[i]->grad;
+          }
+          AdamW adam(stepped.parameters(), TrainConfig{});
+          adam.step(1e-3, 1.0);
+          for (const Parameter* p : stepped.parameters()) {
+            if (!p->shard.replicated()) continue;
+            Tensor root = p->value;
+            comm.broadcast(root.data(), root.data(), static_cast<size_t>(root.numel()), DType::f32,
+                           0);
+            TPF_CHILD_CHECK(std::memcmp(root.data(), p->value.data(), root.bytes()) == 0,
+                            p->name + ": replicated value differs from rank 0's after a step");
+          }
+        }
+
         auto* out = static_cast<std::byte*>(shared.data());
         size_t at = 64;
         for (const Parameter* p : model.parameters()) {

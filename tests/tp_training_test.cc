@@ -30,6 +30,7 @@
 #include "parallel/gather_parameter.h"
 #include "parallel/region_ops.h"
 #include "support/multiproc.h"
+#include "support/scratch_dir.h"
 #include "support/training_text.h"
 
 namespace tpf::testing {
@@ -46,20 +47,7 @@ RunOptions run_options() {
   return o;
 }
 
-// A scratch directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "tpf-train-XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = templ;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using TempDir = ScratchDir;
 
 std::string write_text(const TempDir& dir) { return write_training_text(dir / "text.txt"); }
 
@@ -170,16 +158,6 @@ TEST(Training, ExportThenImportReturnsIdenticalTensors) {
   }
 }
 
-SafeTensor safe(const std::string& name, const Tensor& t, Shape shape) {
-  SafeTensor s;
-  s.name = name;
-  s.dtype = t.dtype();
-  s.shape = std::move(shape);
-  s.data.resize(t.bytes());
-  std::memcpy(s.data.data(), t.data(), t.bytes());
-  return s;
-}
-
 std::string python_with_torch() {
   for (const char* py : {"/usr/bin/python3", "python3"}) {
     const std::string cmd = std::string(py) + " -c 'import torch' >/dev/null 2>&1";
@@ -229,7 +207,7 @@ TEST(Training, PyTorchReferenceAgreesWithLogitsLossAndGradients) {
           tok[b * (seq + 1) + seq] = targets[static_cast<size_t>(b * seq + seq - 1)];
         }
         SafeTensorsFile batch_file;
-        batch_file.tensors.push_back(safe("tokens", tokens, tokens.shape()));
+        batch_file.tensors.push_back(to_safe_tensor("tokens", tokens));
         write_safetensors(batch, batch_file);
 
         SafeTensorsFile out;
@@ -239,10 +217,10 @@ TEST(Training, PyTorchReferenceAgreesWithLogitsLossAndGradients) {
           std::memcpy(real.f32() + r * mc.vocab, all_logits.f32() + r * padded,
                       static_cast<size_t>(mc.vocab) * 4);
         }
-        out.tensors.push_back(safe("logits", real, {kBatch, seq, mc.vocab}));
+        out.tensors.push_back(to_safe_tensor("logits", real, {kBatch, seq, mc.vocab}));
         Tensor loss_t(Shape{});
         loss_t.f32()[0] = static_cast<float>(loss);
-        out.tensors.push_back(safe("loss", loss_t, {}));
+        out.tensors.push_back(to_safe_tensor("loss", loss_t, {}));
         for (size_t i = 0; i < grads.size(); ++i) {
           const Parameter& p = *model.parameters()[i];
           Shape shape = grads[i].shape();
@@ -253,7 +231,7 @@ TEST(Training, PyTorchReferenceAgreesWithLogitsLossAndGradients) {
             std::memcpy(rows.data(), g.data(), rows.bytes());
             g = rows;
           }
-          out.tensors.push_back(safe("grad." + p.name, g, shape));
+          out.tensors.push_back(to_safe_tensor("grad." + p.name, g, shape));
         }
         write_safetensors(candidate, out);
       },

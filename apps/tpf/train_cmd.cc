@@ -6,6 +6,7 @@
 
 #include "model/gpt_config.h"
 #include "model/trainer.h"
+#include "tensor/blas.h"
 #include "tpf/commands.h"
 #include "tpf/model_cli.h"
 
@@ -56,7 +57,7 @@ int cmd_train(int argc, char** argv) {
   TrainOptions options;
   if (flags.has("--preset")) options.config = preset_config(flags.get("--preset"));
   if (flags.has("--config")) options.config = load_config_file(flags.get("--config"));
-  if (flags.has("--sequence-parallel")) options.config.train.sequence_parallel = true;
+  options.sequence_parallel = flags.has("--sequence-parallel");
   options.resume = flags.get("--resume");
   options.data_path = flags.required("--data");
   options.out_dir = flags.get("--out");
@@ -70,10 +71,10 @@ int cmd_train(int argc, char** argv) {
   if (world.comm().rank() == 0 && !summary.records.empty()) {
     std::printf(
         "tpf train: %zu steps, loss %.4f -> %.4f, %.0f tokens/s at TP=%d (%d BLAS thread%s "
-        "per rank), %.1f%% of step time in communication\n",
+        "per rank, OpenBLAS %s kernels), %.1f%% of step time in communication\n",
         summary.records.size(), summary.records.front().loss, summary.records.back().loss,
         summary.tokens_per_s, world.comm().size(), threads, threads == 1 ? "" : "s",
-        100.0 * summary.comm_share);
+        blas_kernel_name().c_str(), 100.0 * summary.comm_share);
     if (!options.out_dir.empty()) {
       std::printf(
           "tpf train: log %s/log.jsonl, loss curve %s/loss.svg, checkpoint %s/checkpoints/\n",

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SUMMARY = re.compile(r"tpf train: \d+ steps, loss [\d.]+ -> [\d.]+, ([\d.]+) tokens/s at TP=(\d+) .*?([\d.]+)% of step time")
+SUMMARY = re.compile(r"tpf train: \d+ steps, loss [\d.]+ -> [\d.]+, ([\d.]+) tokens/s at TP=(\d+) .*?OpenBLAS (\S+) kernels\), ([\d.]+)% of step time")
 
 
 def default_data():
@@ -48,7 +48,7 @@ def run_tpf(build, data, steps, ranks, threads):
     m = SUMMARY.search(out)
     if not m:
         raise RuntimeError("no summary line in:\n" + out)
-    return {"tokens_per_s": float(m.group(1)), "comm_share": float(m.group(3)) / 100}
+    return {"tokens_per_s": float(m.group(1)), "comm_share": float(m.group(4)) / 100, "blas_kernels": m.group(3)}
 
 
 def run_torch(python, data, steps, threads):
@@ -90,9 +90,13 @@ def main():
         comm = runs[name][0].get("comm_share")
         comm_text = f"{100 * statistics.median(x['comm_share'] for x in runs[name]):.1f} %" if comm is not None else "-"
         print(f"| {name} | {med[name]:.0f} | {med[name] / base:.2f} | {comm_text} |")
+    kernels = runs["tpf T=1, 1 thread"][0]["blas_kernels"]
+    print(f"\nOpenBLAS kernels: {kernels} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": "gpt-6x768", "steps": a.steps, "rounds": a.rounds, "runs": runs,
+                       "openblas_kernels": kernels,
+                       "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
                        "median_tokens_per_s": med}, f, indent=1)
 
 

@@ -1,13 +1,13 @@
 #include "model/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "base/json.h"
 #include "model/safetensors.h"
+#include "model/text_files.h"
 #include "parallel/vocab_parallel.h"
 #include "tpf/error.h"
 
@@ -25,22 +25,6 @@ std::string rank_file(int rank, int tp_size) {
   return "rank-" + std::to_string(rank) + "-of-" + std::to_string(tp_size) + ".safetensors";
 }
 
-SafeTensor to_safe(const std::string& name, const Tensor& t) {
-  SafeTensor s;
-  s.name = name;
-  s.dtype = t.dtype();
-  s.shape = t.shape();
-  s.data.resize(t.bytes());
-  if (t.bytes() > 0) std::memcpy(s.data.data(), t.data(), t.bytes());
-  return s;
-}
-
-Tensor from_safe(const SafeTensor& s) {
-  Tensor t(s.shape, s.dtype);
-  if (t.bytes() > 0) std::memcpy(t.data(), s.data.data(), t.bytes());
-  return t;
-}
-
 json::Value shape_json(const Shape& shape) {
   json::Value a = json::Array{};
   for (int64_t d : shape) a.push_back(d);
@@ -56,24 +40,6 @@ Tensor with_rows(const Tensor& t, int64_t rows) {
   const size_t row_bytes = t.bytes() / static_cast<size_t>(t.dim(0));
   std::memcpy(out.data(), t.data(), row_bytes * static_cast<size_t>(std::min(rows, t.dim(0))));
   return out;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::invalid_argument, "cannot read '" + path + "'");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw Error(ErrorCode::system, "cannot write '" + tmp + "'");
-  }
-  fs::rename(tmp, path);
 }
 
 std::string manifest_text(const GlobalCheckpoint& c, int tp_size) {
@@ -104,10 +70,10 @@ void write_rank_file(const std::string& dir, int rank, int tp_size, const Global
   SafeTensorsFile file;
   json::Value shards;
   for (const Slice& s : slices) {
-    file.tensors.push_back(to_safe(s.name, *s.value));
+    file.tensors.push_back(to_safe_tensor(s.name, *s.value));
     if (s.exp_avg != nullptr) {
-      file.tensors.push_back(to_safe(s.name + ".exp_avg", *s.exp_avg));
-      file.tensors.push_back(to_safe(s.name + ".exp_avg_sq", *s.exp_avg_sq));
+      file.tensors.push_back(to_safe_tensor(s.name + ".exp_avg", *s.exp_avg));
+      file.tensors.push_back(to_safe_tensor(s.name + ".exp_avg_sq", *s.exp_avg_sq));
     }
     json::Value info;
     info.set("global_shape", shape_json(s.global_shape));
@@ -152,7 +118,8 @@ void save_checkpoint(TpGroup& tp, const std::string& dir, const RunConfig& confi
   write_rank_file(dir, tp.rank(), tp.size(), header, slices);
   tp.comm->barrier();  // every file is complete before the manifest says so
   if (tp.rank() == 0) {
-    write_text_atomically((fs::path(dir) / kManifest).string(), manifest_text(header, tp.size()));
+    write_text_file_atomically((fs::path(dir) / kManifest).string(),
+                               manifest_text(header, tp.size()));
   }
   tp.comm->barrier();
 }
@@ -161,7 +128,7 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   if (fs::exists(fs::path(path) / kManifest)) return path;
   const fs::path latest = fs::path(path) / "checkpoints" / "latest";
   if (fs::exists(latest)) {
-    std::string name = read_text(latest.string());
+    std::string name = read_text_file(latest.string(), "checkpoint pointer");
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     const fs::path dir = fs::path(path) / "checkpoints" / name;
     if (fs::exists(dir / kManifest)) return dir.string();
@@ -174,7 +141,8 @@ std::string resolve_checkpoint_dir(const std::string& path) {
 GlobalCheckpoint read_checkpoint(const std::string& path) {
   const std::string dir = resolve_checkpoint_dir(path);
   const std::string manifest_path = (fs::path(dir) / kManifest).string();
-  const json::Value manifest = json::parse(read_text(manifest_path), manifest_path);
+  const json::Value manifest =
+      json::parse(read_text_file(manifest_path, "checkpoint manifest"), manifest_path);
   if (!manifest.find("format") || manifest.at("format").as_string() != kFormat) {
     throw Error(ErrorCode::invalid_argument, manifest_path + ": not a " + kFormat + " manifest");
   }
@@ -203,7 +171,7 @@ GlobalCheckpoint read_checkpoint(const std::string& path) {
                         static_cast<int>(info.at("blocks").as_int())};
     auto assemble = [&](const std::string& key) {
       std::vector<Tensor> slices;
-      for (const SafeTensorsFile& f : ranks) slices.push_back(from_safe(f.at(key)));
+      for (const SafeTensorsFile& f : ranks) slices.push_back(tensor_of(f.at(key)));
       return global_from_slices(slices, g.shard);
     };
     g.value = assemble(name);
@@ -277,7 +245,7 @@ void write_checkpoint_files(const std::string& dir, const GlobalCheckpoint& c, i
     }
     write_rank_file(dir, r, tp_size, c, slices);
   }
-  write_text_atomically((fs::path(dir) / kManifest).string(), manifest_text(c, tp_size));
+  write_text_file_atomically((fs::path(dir) / kManifest).string(), manifest_text(c, tp_size));
 }
 
 std::string checkpoint_dir_for_step(const std::string& out_dir, int64_t step) {
@@ -288,7 +256,7 @@ std::string checkpoint_dir_for_step(const std::string& out_dir, int64_t step) {
 
 void mark_latest(const std::string& out_dir, int64_t step, int keep) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
-  write_text_atomically(
+  write_text_file_atomically(
       (root / "latest").string(),
       fs::path(checkpoint_dir_for_step(out_dir, step)).filename().string() + "\n");
   // Keep the newest `keep` checkpoints: names sort by step.

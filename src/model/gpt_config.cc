@@ -1,10 +1,9 @@
 #include "model/gpt_config.h"
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 
 #include "base/json.h"
+#include "model/text_files.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -159,11 +158,7 @@ RunConfig parse_config(const std::string& text, const std::string& what) {
 }
 
 RunConfig load_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::invalid_argument, "cannot read config file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path);
+  return parse_config(read_text_file(path, "config file"), path);
 }
 
 std::string config_to_json(const RunConfig& c) {

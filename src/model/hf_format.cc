@@ -11,16 +11,6 @@ namespace tpf {
 
 namespace {
 
-SafeTensor to_safe(const std::string& name, const Tensor& t) {
-  SafeTensor s;
-  s.name = name;
-  s.dtype = t.dtype();
-  s.shape = t.shape();
-  s.data.resize(t.bytes());
-  if (t.bytes() > 0) std::memcpy(s.data.data(), t.data(), t.bytes());
-  return s;
-}
-
 int64_t metadata_int(const SafeTensorsFile& f, const std::string& key, int64_t fallback) {
   const auto it = f.metadata.find(key);
   if (it == f.metadata.end()) return fallback;
@@ -52,9 +42,9 @@ SafeTensorsFile export_hf(const GlobalCheckpoint& c) {
     if (g.name == "wte.weight") {
       Tensor rows({m.vocab, m.width});
       std::memcpy(rows.data(), g.value.data(), rows.bytes());
-      f.tensors.push_back(to_safe(g.name, rows));
+      f.tensors.push_back(to_safe_tensor(g.name, rows));
     } else {
-      f.tensors.push_back(to_safe(g.name, g.value));
+      f.tensors.push_back(to_safe_tensor(g.name, g.value));
     }
   }
   return f;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "parallel/region_ops.h"
+#include "tensor/kernels.h"
 
 namespace tpf {
 
@@ -75,25 +76,17 @@ void AdamW::step(double lr, double grad_scale) {
   ++steps_;
   const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
-  const float b1 = static_cast<float>(config_.beta1);
-  const float b2 = static_cast<float>(config_.beta2);
-  const float step_size = static_cast<float>(lr / bias1);
-  const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
-  const float eps = static_cast<float>(config_.adam_eps);
-  const float scale = static_cast<float>(grad_scale);
+  AdamWStep s;
+  s.beta1 = static_cast<float>(config_.beta1);
+  s.beta2 = static_cast<float>(config_.beta2);
+  s.step_size = static_cast<float>(lr / bias1);
+  s.inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+  s.eps = static_cast<float>(config_.adam_eps);
+  s.grad_scale = static_cast<float>(grad_scale);
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
-    float* w = p.value.f32();
-    const float* g = p.grad.f32();
-    float* m = m_[i].f32();
-    float* v = v_[i].f32();
-    const float decay = p.weight_decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-    for (int64_t j = 0; j < p.value.numel(); ++j) {
-      const float gj = g[j] * scale;
-      m[j] = b1 * m[j] + (1.0f - b1) * gj;
-      v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
-      w[j] = w[j] * decay - step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bias2 + eps);
-    }
+    s.decay = p.weight_decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+    adamw_update(p.value.f32(), p.grad.f32(), m_[i].f32(), v_[i].f32(), p.value.numel(), s);
   }
 }
 

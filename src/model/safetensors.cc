@@ -8,6 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -386,6 +387,36 @@ SafeTensorsFile read_safetensors(const std::string& path) {
                  ("tensor '" + tensor.name + "'").c_str());
   }
   return out;
+}
+
+SafeTensor to_safe_tensor(const std::string& name, const Tensor& t) {
+  return to_safe_tensor(name, t, t.shape());
+}
+
+SafeTensor to_safe_tensor(const std::string& name, const Tensor& t, std::vector<int64_t> shape) {
+  if (shape_numel(shape) != t.numel()) {
+    throw Error(ErrorCode::invalid_argument, "tensor '" + name + "': shape " + shape_string(shape) +
+                                                 " does not hold the " + std::to_string(t.numel()) +
+                                                 " elements of " + shape_string(t.shape()));
+  }
+  SafeTensor s;
+  s.name = name;
+  s.dtype = t.dtype();
+  s.shape = std::move(shape);
+  s.data.resize(t.bytes());
+  if (t.bytes() > 0) std::memcpy(s.data.data(), t.data(), t.bytes());
+  return s;
+}
+
+Tensor tensor_of(const SafeTensor& s) {
+  Tensor t = Tensor::uninitialized(s.shape, s.dtype);
+  if (t.bytes() != s.data.size()) {
+    throw Error(ErrorCode::invalid_argument, "tensor '" + s.name +
+                                                 "': " + std::to_string(s.data.size()) +
+                                                 " bytes for shape " + shape_string(s.shape));
+  }
+  if (t.bytes() > 0) std::memcpy(t.data(), s.data.data(), t.bytes());
+  return t;
 }
 
 }  // namespace tpf

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/tensor.h"
 #include "tpf/dtype.h"
 
 namespace tpf {
@@ -43,5 +44,10 @@ void write_safetensors(const std::string& path, const SafeTensorsFile& file);
 // dtypes other than those of tpf::DType, negative dims, a byte range that does not match the shape
 // or lies outside the buffer, and buffers with overlaps, holes or trailing bytes.
 SafeTensorsFile read_safetensors(const std::string& path);
+
+// Between tpfabric tensors and file entries (copies). `shape` overrides the tensor's (same count).
+SafeTensor to_safe_tensor(const std::string& name, const Tensor& t);
+SafeTensor to_safe_tensor(const std::string& name, const Tensor& t, std::vector<int64_t> shape);
+Tensor tensor_of(const SafeTensor& s);
 
 }  // namespace tpf

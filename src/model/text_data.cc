@@ -1,26 +1,13 @@
 #include "model/text_data.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "model/text_files.h"
 #include "tensor/counter_rng.h"
 #include "tpf/error.h"
 
 namespace tpf {
 
-namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::invalid_argument, "cannot read training text '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
-TextData::TextData(const std::string& path, int64_t seq) : TextData(read_file(path), seq, path) {}
+TextData::TextData(const std::string& path, int64_t seq)
+    : TextData(read_text_file(path, "training text"), seq, path) {}
 
 TextData::TextData(std::string text, int64_t seq, const std::string& what)
     : bytes_(std::move(text)), seq_(seq), source_(what) {

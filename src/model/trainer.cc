@@ -61,6 +61,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     seed = resumed.seed;
   }
   if (options.steps >= 0) config.train.steps = options.steps;
+  if (options.sequence_parallel) config.train.sequence_parallel = true;
   validate(config);
   tp.sequence_parallel = config.train.sequence_parallel;
   const ModelConfig& mc = config.model;

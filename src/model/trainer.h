@@ -18,9 +18,10 @@ struct TrainOptions {
   std::string data_path;
   std::string out_dir;  // log.jsonl, config.json, checkpoints/; empty: write nothing
   uint64_t seed = 1;
-  std::string resume;    // a checkpoint or a previous output directory; empty: start fresh
-  int64_t steps = -1;    // >= 0 overrides config.train.steps (also when resuming)
-  bool progress = true;  // rank 0 prints a progress line every log_every steps
+  std::string resume;  // a checkpoint or a previous output directory; empty: start fresh
+  int64_t steps = -1;  // >= 0 overrides config.train.steps (also when resuming)
+  bool sequence_parallel = false;  // true turns it on (also when resuming)
+  bool progress = true;            // rank 0 prints a progress line every log_every steps
 };
 
 struct StepRecord {

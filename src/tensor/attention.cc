@@ -7,6 +7,7 @@
 
 #include "tensor/blas.h"
 #include "tensor/fast_math.h"
+#include "tensor/vector_clones.h"
 
 namespace tpf {
 
@@ -17,6 +18,7 @@ uint64_t prob_index(const AttentionShape& s, int64_t b, int64_t h, int64_t i, in
 }
 
 // dst = p with dropout applied (the probabilities the values are mixed with).
+TPF_VECTOR_CLONES
 void dropped_probs(const float* p, const AttentionShape& s, int64_t b, int64_t h, float dropout,
                    RngKey key, float* dst) {
   const float scale = 1.0f / (1.0f - dropout);
@@ -31,6 +33,7 @@ void dropped_probs(const float* p, const AttentionShape& s, int64_t b, int64_t h
 
 }  // namespace
 
+TPF_VECTOR_CLONES
 void causal_attention_forward(const float* qkv, const AttentionShape& s, float dropout, RngKey key,
                               float* probs, float* out) {
   const int64_t w = s.width();
@@ -70,6 +73,7 @@ void causal_attention_forward(const float* qkv, const AttentionShape& s, float d
   }
 }
 
+TPF_VECTOR_CLONES
 void causal_attention_backward(const float* dout, const float* qkv, const float* probs,
                                const AttentionShape& s, float dropout, RngKey key, float* dqkv,
                                float* scratch) {
@@ -121,6 +125,7 @@ void causal_attention_backward(const float* dout, const float* qkv, const float*
   }
 }
 
+TPF_VECTOR_CLONES
 void cached_attention_step(const float* q, const float* k_cache, const float* v_cache,
                            int64_t heads, int64_t head_dim, int64_t capacity, int64_t length,
                            float* scores, float* out) {

@@ -32,4 +32,9 @@ void set_blas_threads(int threads) {
 
 int blas_threads() { return openblas_get_num_threads(); }
 
+std::string blas_kernel_name() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+
 }  // namespace tpf

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace tpf {
 
@@ -15,5 +16,7 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 // each want (cores / ranks); a lone rank wants all of them.
 void set_blas_threads(int threads);
 int blas_threads();
+// The kernel family OpenBLAS chose for this CPU ("Haswell", "SkylakeX", ...).
+std::string blas_kernel_name();
 
 }  // namespace tpf

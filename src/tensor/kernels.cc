@@ -3,9 +3,11 @@
 #include <cmath>
 
 #include "tensor/fast_math.h"
+#include "tensor/vector_clones.h"
 
 namespace tpf {
 
+TPF_VECTOR_CLONES
 void layer_norm_forward(const float* x, const float* gamma, const float* beta, int64_t rows,
                         int64_t cols, float eps, float* y, float* mean, float* rstd) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -28,6 +30,7 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
   }
 }
 
+TPF_VECTOR_CLONES
 void layer_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
                          const float* rstd, int64_t rows, int64_t cols, float* dx, float* dgamma,
                          float* dbeta) {
@@ -62,6 +65,7 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 }  // namespace
 
+TPF_VECTOR_CLONES
 void gelu_forward(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -69,6 +73,7 @@ void gelu_forward(const float* x, int64_t n, float* y) {
   }
 }
 
+TPF_VECTOR_CLONES
 void gelu_backward(const float* dy, const float* x, int64_t n, float* dx) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -78,6 +83,7 @@ void gelu_backward(const float* dy, const float* x, int64_t n, float* dx) {
   }
 }
 
+TPF_VECTOR_CLONES
 void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * cols;
@@ -85,6 +91,7 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
   }
 }
 
+TPF_VECTOR_CLONES
 void accumulate_bias_grad(const float* dy, int64_t rows, int64_t cols, float* dbias) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * cols;
@@ -92,8 +99,19 @@ void accumulate_bias_grad(const float* dy, int64_t rows, int64_t cols, float* db
   }
 }
 
+TPF_VECTOR_CLONES
 void add_into(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+TPF_VECTOR_CLONES
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float gj = g[j] * s.grad_scale;
+    m[j] = s.beta1 * m[j] + (1.0f - s.beta1) * gj;
+    v[j] = s.beta2 * v[j] + (1.0f - s.beta2) * gj * gj;
+    w[j] = w[j] * s.decay - s.step_size * m[j] / (std::sqrt(v[j]) * s.inv_sqrt_bias2 + s.eps);
+  }
 }
 
 void dropout_in_place(float* x, int64_t n, float p, RngKey key, uint64_t first_index) {

@@ -29,6 +29,14 @@ void accumulate_bias_grad(const float* dy, int64_t rows, int64_t cols, float* db
 // y += x.
 void add_into(float* y, const float* x, int64_t n);
 
+// One AdamW update of n elements (Loshchilov & Hutter 2019): g' = g * grad_scale;
+// m = b1 m + (1 - b1) g'; v = b2 v + (1 - b2) g'^2;
+// w = w * decay - step_size * m / (sqrt(v) * inv_sqrt_bias2 + eps).
+struct AdamWStep {
+  float beta1, beta2, step_size, inv_sqrt_bias2, eps, decay, grad_scale;
+};
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+
 // Inverted dropout with a counter-based mask: x[i] *= keep(first_index + i) / (1 - p), in place.
 // first_index is the global index of x[0], so a shard drops what the whole tensor would.
 // The backward pass is the same call on the gradient (the mask is recomputed, not stored).

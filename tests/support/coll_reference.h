@@ -31,7 +31,8 @@ size_t element_size(DType dtype);  // written here, not dtype_size(): the test's
 // Elements of `rank`'s input (count elements), deterministic in (dtype, op, count, rank, salt);
 // periodic with period kInputPeriod beyond that many elements.
 // The value range suits op: prod gets values near 1 (floats) so that products stay finite; avg gets
-// integers small enough that the sum of 8 ranks does not overflow; min/max floats contain quiet NaNs.
+// integers small enough that the sum of 8 ranks does not overflow; min/max floats contain quiet
+// NaNs.
 std::vector<uint8_t> make_input(DType dtype, ReduceOp op, size_t count, int rank, uint64_t salt);
 
 // out[i] = inputs[0][i] op inputs[1][i] op ... in rank order, with the semantics of comm.h:

@@ -41,11 +41,11 @@ struct RankContext {
 
 struct RankOutcome {
   int rank = 0;
-  bool exited = false;       // exited normally (see exit_code)
-  int exit_code = -1;        // valid if exited
-  int signal = 0;            // the signal that killed it, 0 if none
-  bool timed_out = false;    // still running at the deadline (then killed by SIGKILL)
-  std::string message;       // what the child wrote before failing (exception text)
+  bool exited = false;     // exited normally (see exit_code)
+  int exit_code = -1;      // valid if exited
+  int signal = 0;          // the signal that killed it, 0 if none
+  bool timed_out = false;  // still running at the deadline (then killed by SIGKILL)
+  std::string message;     // what the child wrote before failing (exception text)
 
   bool ok() const noexcept { return exited && exit_code == 0 && !timed_out; }
   // One line: "rank 2: killed by signal 9 (Killed): <message>".
@@ -101,7 +101,7 @@ std::vector<std::string> list_dev_shm(const std::string& prefix = "tpf-");
 
 // For use inside a child body: throws ChildCheckFailure (reported by the parent) if cond is false.
 // msg may be any expression convertible to std::string.
-#define TPF_CHILD_CHECK(cond, msg)                                                      \
-  do {                                                                                  \
+#define TPF_CHILD_CHECK(cond, msg)                                                     \
+  do {                                                                                 \
     if (!(cond)) ::tpf::testing::child_check_failed(#cond, (msg), __FILE__, __LINE__); \
   } while (0)
