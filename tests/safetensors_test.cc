@@ -16,29 +16,11 @@
 #include <string_view>
 #include <vector>
 
+#include "support/expect_tpf_error.h"
 #include "tpf/error.h"
 
 namespace tpf {
 namespace {
-
-// Runs statement, which must throw tpf::Error(code) whose message contains each part.
-#define EXPECT_TPF_ERROR(statement, expected_code, ...)                                        \
-  EXPECT_THROW(                                                                                \
-      {                                                                                        \
-        try {                                                                                  \
-          statement;                                                                           \
-        } catch (const ::tpf::Error& e) {                                                      \
-          EXPECT_EQ(e.code(), expected_code) << e.what();                                      \
-          /* std::string copies: the parts may be temporaries that end before the loop runs */ \
-          const std::vector<std::string> parts({__VA_ARGS__});                                 \
-          for (const std::string& part : parts) {                                              \
-            EXPECT_NE(std::string_view(e.what()).find(part), std::string_view::npos)           \
-                << "'" << part << "' is not in: " << e.what();                                 \
-          }                                                                                    \
-          throw;                                                                               \
-        }                                                                                      \
-      },                                                                                       \
-      ::tpf::Error)
 
 constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
                                 DType::i8,  DType::u8,  DType::i32, DType::i64};

@@ -86,15 +86,8 @@ double FlagParser::get_double(const std::string& flag, double fallback, double m
 
 namespace {
 
-bool launched() {
-  for (const char* v : {"TPF_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
-}
-
 Communicator make_world(std::unique_ptr<TcpStoreServer>& server) {
-  if (launched()) return Communicator::from_env();
+  if (launch_env_present()) return Communicator::from_env();
   server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "");
   return Communicator::create(0, 1, "127.0.0.1:" + std::to_string(server->port()));
 }
@@ -107,7 +100,7 @@ World::World() : comm_(make_world(server_)) {
   // 20 % of a gpt-6x768 step). Keep blocks up to glibc's 32 MiB maximum in the heap instead.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  if (launched()) local_ranks_ = std::max(1, detect_launch_env().local_world_size);
+  if (launch_env_present()) local_ranks_ = std::max(1, detect_launch_env().local_world_size);
 }
 
 int configure_blas_threads(const FlagParser& flags, int local_ranks) {

@@ -24,4 +24,8 @@ struct LaunchEnv {
 // Throws Error(bootstrap) naming the variables that are missing or malformed.
 LaunchEnv detect_launch_env();
 
+// True if any supported launcher's environment is present (detect_launch_env() would not report
+// "no launcher environment found"); lets a program run alone as a group of one otherwise.
+bool launch_env_present();
+
 }  // namespace tpf

@@ -213,6 +213,11 @@ void validate(const std::string& launcher, const LaunchEnv& env, const char* ran
 
 }  // namespace
 
+bool launch_env_present() {
+  return env_value("TPF_RANK") || env_value("OMPI_COMM_WORLD_RANK") || env_value("SLURM_PROCID") ||
+         env_value("RANK");
+}
+
 LaunchEnv detect_launch_env() {
   LaunchEnv env;
   if (env_value("TPF_RANK")) {

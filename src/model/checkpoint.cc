@@ -50,7 +50,7 @@ std::string manifest_text(const GlobalCheckpoint& c, int tp_size) {
   m.set("step", c.step);
   m.set("tp_size", tp_size);
   m.set("seed", static_cast<int64_t>(c.seed));
-  m.set("config", json::parse(config_to_json(c.config), "config"));
+  m.set("config", config_to_json_value(c.config));
   m.set("files", std::move(files));
   return json::dump(m) + "\n";
 }
@@ -150,7 +150,7 @@ GlobalCheckpoint read_checkpoint(const std::string& path) {
   c.step = manifest.at("step").as_int();
   c.tp_size = static_cast<int>(manifest.at("tp_size").as_int());
   c.seed = static_cast<uint64_t>(manifest.at("seed").as_int());
-  c.config = parse_config(json::dump(manifest.at("config")), manifest_path + " config");
+  c.config = config_from_json(manifest.at("config"), manifest_path + " config");
   const json::Value& files = manifest.at("files");
   if (c.tp_size < 1 || files.size() != static_cast<size_t>(c.tp_size)) {
     throw Error(ErrorCode::invalid_argument, manifest_path + ": tp_size and files disagree");

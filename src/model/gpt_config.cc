@@ -118,7 +118,10 @@ RunConfig preset_config(const std::string& name) {
 }
 
 RunConfig parse_config(const std::string& text, const std::string& what) {
-  const json::Value root = json::parse(text, what);
+  return config_from_json(json::parse(text, what), what);
+}
+
+RunConfig config_from_json(const json::Value& root, const std::string& what) {
   RunConfig c;
   if (const json::Value* preset = root.is_object() ? root.find("preset") : nullptr) {
     c = preset_config(preset->as_string());
@@ -161,7 +164,7 @@ RunConfig load_config_file(const std::string& path) {
   return parse_config(read_text_file(path, "config file"), path);
 }
 
-std::string config_to_json(const RunConfig& c) {
+json::Value config_to_json_value(const RunConfig& c) {
   json::Value model;
   model.set("layers", c.model.layers);
   model.set("heads", c.model.heads);
@@ -189,8 +192,10 @@ std::string config_to_json(const RunConfig& c) {
   if (!c.preset.empty()) root.set("preset", c.preset);
   root.set("model", std::move(model));
   root.set("train", std::move(train));
-  return json::dump(root);
+  return root;
 }
+
+std::string config_to_json(const RunConfig& c) { return json::dump(config_to_json_value(c)); }
 
 void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;

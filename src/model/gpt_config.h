@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
+
 namespace tpf {
 
 struct ModelConfig {
@@ -56,7 +58,9 @@ RunConfig preset_config(const std::string& name);
 // Reads the JSON format above; errors name the file and the key.
 RunConfig load_config_file(const std::string& path);
 RunConfig parse_config(const std::string& json_text, const std::string& what);
+RunConfig config_from_json(const json::Value& root, const std::string& what);
 std::string config_to_json(const RunConfig& config);
+json::Value config_to_json_value(const RunConfig& config);
 // Throws if the model cannot be built or trained as configured (naming the setting).
 void validate(const RunConfig& config);
 

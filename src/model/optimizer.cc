@@ -35,10 +35,7 @@ void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& 
     std::copy_n(p->grad.f32(), p->grad.numel(), packed.f32() + at);
     at += p->grad.numel();
   }
-  tp.timed([&] {
-    all_reduce_in_place(*tp.comm, packed);
-    return 0;
-  });
+  tp.timed([&] { all_reduce_in_place(*tp.comm, packed); });
   at = 0;
   for (Parameter* p : params) {
     if (!p->grad_summed_over_tp) continue;
@@ -59,7 +56,6 @@ double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params) {
     if (tp.size() > 1) {
       tp.comm->all_reduce(&sharded, &sharded, 1, DType::f64, ReduceOp::sum);
     }
-    return 0;
   });
   return std::sqrt(sharded + replicated);
 }

@@ -22,13 +22,18 @@ struct TpGroup {
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
 
-  // Runs f (a region operator) and adds its wall time to comm_seconds.
+  // Runs f (a region operator or collective) and adds its wall time to comm_seconds.
   template <class F>
-  auto timed(F&& f) {
+  decltype(auto) timed(F&& f) {
     const auto start = std::chrono::steady_clock::now();
-    auto result = std::forward<F>(f)();
-    comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result;
+    struct AddElapsed {  // also on the way out of a void f or an exception
+      double& total;
+      std::chrono::steady_clock::time_point start;
+      ~AddElapsed() {
+        total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+    } add{comm_seconds, start};
+    return std::forward<F>(f)();
   }
 };
 

@@ -117,7 +117,6 @@ double VocabParallelCrossEntropy::forward(TpGroup& tp, const ParallelTensor& h,
       tp.comm->all_reduce(row_max.data(), row_max.data(), static_cast<size_t>(rows), DType::f32,
                           ReduceOp::max);
     }
-    return 0;
   });
   // 2. Sum of exponentials and the target's logit, reduced together.
   Tensor sums({2, rows});
@@ -137,10 +136,7 @@ double VocabParallelCrossEntropy::forward(TpGroup& tp, const ParallelTensor& h,
     // Stored relative to the max, so the reduction adds exactly one non-zero term.
     target_logit[r] = (t >= 0 && t < real_columns_) ? std::log(row[t]) : 0.0f;
   }
-  tp.timed([&] {
-    all_reduce_in_place(*tp.comm, sums);
-    return 0;
-  });
+  tp.timed([&] { all_reduce_in_place(*tp.comm, sums); });
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) {
     total += std::log(static_cast<double>(sum_exp[r])) - static_cast<double>(target_logit[r]);
