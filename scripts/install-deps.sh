@@ -13,6 +13,8 @@ readonly kBasePackages=(
   cmake ninja-build g++ pkg-config   # toolchain
   libhwloc-dev                       # topology discovery (library dependency)
   libopenblas-dev                    # GEMMs of the tensor-parallel model
+  libyaml-cpp-dev                    # cluster, model and layout files of the planner
+  libsimgrid-dev                     # independent flow-level reference the planner is tested against
   fortunes                           # English text the training demo learns from
   libgtest-dev libgmock-dev          # tests
   libbenchmark-dev                   # kernel benchmarks

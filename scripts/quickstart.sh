@@ -36,5 +36,13 @@ echo "quickstart.sh: training: $build_dir/tpf run -n $tp -- $build_dir/tpf train
 echo
 echo "quickstart.sh: sampling: $build_dir/tpf run -n $tp -- $build_dir/tpf generate" \
      "--checkpoint $run_dir --prompt 'The meaning of life is' --tokens 400"
-exec "$build_dir/tpf" run -n "$tp" -- "$build_dir/tpf" generate --checkpoint "$run_dir" \
+"$build_dir/tpf" run -n "$tp" -- "$build_dir/tpf" generate --checkpoint "$run_dir" \
   --prompt "The meaning of life is" --tokens 400
+
+# What this machine cannot try: the planner's best layouts for GPT-3 175B on 1,024 H100s.
+plan_svg="$(dirname "$run_dir")/plan-gpt-175b.svg"
+echo
+echo "quickstart.sh: planning: $build_dir/tpf plan --cluster dgx-h100 --gpus 1024" \
+     "--model gpt-175b --search --top 5 --svg $plan_svg"
+exec "$build_dir/tpf" plan --cluster dgx-h100 --gpus 1024 --model gpt-175b --search --top 5 \
+  --svg "$plan_svg"

@@ -31,6 +31,7 @@ constexpr Subcommand kSubcommands[] = {
     {"generate", tpf::cli::cmd_generate, "sample text from a trained checkpoint"},
     {"export", tpf::cli::cmd_export, "write a checkpoint as one Hugging Face GPT-2 file"},
     {"import", tpf::cli::cmd_import, "make a checkpoint from a Hugging Face GPT-2 file"},
+    {"plan", tpf::cli::cmd_plan, "predict a model's training step on a cluster, rank layouts"},
 };
 
 void print_usage(std::FILE* out) {

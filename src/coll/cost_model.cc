@@ -45,21 +45,26 @@ size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
   return std::max(portion, align_elems) * n;
 }
 
+LinkClass ShmLinkCost::link_class(int nranks, bool oversubscribed) const {
+  LinkClass link;
+  link.name = "shm";
+  link.alpha_us = oversubscribed ? oversubscribed_step_us_per_rank * nranks : step_us;
+  link.port_gbps = 0;  // peers' slots are read in place: the reduce / copy rates bound it
+  link.stage_gbps = copy_gbps;
+  link.reduce_gbps = reduce_gbps;
+  return link;
+}
+
 double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nranks,
                              bool oversubscribed, size_t slot_bytes, const ShmLinkCost& cost) {
-  const double n = nranks;
-  const double step = oversubscribed ? cost.oversubscribed_step_us_per_rank * n : cost.step_us;
+  const LinkClass link = cost.link_class(nranks, oversubscribed);
   const double b = static_cast<double>(bytes);
-  const double copy = b / (cost.copy_gbps * 1e3);      // microseconds to copy `bytes`
-  const double read = b / (cost.reduce_gbps * 1e3);    // microseconds to read `bytes` reducing
   if (algorithm == AllReduceAlgorithm::one_shot) {
-    // Copy in, then every rank reads all n inputs.
-    return step + copy + n * read;
+    return *predict_us(CollectiveOp::all_reduce, Algorithm::one_shot, b, nranks, link);
   }
   const double chunk_bytes = static_cast<double>(two_shot_chunk_elems(slot_bytes, 1, nranks));
   const double chunks = std::max(1.0, std::ceil(b / chunk_bytes));
-  // Copy in, reduce one n-th (reading n n-ths), copy the result out, gather the other portions.
-  return (chunks + 1) * step + copy + read + copy / n + copy * (n - 1) / n;
+  return *predict_us(CollectiveOp::all_reduce, Algorithm::two_shot, b, nranks, link, chunks);
 }
 
 AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, bool oversubscribed,

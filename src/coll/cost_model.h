@@ -1,8 +1,11 @@
-// The alpha-beta(-gamma) cost model of the shared-memory fabric: predicts each algorithm's time so
-// the runtime can pick one. The planner is meant to reuse these functions (one source of truth).
+// The shared-memory fabric's link class and its all-reduce choice. The formulas are the generic
+// alpha-beta ones of coll/alpha_beta.h, which the planner uses too (one source of truth);
+// `tpf plan calibrate` refits these constants from `tpf bench` measurements.
 #pragma once
 
 #include <cstddef>
+
+#include "coll/alpha_beta.h"
 
 namespace tpf::coll {
 
@@ -16,6 +19,8 @@ struct ShmLinkCost {
   double copy_gbps = 20.0;    // memcpy into / out of shared memory (L2-resident slots)
   double reduce_gbps = 47.0;  // bytes per second the reduction reads from the slots
   static ShmLinkCost from_env();
+  // The link class of `nranks` ranks (the step cost grows with ranks when they outnumber cores).
+  LinkClass link_class(int nranks, bool oversubscribed) const;
 };
 
 enum class AllReduceAlgorithm { one_shot, two_shot };

@@ -1,0 +1,308 @@
+// `tpf plan`: predicts a training step of a model under a parallel layout on a cluster (or ranks
+// every layout), and collectives on that cluster's network. Thin: parses flags, calls src/plan,
+// prints.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "plan/collective_planner.h"
+#include "plan/layout_search.h"
+#include "plan/plan_report.h"
+#include "tpf/bench_spec.h"
+#include "tpf/commands.h"
+#include "tpf/error.h"
+#include "tpf/model_cli.h"
+#include "tpf/plan_calibrate_cmd.h"
+
+namespace tpf::cli {
+namespace {
+
+void print_plan_usage() {
+  std::printf(
+      "usage: tpf plan --cluster C [--gpus N] --model M --layout L [--json]\n"
+      "       tpf plan --cluster C --gpus N --model M --search [--top K] [--svg FILE] [--json]\n"
+      "       tpf plan collective --cluster C [--gpus N] --op OP --bytes SIZES --ranks R\n"
+      "                           [--stride S] [--json]\n"
+      "       tpf plan show-cluster C [--gpus N]     the cluster as YAML (a starting point)\n"
+      "       tpf plan show-model M                  the model as YAML\n"
+      "       tpf plan calibrate --bench FILE ...    fit the shared-memory link class\n"
+      "Predicts how a model trains under a tensor / pipeline / data-parallel layout on a cluster,\n"
+      "or ranks every layout, from closed-form collective costs, a flow-level network model and\n"
+      "a training-step model (docs/plan.md).\n"
+      "  --cluster C      a preset (dgx-h100, dgx-a100, h100-ethernet) or a YAML file\n"
+      "  --gpus N         size a preset (a multiple of 8); with --layout, defaults to tp*pp*dp\n"
+      "  --model M        a preset (gpt-1.3b, gpt-7b, gpt-22b, gpt-70b, gpt-175b, gpt-530b,\n"
+      "                   gpt-1t, ...) or a YAML file\n"
+      "  --layout L       tp=8,pp=8,dp=16[,mb=1][,gb=1536][,sp=1][,vp=2]\n"
+      "                   [,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]\n"
+      "  --global-batch B sequences per step (default: the model's; --search rounds it up to\n"
+      "                   a multiple of dp x micro-batch for each layout)\n"
+      "  --search         rank every layout that multiplies to --gpus\n"
+      "  --top K          rows of the ranking to print and draw (default 15)\n"
+      "  --svg FILE       draw the ranking with each layout's breakdown\n"
+      "  --op OP          all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
+      "send_recv\n"
+      "  --bytes SIZES    1M,64M or a range 8K:1G (x --factor, default 4); suffixes K M G\n"
+      "  --ranks R        group size; --stride S: GPUs between members (1 = packed in a node)\n"
+      "  --json           machine-readable output instead of tables\n");
+}
+
+std::vector<double> parse_sizes(const std::string& text, int factor) {
+  auto one = [&](const std::string& item) {
+    const auto bytes = parse_byte_size(item);
+    if (!bytes || *bytes == 0) {
+      throw UsageError("--bytes expects sizes such as 8K, 64M or 1G, or a range 8K:1G; got '" +
+                       item + "'");
+    }
+    return static_cast<double>(*bytes);
+  };
+  std::vector<double> sizes;
+  if (const auto colon = text.find(':'); colon != std::string::npos) {
+    const double first = one(text.substr(0, colon)), last = one(text.substr(colon + 1));
+    if (last < first) throw UsageError("--bytes range '" + text + "' ends before it starts");
+    for (double b = first; b <= last; b *= factor) sizes.push_back(b);
+    return sizes;
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    sizes.push_back(one(text.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw Error(ErrorCode::system, "cannot write " + path);
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) {
+    bytes /= 1024;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f %s", bytes, units[u]);
+  return text;
+}
+
+int cmd_show(int argc, char** argv, bool cluster) {
+  if (argc < 1 || argv[0][0] == '-') {
+    throw UsageError(cluster ? "show-cluster needs a preset name or file"
+                             : "show-model needs a preset name or file");
+  }
+  const FlagParser flags(argc - 1, argv + 1, {"--gpus"});
+  if (cluster) {
+    const int gpus = static_cast<int>(flags.get_int("--gpus", 0, 0));
+    std::fputs(plan::cluster_to_yaml(plan::load_cluster(argv[0], gpus)).c_str(), stdout);
+  } else {
+    std::fputs(plan::model_to_yaml(plan::load_model(argv[0])).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+// How the same step of the collective fares under each routing policy (what ECMP costs).
+std::string routing_comparison(const plan::ClusterSpec& cluster, const plan::GroupShape& group) {
+  struct Variant {
+    const char* name;
+    plan::RoutingMode mode;
+    int qps;
+  };
+  const Variant variants[] = {{"ecmp, 1 QP", plan::RoutingMode::ecmp, 1},
+                              {"ecmp, 4 QPs", plan::RoutingMode::ecmp, 4},
+                              {"adaptive", plan::RoutingMode::adaptive, 1},
+                              {"spray", plan::RoutingMode::spray, 1}};
+  std::string out = "routing       slowest transfer  mean     worst link (flows)\n";
+  for (const Variant& v : variants) {
+    plan::ClusterSpec variant = cluster;
+    variant.routing.mode = v.mode;
+    variant.routing.queue_pairs = v.qps;
+    plan::CollectivePlanner planner(variant);
+    const plan::NetworkPhase& phase = planner.network_phase(group);
+    char line[160];
+    std::snprintf(line, sizeof line, "%-13s %7.1f GB/s      %6.1f   ", v.name, phase.min_rate_gbps,
+                  phase.mean_rate_gbps);
+    out += line;
+    // Sprayed traffic is a fluid over every path: there is no per-link flow count.
+    std::snprintf(line, sizeof line,
+                  v.mode == plan::RoutingMode::spray ? "n/a (fluid)\n" : "%.2f\n",
+                  phase.max_link_load);
+    out += line;
+  }
+  return out;
+}
+
+int cmd_plan_collective(int argc, char** argv) {
+  const FlagParser flags(
+      argc, argv, {"--cluster", "--gpus", "--op", "--bytes", "--ranks", "--stride", "--factor"},
+      {"--json"});
+  if (flags.help()) {
+    print_plan_usage();
+    return kExitOk;
+  }
+  const int ranks = static_cast<int>(flags.get_int("--ranks", 0, 2));
+  if (ranks < 2) throw UsageError("--ranks is required (at least 2)");
+  const int stride = static_cast<int>(flags.get_int("--stride", 1, 1));
+  const coll::CollectiveOp op = coll::parse_collective_op(flags.get("--op", "all_reduce"));
+  const std::vector<double> sizes =
+      parse_sizes(flags.required("--bytes"), static_cast<int>(flags.get_int("--factor", 4, 2)));
+  int gpus = static_cast<int>(flags.get_int("--gpus", 0, 0));
+  if (gpus == 0) gpus = ranks * stride;
+  plan::ClusterSpec cluster = plan::load_cluster(flags.required("--cluster"), 0);
+  if (gpus % cluster.gpus_per_node != 0)
+    gpus += cluster.gpus_per_node - gpus % cluster.gpus_per_node;
+  cluster = plan::load_cluster(flags.required("--cluster"), gpus);
+  if (cluster.total_gpus() % (ranks * stride) != 0) {
+    throw UsageError("--ranks " + std::to_string(ranks) + " x --stride " + std::to_string(stride) +
+                     " must divide the cluster's " + std::to_string(cluster.total_gpus()) +
+                     " GPUs");
+  }
+  plan::CollectivePlanner planner(cluster);
+  const plan::GroupShape group{ranks, stride};
+  const bool json_out = flags.has("--json");
+  json::Value rows = json::Array{};
+  if (!json_out) {
+    std::printf("cluster  %s\n", plan::describe_cluster(cluster, planner.topology()).c_str());
+    std::printf("group    %d ranks at stride %d (%d copies run at once)\n\n", ranks, stride,
+                cluster.total_gpus() / ranks);
+    std::printf("%12s  %-13s %12s %11s %11s\n", "size", "algorithm", "time us", "algbw GB/s",
+                "busbw GB/s");
+  }
+  bool crosses = false;
+  for (double bytes : sizes) {
+    const auto estimates = planner.estimate_all(op, bytes, group);
+    for (size_t i = 0; i < estimates.size(); ++i) {
+      const plan::CollectiveEstimate& e = estimates[i];
+      crosses = crosses || e.crosses_network;
+      const double algbw = e.us > 0 ? bytes / (e.us * 1e3) : 0;
+      if (json_out) {
+        json::Value row = plan::collective_json(e);
+        row.set("bytes", bytes);
+        row.set("algbw_gbps", algbw);
+        row.set("best", i == 0);
+        rows.push_back(std::move(row));
+      } else {
+        std::printf("%12s  %-13s %12.1f %11.1f %11.1f%s\n",
+                    i == 0 ? human_bytes(bytes).c_str() : "", e.algorithm.c_str(), e.us, algbw,
+                    e.busbw_gbps, i == 0 ? "  *" : "");
+      }
+    }
+  }
+  const plan::NetworkPhase& phase =
+      planner.network_phase(group, op == coll::CollectiveOp::send_recv);
+  if (json_out) {
+    json::Value out = json::Object{};
+    out.set("cluster", plan::cluster_json(cluster, planner.topology()));
+    out.set("op", coll::to_string(op));
+    out.set("ranks", ranks);
+    out.set("stride", stride);
+    out.set("estimates", std::move(rows));
+    std::printf("%s\n", json::dump(out).c_str());
+    return kExitOk;
+  }
+  std::printf("(* = chosen, as a tuner would)\n\n");
+  if (!crosses) {
+    std::printf("network: not crossed (the group lives inside one %s domain)\n",
+                cluster.scale_up.name.c_str());
+    return kExitOk;
+  }
+  std::printf(
+      "network step: %d NIC-to-NIC transfers; the slowest gets %.1f GB/s of the %.1f a "
+      "GPU's NICs give alone (mean %.1f); the worst switch link carries %.2f transfers' worth\n\n",
+      phase.transfers, phase.min_rate_gbps, phase.nic_gbps, phase.mean_rate_gbps,
+      phase.max_link_load);
+  std::printf("%s", routing_comparison(cluster, group).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  if (argc >= 1) {
+    const std::string sub = argv[0];
+    if (sub == "collective") return cmd_plan_collective(argc - 1, argv + 1);
+    if (sub == "calibrate") return cmd_plan_calibrate(argc - 1, argv + 1);
+    if (sub == "show-cluster") return cmd_show(argc - 1, argv + 1, true);
+    if (sub == "show-model") return cmd_show(argc - 1, argv + 1, false);
+  }
+  const FlagParser flags(
+      argc, argv,
+      {"--cluster", "--gpus", "--model", "--layout", "--global-batch", "--top", "--svg"},
+      {"--search", "--json"});
+  if (flags.help()) {
+    print_plan_usage();
+    return kExitOk;
+  }
+  const bool search = flags.has("--search");
+  if (search == flags.has("--layout")) throw UsageError("give either --layout or --search");
+  const plan::ModelSpec model = plan::load_model(flags.required("--model"));
+  const int global_batch = static_cast<int>(flags.get_int("--global-batch", 0, 1));
+  const bool json_out = flags.has("--json");
+  int gpus = static_cast<int>(flags.get_int("--gpus", 0, 1));
+  plan::Layout layout;
+  if (!search) {
+    layout = plan::parse_layout(flags.get("--layout"));
+    if (global_batch > 0) layout.global_batch = global_batch;
+    if (gpus == 0) gpus = layout.gpus();
+  } else if (gpus == 0 && !flags.has("--cluster")) {
+    throw UsageError("--search needs --gpus (or a cluster file that says how many nodes)");
+  }
+  const plan::ClusterSpec cluster = plan::load_cluster(flags.required("--cluster"), gpus);
+  plan::CollectivePlanner planner(cluster);
+  if (!search) {
+    if (layout.gpus() != cluster.total_gpus()) {
+      throw UsageError("--layout uses tp*pp*dp = " + std::to_string(layout.gpus()) +
+                       " GPUs but the cluster has " + std::to_string(cluster.total_gpus()));
+    }
+    const plan::StepEstimate estimate = plan::estimate_step(model, layout, planner);
+    if (json_out) {
+      json::Value out = json::Object{};
+      out.set("cluster", plan::cluster_json(cluster, planner.topology()));
+      out.set("model", plan::model_json(model));
+      out.set("estimate", plan::step_json(estimate));
+      std::printf("%s\n", json::dump(out).c_str());
+    } else {
+      std::printf("cluster  %s\nmodel    %s\nlayout   %s\n\n%s",
+                  plan::describe_cluster(cluster, planner.topology()).c_str(),
+                  plan::describe_model(model).c_str(), estimate.layout.to_string().c_str(),
+                  plan::step_table(estimate, cluster).c_str());
+    }
+    return kExitOk;
+  }
+  plan::SearchOptions options;
+  options.global_batch = global_batch;
+  const plan::SearchResult result = plan::search_layouts(model, planner, options);
+  const size_t rows = static_cast<size_t>(flags.get_int("--top", 15, 1));
+  if (flags.has("--svg")) {
+    write_file(flags.get("--svg"),
+               plan::search_svg(result, rows,
+                                model.name + " on " + std::to_string(cluster.total_gpus()) + " x " +
+                                    cluster.gpu.name + " (" + cluster.name + ")"));
+  }
+  if (json_out) {
+    json::Value out = json::Object{};
+    out.set("cluster", plan::cluster_json(cluster, planner.topology()));
+    out.set("model", plan::model_json(model));
+    out.set("search", plan::search_json(result, rows));
+    std::printf("%s\n", json::dump(out).c_str());
+    return kExitOk;
+  }
+  std::printf("cluster  %s\nmodel    %s\n\n",
+              plan::describe_cluster(cluster, planner.topology()).c_str(),
+              plan::describe_model(model).c_str());
+  std::printf("%d layouts predicted, %d fit in memory (%d impossible combinations skipped)\n\n",
+              result.evaluated, result.fitting, result.rejected);
+  std::printf("%s\n", plan::search_table(result, rows).c_str());
+  for (const std::string& line : result.why_best) std::printf("- %s\n", line.c_str());
+  if (flags.has("--svg")) std::printf("\nchart: %s\n", flags.get("--svg").c_str());
+  return kExitOk;
+}
+
+}  // namespace tpf::cli

@@ -1,0 +1,173 @@
+#include "coll/alpha_beta.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tpf/error.h"
+
+namespace tpf::coll {
+namespace {
+
+// Microseconds to move `bytes` at `gbps` GB/s; a zero rate is "not a bottleneck".
+double transfer_us(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e3) : 0.0; }
+
+double log2_ceil(int n) { return std::ceil(std::log2(static_cast<double>(n))); }
+
+// Per-rank work of each (op, algorithm) pair; nullopt where the pair does not exist. Formulas are
+// the textbook ones (Thakur et al. 2005; NCCL's ring and double binary tree), counted per rank.
+std::optional<StepTraffic> traffic_or_none(CollectiveOp op, Algorithm algorithm, double b,
+                                           int nranks, bool staged, double chunks) {
+  const double n = nranks;
+  const double share = (n - 1) / n;  // the part of a buffer that lives on other ranks
+  auto with_staging = [&](StepTraffic t, double staged_bytes) {
+    t.staged_bytes = staged ? staged_bytes : 0.0;
+    return t;
+  };
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      switch (algorithm) {
+        case Algorithm::one_shot:  // everyone reads all n inputs
+          return with_staging({1, 0, (n - 1) * b, n * b}, b);
+        case Algorithm::two_shot:  // reduce-scatter then all-gather, pipelined in chunks
+          return with_staging({chunks + 1, 0, 2 * share * b, b}, b + b / n + share * b);
+        case Algorithm::ring:
+          return with_staging({2 * (n - 1), 0, 2 * share * b, 2 * share * b}, 2 * share * b);
+        case Algorithm::tree:  // double binary tree: reduce up, broadcast down, pipelined
+          return with_staging({2 * log2_ceil(nranks), 0, 2 * b, 2 * b}, 2 * b);
+      }
+      break;
+    case CollectiveOp::all_gather:
+      if (algorithm == Algorithm::ring) return with_staging({n - 1, 0, share * b, 0}, share * b);
+      if (algorithm == Algorithm::one_shot) return with_staging({1, 0, share * b, 0}, b);
+      break;
+    case CollectiveOp::reduce_scatter:
+      if (algorithm == Algorithm::ring) return with_staging({n - 1, 0, share * b, b}, share * b);
+      if (algorithm == Algorithm::one_shot) return with_staging({1, 0, share * b, b}, b);
+      break;
+    case CollectiveOp::broadcast:
+      if (algorithm == Algorithm::ring) return with_staging({n - 1 + chunks - 1, 0, b, 0}, b);
+      if (algorithm == Algorithm::tree) return with_staging({log2_ceil(nranks), 0, b, 0}, b);
+      if (algorithm == Algorithm::one_shot) return with_staging({1, 0, b, 0}, b);
+      break;
+    case CollectiveOp::all_to_all:
+      if (algorithm == Algorithm::one_shot)
+        return with_staging({1, 0, share * b, 0}, 2 * share * b);
+      break;
+    case CollectiveOp::send_recv:
+      if (algorithm == Algorithm::one_shot) return with_staging({1, 0, b, 0}, 2 * b);
+      break;
+  }
+  return std::nullopt;
+}
+
+constexpr Algorithm kAlgorithms[] = {Algorithm::one_shot, Algorithm::two_shot, Algorithm::ring,
+                                     Algorithm::tree};
+
+}  // namespace
+
+const char* to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::broadcast: return "broadcast";
+    case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::send_recv: return "send_recv";
+  }
+  return "?";
+}
+
+const char* to_string(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::one_shot: return "one_shot";
+    case Algorithm::two_shot: return "two_shot";
+    case Algorithm::ring: return "ring";
+    case Algorithm::tree: return "tree";
+  }
+  return "?";
+}
+
+CollectiveOp parse_collective_op(const std::string& name) {
+  for (CollectiveOp op :
+       {CollectiveOp::all_reduce, CollectiveOp::all_gather, CollectiveOp::reduce_scatter,
+        CollectiveOp::broadcast, CollectiveOp::all_to_all, CollectiveOp::send_recv}) {
+    if (name == to_string(op)) return op;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "unknown collective '" + name +
+                  "': expected all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or "
+                  "send_recv");
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  for (Algorithm algorithm : kAlgorithms) {
+    if (name == to_string(algorithm)) return algorithm;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "unknown algorithm '" + name + "': expected one_shot, two_shot, ring or tree");
+}
+
+StepTraffic traffic_of(CollectiveOp op, Algorithm algorithm, double bytes, int nranks, bool staged,
+                       double pipeline_chunks) {
+  auto traffic = traffic_or_none(op, algorithm, bytes, nranks, staged, pipeline_chunks);
+  if (!traffic) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("no ") + to_string(algorithm) + " " + to_string(op) + " algorithm");
+  }
+  return *traffic;
+}
+
+std::optional<double> predict_us(CollectiveOp op, Algorithm algorithm, double bytes, int nranks,
+                                 const LinkClass& link, double pipeline_chunks) {
+  if (nranks < 1 || !(bytes >= 0)) {
+    throw Error(ErrorCode::invalid_argument, "collective cost of " + std::to_string(nranks) +
+                                                 " ranks and " + std::to_string(bytes) + " bytes");
+  }
+  if (nranks == 1 && op != CollectiveOp::send_recv) return 0.0;  // nothing leaves the rank
+  auto traffic =
+      traffic_or_none(op, algorithm, bytes, nranks, link.stage_gbps > 0, pipeline_chunks);
+  if (!traffic) return std::nullopt;
+  return traffic->steps * link.alpha_us + transfer_us(traffic->staged_bytes, link.stage_gbps) +
+         transfer_us(traffic->wire_bytes, link.port_gbps) +
+         transfer_us(traffic->reduced_bytes, link.reduce_gbps);
+}
+
+std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nranks,
+                                           const LinkClass& link) {
+  std::vector<AlgorithmTime> ranked;
+  for (Algorithm algorithm : kAlgorithms) {
+    // Two-shot pipelines in pieces of at most 1 MiB, as a fabric with bounded slots does.
+    const double chunks = std::max(1.0, std::ceil(bytes / (1 << 20)));
+    if (auto us = predict_us(op, algorithm, bytes, nranks, link, chunks)) {
+      ranked.push_back({algorithm, *us});
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const AlgorithmTime& a, const AlgorithmTime& b) { return a.us < b.us; });
+  return ranked;
+}
+
+double predict_hierarchical_all_reduce_us(double bytes, int inner_ranks, const LinkClass& inner,
+                                          int outer_ranks, const LinkClass& outer) {
+  auto cheapest = [](CollectiveOp op, double b, int n, const LinkClass& link) {
+    return rank_algorithms(op, b, n, link).front().us;
+  };
+  return cheapest(CollectiveOp::reduce_scatter, bytes, inner_ranks, inner) +
+         cheapest(CollectiveOp::all_reduce, bytes / inner_ranks, outer_ranks, outer) +
+         cheapest(CollectiveOp::all_gather, bytes, inner_ranks, inner);
+}
+
+double bus_bandwidth_factor(CollectiveOp op, int nranks) {
+  const double n = nranks;
+  switch (op) {
+    case CollectiveOp::all_reduce: return nranks > 1 ? 2 * (n - 1) / n : 1.0;
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all: return nranks > 1 ? (n - 1) / n : 1.0;
+    case CollectiveOp::broadcast:
+    case CollectiveOp::send_recv: return 1.0;
+  }
+  return 1.0;
+}
+
+}  // namespace tpf::coll

@@ -1,0 +1,297 @@
+#include "plan/cluster.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "plan/yaml_fields.h"
+#include "tpf/error.h"
+
+namespace tpf::plan {
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::invalid_argument, message);
+}
+
+void require_positive(double value, const char* field) {
+  if (!(value > 0)) invalid(std::string("cluster: ") + field + " must be positive");
+}
+
+RoutingMode parse_routing_mode(const std::string& text, const YamlFields& fields) {
+  for (RoutingMode mode : {RoutingMode::ecmp, RoutingMode::spray, RoutingMode::adaptive}) {
+    if (text == to_string(mode)) return mode;
+  }
+  fields.fail("mode", "'" + text + "': expected ecmp, spray or adaptive");
+}
+
+// The GEMM efficiency curve, calibrated on one published point: Narayanan et al. 2021, Table 1,
+// the 1.7B model on 32 A100s (137 TFLOP/s per GPU); with it the other eight rows of that table
+// come out 2-13 % low (tests/plan_step_model_test.cc). No H100 point is calibrated: the H100
+// preset assumes the same fraction of its peak.
+constexpr double kGemmEfficiency = 0.658;
+constexpr double kGemmHalfWidth = 128;
+
+// DGX-H100: 8 x H100-SXM (989 dense BF16 TFLOP/s, 80 GB HBM3 at 3.35 TB/s), NVLink 4 through
+// NVSwitch at 450 GB/s per direction, 8 x 400 Gb/s ConnectX-7 NDR InfiniBand, rail-optimized
+// fat-tree of 64-port NDR switches (NVIDIA's DGX SuperPOD reference architecture).
+ClusterSpec dgx_h100() {
+  ClusterSpec c;
+  c.name = "dgx-h100";
+  c.gpu = {"H100-SXM", 989, 80, 3350, kGemmEfficiency, kGemmHalfWidth};
+  c.scale_up = {"nvlink4", 450, 2.0, 0.85};
+  c.nics_per_node = 8;
+  c.nic_gbits = 400;
+  c.network.switch_radix = 64;
+  return c;
+}
+
+// DGX-A100: 8 x A100-SXM 80 GB (312 dense BF16 TFLOP/s, 2.04 TB/s), NVLink 3 at 300 GB/s per
+// direction, 8 x 200 Gb/s HDR InfiniBand, rail-optimized fat-tree of 40-port HDR switches.
+ClusterSpec dgx_a100() {
+  ClusterSpec c;
+  c.name = "dgx-a100";
+  c.gpu = {"A100-SXM-80GB", 312, 80, 2039, kGemmEfficiency, kGemmHalfWidth};
+  c.scale_up = {"nvlink3", 300, 2.0, 0.85};
+  c.nics_per_node = 8;
+  c.nic_gbits = 200;
+  c.network.switch_radix = 40;
+  return c;
+}
+
+// The same node on a 2:1 oversubscribed, non-rail leaf-spine network with one 400 Gb/s NIC per
+// two GPUs: the kind of cloud cluster whose network shows in the step time.
+ClusterSpec h100_ethernet() {
+  ClusterSpec c = dgx_h100();
+  c.name = "h100-ethernet";
+  c.nics_per_node = 4;
+  c.network.oversubscription = 2.0;
+  c.network.rail_optimized = false;
+  c.network.efficiency = 0.90;
+  return c;
+}
+
+}  // namespace
+
+const char* to_string(RoutingMode mode) {
+  switch (mode) {
+    case RoutingMode::ecmp: return "ecmp";
+    case RoutingMode::spray: return "spray";
+    case RoutingMode::adaptive: return "adaptive";
+  }
+  return "?";
+}
+
+void validate(const ClusterSpec& c) {
+  if (c.nodes < 1) invalid("cluster: nodes must be at least 1");
+  if (c.gpus_per_node < 1) invalid("cluster: node.gpus must be at least 1");
+  if (c.nics_per_node < 1) invalid("cluster: node.nics must be at least 1");
+  if (c.gpus_per_node % c.nics_per_node != 0 && c.nics_per_node % c.gpus_per_node != 0) {
+    invalid("cluster: node.gpus (" + std::to_string(c.gpus_per_node) + ") and node.nics (" +
+            std::to_string(c.nics_per_node) + ") must divide one another");
+  }
+  require_positive(c.gpu.peak_tflops, "node.gpu.peak_tflops");
+  require_positive(c.gpu.memory_gb, "node.gpu.memory_gb");
+  require_positive(c.gpu.hbm_gbps, "node.gpu.hbm_gbps");
+  require_positive(c.gpu.half_efficiency_width, "node.gpu.half_efficiency_width");
+  if (!(c.gpu.max_gemm_efficiency > 0 && c.gpu.max_gemm_efficiency <= 1)) {
+    invalid("cluster: node.gpu.max_gemm_efficiency must be in (0, 1]");
+  }
+  require_positive(c.scale_up.bandwidth_gbps, "node.scale_up.bandwidth_gbps");
+  if (!(c.scale_up.latency_us >= 0)) invalid("cluster: node.scale_up.latency_us must be >= 0");
+  if (!(c.scale_up.efficiency > 0 && c.scale_up.efficiency <= 1)) {
+    invalid("cluster: node.scale_up.efficiency must be in (0, 1]");
+  }
+  require_positive(c.nic_gbits, "node.nic_gbits");
+  if (!(c.nic_latency_us >= 0)) invalid("cluster: node.nic_latency_us must be >= 0");
+  const NetworkSpec& n = c.network;
+  if (n.tiers != 0 && n.tiers != 2 && n.tiers != 3) {
+    invalid("cluster: network.tiers must be 2, 3 or 0 (fewest that fit), got " +
+            std::to_string(n.tiers));
+  }
+  if (n.switch_radix < 4 || n.switch_radix % 2 != 0) {
+    invalid("cluster: network.switch_radix must be an even number >= 4, got " +
+            std::to_string(n.switch_radix));
+  }
+  if (!(n.oversubscription >= 1)) invalid("cluster: network.oversubscription must be >= 1");
+  if (n.planes < 1 || n.planes > 8) invalid("cluster: network.planes must be 1 to 8");
+  if (!(n.link_latency_us >= 0)) invalid("cluster: network.link_latency_us must be >= 0");
+  if (!(n.efficiency > 0 && n.efficiency <= 1)) {
+    invalid("cluster: network.efficiency must be in (0, 1]");
+  }
+  if (c.routing.queue_pairs < 1 || c.routing.queue_pairs > 64) {
+    invalid("cluster: routing.queue_pairs must be 1 to 64");
+  }
+  if (c.failures.random_links < 0) invalid("cluster: failures.random_links must be >= 0");
+}
+
+std::vector<std::string> cluster_preset_names() {
+  return {"dgx-h100", "dgx-a100", "h100-ethernet"};
+}
+
+ClusterSpec cluster_preset(const std::string& name, int gpus) {
+  ClusterSpec cluster;
+  if (name == "dgx-h100") {
+    cluster = dgx_h100();
+  } else if (name == "dgx-a100") {
+    cluster = dgx_a100();
+  } else if (name == "h100-ethernet") {
+    cluster = h100_ethernet();
+  } else {
+    std::string names;
+    for (const std::string& known : cluster_preset_names()) names += " " + known;
+    invalid("unknown cluster '" + name + "': not a file, and not a preset (presets:" + names + ")");
+  }
+  if (gpus <= 0) gpus = cluster.gpus_per_node;
+  if (gpus % cluster.gpus_per_node != 0) {
+    invalid("--gpus " + std::to_string(gpus) + ": the " + name + " preset has " +
+            std::to_string(cluster.gpus_per_node) + " GPUs per node; ask for a multiple of it");
+  }
+  cluster.nodes = gpus / cluster.gpus_per_node;
+  // A 3-tier fat-tree of k-port switches connects k^3/4 NICs. Beyond that, clusters are built
+  // from switches with twice the ports (e.g. 51.2 Tb/s, 128 x 400G); the preset does the same.
+  const double nics = static_cast<double>(cluster.nodes) * cluster.nics_per_node;
+  const double k = cluster.network.switch_radix;
+  if (nics > k * k * k / 4) cluster.network.switch_radix *= 2;
+  validate(cluster);
+  return cluster;
+}
+
+ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origin) {
+  const YAML::Node root = parse_yaml_document(text, origin);
+  YamlFields top(root, origin, "", {"name", "nodes", "node", "network", "routing", "failures"});
+  ClusterSpec c;
+  c.network.switch_radix = 64;
+  top.read("name", c.name);
+  top.read("nodes", c.nodes);
+  if (top.has("node")) {
+    YamlFields node =
+        top.child("node", {"gpus", "gpu", "scale_up", "nics", "nic_gbits", "nic_latency_us"});
+    node.read("gpus", c.gpus_per_node);
+    node.read("nics", c.nics_per_node);
+    node.read("nic_gbits", c.nic_gbits);
+    node.read("nic_latency_us", c.nic_latency_us);
+    if (node.has("gpu")) {
+      YamlFields gpu = node.child("gpu", {"name", "peak_tflops", "memory_gb", "hbm_gbps",
+                                          "max_gemm_efficiency", "half_efficiency_width"});
+      gpu.read("name", c.gpu.name);
+      gpu.read("peak_tflops", c.gpu.peak_tflops);
+      gpu.read("memory_gb", c.gpu.memory_gb);
+      gpu.read("hbm_gbps", c.gpu.hbm_gbps);
+      gpu.read("max_gemm_efficiency", c.gpu.max_gemm_efficiency);
+      gpu.read("half_efficiency_width", c.gpu.half_efficiency_width);
+    }
+    if (node.has("scale_up")) {
+      YamlFields up =
+          node.child("scale_up", {"name", "bandwidth_gbps", "latency_us", "efficiency"});
+      up.read("name", c.scale_up.name);
+      up.read("bandwidth_gbps", c.scale_up.bandwidth_gbps);
+      up.read("latency_us", c.scale_up.latency_us);
+      up.read("efficiency", c.scale_up.efficiency);
+    }
+  }
+  if (top.has("network")) {
+    YamlFields net =
+        top.child("network", {"tiers", "switch_radix", "oversubscription", "rail_optimized",
+                              "planes", "link_latency_us", "efficiency"});
+    net.read("tiers", c.network.tiers);
+    net.read("switch_radix", c.network.switch_radix);
+    net.read("oversubscription", c.network.oversubscription);
+    net.read("rail_optimized", c.network.rail_optimized);
+    net.read("planes", c.network.planes);
+    net.read("link_latency_us", c.network.link_latency_us);
+    net.read("efficiency", c.network.efficiency);
+  }
+  if (top.has("routing")) {
+    YamlFields routing = top.child("routing", {"mode", "seed", "queue_pairs", "per_switch_hash"});
+    std::string mode = to_string(c.routing.mode);
+    routing.read("mode", mode);
+    c.routing.mode = parse_routing_mode(mode, routing);
+    routing.read("seed", c.routing.seed);
+    routing.read("queue_pairs", c.routing.queue_pairs);
+    routing.read("per_switch_hash", c.routing.per_switch_hash);
+  }
+  if (top.has("failures")) {
+    YamlFields failures = top.child("failures", {"links", "random_links", "seed"});
+    if (failures.has("links")) {
+      const YAML::Node links = failures.node()["links"];
+      if (!links.IsSequence()) failures.fail("links", "expected a list of link names");
+      for (const auto& link : links) c.failures.links.push_back(link.as<std::string>());
+    }
+    failures.read("random_links", c.failures.random_links);
+    failures.read("seed", c.failures.seed);
+  }
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    invalid(origin + ": " + e.what());
+  }
+  return c;
+}
+
+ClusterSpec load_cluster(const std::string& name_or_path, int gpus) {
+  std::ifstream file(name_or_path);
+  if (!file) return cluster_preset(name_or_path, gpus);
+  std::stringstream text;
+  text << file.rdbuf();
+  ClusterSpec cluster = parse_cluster_yaml(text.str(), name_or_path);
+  if (gpus > 0) {
+    if (gpus % cluster.gpus_per_node != 0) {
+      invalid("--gpus " + std::to_string(gpus) + ": " + name_or_path + " has " +
+              std::to_string(cluster.gpus_per_node) + " GPUs per node; ask for a multiple of it");
+    }
+    cluster.nodes = gpus / cluster.gpus_per_node;
+  }
+  return cluster;
+}
+
+std::string cluster_to_yaml(const ClusterSpec& c) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(6);
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << c.name;
+  out << YAML::Key << "nodes" << YAML::Value << c.nodes;
+  out << YAML::Key << "node" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "gpus" << YAML::Value << c.gpus_per_node;
+  out << YAML::Key << "gpu" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << c.gpu.name;
+  out << YAML::Key << "peak_tflops" << YAML::Value << c.gpu.peak_tflops;
+  out << YAML::Key << "memory_gb" << YAML::Value << c.gpu.memory_gb;
+  out << YAML::Key << "hbm_gbps" << YAML::Value << c.gpu.hbm_gbps;
+  out << YAML::Key << "max_gemm_efficiency" << YAML::Value << c.gpu.max_gemm_efficiency;
+  out << YAML::Key << "half_efficiency_width" << YAML::Value << c.gpu.half_efficiency_width;
+  out << YAML::EndMap;
+  out << YAML::Key << "scale_up" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << c.scale_up.name;
+  out << YAML::Key << "bandwidth_gbps" << YAML::Value << c.scale_up.bandwidth_gbps;
+  out << YAML::Key << "latency_us" << YAML::Value << c.scale_up.latency_us;
+  out << YAML::Key << "efficiency" << YAML::Value << c.scale_up.efficiency;
+  out << YAML::EndMap;
+  out << YAML::Key << "nics" << YAML::Value << c.nics_per_node;
+  out << YAML::Key << "nic_gbits" << YAML::Value << c.nic_gbits;
+  out << YAML::Key << "nic_latency_us" << YAML::Value << c.nic_latency_us;
+  out << YAML::EndMap;
+  out << YAML::Key << "network" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "tiers" << YAML::Value << c.network.tiers;
+  out << YAML::Key << "switch_radix" << YAML::Value << c.network.switch_radix;
+  out << YAML::Key << "oversubscription" << YAML::Value << c.network.oversubscription;
+  out << YAML::Key << "rail_optimized" << YAML::Value << c.network.rail_optimized;
+  out << YAML::Key << "planes" << YAML::Value << c.network.planes;
+  out << YAML::Key << "link_latency_us" << YAML::Value << c.network.link_latency_us;
+  out << YAML::Key << "efficiency" << YAML::Value << c.network.efficiency;
+  out << YAML::EndMap;
+  out << YAML::Key << "routing" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mode" << YAML::Value << to_string(c.routing.mode);
+  out << YAML::Key << "seed" << YAML::Value << c.routing.seed;
+  out << YAML::Key << "queue_pairs" << YAML::Value << c.routing.queue_pairs;
+  out << YAML::Key << "per_switch_hash" << YAML::Value << c.routing.per_switch_hash;
+  out << YAML::EndMap;
+  out << YAML::Key << "failures" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "links" << YAML::Value << YAML::Flow << c.failures.links;
+  out << YAML::Key << "random_links" << YAML::Value << c.failures.random_links;
+  out << YAML::Key << "seed" << YAML::Value << c.failures.seed;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tpf::plan

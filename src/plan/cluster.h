@@ -1,0 +1,95 @@
+// A cluster as the planner sees it: identical nodes of accelerators joined by a scale-up domain
+// (NVLink + NVSwitch), NICs into a scale-out fat-tree, a routing policy and failed links. Read
+// from YAML (schema in docs/plan.md) or built from a preset sized by a GPU count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpf::plan {
+
+struct AcceleratorSpec {
+  std::string name = "H100-SXM";
+  double peak_tflops = 989;  // dense 16-bit tensor FLOP/s, in TFLOP/s
+  double memory_gb = 80;     // HBM capacity (1e9 bytes)
+  double hbm_gbps = 3350;    // HBM bandwidth, GB/s
+  // Achieved GEMM efficiency: max_efficiency * k / (k + half_k), k = the per-GPU GEMM width.
+  double max_gemm_efficiency = 0.658;
+  double half_efficiency_width = 128;
+};
+
+// The scale-up domain: every accelerator of a node reaches every other at `bandwidth_gbps` per
+// direction (a non-blocking NVSwitch).
+struct ScaleUpSpec {
+  std::string name = "nvlink4";
+  double bandwidth_gbps = 450;  // per accelerator, per direction, GB/s
+  double latency_us = 2.0;      // one step of a collective (launch + sync)
+  double efficiency = 0.85;     // achievable fraction of bandwidth (protocol, SM copy limits)
+};
+
+enum class RoutingMode { ecmp, spray, adaptive };
+const char* to_string(RoutingMode mode);
+
+struct RoutingSpec {
+  RoutingMode mode = RoutingMode::ecmp;
+  uint64_t seed = 1;    // ECMP hash seed: different seeds give different collisions
+  int queue_pairs = 1;  // each flow is split over this many QPs, hashed independently
+  // Each switch mixes its own id into the hash. Off, every tier makes the same choice from the
+  // same hash and traffic polarises onto a few upper links.
+  bool per_switch_hash = true;
+};
+
+// A link taken out of service: by name (see FabricTopology::link_name) or a count of random
+// switch-to-switch links chosen with `seed`.
+struct FailureSpec {
+  std::vector<std::string> links;
+  int random_links = 0;
+  uint64_t seed = 1;
+};
+
+struct NetworkSpec {
+  int tiers = 0;                  // 2 (leaf-spine) or 3 (fat-tree with pods); 0 = fewest that fit
+  int switch_radix = 64;          // ports per switch
+  double oversubscription = 1.0;  // leaf downlinks per uplink (1 = non-blocking)
+  bool rail_optimized = true;     // NIC i of every node in a group goes to leaf i of the group
+  int planes = 1;                 // independent copies of the fabric; NIC ports split over them
+  double link_latency_us = 1.0;   // per switch hop, including the switch
+  double efficiency = 0.94;       // achievable fraction of link bandwidth (headers, protocol)
+};
+
+struct ClusterSpec {
+  std::string name = "custom";
+  int nodes = 1;
+  int gpus_per_node = 8;
+  AcceleratorSpec gpu;
+  ScaleUpSpec scale_up;
+  int nics_per_node = 8;
+  double nic_gbits = 400;       // Gbit/s per NIC, per direction
+  double nic_latency_us = 2.0;  // endpoint latency of one network step (NIC + software)
+  NetworkSpec network;
+  RoutingSpec routing;
+  FailureSpec failures;
+
+  int total_gpus() const { return nodes * gpus_per_node; }
+  double nic_gbps() const { return nic_gbits / 8.0; }  // GB/s
+};
+
+// Throws Error(invalid_argument) naming the field for anything inconsistent (non-positive sizes,
+// GPUs not divisible by NICs, an oversubscription below 1, ...).
+void validate(const ClusterSpec& cluster);
+
+// The names `--cluster` accepts besides a file: dgx-h100, dgx-a100 (and the others listed).
+std::vector<std::string> cluster_preset_names();
+// A preset sized to `gpus` accelerators (a whole number of nodes); throws for an unknown name or
+// a GPU count that is not a multiple of the node size.
+ClusterSpec cluster_preset(const std::string& name, int gpus);
+
+// Parses YAML text; `origin` names the file in error messages. Unknown keys are errors.
+ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origin);
+// `name_or_path`: a preset name or a YAML file. `gpus` > 0 resizes (nodes = gpus / gpus_per_node).
+ClusterSpec load_cluster(const std::string& name_or_path, int gpus);
+// The YAML form of a cluster (what `tpf plan show-cluster` prints); parses back to the same spec.
+std::string cluster_to_yaml(const ClusterSpec& cluster);
+
+}  // namespace tpf::plan

@@ -1,0 +1,80 @@
+// Predicts collectives of groups of GPUs on a cluster: closed-form alpha-beta costs per link class
+// (coll/alpha_beta.h, the runtime's own model) for the scale-up domain, and for steps that cross
+// the network a link class whose bandwidth comes from the flow-level model: every concurrent
+// group's flows routed through the fabric and shared max-min. Results are cached per group shape,
+// so a layout search pays for each network solve once.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "coll/alpha_beta.h"
+#include "plan/cluster.h"
+#include "plan/fabric_topology.h"
+#include "plan/routing.h"
+
+namespace tpf::plan {
+
+// A communication group and all its concurrent copies: GPU g (global index, node-major) belongs
+// to the group {base + k * stride : k < size}; every GPU is in exactly one copy. This is the shape
+// of a TP, DP or PP group in a mixed-radix rank layout.
+struct GroupShape {
+  int size = 1;
+  int stride = 1;
+  auto key() const { return std::tie(size, stride); }
+  bool operator<(const GroupShape& other) const { return key() < other.key(); }
+};
+
+// How the network treats one step of a collective in which every member sends to the next member
+// of its ring (all copies of the group at once).
+struct NetworkPhase {
+  int transfers = 0;         // NIC-to-NIC transfers (all copies of the group)
+  double min_rate_gbps = 0;  // slowest transfer's share, GB/s (its queue pairs together)
+  double mean_rate_gbps = 0;
+  double nic_gbps = 0;  // what one transfer would get alone (achievable NIC rate)
+  // The most traffic one switch-to-switch link carries, in transfers' worth (a transfer split
+  // over 4 queue pairs counts 1/4 per piece): how badly hashing collided. 1 = no collision.
+  double max_link_load = 0;
+  double latency_us = 0;  // of the longest path
+};
+
+struct CollectiveEstimate {
+  double us = 0;
+  std::string algorithm;  // e.g. "ring", "hierarchical(ring+tree)"
+  double busbw_gbps = 0;  // nccl-tests bus bandwidth
+  bool crosses_network = false;
+  NetworkPhase network;  // valid when crosses_network
+};
+
+class CollectivePlanner {
+ public:
+  explicit CollectivePlanner(const ClusterSpec& cluster);
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const FabricTopology& topology() const { return *topology_; }
+
+  // The scale-up domain's link class (NVLink through NVSwitch).
+  coll::LinkClass scale_up_link() const;
+  // The network link class a ring step of `group` sees (bandwidth from the flow model).
+  // `chain`: member i sends to i + 1 only (pipeline p2p); otherwise the ring closes.
+  const NetworkPhase& network_phase(const GroupShape& group, bool chain = false);
+  // The NIC-to-NIC transfers of that step, all copies of the group (what network_phase routes).
+  std::vector<Transfer> phase_transfers(const GroupShape& group, bool chain) const;
+
+  // The cheapest algorithm for `op` of `bytes` (nccl-tests message size) in `group`.
+  CollectiveEstimate estimate(coll::CollectiveOp op, double bytes, const GroupShape& group);
+  // Every algorithm that applies, cheapest first.
+  std::vector<CollectiveEstimate> estimate_all(coll::CollectiveOp op, double bytes,
+                                               const GroupShape& group);
+
+ private:
+  ClusterSpec cluster_;
+  std::unique_ptr<FabricTopology> topology_;
+  int members_per_node(const GroupShape& group) const;
+  std::map<std::pair<GroupShape, bool>, NetworkPhase> phases_;
+};
+
+}  // namespace tpf::plan

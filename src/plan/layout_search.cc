@@ -1,0 +1,219 @@
+#include "plan/layout_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "tpf/error.h"
+
+namespace tpf::plan {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+std::string format(const char* fmt, double a, double b = 0, double c = 0) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, fmt, a, b, c);
+  return buffer;
+}
+
+// The breakdown parts and their names, for explanations.
+struct Part {
+  const char* name;
+  double StepBreakdown::*field;
+};
+constexpr Part kParts[] = {{"compute", &StepBreakdown::compute_s},
+                           {"TP communication", &StepBreakdown::tp_comm_s},
+                           {"PP communication", &StepBreakdown::pp_comm_s},
+                           {"pipeline bubble", &StepBreakdown::pp_bubble_s},
+                           {"exposed DP communication", &StepBreakdown::dp_exposed_s},
+                           {"optimizer", &StepBreakdown::optimizer_s}};
+
+// Why `best` beats `other`: the parts of the step that differ most, per token (batches differ).
+std::string compare(const StepEstimate& best, const StepEstimate& other, const std::string& choice,
+                    bool all_else_equal) {
+  std::string text =
+      choice + (all_else_equal ? " (all else equal)" : "") + ": " + other.layout.to_string();
+  if (!other.fits)
+    return text + format(" does not fit (%.1f GB per GPU).", other.memory.total_gb());
+  text += format(" runs at %.0f%% of the best's tokens/s",
+                 100.0 * other.tokens_per_s / best.tokens_per_s);
+  const double best_tokens = best.tokens_per_s * best.step_s;
+  const double other_tokens = other.tokens_per_s * other.step_s;
+  struct Delta {
+    const char* name;
+    double ms_per_million_tokens;
+  };
+  std::vector<Delta> deltas;
+  for (const Part& part : kParts) {
+    const double a = best.breakdown.*part.field / best_tokens * 1e9;
+    const double b = other.breakdown.*part.field / other_tokens * 1e9;
+    deltas.push_back({part.name, b - a});
+  }
+  std::sort(deltas.begin(), deltas.end(), [](const Delta& x, const Delta& y) {
+    return std::abs(x.ms_per_million_tokens) > std::abs(y.ms_per_million_tokens);
+  });
+  // Per million tokens, since layouts may run different global batches.
+  text += ": per million tokens it spends";
+  for (size_t i = 0; i < 2 && i < deltas.size(); ++i) {
+    const double ms = deltas[i].ms_per_million_tokens;
+    text += std::string(i ? " and" : "") + format(" %.1f ms ", std::abs(ms)) +
+            (ms >= 0 ? "more" : "less") + " on " + deltas[i].name;
+  }
+  text += ".";
+  return text;
+}
+
+}  // namespace
+
+SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
+                            const SearchOptions& options) {
+  validate(model);
+  const ClusterSpec& cluster = planner.cluster();
+  const int gpus = cluster.total_gpus();
+  const int max_tp = options.max_tp > 0 ? options.max_tp : 2 * cluster.gpus_per_node;
+  const int wanted_batch = options.global_batch > 0 ? options.global_batch : model.global_batch;
+  SearchResult result;
+  std::vector<StepEstimate> fitting, too_big;
+  for (int tp : divisors(gpus)) {
+    if (tp > max_tp || model.heads % tp != 0) continue;
+    for (int pp : divisors(gpus / tp)) {
+      if (pp > model.layers || model.layers % pp != 0) continue;
+      const int dp = gpus / tp / pp;
+      for (int mb : options.micro_batches) {
+        // The batch must split into whole micro-batches on every DP rank. Without an explicit
+        // --global-batch, the model's is rounded up to a multiple of DP (the same for every
+        // micro-batch size, so those compare fairly).
+        const int batch = options.global_batch > 0 ? wanted_batch : round_up(wanted_batch, dp);
+        if (batch % (dp * mb) != 0) {
+          ++result.rejected;
+          continue;
+        }
+        for (int vp : options.virtual_stages) {
+          if (vp > 1 && (pp == 1 || model.layers % (pp * vp) != 0 || (batch / dp / mb) % pp != 0)) {
+            continue;
+          }
+          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              for (bool zero1 : {false, true}) {
+                if (zero1 && dp == 1) continue;
+                Layout layout;
+                layout.tp = tp;
+                layout.pp = pp;
+                layout.dp = dp;
+                layout.micro_batch = mb;
+                layout.global_batch = batch;
+                layout.virtual_stages = vp;
+                layout.recompute = recompute;
+                layout.sequence_parallel = sp;
+                layout.distributed_optimizer = zero1;
+                StepEstimate estimate;
+                try {
+                  estimate = estimate_step(model, layout, planner);
+                } catch (const Error&) {
+                  ++result.rejected;
+                  continue;
+                }
+                ++result.evaluated;
+                (estimate.fits ? fitting : too_big).push_back(std::move(estimate));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (result.evaluated == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "no layout of " + model.name + " runs on " + std::to_string(gpus) +
+                    " GPUs: TP must divide the heads (" + std::to_string(model.heads) +
+                    "), PP the layers (" + std::to_string(model.layers) +
+                    "), and TP x PP x DP must equal the GPU count");
+  }
+  auto faster = [](const StepEstimate& a, const StepEstimate& b) {
+    return a.tokens_per_s > b.tokens_per_s;
+  };
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  std::stable_sort(too_big.begin(), too_big.end(),
+                   [](const StepEstimate& a, const StepEstimate& b) {
+                     return a.memory.total_gb() < b.memory.total_gb();
+                   });
+  result.fitting = static_cast<int>(fitting.size());
+  result.ranked = std::move(fitting);
+  result.ranked.insert(result.ranked.end(), std::make_move_iterator(too_big.begin()),
+                       std::make_move_iterator(too_big.end()));
+
+  const StepEstimate& best = result.ranked.front();
+  if (!best.fits) {
+    result.why_best.push_back(
+        format("No layout fits in %.0f GB per GPU; the smallest needs %.1f GB.",
+               cluster.gpu.memory_gb, best.memory.total_gb()));
+    return result;
+  }
+  const StepBreakdown& b = best.breakdown;
+  result.why_best.push_back(
+      "Best: " + best.layout.to_string() +
+      format(": %.0f tokens/s, MFU %.1f%%, %.1f GB per GPU.", best.tokens_per_s, 100 * best.mfu,
+             best.memory.total_gb()) +
+      format(" Of its %.3f s step, compute is %.1f%%, TP communication %.1f%%,", best.step_s,
+             100 * b.compute_s / best.step_s, 100 * b.tp_comm_s / best.step_s) +
+      format(" pipeline bubble %.1f%%, exposed DP communication %.1f%%, PP communication %.1f%%.",
+             100 * b.pp_bubble_s / best.step_s, 100 * b.dp_exposed_s / best.step_s,
+             100 * b.pp_comm_s / best.step_s));
+  // Against the best layout that differs in one choice only (all else equal), or, where no such
+  // layout exists, the best that differs in that choice at all.
+  using Key = std::function<std::string(const Layout&)>;
+  const std::pair<const char*, Key> choices[] = {
+      {"TP degree", [](const Layout& l) { return std::to_string(l.tp); }},
+      {"PP degree", [](const Layout& l) { return std::to_string(l.pp); }},
+      {"micro-batch", [](const Layout& l) { return std::to_string(l.micro_batch); }},
+      {"interleaving", [](const Layout& l) { return std::to_string(l.virtual_stages); }},
+      {"recomputation", [](const Layout& l) { return std::string(to_string(l.recompute)); }},
+      {"sequence parallelism", [](const Layout& l) { return std::to_string(l.sequence_parallel); }},
+      {"sharded optimizer",
+       [](const Layout& l) { return std::to_string(l.distributed_optimizer); }},
+  };
+  auto same_except = [&](const Layout& a, const Layout& b, size_t skip) {
+    for (size_t i = 0; i < std::size(choices); ++i) {
+      // DP follows from TP and PP; the batch may be rounded per layout.
+      if (i != skip && choices[i].second(a) != choices[i].second(b)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (size_t c = 0; c < std::size(choices); ++c) {
+    const auto& [choice, key] = choices[c];
+    const std::string mine = key(best.layout);
+    const StepEstimate* alternative = nullptr;
+    bool all_else_equal = false;
+    for (const StepEstimate& other : result.ranked) {
+      if (key(other.layout) == mine) continue;
+      if (same_except(best.layout, other.layout, c)) {
+        alternative = &other;
+        all_else_equal = true;
+        break;
+      }
+      if (!alternative) alternative = &other;
+    }
+    if (alternative) {
+      result.why_best.push_back(
+          compare(best, *alternative,
+                  std::string(choice) + " " + key(alternative->layout) + " instead of " + mine,
+                  all_else_equal));
+    }
+  }
+  return result;
+}
+
+}  // namespace tpf::plan

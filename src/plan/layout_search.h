@@ -1,0 +1,36 @@
+// Every layout of a model on a cluster, predicted and ranked: TP, PP and DP degrees that multiply
+// to the GPU count, micro-batch sizes, interleaving, sequence parallelism, recomputation and a
+// sharded optimizer. Ranked by tokens per second, layouts that fit in memory first; the winner is
+// explained against the best layout that differs from it in each choice.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/collective_planner.h"
+#include "plan/model_spec.h"
+#include "plan/step_model.h"
+
+namespace tpf::plan {
+
+struct SearchOptions {
+  int global_batch = 0;  // sequences per step; 0 = the model's, rounded up to a multiple of DP
+  std::vector<int> micro_batches = {1, 2, 4, 8};
+  std::vector<int> virtual_stages = {1, 2, 4};
+  int max_tp = 0;  // 0 = twice the GPUs per node (TP across nodes is shown, rarely wins)
+};
+
+struct SearchResult {
+  std::vector<StepEstimate> ranked;  // fitting layouts by tokens/s, then those that do not fit
+  int evaluated = 0;                 // layouts predicted
+  int fitting = 0;
+  int rejected = 0;                   // impossible combinations skipped (divisibility)
+  std::vector<std::string> why_best;  // sentences, best first
+};
+
+// Throws Error(invalid_argument) if no layout at all is possible (e.g. a prime GPU count above
+// the layer count).
+SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
+                            const SearchOptions& options);
+
+}  // namespace tpf::plan

@@ -1,0 +1,176 @@
+#include "plan/model_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "plan/yaml_fields.h"
+#include "tpf/error.h"
+
+namespace tpf::plan {
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::invalid_argument, message);
+}
+
+ModelSpec make(const char* name, int layers, int hidden, int heads, int ffn_hidden, int seq_len,
+               int vocab, int global_batch) {
+  ModelSpec m;
+  m.name = name;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.ffn_hidden = ffn_hidden;
+  m.seq_len = seq_len;
+  m.vocab = vocab;
+  m.global_batch = global_batch;
+  return m;
+}
+
+// Every preset uses Megatron's GPT-2 vocabulary padded to 51,200 (a multiple of 1024, so each of
+// up to 8 TP ranks gets a multiple of 128), as Narayanan et al. 2021 and Korthikanti et al. 2022
+// do, except the LLaMA-2-sized ones (32,000).
+constexpr int kMegatronVocab = 51200;
+
+// The presets, with where each number comes from.
+std::vector<ModelSpec> presets() {
+  return {
+      // GPT-3 XL (Brown et al. 2020, Table 2.1): 24 layers, d_model 2048, batch 1M tokens = 512 x
+      // 2048. The table prints 24 heads of 128, which does not multiply to 2048; 16 heads of 128
+      // (d_head as printed) is used.
+      make("gpt-1.3b", 24, 2048, 16, 0, 2048, kMegatronVocab, 512),
+      // LLaMA-2 7B's depth, width, heads, context and vocabulary (Touvron et al. 2023: 32 x 4096,
+      // 32 heads, 4096 tokens, 32k vocabulary, batch 4M tokens = 1024 sequences), as a GPT: the
+      // SwiGLU MLP's three 4096 x 11008 matrices become two 4096 x 16512 ones (same parameters
+      // and GEMM FLOPs per token). 6.63e9 parameters (LLaMA-2: 6.74e9 with an untied output).
+      make("gpt-7b", 32, 4096, 32, 16512, 4096, 32000, 1024),
+      // Korthikanti et al. 2022, Table 3: 48 x 6144, 64 heads, s = 2048. Their batch of 4 is a
+      // single-node benchmark; for planning, the 1024 sequences Narayanan et al. 2021 (Table 1)
+      // train their 18.4B model with.
+      make("gpt-22b", 48, 6144, 64, 0, 2048, kMegatronVocab, 1024),
+      // LLaMA-2 70B's shape (80 x 8192, 64 heads, FFN 28672 SwiGLU, 8 KV heads, 4096 tokens, 32k
+      // vocabulary, 4M-token batches) as a GPT with full multi-head attention: the MLP width
+      // 35840 gives each layer LLaMA-2's parameters and GEMM FLOPs (4h^2 + 2h*f = 2.25h^2 +
+      // 3h*28672). 68.7e9 parameters (LLaMA-2: 69.0e9).
+      make("gpt-70b", 80, 8192, 64, 35840, 4096, 32000, 1024),
+      // GPT-3 (Brown et al. 2020, Table 2.1): 96 x 12288, 96 heads; batch 3.2M tokens, which
+      // Narayanan et al. 2021 run as 1536 sequences.
+      make("gpt-175b", 96, 12288, 96, 0, 2048, kMegatronVocab, 1536),
+      // MT-NLG (Smith et al. 2022): 105 x 20480, 128 heads, s = 2048, global batch 1920.
+      make("gpt-530b", 105, 20480, 128, 0, 2048, kMegatronVocab, 1920),
+      // Narayanan et al. 2021, Table 1: 128 x 25600, 160 heads, batch 3072.
+      make("gpt-1t", 128, 25600, 160, 0, 2048, kMegatronVocab, 3072),
+  };
+}
+
+}  // namespace
+
+// Narayanan et al. 2021, eq. (2): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), i.e. per layer
+// QKV (3h^2 + 3h), projection (h^2 + h), MLP (8h^2 + 5h), two LayerNorms (4h); plus token and
+// position embeddings. With an MLP of width f the layer has 4h^2 + 2hf + 9h + f. The final
+// LayerNorm (2h) is left out, as in the paper.
+double ModelSpec::parameters() const {
+  const double h = hidden, f = ffn(), l = layers;
+  const double per_layer = 4 * h * h + 2 * h * f + 9 * h + f;
+  return l * per_layer + (static_cast<double>(vocab) + seq_len) * h;
+}
+
+// Narayanan et al. 2021 (appendix; eq. (3) without the recomputed forward pass): per token and
+// layer the forward GEMMs take 2 * (4h^2 + 2hf) FLOPs (QKV, projection, MLP) and attention
+// 4 s h (scores and values); the logits 2 h V. Backward is twice the forward. With f = 4h this is
+// 72 B s l h^2 (1 + s/(6h) + V/(12 h l)).
+double ModelSpec::step_flops(double sequences) const {
+  const double h = hidden, f = ffn(), s = seq_len, l = layers, v = vocab;
+  const double layer_forward = 2 * (4 * h * h + 2 * h * f) + 4 * s * h;
+  const double forward_per_token = l * layer_forward + 2 * h * v;
+  return 3 * sequences * s * forward_per_token;
+}
+
+void validate(const ModelSpec& m) {
+  const std::string who = "model '" + m.name + "': ";
+  auto positive = [&](int value, const char* field) {
+    if (value < 1) invalid(who + field + " must be at least 1, got " + std::to_string(value));
+  };
+  positive(m.layers, "layers");
+  positive(m.hidden, "hidden");
+  positive(m.heads, "heads");
+  positive(m.seq_len, "seq_len");
+  positive(m.vocab, "vocab");
+  positive(m.global_batch, "global_batch");
+  if (m.ffn_hidden < 0) {
+    invalid(who + "ffn_hidden must be 0 (4 x hidden) or positive, got " +
+            std::to_string(m.ffn_hidden));
+  }
+  if (m.hidden % m.heads != 0) {
+    invalid(who + "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" +
+            std::to_string(m.heads) + ")");
+  }
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const ModelSpec& m : presets()) names.push_back(m.name);
+  return names;
+}
+
+ModelSpec model_preset(const std::string& name) {
+  for (const ModelSpec& m : presets()) {
+    if (m.name == name) return m;
+  }
+  std::string names;
+  for (const std::string& known : model_preset_names()) names += " " + known;
+  invalid("unknown model '" + name + "': not a file, and not a preset (presets:" + names + ")");
+}
+
+ModelSpec parse_model_yaml(const std::string& text, const std::string& origin) {
+  const YAML::Node root = parse_yaml_document(text, origin);
+  YamlFields top(
+      root, origin, "",
+      {"name", "layers", "hidden", "heads", "ffn_hidden", "seq_len", "vocab", "global_batch"});
+  // The sizes that define a model have no sensible default.
+  for (const char* key : {"layers", "hidden", "heads"}) {
+    if (!top.has(key)) top.fail(key, "missing (a model file must give layers, hidden and heads)");
+  }
+  ModelSpec m;
+  top.read("name", m.name);
+  top.read("layers", m.layers);
+  top.read("hidden", m.hidden);
+  top.read("heads", m.heads);
+  top.read("ffn_hidden", m.ffn_hidden);
+  top.read("seq_len", m.seq_len);
+  top.read("vocab", m.vocab);
+  top.read("global_batch", m.global_batch);
+  try {
+    validate(m);
+  } catch (const Error& e) {
+    invalid(origin + ": " + e.what());
+  }
+  return m;
+}
+
+ModelSpec load_model(const std::string& name_or_path) {
+  std::ifstream file(name_or_path);
+  if (!file) return model_preset(name_or_path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_model_yaml(text.str(), name_or_path);
+}
+
+std::string model_to_yaml(const ModelSpec& m) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << m.name;
+  out << YAML::Key << "layers" << YAML::Value << m.layers;
+  out << YAML::Key << "hidden" << YAML::Value << m.hidden;
+  out << YAML::Key << "heads" << YAML::Value << m.heads;
+  out << YAML::Key << "ffn_hidden" << YAML::Value << m.ffn_hidden;
+  out << YAML::Key << "seq_len" << YAML::Value << m.seq_len;
+  out << YAML::Key << "vocab" << YAML::Value << m.vocab;
+  out << YAML::Key << "global_batch" << YAML::Value << m.global_batch;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tpf::plan

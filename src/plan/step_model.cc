@@ -1,0 +1,464 @@
+#include "plan/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "tpf/error.h"
+
+namespace tpf::plan {
+namespace {
+
+using coll::CollectiveOp;
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::invalid_argument, message);
+}
+
+std::string str(int value) { return std::to_string(value); }
+
+std::string fixed(double value, int digits = 1) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+// Bytes per element and per parameter. Activations and weights are bf16; mixed-precision Adam
+// keeps fp32 gradients (Megatron's main_grad) and fp32 master weights, momentum and variance:
+// 2 + 4 + 12 = 18 bytes per parameter, or 2 + 4 + 12/dp with the distributed optimizer (ZeRO-1).
+constexpr double kActivationBytes = 2;
+constexpr double kWeightBytes = 2;
+constexpr double kGradBytes = 4;
+constexpr double kOptimizerBytes = 12;
+constexpr double kLogitBytes = 4;  // fp32 logits for the cross-entropy
+// The optimizer step reads the fp32 gradient, master weight, m and v (16 bytes) and writes the
+// last three and the bf16 weight (14 bytes).
+constexpr double kOptimizerTrafficBytes = 30;
+// Megatron's DistributedDataParallel bucket: max(40M, 1M * dp) parameters
+// (megatron/core/distributed: bucket_size default when overlap_grad_reduce is on).
+constexpr double kBucketParams = 40e6;
+constexpr double kBucketParamsPerDpRank = 1e6;
+// Memory outside the model's tensors: CUDA context, NCCL and cuBLAS workspaces.
+constexpr double kReserveBytes = 2e9;
+constexpr double kGB = 1e9;
+
+// The sizes everything below is written in, following Korthikanti et al. 2022's notation.
+struct Dims {
+  double s, b, h, a, f, v, l, t;
+  bool sp;
+};
+
+// Activation bytes one transformer layer keeps per micro-batch on one GPU (Korthikanti et al.
+// 2022, Section 4 and Table 2), generalized to an MLP of width f: attention 11sbh + 5as^2b,
+// MLP 3sbh + 4sbf (19sbh at f = 4h), LayerNorms 4sbh. Tensor parallelism splits all but 10sbh
+// (LayerNorm inputs, the inputs of the QKV and first MLP GEMMs, two dropout masks); sequence
+// parallelism splits those too.
+struct LayerActivations {
+  double linear;     // bytes that grow with s
+  double attention;  // the 5as^2b score/softmax/dropout bytes
+  double total() const { return linear + attention; }
+};
+
+LayerActivations layer_activations(const Dims& d) {
+  const double sbh = d.s * d.b * d.h;
+  const double split_linear = 8 * sbh + 4 * d.s * d.b * d.f;  // Q, K, V, projection input, MLP
+  const double replicated = 10 * sbh;
+  const double attention = 5 * d.a * d.s * d.s * d.b / d.t;
+  if (d.sp) return {(replicated + split_linear) / d.t, attention};
+  return {replicated + split_linear / d.t, attention};
+}
+
+// What recomputation leaves stored per layer (Korthikanti et al. 2022, Table 2): selective drops
+// the attention term; full keeps only the layer input, 2sbh (sharded by SP).
+double stored_layer_activations(const Dims& d, Recompute recompute) {
+  const LayerActivations act = layer_activations(d);
+  switch (recompute) {
+    case Recompute::none: return act.total();
+    case Recompute::selective: return act.linear;
+    case Recompute::full: return 2 * d.s * d.b * d.h / (d.sp ? d.t : 1.0);
+  }
+  return act.total();
+}
+
+// Per micro-batch, per GPU: seconds of one pipeline stage, split as the breakdown needs.
+struct StageTime {
+  double compute_f = 0, compute_b = 0;  // b includes recomputation
+  double tp_f = 0, tp_b = 0;
+  double p2p_f = 0, p2p_b = 0;
+  double forward() const { return compute_f + tp_f + p2p_f; }
+  double backward() const { return compute_b + tp_b + p2p_b; }
+  double total() const { return forward() + backward(); }
+};
+
+class Estimator {
+ public:
+  Estimator(const ModelSpec& model, const Layout& layout, CollectivePlanner& planner)
+      : model_(model), layout_(layout), planner_(planner), cluster_(planner.cluster()) {}
+
+  StepEstimate run();
+
+ private:
+  void check();
+  double collective_us(CollectiveOp op, double bytes, ParallelDim dim);
+  CollectiveEstimate tp_pair();  // one activation all-reduce or all-gather + reduce-scatter
+  StageTime stage_time(bool first, bool last);
+  double stage_parameters(bool first, bool last) const;
+  MemoryEstimate stage_memory(int stage) const;
+  void data_parallel(double params, double backward_s, StepEstimate& out);
+
+  const ModelSpec& model_;
+  Layout layout_;
+  CollectivePlanner& planner_;
+  const ClusterSpec& cluster_;
+  Dims d_{};
+  int m_ = 1;        // micro-batches per step
+  double rate_ = 0;  // achieved GEMM FLOP/s
+  std::map<std::tuple<int, double, int>, CollectiveEstimate> cache_;
+};
+
+void Estimator::check() {
+  validate(model_);
+  const Layout& y = layout_;
+  const std::string where = "layout " + y.to_string() + ": ";
+  if (y.tp < 1 || y.pp < 1 || y.dp < 1 || y.micro_batch < 1 || y.virtual_stages < 1 ||
+      y.global_batch < 0) {
+    invalid(where + "tp, pp, dp, mb and vp must be at least 1 (gb at least 0)");
+  }
+  if (y.gpus() != cluster_.total_gpus()) {
+    invalid(where + "tp x pp x dp = " + str(y.tp) + " x " + str(y.pp) + " x " + str(y.dp) + " = " +
+            str(y.gpus()) + " GPUs, but the cluster has " + str(cluster_.total_gpus()));
+  }
+  if (model_.heads % y.tp != 0) {
+    invalid(where + "the model's heads (" + str(model_.heads) + ") are not divisible by tp");
+  }
+  if (model_.ffn() % y.tp != 0) {
+    invalid(where + "the model's MLP width (" + str(model_.ffn()) + ") is not divisible by tp");
+  }
+  if (y.sequence_parallel && model_.seq_len % y.tp != 0) {
+    invalid(where + "sequence parallelism needs seq_len (" + str(model_.seq_len) +
+            ") divisible by tp");
+  }
+  if (model_.layers % (y.pp * y.virtual_stages) != 0) {
+    invalid(where + "the model's layers (" + str(model_.layers) +
+            ") are not divisible into pp x vp = " + str(y.pp * y.virtual_stages) + " model chunks");
+  }
+  if (y.virtual_stages > 1 && y.pp < 2) invalid(where + "vp > 1 (interleaving) needs pp >= 2");
+  const int gb = y.global_batch > 0 ? y.global_batch : model_.global_batch;
+  if (gb % (y.dp * y.micro_batch) != 0) {
+    invalid(where + "the global batch (" + str(gb) +
+            ") is not divisible by dp x mb = " + str(y.dp) + " x " + str(y.micro_batch));
+  }
+  m_ = gb / (y.dp * y.micro_batch);
+  // Megatron's interleaved schedule runs micro-batches in groups of pp.
+  if (y.virtual_stages > 1 && m_ % y.pp != 0) {
+    invalid(where + "the interleaved schedule needs the micro-batches per step (" + str(m_) +
+            " = gb / (dp x mb)) to be a multiple of pp");
+  }
+  layout_.global_batch = gb;
+}
+
+double Estimator::collective_us(CollectiveOp op, double bytes, ParallelDim dim) {
+  const GroupShape group = layout_.group_of(dim);
+  if (group.size <= 1 && op != CollectiveOp::send_recv) return 0;
+  const auto key = std::make_tuple(static_cast<int>(op), bytes, static_cast<int>(dim));
+  auto it = cache_.find(key);
+  if (it == cache_.end()) it = cache_.emplace(key, planner_.estimate(op, bytes, group)).first;
+  return it->second.us;
+}
+
+CollectiveEstimate Estimator::tp_pair() {
+  const double bytes = d_.s * d_.b * d_.h * kActivationBytes;
+  const GroupShape group = layout_.group_of(ParallelDim::tp);
+  if (group.size <= 1) return {};
+  if (!d_.sp) return planner_.estimate(CollectiveOp::all_reduce, bytes, group);
+  CollectiveEstimate gather = planner_.estimate(CollectiveOp::all_gather, bytes, group);
+  const CollectiveEstimate scatter = planner_.estimate(CollectiveOp::reduce_scatter, bytes, group);
+  gather.us += scatter.us;
+  gather.algorithm =
+      "all_gather(" + gather.algorithm + ")+reduce_scatter(" + scatter.algorithm + ")";
+  // Reported as the all-reduce it replaces moves the same bytes.
+  gather.busbw_gbps =
+      bytes / (gather.us * 1e3) * coll::bus_bandwidth_factor(CollectiveOp::all_reduce, group.size);
+  gather.crosses_network = gather.crosses_network || scatter.crosses_network;
+  return gather;
+}
+
+StageTime Estimator::stage_time(bool first, bool last) {
+  const Dims& d = d_;
+  const double layers = d.l / layout_.pp;
+  const double hbm = cluster_.gpu.hbm_gbps * 1e9;
+  StageTime st;
+
+  // Compute (Narayanan et al. 2021, appendix): forward GEMMs 2bs(4h^2 + 2hf) and attention
+  // 4bs^2h FLOPs per layer, split over TP; backward twice the forward. Full recomputation repeats
+  // the forward, selective recomputation the attention core (Korthikanti et al. 2022, Section 5).
+  const double gemm_f = 2 * d.b * d.s * (4 * d.h * d.h + 2 * d.h * d.f) / d.t;
+  const double attention_f = 4 * d.b * d.s * d.s * d.h / d.t;
+  const double flops_f = gemm_f + attention_f;
+  double flops_b = 2 * flops_f;
+  if (layout_.recompute == Recompute::full) flops_b += flops_f;
+  if (layout_.recompute == Recompute::selective) flops_b += attention_f;
+  // Element-wise work (LayerNorm, GeLU, dropout, softmax, residual adds) is memory-bound: each
+  // activation byte of Korthikanti et al.'s count is written once and read once in the forward
+  // pass, and the backward pass moves twice that (saved input and gradient in, gradient out).
+  // Without SP the 10sbh replicated part is repeated on every TP rank.
+  const LayerActivations act = layer_activations(d);
+  const double elementwise_f = 2 * act.total();
+  double elementwise_b = 2 * elementwise_f;
+  if (layout_.recompute == Recompute::full) elementwise_b += elementwise_f;
+  if (layout_.recompute == Recompute::selective) elementwise_b += 2 * act.attention;
+  st.compute_f = layers * (flops_f / rate_ + elementwise_f / hbm);
+  st.compute_b = layers * (flops_b / rate_ + elementwise_b / hbm);
+  if (last) {
+    // Output layer: logits GEMM 2bshV / t (vocab-parallel), never recomputed, and the fp32
+    // softmax/cross-entropy over the logits.
+    const double logits_f = 2 * d.b * d.s * d.h * d.v / d.t;
+    const double logit_bytes = d.b * d.s * d.v / d.t * kLogitBytes;
+    st.compute_f += logits_f / rate_ + 2 * logit_bytes / hbm;
+    st.compute_b += 2 * logits_f / rate_ + 4 * logit_bytes / hbm;
+  }
+
+  // TP collectives, on the critical path (Shoeybi et al. 2019, Figure 4): per layer 2 all-reduces
+  // forward and 2 backward of bsh activations (Korthikanti et al. 2022: an all-gather and a
+  // reduce-scatter in place of each with SP); full recomputation repeats the forward ones.
+  if (d.t > 1) {
+    const double bytes = d.s * d.b * d.h * kActivationBytes;
+    const double pair =
+        d.sp ? collective_us(CollectiveOp::all_gather, bytes, ParallelDim::tp) +
+                   collective_us(CollectiveOp::reduce_scatter, bytes, ParallelDim::tp)
+             : collective_us(CollectiveOp::all_reduce, bytes, ParallelDim::tp);
+    const double recompute_pairs = layout_.recompute == Recompute::full ? 2 : 0;
+    st.tp_f = layers * 2 * pair * 1e-6;
+    st.tp_b = layers * (2 + recompute_pairs) * pair * 1e-6;
+    // The vocab-parallel embedding reduces its output (g: all-reduce forward; with SP a
+    // reduce-scatter forward and an all-gather backward); the output layer's input is f
+    // (all-reduce backward; with SP all-gather forward, reduce-scatter backward).
+    const double ar = d.sp ? 0 : collective_us(CollectiveOp::all_reduce, bytes, ParallelDim::tp);
+    const double ag = d.sp ? collective_us(CollectiveOp::all_gather, bytes, ParallelDim::tp) : 0;
+    const double rs =
+        d.sp ? collective_us(CollectiveOp::reduce_scatter, bytes, ParallelDim::tp) : 0;
+    if (first) {
+      st.tp_f += (d.sp ? rs : ar) * 1e-6;
+      st.tp_b += ag * 1e-6;
+    }
+    if (last) {
+      st.tp_f += ag * 1e-6;
+      st.tp_b += (d.sp ? rs : ar) * 1e-6;
+    }
+  }
+
+  // Pipeline p2p: each of the stage's vp chunks receives bsh activations forward and sends their
+  // gradient backward per micro-batch. With TP only a 1/t shard travels between stages: with SP
+  // the activations are sharded already; without it Megatron scatters them and all-gathers them
+  // over NVLink at the receiver (the scatter/gather optimization, Narayanan et al. 2021, 4.1).
+  if (layout_.pp > 1) {
+    const double full = d.s * d.b * d.h * kActivationBytes;
+    double p2p = collective_us(CollectiveOp::send_recv, full / d.t, ParallelDim::pp) * 1e-6;
+    if (d.t > 1 && !d.sp)
+      p2p += collective_us(CollectiveOp::all_gather, full, ParallelDim::tp) * 1e-6;
+    st.p2p_f = layout_.virtual_stages * p2p;
+    st.p2p_b = layout_.virtual_stages * p2p;
+  }
+  return st;
+}
+
+// Parameters held by one GPU of a stage: the layer GEMM weights and their column-parallel biases
+// are split over TP, row-parallel biases and LayerNorms (6h per layer) are not; the first stage
+// holds the vocab-parallel token embedding and the positions, the last the output layer (tied to
+// the embedding: a second copy when pp > 1, as Megatron keeps).
+double Estimator::stage_parameters(bool first, bool last) const {
+  const Dims& d = d_;
+  const double layer = (4 * d.h * d.h + 2 * d.h * d.f + 3 * d.h + d.f) / d.t + 6 * d.h;
+  double params = d.l / layout_.pp * layer;
+  if (first) params += d.v * d.h / d.t + model_.seq_len * d.h;
+  if (last && !first) params += d.v * d.h / d.t;
+  return params;
+}
+
+MemoryEstimate Estimator::stage_memory(int stage) const {
+  const Dims& d = d_;
+  const int p = layout_.pp, v = layout_.virtual_stages;
+  const bool first = stage == 0, last = stage == p - 1;
+  const double params = stage_parameters(first, last);
+  MemoryEstimate mem;
+  mem.weights_gb = params * kWeightBytes / kGB;
+  mem.gradients_gb = params * kGradBytes / kGB;
+  mem.optimizer_gb =
+      params * kOptimizerBytes / (layout_.distributed_optimizer ? layout_.dp : 1) / kGB;
+
+  // Layers whose activations are held at the peak: in 1F1B, stage i has min(m, p - i)
+  // micro-batches in flight, each over L/p layers (stage 0: L layers' worth, Korthikanti et al.
+  // 2022, Section 4.2.3); in Megatron's interleaved schedule stage i warms up with
+  // 2(p - i - 1) + (v - 1)p chunk passes plus the one in progress, each of L/(pv) layers (stage 0:
+  // L (1 + (p - 1)/(pv))).
+  double layers_held = 0;
+  if (v == 1) {
+    layers_held = std::min(m_, p - stage) * d.l / p;
+  } else {
+    const double chunks = std::min(m_ * v, 2 * (p - stage - 1) + (v - 1) * p + 1);
+    layers_held = chunks * d.l / (p * v);
+  }
+  double act = layers_held * stored_layer_activations(d, layout_.recompute);
+  // Recomputation rebuilds what it dropped, one layer at a time, in the backward pass.
+  const LayerActivations one = layer_activations(d);
+  if (layout_.recompute == Recompute::full) act += one.total();
+  if (layout_.recompute == Recompute::selective) act += one.attention;
+  if (last) act += d.b * d.s * d.v / d.t * kLogitBytes;
+  mem.activations_gb = act / kGB;
+  mem.other_gb = kReserveBytes / kGB;
+  return mem;
+}
+
+// Gradient reduction over DP, bucketed like Megatron's DistributedDataParallel and overlapped with
+// the backward pass of the last micro-batch: bucket i (of n) is ready (i + 1)/n of the way through
+// that pass, buckets go one after another, and what ends after the pass is exposed. With the
+// distributed optimizer the buckets are reduce-scattered and, after the optimizer step, the bf16
+// parameters all-gathered (not overlapped: Megatron's overlap_param_gather is off by default).
+void Estimator::data_parallel(double params, double backward_s, StepEstimate& out) {
+  const int dp = layout_.dp;
+  if (dp <= 1) return;
+  const GroupShape group = layout_.group_of(ParallelDim::dp);
+  const bool zero1 = layout_.distributed_optimizer;
+  const CollectiveOp op = zero1 ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce;
+  const double bucket = std::max(kBucketParams, kBucketParamsPerDpRank * dp);
+  const int buckets = std::max(1, static_cast<int>(std::ceil(params / bucket)));
+  const double last_bucket = params - (buckets - 1) * bucket;
+  double end = 0, total = 0;
+  for (int i = 0; i < buckets; ++i) {
+    const double n = i + 1 < buckets ? bucket : last_bucket;
+    const double us = collective_us(op, n * kGradBytes, ParallelDim::dp);
+    const double ready = backward_s * (i + 1) / buckets;
+    end = std::max(end, ready) + us * 1e-6;
+    total += us * 1e-6;
+  }
+  double exposed = std::max(0.0, end - backward_s);
+  if (zero1) {
+    double gather = 0;
+    for (int i = 0; i < buckets; ++i) {
+      const double n = i + 1 < buckets ? bucket : last_bucket;
+      gather += collective_us(CollectiveOp::all_gather, n * kWeightBytes, ParallelDim::dp) * 1e-6;
+    }
+    exposed += gather;
+    total += gather;
+  }
+  out.breakdown.dp_exposed_s = exposed;
+  out.dp_comm_s = total;
+  out.dp_reduction = planner_.estimate(op, params * kGradBytes, group);
+  if (zero1) {
+    const CollectiveEstimate gather =
+        planner_.estimate(CollectiveOp::all_gather, params * kWeightBytes, group);
+    out.dp_reduction.us += gather.us;
+    out.dp_reduction.algorithm =
+        "reduce_scatter(" + out.dp_reduction.algorithm + ")+all_gather(" + gather.algorithm + ")";
+    out.dp_reduction.crosses_network = out.dp_reduction.crosses_network || gather.crosses_network;
+  }
+}
+
+StepEstimate Estimator::run() {
+  check();
+  const AcceleratorSpec& gpu = cluster_.gpu;
+  d_.s = model_.seq_len;
+  d_.b = layout_.micro_batch;
+  d_.h = model_.hidden;
+  d_.a = model_.heads;
+  d_.f = model_.ffn();
+  d_.v = model_.vocab;
+  d_.l = model_.layers;
+  d_.t = layout_.tp;
+  d_.sp = layout_.sequence_parallel && layout_.tp > 1;
+  StepEstimate out;
+  out.layout = layout_;
+  // Achieved GEMM efficiency grows with the per-GPU GEMM width k = h / t.
+  const double k = d_.h / d_.t;
+  out.gemm_efficiency = gpu.max_gemm_efficiency * k / (k + gpu.half_efficiency_width);
+  rate_ = gpu.peak_tflops * 1e12 * out.gemm_efficiency;
+  out.tp_all_reduce = tp_pair();
+
+  // The pipeline runs at the pace of its slowest stage (the first holds the embedding, the last
+  // the output layer; all hold L/p layers).
+  const int p = layout_.pp, v = layout_.virtual_stages;
+  StageTime slowest = stage_time(true, p == 1);
+  if (p > 1) {
+    for (const StageTime& st : {stage_time(false, false), stage_time(false, true)}) {
+      if (st.total() > slowest.total()) slowest = st;
+    }
+  }
+  // 1F1B: (m + p - 1)(t_f + t_b); interleaved over v chunks: m (t_f + t_b) + (p - 1)(t_f + t_b)/v
+  // (Narayanan et al. 2021, Section 2.2). The (p - 1) part is the bubble.
+  StepBreakdown& bd = out.breakdown;
+  bd.compute_s = m_ * (slowest.compute_f + slowest.compute_b);
+  bd.tp_comm_s = m_ * (slowest.tp_f + slowest.tp_b);
+  bd.pp_comm_s = m_ * (slowest.p2p_f + slowest.p2p_b);
+  bd.pp_bubble_s = (p - 1) * slowest.total() / v;
+  if (p > 1) {
+    // The tied embedding's gradient is all-reduced between the first and last stage once a step
+    // (fp32, V h / t per GPU); modelled as a pipeline send of that size.
+    bd.pp_comm_s +=
+        collective_us(CollectiveOp::send_recv, d_.v * d_.h / d_.t * kGradBytes, ParallelDim::pp) *
+        1e-6;
+  }
+
+  // Memory: the stage that needs the most.
+  out.memory = stage_memory(0);
+  int worst_stage = 0;
+  for (int stage = 1; stage < p; ++stage) {
+    const MemoryEstimate mem = stage_memory(stage);
+    if (mem.total_gb() > out.memory.total_gb()) {
+      out.memory = mem;
+      worst_stage = stage;
+    }
+  }
+
+  const double params = std::max(stage_parameters(true, p == 1), stage_parameters(false, true));
+  data_parallel(params, slowest.backward(), out);
+  const double optimizer_params = params / (layout_.distributed_optimizer ? layout_.dp : 1);
+  bd.optimizer_s = optimizer_params * kOptimizerTrafficBytes / (gpu.hbm_gbps * 1e9);
+
+  out.step_s = bd.compute_s + bd.tp_comm_s + bd.pp_comm_s + bd.pp_bubble_s + bd.dp_exposed_s +
+               bd.optimizer_s;
+  const double gb = layout_.global_batch;
+  out.tokens_per_s = gb * model_.seq_len / out.step_s;
+  out.mfu = model_.step_flops(gb) / (out.step_s * layout_.gpus() * gpu.peak_tflops * 1e12);
+  out.fits = out.memory.total_gb() <= gpu.memory_gb;
+
+  if (!out.fits) {
+    const MemoryEstimate& mem = out.memory;
+    const std::pair<double, const char*> parts[] = {{mem.activations_gb, "activations"},
+                                                    {mem.optimizer_gb, "optimizer state"},
+                                                    {mem.gradients_gb, "gradients"},
+                                                    {mem.weights_gb, "weights"}};
+    const auto* largest = std::max_element(std::begin(parts), std::end(parts),
+                                           [](auto& x, auto& y) { return x.first < y.first; });
+    out.notes.push_back("does not fit: " + fixed(mem.total_gb()) + " GB > " +
+                        fixed(gpu.memory_gb, 0) + " GB (" + largest->second + " " +
+                        fixed(largest->first) + " GB" +
+                        (p > 1 ? ", pipeline stage " + str(worst_stage) : std::string()) + ")");
+  }
+  if (bd.pp_bubble_s > 0.1 * out.step_s) {
+    out.notes.push_back("pipeline bubble is " + fixed(100 * bd.pp_bubble_s / out.step_s, 0) +
+                        "% of the step: " + str(m_) +
+                        " micro-batches per pipeline; more (larger gb, smaller mb or dp) or "
+                        "interleaving (vp) shrink it");
+  }
+  if (out.tp_all_reduce.crosses_network) {
+    out.notes.push_back("TP groups of " + str(layout_.tp) +
+                        " span nodes: their activation collectives cross the network");
+  }
+  if (bd.dp_exposed_s > 0.1 * out.step_s) {
+    out.notes.push_back("gradient reduction is exposed for " + fixed(bd.dp_exposed_s * 1e3) +
+                        " ms (" + fixed(100 * bd.dp_exposed_s / out.step_s, 0) + "% of the step)");
+  }
+  return out;
+}
+
+}  // namespace
+
+StepEstimate estimate_step(const ModelSpec& model, const Layout& layout,
+                           CollectivePlanner& planner) {
+  return Estimator(model, layout, planner).run();
+}
+
+}  // namespace tpf::plan
