@@ -116,6 +116,13 @@ struct Agreement {
   double one_shot_us = 0;  // max over flows of path latency + bytes / (t = 0 max-min rate)
 };
 
+// The planner predicts a phase with one max-min solve (path latency + bytes / initial rate, the
+// slowest flow). For a ring step (equal sizes, all start together) that is SimGrid's makespan.
+void expect_one_shot_is_the_makespan(const Agreement& a);
+// With unequal sizes flows speed up as others finish, so one solve over-estimates; the scenarios
+// here stay within 1.7x (measured 1.32-1.62x).
+void expect_one_shot_bounds_the_makespan(const Agreement& a);
+
 // Routes `transfers` over `cluster`, runs both models and compares them.
 Agreement compare_with_simgrid(const ClusterSpec& cluster, const std::vector<Transfer>& transfers,
                                const std::string& label) {
@@ -201,6 +208,15 @@ Agreement compare_with_simgrid(const ClusterSpec& cluster, const std::vector<Tra
   ::testing::Test::RecordProperty("one_shot_over_makespan",
                                   std::to_string(a.one_shot_us / a.makespan_us));
   return a;
+}
+
+void expect_one_shot_is_the_makespan(const Agreement& a) {
+  EXPECT_NEAR(a.one_shot_us / a.makespan_us, 1.0, 1e-6);
+}
+
+void expect_one_shot_bounds_the_makespan(const Agreement& a) {
+  EXPECT_GE(a.one_shot_us, a.makespan_us * (1 - 1e-9));
+  EXPECT_LE(a.one_shot_us, 1.7 * a.makespan_us);
 }
 
 ClusterSpec fabric(int nodes, int radix, int tiers, bool rail_optimized, int queue_pairs = 1) {
@@ -290,33 +306,39 @@ TEST(PlanSimgridTest, LatencyOnLinksWeightsSharesByRouteLatency) {
 // (a) One ring step of all rails, ECMP.
 TEST(PlanSimgridTest, RingStepLeafSpineRailOptimized) {
   ClusterSpec c = fabric(128, 64, 2, true);  // 1,024 NICs
-  compare_with_simgrid(c, ring_step(c, 64 * 1048576.0), "ring 2-tier r64 rail, 1 QP");
+  expect_one_shot_is_the_makespan(
+      compare_with_simgrid(c, ring_step(c, 64 * 1048576.0), "ring 2-tier r64 rail, 1 QP"));
 }
 
 TEST(PlanSimgridTest, RingStepLeafSpineFourQueuePairs) {
   ClusterSpec c = fabric(64, 32, 2, true, 4);  // 512 NICs, 2,048 flows
-  compare_with_simgrid(c, ring_step(c, 64 * 1048576.0), "ring 2-tier r32 rail, 4 QP");
+  expect_one_shot_is_the_makespan(
+      compare_with_simgrid(c, ring_step(c, 64 * 1048576.0), "ring 2-tier r32 rail, 4 QP"));
 }
 
 TEST(PlanSimgridTest, RingStepThreeTierNotRailOptimized) {
   ClusterSpec c = fabric(64, 16, 3, false);  // 512 NICs
-  compare_with_simgrid(c, ring_step(c, 64 * 1048576.0), "ring 3-tier r16 no-rail, 1 QP");
+  expect_one_shot_is_the_makespan(
+      compare_with_simgrid(c, ring_step(c, 64 * 1048576.0), "ring 3-tier r16 no-rail, 1 QP"));
 }
 
 // (b) Permutations with unequal sizes: flows finish at different times.
 TEST(PlanSimgridTest, PermutationsUnequalSizesLeafSpine) {
   ClusterSpec c = fabric(48, 32, 2, false, 2);  // 384 NICs, 2 permutations x 2 QPs
-  compare_with_simgrid(c, random_permutations(c, 2, 11), "2 perms 2-tier r32 no-rail, 2 QP");
+  expect_one_shot_bounds_the_makespan(
+      compare_with_simgrid(c, random_permutations(c, 2, 11), "2 perms 2-tier r32 no-rail, 2 QP"));
 }
 
 TEST(PlanSimgridTest, PermutationUnequalSizesThousandNics) {
   ClusterSpec c = fabric(128, 64, 2, true);  // 1,024 NICs
-  compare_with_simgrid(c, random_permutations(c, 1, 15), "perm 2-tier r64 rail, 1 QP");
+  expect_one_shot_bounds_the_makespan(
+      compare_with_simgrid(c, random_permutations(c, 1, 15), "perm 2-tier r64 rail, 1 QP"));
 }
 
 TEST(PlanSimgridTest, PermutationsUnequalSizesThreeTier) {
   ClusterSpec c = fabric(32, 16, 3, true, 4);  // 256 NICs, 4 QPs
-  compare_with_simgrid(c, random_permutations(c, 1, 12), "perm 3-tier r16 rail, 4 QP");
+  expect_one_shot_bounds_the_makespan(
+      compare_with_simgrid(c, random_permutations(c, 1, 12), "perm 3-tier r16 rail, 4 QP"));
 }
 
 // (c) Failed switch-to-switch links.
@@ -324,21 +346,24 @@ TEST(PlanSimgridTest, PermutationsWithFailedLinks) {
   ClusterSpec c = fabric(48, 32, 2, false);  // 384 NICs
   c.failures.random_links = 6;
   c.failures.seed = 3;
-  compare_with_simgrid(c, random_permutations(c, 2, 13), "2 perms 2-tier r32, 6 failed");
+  expect_one_shot_bounds_the_makespan(
+      compare_with_simgrid(c, random_permutations(c, 2, 13), "2 perms 2-tier r32, 6 failed"));
 }
 
 TEST(PlanSimgridTest, RingWithFailedLinksThreeTier) {
   ClusterSpec c = fabric(64, 16, 3, false, 2);
   c.failures.random_links = 10;
   c.failures.seed = 5;
-  compare_with_simgrid(c, ring_step(c, 32 * 1048576.0), "ring 3-tier r16, 10 failed, 2 QP");
+  expect_one_shot_is_the_makespan(
+      compare_with_simgrid(c, ring_step(c, 32 * 1048576.0), "ring 3-tier r16, 10 failed, 2 QP"));
 }
 
 // (d) Oversubscribed leaves (3 downlinks per uplink).
 TEST(PlanSimgridTest, PermutationOversubscribedLeaves) {
   ClusterSpec c = fabric(48, 32, 2, false);
   c.network.oversubscription = 3;
-  compare_with_simgrid(c, random_permutations(c, 1, 14), "perm 2-tier r32 3:1 oversub");
+  expect_one_shot_bounds_the_makespan(
+      compare_with_simgrid(c, random_permutations(c, 1, 14), "perm 2-tier r32 3:1 oversub"));
 }
 
 }  // namespace

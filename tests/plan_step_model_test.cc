@@ -457,8 +457,8 @@ TEST(PlanStepValidation, MegatronLmTensorParallelScaling) {
 // activation recomputation, interleaved schedule with the scatter/gather optimization; achieved
 // TFLOP/s per GPU counted with eq. (3), which includes the recomputed forward pass. The table does
 // not give micro-batch sizes or chunks per stage: mb = 1 and vp = 2 where the layers divide are
-// assumed. max_gemm_efficiency is calibrated on the first row only; half_efficiency_width is 128
-// (with the dgx-a100 preset's 512 the tensor-parallel rows come out up to 25% low).
+// assumed. max_gemm_efficiency is calibrated on the first row only; half_efficiency_width is 128,
+// as in the presets (512 would make the tensor-parallel rows up to 25% low).
 TEST(PlanStepValidation, NarayananWeakScalingOnA100) {
   struct Row {
     double billions;

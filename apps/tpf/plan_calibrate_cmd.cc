@@ -134,10 +134,18 @@ std::string number(double v, const char* format = "%.4g") {
   return buf;
 }
 
-// The TPF_SHM_* overrides that make the runtime use the fitted constants.
+// The TPF_SHM_* overrides that make the runtime use the fitted constants. A constant the fit
+// pinned at 0 is left out: the runtime accepts only positive values, and keeps its default.
 std::string env_overrides(const coll::ShmLinkCost& c) {
-  return "TPF_SHM_STEP_US=" + number(c.step_us) + " TPF_SHM_COPY_GBPS=" + number(c.copy_gbps) +
-         " TPF_SHM_REDUCE_GBPS=" + number(c.reduce_gbps);
+  std::string out;
+  auto add = [&](const char* name, double value) {
+    if (!(value > 0)) return;
+    out += (out.empty() ? "" : " ") + std::string(name) + "=" + number(value);
+  };
+  add("TPF_SHM_STEP_US", c.step_us);
+  add("TPF_SHM_COPY_GBPS", c.copy_gbps);
+  add("TPF_SHM_REDUCE_GBPS", c.reduce_gbps);
+  return out;
 }
 
 struct Data {
@@ -146,12 +154,6 @@ struct Data {
   std::vector<plan::ShmMeasurement> held_out;
   std::vector<std::string> notes;
 };
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.empty() ? 0 : v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
-}
 
 Data load(const Options& o) {
   Data d;
@@ -248,7 +250,7 @@ void print_text(const Options& o, const Data& d, const plan::ShmFit& fit,
   std::printf("\nheld-out |error| by group:\n");
   for (const auto& [key, group] : by_group(held)) {
     std::printf("  N=%d %-8s  %3zu points  median %8s  max %8s\n", key.first, key.second.c_str(),
-                group.errors.size(), percent(median_of(group.errors)).c_str(),
+                group.errors.size(), percent(plan::median(group.errors)).c_str(),
                 percent(*std::max_element(group.errors.begin(), group.errors.end())).c_str());
   }
   const plan::ShmMeasurement& worst = held.points[held.max_index].measurement;

@@ -75,6 +75,17 @@ std::vector<double> parse_sizes(const std::string& text, int factor) {
   return sizes;
 }
 
+// A whole-number flag within [min_value, max_value], named in the error otherwise.
+int bounded_int(const FlagParser& flags, const std::string& flag, int fallback, int min_value,
+                long long max_value) {
+  const int64_t value = flags.get_int(flag, fallback, min_value);
+  if (value > max_value) {
+    throw UsageError(flag + " " + std::to_string(value) + " is above its limit of " +
+                     std::to_string(max_value));
+  }
+  return static_cast<int>(value);
+}
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -100,7 +111,7 @@ int cmd_show(int argc, char** argv, bool cluster) {
   }
   const FlagParser flags(argc - 1, argv + 1, {"--gpus"});
   if (cluster) {
-    const int gpus = static_cast<int>(flags.get_int("--gpus", 0, 0));
+    const int gpus = bounded_int(flags, "--gpus", 0, 0, plan::kMaxClusterGpus);
     std::fputs(plan::cluster_to_yaml(plan::load_cluster(argv[0], gpus)).c_str(), stdout);
   } else {
     std::fputs(plan::model_to_yaml(plan::load_model(argv[0])).c_str(), stdout);
@@ -109,7 +120,8 @@ int cmd_show(int argc, char** argv, bool cluster) {
 }
 
 // How the same step of the collective fares under each routing policy (what ECMP costs).
-std::string routing_comparison(const plan::ClusterSpec& cluster, const plan::GroupShape& group) {
+std::string routing_comparison(const plan::ClusterSpec& cluster, const plan::GroupShape& group,
+                               plan::PhaseKind kind) {
   struct Variant {
     const char* name;
     plan::RoutingMode mode;
@@ -125,7 +137,7 @@ std::string routing_comparison(const plan::ClusterSpec& cluster, const plan::Gro
     variant.routing.mode = v.mode;
     variant.routing.queue_pairs = v.qps;
     plan::CollectivePlanner planner(variant);
-    const plan::NetworkPhase& phase = planner.network_phase(group);
+    const plan::NetworkPhase& phase = planner.network_phase(group, kind);
     char line[160];
     std::snprintf(line, sizeof line, "%-13s %7.1f GB/s      %6.1f   ", v.name, phase.min_rate_gbps,
                   phase.mean_rate_gbps);
@@ -147,13 +159,17 @@ int cmd_plan_collective(int argc, char** argv) {
     print_plan_usage();
     return kExitOk;
   }
-  const int ranks = static_cast<int>(flags.get_int("--ranks", 0, 2));
+  const int ranks = bounded_int(flags, "--ranks", 0, 2, plan::kMaxClusterGpus);
   if (ranks < 2) throw UsageError("--ranks is required (at least 2)");
-  const int stride = static_cast<int>(flags.get_int("--stride", 1, 1));
+  const int stride = bounded_int(flags, "--stride", 1, 1, plan::kMaxClusterGpus);
+  if (static_cast<long long>(ranks) * stride > plan::kMaxClusterGpus) {
+    throw UsageError("--ranks x --stride is more than the planner's limit of " +
+                     std::to_string(plan::kMaxClusterGpus) + " GPUs");
+  }
   const coll::CollectiveOp op = coll::parse_collective_op(flags.get("--op", "all_reduce"));
   const std::vector<double> sizes =
-      parse_sizes(flags.required("--bytes"), static_cast<int>(flags.get_int("--factor", 4, 2)));
-  int gpus = static_cast<int>(flags.get_int("--gpus", 0, 0));
+      parse_sizes(flags.required("--bytes"), bounded_int(flags, "--factor", 4, 2, 1024));
+  int gpus = bounded_int(flags, "--gpus", 0, 0, plan::kMaxClusterGpus);
   if (gpus == 0) gpus = ranks * stride;
   plan::ClusterSpec cluster = plan::load_cluster(flags.required("--cluster"), 0);
   if (gpus % cluster.gpus_per_node != 0)
@@ -172,7 +188,7 @@ int cmd_plan_collective(int argc, char** argv) {
     std::printf("cluster  %s\n", plan::describe_cluster(cluster, planner.topology()).c_str());
     std::printf("group    %d ranks at stride %d (%d copies run at once)\n\n", ranks, stride,
                 cluster.total_gpus() / ranks);
-    std::printf("%12s  %-13s %12s %11s %11s\n", "size", "algorithm", "time us", "algbw GB/s",
+    std::printf("%12s  %-22s %12s %11s %11s\n", "size", "algorithm", "time us", "algbw GB/s",
                 "busbw GB/s");
   }
   bool crosses = false;
@@ -189,14 +205,15 @@ int cmd_plan_collective(int argc, char** argv) {
         row.set("best", i == 0);
         rows.push_back(std::move(row));
       } else {
-        std::printf("%12s  %-13s %12.1f %11.1f %11.1f%s\n",
+        std::printf("%12s  %-22s %12.1f %11.1f %11.1f%s\n",
                     i == 0 ? human_bytes(bytes).c_str() : "", e.algorithm.c_str(), e.us, algbw,
                     e.busbw_gbps, i == 0 ? "  *" : "");
       }
     }
   }
-  const plan::NetworkPhase& phase =
-      planner.network_phase(group, op == coll::CollectiveOp::send_recv);
+  const plan::PhaseKind kind =
+      op == coll::CollectiveOp::send_recv ? plan::PhaseKind::chain : plan::PhaseKind::ring;
+  const plan::NetworkPhase& phase = planner.network_phase(group, kind);
   if (json_out) {
     json::Value out = json::Object{};
     out.set("cluster", plan::cluster_json(cluster, planner.topology()));
@@ -218,7 +235,7 @@ int cmd_plan_collective(int argc, char** argv) {
       "GPU's NICs give alone (mean %.1f); the worst switch link carries %.2f transfers' worth\n\n",
       phase.transfers, phase.min_rate_gbps, phase.nic_gbps, phase.mean_rate_gbps,
       phase.max_link_load);
-  std::printf("%s", routing_comparison(cluster, group).c_str());
+  std::printf("%s", routing_comparison(cluster, group, kind).c_str());
   return kExitOk;
 }
 
@@ -243,14 +260,14 @@ int cmd_plan(int argc, char** argv) {
   const bool search = flags.has("--search");
   if (search == flags.has("--layout")) throw UsageError("give either --layout or --search");
   const plan::ModelSpec model = plan::load_model(flags.required("--model"));
-  const int global_batch = static_cast<int>(flags.get_int("--global-batch", 0, 1));
+  const int global_batch = bounded_int(flags, "--global-batch", 0, 1, 1'000'000'000);
   const bool json_out = flags.has("--json");
-  int gpus = static_cast<int>(flags.get_int("--gpus", 0, 1));
+  int gpus = bounded_int(flags, "--gpus", 0, 1, plan::kMaxClusterGpus);
   plan::Layout layout;
   if (!search) {
     layout = plan::parse_layout(flags.get("--layout"));
     if (global_batch > 0) layout.global_batch = global_batch;
-    if (gpus == 0) gpus = layout.gpus();
+    if (gpus == 0) gpus = static_cast<int>(layout.gpus());  // parse_layout bounds it
   } else if (gpus == 0 && !flags.has("--cluster")) {
     throw UsageError("--search needs --gpus (or a cluster file that says how many nodes)");
   }
@@ -279,7 +296,7 @@ int cmd_plan(int argc, char** argv) {
   plan::SearchOptions options;
   options.global_batch = global_batch;
   const plan::SearchResult result = plan::search_layouts(model, planner, options);
-  const size_t rows = static_cast<size_t>(flags.get_int("--top", 15, 1));
+  const size_t rows = static_cast<size_t>(bounded_int(flags, "--top", 15, 1, 1'000'000));
   if (flags.has("--svg")) {
     write_file(flags.get("--svg"),
                plan::search_svg(result, rows,
@@ -297,8 +314,15 @@ int cmd_plan(int argc, char** argv) {
   std::printf("cluster  %s\nmodel    %s\n\n",
               plan::describe_cluster(cluster, planner.topology()).c_str(),
               plan::describe_model(model).c_str());
-  std::printf("%d layouts predicted, %d fit in memory (%d impossible combinations skipped)\n\n",
+  std::printf("%d layouts predicted, %d fit in memory (%d impossible combinations skipped)\n",
               result.evaluated, result.fitting, result.rejected);
+  if (result.rounded_up > 0) {
+    std::printf("global batch: %d sequences asked; %d layouts run more, rounded up to a multiple "
+                "of dp (a larger batch shrinks the bubble and the exposed DP time: compare at one "
+                "batch with --global-batch)\n",
+                result.asked_batch, result.rounded_up);
+  }
+  std::printf("\n");
   std::printf("%s\n", plan::search_table(result, rows).c_str());
   for (const std::string& line : result.why_best) std::printf("- %s\n", line.c_str());
   if (flags.has("--svg")) std::printf("\nchart: %s\n", flags.get("--svg").c_str());

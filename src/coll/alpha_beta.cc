@@ -41,7 +41,11 @@ std::optional<StepTraffic> traffic_or_none(CollectiveOp op, Algorithm algorithm,
       if (algorithm == Algorithm::one_shot) return with_staging({1, 0, share * b, 0}, b);
       break;
     case CollectiveOp::reduce_scatter:
-      if (algorithm == Algorithm::ring) return with_staging({n - 1, 0, share * b, b}, share * b);
+      // A ring step reads the incoming piece and the rank's own: 2(n-1)/n of the buffer in all,
+      // as in the ring all-reduce's first half.
+      if (algorithm == Algorithm::ring) {
+        return with_staging({n - 1, 0, share * b, 2 * share * b}, share * b);
+      }
       if (algorithm == Algorithm::one_shot) return with_staging({1, 0, share * b, b}, b);
       break;
     case CollectiveOp::broadcast:
@@ -133,9 +137,13 @@ std::optional<double> predict_us(CollectiveOp op, Algorithm algorithm, double by
 }
 
 std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nranks,
-                                           const LinkClass& link) {
+                                           const LinkClass& link,
+                                           const std::vector<Algorithm>& allowed) {
   std::vector<AlgorithmTime> ranked;
   for (Algorithm algorithm : kAlgorithms) {
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), algorithm) == allowed.end()) {
+      continue;
+    }
     // Two-shot pipelines in pieces of at most 1 MiB, as a fabric with bounded slots does.
     const double chunks = std::max(1.0, std::ceil(bytes / (1 << 20)));
     if (auto us = predict_us(op, algorithm, bytes, nranks, link, chunks)) {
@@ -147,14 +155,28 @@ std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nr
   return ranked;
 }
 
-double predict_hierarchical_all_reduce_us(double bytes, int inner_ranks, const LinkClass& inner,
-                                          int outer_ranks, const LinkClass& outer) {
-  auto cheapest = [](CollectiveOp op, double b, int n, const LinkClass& link) {
-    return rank_algorithms(op, b, n, link).front().us;
+double predict_hierarchical_all_reduce_us(double bytes, const std::vector<HierarchyLevel>& levels,
+                                          Algorithm* outer_algorithm) {
+  if (levels.empty()) throw Error(ErrorCode::invalid_argument, "a hierarchy needs a level");
+  auto cheapest = [](CollectiveOp op, double b, const HierarchyLevel& level) {
+    auto ranked = rank_algorithms(op, b, level.ranks, level.link, level.allowed);
+    if (ranked.empty()) {
+      throw Error(ErrorCode::invalid_argument, std::string("no allowed ") + to_string(op) +
+                                                   " algorithm over " + level.link.name);
+    }
+    return ranked.front();
   };
-  return cheapest(CollectiveOp::reduce_scatter, bytes, inner_ranks, inner) +
-         cheapest(CollectiveOp::all_reduce, bytes / inner_ranks, outer_ranks, outer) +
-         cheapest(CollectiveOp::all_gather, bytes, inner_ranks, inner);
+  double us = 0;
+  double share = bytes;
+  for (size_t i = 0; i + 1 < levels.size(); ++i) {
+    // Reduce-scatter of `share` going out, all-gather of the same buffer coming back.
+    us += cheapest(CollectiveOp::reduce_scatter, share, levels[i]).us +
+          cheapest(CollectiveOp::all_gather, share, levels[i]).us;
+    share /= levels[i].ranks;
+  }
+  const AlgorithmTime outer = cheapest(CollectiveOp::all_reduce, share, levels.back());
+  if (outer_algorithm) *outer_algorithm = outer.algorithm;
+  return us + outer.us;
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int nranks) {

@@ -65,14 +65,26 @@ struct AlgorithmTime {
   Algorithm algorithm;
   double us;
 };
+// `allowed` empty = every algorithm; otherwise only those listed (e.g. ring and tree where peers'
+// memory is not mapped, as across a network).
 std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nranks,
-                                           const LinkClass& link);
+                                           const LinkClass& link,
+                                           const std::vector<Algorithm>& allowed = {});
 
-// A hierarchical all-reduce, as NCCL does across nodes: reduce-scatter inside each group of
-// `inner_ranks` over `inner`, all-reduce the 1/inner_ranks share across `outer_ranks` groups over
-// `outer` (its cheapest algorithm), then all-gather inside the group.
-double predict_hierarchical_all_reduce_us(double bytes, int inner_ranks, const LinkClass& inner,
-                                          int outer_ranks, const LinkClass& outer);
+// One level of a hierarchical all-reduce: `ranks` peers joined by `link`, using the cheapest of
+// `allowed` (empty = any).
+struct HierarchyLevel {
+  int ranks = 1;
+  LinkClass link;
+  std::vector<Algorithm> allowed;
+};
+
+// A hierarchical all-reduce (NCCL across nodes; scale-up, then rail, then spine): reduce-scatter
+// at each level from the innermost out, each on the share the level below left, all-reduce the
+// last share at the outermost level, then all-gather back in. `outer_algorithm`, if given,
+// receives the algorithm of the outermost all-reduce.
+double predict_hierarchical_all_reduce_us(double bytes, const std::vector<HierarchyLevel>& levels,
+                                          Algorithm* outer_algorithm = nullptr);
 
 // nccl-tests' bus bandwidth factor: busbw = (bytes / time) * factor.
 double bus_bandwidth_factor(CollectiveOp op, int nranks);

@@ -213,14 +213,14 @@ std::string describe(int p, double x) {
   return os.str();
 }
 
+}  // namespace
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t h = v.size() / 2;
   return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
-
-}  // namespace
 
 std::vector<ShmMeasurement> median_of_repeats(const std::vector<ShmMeasurement>& runs) {
   auto same_point = [](const ShmMeasurement& a, const ShmMeasurement& b) {

@@ -45,6 +45,9 @@ inline constexpr size_t kEagerAllReduceMaxBytes = 256;
 BenchFile parse_bench_json(const std::string& text, const std::string& path);
 BenchFile read_bench_file(const std::string& path);
 
+// The median of `values` (0 for none).
+double median(std::vector<double> values);
+
 // One measurement per point (N, algorithm, oversubscription, size, placement): where several runs
 // measured the same point, their median, in the order of the points' first runs. On a shared
 // machine a run can be slowed by other processes (a rank waits out a scheduler time slice), but

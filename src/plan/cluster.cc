@@ -3,15 +3,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/invalid_input.h"
 #include "plan/yaml_fields.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
 namespace {
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Error(ErrorCode::invalid_argument, message);
-}
 
 void require_positive(double value, const char* field) {
   if (!(value > 0)) invalid(std::string("cluster: ") + field + " must be positive");
@@ -25,7 +22,7 @@ RoutingMode parse_routing_mode(const std::string& text, const YamlFields& fields
 }
 
 // The GEMM efficiency curve, calibrated on one published point: Narayanan et al. 2021, Table 1,
-// the 1.7B model on 32 A100s (137 TFLOP/s per GPU); with it the other eight rows of that table
+// the 1.7B model on 32 A100s (137 TFLOP/s per GPU); with it the other nine rows of that table
 // come out 2-13 % low (tests/plan_step_model_test.cc). No H100 point is calibrated: the H100
 // preset assumes the same fraction of its peak.
 constexpr double kGemmEfficiency = 0.658;
@@ -85,6 +82,14 @@ void validate(const ClusterSpec& c) {
   if (c.nodes < 1) invalid("cluster: nodes must be at least 1");
   if (c.gpus_per_node < 1) invalid("cluster: node.gpus must be at least 1");
   if (c.nics_per_node < 1) invalid("cluster: node.nics must be at least 1");
+  if (c.gpus_per_node > 1024 || c.nics_per_node > 1024) {
+    invalid("cluster: node.gpus and node.nics must be at most 1024");
+  }
+  if (static_cast<long long>(c.nodes) * c.gpus_per_node > kMaxClusterGpus ||
+      static_cast<long long>(c.nodes) * c.nics_per_node > kMaxClusterGpus) {
+    invalid("cluster: " + std::to_string(c.nodes) + " nodes: more than the planner's limit of " +
+            std::to_string(kMaxClusterGpus) + " GPUs or NICs");
+  }
   if (c.gpus_per_node % c.nics_per_node != 0 && c.nics_per_node % c.gpus_per_node != 0) {
     invalid("cluster: node.gpus (" + std::to_string(c.gpus_per_node) + ") and node.nics (" +
             std::to_string(c.nics_per_node) + ") must divide one another");
@@ -108,8 +113,8 @@ void validate(const ClusterSpec& c) {
     invalid("cluster: network.tiers must be 2, 3 or 0 (fewest that fit), got " +
             std::to_string(n.tiers));
   }
-  if (n.switch_radix < 4 || n.switch_radix % 2 != 0) {
-    invalid("cluster: network.switch_radix must be an even number >= 4, got " +
+  if (n.switch_radix < 4 || n.switch_radix > 1024 || n.switch_radix % 2 != 0) {
+    invalid("cluster: network.switch_radix must be an even number from 4 to 1024, got " +
             std::to_string(n.switch_radix));
   }
   if (!(n.oversubscription >= 1)) invalid("cluster: network.oversubscription must be >= 1");
@@ -142,6 +147,10 @@ ClusterSpec cluster_preset(const std::string& name, int gpus) {
     invalid("unknown cluster '" + name + "': not a file, and not a preset (presets:" + names + ")");
   }
   if (gpus <= 0) gpus = cluster.gpus_per_node;
+  if (gpus > kMaxClusterGpus) {
+    invalid("--gpus " + std::to_string(gpus) + ": more than the planner's limit of " +
+            std::to_string(kMaxClusterGpus));
+  }
   if (gpus % cluster.gpus_per_node != 0) {
     invalid("--gpus " + std::to_string(gpus) + ": the " + name + " preset has " +
             std::to_string(cluster.gpus_per_node) + " GPUs per node; ask for a multiple of it");
@@ -215,7 +224,10 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
     if (failures.has("links")) {
       const YAML::Node links = failures.node()["links"];
       if (!links.IsSequence()) failures.fail("links", "expected a list of link names");
-      for (const auto& link : links) c.failures.links.push_back(link.as<std::string>());
+      for (const auto& link : links) {
+        if (!link.IsScalar()) failures.fail("links", "expected a list of link names (strings)");
+        c.failures.links.push_back(link.Scalar());
+      }
     }
     failures.read("random_links", c.failures.random_links);
     failures.read("seed", c.failures.seed);

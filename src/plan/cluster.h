@@ -9,6 +9,9 @@
 
 namespace tpf::plan {
 
+// The largest cluster the planner accepts (its fabric then has about 6 million links).
+inline constexpr long long kMaxClusterGpus = 1'000'000;
+
 struct AcceleratorSpec {
   std::string name = "H100-SXM";
   double peak_tflops = 989;  // dense 16-bit tensor FLOP/s, in TFLOP/s
@@ -71,7 +74,7 @@ struct ClusterSpec {
   RoutingSpec routing;
   FailureSpec failures;
 
-  int total_gpus() const { return nodes * gpus_per_node; }
+  int total_gpus() const { return nodes * gpus_per_node; }  // validate() bounds the product
   double nic_gbps() const { return nic_gbits / 8.0; }  // GB/s
 };
 

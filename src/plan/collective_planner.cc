@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
+#include "plan/invalid_input.h"
 #include "plan/max_min.h"
 #include "plan/routing.h"
 #include "tpf/error.h"
@@ -13,11 +15,10 @@ namespace {
 
 using coll::CollectiveOp;
 
-bool is_network_algorithm(coll::Algorithm algorithm) {
-  // Across nodes NCCL runs rings and trees; one-shot and two-shot need every peer's memory
-  // mapped, which only the scale-up domain offers.
-  return algorithm == coll::Algorithm::ring || algorithm == coll::Algorithm::tree;
-}
+// Across nodes NCCL runs rings and trees; one-shot and two-shot need every peer's memory
+// mapped, which only the scale-up domain offers.
+const std::vector<coll::Algorithm> kNetworkAlgorithms = {coll::Algorithm::ring,
+                                                         coll::Algorithm::tree};
 
 }  // namespace
 
@@ -34,27 +35,79 @@ coll::LinkClass CollectivePlanner::scale_up_link() const {
   return link;
 }
 
-int CollectivePlanner::members_per_node(const GroupShape& group) const {
-  // Members are base + k * stride; those sharing a node are consecutive.
+GroupPlacement CollectivePlanner::placement(const GroupShape& group) const {
+  if (auto found = placements_.find(group); found != placements_.end()) return found->second;
+  return placements_.emplace(group, compute_placement(group)).first->second;
+}
+
+GroupPlacement CollectivePlanner::compute_placement(const GroupShape& group) const {
+  const long long total = cluster_.total_gpus();
+  const long long block = static_cast<long long>(group.size) * group.stride;
+  if (group.size < 1 || group.stride < 1 || block > total || total % block != 0) {
+    invalid("group of " + std::to_string(group.size) + " GPUs at stride " +
+            std::to_string(group.stride) + " does not tile the cluster's " + std::to_string(total) +
+            " GPUs");
+  }
   const int gpn = cluster_.gpus_per_node;
-  if (group.stride >= gpn) return 1;
-  return std::max(1, std::min(group.size, gpn / group.stride));
+  const int rail_group = topology_->rail_group_nodes();
+  GroupPlacement result;
+  bool first_copy = true;
+  // Members are base + k * stride. Split each copy into runs that share a node; the copy is
+  // regular if every run has the same length, and the group if every copy has the same one.
+  for (long long outer = 0; outer < total / block; ++outer) {
+    for (int inner = 0; inner < group.stride; ++inner) {
+      const long long base = outer * block + inner;
+      int run = 0, runs = 0, run_length = -1;
+      bool regular = true;
+      long long previous_node = -1;
+      std::vector<long long> nodes;
+      for (int k = 0; k < group.size; ++k) {
+        const long long node = (base + static_cast<long long>(k) * group.stride) / gpn;
+        if (node != previous_node && k > 0) {
+          regular = regular && (run_length < 0 || run == run_length);
+          run_length = run;
+          run = 0;
+        }
+        if (node != previous_node) {
+          ++runs;
+          nodes.push_back(node);
+        }
+        ++run;
+        previous_node = node;
+      }
+      regular = regular && (run_length < 0 || run == run_length);
+      if (run_length < 0) run_length = run;
+      // Node blocks per rail group: the copy's nodes grouped by rail group, equal counts.
+      int per_rail_group = 0;
+      if (topology_->rail_optimized() && regular) {
+        std::map<long long, int> count;
+        for (long long node : nodes) ++count[node / rail_group];
+        per_rail_group = count.begin()->second;
+        for (const auto& [g, c] : count) per_rail_group = c == per_rail_group ? c : 0;
+      }
+      if (first_copy) {
+        result = {regular, regular ? run_length : 1, runs, per_rail_group};
+        first_copy = false;
+      } else if (!regular || run_length != result.per_node || runs != result.nodes) {
+        result.regular = false;
+        result.per_node = 1;
+      }
+      if (per_rail_group != result.nodes_per_rail_group) result.nodes_per_rail_group = 0;
+    }
+  }
+  if (!result.regular) result.nodes_per_rail_group = 0;
+  return result;
 }
 
 std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group,
-                                                         bool chain) const {
-  const int total = cluster_.total_gpus();
-  const int block = group.size * group.stride;
-  if (group.size < 1 || group.stride < 1 || total % block != 0) {
-    throw Error(ErrorCode::invalid_argument, "group of " + std::to_string(group.size) +
-                                                 " GPUs at stride " + std::to_string(group.stride) +
-                                                 " does not tile " + std::to_string(total) +
-                                                 " GPUs");
-  }
+                                                         PhaseKind kind) const {
+  const GroupPlacement where = placement(group);
+  const long long total = cluster_.total_gpus();
+  const long long block = static_cast<long long>(group.size) * group.stride;
   const int gpn = cluster_.gpus_per_node, nics = cluster_.nics_per_node;
   // The NICs a GPU sends through: its own share when it has several, else the one it shares.
-  auto nics_of = [&](int gpu, std::vector<int>& out) {
-    const int node = gpu / gpn, local = gpu % gpn;
+  auto nics_of = [&](long long gpu, std::vector<int>& out) {
+    const int node = static_cast<int>(gpu / gpn), local = static_cast<int>(gpu % gpn);
     out.clear();
     if (nics >= gpn) {
       for (int i = 0; i < nics / gpn; ++i) out.push_back(node * nics + local * (nics / gpn) + i);
@@ -62,28 +115,51 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
       out.push_back(node * nics + local / (gpn / nics));
     }
   };
-  const int per_node = members_per_node(group);
-  const int node_blocks = group.size / per_node;
   std::vector<Transfer> transfers;
   std::vector<int> src_nics, dst_nics;
-  for (int outer = 0; outer < total / block; ++outer) {
+  auto add = [&](long long src, long long dst) {
+    if (src / gpn == dst / gpn) return;  // same node: NVLink, not the network
+    nics_of(src, src_nics);
+    nics_of(dst, dst_nics);
+    for (size_t i = 0; i < src_nics.size(); ++i) {
+      transfers.push_back({src_nics[i], dst_nics[i % dst_nics.size()], 1.0});
+    }
+  };
+  const int per_node = where.per_node;
+  const int nodes = where.regular ? where.nodes : group.size;
+  const int per_group = where.nodes_per_rail_group;
+  if ((kind == PhaseKind::within_rail_group || kind == PhaseKind::across_rail_groups) &&
+      per_group == 0) {
+    invalid("no three-level hierarchy for a group of " + std::to_string(group.size) +
+            " at stride " + std::to_string(group.stride) +
+            ": its nodes do not split evenly over rail groups");
+  }
+  // The next node block of block b for each kind (-1: b sends nothing in this step).
+  auto next_block = [&](int b) {
+    switch (kind) {
+      case PhaseKind::ring: return (b + 1) % nodes;
+      case PhaseKind::chain: return b + 1 < nodes ? b + 1 : -1;
+      case PhaseKind::within_rail_group: {  // ring among the blocks of b's rail group
+        const int first = b / per_group * per_group;
+        return first + (b - first + 1) % per_group;
+      }
+      case PhaseKind::across_rail_groups:  // same position in the next rail group
+        return (b + per_group) % nodes;
+    }
+    return -1;
+  };
+  for (long long outer = 0; outer < total / block; ++outer) {
     for (int inner = 0; inner < group.stride; ++inner) {
-      const int base = outer * block + inner;
+      const long long base = outer * block + inner;
       // Slot j of node block b is member b * per_node + j; each slot rings over the blocks on
       // its own NIC (NCCL's one channel per NIC; the hierarchical algorithm's inter-node step).
-      for (int b = 0; b < node_blocks; ++b) {
-        if (chain && b + 1 == node_blocks) break;
-        const int next = (b + 1) % node_blocks;
-        if (next == b) break;
+      // An irregular group is one ring over its members, crossing nodes where it must.
+      for (int b = 0; b < nodes; ++b) {
+        const int next = next_block(b);
+        if (next < 0 || next == b) continue;
         for (int j = 0; j < per_node; ++j) {
-          const int src = base + (b * per_node + j) * group.stride;
-          const int dst = base + (next * per_node + j) * group.stride;
-          if (src / gpn == dst / gpn) continue;  // same node: NVLink, not the network
-          nics_of(src, src_nics);
-          nics_of(dst, dst_nics);
-          for (size_t i = 0; i < src_nics.size(); ++i) {
-            transfers.push_back({src_nics[i], dst_nics[i % dst_nics.size()], 1.0});
-          }
+          add(base + static_cast<long long>(b * per_node + j) * group.stride,
+              base + static_cast<long long>(next * per_node + j) * group.stride);
         }
       }
     }
@@ -91,22 +167,31 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
   return transfers;
 }
 
-const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, bool chain) {
-  auto key = std::make_pair(group, chain);
+coll::LinkClass CollectivePlanner::network_link(const NetworkPhase& phase) const {
+  coll::LinkClass net;
+  net.name = "network";
+  net.alpha_us = phase.latency_us;
+  net.port_gbps = phase.min_rate_gbps;
+  return net;
+}
+
+const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, PhaseKind kind) {
+  auto key = std::make_pair(group, kind);
   if (auto found = phases_.find(key); found != phases_.end()) return found->second;
   NetworkPhase phase;
   const int gpn = cluster_.gpus_per_node, nics = cluster_.nics_per_node;
   // What one GPU's transfer would get alone: its NICs (or its share of a shared NIC).
   const double nic_rate = cluster_.nic_gbps() * cluster_.network.efficiency;
   phase.nic_gbps = nics >= gpn ? nic_rate * (nics / gpn) : nic_rate / (gpn / nics);
-  std::vector<Transfer> transfers = phase_transfers(group, chain);
+  std::vector<Transfer> transfers = phase_transfers(group, kind);
   phase.transfers = static_cast<int>(transfers.size());
   if (!transfers.empty()) {
     std::vector<SubFlow> subflows = route_transfers(*topology_, cluster_.routing, transfers);
     std::vector<double> capacity;
     capacity.reserve(topology_->links().size());
-    for (const FabricLink& link : topology_->links())
+    for (const FabricLink& link : topology_->links()) {
       capacity.push_back(link.failed ? 0 : link.gbps);
+    }
     std::vector<PathFlow> paths;
     paths.reserve(subflows.size());
     for (const SubFlow& s : subflows) paths.push_back(s.path);
@@ -115,6 +200,11 @@ const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, bo
     std::vector<double> slowest(transfers.size(), 0.0);
     for (size_t i = 0; i < subflows.size(); ++i) {
       const SubFlow& s = subflows[i];
+      if (!(rates[i] > 0)) {
+        const Transfer& t = transfers[s.transfer];
+        invalid("network: failed links leave no capacity from " + topology_->nic_name(t.src_nic) +
+                " to " + topology_->nic_name(t.dst_nic));
+      }
       const double seconds_per_byte = s.path.bytes / transfers[s.transfer].bytes / rates[i];
       slowest[s.transfer] = std::max(slowest[s.transfer], seconds_per_byte);
     }
@@ -149,9 +239,7 @@ const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, bo
 
 std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op, double bytes,
                                                                 const GroupShape& group) {
-  if (!(bytes >= 0)) {
-    throw Error(ErrorCode::invalid_argument, "collective size must be >= 0 bytes");
-  }
+  if (!(bytes >= 0) || !std::isfinite(bytes)) invalid("collective size must be >= 0 bytes");
   std::vector<CollectiveEstimate> estimates;
   const double factor = coll::bus_bandwidth_factor(op, group.size);
   auto add = [&](std::string name, double us, bool network, const NetworkPhase& phase) {
@@ -168,7 +256,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
     return estimates;
   }
   const bool chain = op == CollectiveOp::send_recv;
-  const NetworkPhase& phase = network_phase(group, chain);
+  const NetworkPhase& phase = network_phase(group, chain ? PhaseKind::chain : PhaseKind::ring);
   const coll::LinkClass up = scale_up_link();
   if (phase.transfers == 0) {
     const int n = chain ? 2 : group.size;
@@ -177,31 +265,43 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
     }
     return estimates;
   }
-  coll::LinkClass net;
-  net.name = "network";
-  net.alpha_us = phase.latency_us;
-  net.port_gbps = phase.min_rate_gbps;
+  const coll::LinkClass net = network_link(phase);
   if (chain) {
     add("p2p", *coll::predict_us(op, coll::Algorithm::one_shot, bytes, 2, net), true, phase);
     return estimates;
   }
+  if (op == CollectiveOp::all_to_all) {
+    invalid(
+        "all_to_all across nodes is not modelled (its spine traffic is not a ring step); "
+        "groups inside one scale-up domain are");
+  }
   // A flat ring or tree over every member runs one channel per member of a node, each through
   // its own NIC: the slowest hop is min(NVLink, channels x one NIC's share).
-  const int per_node = members_per_node(group);
+  const GroupPlacement where = placement(group);
   coll::LinkClass flat = net;
   flat.alpha_us = std::max(net.alpha_us, up.alpha_us);
-  flat.port_gbps = std::min(up.port_gbps, per_node * phase.min_rate_gbps);
-  for (const auto& a : coll::rank_algorithms(op, bytes, group.size, flat)) {
-    if (is_network_algorithm(a.algorithm)) add(coll::to_string(a.algorithm), a.us, true, phase);
+  flat.port_gbps = std::min(up.port_gbps, where.per_node * phase.min_rate_gbps);
+  for (const auto& a : coll::rank_algorithms(op, bytes, group.size, flat, kNetworkAlgorithms)) {
+    add(coll::to_string(a.algorithm), a.us, true, phase);
   }
-  if (op == CollectiveOp::all_reduce && per_node > 1) {
-    const int nodes = group.size / per_node;
-    add("hierarchical", coll::predict_hierarchical_all_reduce_us(bytes, per_node, up, nodes, net),
-        true, phase);
+  if (op == CollectiveOp::all_reduce && where.regular && where.per_node > 1) {
+    coll::Algorithm outer{};
+    const double us = coll::predict_hierarchical_all_reduce_us(
+        bytes, {{where.per_node, up, {}}, {where.nodes, net, kNetworkAlgorithms}}, &outer);
+    add(std::string("hierarchical(") + coll::to_string(outer) + ")", us, true, phase);
   }
-  if (estimates.empty()) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string("no algorithm runs ") + coll::to_string(op) + " across nodes");
+  // Scale-up, then the nodes of a rail group (leaf-local), then across rail groups (spine).
+  const int per_group = where.nodes_per_rail_group;
+  if (op == CollectiveOp::all_reduce && per_group > 1 && per_group < where.nodes) {
+    const coll::LinkClass leaf = network_link(network_phase(group, PhaseKind::within_rail_group));
+    const coll::LinkClass spine = network_link(network_phase(group, PhaseKind::across_rail_groups));
+    std::vector<coll::HierarchyLevel> levels;
+    if (where.per_node > 1) levels.push_back({where.per_node, up, {}});
+    levels.push_back({per_group, leaf, kNetworkAlgorithms});
+    levels.push_back({where.nodes / per_group, spine, kNetworkAlgorithms});
+    coll::Algorithm outer{};
+    const double us = coll::predict_hierarchical_all_reduce_us(bytes, levels, &outer);
+    add(std::string("hierarchical-3(") + coll::to_string(outer) + ")", us, true, phase);
   }
   std::stable_sort(
       estimates.begin(), estimates.end(),

@@ -28,8 +28,23 @@ struct GroupShape {
   bool operator<(const GroupShape& other) const { return key() < other.key(); }
 };
 
-// How the network treats one step of a collective in which every member sends to the next member
-// of its ring (all copies of the group at once).
+// Which step of a collective a network phase is: every member sends to the next one of its ring
+// (ring), or not the last to the first (chain: pipeline p2p); or, for the three-level
+// hierarchy of a rail-optimized network, the ring among the nodes of one rail group (leaf-local)
+// or the ring across rail groups (through the spine).
+enum class PhaseKind { ring, chain, within_rail_group, across_rail_groups };
+
+// How the members of a group sit on nodes, the same for every copy or not.
+struct GroupPlacement {
+  bool regular = true;  // every copy: node blocks of `per_node` consecutive members
+  int per_node = 1;     // members per node block (1 when irregular)
+  int nodes = 1;        // node blocks per copy
+  // Three-level hierarchy (rail-optimized networks): node blocks per rail group, the same in
+  // every rail group the copy touches; 0 when the copy's nodes do not split evenly.
+  int nodes_per_rail_group = 0;
+};
+
+// How the network treats one step of a collective (all copies of the group at once).
 struct NetworkPhase {
   int transfers = 0;         // NIC-to-NIC transfers (all copies of the group)
   double min_rate_gbps = 0;  // slowest transfer's share, GB/s (its queue pairs together)
@@ -43,7 +58,7 @@ struct NetworkPhase {
 
 struct CollectiveEstimate {
   double us = 0;
-  std::string algorithm;  // e.g. "ring", "hierarchical(ring+tree)"
+  std::string algorithm;  // e.g. "ring", "hierarchical(ring)", "hierarchical-3(tree)"
   double busbw_gbps = 0;  // nccl-tests bus bandwidth
   bool crosses_network = false;
   NetworkPhase network;  // valid when crosses_network
@@ -59,10 +74,12 @@ class CollectivePlanner {
   // The scale-up domain's link class (NVLink through NVSwitch).
   coll::LinkClass scale_up_link() const;
   // The network link class a ring step of `group` sees (bandwidth from the flow model).
-  // `chain`: member i sends to i + 1 only (pipeline p2p); otherwise the ring closes.
-  const NetworkPhase& network_phase(const GroupShape& group, bool chain = false);
+  // Routed and solved once per (group, kind), then cached. Throws Error(invalid_argument) if
+  // failures leave some transfer no capacity at all.
+  const NetworkPhase& network_phase(const GroupShape& group, PhaseKind kind = PhaseKind::ring);
   // The NIC-to-NIC transfers of that step, all copies of the group (what network_phase routes).
-  std::vector<Transfer> phase_transfers(const GroupShape& group, bool chain) const;
+  std::vector<Transfer> phase_transfers(const GroupShape& group, PhaseKind kind) const;
+  GroupPlacement placement(const GroupShape& group) const;
 
   // The cheapest algorithm for `op` of `bytes` (nccl-tests message size) in `group`.
   CollectiveEstimate estimate(coll::CollectiveOp op, double bytes, const GroupShape& group);
@@ -73,8 +90,10 @@ class CollectivePlanner {
  private:
   ClusterSpec cluster_;
   std::unique_ptr<FabricTopology> topology_;
-  int members_per_node(const GroupShape& group) const;
-  std::map<std::pair<GroupShape, bool>, NetworkPhase> phases_;
+  coll::LinkClass network_link(const NetworkPhase& phase) const;
+  GroupPlacement compute_placement(const GroupShape& group) const;
+  std::map<std::pair<GroupShape, PhaseKind>, NetworkPhase> phases_;
+  mutable std::map<GroupShape, GroupPlacement> placements_;  // O(GPUs) each: cached
 };
 
 }  // namespace tpf::plan

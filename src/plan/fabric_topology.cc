@@ -5,14 +5,11 @@
 #include <numeric>
 #include <sstream>
 
+#include "plan/invalid_input.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
 namespace {
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Error(ErrorCode::invalid_argument, message);
-}
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -203,14 +200,15 @@ void FabricTopology::fail_links(const FailureSpec& failures) {
     }
   }
   if (failures.random_links > 0) {
-    std::vector<int> cables;  // upward direction of every switch-to-switch cable
+    std::vector<int> cables;  // upward direction of every switch-to-switch cable still alive
     for (size_t link = 0; link < links_.size(); ++link) {
-      if (upper_of_link_[link] >= 0 || core_of_link_[link] >= 0) cables.push_back(int(link));
+      const bool upward = upper_of_link_[link] >= 0 || core_of_link_[link] >= 0;
+      if (upward && !links_[link].failed) cables.push_back(static_cast<int>(link));
     }
     if (failures.random_links > static_cast<int>(cables.size()) / 2) {
       invalid("cluster: failures.random_links = " + std::to_string(failures.random_links) +
               " is more than half of the " + std::to_string(cables.size()) +
-              " switch-to-switch cables");
+              " switch-to-switch cables still working");
     }
     uint64_t state = failures.seed;
     for (int chosen = 0; chosen < failures.random_links;) {

@@ -4,14 +4,11 @@
 #include <set>
 #include <vector>
 
+#include "plan/invalid_input.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
 namespace {
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Error(ErrorCode::invalid_argument, message);
-}
 
 const char* dim_name(ParallelDim dim) {
   switch (dim) {
@@ -181,6 +178,10 @@ Layout parse_layout(const std::string& text) {
     } else {
       invalid("layout: unknown key '" + key + "' in '" + text + "' (keys: " + kKeys + ")");
     }
+  }
+  if (layout.gpus() > kMaxClusterGpus) {
+    invalid("layout: '" + text + "' uses " + std::to_string(layout.gpus()) +
+            " GPUs, more than the planner's limit of " + std::to_string(kMaxClusterGpus));
   }
   return layout;
 }

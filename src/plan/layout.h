@@ -25,7 +25,7 @@ struct Layout {
   bool distributed_optimizer = false;  // optimizer state sharded over DP (ZeRO-1)
   std::array<ParallelDim, 3> order = {ParallelDim::tp, ParallelDim::dp, ParallelDim::pp};
 
-  int gpus() const { return tp * pp * dp; }
+  long long gpus() const { return static_cast<long long>(tp) * pp * dp; }
   // The GroupShape of each dimension's groups under `order`.
   GroupShape group_of(ParallelDim dim) const;
   // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero1=0"

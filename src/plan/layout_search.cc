@@ -27,16 +27,6 @@ std::string format(const char* fmt, double a, double b = 0, double c = 0) {
 }
 
 // The breakdown parts and their names, for explanations.
-struct Part {
-  const char* name;
-  double StepBreakdown::*field;
-};
-constexpr Part kParts[] = {{"compute", &StepBreakdown::compute_s},
-                           {"TP communication", &StepBreakdown::tp_comm_s},
-                           {"PP communication", &StepBreakdown::pp_comm_s},
-                           {"pipeline bubble", &StepBreakdown::pp_bubble_s},
-                           {"exposed DP communication", &StepBreakdown::dp_exposed_s},
-                           {"optimizer", &StepBreakdown::optimizer_s}};
 
 // Why `best` beats `other`: the parts of the step that differ most, per token (batches differ).
 std::string compare(const StepEstimate& best, const StepEstimate& other, const std::string& choice,
@@ -54,9 +44,9 @@ std::string compare(const StepEstimate& best, const StepEstimate& other, const s
     double ms_per_million_tokens;
   };
   std::vector<Delta> deltas;
-  for (const Part& part : kParts) {
-    const double a = best.breakdown.*part.field / best_tokens * 1e9;
-    const double b = other.breakdown.*part.field / other_tokens * 1e9;
+  for (const BreakdownPart& part : kBreakdownParts) {
+    const double a = best.breakdown.*part.seconds / best_tokens * 1e9;
+    const double b = other.breakdown.*part.seconds / other_tokens * 1e9;
     deltas.push_back({part.name, b - a});
   }
   std::sort(deltas.begin(), deltas.end(), [](const Delta& x, const Delta& y) {
@@ -83,6 +73,7 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
   const int max_tp = options.max_tp > 0 ? options.max_tp : 2 * cluster.gpus_per_node;
   const int wanted_batch = options.global_batch > 0 ? options.global_batch : model.global_batch;
   SearchResult result;
+  result.asked_batch = wanted_batch;
   std::vector<StepEstimate> fitting, too_big;
   for (int tp : divisors(gpus)) {
     if (tp > max_tp || model.heads % tp != 0) continue;
@@ -117,14 +108,16 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                 layout.recompute = recompute;
                 layout.sequence_parallel = sp;
                 layout.distributed_optimizer = zero1;
-                StepEstimate estimate;
                 try {
-                  estimate = estimate_step(model, layout, planner);
+                  validate_layout(model, layout, cluster);
                 } catch (const Error&) {
-                  ++result.rejected;
+                  ++result.rejected;  // an impossible combination, not a failure
                   continue;
                 }
+                // Anything wrong from here on (a cut-off network, ...) is the user's to see.
+                StepEstimate estimate = estimate_step(model, layout, planner);
                 ++result.evaluated;
+                if (batch != wanted_batch) ++result.rounded_up;
                 (estimate.fits ? fitting : too_big).push_back(std::move(estimate));
               }
             }

@@ -25,6 +25,8 @@ struct SearchResult {
   int evaluated = 0;                 // layouts predicted
   int fitting = 0;
   int rejected = 0;                   // impossible combinations skipped (divisibility)
+  int asked_batch = 0;                // the global batch asked for (sequences)
+  int rounded_up = 0;                 // layouts that run a larger batch (rounded up to DP)
   std::vector<std::string> why_best;  // sentences, best first
 };
 

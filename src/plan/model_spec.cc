@@ -5,15 +5,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/invalid_input.h"
 #include "plan/yaml_fields.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
 namespace {
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Error(ErrorCode::invalid_argument, message);
-}
 
 ModelSpec make(const char* name, int layers, int hidden, int heads, int ffn_hidden, int seq_len,
                int vocab, int global_batch) {

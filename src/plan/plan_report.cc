@@ -18,20 +18,6 @@ std::string format(const char* fmt, ...) {
   return buffer;
 }
 
-struct Part {
-  const char* name;
-  const char* color;
-  double StepBreakdown::*field;
-};
-constexpr Part kParts[] = {
-    {"compute", "#4e79a7", &StepBreakdown::compute_s},
-    {"TP comm", "#f28e2b", &StepBreakdown::tp_comm_s},
-    {"PP comm", "#edc948", &StepBreakdown::pp_comm_s},
-    {"PP bubble", "#e15759", &StepBreakdown::pp_bubble_s},
-    {"exposed DP comm", "#76b7b2", &StepBreakdown::dp_exposed_s},
-    {"optimizer", "#59a14f", &StepBreakdown::optimizer_s},
-};
-
 std::string escape_xml(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -88,8 +74,8 @@ std::string step_table(const StepEstimate& e, const ClusterSpec& cluster) {
       m.total_gb(), cluster.gpu.memory_gb, e.fits ? "" : " - DOES NOT FIT", m.weights_gb,
       m.gradients_gb, m.optimizer_gb, m.activations_gb, m.other_gb);
   out += "breakdown\n";
-  for (const Part& part : kParts) {
-    const double s = e.breakdown.*part.field;
+  for (const BreakdownPart& part : kBreakdownParts) {
+    const double s = e.breakdown.*part.seconds;
     out += format("  %-18s %9.3f s  %5.1f %%\n", part.name, s, 100 * s / e.step_s);
   }
   out += format(
@@ -188,10 +174,10 @@ std::string search_table(const SearchResult& result, size_t rows) {
     const StepEstimate& e = result.ranked[i];
     const char* worst = "none";
     double worst_s = 0;
-    for (const Part& part : kParts) {
-      if (part.field == &StepBreakdown::compute_s) continue;
-      if (e.breakdown.*part.field > worst_s) {
-        worst_s = e.breakdown.*part.field;
+    for (const BreakdownPart& part : kBreakdownParts) {
+      if (part.seconds == &StepBreakdown::compute_s) continue;
+      if (e.breakdown.*part.seconds > worst_s) {
+        worst_s = e.breakdown.*part.seconds;
         worst = part.name;
       }
     }
@@ -207,6 +193,8 @@ json::Value search_json(const SearchResult& result, size_t rows) {
   v.set("evaluated", result.evaluated);
   v.set("fitting", result.fitting);
   v.set("rejected", result.rejected);
+  v.set("asked_global_batch", result.asked_batch);
+  v.set("layouts_with_larger_batch", result.rounded_up);
   json::Value why = json::Array{};
   for (const std::string& line : result.why_best) why.push_back(line);
   v.set("why_best", std::move(why));
@@ -250,8 +238,8 @@ std::string search_svg(const SearchResult& result, size_t rows, const std::strin
         << escape_xml(format("%zu. %s%s", i + 1, e.layout.to_string().c_str(), e.fits ? "" : " !"))
         << "</text>\n";
     double x = left;
-    for (const Part& part : kParts) {
-      const double w = per_million(e, e.breakdown.*part.field) * scale;
+    for (const BreakdownPart& part : kBreakdownParts) {
+      const double w = per_million(e, e.breakdown.*part.seconds) * scale;
       if (w <= 0) continue;
       svg << format("<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"/>\n", x,
                     y, w, bar, part.color);
@@ -262,7 +250,7 @@ std::string search_svg(const SearchResult& result, size_t rows, const std::strin
   }
   double legend_x = left;
   const double legend_y = top + n * (bar + gap) + 25;
-  for (const Part& part : kParts) {
+  for (const BreakdownPart& part : kBreakdownParts) {
     svg << format("<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" height=\"12\" fill=\"%s\"/>", legend_x,
                   legend_y, part.color)
         << format("<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", legend_x + 16, legend_y + 10,

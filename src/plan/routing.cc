@@ -68,16 +68,23 @@ class Router {
     const int src_pod = topo_.pod_of_leaf(src_leaf), dst_pod = topo_.pod_of_leaf(dst_leaf);
     const bool cross_pod = topo_.tiers() == 3 && src_pod != dst_pod;
     // Leaf tier: uplinks whose upper switch reaches the destination leaf.
+    // Adaptive routing weighs the down link a choice commits to as well (within a pod the
+    // upper switch fixes it); across pods the down links are weighed at the next tier.
     candidates_.clear();
+    down_links_.clear();
     for (int link : topo_.leaf_up_links(plane, src_leaf)) {
       int upper = topo_.upper_of_leaf_link(link);
       if (!cross_pod) {
-        if (topo_.spine_down_to_leaf(plane, upper, dst_leaf) >= 0) candidates_.push_back(link);
+        const int down = topo_.spine_down_to_leaf(plane, upper, dst_leaf);
+        if (down >= 0) {
+          candidates_.push_back(link);
+          down_links_.push_back(down);
+        }
       } else if (dst_agg_reachable(plane, upper, dst_pod, dst_leaf)) {
         candidates_.push_back(link);
       }
     }
-    const int up = choose(h, 1, src_leaf, {});
+    const int up = choose(h, 1, src_leaf, down_links_);
     check_reachable(up, src, dst);
     path.push_back(up);
     const int upper = topo_.upper_of_leaf_link(up);

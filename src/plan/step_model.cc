@@ -7,16 +7,13 @@
 #include <tuple>
 #include <utility>
 
+#include "plan/invalid_input.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
 namespace {
 
 using coll::CollectiveOp;
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Error(ErrorCode::invalid_argument, message);
-}
 
 std::string str(int value) { return std::to_string(value); }
 
@@ -119,45 +116,53 @@ class Estimator {
   std::map<std::tuple<int, double, int>, CollectiveEstimate> cache_;
 };
 
-void Estimator::check() {
-  validate(model_);
-  const Layout& y = layout_;
+}  // namespace
+
+int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& cluster) {
+  validate(model);
   const std::string where = "layout " + y.to_string() + ": ";
   if (y.tp < 1 || y.pp < 1 || y.dp < 1 || y.micro_batch < 1 || y.virtual_stages < 1 ||
       y.global_batch < 0) {
     invalid(where + "tp, pp, dp, mb and vp must be at least 1 (gb at least 0)");
   }
-  if (y.gpus() != cluster_.total_gpus()) {
+  if (y.gpus() != cluster.total_gpus()) {
     invalid(where + "tp x pp x dp = " + str(y.tp) + " x " + str(y.pp) + " x " + str(y.dp) + " = " +
-            str(y.gpus()) + " GPUs, but the cluster has " + str(cluster_.total_gpus()));
+            str(y.gpus()) + " GPUs, but the cluster has " + str(cluster.total_gpus()));
   }
-  if (model_.heads % y.tp != 0) {
-    invalid(where + "the model's heads (" + str(model_.heads) + ") are not divisible by tp");
+  if (model.heads % y.tp != 0) {
+    invalid(where + "the model's heads (" + str(model.heads) + ") are not divisible by tp");
   }
-  if (model_.ffn() % y.tp != 0) {
-    invalid(where + "the model's MLP width (" + str(model_.ffn()) + ") is not divisible by tp");
+  if (model.ffn() % y.tp != 0) {
+    invalid(where + "the model's MLP width (" + str(model.ffn()) + ") is not divisible by tp");
   }
-  if (y.sequence_parallel && model_.seq_len % y.tp != 0) {
-    invalid(where + "sequence parallelism needs seq_len (" + str(model_.seq_len) +
+  if (y.sequence_parallel && model.seq_len % y.tp != 0) {
+    invalid(where + "sequence parallelism needs seq_len (" + str(model.seq_len) +
             ") divisible by tp");
   }
-  if (model_.layers % (y.pp * y.virtual_stages) != 0) {
-    invalid(where + "the model's layers (" + str(model_.layers) +
+  if (model.layers % (y.pp * y.virtual_stages) != 0) {
+    invalid(where + "the model's layers (" + str(model.layers) +
             ") are not divisible into pp x vp = " + str(y.pp * y.virtual_stages) + " model chunks");
   }
   if (y.virtual_stages > 1 && y.pp < 2) invalid(where + "vp > 1 (interleaving) needs pp >= 2");
-  const int gb = y.global_batch > 0 ? y.global_batch : model_.global_batch;
+  const int gb = y.global_batch > 0 ? y.global_batch : model.global_batch;
   if (gb % (y.dp * y.micro_batch) != 0) {
     invalid(where + "the global batch (" + str(gb) +
             ") is not divisible by dp x mb = " + str(y.dp) + " x " + str(y.micro_batch));
   }
-  m_ = gb / (y.dp * y.micro_batch);
+  const int m = gb / (y.dp * y.micro_batch);
   // Megatron's interleaved schedule runs micro-batches in groups of pp.
-  if (y.virtual_stages > 1 && m_ % y.pp != 0) {
-    invalid(where + "the interleaved schedule needs the micro-batches per step (" + str(m_) +
+  if (y.virtual_stages > 1 && m % y.pp != 0) {
+    invalid(where + "the interleaved schedule needs the micro-batches per step (" + str(m) +
             " = gb / (dp x mb)) to be a multiple of pp");
   }
-  layout_.global_batch = gb;
+  return gb;
+}
+
+namespace {
+
+void Estimator::check() {
+  layout_.global_batch = validate_layout(model_, layout_, cluster_);
+  m_ = layout_.global_batch / (layout_.dp * layout_.micro_batch);
 }
 
 double Estimator::collective_us(CollectiveOp op, double bytes, ParallelDim dim) {

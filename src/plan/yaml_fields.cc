@@ -2,16 +2,11 @@
 
 #include <cmath>
 
+#include "plan/invalid_input.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
-namespace {
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Error(ErrorCode::invalid_argument, message);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 YAML::Node parse_yaml_document(const std::string& text, const std::string& origin) {
   try {
