@@ -25,14 +25,15 @@ constexpr size_t kSlotBytes = size_t{256} << 10;
 ShmLinkCost known_cost() {
   ShmLinkCost c;
   c.step_us = 0.8;
-  c.oversubscribed_step_us_per_rank = 4.5;
+  c.step_us_per_excess_rank = 4.5;
   c.copy_gbps = 12.0;
   c.reduce_gbps = 30.0;
   return c;
 }
 
-// Every configuration calibrate.sh measures: N = 2 (a core each), 3 and 4 (oversubscribed), both
-// algorithms, 1 KiB .. 4 MiB (one-shot up to one slot), timed by the model itself.
+// Every configuration calibrate.sh measures on 2 cores: N = 2 (a core each), 3 and 4 (1 and 2
+// ranks beyond the cores), both algorithms, 1 KiB .. 4 MiB (one-shot up to one slot), timed by the
+// model itself.
 std::vector<ShmMeasurement> synthetic(const ShmLinkCost& cost) {
   std::vector<ShmMeasurement> out;
   for (int n : {2, 3, 4}) {
@@ -43,9 +44,8 @@ std::vector<ShmMeasurement> synthetic(const ShmLinkCost& cost) {
         m.algorithm = a;
         m.nranks = n;
         m.bytes = bytes;
-        m.oversubscribed = n > 2;
-        m.measured_us =
-            coll::predict_all_reduce_us(a, bytes, n, m.oversubscribed, kSlotBytes, cost);
+        m.excess_ranks = n - 2;
+        m.measured_us = coll::predict_all_reduce_us(a, bytes, n, m.excess_ranks, kSlotBytes, cost);
         m.source = "synthetic";
         out.push_back(m);
       }
@@ -74,8 +74,8 @@ TEST(PlanCalibration, RecoversKnownConstantsExactly) {
   EXPECT_FALSE(fit.constrained);
   EXPECT_EQ(fit.fitted.size(), 4u);
   expect_relative_near(fit.cost.step_us, truth.step_us, 1e-6, "step_us");
-  expect_relative_near(fit.cost.oversubscribed_step_us_per_rank,
-                       truth.oversubscribed_step_us_per_rank, 1e-6, "oversubscribed step");
+  expect_relative_near(fit.cost.step_us_per_excess_rank, truth.step_us_per_excess_rank, 1e-6,
+                       "step per excess rank");
   expect_relative_near(fit.cost.copy_gbps, truth.copy_gbps, 1e-6, "copy_gbps");
   expect_relative_near(fit.cost.reduce_gbps, truth.reduce_gbps, 1e-6, "reduce_gbps");
   EXPECT_LT(fit.train_max_rel_error, 1e-9);
@@ -84,12 +84,12 @@ TEST(PlanCalibration, RecoversKnownConstantsExactly) {
 TEST(PlanCalibration, ParametersWithoutTrainingPointsKeepThePrior) {
   const ShmLinkCost truth = known_cost();
   ShmLinkCost prior;
-  prior.oversubscribed_step_us_per_rank = 7.25;
+  prior.step_us_per_excess_rank = 7.25;
   const ShmFit fit = fit_shm_link_cost(default_training(synthetic(truth)), kSlotBytes, prior);
   EXPECT_EQ(fit.fitted.size(), 3u);
-  EXPECT_EQ(fit.cost.oversubscribed_step_us_per_rank, 7.25);
+  EXPECT_EQ(fit.cost.step_us_per_excess_rank, 7.25);
   ASSERT_FALSE(fit.notes.empty());
-  EXPECT_NE(fit.notes[0].find("oversubscribed_step_us_per_rank not fitted"), std::string::npos);
+  EXPECT_NE(fit.notes[0].find("step_us_per_excess_rank not fitted"), std::string::npos);
   expect_relative_near(fit.cost.step_us, truth.step_us, 1e-6, "step_us");
   expect_relative_near(fit.cost.copy_gbps, truth.copy_gbps, 1e-6, "copy_gbps");
   expect_relative_near(fit.cost.reduce_gbps, truth.reduce_gbps, 1e-6, "reduce_gbps");
@@ -126,8 +126,8 @@ TEST(PlanCalibration, NoisyMeasurementsGiveAStableFit) {
     // 5 % noise on 66 points moves no constant by more than 15 %, and the fitted model predicts
     // the noise-free times to within a few per cent.
     expect_relative_near(fit.cost.step_us, truth.step_us, 0.15, "step_us");
-    expect_relative_near(fit.cost.oversubscribed_step_us_per_rank,
-                         truth.oversubscribed_step_us_per_rank, 0.15, "oversubscribed step");
+    expect_relative_near(fit.cost.step_us_per_excess_rank, truth.step_us_per_excess_rank, 0.15,
+                         "step per excess rank");
     expect_relative_near(fit.cost.copy_gbps, truth.copy_gbps, 0.15, "copy_gbps");
     expect_relative_near(fit.cost.reduce_gbps, truth.reduce_gbps, 0.15, "reduce_gbps");
     const Evaluation e = evaluate(fit.cost, clean, kSlotBytes);
@@ -221,6 +221,25 @@ TEST(PlanCalibrationBenchJson, ReadsRowsOfBothPlacements) {
   // A forced one-shot above one slot runs two-shot in the fabric.
   EXPECT_EQ(f.measurements[2].algorithm, AllReduceAlgorithm::two_shot);
   EXPECT_EQ(f.notes.size(), 2u);
+  for (const ShmMeasurement& m : f.measurements) EXPECT_EQ(m.excess_ranks, 0);
+}
+
+TEST(PlanCalibrationBenchJson, ExcessRanksComeFromTheCoresTheRunHad) {
+  // bench_json runs 2 ranks: on 1 core, one of them is beyond it.
+  const BenchFile f = parse_bench_json(
+      bench_json("\"algorithm\":\"one_shot\",\"oversubscribed\":true,\"slot_bytes\":262144,"
+                 "\"cpus\":1,",
+                 kRow),
+      "b.json");
+  ASSERT_EQ(f.measurements.size(), 2u);
+  EXPECT_EQ(f.measurements[0].excess_ranks, 1);
+  EXPECT_EQ(f.measurements[1].excess_ranks, 1);
+  const BenchFile with_cores = parse_bench_json(
+      bench_json("\"algorithm\":\"one_shot\",\"oversubscribed\":false,\"slot_bytes\":262144,"
+                 "\"cpus\":2,",
+                 kRow),
+      "b.json");
+  EXPECT_EQ(with_cores.measurements[0].excess_ranks, 0);
 }
 
 TEST(PlanCalibrationBenchJson, MalformedInputNamesTheFileAndTheProblem) {
@@ -246,6 +265,15 @@ TEST(PlanCalibrationBenchJson, MalformedInputNamesTheFileAndTheProblem) {
   bad(bench_json("\"algorithm\":\"one_shot\",\"oversubscribed\":\"no\",\"slot_bytes\":262144,",
                  kRow),
       {"'oversubscribed'", "bool"});
+  const std::string oversubscribed =
+      "\"algorithm\":\"one_shot\",\"oversubscribed\":true,\"slot_bytes\":262144,";
+  bad(bench_json(oversubscribed, kRow), {"no key 'cpus'", "oversubscribed run needs the cores"});
+  bad(bench_json(oversubscribed + "\"cpus\":0,", kRow), {"'cpus' is 0"});
+  bad(bench_json(oversubscribed + "\"cpus\":\"1\",", kRow), {"'cpus'"});
+  bad(bench_json(oversubscribed + "\"cpus\":2,", kRow),
+      {"'oversubscribed' is true", "0 ranks beyond the cores"});
+  bad(bench_json(kMeta + "\"cpus\":1,", kRow),
+      {"'oversubscribed' is false", "1 ranks beyond the cores"});
   bad(bench_json(kMeta, ""), {"'rows' is empty"});
   bad(bench_json(kMeta, "{\"bytes\":\"4K\",\"oop\":{\"time_us\":1,\"wrong\":0}}"),
       {"rows[0].bytes"});
@@ -306,19 +334,43 @@ TEST(PlanCalibration, SavedMeasurementsOfThisMachinePredictHeldOutPoints) {
   }
   ASSERT_FALSE(held_n2.empty());
   const Evaluation n2 = evaluate(fit.cost, held_n2, slot);
-  // The bounds docs/plan-calibration-section.md states (saved run: 7.3 % and 8.6 %).
-  EXPECT_LT(fit.train_median_rel_error, 0.15);
-  EXPECT_LT(n2.median_abs_rel_error, 0.15);
+  // The errors docs/plan.md states, with a little room (saved run: training median 7.3 %, held-out
+  // N = 2 median 8.6 %).
+  EXPECT_LT(fit.train_median_rel_error, 0.10);
+  EXPECT_LT(n2.median_abs_rel_error, 0.10);
+  // N = 3 and 4 (1 and 2 ranks beyond the 2 cores) with the default step per excess rank, which
+  // is not fitted here: saved run median 8.7 %, max 37.5 % (one-shot at 256 KiB, N = 4). Not an
+  // independent check: the default (12 us) was rounded from the N = 2, 3 fit below (11.55 us).
+  // The per-rank model it replaced (10 us x N when oversubscribed) was off by 53 % (median).
+  std::vector<ShmMeasurement> held_n34;
+  for (const ShmMeasurement& m : held) {
+    if (m.nranks > 2) held_n34.push_back(m);
+  }
+  ASSERT_FALSE(held_n34.empty());
+  const Evaluation n34 = evaluate(fit.cost, held_n34, slot);
+  EXPECT_LT(n34.median_abs_rel_error, 0.11);
+  EXPECT_LT(n34.max_abs_rel_error, 0.42);
 
-  // Trained at N = 2 and 3 (the oversubscribed step is fitted too): everything else held out,
-  // N = 4 included (saved run: median 25.4 %).
+  // Trained at N = 2 and 3 (the step per excess rank is fitted too: 11.55 us): everything else
+  // held out. Saved run: median 11.3 %, max 37.2 % over all 38; N = 4 alone median 11.1 % (the
+  // per-rank model: 25.4 % and 34.7 %).
   std::vector<ShmMeasurement> training23;
   std::vector<ShmMeasurement> held23;
   split(3, training23, held23);
   const ShmFit fit23 = fit_shm_link_cost(training23, slot);
   EXPECT_FALSE(fit23.constrained);
   EXPECT_EQ(fit23.fitted.size(), 4u);
-  EXPECT_LT(evaluate(fit23.cost, held23, slot).median_abs_rel_error, 0.40);
+  EXPECT_GT(fit23.cost.step_us_per_excess_rank, 10.5);
+  EXPECT_LT(fit23.cost.step_us_per_excess_rank, 12.5);
+  const Evaluation e23 = evaluate(fit23.cost, held23, slot);
+  EXPECT_LT(e23.median_abs_rel_error, 0.14);
+  EXPECT_LT(e23.max_abs_rel_error, 0.42);
+  std::vector<ShmMeasurement> held23_n4;
+  for (const ShmMeasurement& m : held23) {
+    if (m.nranks == 4) held23_n4.push_back(m);
+  }
+  ASSERT_FALSE(held23_n4.empty());
+  EXPECT_LT(evaluate(fit23.cost, held23_n4, slot).median_abs_rel_error, 0.14);
 }
 
 }  // namespace

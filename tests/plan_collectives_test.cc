@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "coll/alpha_beta.h"
 #include "coll/cost_model.h"
@@ -30,18 +31,46 @@ TEST(AlphaBeta, SharedMemoryModelKeepsItsFittedFormulas) {
       const double b = static_cast<double>(bytes);
       const double copy = b / (cost.copy_gbps * 1e3), read = b / (cost.reduce_gbps * 1e3);
       const double one_shot = cost.step_us + copy + n * read;
-      EXPECT_NEAR(coll::predict_all_reduce_us(coll::AllReduceAlgorithm::one_shot, bytes, n, false,
-                                              1 << 18, cost),
+      EXPECT_NEAR(coll::predict_all_reduce_us(coll::AllReduceAlgorithm::one_shot, bytes, n,
+                                              /*excess_ranks=*/0, 1 << 18, cost),
                   one_shot, 1e-9 * one_shot);
       const double chunk = static_cast<double>(coll::two_shot_chunk_elems(1 << 18, 1, n));
       const double chunks = std::max(1.0, std::ceil(b / chunk));
       const double two_shot =
           (chunks + 1) * cost.step_us + copy + read + copy / n + copy * (n - 1) / n;
-      EXPECT_NEAR(coll::predict_all_reduce_us(coll::AllReduceAlgorithm::two_shot, bytes, n, false,
-                                              1 << 18, cost),
+      EXPECT_NEAR(coll::predict_all_reduce_us(coll::AllReduceAlgorithm::two_shot, bytes, n,
+                                              /*excess_ranks=*/0, 1 << 18, cost),
                   two_shot, 1e-9 * two_shot);
     }
   }
+}
+
+TEST(AlphaBeta, SharedMemoryStepGrowsWithTheRanksBeyondTheCores) {
+  // Measured on 2 cores, a step costs ~12 us at N = 3 and ~26 us at N = 4: linear in the ranks
+  // without a core (docs/plan.md, "Calibration on this machine"), not in N.
+  coll::ShmLinkCost cost;
+  cost.step_us = 0.5;
+  cost.step_us_per_excess_rank = 13.0;
+  EXPECT_DOUBLE_EQ(cost.link_class(4, 0).alpha_us, 0.5);
+  EXPECT_DOUBLE_EQ(cost.link_class(3, 1).alpha_us, 13.5);
+  EXPECT_DOUBLE_EQ(cost.link_class(4, 2).alpha_us, 26.5);
+  EXPECT_DOUBLE_EQ(cost.link_class(8, 2).alpha_us, 26.5);  // the ranks, not N, count
+  const double at_n4 =
+      coll::predict_all_reduce_us(coll::AllReduceAlgorithm::one_shot, 4096, 4, 2, 1 << 18, cost);
+  const double no_excess =
+      coll::predict_all_reduce_us(coll::AllReduceAlgorithm::one_shot, 4096, 4, 0, 1 << 18, cost);
+  EXPECT_NEAR(at_n4 - no_excess, 26.0, 1e-9);
+}
+
+TEST(AlphaBeta, SharedMemoryExcessStepHasAnEnvironmentOverride) {
+  ::setenv("TPF_SHM_EXCESS_STEP_US", "3.5", 1);
+  const coll::ShmLinkCost cost = coll::ShmLinkCost::from_env();
+  ::setenv("TPF_SHM_EXCESS_STEP_US", "-1", 1);
+  EXPECT_THROW(coll::ShmLinkCost::from_env(), Error);
+  ::unsetenv("TPF_SHM_EXCESS_STEP_US");
+  EXPECT_EQ(cost.step_us_per_excess_rank, 3.5);
+  EXPECT_EQ(coll::ShmLinkCost::from_env().step_us_per_excess_rank,
+            coll::ShmLinkCost{}.step_us_per_excess_rank);
 }
 
 TEST(AlphaBeta, RingAllReduceBusBandwidthIsThePortBandwidth) {

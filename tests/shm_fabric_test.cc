@@ -1,11 +1,17 @@
-// The shared-memory layer on its own: segment lifetime, the /dev/shm space check, and a
-// one-rank communicator's setup and errors.
+// The shared-memory layer on its own: segment lifetime, the /dev/shm space check, a one-rank
+// communicator's setup and errors, and the fabric's count of ranks beyond the cores.
+#include "transport/shm_fabric.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
+#include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
@@ -90,7 +96,8 @@ TEST(OneRankCommunicator, CollectivesWorkAndLeaveNoSegment) {
   EXPECT_EQ(in[1], -2.0f);
   EXPECT_EQ(comm.next_sequence(), 2u);
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    EXPECT_EQ(entry.path().filename().string().find("tpf-" + std::to_string(::getuid()) + "-local-world-g"),
+    EXPECT_EQ(entry.path().filename().string().find("tpf-" + std::to_string(::getuid()) +
+                                                    "-local-world-g"),
               std::string::npos)
         << "segment left after setup: " << entry.path();
   }
@@ -105,6 +112,36 @@ TEST(OneRankCommunicator, MalformedStoreAddressIsInvalidArgument) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << address << ": " << e.what();
     }
   }
+}
+
+TEST(ShmFabricSetup, EveryRankTakesRankZerosCountOfRanksBeyondTheCores) {
+  // Rank 0 sees 1 core for 3 ranks (2 beyond it); the others see 64 and alone would say 0. The
+  // all-reduce choice depends on the count, so every rank must take rank 0's.
+  testing::expect_all_ok(testing::run_ranks_raw(3, [](const testing::RankContext& ctx) {
+    ::setenv("TPF_CPUS", ctx.rank == 0 ? "1" : "64", 1);
+    for (const char* name :
+         {"TPF_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
+      ::unsetenv(name);
+    }
+    const size_t colon = ctx.store_address.rfind(':');
+    transport::FabricConfig config;
+    config.rank = ctx.rank;
+    config.size = ctx.size;
+    config.slot_bytes = 4096;
+    config.p2p_chunk_bytes = 1024;
+    config.segment_prefix = transport::shm_job_prefix(ctx.job_name) + "excess-";
+    config.label = "excess-ranks test";
+    config.store = std::make_shared<TcpStoreClient>(
+        ctx.store_address.substr(0, colon),
+        static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
+        std::chrono::milliseconds(20000));
+    config.setup_timeout = std::chrono::milliseconds(20000);
+    transport::ShmFabric fabric(config);
+    TPF_CHILD_CHECK(fabric.excess_ranks() == 2, "rank " + std::to_string(ctx.rank) + " counts " +
+                                                    std::to_string(fabric.excess_ranks()) +
+                                                    " ranks beyond the cores");
+    TPF_CHILD_CHECK(fabric.oversubscribed(), "rank " + std::to_string(ctx.rank));
+  }));
 }
 
 }  // namespace

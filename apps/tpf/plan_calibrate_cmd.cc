@@ -29,12 +29,12 @@ constexpr const char* kUsage =
     "                          [--train-max-bytes N] [--train-ranks 2[,3...]]\n"
     "                          [--placement oop|ip|both] [--json]\n"
     "\n"
-    "Fits the shared-memory link class (step_us, oversubscribed_step_us_per_rank, copy_gbps,\n"
+    "Fits the shared-memory link class (step_us, step_us_per_excess_rank, copy_gbps,\n"
     "reduce_gbps of coll::ShmLinkCost) by least squares on relative error to the training\n"
     "points, then predicts the held-out points and states the error.\n"
     "  --bench FILE       `tpf bench all_reduce --json` output with the top-level keys\n"
-    "                     \"algorithm\", \"oversubscribed\" and \"slot_bytes\" added, as\n"
-    "                     bench/plan/calibrate.sh writes them (repeat for several files)\n"
+    "                     \"algorithm\", \"oversubscribed\", \"slot_bytes\" and \"cpus\" added,\n"
+    "                     as bench/plan/calibrate.sh writes them (repeat for several files)\n"
     "  --train-max-bytes  largest message size of the training set (default 64K)\n"
     "  --train-ranks      rank counts of the training set (default 2)\n"
     "  --placement        out-of-place (oop, default), in-place (ip) or both rows\n"
@@ -140,9 +140,13 @@ std::string env_overrides(const coll::ShmLinkCost& c) {
   std::string out;
   auto add = [&](const char* name, double value) {
     if (!(value > 0)) return;
-    out += (out.empty() ? "" : " ") + std::string(name) + "=" + number(value);
+    if (!out.empty()) out += ' ';
+    out += name;
+    out += '=';
+    out += number(value);
   };
   add("TPF_SHM_STEP_US", c.step_us);
+  add("TPF_SHM_EXCESS_STEP_US", c.step_us_per_excess_rank);
   add("TPF_SHM_COPY_GBPS", c.copy_gbps);
   add("TPF_SHM_REDUCE_GBPS", c.reduce_gbps);
   return out;
@@ -210,14 +214,13 @@ std::string percent(double fraction) { return number(100 * fraction, "%.1f") + "
 
 void print_points(const char* title, const plan::Evaluation& e) {
   std::printf("\n%s:\n", title);
-  std::printf("  %5s  %-8s  %-7s  %-3s  %10s  %12s  %12s  %9s\n", "N", "algo", "oversub", "pl",
+  std::printf("  %5s  %-8s  %-6s  %-3s  %10s  %12s  %12s  %9s\n", "N", "algo", "excess", "pl",
               "bytes", "predicted_us", "measured_us", "rel_error");
   for (const plan::PointError& p : e.points) {
     const plan::ShmMeasurement& m = p.measurement;
-    std::printf("  %5d  %-8s  %-7s  %-3s  %10zu  %12.2f  %12.2f  %+8.1f%%\n", m.nranks,
-                algorithm_name(m.algorithm), m.oversubscribed ? "yes" : "no",
-                m.in_place ? "ip" : "oop", m.bytes, p.predicted_us, m.measured_us,
-                100 * p.rel_error);
+    std::printf("  %5d  %-8s  %6d  %-3s  %10zu  %12.2f  %12.2f  %+8.1f%%\n", m.nranks,
+                algorithm_name(m.algorithm), m.excess_ranks, m.in_place ? "ip" : "oop", m.bytes,
+                p.predicted_us, m.measured_us, 100 * p.rel_error);
   }
 }
 
@@ -233,8 +236,6 @@ void print_text(const Options& o, const Data& d, const plan::ShmFit& fit,
               percent(fit.train_median_rel_error).c_str(),
               percent(fit.train_max_rel_error).c_str());
   std::printf("  %s\n", env_overrides(fit.cost).c_str());
-  std::printf("  oversubscribed_step_us_per_rank = %s (no environment override)\n",
-              number(fit.cost.oversubscribed_step_us_per_rank).c_str());
   std::string fitted;
   for (plan::ShmParameter p : fit.fitted) fitted += std::string(" ") + plan::to_string(p);
   std::printf("  fitted:%s\n", fitted.c_str());
@@ -265,7 +266,7 @@ json::Value point_json(const plan::PointError& p) {
   json::Value v;
   v.set("nranks", m.nranks);
   v.set("algorithm", algorithm_name(m.algorithm));
-  v.set("oversubscribed", m.oversubscribed);
+  v.set("excess_ranks", m.excess_ranks);
   v.set("in_place", m.in_place);
   v.set("bytes", m.bytes);
   v.set("predicted_us", p.predicted_us);
@@ -292,7 +293,7 @@ void print_json(const Options& o, const Data& d, const plan::ShmFit& fit,
   out.set("training", std::move(train));
   json::Value cost;
   cost.set("step_us", fit.cost.step_us);
-  cost.set("oversubscribed_step_us_per_rank", fit.cost.oversubscribed_step_us_per_rank);
+  cost.set("step_us_per_excess_rank", fit.cost.step_us_per_excess_rank);
   cost.set("copy_gbps", fit.cost.copy_gbps);
   cost.set("reduce_gbps", fit.cost.reduce_gbps);
   out.set("cost", std::move(cost));

@@ -3,7 +3,7 @@
 # `tpf bench all_reduce` with one-shot and two-shot forced (TPF_ALLREDUCE_ALGO) at N = 2, 3, 4,
 # 1 KiB .. 4 MiB (one-shot only up to one slot: above it the fabric runs two-shot anyway), then
 # fits the constants on sizes <= 64 KiB at N = 2 and predicts the rest with `tpf plan calibrate`.
-# Ranks beyond the cores are oversubscribed; the fit's oversubscribed step term is for them: a
+# Ranks beyond the cores make each step slower; the fit's step per excess rank is for them: a
 # second calibration also trains on N = 3 (fitting that term) and holds out N = 4.
 #
 # usage: bench/plan/calibrate.sh [OUT_DIR]      (default build/calibration)

@@ -31,6 +31,7 @@ double env_double(const char* name, double fallback) {
 ShmLinkCost ShmLinkCost::from_env() {
   ShmLinkCost cost;
   cost.step_us = env_double("TPF_SHM_STEP_US", cost.step_us);
+  cost.step_us_per_excess_rank = env_double("TPF_SHM_EXCESS_STEP_US", cost.step_us_per_excess_rank);
   cost.copy_gbps = env_double("TPF_SHM_COPY_GBPS", cost.copy_gbps);
   cost.reduce_gbps = env_double("TPF_SHM_REDUCE_GBPS", cost.reduce_gbps);
   return cost;
@@ -45,10 +46,10 @@ size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
   return std::max(portion, align_elems) * n;
 }
 
-LinkClass ShmLinkCost::link_class(int nranks, bool oversubscribed) const {
+LinkClass ShmLinkCost::link_class(int /*nranks*/, int excess_ranks) const {
   LinkClass link;
   link.name = "shm";
-  link.alpha_us = oversubscribed ? oversubscribed_step_us_per_rank * nranks : step_us;
+  link.alpha_us = step_us + step_us_per_excess_rank * std::max(0, excess_ranks);
   link.port_gbps = 0;  // peers' slots are read in place: the reduce / copy rates bound it
   link.stage_gbps = copy_gbps;
   link.reduce_gbps = reduce_gbps;
@@ -56,8 +57,8 @@ LinkClass ShmLinkCost::link_class(int nranks, bool oversubscribed) const {
 }
 
 double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nranks,
-                             bool oversubscribed, size_t slot_bytes, const ShmLinkCost& cost) {
-  const LinkClass link = cost.link_class(nranks, oversubscribed);
+                             int excess_ranks, size_t slot_bytes, const ShmLinkCost& cost) {
+  const LinkClass link = cost.link_class(nranks, excess_ranks);
   const double b = static_cast<double>(bytes);
   if (algorithm == AllReduceAlgorithm::one_shot) {
     return *predict_us(CollectiveOp::all_reduce, Algorithm::one_shot, b, nranks, link);
@@ -67,7 +68,7 @@ double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nra
   return *predict_us(CollectiveOp::all_reduce, Algorithm::two_shot, b, nranks, link, chunks);
 }
 
-AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, bool oversubscribed,
+AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, int excess_ranks,
                                      size_t slot_bytes) {
   const bool fits_one_slot = bytes <= slot_bytes;
   // Read once: this runs on every all-reduce, and getenv scans the whole environment.
@@ -85,7 +86,7 @@ AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, bool oversubscrib
   }
   static const ShmLinkCost cost = ShmLinkCost::from_env();
   auto predict = [&](AllReduceAlgorithm algorithm) {
-    return predict_all_reduce_us(algorithm, bytes, nranks, oversubscribed, slot_bytes, cost);
+    return predict_all_reduce_us(algorithm, bytes, nranks, excess_ranks, slot_bytes, cost);
   };
   return predict(AllReduceAlgorithm::one_shot) <= predict(AllReduceAlgorithm::two_shot)
              ? AllReduceAlgorithm::one_shot

@@ -138,7 +138,7 @@ void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t se
     case OpKind::all_reduce:
     case OpKind::reduce: {
       auto algorithm =
-          choose_all_reduce(bytes, fabric.size(), fabric.oversubscribed(), fabric.slot_bytes());
+          choose_all_reduce(bytes, fabric.size(), fabric.excess_ranks(), fabric.slot_bytes());
       if (algorithm == AllReduceAlgorithm::one_shot) {
         all_reduce_one_shot(fabric, desc, fp, ctx);
       } else {

@@ -102,7 +102,7 @@ double row_time_us(const json::Value& measurement, const std::string& where,
 
 // ---- Least squares ------------------------------------------------------------------------------
 
-// Predicted microseconds = design_row . (step_us, oversubscribed_step_us_per_rank, 1 / copy_gbps,
+// Predicted microseconds = design_row . (step_us, step_us_per_excess_rank, 1 / copy_gbps,
 // 1 / reduce_gbps): the terms of coll::predict_all_reduce_us, taken from the same traffic counts.
 Row design_row(const ShmMeasurement& m, size_t slot_bytes) {
   const double b = static_cast<double>(m.bytes);
@@ -120,8 +120,8 @@ Row design_row(const ShmMeasurement& m, size_t slot_bytes) {
   // The shared-memory link class has no port term (peers' slots are read in place), so wire bytes
   // cost nothing; transfer time is bytes / (gbps * 1e3) microseconds.
   Row row{};
-  row[0] = m.oversubscribed ? 0.0 : t.steps;
-  row[1] = m.oversubscribed ? t.steps * m.nranks : 0.0;
+  row[0] = t.steps;
+  row[1] = t.steps * m.excess_ranks;
   row[2] = t.staged_bytes * 1e-3;
   row[3] = t.reduced_bytes * 1e-3;
   return row;
@@ -199,7 +199,7 @@ Solve solve_relative(const std::vector<Row>& rows, const std::vector<double>& me
 }
 
 constexpr ShmParameter kParameters[kParams] = {ShmParameter::step_us,
-                                               ShmParameter::oversubscribed_step_us_per_rank,
+                                               ShmParameter::step_us_per_excess_rank,
                                                ShmParameter::copy_gbps, ShmParameter::reduce_gbps};
 
 // The fitted value in the unit the model uses (rates are fitted as their inverse).
@@ -224,8 +224,8 @@ double median(std::vector<double> v) {
 
 std::vector<ShmMeasurement> median_of_repeats(const std::vector<ShmMeasurement>& runs) {
   auto same_point = [](const ShmMeasurement& a, const ShmMeasurement& b) {
-    return a.nranks == b.nranks && a.algorithm == b.algorithm &&
-           a.oversubscribed == b.oversubscribed && a.bytes == b.bytes && a.in_place == b.in_place;
+    return a.nranks == b.nranks && a.algorithm == b.algorithm && a.excess_ranks == b.excess_ranks &&
+           a.bytes == b.bytes && a.in_place == b.in_place;
   };
   std::vector<ShmMeasurement> out;
   std::vector<std::vector<double>> times;
@@ -250,7 +250,7 @@ std::vector<ShmMeasurement> median_of_repeats(const std::vector<ShmMeasurement>&
 const char* to_string(ShmParameter parameter) {
   switch (parameter) {
     case ShmParameter::step_us: return "step_us";
-    case ShmParameter::oversubscribed_step_us_per_rank: return "oversubscribed_step_us_per_rank";
+    case ShmParameter::step_us_per_excess_rank: return "step_us_per_excess_rank";
     case ShmParameter::copy_gbps: return "copy_gbps";
     case ShmParameter::reduce_gbps: return "reduce_gbps";
   }
@@ -276,12 +276,27 @@ BenchFile parse_bench_json(const std::string& text, const std::string& path) {
   }
   const std::string why_key =
       "tpf bench does not record it; bench/plan/calibrate.sh adds \"algorithm\" (what "
-      "TPF_ALLREDUCE_ALGO forced), \"oversubscribed\" and \"slot_bytes\"";
+      "TPF_ALLREDUCE_ALGO forced), \"oversubscribed\", \"slot_bytes\" and \"cpus\"";
   const std::string algorithm = get_string(root, "algorithm", top, path, why_key);
   BenchFile file;
   file.path = path;
   const coll::AllReduceAlgorithm forced = parse_all_reduce_algorithm(algorithm, path);
   const bool oversubscribed = get_bool(root, "oversubscribed", top, path, why_key);
+  // The step cost grows with the ranks beyond the cores, so an oversubscribed run needs the core
+  // count; where a file gives it without being oversubscribed, the two must agree.
+  int excess_ranks = 0;
+  if (oversubscribed || root.find("cpus") != nullptr) {
+    const int64_t cpus = get_int(root, "cpus", top, path,
+                                 "an oversubscribed run needs the cores it had (TPF_CPUS) to "
+                                 "count the ranks beyond them; bench/plan/calibrate.sh adds it");
+    if (cpus < 1) fail(path + ": 'cpus' is " + std::to_string(cpus) + ", expected >= 1");
+    excess_ranks = static_cast<int>(std::max<int64_t>(0, nranks - cpus));
+    if (oversubscribed != (excess_ranks > 0)) {
+      fail(path + ": 'oversubscribed' is " + (oversubscribed ? "true" : "false") + " but " +
+           std::to_string(nranks) + " ranks on " + std::to_string(cpus) + " cpus leave " +
+           std::to_string(excess_ranks) + " ranks beyond the cores");
+    }
+  }
   const int64_t slot = get_int(root, "slot_bytes", top, path, why_key);
   if (slot <= 0) fail(path + ": 'slot_bytes' is " + std::to_string(slot) + ", expected > 0");
   file.slot_bytes = static_cast<size_t>(slot);
@@ -317,7 +332,7 @@ BenchFile parse_bench_json(const std::string& text, const std::string& path) {
     }
     m.nranks = static_cast<int>(nranks);
     m.bytes = static_cast<size_t>(bytes);
-    m.oversubscribed = oversubscribed;
+    m.excess_ranks = excess_ranks;
     m.in_place = false;
     m.measured_us = row_time_us(member(row, "oop", where, path), where + ".oop", path);
     m.source = path + " " + where + " oop";
@@ -367,8 +382,8 @@ ShmFit fit_shm_link_cost(const std::vector<ShmMeasurement>& training, size_t slo
     rows.push_back(design_row(m, slot_bytes));
     measured.push_back(m.measured_us);
   }
-  // Parameters with no term in any training row (the oversubscribed step when every rank had a
-  // core, or the other way round) keep the prior's values.
+  // Parameters with no term in any training row (the step per excess rank when every rank had a
+  // core) keep the prior's values.
   std::vector<int> active;
   for (int p = 0; p < kParams; ++p) {
     bool used = false;
@@ -377,7 +392,7 @@ ShmFit fit_shm_link_cost(const std::vector<ShmMeasurement>& training, size_t slo
   }
   ShmFit fit;
   fit.points = training.size();
-  const double prior_values[kParams] = {prior.step_us, prior.oversubscribed_step_us_per_rank,
+  const double prior_values[kParams] = {prior.step_us, prior.step_us_per_excess_rank,
                                         prior.copy_gbps, prior.reduce_gbps};
   for (int p = 0; p < kParams; ++p) {
     if (std::find(active.begin(), active.end(), p) == active.end()) {
@@ -440,9 +455,7 @@ ShmFit fit_shm_link_cost(const std::vector<ShmMeasurement>& training, size_t slo
     const double x = best.x[p];
     switch (kParameters[p]) {
       case ShmParameter::step_us: fit.cost.step_us = x; break;
-      case ShmParameter::oversubscribed_step_us_per_rank:
-        fit.cost.oversubscribed_step_us_per_rank = x;
-        break;
+      case ShmParameter::step_us_per_excess_rank: fit.cost.step_us_per_excess_rank = x; break;
       case ShmParameter::copy_gbps: fit.cost.copy_gbps = x > 0 ? 1 / x : 0; break;
       case ShmParameter::reduce_gbps: fit.cost.reduce_gbps = x > 0 ? 1 / x : 0; break;
     }
@@ -460,7 +473,7 @@ Evaluation evaluate(const coll::ShmLinkCost& cost, const std::vector<ShmMeasurem
   for (const ShmMeasurement& m : measurements) {
     PointError p;
     p.measurement = m;
-    p.predicted_us = coll::predict_all_reduce_us(m.algorithm, m.bytes, m.nranks, m.oversubscribed,
+    p.predicted_us = coll::predict_all_reduce_us(m.algorithm, m.bytes, m.nranks, m.excess_ranks,
                                                  slot_bytes, cost);
     p.rel_error = (p.predicted_us - m.measured_us) / m.measured_us;
     const double a = std::abs(p.rel_error);

@@ -17,7 +17,7 @@ struct ShmMeasurement {
   coll::AllReduceAlgorithm algorithm = coll::AllReduceAlgorithm::one_shot;
   int nranks = 2;
   size_t bytes = 0;
-  bool oversubscribed = false;  // more ranks than cores (the fabric's own definition)
+  int excess_ranks = 0;  // ranks beyond the cores (0 = a core each; the fabric's own definition)
   bool in_place = false;
   double measured_us = 0;
   std::string source;  // "FILE row K oop", for tables and messages
@@ -26,7 +26,9 @@ struct ShmMeasurement {
 // What one `tpf bench all_reduce --json` file holds. The benchmark's JSON does not record which
 // algorithm ran, whether the job was oversubscribed or the slot size, so the file must also carry
 // the top-level keys "algorithm" ("one_shot" | "two_shot", what TPF_ALLREDUCE_ALGO forced),
-// "oversubscribed" (bool) and "slot_bytes" (integer); bench/plan/calibrate.sh adds them.
+// "oversubscribed" (bool), "slot_bytes" (integer) and, where oversubscribed, "cpus" (the cores
+// the job had, TPF_CPUS): the excess ranks are max(0, nranks - cpus). bench/plan/calibrate.sh
+// adds them all.
 struct BenchFile {
   std::string path;
   size_t slot_bytes = 0;
@@ -48,7 +50,7 @@ BenchFile read_bench_file(const std::string& path);
 // The median of `values` (0 for none).
 double median(std::vector<double> values);
 
-// One measurement per point (N, algorithm, oversubscription, size, placement): where several runs
+// One measurement per point (N, algorithm, excess ranks, size, placement): where several runs
 // measured the same point, their median, in the order of the points' first runs. On a shared
 // machine a run can be slowed by other processes (a rank waits out a scheduler time slice), but
 // whole runs can also be faster than the rest (on the 2-core development VM one sweep in five ran
@@ -57,13 +59,13 @@ double median(std::vector<double> values);
 std::vector<ShmMeasurement> median_of_repeats(const std::vector<ShmMeasurement>& runs);
 
 // The ShmLinkCost parameters in the order of the fit.
-enum class ShmParameter { step_us, oversubscribed_step_us_per_rank, copy_gbps, reduce_gbps };
+enum class ShmParameter { step_us, step_us_per_excess_rank, copy_gbps, reduce_gbps };
 const char* to_string(ShmParameter parameter);
 
 struct ShmFit {
   coll::ShmLinkCost cost;
   // Parameters the training set determines; the others keep the prior's values (e.g. the
-  // oversubscribed step when every training point had a core per rank).
+  // step per excess rank when every training point had a core per rank).
   std::vector<ShmParameter> fitted;
   // True when the unconstrained least-squares solution had a coefficient <= 0: the result is then
   // the best fit with that coefficient at 0 (a rate of 0 GB/s reads "not a bottleneck", as in
@@ -77,7 +79,7 @@ struct ShmFit {
 
 // Fits ShmLinkCost to `training` so that sum(((predicted - measured) / measured)^2) is least:
 // small and large messages weigh alike. The model (coll::predict_all_reduce_us) is linear in
-// (step_us, oversubscribed_step_us_per_rank, 1 / copy_gbps, 1 / reduce_gbps) once the pipeline
+// (step_us, step_us_per_excess_rank, 1 / copy_gbps, 1 / reduce_gbps) once the pipeline
 // chunk counts are fixed by `slot_bytes`, so this is a small linear least-squares problem, solved
 // by QR. Throws tpf::Error(invalid_argument) when the training set is empty or cannot separate the
 // parameters (e.g. only one algorithm at one rank count: copy and reduce rates are then

@@ -122,8 +122,11 @@ void ShmFabric::setup() {
     processes_[p] = PeerProcess(static_cast<pid_t>(pid));
   }
   // Algorithm choices depend on this, so every rank takes rank 0's view.
-  if (me == 0) store.set("oversubscribed", ranks_on_machine(n) > job_cpus() ? "1" : "0");
-  oversubscribed_ = store.get("oversubscribed", config_.setup_timeout) == "1";
+  if (me == 0) {
+    store.set("excess_ranks", std::to_string(std::max(0, ranks_on_machine(n) - job_cpus())));
+  }
+  const std::string excess = store.get("excess_ranks", config_.setup_timeout);
+  excess_ranks_ = std::atoi(excess.c_str());
   // Everyone has mapped everyone: the names are no longer needed, and removing them now means a
   // rank killed later leaves nothing behind in /dev/shm.
   if (store.add("mapped", 1) == n) store.set("all_mapped", "1");

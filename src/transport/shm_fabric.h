@@ -88,7 +88,10 @@ class ShmFabric {
   size_t slot_bytes() const noexcept { return config_.slot_bytes; }
   size_t p2p_chunk_bytes() const noexcept { return config_.p2p_chunk_bytes; }
   // More ranks than usable cores: waits yield at once and steps cost scheduler time.
-  bool oversubscribed() const noexcept { return oversubscribed_; }
+  bool oversubscribed() const noexcept { return excess_ranks_ > 0; }
+  // Ranks on this machine beyond its usable cores (0 when every rank has one), rank 0's view: the
+  // all-reduce cost model charges each step per excess rank.
+  int excess_ranks() const noexcept { return excess_ranks_; }
 
   // Collective steps.
   uint64_t begin_step() noexcept { return ++step_; }
@@ -192,7 +195,7 @@ class ShmFabric {
   size_t control_bytes_ = 0;
   size_t segment_bytes_ = 0;
   size_t eager_bytes_ = 0;
-  bool oversubscribed_ = false;
+  int excess_ranks_ = 0;
   bool light_posts_ = false;  // every rank registered for asymmetric fences
   uint64_t step_ = 0;
   RingState lines_, tiny_;

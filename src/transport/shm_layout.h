@@ -97,7 +97,7 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
     return true;
   };
   if (ready()) return;
-  Backoff backoff(oversubscribed_);
+  Backoff backoff(oversubscribed());
   Doorbell& bell = control(config_.rank).bell;
   for (;;) {
     Backoff::Stage stage = backoff.next();
