@@ -208,7 +208,14 @@ json::Value search_json(const SearchResult& result, size_t rows) {
 
 std::string search_svg(const SearchResult& result, size_t rows, const std::string& title) {
   const size_t n = std::min(rows, result.ranked.size());
-  const double left = 430, right = 40, top = 60, bar = 18, gap = 6, width = 1100;
+  // Room for the longest label at about 6.5 px per character of the 11 px font, and for the
+  // tokens/s figure after the longest bar.
+  size_t longest_label = 0;
+  for (size_t i = 0; i < n; ++i) {
+    longest_label = std::max(longest_label, result.ranked[i].layout.to_string().size() + 6);
+  }
+  const double left = 20 + 6.5 * static_cast<double>(longest_label), right = 130, top = 60;
+  const double bar = 18, gap = 6, width = left + 700 + right;
   const double height = top + n * (bar + gap) + 70;
   // Seconds per million tokens: comparable across layouts with different global batches.
   auto per_million = [](const StepEstimate& e, double seconds) {
@@ -255,7 +262,7 @@ std::string search_svg(const SearchResult& result, size_t rows, const std::strin
                   legend_y, part.color)
         << format("<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", legend_x + 16, legend_y + 10,
                   part.name);
-    legend_x += 120;
+    legend_x += 140;
   }
   svg << "</svg>\n";
   return svg.str();
