@@ -57,13 +57,6 @@ double max_rel_error(const std::vector<double>& got, const std::vector<double>& 
   return worst;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Runs simgrid_flows on `scenario`, bounded in time; returns finish times (us), or fails the test.
 std::vector<double> run_simgrid(const testing::ScratchDir& dir, const std::string& scenario,
                                 const std::string& latency_mode, size_t flows) {
@@ -96,10 +89,10 @@ std::vector<double> run_simgrid(const testing::ScratchDir& dir, const std::strin
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    ADD_FAILURE() << "simgrid_flows failed (status " << status << "): " << read_file(err);
+    ADD_FAILURE() << "simgrid_flows failed (status " << status << "): " << testing::read_file(err);
     return {};
   }
-  json::Value result = json::parse(read_file(out), out);
+  json::Value result = json::parse(testing::read_file(out), out);
   std::vector<double> finish;
   for (const json::Value& v : result.at("finish_us").as_array()) finish.push_back(v.as_double());
   EXPECT_EQ(finish.size(), flows);

@@ -20,13 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 Outcome tpf_on(int ranks, std::vector<std::string> args) {
   std::vector<std::string> full = {"run", "-n", std::to_string(ranks), "--", TPF_BINARY};
   full.insert(full.end(), args.begin(), args.end());

@@ -75,7 +75,7 @@ struct ClusterSpec {
   FailureSpec failures;
 
   int total_gpus() const { return nodes * gpus_per_node; }  // validate() bounds the product
-  double nic_gbps() const { return nic_gbits / 8.0; }  // GB/s
+  double nic_gbps() const { return nic_gbits / 8.0; }       // GB/s
 };
 
 // Throws Error(invalid_argument) naming the field for anything inconsistent (non-positive sizes,

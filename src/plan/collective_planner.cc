@@ -23,7 +23,10 @@ const std::vector<coll::Algorithm> kNetworkAlgorithms = {coll::Algorithm::ring,
 }  // namespace
 
 CollectivePlanner::CollectivePlanner(const ClusterSpec& cluster)
-    : cluster_(cluster), topology_(std::make_unique<FabricTopology>(cluster)) {}
+    : cluster_(cluster), topology_(std::make_unique<FabricTopology>(cluster)) {
+  capacity_.reserve(topology_->links().size());
+  for (const FabricLink& link : topology_->links()) capacity_.push_back(link.failed ? 0 : link.gbps);
+}
 
 coll::LinkClass CollectivePlanner::scale_up_link() const {
   coll::LinkClass link;
@@ -187,15 +190,10 @@ const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, Ph
   phase.transfers = static_cast<int>(transfers.size());
   if (!transfers.empty()) {
     std::vector<SubFlow> subflows = route_transfers(*topology_, cluster_.routing, transfers);
-    std::vector<double> capacity;
-    capacity.reserve(topology_->links().size());
-    for (const FabricLink& link : topology_->links()) {
-      capacity.push_back(link.failed ? 0 : link.gbps);
-    }
     std::vector<PathFlow> paths;
     paths.reserve(subflows.size());
     for (const SubFlow& s : subflows) paths.push_back(s.path);
-    std::vector<double> rates = max_min_rates(capacity, paths);
+    std::vector<double> rates = max_min_rates(capacity_, paths);
     // A transfer ends with its slowest piece: rate = bytes / max(piece bytes / piece rate).
     std::vector<double> slowest(transfers.size(), 0.0);
     for (size_t i = 0; i < subflows.size(); ++i) {

@@ -90,6 +90,7 @@ class CollectivePlanner {
  private:
   ClusterSpec cluster_;
   std::unique_ptr<FabricTopology> topology_;
+  std::vector<double> capacity_;  // GB/s of every link, 0 where failed: what max-min shares
   coll::LinkClass network_link(const NetworkPhase& phase) const;
   GroupPlacement compute_placement(const GroupShape& group) const;
   std::map<std::pair<GroupShape, PhaseKind>, NetworkPhase> phases_;

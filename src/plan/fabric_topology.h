@@ -33,14 +33,12 @@ class FabricTopology {
   int tiers() const { return tiers_; }
   int planes() const { return planes_; }
   int nic_count() const { return nics_; }  // nodes * nics_per_node
-  int nic_of(int node, int nic_index) const { return node * nics_per_node_ + nic_index; }
   int leaf_count() const { return leaves_; }  // per plane
   bool rail_optimized() const { return rail_optimized_; }
   // Rail-optimized: nodes whose NIC i share leaf i (a rail group); their traffic on one rail
   // never leaves the leaf.
   int rail_group_nodes() const { return rail_group_nodes_; }
   int leaf_of(int nic, int plane) const;
-  int leaf_downlinks() const { return leaf_down_; }
   int leaf_uplinks() const { return leaf_up_; }
 
   const std::vector<FabricLink>& links() const { return links_; }

@@ -18,9 +18,9 @@ enum class ParallelDim { tp, dp, pp };
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
   int micro_batch = 1;
-  int global_batch = 0;        // 0 = the model's
+  int global_batch = 0;  // 0 = the model's
   bool sequence_parallel = false;
-  int virtual_stages = 1;      // interleaved 1F1B: model chunks per pipeline rank
+  int virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank
   Recompute recompute = Recompute::none;
   bool distributed_optimizer = false;  // optimizer state sharded over DP (ZeRO-1)
   std::array<ParallelDim, 3> order = {ParallelDim::tp, ParallelDim::dp, ParallelDim::pp};

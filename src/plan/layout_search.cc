@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <functional>
 
+#include "plan/text_format.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
@@ -19,14 +19,6 @@ std::vector<int> divisors(int n) {
 }
 
 int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-std::string format(const char* fmt, double a, double b = 0, double c = 0) {
-  char buffer[256];
-  std::snprintf(buffer, sizeof buffer, fmt, a, b, c);
-  return buffer;
-}
-
-// The breakdown parts and their names, for explanations.
 
 // Why `best` beats `other`: the parts of the step that differ most, per token (batches differ).
 std::string compare(const StepEstimate& best, const StepEstimate& other, const std::string& choice,

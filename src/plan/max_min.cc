@@ -147,13 +147,4 @@ std::vector<double> simulate_completion_us(const std::vector<double>& capacity_g
   return finish;
 }
 
-int max_flows_per_link(size_t link_count, const std::vector<PathFlow>& flows) {
-  std::vector<int> count(link_count, 0);
-  int most = 0;
-  for (const PathFlow& flow : flows) {
-    for (int link : flow.links) most = std::max(most, ++count[link]);
-  }
-  return most;
-}
-
 }  // namespace tpf::plan

@@ -24,7 +24,4 @@ std::vector<double> max_min_rates(const std::vector<double>& capacity_gbps,
 std::vector<double> simulate_completion_us(const std::vector<double>& capacity_gbps,
                                            const std::vector<PathFlow>& flows);
 
-// The most flows any one link carries (how badly hashing collided).
-int max_flows_per_link(size_t link_count, const std::vector<PathFlow>& flows);
-
 }  // namespace tpf::plan

@@ -13,10 +13,10 @@ struct ModelSpec {
   int layers = 24;
   int hidden = 2048;
   int heads = 16;
-  int ffn_hidden = 0;       // 0 = 4 * hidden
+  int ffn_hidden = 0;  // 0 = 4 * hidden
   int seq_len = 2048;
   int vocab = 51200;
-  int global_batch = 512;   // sequences per step, unless the layout overrides it
+  int global_batch = 512;  // sequences per step, unless the layout overrides it
   int ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
   // Parameters (weights and biases, tied embedding counted once, learned positions).
   double parameters() const;

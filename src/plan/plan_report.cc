@@ -1,22 +1,12 @@
 #include "plan/plan_report.h"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <sstream>
+
+#include "plan/text_format.h"
 
 namespace tpf::plan {
 namespace {
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buffer[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buffer, sizeof buffer, fmt, args);
-  va_end(args);
-  return buffer;
-}
 
 std::string escape_xml(const std::string& text) {
   std::string out;

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <tuple>
 #include <utility>
 
 #include "plan/invalid_input.h"
+#include "plan/text_format.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
@@ -16,12 +16,6 @@ namespace {
 using coll::CollectiveOp;
 
 std::string str(int value) { return std::to_string(value); }
-
-std::string fixed(double value, int digits = 1) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
 
 // Bytes per element and per parameter. Activations and weights are bf16; mixed-precision Adam
 // keeps fp32 gradients (Megatron's main_grad) and fp32 master weights, momentum and variance:
@@ -99,6 +93,8 @@ class Estimator {
 
  private:
   void check();
+  // One collective of `dim`'s groups, estimated once per (op, bytes, dim).
+  const CollectiveEstimate& collective(CollectiveOp op, double bytes, ParallelDim dim);
   double collective_us(CollectiveOp op, double bytes, ParallelDim dim);
   CollectiveEstimate tp_pair();  // one activation all-reduce or all-gather + reduce-scatter
   StageTime stage_time(bool first, bool last);
@@ -111,8 +107,9 @@ class Estimator {
   CollectivePlanner& planner_;
   const ClusterSpec& cluster_;
   Dims d_{};
-  int m_ = 1;        // micro-batches per step
-  double rate_ = 0;  // achieved GEMM FLOP/s
+  int m_ = 1;                   // micro-batches per step
+  double rate_ = 0;             // achieved GEMM FLOP/s
+  CollectiveEstimate tp_pair_;  // what tp_pair() returns, for every stage
   std::map<std::tuple<int, double, int>, CollectiveEstimate> cache_;
 };
 
@@ -165,22 +162,28 @@ void Estimator::check() {
   m_ = layout_.global_batch / (layout_.dp * layout_.micro_batch);
 }
 
-double Estimator::collective_us(CollectiveOp op, double bytes, ParallelDim dim) {
-  const GroupShape group = layout_.group_of(dim);
-  if (group.size <= 1 && op != CollectiveOp::send_recv) return 0;
+const CollectiveEstimate& Estimator::collective(CollectiveOp op, double bytes, ParallelDim dim) {
   const auto key = std::make_tuple(static_cast<int>(op), bytes, static_cast<int>(dim));
   auto it = cache_.find(key);
-  if (it == cache_.end()) it = cache_.emplace(key, planner_.estimate(op, bytes, group)).first;
-  return it->second.us;
+  if (it == cache_.end()) {
+    it = cache_.emplace(key, planner_.estimate(op, bytes, layout_.group_of(dim))).first;
+  }
+  return it->second;
+}
+
+double Estimator::collective_us(CollectiveOp op, double bytes, ParallelDim dim) {
+  if (layout_.group_of(dim).size <= 1 && op != CollectiveOp::send_recv) return 0;
+  return collective(op, bytes, dim).us;
 }
 
 CollectiveEstimate Estimator::tp_pair() {
   const double bytes = d_.s * d_.b * d_.h * kActivationBytes;
   const GroupShape group = layout_.group_of(ParallelDim::tp);
   if (group.size <= 1) return {};
-  if (!d_.sp) return planner_.estimate(CollectiveOp::all_reduce, bytes, group);
-  CollectiveEstimate gather = planner_.estimate(CollectiveOp::all_gather, bytes, group);
-  const CollectiveEstimate scatter = planner_.estimate(CollectiveOp::reduce_scatter, bytes, group);
+  if (!d_.sp) return collective(CollectiveOp::all_reduce, bytes, ParallelDim::tp);
+  CollectiveEstimate gather = collective(CollectiveOp::all_gather, bytes, ParallelDim::tp);
+  const CollectiveEstimate& scatter =
+      collective(CollectiveOp::reduce_scatter, bytes, ParallelDim::tp);
   gather.us += scatter.us;
   gather.algorithm =
       "all_gather(" + gather.algorithm + ")+reduce_scatter(" + scatter.algorithm + ")";
@@ -231,10 +234,7 @@ StageTime Estimator::stage_time(bool first, bool last) {
   // reduce-scatter in place of each with SP); full recomputation repeats the forward ones.
   if (d.t > 1) {
     const double bytes = d.s * d.b * d.h * kActivationBytes;
-    const double pair =
-        d.sp ? collective_us(CollectiveOp::all_gather, bytes, ParallelDim::tp) +
-                   collective_us(CollectiveOp::reduce_scatter, bytes, ParallelDim::tp)
-             : collective_us(CollectiveOp::all_reduce, bytes, ParallelDim::tp);
+    const double pair = tp_pair_.us;
     const double recompute_pairs = layout_.recompute == Recompute::full ? 2 : 0;
     st.tp_f = layers * 2 * pair * 1e-6;
     st.tp_b = layers * (2 + recompute_pairs) * pair * 1e-6;
@@ -380,7 +380,8 @@ StepEstimate Estimator::run() {
   const double k = d_.h / d_.t;
   out.gemm_efficiency = gpu.max_gemm_efficiency * k / (k + gpu.half_efficiency_width);
   rate_ = gpu.peak_tflops * 1e12 * out.gemm_efficiency;
-  out.tp_all_reduce = tp_pair();
+  tp_pair_ = tp_pair();
+  out.tp_all_reduce = tp_pair_;
 
   // The pipeline runs at the pace of its slowest stage (the first holds the embedding, the last
   // the output layer; all hold L/p layers).
@@ -437,13 +438,13 @@ StepEstimate Estimator::run() {
                                                     {mem.weights_gb, "weights"}};
     const auto* largest = std::max_element(std::begin(parts), std::end(parts),
                                            [](auto& x, auto& y) { return x.first < y.first; });
-    out.notes.push_back("does not fit: " + fixed(mem.total_gb()) + " GB > " +
-                        fixed(gpu.memory_gb, 0) + " GB (" + largest->second + " " +
-                        fixed(largest->first) + " GB" +
+    out.notes.push_back("does not fit: " + format("%.1f", mem.total_gb()) + " GB > " +
+                        format("%.0f", gpu.memory_gb) + " GB (" + largest->second + " " +
+                        format("%.1f", largest->first) + " GB" +
                         (p > 1 ? ", pipeline stage " + str(worst_stage) : std::string()) + ")");
   }
   if (bd.pp_bubble_s > 0.1 * out.step_s) {
-    out.notes.push_back("pipeline bubble is " + fixed(100 * bd.pp_bubble_s / out.step_s, 0) +
+    out.notes.push_back("pipeline bubble is " + format("%.0f", 100 * bd.pp_bubble_s / out.step_s) +
                         "% of the step: " + str(m_) +
                         " micro-batches per pipeline; more (larger gb, smaller mb or dp) or "
                         "interleaving (vp) shrink it");
@@ -453,8 +454,9 @@ StepEstimate Estimator::run() {
                         " span nodes: their activation collectives cross the network");
   }
   if (bd.dp_exposed_s > 0.1 * out.step_s) {
-    out.notes.push_back("gradient reduction is exposed for " + fixed(bd.dp_exposed_s * 1e3) +
-                        " ms (" + fixed(100 * bd.dp_exposed_s / out.step_s, 0) + "% of the step)");
+    out.notes.push_back("gradient reduction is exposed for " +
+                        format("%.1f", bd.dp_exposed_s * 1e3) + " ms (" +
+                        format("%.0f", 100 * bd.dp_exposed_s / out.step_s) + "% of the step)");
   }
   return out;
 }

@@ -1,10 +1,12 @@
 // A fresh directory under the system's temporary directory, removed with everything in it when the
-// object goes out of scope.
+// object goes out of scope; and reading back what landed in it.
 #pragma once
 
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -30,5 +32,14 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// The whole contents of a file a test wrote or a command produced ("" if it cannot be read: the
+// test's own assertions then say what is missing).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace tpf::testing
