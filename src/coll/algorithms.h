@@ -10,7 +10,8 @@
 
 namespace tpf::coll {
 
-// Runs `desc` (already validated) as operation number `sequence` of the communicator.
+// Runs the collective `desc` (already validated) as operation number `sequence` of the
+// communicator. Point-to-point messages go through P2pTransfer (p2p_transfer.h) instead.
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
                    const transport::WaitContext& ctx);
 
@@ -44,9 +45,5 @@ void run_eager(transport::ShmFabric& fabric, const OpDesc& desc, const transport
                const transport::WaitContext& ctx);
 // ShmFabric::kEagerCapacity, or less with TPF_EAGER_MAX_BYTES (0 turns eager messages off).
 size_t eager_max_bytes();
-
-// Point to point (p2p.cc).
-void send(transport::ShmFabric& fabric, const OpDesc& desc, const transport::WaitContext& ctx);
-void recv(transport::ShmFabric& fabric, const OpDesc& desc, const transport::WaitContext& ctx);
 
 }  // namespace tpf::coll

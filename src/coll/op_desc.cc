@@ -22,6 +22,10 @@ bool is_reducing(OpKind kind) noexcept {
   return kind == OpKind::all_reduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter;
 }
 
+bool is_point_to_point(OpKind kind) noexcept {
+  return kind == OpKind::send || kind == OpKind::recv;
+}
+
 bool is_rooted(OpKind kind) noexcept {
   return kind == OpKind::reduce || kind == OpKind::broadcast || kind == OpKind::gather ||
          kind == OpKind::scatter;

@@ -19,6 +19,7 @@ enum class OpKind : uint8_t {
 const char* op_kind_name(OpKind kind) noexcept;
 bool is_reducing(OpKind kind) noexcept;
 bool is_rooted(OpKind kind) noexcept;
+bool is_point_to_point(OpKind kind) noexcept;  // send or recv
 
 struct OpDesc {
   OpKind kind = OpKind::barrier;

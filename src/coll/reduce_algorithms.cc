@@ -1,12 +1,14 @@
 // all_reduce, reduce and reduce_scatter over the in-memory fabric.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "coll/algorithms.h"
 #include "coll/cost_model.h"
 #include "coll/piecewise.h"
 #include "coll/reduce_kernels.h"
 #include "coll/source_list.h"
+#include "tpf/error.h"
 
 namespace tpf::coll {
 namespace {
@@ -153,9 +155,11 @@ void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t se
     case OpKind::gather: return gather(fabric, desc, fp, ctx);
     case OpKind::scatter: return scatter(fabric, desc, fp, ctx);
     case OpKind::barrier: return barrier(fabric, fp, ctx);
-    case OpKind::send: return send(fabric, desc, ctx);
-    case OpKind::recv: return recv(fabric, desc, ctx);
+    case OpKind::send:
+    case OpKind::recv: break;
   }
+  throw Error(ErrorCode::internal, std::string(op_kind_name(desc.kind)) +
+                                       " is not a collective: it goes through P2pTransfer");
 }
 
 }  // namespace tpf::coll

@@ -7,6 +7,7 @@
 
 #include "base/env_config.h"
 #include "coll/algorithms.h"
+#include "comm/process_failures.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
 
@@ -68,15 +69,20 @@ CommImpl::CommImpl(CommSetup setup)
   int64_t joined = setup_.store->add(setup_.name + "/joined", 1);
   uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
   fabric_ = std::make_unique<transport::ShmFabric>(fabric_config(setup_, generation));
+  p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name,
+                                     [this](std::exception_ptr e) { return record_failure(e); });
+  ProcessFailures::instance().add(fabric_.get());
 }
 
 CommImpl::~CommImpl() {
+  ProcessFailures::instance().remove(fabric_.get());
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
   for (Task& task : queue_) {
     task.state->complete(std::make_exception_ptr(
         Error(ErrorCode::aborted, std::string(coll::op_kind_name(task.desc.kind)) +
@@ -96,13 +102,8 @@ uint64_t CommImpl::take_sequence() noexcept {
 }
 
 std::string CommImpl::label(const coll::OpDesc& desc, uint64_t sequence) const {
-  std::string text = std::string(coll::op_kind_name(desc.kind)) + " (sequence " +
-                     std::to_string(sequence) + ") on communicator '" + setup_.name + "'";
-  if (desc.kind == coll::OpKind::send || desc.kind == coll::OpKind::recv) {
-    text += (desc.kind == coll::OpKind::send ? ", to rank " : ", from rank ") +
-            std::to_string(desc.peer);
-  }
-  return text;
+  return std::string(coll::op_kind_name(desc.kind)) + " (sequence " + std::to_string(sequence) +
+         ") on communicator '" + setup_.name + "'";
 }
 
 void CommImpl::validate(const coll::OpDesc& d) const {
@@ -175,6 +176,9 @@ std::chrono::milliseconds CommImpl::timeout_of(const coll::OpDesc& desc,
 
 Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
+  if (coll::is_point_to_point(desc.kind)) {
+    return p2p_->submit(desc, Clock::now() + timeout_of(desc, call));
+  }
   auto state = std::make_shared<WorkState>();
   state->deadline = Clock::now() + timeout_of(desc, call);
   gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
@@ -189,6 +193,7 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
 void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   const std::chrono::milliseconds timeout = timeout_of(desc, call);
+  if (coll::is_point_to_point(desc.kind)) return p2p_->run(desc, Clock::now() + timeout);
   if (gate_.owner_enter()) {  // the common case: one thread per communicator, nothing queued
     std::exception_ptr failure = run(desc, take_sequence(), std::nullopt, timeout);
     gate_.owner_exit();
@@ -244,10 +249,9 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
     }
     if (failed_.load()) {
       std::lock_guard lock(mu_);
-      throw Error(ErrorCode::aborted, label(desc, sequence) +
-                                          ": the communicator is unusable after an earlier "
-                                          "error: " +
-                                          failure_);
+      throw transport::RootCauseError(
+          label(desc, sequence) + ": the communicator is unusable after an earlier error",
+          failure_);
     }
     // One captured reference keeps the std::function within its inline storage: no allocation
     // per operation (capturing this, desc and sequence separately would not fit).
@@ -262,22 +266,48 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
                  : transport::WaitContext::with_timeout(timeout, describe);
     coll::run_operation(*fabric_, desc, sequence, ctx);
     return nullptr;
-  } catch (const Error& error) {
-    std::lock_guard lock(mu_);
-    if (!failed_.load() && !aborted_.load()) {
-      failure_ = error.what();
-      failed_.store(true);
-      fabric_->mark_failed(error.code(), failure_);  // peers waiting on this rank fail fast
-    }
-    return std::current_exception();
   } catch (...) {
-    return std::current_exception();
+    std::exception_ptr error = std::current_exception();
+    record_failure(error);
+    return error;
   }
+}
+
+std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
+  transport::FailureRecord root;
+  try {
+    std::rethrow_exception(error);
+  } catch (const transport::RootCauseError& e) {
+    root = e.root();  // a consequence: pass the root on, not this rank's wrapping of it
+  } catch (const Error& e) {
+    root = {e.code(), e.what()};
+  } catch (const std::exception& e) {
+    root = {ErrorCode::internal, e.what()};
+  } catch (...) {
+    root = {ErrorCode::internal, "an exception of unknown type"};
+  }
+  std::exception_ptr first;
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_.load()) return error;
+    if (!failed_.load()) {
+      failure_ = root;
+      first_error_ = error;
+      failed_.store(true);
+      fabric_->mark_failed(root);  // peers waiting on this rank fail fast
+    }
+    first = first_error_;
+  }
+  ProcessFailures::instance().record(root);
+  p2p_->fail_all(first);
+  return first;
 }
 
 void CommImpl::abort() {
   aborted_.store(true);
   fabric_->abort();
+  p2p_->fail_all(std::make_exception_ptr(
+      Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank")));
 }
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions& options) {

@@ -13,6 +13,7 @@
 
 #include "coll/op_desc.h"
 #include "comm/owner_gate.h"
+#include "comm/p2p_engine.h"
 #include "comm/work_state.h"
 #include "tpf/comm.h"
 #include "transport/shm_fabric.h"
@@ -41,7 +42,8 @@ class CommImpl {
   const std::string& name() const noexcept { return setup_.name; }
   uint64_t next_sequence() const;
 
-  // Validates, then queues the operation for the progress thread.
+  // Validates, then queues the operation for the progress thread (point-to-point operations: for
+  // the point-to-point engine).
   Work submit_async(const coll::OpDesc& desc, const CallOptions& call);
   // Validates and runs the operation on the calling thread when nothing is queued (no hand-off,
   // no allocation: the small-message latency path); otherwise queues it and waits.
@@ -66,9 +68,14 @@ class CommImpl {
   void worker_loop();
   void validate(const coll::OpDesc& desc) const;
   std::string label(const coll::OpDesc& desc, uint64_t sequence) const;
+  // Keeps `error` as the communicator's failure if it is the first (peers are told, and so are the
+  // other communicators of this process) and returns the first failure's error, which pending
+  // and later operations report.
+  std::exception_ptr record_failure(std::exception_ptr error);
 
   CommSetup setup_;
   std::unique_ptr<transport::ShmFabric> fabric_;
+  std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   std::chrono::milliseconds default_timeout_;
 
   mutable std::mutex mu_;
@@ -80,7 +87,9 @@ class CommImpl {
   std::atomic<uint64_t> sequence_{0};
   OwnerGate gate_;
   uint64_t splits_ = 0;
-  std::string failure_;  // set once an operation failed: the communicator is unusable after that
+  // The first failure (its root cause): the communicator is unusable after it.
+  transport::FailureRecord failure_;
+  std::exception_ptr first_error_;   // the error of that first failure
   std::atomic<bool> failed_{false};  // failure_ is set (readable without the lock)
   std::atomic<bool> aborted_{false};
 };

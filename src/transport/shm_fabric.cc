@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "tpf/error.h"
@@ -169,6 +170,25 @@ void ShmFabric::ring_peers() noexcept {
   for (int p : all_peers_) control(p).bell.ring();
 }
 
+namespace {
+
+FailureRecord read_record(const char* text, int32_t code) {
+  return FailureRecord{static_cast<ErrorCode>(code), std::string(text, strnlen(text, kReasonBytes))};
+}
+
+// Copies `root` into a record area, cut short (and marked so) beyond its capacity.
+void write_record(const FailureRecord& root, char* text, int32_t* code) noexcept {
+  static constexpr char kCut[] = " [...]";
+  std::string_view message = root.message;
+  size_t n = std::min(message.size(), kReasonBytes - 1);
+  std::memcpy(text, message.data(), n);
+  if (n < message.size()) std::memcpy(text + n - (sizeof(kCut) - 1), kCut, sizeof(kCut) - 1);
+  text[n] = '\0';
+  *code = static_cast<int32_t>(root.code);
+}
+
+}  // namespace
+
 void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   Control& other = control(peer);
   uint64_t state = other.state.value.load(std::memory_order_acquire);
@@ -177,10 +197,8 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
                 ctx.op_label() + ": rank " + std::to_string(peer) + " aborted the communicator");
   }
   if (state == kStateFailed) {
-    std::string reason(other.reason, strnlen(other.reason, kReasonBytes));
-    throw Error(static_cast<ErrorCode>(other.reason_code),
-                ctx.op_label() + ": rank " + std::to_string(peer) +
-                    " failed earlier and left the communicator: " + reason);
+    throw RootCauseError(ctx.op_label() + ": rank " + std::to_string(peer) + " failed earlier",
+                         read_record(other.reason, other.reason_code));
   }
 }
 
@@ -188,13 +206,19 @@ void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   // A peer that failed (and recorded why) before exiting is reported by check_peer with its
   // reason, which names the root cause. Its state is read after its death was seen, when it is
   // final, so a peer that marked itself failed and then exited is never mistaken for a victim.
-  if (!processes_[peer].alive() &&
-      control(peer).state.value.load(std::memory_order_acquire) == kStateOk) {
-    throw Error(ErrorCode::peer_died,
-                ctx.op_label() + ": rank " + std::to_string(peer) + " (pid " +
-                    std::to_string(processes_[peer].pid()) +
-                    ") died (its process exited or was killed) before completing the operation");
+  if (processes_[peer].alive()) return;
+  Control& other = control(peer);
+  if (other.state.value.load(std::memory_order_acquire) != kStateOk) return;
+  const std::string who = "rank " + std::to_string(peer) + " (pid " +
+                          std::to_string(processes_[peer].pid()) + ")";
+  if (other.note.value.load(std::memory_order_acquire) != 0) {
+    // It failed on another communicator first, and exited because of that.
+    throw RootCauseError(ctx.op_label() + ": " + who + " exited after a failure elsewhere",
+                         read_record(other.note_reason, other.note_code));
   }
+  throw Error(ErrorCode::peer_died,
+              ctx.op_label() + ": " + who +
+                  " died (its process exited or was killed) before completing the operation");
 }
 
 WaitContext WaitContext::with_timeout(Clock::duration timeout,
@@ -246,52 +270,79 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
   }
 }
 
-std::byte* ShmFabric::acquire_send_slot(int peer, uint64_t k, const WaitContext& ctx) {
-  if (k >= 2) {
-    P2pControl& theirs = control(peer).p2p(config_.rank);
-    auto free = [&](int) { return theirs.consumed.value.load(std::memory_order_acquire) >= k - 1; };
-    wait(free, std::span<const int>(&peer, 1), ctx);
+std::byte* ShmFabric::try_send_slot(int peer) const noexcept {
+  const uint64_t k = sent_chunks_[peer];
+  // Chunk k reuses the slot of chunk k - 2, which the peer must have consumed.
+  if (k >= 2 && control(peer).p2p(config_.rank).consumed.value.load(std::memory_order_acquire) <
+                    k - 1) {
+    return nullptr;
   }
   return p2p_slot(config_.rank, peer, k);
 }
 
-void ShmFabric::post_send(int peer, uint64_t k, const Fingerprint& fp) {
+void ShmFabric::post_send(int peer, const Fingerprint& fp) noexcept {
+  const uint64_t k = sent_chunks_[peer]++;
   P2pControl& mine = control(config_.rank).p2p(peer);
   mine.fp[k % 2].fp = fp;
   publish(mine.sent.value, k + 1);
-  control(peer).bell.ring();
+  control(peer).p2p_bell.ring();
 }
 
-const std::byte* ShmFabric::wait_recv(int peer, uint64_t k, Fingerprint* fp,
-                                      const WaitContext& ctx) {
-  P2pControl& theirs = control(peer).p2p(config_.rank);
-  auto arrived = [&](int) { return theirs.sent.value.load(std::memory_order_acquire) >= k + 1; };
-  wait(arrived, std::span<const int>(&peer, 1), ctx);
+const std::byte* ShmFabric::try_recv(int peer, Fingerprint* fp) const noexcept {
+  const uint64_t k = received_chunks_[peer];
+  const P2pControl& theirs = control(peer).p2p(config_.rank);
+  if (theirs.sent.value.load(std::memory_order_acquire) < k + 1) return nullptr;
   *fp = theirs.fp[k % 2].fp;
   return p2p_slot(peer, config_.rank, k);
 }
 
-void ShmFabric::release_recv(int peer, uint64_t k) {
+void ShmFabric::release_recv(int peer) noexcept {
+  const uint64_t k = received_chunks_[peer]++;
   publish(control(config_.rank).p2p(peer).consumed.value, k + 1);
-  control(peer).bell.ring();
+  control(peer).p2p_bell.ring();
 }
 
-void ShmFabric::mark_failed(ErrorCode code, const std::string& reason) noexcept {
+void ShmFabric::check_p2p_peer(int peer, const WaitContext& ctx) const {
+  if (aborted()) {
+    throw Error(ErrorCode::aborted, ctx.op_label() + ": the communicator was aborted on this rank");
+  }
+  check_alive(peer, ctx);
+  check_peer(peer, ctx);
+}
+
+void ShmFabric::sleep_p2p(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
+  sleep_on(control(config_.rank).p2p_bell, std::min(timeout, kMaxSleep), light_posts_, ready);
+}
+
+void ShmFabric::wake_p2p() noexcept { control(config_.rank).p2p_bell.ring(); }
+
+void ShmFabric::mark_failed(const FailureRecord& root) noexcept {
   Control& mine = control(config_.rank);
   if (mine.state.value.load(std::memory_order_acquire) != kStateOk) return;
-  size_t n = std::min(reason.size(), kReasonBytes - 1);
-  std::memcpy(mine.reason, reason.data(), n);
-  mine.reason[n] = '\0';
-  mine.reason_code = static_cast<int32_t>(code);
+  write_record(root, mine.reason, &mine.reason_code);
   mine.state.value.store(kStateFailed, std::memory_order_seq_cst);
-  for (int p : all_peers_) control(p).bell.ring_always();
+  for (int p : all_peers_) {
+    control(p).bell.ring_always();
+    control(p).p2p_bell.ring_always();
+  }
+}
+
+void ShmFabric::note_process_failure(const FailureRecord& root) noexcept {
+  Control& mine = control(config_.rank);
+  if (mine.note.value.load(std::memory_order_acquire) != 0) return;
+  write_record(root, mine.note_reason, &mine.note_code);
+  mine.note.value.store(1, std::memory_order_release);
 }
 
 void ShmFabric::abort() noexcept {
   Control& mine = control(config_.rank);
   mine.state.value.store(kStateAborted, std::memory_order_seq_cst);
   mine.bell.ring_always();
-  for (int p : all_peers_) control(p).bell.ring_always();
+  mine.p2p_bell.ring_always();
+  for (int p : all_peers_) {
+    control(p).bell.ring_always();
+    control(p).p2p_bell.ring_always();
+  }
 }
 
 bool ShmFabric::aborted() const noexcept {

@@ -63,6 +63,25 @@ struct WaitContext {
   mutable std::optional<Clock::time_point> fixed_deadline;
 };
 
+// What a failure was, as the rank that first saw it described it: the root cause. Ranks pass it
+// on as data (never re-wrapped in their own messages), so every rank reports the same root.
+struct FailureRecord {
+  ErrorCode code = ErrorCode::internal;
+  std::string message;
+};
+
+// An operation that failed because of an earlier failure (a peer failed, or exited after one):
+// reported with the root cause's code, and carrying the root so that it is recorded as such.
+class RootCauseError : public Error {
+ public:
+  RootCauseError(const std::string& context, FailureRecord root)
+      : Error(root.code, context + ": " + root.message), root_(std::move(root)) {}
+  const FailureRecord& root() const noexcept { return root_; }
+
+ private:
+  FailureRecord root_;
+};
+
 struct FabricConfig {
   int rank = 0;
   int size = 1;
@@ -120,18 +139,31 @@ class ShmFabric {
   // A buffer of at least `bytes` for the algorithms' own staging (reused between calls).
   std::byte* scratch(size_t bytes);
 
-  // Point to point (chunk k counts the chunks between this ordered pair, from 0).
-  uint64_t next_send_chunk(int peer) noexcept { return sent_chunks_[peer]++; }
-  uint64_t next_recv_chunk(int peer) noexcept { return received_chunks_[peer]++; }
-  // Waits until the mailbox slot for chunk k towards `peer` is free and returns it.
-  std::byte* acquire_send_slot(int peer, uint64_t k, const WaitContext& ctx);
-  void post_send(int peer, uint64_t k, const Fingerprint& fp);
-  // Waits for chunk k from `peer`; returns its data and the sender's fingerprint.
-  const std::byte* wait_recv(int peer, uint64_t k, Fingerprint* fp, const WaitContext& ctx);
-  void release_recv(int peer, uint64_t k);
+  // Point to point. Every ordered pair has a two-chunk mailbox; chunks are counted per pair and
+  // direction. Nothing here waits: the comm layer's point-to-point engine polls these, so that a
+  // rank's sends and receives progress independently of each other and of its collectives.
+  // The mailbox slot for this rank's next chunk towards `peer`, or null while both are in use.
+  std::byte* try_send_slot(int peer) const noexcept;
+  // Publishes the chunk written into try_send_slot(peer), described by `fp`.
+  void post_send(int peer, const Fingerprint& fp) noexcept;
+  // The next chunk from `peer` and the sender's fingerprint of it, or null if it has not arrived.
+  const std::byte* try_recv(int peer, Fingerprint* fp) const noexcept;
+  // Hands the chunk try_recv(peer) returned back to its sender.
+  void release_recv(int peer) noexcept;
+  // Throws what keeps `peer` from ever completing a transfer with this rank: this rank aborted,
+  // or the peer aborted, failed or died.
+  void check_p2p_peer(int peer, const WaitContext& ctx) const;
+  // Sleeps until a peer moves one of this rank's mailboxes, wake_p2p() is called or `timeout`
+  // passes; returns at once if ready() holds once the sleep is announced (no lost wake-ups).
+  void sleep_p2p(std::chrono::microseconds timeout, const std::function<bool()>& ready);
+  // Wakes sleep_p2p on this rank (from another thread of this process, after making it ready).
+  void wake_p2p() noexcept;
 
-  // Marks this rank failed (peers waiting on it fail fast, with `reason`).
-  void mark_failed(ErrorCode code, const std::string& reason) noexcept;
+  // Marks this rank failed: peers waiting on it fail fast, reporting `root`.
+  void mark_failed(const FailureRecord& root) noexcept;
+  // Notes the first failure of this process on another communicator (kept until the segment
+  // goes), so that peers who see this process exit can say why. The first note stays.
+  void note_process_failure(const FailureRecord& root) noexcept;
   // Marks this rank aborted and wakes everyone, this rank's own waiters included.
   void abort() noexcept;
   bool aborted() const noexcept;
@@ -202,8 +234,8 @@ class ShmFabric {
   Ring waited_ring_ = Ring::lines;  // the ring of the messages eager_wait waited for
   size_t waited_lines_ = 1;         // lines of the last line messages waited for
   std::vector<std::byte> scratch_;
-  std::vector<uint64_t> sent_chunks_;
-  std::vector<uint64_t> received_chunks_;
+  std::vector<uint64_t> sent_chunks_;      // per peer; touched only by the point-to-point engine
+  std::vector<uint64_t> received_chunks_;  // per peer; likewise
   ShmSegment own_;
   std::vector<ShmSegment> peers_;  // index = rank (own rank's entry is empty)
   std::vector<std::byte*> bases_;  // mapped base of every rank's segment

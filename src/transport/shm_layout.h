@@ -18,7 +18,7 @@ namespace tpf::transport {
 
 inline constexpr uint64_t kMagic = 0x7470666162726963ULL;  // "tpfabric"
 inline constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2;
-inline constexpr size_t kReasonBytes = 256;
+inline constexpr size_t kReasonBytes = 2048;  // a root cause's message, whole in practice
 inline constexpr std::chrono::microseconds kMaxSleep{2000};
 
 inline size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
@@ -48,10 +48,16 @@ struct ShmFabric::Control {
   int32_t rank;
   int32_t pid;
   PostLine post;
-  Doorbell bell;
+  Doorbell bell;      // rung for collective posts and eager messages
+  Doorbell p2p_bell;  // rung for mailbox moves: the point-to-point engine sleeps on it
   Signal state;
+  // The root cause of this rank's failure (state == kStateFailed), and the first failure of this
+  // process on another communicator (note.value == 1): code and message, written before the flag.
   alignas(kCacheLine) char reason[kReasonBytes];
-  int32_t reason_code;  // the ErrorCode of the failure, so peers report the root cause's kind
+  int32_t reason_code;
+  Signal note;
+  char note_reason[kReasonBytes];
+  int32_t note_code;
   // Followed by P2pControl[size], one per peer, from the next cache line on.
   P2pControl& p2p(int peer) {
     auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);

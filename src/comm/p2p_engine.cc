@@ -1,0 +1,244 @@
+#include "comm/p2p_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "tpf/error.h"
+#include "transport/signal.h"
+
+namespace tpf::detail {
+namespace {
+
+// A sleeping driver wakes at least this often to look for dead peers and deadlines.
+constexpr std::chrono::microseconds kMaxSleep{2000};
+
+}  // namespace
+
+P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FailureSink on_failure)
+    : fabric_(fabric),
+      comm_name_(std::move(comm_name)),
+      on_failure_(std::move(on_failure)),
+      sends_issued_(fabric.size(), 0),
+      recvs_issued_(fabric.size(), 0),
+      sends_(fabric.size()),
+      recvs_(fabric.size()) {}
+
+P2pEngine::~P2pEngine() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    stop_requested_.store(true);
+  }
+  cv_.notify_all();
+  fabric_.wake_p2p();
+  if (thread_.joinable()) thread_.join();
+  // No driver is left: whatever is still queued never started moving or cannot finish.
+  take_incoming();
+  fail_pending(std::make_exception_ptr(
+      Error(ErrorCode::aborted, "communicator '" + comm_name_ +
+                                    "' was destroyed before its point-to-point transfer ended")));
+}
+
+std::string P2pEngine::label(const Pending& p) const {
+  const coll::OpDesc& d = p.transfer.desc();
+  const bool send = d.kind == coll::OpKind::send;
+  return std::string(send ? "send" : "recv") + " #" + std::to_string(p.index) +
+         (send ? " to rank " : " from rank ") + std::to_string(d.peer) + " (count=" +
+         std::to_string(d.count) + ", dtype=" + dtype_name(d.dtype) + ") on communicator '" +
+         comm_name_ + "' (rank " + std::to_string(fabric_.rank()) + ")";
+}
+
+transport::WaitContext P2pEngine::context(const Pending& p) const {
+  return transport::WaitContext::with_deadline(p.deadline, [this, &p] { return label(p); });
+}
+
+std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
+                                               Clock::time_point deadline) {
+  auto state = std::make_shared<WorkState>();
+  state->deadline = deadline;
+  std::unique_lock lock(mu_);
+  if (failure_) {
+    state->complete(failure_);
+    return state;
+  }
+  auto& issued = desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_;
+  incoming_.push_back(Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()), state, deadline,
+                              issued[desc.peer]++});
+  has_incoming_.store(true, std::memory_order_seq_cst);
+  return state;
+}
+
+Work P2pEngine::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
+  std::shared_ptr<WorkState> state = enqueue(desc, deadline);
+  {
+    std::lock_guard lock(mu_);
+    if (!thread_.joinable() && !stopping_) thread_ = std::thread([this] { progress_loop(); });
+  }
+  cv_.notify_all();    // an idle progress thread
+  fabric_.wake_p2p();  // a driver asleep on the mailboxes
+  return Work(state);
+}
+
+void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
+  std::shared_ptr<WorkState> state = enqueue(desc, deadline);
+  std::unique_lock lock(mu_);
+  if (driving_) {  // another thread drives: it will move this transfer too
+    lock.unlock();
+    fabric_.wake_p2p();
+    Work(state).wait();
+    return;
+  }
+  driving_ = true;
+  lock.unlock();
+  drive([&] { return state->done; });  // only the driver completes transfers: no lock needed
+  lock.lock();
+  driving_ = false;
+  const bool more = pending_ > 0 || !incoming_.empty();
+  if (more && !thread_.joinable() && !stopping_) {
+    thread_ = std::thread([this] { progress_loop(); });
+  }
+  lock.unlock();
+  if (more) cv_.notify_all();
+  Work(state).wait();  // done: returns or rethrows at once
+}
+
+void P2pEngine::fail_all(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_) return;
+    failure_ = std::move(error);
+    has_failure_.store(true, std::memory_order_seq_cst);
+  }
+  cv_.notify_all();
+  fabric_.wake_p2p();
+}
+
+void P2pEngine::progress_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || (!driving_ && (pending_ > 0 || !incoming_.empty())); });
+    if (stopping_) return;
+    driving_ = true;
+    lock.unlock();
+    drive([&] { return stop_requested_.load(std::memory_order_relaxed); });
+    lock.lock();
+    driving_ = false;
+  }
+}
+
+void P2pEngine::take_incoming() {
+  std::lock_guard lock(mu_);
+  for (Pending& p : incoming_) {
+    const int peer = p.transfer.desc().peer;
+    (p.transfer.desc().kind == coll::OpKind::send ? sends_ : recvs_)[peer].push_back(std::move(p));
+    ++pending_;
+  }
+  incoming_.clear();
+  has_incoming_.store(false, std::memory_order_relaxed);
+}
+
+bool P2pEngine::advance_all() {
+  bool moved = false;
+  for (auto* lanes : {&sends_, &recvs_}) {
+    for (std::deque<Pending>& lane : *lanes) {
+      while (!lane.empty()) {
+        Pending& head = lane.front();
+        const size_t before = head.transfer.chunks_moved();
+        const bool done = head.transfer.advance(fabric_, context(head));
+        moved = moved || head.transfer.chunks_moved() != before;
+        if (!done) break;
+        head.state->complete(nullptr);
+        lane.pop_front();
+        --pending_;
+      }
+    }
+  }
+  return moved;
+}
+
+bool P2pEngine::any_ready() const {
+  if (has_incoming_.load(std::memory_order_seq_cst) || has_failure_.load()) return true;
+  for (const auto* lanes : {&sends_, &recvs_}) {
+    for (const std::deque<Pending>& lane : *lanes) {
+      if (!lane.empty() && lane.front().transfer.ready(fabric_)) return true;
+    }
+  }
+  return false;
+}
+
+void P2pEngine::fail_pending(std::exception_ptr error) {
+  for (auto* lanes : {&sends_, &recvs_}) {
+    for (std::deque<Pending>& lane : *lanes) {
+      for (Pending& p : lane) p.state->complete(error);
+      lane.clear();
+    }
+  }
+  pending_ = 0;
+}
+
+void P2pEngine::check_stalled() {
+  if (has_failure_.load()) {
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(mu_);
+      error = failure_;
+    }
+    return fail_pending(error);
+  }
+  const Clock::time_point now = Clock::now();
+  for (auto* lanes : {&sends_, &recvs_}) {
+    for (std::deque<Pending>& lane : *lanes) {
+      if (lane.empty()) continue;
+      const Pending& head = lane.front();
+      try {
+        fabric_.check_p2p_peer(head.transfer.desc().peer, context(head));
+      } catch (const Error&) {
+        // A sender returns once its last chunk is staged and may exit or fail right after: what
+        // it staged is still there to take. (Checked after its end was seen, so nothing is lost.)
+        if (head.transfer.ready(fabric_)) continue;
+        throw;
+      }
+      // Transfers behind the head have not started; the head is the one that is stuck.
+      for (const Pending& p : lane) {
+        if (now < p.deadline) continue;
+        const bool send = p.transfer.desc().kind == coll::OpKind::send;
+        throw Error(ErrorCode::timeout,
+                    label(p) + " timed out: rank " + std::to_string(head.transfer.desc().peer) +
+                        (send ? " has not received " : " has not sent ") +
+                        (&p == &head ? "it" : "the earlier " + label(head)) + " (" +
+                        std::to_string(head.transfer.chunks_moved()) + " of " +
+                        std::to_string(head.transfer.chunks()) + " chunks moved)");
+      }
+    }
+  }
+}
+
+void P2pEngine::drive(const std::function<bool()>& done) {
+  transport::Backoff backoff(fabric_.oversubscribed());
+  for (;;) {
+    try {
+      if (has_incoming_.load(std::memory_order_relaxed)) take_incoming();
+      const bool moved = advance_all();
+      if (done() || (pending_ == 0 && !has_incoming_.load(std::memory_order_seq_cst))) return;
+      if (moved) {
+        backoff = transport::Backoff(fabric_.oversubscribed());
+        continue;
+      }
+      const transport::Backoff::Stage stage = backoff.next();
+      if (stage == transport::Backoff::Stage::spin && !has_failure_.load()) continue;
+      check_stalled();
+      if (stage == transport::Backoff::Stage::sleep) {
+        fabric_.sleep_p2p(kMaxSleep, [this] { return any_ready(); });
+      }
+    } catch (...) {
+      // The first failure of a transfer breaks the whole communicator (later messages of the pair
+      // would be out of step). The communicator keeps its first failure, which every pending and
+      // later transfer then reports: the root cause, not a consequence of it.
+      std::exception_ptr root = on_failure_(std::current_exception());
+      fail_all(root);
+      fail_pending(root);
+    }
+  }
+}
+
+}  // namespace tpf::detail

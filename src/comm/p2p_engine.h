@@ -1,0 +1,95 @@
+// The point-to-point engine of a communicator: every send and recv becomes a P2pTransfer, queued
+// per peer and direction (messages between a pair match in issue order, as in MPI), and one
+// driver advances all of them chunk by chunk without waiting on any single one. So a rank's large
+// send never holds up its own receive (rings of large messages, 1F1B pipeline exchanges), and
+// point-to-point traffic neither uses nor disturbs the collectives' sequence numbers: ranks that
+// do not take part in a send/recv stay in step for the next collective.
+//
+// The driver is whichever thread holds the role: a blocking send/recv drives inline when nobody
+// else does (no thread hand-off on the latency path), otherwise a progress thread, started on the
+// first asynchronous call, drives while transfers are pending.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/p2p_transfer.h"
+#include "comm/work_state.h"
+#include "tpf/comm.h"
+#include "transport/shm_fabric.h"
+
+namespace tpf::detail {
+
+class P2pEngine {
+ public:
+  // Records a failure of a transfer as the communicator's (first failure wins) and returns the
+  // error every other transfer should then fail with.
+  using FailureSink = std::function<std::exception_ptr(std::exception_ptr)>;
+
+  P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FailureSink on_failure);
+  ~P2pEngine();  // transfers still pending fail with Error(aborted)
+  P2pEngine(const P2pEngine&) = delete;
+  P2pEngine& operator=(const P2pEngine&) = delete;
+
+  // Queues a validated send or recv that must be done by `deadline`.
+  Work submit(const coll::OpDesc& desc, Clock::time_point deadline);
+  // Queues it and returns when it is done (rethrowing its error); drives everything meanwhile if
+  // no other thread does.
+  void run(const coll::OpDesc& desc, Clock::time_point deadline);
+  // Every pending and later transfer fails with `error` (abort, or a failure elsewhere on the
+  // communicator). Any thread; the first error given wins.
+  void fail_all(std::exception_ptr error);
+
+ private:
+  struct Pending {
+    coll::P2pTransfer transfer;
+    std::shared_ptr<WorkState> state;
+    Clock::time_point deadline;
+    uint64_t index;  // the n-th message of this rank to (send) or from (recv) that peer
+  };
+  std::shared_ptr<WorkState> enqueue(const coll::OpDesc& desc, Clock::time_point deadline);
+  // Drives until done() holds or nothing is pending. Only the holder of the driver role.
+  void drive(const std::function<bool()>& done);
+  void take_incoming();
+  // Advances every queue's head as far as it goes, completing finished transfers.
+  bool advance_all();
+  bool any_ready() const;
+  // Peer deaths and failures, deadlines, and failures from elsewhere; fails everything if so.
+  void check_stalled();
+  void fail_pending(std::exception_ptr error);
+  std::string label(const Pending& p) const;
+  transport::WaitContext context(const Pending& p) const;
+  void progress_loop();
+
+  transport::ShmFabric& fabric_;
+  const std::string comm_name_;
+  const FailureSink on_failure_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> incoming_;          // guarded by mu_
+  std::vector<uint64_t> sends_issued_;    // guarded by mu_; per peer
+  std::vector<uint64_t> recvs_issued_;    // guarded by mu_; per peer
+  bool driving_ = false;                  // guarded by mu_; some thread holds the driver role
+  bool stopping_ = false;                 // guarded by mu_
+  std::atomic<bool> stop_requested_{false};  // stopping_, readable by the driver without the lock
+  std::exception_ptr failure_;            // guarded by mu_; once set, everything fails with it
+  std::atomic<bool> has_incoming_{false};  // incoming_ is not empty
+  std::atomic<bool> has_failure_{false};   // failure_ is set
+  std::thread thread_;
+
+  // The driver's own state (only the holder of the role touches it).
+  std::vector<std::deque<Pending>> sends_;  // per peer, in issue order
+  std::vector<std::deque<Pending>> recvs_;
+  size_t pending_ = 0;
+};
+
+}  // namespace tpf::detail

@@ -1,0 +1,32 @@
+// The first failure of any communicator in this process. Communicators are independent, but a
+// process that fails on one of them usually exits, and the peers it shares other communicators
+// with then see only that it died. So the first failure is noted in the segment of every
+// communicator the process holds: those peers report the root cause, not a death that follows
+// from it. (The one process-wide registry of the library: it spans communicators by nature.)
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "transport/shm_fabric.h"
+
+namespace tpf::detail {
+
+class ProcessFailures {
+ public:
+  static ProcessFailures& instance();
+
+  // A live communicator's fabric; it gets the note at once if a failure came first.
+  void add(transport::ShmFabric* fabric);
+  void remove(transport::ShmFabric* fabric);
+  // Keeps `root` if it is the process's first failure and notes it in every live fabric.
+  void record(const transport::FailureRecord& root);
+
+ private:
+  std::mutex mu_;
+  std::vector<transport::ShmFabric*> fabrics_;
+  std::optional<transport::FailureRecord> first_;
+};
+
+}  // namespace tpf::detail
