@@ -6,8 +6,13 @@
 // - A Communicator may be used from several threads; calls are serialized in the order they enter
 //   the communicator. Issuing collectives concurrently from two threads on one communicator is safe
 //   but leaves their order unspecified, so do it only if every rank does it identically.
-// - *_async calls return at once; the operations of one communicator run one after another, in
-//   issue order, on a progress thread. A blocking call waits for all earlier async work first.
+// - *_async calls return at once; the collectives of one communicator run one after another, in
+//   issue order, on a progress thread. A blocking collective waits for all earlier async
+//   collectives first.
+// - Point-to-point calls (send/recv) are matched per pair and direction in issue order, and
+//   progress independently of each other and of the collectives: a rank may post a large send
+//   and its receive and wait for both (no deadlock), or run collectives while a send is pending.
+//   They take no sequence number, so ranks outside a send/recv stay in step for collectives.
 // - Different communicators (e.g. from split()) are independent and may run concurrently.
 // - Buffers passed to an async call must stay valid and unmodified until its Work completes.
 //
@@ -116,7 +121,8 @@ class Communicator {
   // send (root only) holds size() * recv_count elements.
   void scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root,
                const CallOptions& call = {});
-  // Point to point: sends and receives between a pair are matched in order.
+  // Point to point: sends and receives between a pair are matched in order. A send may return
+  // once its message is staged, before the peer receives it.
   void send(const void* buf, size_t count, DType dtype, int peer, const CallOptions& call = {});
   void recv(void* buf, size_t count, DType dtype, int peer, const CallOptions& call = {});
   void barrier(const CallOptions& call = {});
@@ -146,8 +152,8 @@ class Communicator {
   // the peers, whose operations then fail too. Safe to call from any thread.
   void abort();
 
-  // How many operations this communicator has started (the sequence number of the next one to
-  // start; operations start in issue order).
+  // How many collectives this communicator has started (the sequence number of the next one to
+  // start; collectives start in issue order). Point-to-point calls do not count.
   uint64_t next_sequence() const;
 
  private:
