@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "tpf/error.h"
 
@@ -32,6 +33,10 @@ std::optional<size_t> env_bytes(const char* name) {
   if (errno != 0 || end == nullptr || end == text->c_str() || (*text)[0] == '-') {
     throw Error(ErrorCode::invalid_argument,
                 std::string(name) + "='" + *text + "' is not a size (examples: 4096, 64K, 8M)");
+  }
+  if (value > std::numeric_limits<size_t>::max() / scale) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(name) + "='" + *text + "' is too large to be a size in bytes");
   }
   return static_cast<size_t>(value) * scale;
 }

@@ -1,5 +1,7 @@
 #include "comm/comm_impl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -19,6 +21,9 @@ namespace {
 constexpr size_t kDefaultSlotBytes = size_t{256} << 10;
 constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
 constexpr size_t kMinSlotBytes = 4096;
+// Far beyond any /dev/shm (whose size setup checks), small enough that the segment's size
+// arithmetic cannot overflow.
+constexpr size_t kMaxSlotBytes = size_t{1} << 40;
 // Far beyond any real buffer, small enough that size * count * element size cannot overflow.
 constexpr size_t kMaxBufferBytes = size_t{1} << 46;
 
@@ -38,8 +43,16 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   transport::FabricConfig config;
   config.rank = setup.rank;
   config.size = setup.size;
+  const char* source = setup.options.buffer_bytes ? "CommOptions::buffer_bytes" : "TPF_SHM_BUFFER_BYTES";
   size_t slot = setup.options.buffer_bytes.value_or(
       base::env_bytes("TPF_SHM_BUFFER_BYTES").value_or(kDefaultSlotBytes));
+  if (slot > kMaxSlotBytes) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(source) + " = " + std::to_string(slot) +
+                    " bytes is more than the largest staging slot, " +
+                    std::to_string(kMaxSlotBytes >> 30) +
+                    " GiB (each rank maps two in /dev/shm; the default is 256 KiB)");
+  }
   config.slot_bytes = std::max(kMinSlotBytes, slot / 64 * 64);
   config.p2p_chunk_bytes = std::min(kMaxP2pChunkBytes, config.slot_bytes / 4) / 64 * 64;
   config.segment_prefix = transport::shm_job_prefix(setup.job_id) + sanitize(setup.name) + "-g" +
@@ -306,6 +319,11 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
 void CommImpl::abort() {
   aborted_.store(true);
   fabric_->abort();
+  // If this process exits now, its peers on other communicators learn why.
+  ProcessFailures::instance().record(
+      {ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted by its rank " +
+                               std::to_string(rank()) + " (pid " + std::to_string(::getpid()) +
+                               ")"});
   p2p_->fail_all(std::make_exception_ptr(
       Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank")));
 }
