@@ -1,0 +1,290 @@
+// Random programs of collectives on the world and on sub-communicators mixed with point-to-point
+// exchanges (pairs, rings, large messages), with one fault injected per trial: a rank crashes,
+// calls a mismatched operation, stalls, or aborts. Every result before the fault is checked
+// exactly; after it, every surviving rank must stop with an error of the fault's kind (the root
+// cause, wherever it is seen), and nobody hangs. Bounded: a fixed set of seeded trials.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/multiproc.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+
+namespace tpf::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+enum class Fault { none, crash, mismatch, stall, abort };
+
+const char* fault_name(Fault f) {
+  switch (f) {
+    case Fault::none: return "none";
+    case Fault::crash: return "crash";
+    case Fault::mismatch: return "mismatch";
+    case Fault::stall: return "stall";
+    case Fault::abort: return "abort";
+  }
+  return "?";
+}
+
+// The error every survivor must report for a fault.
+ErrorCode expected_code(Fault f) {
+  switch (f) {
+    case Fault::crash: return ErrorCode::peer_died;
+    case Fault::mismatch: return ErrorCode::mismatch;
+    case Fault::stall: return ErrorCode::timeout;
+    case Fault::abort: return ErrorCode::aborted;
+    case Fault::none: break;
+  }
+  return ErrorCode::internal;
+}
+
+struct Trial {
+  uint64_t seed;
+  int ranks;
+  Fault fault;
+};
+
+constexpr int kSteps = 40;
+constexpr int kCrashExit = 3;
+
+// One step of the program, the same on every rank (drawn from the trial's seed).
+struct Step {
+  int kind;        // 0..5, see run_step
+  size_t count;    // elements
+  int a = 0, b = 0;  // the pair of a point-to-point exchange
+};
+
+Step draw_step(std::mt19937_64& rng, int n) {
+  Step s;
+  s.kind = static_cast<int>(rng() % 6);
+  // Mostly small, sometimes beyond the eager path, the slot and the two-chunk mailbox.
+  const size_t sizes[] = {1, 7, 300, 5000, 70000, 200000};
+  s.count = sizes[rng() % 6] + rng() % 5;
+  s.a = static_cast<int>(rng() % n);
+  s.b = (s.a + 1 + static_cast<int>(rng() % (n - 1))) % n;
+  return s;
+}
+
+// Small integers: sums of them are exact in f32 at any order.
+int32_t value(int step, int rank, size_t i) {
+  return static_cast<int32_t>((i * 31 + static_cast<size_t>(rank) * 7 + step * 13) % 97);
+}
+
+std::vector<int32_t> values(int step, int rank, size_t count) {
+  std::vector<int32_t> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = value(step, rank, i);
+  return v;
+}
+
+struct Comms {
+  Communicator* world;
+  Communicator* half;  // ranks [0, n/2) and [n/2, n)
+  Communicator* pair;  // {0, 1}, {2, 3}, ... (the last alone when n is odd)
+};
+
+void expect_equal(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                  const std::string& what) {
+  TPF_CHILD_CHECK(got.size() == want.size(), what + ": size");
+  for (size_t i = 0; i < got.size(); ++i) {
+    TPF_CHILD_CHECK(got[i] == want[i], what + ": element " + std::to_string(i) + " is " +
+                                           std::to_string(got[i]) + ", expected " +
+                                           std::to_string(want[i]));
+  }
+}
+
+// The world rank of `comm`'s rank r, for comms made by the splits above.
+int half_base(int n, int me) { return me < n / 2 ? 0 : n / 2; }
+
+// Runs one step; `skew` (the mismatch fault) changes this rank's count.
+void run_step(const Comms& c, const Step& s, int step, size_t skew) {
+  const int n = c.world->size(), me = c.world->rank();
+  const std::string what = "step " + std::to_string(step) + " kind " + std::to_string(s.kind);
+  const size_t count = s.count + skew;
+  switch (s.kind) {
+    case 0: {  // world all_reduce
+      std::vector<int32_t> in = values(step, me, count), out(count), want(s.count, 0);
+      c.world->all_reduce(in.data(), out.data(), count, DType::i32, ReduceOp::sum);
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < s.count; ++i) want[i] += value(step, r, i);
+      out.resize(s.count);
+      return expect_equal(out, want, what + " all_reduce");
+    }
+    case 1: {  // all_gather on the halves
+      const int size = c.half->size(), base = half_base(n, me);
+      std::vector<int32_t> in = values(step, me, count), out(count * size), want;
+      c.half->all_gather(in.data(), out.data(), count, DType::i32);
+      for (int r = 0; r < size; ++r) {
+        std::vector<int32_t> v = values(step, base + r, s.count);
+        want.insert(want.end(), v.begin(), v.end());
+      }
+      return expect_equal(out, want, what + " all_gather");
+    }
+    case 2: {  // a pair exchanges messages both ways at once
+      if (me != s.a && me != s.b) return;
+      const int peer = me == s.a ? s.b : s.a;
+      std::vector<int32_t> out = values(step, me, count), in(s.count);
+      Work recv = c.world->recv_async(in.data(), s.count, DType::i32, peer);
+      Work send = c.world->send_async(out.data(), count, DType::i32, peer);
+      send.wait();
+      recv.wait();
+      return expect_equal(in, values(step, peer, s.count), what + " exchange");
+    }
+    case 3: {  // broadcast in the pairs, rooted at the pair's higher rank
+      const int root = c.pair->size() - 1, root_world = me - c.pair->rank() + root;
+      std::vector<int32_t> buf = me == root_world ? values(step, me, count) : std::vector<int32_t>(count);
+      c.pair->broadcast(buf.data(), buf.data(), count, DType::i32, root);
+      buf.resize(s.count);
+      return expect_equal(buf, values(step, root_world, s.count), what + " broadcast");
+    }
+    case 4: {  // a ring of sends in the halves, blocking receive after an asynchronous send
+      const int size = c.half->size(), r = c.half->rank(), base = half_base(n, me);
+      if (size == 1) return;
+      const int next = (r + 1) % size, prev = (r + size - 1) % size;
+      std::vector<int32_t> out = values(step, me, count), in(s.count);
+      Work send = c.half->send_async(out.data(), count, DType::i32, next);
+      c.half->recv(in.data(), s.count, DType::i32, prev);
+      send.wait();
+      return expect_equal(in, values(step, base + prev, s.count), what + " ring");
+    }
+    case 5: {  // world reduce_scatter
+      std::vector<int32_t> in(count * n), out(count), want(s.count, 0);
+      for (int block = 0; block < n; ++block) {
+        std::vector<int32_t> v = values(step + block, me, count);
+        std::copy(v.begin(), v.end(), in.begin() + static_cast<ptrdiff_t>(block * count));
+      }
+      c.world->reduce_scatter(in.data(), out.data(), count, DType::i32, ReduceOp::sum);
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < s.count; ++i) want[i] += value(step + me, r, i);
+      out.resize(s.count);
+      return expect_equal(out, want, what + " reduce_scatter");
+    }
+  }
+}
+
+// Does `me` exchange data with another rank in step s? (The culprit of a fault must, so that its
+// fault shows there: a communicator of one rank has nobody to disagree with.)
+bool takes_part(const Step& s, int me, int n) {
+  const int half_size = me < n / 2 ? n / 2 : n - n / 2;
+  const bool alone_in_pair = n % 2 == 1 && me == n - 1;
+  switch (s.kind) {
+    case 1:
+    case 4: return half_size > 1;
+    case 2: return me == s.a || me == s.b;
+    case 3: return !alone_in_pair;
+    default: return true;
+  }
+}
+
+// Shared between the ranks of one trial (memory of the test, not of the communicator).
+enum Slot : size_t { kReported = 0, kPid = 1 };  // kPid + rank: each rank's pid
+
+void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
+  const int n = world.size(), me = world.rank();
+  shared.counter(kPid + me).store(::getpid());
+  Communicator half = world.split(me < n / 2 ? 0 : 1, me);
+  Communicator pair = world.split(me / 2, me);
+  world.barrier();  // every pid is written
+  const Comms comms{&world, &half, &pair};
+
+  std::mt19937_64 rng(t.seed);
+  std::vector<Step> steps;
+  for (int i = 0; i < kSteps; ++i) steps.push_back(draw_step(rng, n));
+  // The fault: a step past the start, and a culprit that takes part in it.
+  const int fault_step = 5 + static_cast<int>(rng() % (kSteps - 10));
+  int culprit = static_cast<int>(rng() % n);
+  while (!takes_part(steps[fault_step], culprit, n)) culprit = (culprit + 1) % n;
+  const bool faulty = t.fault != Fault::none && me == culprit;
+
+  int step = 0;
+  try {
+    for (; step < kSteps; ++step) {
+      if (faulty && step == fault_step) {
+        switch (t.fault) {
+          case Fault::crash: ::_exit(kCrashExit);
+          case Fault::stall: {  // away until every other rank has reported its error
+            TPF_CHILD_CHECK(wait_until([&] { return shared.counter(kReported).load() == n - 1; },
+                                       milliseconds(100000)),
+                            "the stalled rank waited in vain for the others' errors");
+            return;
+          }
+          case Fault::abort: {
+            Communicator* used[] = {&world, &half, &world, &pair, &half, &world};
+            used[steps[step].kind]->abort();
+            return;
+          }
+          case Fault::mismatch: run_step(comms, steps[step], step, 1); continue;
+          case Fault::none: break;
+        }
+      }
+      run_step(comms, steps[step], step, 0);
+    }
+    world.barrier();  // everyone learns of a fault that their own steps did not touch
+  } catch (const Error& e) {
+    shared.counter(kReported).fetch_add(1);
+    const std::string m = e.what();
+    const std::string where = "rank " + std::to_string(me) + " at step " + std::to_string(step) +
+                              " (fault " + fault_name(t.fault) + " by rank " +
+                              std::to_string(culprit) + " at step " + std::to_string(fault_step) +
+                              "): ";
+    TPF_CHILD_CHECK(t.fault != Fault::none, where + "error without a fault: " + m);
+    TPF_CHILD_CHECK(step >= fault_step, where + "failed before the fault: " + m);
+    TPF_CHILD_CHECK(e.code() == expected_code(t.fault),
+                    where + "expected Error(" + error_code_name(expected_code(t.fault)) + "), got " +
+                        error_code_name(e.code()) + ": " + m);
+    if (t.fault == Fault::crash) {
+      const std::string pid = "(pid " + std::to_string(shared.counter(kPid + culprit).load()) + ")";
+      TPF_CHILD_CHECK(m.find(pid) != std::string::npos, where + "does not name the dead " + pid + ": " + m);
+    }
+    return;
+  }
+  TPF_CHILD_CHECK(t.fault == Fault::none || faulty,
+                  "rank " + std::to_string(me) + " finished every step despite fault " +
+                      fault_name(t.fault) + " by rank " + std::to_string(culprit) + " at step " +
+                      std::to_string(fault_step));
+}
+
+std::vector<Trial> trials() {
+  const Fault kinds[] = {Fault::none, Fault::crash, Fault::mismatch, Fault::abort, Fault::stall};
+  std::vector<Trial> out;
+#if defined(__SANITIZE_ADDRESS__)
+  const int count = 5;  // each kind once
+#else
+  const int count = 15;
+#endif
+  for (int i = 0; i < count; ++i) {
+    out.push_back(Trial{0x5eed0000u + static_cast<uint64_t>(i), 3 + i % 3, kinds[i % 5]});
+  }
+  return out;
+}
+
+TEST(RandomFaults, CollectivesAndPointToPointOnSubCommunicatorsStopWithTheFaultsCause) {
+  for (const Trial& t : trials()) {
+    SCOPED_TRACE("seed " + std::to_string(t.seed) + ", " + std::to_string(t.ranks) +
+                 " ranks, fault " + fault_name(t.fault));
+    SharedBlock shared;
+    RunOptions options;
+    options.deadline = milliseconds(100000);
+    // The stall is found by the deadline; everything else by a signal from the peer.
+    options.comm_options.timeout = milliseconds(t.fault == Fault::stall ? 4000 : 60000);
+    const auto outcomes = run_ranks(t.ranks, [&](Communicator& world) { rank_body(t, shared, world); }, options);
+    for (const RankOutcome& o : outcomes) {
+      const bool crashed = t.fault == Fault::crash && o.exited && o.exit_code == kCrashExit;
+      EXPECT_TRUE(o.ok() || crashed) << o.describe();
+    }
+    if (t.fault == Fault::crash) {
+      int crashes = 0;
+      for (const RankOutcome& o : outcomes) crashes += o.exited && o.exit_code == kCrashExit;
+      EXPECT_EQ(crashes, 1) << "the crash fault did not happen exactly once";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpf::testing
