@@ -2,6 +2,8 @@
 """Training throughput of the GEMM-bound benchmark model (preset gpt-6x768: 6 layers, width 768,
 12 heads, context 256, batch 8) in alternation, several rounds, medians:
   tpf T=1 with 1 and with 2 BLAS threads, tpf T=2 (1 thread per rank), PyTorch with 1 and 2 threads.
+Every run is pinned (taskset) to as many cores as it has threads, and OMP/OpenBLAS are told the
+same count, so "1 thread" means one core for every implementation.
 Prints a markdown table and writes the raw runs as JSON.
 
 Usage: bench/gpt/compare.py [--build build-rel] [--data FILE] [--rounds 3] [--steps 6]
@@ -40,11 +42,20 @@ def python_with_torch():
     return None
 
 
+def pinned(cores, threads):
+    """Runs on exactly `cores` cores (taskset) with every threading library told `threads`:
+    Debian's torch does not pass set_num_threads() on to OpenBLAS, so without both the
+    "1 thread" PyTorch run used two cores."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    return ["taskset", "-c", ",".join(str(c) for c in range(cores))], env
+
+
 def run_tpf(build, data, steps, ranks, threads):
     tpf = os.path.join(build, "tpf")
-    cmd = [tpf, "run", "-n", str(ranks), "--", tpf, "train", "--preset", "gpt-6x768", "--data", data,
-           "--steps", str(steps), "--threads", str(threads), "--quiet"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    prefix, env = pinned(ranks * threads, threads)
+    cmd = prefix + [tpf, "run", "-n", str(ranks), "--", tpf, "train", "--preset", "gpt-6x768",
+                    "--data", data, "--steps", str(steps), "--threads", str(threads), "--quiet"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     m = SUMMARY.search(out)
     if not m:
         raise RuntimeError("no summary line in:\n" + out)
@@ -52,9 +63,10 @@ def run_tpf(build, data, steps, ranks, threads):
 
 
 def run_torch(python, data, steps, threads):
-    cmd = [python, os.path.join(HERE, "torch_train.py"), "--data", data, "--steps", str(steps),
-           "--threads", str(threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    prefix, env = pinned(threads, threads)
+    cmd = prefix + [python, os.path.join(HERE, "torch_train.py"), "--data", data, "--steps",
+                    str(steps), "--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -97,6 +109,8 @@ def main():
             json.dump({"model": "gpt-6x768", "steps": a.steps, "rounds": a.rounds, "runs": runs,
                        "openblas_kernels": kernels,
                        "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
+                       "pinning": "taskset to as many cores as threads; OMP_NUM_THREADS and "
+                                  "OPENBLAS_NUM_THREADS set to the thread count",
                        "median_tokens_per_s": med}, f, indent=1)
 
 
