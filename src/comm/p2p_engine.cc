@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "tpf/error.h"
 #include "transport/signal.h"
@@ -62,8 +63,8 @@ std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
     return state;
   }
   auto& issued = desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_;
-  incoming_.push_back(Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()), state, deadline,
-                              issued[desc.peer]++});
+  incoming_.push_back(Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()), state, nullptr,
+                              deadline, issued[desc.peer]++});
   has_incoming_.store(true, std::memory_order_seq_cst);
   return state;
 }
@@ -80,17 +81,26 @@ Work P2pEngine::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
 }
 
 void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
-  std::shared_ptr<WorkState> state = enqueue(desc, deadline);
   std::unique_lock lock(mu_);
-  if (driving_) {  // another thread drives: it will move this transfer too
+  if (failure_) std::rethrow_exception(failure_);
+  if (driving_) {  // another thread drives: it moves this transfer too
     lock.unlock();
+    std::shared_ptr<WorkState> state = enqueue(desc, deadline);
     fabric_.wake_p2p();
     Work(state).wait();
     return;
   }
+  // This thread drives. Its transfer joins its queue behind everything issued before it.
   driving_ = true;
+  take_incoming_locked();
+  InlineResult result;
+  auto& issued = desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_;
+  (desc.kind == coll::OpKind::send ? sends_ : recvs_)[desc.peer].push_back(
+      Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()), nullptr, &result, deadline,
+              issued[desc.peer]++});
+  ++pending_;
   lock.unlock();
-  drive([&] { return state->done; });  // only the driver completes transfers: no lock needed
+  drive([&] { return result.done; });
   lock.lock();
   driving_ = false;
   const bool more = pending_ > 0 || !incoming_.empty();
@@ -99,7 +109,13 @@ void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   }
   lock.unlock();
   if (more) cv_.notify_all();
-  Work(state).wait();  // done: returns or rethrows at once
+  if (result.error) std::rethrow_exception(result.error);
+}
+
+void P2pEngine::complete(Pending& p, std::exception_ptr error) {
+  if (p.state) return p.state->complete(std::move(error));
+  p.inline_result->error = std::move(error);
+  p.inline_result->done = true;
 }
 
 void P2pEngine::fail_all(std::exception_ptr error) {
@@ -128,6 +144,10 @@ void P2pEngine::progress_loop() {
 
 void P2pEngine::take_incoming() {
   std::lock_guard lock(mu_);
+  take_incoming_locked();
+}
+
+void P2pEngine::take_incoming_locked() {
   for (Pending& p : incoming_) {
     const int peer = p.transfer.desc().peer;
     (p.transfer.desc().kind == coll::OpKind::send ? sends_ : recvs_)[peer].push_back(std::move(p));
@@ -140,14 +160,14 @@ void P2pEngine::take_incoming() {
 bool P2pEngine::advance_all() {
   bool moved = false;
   for (auto* lanes : {&sends_, &recvs_}) {
-    for (std::deque<Pending>& lane : *lanes) {
+    for (Lane& lane : *lanes) {
       while (!lane.empty()) {
         Pending& head = lane.front();
         const size_t before = head.transfer.chunks_moved();
         const bool done = head.transfer.advance(fabric_, context(head));
         moved = moved || head.transfer.chunks_moved() != before;
         if (!done) break;
-        head.state->complete(nullptr);
+        complete(head, nullptr);
         lane.pop_front();
         --pending_;
       }
@@ -159,7 +179,7 @@ bool P2pEngine::advance_all() {
 bool P2pEngine::any_ready() const {
   if (has_incoming_.load(std::memory_order_seq_cst) || has_failure_.load()) return true;
   for (const auto* lanes : {&sends_, &recvs_}) {
-    for (const std::deque<Pending>& lane : *lanes) {
+    for (const Lane& lane : *lanes) {
       if (!lane.empty() && lane.front().transfer.ready(fabric_)) return true;
     }
   }
@@ -168,8 +188,8 @@ bool P2pEngine::any_ready() const {
 
 void P2pEngine::fail_pending(std::exception_ptr error) {
   for (auto* lanes : {&sends_, &recvs_}) {
-    for (std::deque<Pending>& lane : *lanes) {
-      for (Pending& p : lane) p.state->complete(error);
+    for (Lane& lane : *lanes) {
+      for (Pending& p : lane) complete(p, error);
       lane.clear();
     }
   }
@@ -187,7 +207,7 @@ void P2pEngine::check_stalled() {
   }
   const Clock::time_point now = Clock::now();
   for (auto* lanes : {&sends_, &recvs_}) {
-    for (std::deque<Pending>& lane : *lanes) {
+    for (Lane& lane : *lanes) {
       if (lane.empty()) continue;
       const Pending& head = lane.front();
       try {
@@ -214,17 +234,18 @@ void P2pEngine::check_stalled() {
 }
 
 void P2pEngine::drive(const std::function<bool()>& done) {
-  transport::Backoff backoff(fabric_.oversubscribed());
+  std::optional<transport::Backoff> backoff;  // from the first poll that moves nothing
   for (;;) {
     try {
       if (has_incoming_.load(std::memory_order_relaxed)) take_incoming();
       const bool moved = advance_all();
       if (done() || (pending_ == 0 && !has_incoming_.load(std::memory_order_seq_cst))) return;
       if (moved) {
-        backoff = transport::Backoff(fabric_.oversubscribed());
+        backoff.reset();
         continue;
       }
-      const transport::Backoff::Stage stage = backoff.next();
+      if (!backoff) backoff.emplace(fabric_.oversubscribed());
+      const transport::Backoff::Stage stage = backoff->next();
       if (stage == transport::Backoff::Stage::spin && !has_failure_.load()) continue;
       check_stalled();
       if (stage == transport::Backoff::Stage::sleep) {

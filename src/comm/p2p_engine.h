@@ -12,7 +12,7 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -49,13 +49,43 @@ class P2pEngine {
   void fail_all(std::exception_ptr error);
 
  private:
+  // The outcome of a blocking call that drives its own transfer: no WorkState, no allocation.
+  struct InlineResult {
+    bool done = false;
+    std::exception_ptr error;
+  };
   struct Pending {
     coll::P2pTransfer transfer;
-    std::shared_ptr<WorkState> state;
+    std::shared_ptr<WorkState> state;  // an asynchronous call's; or
+    InlineResult* inline_result;       // the driving blocking call's
     Clock::time_point deadline;
     uint64_t index;  // the n-th message of this rank to (send) or from (recv) that peer
   };
+  // The transfers to or from one peer in one direction, in issue order. A vector and a head
+  // index, so that the steady state allocates nothing.
+  class Lane {
+   public:
+    bool empty() const noexcept { return head_ == items_.size(); }
+    Pending& front() noexcept { return items_[head_]; }
+    const Pending& front() const noexcept { return items_[head_]; }
+    void push_back(Pending p) { items_.push_back(std::move(p)); }
+    void pop_front() noexcept {
+      if (++head_ == items_.size()) clear();
+    }
+    void clear() noexcept {
+      items_.clear();
+      head_ = 0;
+    }
+    auto begin() noexcept { return items_.begin() + static_cast<ptrdiff_t>(head_); }
+    auto end() noexcept { return items_.end(); }
+
+   private:
+    std::vector<Pending> items_;
+    size_t head_ = 0;
+  };
+  static void complete(Pending& p, std::exception_ptr error);
   std::shared_ptr<WorkState> enqueue(const coll::OpDesc& desc, Clock::time_point deadline);
+  void take_incoming_locked();  // with mu_ held
   // Drives until done() holds or nothing is pending. Only the holder of the driver role.
   void drive(const std::function<bool()>& done);
   void take_incoming();
@@ -75,7 +105,7 @@ class P2pEngine {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> incoming_;          // guarded by mu_
+  std::vector<Pending> incoming_;         // guarded by mu_
   std::vector<uint64_t> sends_issued_;    // guarded by mu_; per peer
   std::vector<uint64_t> recvs_issued_;    // guarded by mu_; per peer
   bool driving_ = false;                  // guarded by mu_; some thread holds the driver role
@@ -87,8 +117,8 @@ class P2pEngine {
   std::thread thread_;
 
   // The driver's own state (only the holder of the role touches it).
-  std::vector<std::deque<Pending>> sends_;  // per peer, in issue order
-  std::vector<std::deque<Pending>> recvs_;
+  std::vector<Lane> sends_;  // per peer
+  std::vector<Lane> recvs_;
   size_t pending_ = 0;
 };
 
