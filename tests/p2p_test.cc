@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/expect_error.h"
@@ -30,19 +31,20 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 // Element i of rank r's message in round `round`: distinct per sender, position and round.
-uint32_t pattern(int rank, size_t i, int round) {
-  return static_cast<uint32_t>(i * 2654435761u) ^ (static_cast<uint32_t>(rank) << 24) ^
-         static_cast<uint32_t>(round * 7919);
+int32_t pattern(int rank, size_t i, int round) {
+  return static_cast<int32_t>(static_cast<uint32_t>(i * 2654435761u) ^
+                              (static_cast<uint32_t>(rank) << 24) ^
+                              static_cast<uint32_t>(round * 7919));
 }
 
-std::vector<uint32_t> message(int rank, size_t count, int round) {
-  std::vector<uint32_t> out(count);
+std::vector<int32_t> message(int rank, size_t count, int round) {
+  std::vector<int32_t> out(count);
   for (size_t i = 0; i < count; ++i) out[i] = pattern(rank, i, round);
   return out;
 }
 
 // The first index where `got` differs from rank `from`'s message, or "" if none.
-std::string first_difference(const std::vector<uint32_t>& got, int from, int round) {
+std::string first_difference(const std::vector<int32_t>& got, int from, int round) {
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != pattern(from, i, round)) {
       return "element " + std::to_string(i) + " of " + std::to_string(got.size()) + " is " +
@@ -58,7 +60,7 @@ TEST(P2pSequence, SendRecvBetweenTwoOfThreeRanksLeavesTheNextCollectiveInStep) {
     std::vector<float> buf(100, 1.0f);
     comm.all_reduce(buf.data(), buf.data(), buf.size(), DType::f32, ReduceOp::sum);
     for (int round = 0; round < 3; ++round) {
-      std::vector<uint32_t> msg = message(0, 5000, round), got(5000);
+      std::vector<int32_t> msg = message(0, 5000, round), got(5000);
       if (me == 0) comm.send(msg.data(), msg.size(), DType::i32, 1);
       if (me == 1) {
         comm.recv(got.data(), got.size(), DType::i32, 0);
@@ -83,7 +85,7 @@ TEST(P2pSequence, SendRecvBetweenTwoOfThreeRanksLeavesTheNextCollectiveInStep) {
 void ring_exchange(Communicator& comm, size_t count, bool recv_first, int round) {
   const int n = comm.size(), me = comm.rank();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  std::vector<uint32_t> out = message(me, count, round), in(count, 0);
+  std::vector<int32_t> out = message(me, count, round), in(count, 0);
   Work sent, received;
   if (recv_first) {
     received = comm.recv_async(in.data(), count, DType::i32, prev);
@@ -123,7 +125,7 @@ TEST_P(P2pRing, BlockingReceiveAfterAsynchronousSend) {
   expect_all_ok(run_ranks(n, [&](Communicator& comm) {
     const int me = comm.rank();
     const int next = (me + 1) % n, prev = (me + n - 1) % n;
-    std::vector<uint32_t> out = message(me, count, 5), in(count);
+    std::vector<int32_t> out = message(me, count, 5), in(count);
     Work sent = comm.send_async(out.data(), count, DType::i32, next);
     comm.recv(in.data(), count, DType::i32, prev);
     sent.wait();
@@ -140,7 +142,7 @@ TEST(P2pProgress, PendingSendDoesNotBlockCollectives) {
   expect_all_ok(run_ranks(3, [](Communicator& comm) {
     const int me = comm.rank();
     const size_t count = size_t{4} << 20;
-    std::vector<uint32_t> out = message(0, count, 9), in(count);
+    std::vector<int32_t> out = message(0, count, 9), in(count);
     Work sent;
     if (me == 0) sent = comm.send_async(out.data(), count, DType::i32, 2);
     std::vector<double> v(1 << 16, 0.5), sum(1 << 16);
@@ -164,7 +166,7 @@ TEST(P2pProgress, ManyMessagesPerPairMatchInIssueOrder) {
     const int n = comm.size(), me = comm.rank();
     constexpr int kMessages = 6;
     const size_t sizes[kMessages] = {1, 70000, 0, 12345, 3, 200000};
-    std::vector<std::vector<uint32_t>> outs, ins;
+    std::vector<std::vector<int32_t>> outs, ins;
     std::vector<Work> works;
     for (int k = 0; k < kMessages; ++k) {
       for (int d = 1; d < n; ++d) {  // peers in a different order on every rank
@@ -188,6 +190,35 @@ TEST(P2pProgress, ManyMessagesPerPairMatchInIssueOrder) {
   }, run_options()));
 }
 
+// Two threads of one rank make blocking calls at once: one drives, the other's transfer is moved
+// by the driver (or by the progress thread once the driver returns).
+TEST(P2pProgress, BlockingCallsFromTwoThreadsOfOneRank) {
+  expect_all_ok(run_ranks(3, [](Communicator& comm) {
+    const int me = comm.rank();
+    constexpr int kRounds = 20;
+    const size_t count = 100000;
+    if (me == 0) {
+      auto sender = [&](int peer) {
+        for (int round = 0; round < kRounds; ++round) {
+          std::vector<int32_t> out = message(peer, count, round);
+          comm.send(out.data(), count, DType::i32, peer);
+        }
+      };
+      std::thread to_1(sender, 1), to_2(sender, 2);
+      to_1.join();
+      to_2.join();
+    } else {
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<int32_t> in(count);
+        comm.recv(in.data(), count, DType::i32, 0);
+        const std::string diff = first_difference(in, me, round);
+        TPF_CHILD_CHECK(diff.empty(), "round " + std::to_string(round) + ": " + diff);
+      }
+    }
+    comm.barrier();
+  }, run_options()));
+}
+
 TEST(P2pErrors, ReceiveThatNeverArrivesTimesOutNamingThePeer) {
   SharedBlock shared;
   auto& done = shared.counter(0);
@@ -197,7 +228,7 @@ TEST(P2pErrors, ReceiveThatNeverArrivesTimesOutNamingThePeer) {
                       "rank 0 never finished");
       return;
     }
-    std::vector<uint32_t> in(1000);
+    std::vector<int32_t> in(1000);
     Error e = expect_error("recv from a silent rank", [&] {
       comm.recv(in.data(), in.size(), DType::i32, 1, CallOptions{milliseconds(300)});
     });
@@ -211,7 +242,7 @@ TEST(P2pErrors, ReceiveThatNeverArrivesTimesOutNamingThePeer) {
 
 TEST(P2pErrors, MismatchedMessageSizesAreReportedAndLaterCallsKeepTheRootCause) {
   expect_all_ok(run_ranks(2, [](Communicator& comm) {
-    std::vector<uint32_t> buf(64, 7);
+    std::vector<int32_t> buf(64, 7);
     if (comm.rank() == 0) {
       comm.send(buf.data(), 64, DType::i32, 1);
     } else {
@@ -236,7 +267,7 @@ TEST(P2pErrors, MismatchedMessageSizesAreReportedAndLaterCallsKeepTheRootCause) 
 
 TEST(P2pErrors, AbortFailsPendingTransfersAtOnce) {
   expect_all_ok(run_ranks(2, [](Communicator& comm) {
-    std::vector<uint32_t> in(1 << 20);
+    std::vector<int32_t> in(1 << 20);
     if (comm.rank() == 0) {
       Work w = comm.recv_async(in.data(), in.size(), DType::i32, 1);  // never sent
       comm.abort();

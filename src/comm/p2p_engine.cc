@@ -83,11 +83,9 @@ Work P2pEngine::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
 void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   std::unique_lock lock(mu_);
   if (failure_) std::rethrow_exception(failure_);
-  if (driving_) {  // another thread drives: it moves this transfer too
+  if (driving_) {  // another thread drives (or the progress thread, should that one stop)
     lock.unlock();
-    std::shared_ptr<WorkState> state = enqueue(desc, deadline);
-    fabric_.wake_p2p();
-    Work(state).wait();
+    submit(desc, deadline).wait();
     return;
   }
   // This thread drives. Its transfer joins its queue behind everything issued before it.
