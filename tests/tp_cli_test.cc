@@ -89,7 +89,7 @@ TEST(ModelCommands, BadInputGetsAClearMessage) {
       {{"train", "--preset", "tiny", "--data", text, "--steps", "ten"},
        0,
        2,
-       "--steps expects an integer"},
+       "--steps must be an integer"},
       {{"train", "--resume", dir / "nothing", "--data", text}, 0, 1, "neither a checkpoint"},
       {{"generate", "--checkpoint", dir / "nothing", "--prompt", "x"},
        0,
@@ -98,7 +98,7 @@ TEST(ModelCommands, BadInputGetsAClearMessage) {
       {{"generate", "--checkpoint", dir / ".", "--prompt", "x", "--temperature", "-1"},
        0,
        2,
-       "--temperature expects a number >= 0"},
+       "--temperature must be a number >= 0"},
       {{"import", "--in", text, "--out", dir / "x"}, 0, 1, "text.txt"},
       // 4 heads cannot be split over 3 ranks.
       {{"train", "--preset", "tiny", "--data", text, "--steps", "1"},

@@ -1,8 +1,11 @@
 #include "tpf/bench_options.h"
 
-#include <charconv>
+#include <limits>
 #include <optional>
 #include <string_view>
+
+#include "model/parse_number.h"
+#include "tpf/error.h"
 
 namespace tpf::cli {
 namespace {
@@ -14,13 +17,12 @@ constexpr size_t kMaxBenchBytes = size_t{16} << 30;
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 int parse_int(std::string_view flag, std::string_view value, int min_value) {
-  int v = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size() || v < min_value) {
-    throw UsageError("" + std::string(flag) + " expects an integer >= " +
-                     std::to_string(min_value) + ", got " + quoted(value));
+  try {
+    return static_cast<int>(
+        parse_integer(value, min_value, std::numeric_limits<int>::max(), std::string(flag)));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
   }
-  return v;
 }
 
 size_t parse_size(std::string_view flag, std::string_view value) {
@@ -110,6 +112,13 @@ BenchOptions parse_bench_options(int argc, char** argv) {
     }
     if (flag == "-b") {
       o.min_bytes = parse_size(flag, value);
+      // The sweep multiplies the size by -f: from 0 it would never reach -e.
+      if (o.min_bytes == 0) {
+        throw UsageError(
+            "-b expects a byte count of at least 1 (the sweep multiplies it by -f "
+            "until it passes -e), got " +
+            quoted(value));
+      }
     } else if (flag == "-e") {
       o.max_bytes = parse_size(flag, value);
     } else if (flag == "-f") {

@@ -133,7 +133,7 @@ std::vector<size_t> sweep_sizes(size_t min_bytes, size_t max_bytes, size_t facto
   std::vector<size_t> sizes;
   size_t s = min_bytes;
   sizes.push_back(s);
-  if (factor < 2) return sizes;
+  if (factor < 2 || s == 0) return sizes;  // 0 x factor never grows
   while (s <= max_bytes / factor && s * factor <= max_bytes) {
     s *= factor;
     sizes.push_back(s);

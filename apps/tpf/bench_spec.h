@@ -52,7 +52,7 @@ std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size
 // all_to_all, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1; barrier 0.
 double bus_factor(Collective c, int nranks) noexcept;
 
-// min, min*factor, ... while <= max (at least one size: min).
+// min, min*factor, ... while <= max (at least one size: min; only min if it is 0 or factor < 2).
 std::vector<size_t> sweep_sizes(size_t min_bytes, size_t max_bytes, size_t factor);
 
 // "8", "64K", "32M", "1G" (binary multiples; a trailing B or iB is accepted: "4KiB", "1MB").

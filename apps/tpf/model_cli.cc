@@ -4,12 +4,14 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
+#include "model/parse_number.h"
 #include "tensor/blas.h"
 #include "tpf/commands.h"
+#include "tpf/error.h"
 #include "tpf/launch_env.h"
 
 namespace tpf::cli {
@@ -60,28 +62,23 @@ std::string FlagParser::required(const std::string& flag) const {
   return get(flag);
 }
 
-int64_t FlagParser::get_int(const std::string& flag, int64_t fallback, int64_t min_value) const {
+int64_t FlagParser::get_int(const std::string& flag, int64_t fallback, int64_t min_value,
+                            int64_t max_value) const {
   if (!has(flag)) return fallback;
-  const std::string s = get(flag);
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < min_value) {
-    throw UsageError(flag + " expects an integer >= " + std::to_string(min_value) + ", got '" + s +
-                     "'");
+  try {
+    return parse_integer(get(flag), min_value, max_value, flag);
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a command-line mistake: exit status 2 with the usage hint
   }
-  return v;
 }
 
 double FlagParser::get_double(const std::string& flag, double fallback, double min_value) const {
   if (!has(flag)) return fallback;
-  const std::string s = get(flag);
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(v >= min_value)) {
-    throw UsageError(flag + " expects a number >= " + std::to_string(min_value) + ", got '" + s +
-                     "'");
+  try {
+    return parse_real(get(flag), min_value, std::numeric_limits<double>::max(), flag);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
   }
-  return v;
 }
 
 namespace {
@@ -112,7 +109,7 @@ int configure_blas_threads(const FlagParser& flags, int local_ranks) {
   if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
     threads = std::min(threads, std::max(1, CPU_COUNT(&allowed)));
   }
-  threads = static_cast<int>(flags.get_int("--threads", threads, 1));
+  threads = static_cast<int>(flags.get_int("--threads", threads, 1, 4096));
   set_blas_threads(threads);
   return threads;
 }

@@ -23,7 +23,9 @@ class FlagParser {
   bool has(const std::string& flag) const { return values_.count(flag) > 0; }
   std::string get(const std::string& flag, const std::string& fallback = "") const;
   std::string required(const std::string& flag) const;
-  int64_t get_int(const std::string& flag, int64_t fallback, int64_t min_value) const;
+  // Strict: the whole value, an integer in [min_value, max_value] (model/parse_number.h).
+  int64_t get_int(const std::string& flag, int64_t fallback, int64_t min_value,
+                  int64_t max_value = INT64_MAX) const;
   double get_double(const std::string& flag, double fallback, double min_value) const;
   bool help() const { return help_; }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/checkpoint.h"
+#include "model/gpt_config.h"
 #include "model/hf_format.h"
 #include "tpf/commands.h"
 #include "tpf/model_cli.h"
@@ -35,20 +36,24 @@ int cmd_import(int argc, char** argv) {
         "usage: tpf import --in FILE.safetensors --out DIR [--tp T] [--heads H]\n"
         "Reads an unsharded Hugging Face GPT-2 safetensors file (f32) and writes a checkpoint\n"
         "sharded for TP size T (default 1; any later --resume or generate may use another).\n"
-        "  --heads H   the head count, if the file's metadata has no n_head\n");
+        "  --tp T      1 to 4096, a divisor of the head count\n"
+        "  --heads H   the head count, if the file's metadata has no n_head\n"
+        "Files written by `tpf export` also restore the training configuration, step and seed.\n");
     return kExitOk;
   }
   const std::string in = flags.required("--in");
   const std::string out = flags.required("--out");
-  const int tp = static_cast<int>(flags.get_int("--tp", 1, 1));
+  const int tp = static_cast<int>(flags.get_int("--tp", 1, 1, kMaxTpSize));
   std::optional<int64_t> heads;
-  if (flags.has("--heads")) heads = flags.get_int("--heads", 1, 1);
+  if (flags.has("--heads")) heads = flags.get_int("--heads", 1, 1, kMaxWidth);
   const GlobalCheckpoint c = import_hf(read_safetensors(in), heads, in);
   write_checkpoint_files(out, c, tp);
-  std::printf("tpf import: %zu tensors (%lld layers, width %lld, %lld heads) -> %s at TP=%d\n",
-              c.tensors.size(), static_cast<long long>(c.config.model.layers),
-              static_cast<long long>(c.config.model.width),
-              static_cast<long long>(c.config.model.heads), out.c_str(), tp);
+  std::printf(
+      "tpf import: %zu tensors (%lld layers, width %lld, %lld heads) of step %lld -> %s at "
+      "TP=%d\n",
+      c.tensors.size(), static_cast<long long>(c.config.model.layers),
+      static_cast<long long>(c.config.model.width), static_cast<long long>(c.config.model.heads),
+      static_cast<long long>(c.step), out.c_str(), tp);
   return kExitOk;
 }
 

@@ -30,7 +30,8 @@ void print_train_usage() {
       "  --resume DIR          continue from a checkpoint or a previous --out directory, at any\n"
       "                        TP size (model, optimizer state and data position are restored)\n"
       "  --data TEXT_FILE      any UTF-8 (or binary) file; the tokenizer is its bytes\n"
-      "  --steps N             total optimizer steps (overrides the configuration)\n"
+      "  --steps N             total optimizer steps, at least 1 (overrides the configuration;\n"
+      "                        with --resume, the step to stop at)\n"
       "  --seed S              initialization, data order and dropout (default 1)\n"
       "  --out DIR             writes config.json, log.jsonl (one record per step), loss.svg and\n"
       "                        checkpoints/ (every train.checkpoint_every steps and at the end)\n"
@@ -62,7 +63,7 @@ int cmd_train(int argc, char** argv) {
   options.data_path = flags.required("--data");
   options.out_dir = flags.get("--out");
   options.seed = static_cast<uint64_t>(flags.get_int("--seed", 1, 0));
-  options.steps = flags.get_int("--steps", -1, 0);
+  options.steps = flags.get_int("--steps", -1, 1, kMaxSteps);
   options.progress = !flags.has("--quiet");
 
   World world;
@@ -70,11 +71,14 @@ int cmd_train(int argc, char** argv) {
   const TrainSummary summary = train(world.comm(), options);
   if (world.comm().rank() == 0 && !summary.records.empty()) {
     std::printf(
-        "tpf train: %zu steps, loss %.4f -> %.4f, %.0f tokens/s at TP=%d (%d BLAS thread%s "
-        "per rank, OpenBLAS %s kernels), %.1f%% of step time in communication\n",
-        summary.records.size(), summary.records.front().loss, summary.records.back().loss,
-        summary.tokens_per_s, world.comm().size(), threads, threads == 1 ? "" : "s",
-        blas_kernel_name().c_str(), 100.0 * summary.comm_share);
+        "tpf train: %zu step%s, loss %.4f -> %.4f, %.0f tokens/s at TP=%d (%d BLAS thread%s "
+        "per rank, OpenBLAS %s kernels), %.1f%% of step time in communication%s\n",
+        summary.records.size(), summary.records.size() == 1 ? "" : "s",
+        summary.records.front().loss, summary.records.back().loss, summary.tokens_per_s,
+        world.comm().size(), threads, threads == 1 ? "" : "s", blas_kernel_name().c_str(),
+        100.0 * summary.comm_share,
+        summary.records.size() == 1 ? " (one step: its rate includes first touches of memory)"
+                                    : "");
     if (!options.out_dir.empty()) {
       std::printf(
           "tpf train: log %s/log.jsonl, loss curve %s/loss.svg, checkpoint %s/checkpoints/\n",

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/json.h"
+#include "model/parse_number.h"
 #include "model/safetensors.h"
 #include "model/text_files.h"
 #include "parallel/vocab_parallel.h"
@@ -138,32 +139,139 @@ std::string resolve_checkpoint_dir(const std::string& path) {
                   ") nor a training output directory with checkpoints/latest");
 }
 
+namespace {
+
+// A rank file's metadata entry `key` as an integer in [lo, hi], naming the file.
+int64_t rank_file_int(const SafeTensorsFile& f, const std::string& file, const std::string& key,
+                      int64_t lo, int64_t hi) {
+  const auto it = f.metadata.find(key);
+  if (it == f.metadata.end()) {
+    throw Error(ErrorCode::invalid_argument, file + ": no '" + key + "' in its metadata");
+  }
+  return parse_integer(it->second, lo, hi, file + ": metadata '" + key + "'");
+}
+
+// The tensors the shards metadata lists must be exactly those the configuration's model has, with
+// the same global shapes: otherwise a small file with a large configuration would make the reader
+// build a model the files do not hold.
+void check_tensors_match_config(const json::Value& shards, const ModelConfig& model, int tp_size,
+                                const std::string& config_file, const std::string& rank0_file) {
+  const std::vector<ParameterShape> expected =
+      gpt_parameter_shapes(model, padded_vocab(model.vocab, tp_size));
+  if (!shards.is_object()) {
+    throw Error(ErrorCode::invalid_argument, rank0_file + ": 'shards' metadata is not an object");
+  }
+  auto summary = [&] {
+    return " (" + config_file + " describes " + std::to_string(model.layers) + " layers, width " +
+           std::to_string(model.width) + ", context " + std::to_string(model.context) + ", vocab " +
+           std::to_string(model.vocab) + ": " + std::to_string(expected.size()) + " tensors; " +
+           rank0_file + " holds " + std::to_string(shards.size()) + ")";
+  };
+  for (const ParameterShape& p : expected) {
+    const json::Value* info = shards.find(p.name);
+    if (info == nullptr) {
+      throw Error(ErrorCode::invalid_argument, rank0_file + " has no tensor '" + p.name +
+                                                   "' of the configured model" + summary());
+    }
+    Shape got;
+    for (const json::Value& d : info->at("global_shape").as_array()) got.push_back(d.as_int());
+    if (got != p.shape) {
+      throw Error(ErrorCode::invalid_argument,
+                  rank0_file + ": tensor '" + p.name + "' has global shape " + shape_string(got) +
+                      ", the configured model's is " + shape_string(p.shape) + summary());
+    }
+    const int64_t dim = info->at("dim").as_int(), blocks = info->at("blocks").as_int();
+    if (dim < -1 || dim >= static_cast<int64_t>(got.size()) || blocks < 1 || blocks > 3) {
+      throw Error(ErrorCode::invalid_argument,
+                  rank0_file + ": tensor '" + p.name + "' has an invalid sharding (dim " +
+                      std::to_string(dim) + ", blocks " + std::to_string(blocks) + ")");
+    }
+  }
+  if (shards.size() != expected.size()) {
+    for (const auto& [name, info] : shards.as_object()) {
+      bool known = false;
+      for (const ParameterShape& p : expected) known = known || p.name == name;
+      if (!known) {
+        throw Error(
+            ErrorCode::invalid_argument,
+            rank0_file + ": tensor '" + name + "' is not part of the configured model" + summary());
+      }
+    }
+  }
+}
+
+}  // namespace
+
 GlobalCheckpoint read_checkpoint(const std::string& path) {
   const std::string dir = resolve_checkpoint_dir(path);
   const std::string manifest_path = (fs::path(dir) / kManifest).string();
   const json::Value manifest =
       json::parse(read_text_file(manifest_path, "checkpoint manifest"), manifest_path);
-  if (!manifest.find("format") || manifest.at("format").as_string() != kFormat) {
+  if (!manifest.is_object() || !manifest.find("format") ||
+      manifest.at("format").as_string() != kFormat) {
     throw Error(ErrorCode::invalid_argument, manifest_path + ": not a " + kFormat + " manifest");
   }
   GlobalCheckpoint c;
   c.step = manifest.at("step").as_int();
-  c.tp_size = static_cast<int>(manifest.at("tp_size").as_int());
+  const int64_t tp_size = manifest.at("tp_size").as_int();
   c.seed = static_cast<uint64_t>(manifest.at("seed").as_int());
+  if (c.step < 0 || c.step > kMaxSteps) {
+    throw Error(ErrorCode::invalid_argument,
+                manifest_path + ": step " + std::to_string(c.step) + " is out of range");
+  }
+  if (tp_size < 1 || tp_size > kMaxTpSize) {
+    throw Error(ErrorCode::invalid_argument, manifest_path + ": tp_size " +
+                                                 std::to_string(tp_size) + " is not in [1, " +
+                                                 std::to_string(kMaxTpSize) + "]");
+  }
+  c.tp_size = static_cast<int>(tp_size);
   c.config = config_from_json(manifest.at("config"), manifest_path + " config");
   const json::Value& files = manifest.at("files");
-  if (c.tp_size < 1 || files.size() != static_cast<size_t>(c.tp_size)) {
-    throw Error(ErrorCode::invalid_argument, manifest_path + ": tp_size and files disagree");
+  if (!files.is_array() || files.size() != static_cast<size_t>(c.tp_size)) {
+    throw Error(ErrorCode::invalid_argument,
+                manifest_path + ": tp_size " + std::to_string(c.tp_size) + " but " +
+                    std::to_string(files.is_array() ? files.size() : 0) + " files are listed");
   }
   std::vector<SafeTensorsFile> ranks;
+  std::vector<std::string> names;
   for (size_t r = 0; r < files.size(); ++r) {
-    ranks.push_back(read_safetensors((fs::path(dir) / files.at(r).as_string()).string()));
+    const std::string file = (fs::path(dir) / files.at(r).as_string()).string();
+    SafeTensorsFile f = read_safetensors(file);
+    // Each file says which rank and TP size it was written for: a file copied over another
+    // rank's would otherwise load silently into the wrong slices.
+    const auto format = f.metadata.find("format");
+    if (format == f.metadata.end() || format->second != kFormat) {
+      throw Error(ErrorCode::invalid_argument, file + ": not a " + kFormat + " rank file");
+    }
+    const int64_t rank = rank_file_int(f, file, "rank", 0, kMaxTpSize - 1);
+    const int64_t saved_tp = rank_file_int(f, file, "tp_size", 1, kMaxTpSize);
+    const int64_t step = rank_file_int(f, file, "step", 0, kMaxSteps);
+    if (rank != static_cast<int64_t>(r) || saved_tp != c.tp_size) {
+      throw Error(ErrorCode::invalid_argument,
+                  file + " holds rank " + std::to_string(rank) + " of TP size " +
+                      std::to_string(saved_tp) + ", but " + manifest_path + " lists it as rank " +
+                      std::to_string(r) + " of " + std::to_string(c.tp_size) +
+                      "; the checkpoint's files were swapped or mixed: restore them");
+    }
+    if (step != c.step) {
+      throw Error(ErrorCode::invalid_argument,
+                  file + " was saved at step " + std::to_string(step) + ", but " + manifest_path +
+                      " is of step " + std::to_string(c.step) +
+                      "; the checkpoint's files were mixed from different checkpoints");
+    }
+    if (r > 0 && f.metadata["shards"] != ranks.front().metadata["shards"]) {
+      throw Error(ErrorCode::invalid_argument,
+                  file + ": its 'shards' metadata differs from " + names.front() + "'s");
+    }
+    ranks.push_back(std::move(f));
+    names.push_back(file);
   }
   const auto it = ranks.front().metadata.find("shards");
   if (it == ranks.front().metadata.end()) {
-    throw Error(ErrorCode::invalid_argument, dir + ": rank 0's file has no 'shards' metadata");
+    throw Error(ErrorCode::invalid_argument, names.front() + ": no 'shards' metadata");
   }
-  const json::Value shards = json::parse(it->second, dir + " shards metadata");
+  const json::Value shards = json::parse(it->second, names.front() + " shards metadata");
+  check_tensors_match_config(shards, c.config.model, c.tp_size, manifest_path, names.front());
   for (const auto& [name, info] : shards.as_object()) {
     GlobalTensor g;
     g.name = name;
@@ -171,7 +279,13 @@ GlobalCheckpoint read_checkpoint(const std::string& path) {
                         static_cast<int>(info.at("blocks").as_int())};
     auto assemble = [&](const std::string& key) {
       std::vector<Tensor> slices;
-      for (const SafeTensorsFile& f : ranks) slices.push_back(tensor_of(f.at(key)));
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        const SafeTensor* t = ranks[r].find(key);
+        if (t == nullptr) {
+          throw Error(ErrorCode::invalid_argument, names[r] + ": no tensor '" + key + "'");
+        }
+        slices.push_back(tensor_of(*t));
+      }
       return global_from_slices(slices, g.shard);
     };
     g.value = assemble(name);
@@ -223,6 +337,14 @@ void load_into(const GlobalCheckpoint& c, int rank, int tp_size, Gpt& model, Ada
 }
 
 void write_checkpoint_files(const std::string& dir, const GlobalCheckpoint& c, int tp_size) {
+  const int64_t heads = c.config.model.heads;
+  if (tp_size < 1 || tp_size > kMaxTpSize || heads % tp_size != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "TP size " + std::to_string(tp_size) + ": the model's " + std::to_string(heads) +
+                    " heads do not split over " + std::to_string(tp_size) +
+                    " tensor-parallel ranks (whole heads per rank); use a TP size that divides " +
+                    std::to_string(heads));
+  }
   fs::create_directories(dir);
   const int64_t vocab_rows = padded_vocab(c.config.model.vocab, tp_size);
   for (int r = 0; r < tp_size; ++r) {
@@ -232,8 +354,12 @@ void write_checkpoint_files(const std::string& dir, const GlobalCheckpoint& c, i
     for (const GlobalTensor& g : c.tensors) {
       auto cut = [&](const Tensor& t) -> const Tensor* {
         if (t.empty()) return nullptr;
-        owned.push_back(slice_of_global(g.name == kEmbedding ? with_rows(t, vocab_rows) : t,
-                                        g.shard, r, tp_size));
+        try {
+          owned.push_back(slice_of_global(g.name == kEmbedding ? with_rows(t, vocab_rows) : t,
+                                          g.shard, r, tp_size));
+        } catch (const Error& e) {
+          throw Error(e.code(), "tensor '" + g.name + "': " + e.what());
+        }
         return &owned.back();
       };
       Shape global_shape = g.value.shape();

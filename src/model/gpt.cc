@@ -38,6 +38,32 @@ ParallelTensor add(ParallelTensor a, const ParallelTensor& b, const char* who) {
 
 }  // namespace
 
+std::vector<ParameterShape> gpt_parameter_shapes(const ModelConfig& c, int64_t vocab_rows) {
+  const int64_t w = c.width, h = c.mlp_width();
+  std::vector<ParameterShape> out;
+  out.reserve(static_cast<size_t>(4 + 12 * c.layers));
+  out.push_back({"wte.weight", {vocab_rows, w}});
+  out.push_back({"wpe.weight", {c.context, w}});
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string b = block_name(i);
+    out.push_back({b + ".ln_1.weight", {w}});
+    out.push_back({b + ".ln_1.bias", {w}});
+    out.push_back({b + ".attn.c_attn.weight", {w, 3 * w}});
+    out.push_back({b + ".attn.c_attn.bias", {3 * w}});
+    out.push_back({b + ".attn.c_proj.weight", {w, w}});
+    out.push_back({b + ".attn.c_proj.bias", {w}});
+    out.push_back({b + ".ln_2.weight", {w}});
+    out.push_back({b + ".ln_2.bias", {w}});
+    out.push_back({b + ".mlp.c_fc.weight", {w, h}});
+    out.push_back({b + ".mlp.c_fc.bias", {h}});
+    out.push_back({b + ".mlp.c_proj.weight", {h, w}});
+    out.push_back({b + ".mlp.c_proj.bias", {w}});
+  }
+  out.push_back({"ln_f.weight", {w}});
+  out.push_back({"ln_f.bias", {w}});
+  return out;
+}
+
 GptBlock::GptBlock(const ModelConfig& c, int64_t index, int tp_size)
     : ln_1(block_name(index) + ".ln_1", c.width, c.layer_norm_eps),
       attn(block_name(index) + ".attn", c.width, c.heads, tp_size, kInitStd, projection_std(c)),

@@ -16,6 +16,18 @@
 
 namespace tpf {
 
+// One parameter's name and global shape, as Gpt builds it.
+struct ParameterShape {
+  std::string name;
+  Shape shape;
+};
+
+// The parameters of a Gpt of `config` in Gpt::parameters() order, with their global shapes and the
+// embedding given `vocab_rows` rows (padded_vocab(vocab, T) for a model at TP size T, vocab for the
+// Hugging Face layout), computed without allocating: files are checked against it before their
+// sizes are trusted. `config` must be valid (validate()).
+std::vector<ParameterShape> gpt_parameter_shapes(const ModelConfig& config, int64_t vocab_rows);
+
 class GptBlock {
  public:
   GptBlock(const ModelConfig& config, int64_t index, int tp_size);

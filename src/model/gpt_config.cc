@@ -1,5 +1,6 @@
 #include "model/gpt_config.h"
 
+#include <cmath>
 #include <functional>
 
 #include "base/json.h"
@@ -156,7 +157,11 @@ RunConfig config_from_json(const json::Value& root, const std::string& what) {
       {"model", [&](const json::Value& v) { apply_section(v, model_keys, what + " model"); }},
       {"train", [&](const json::Value& v) { apply_section(v, train_keys, what + " train"); }}};
   apply_section(root, top_keys, what);
-  validate(c);
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    throw Error(e.code(), what + ": " + e.what());  // name the file the setting came from
+  }
   return c;
 }
 
@@ -197,21 +202,47 @@ json::Value config_to_json_value(const RunConfig& c) {
 
 std::string config_to_json(const RunConfig& c) { return json::dump(config_to_json_value(c)); }
 
+void validate(const ModelConfig& m) {
+  auto in_range = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
+  auto range = [](int64_t lo, int64_t hi) {
+    return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  };
+  auto got = [](int64_t v) { return " (got " + std::to_string(v) + ")"; };
+  require(in_range(m.layers, 1, kMaxLayers),
+          "model.layers must be in " + range(1, kMaxLayers) + got(m.layers));
+  require(in_range(m.width, 1, kMaxWidth),
+          "model.width must be in " + range(1, kMaxWidth) + got(m.width));
+  require(m.heads >= 1 && m.heads <= m.width && m.width % m.heads == 0,
+          "model.width (" + std::to_string(m.width) + ") must be a positive multiple of heads (" +
+              std::to_string(m.heads) + ")");
+  require(in_range(m.context, 2, kMaxContext),
+          "model.context must be in " + range(2, kMaxContext) + got(m.context));
+  require(in_range(m.vocab, 2, kMaxVocab), "model.vocab must be in [2, 2^24]" + got(m.vocab));
+  require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1)");
+  require(m.layer_norm_eps > 0 && std::isfinite(m.layer_norm_eps),
+          "model.layer_norm_eps must be positive and finite");
+}
+
 void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
-  require(m.layers >= 1, "model.layers must be at least 1");
-  require(m.heads >= 1, "model.heads must be at least 1");
-  require(m.width >= 1 && m.width % m.heads == 0, "model.width (" + std::to_string(m.width) +
-                                                      ") must be a positive multiple of heads (" +
-                                                      std::to_string(m.heads) + ")");
-  require(m.context >= 2, "model.context must be at least 2");
-  require(m.vocab >= 2 && m.vocab <= 1 << 24, "model.vocab must be in [2, 2^24]");
-  require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1)");
-  require(m.layer_norm_eps > 0, "model.layer_norm_eps must be positive");
-  require(t.batch_size >= 1, "train.batch_size must be at least 1");
-  require(t.grad_accum >= 1, "train.grad_accum must be at least 1");
-  require(t.steps >= 0, "train.steps must not be negative");
+  auto range = [](int64_t lo, int64_t hi) {
+    return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  };
+  auto got = [](int64_t v) { return " (got " + std::to_string(v) + ")"; };
+  validate(m);
+  require(t.batch_size >= 1 && t.batch_size <= kMaxBatchSize,
+          "train.batch_size must be in " + range(1, kMaxBatchSize) + got(t.batch_size));
+  // Both factors are bounded above, so the product cannot overflow.
+  require(t.batch_size * m.context <= kMaxTokensPerMicroBatch,
+          "train.batch_size x model.context (" + std::to_string(t.batch_size) + " x " +
+              std::to_string(m.context) + ") must be at most " +
+              std::to_string(kMaxTokensPerMicroBatch) +
+              " tokens per micro-batch; use train.grad_accum for larger batches");
+  require(t.grad_accum >= 1 && t.grad_accum <= kMaxGradAccum,
+          "train.grad_accum must be in " + range(1, kMaxGradAccum) + got(t.grad_accum));
+  require(t.steps >= 1 && t.steps <= kMaxSteps,
+          "train.steps must be in " + range(1, kMaxSteps) + got(t.steps));
   require(t.lr > 0 && t.min_lr >= 0 && t.min_lr <= t.lr, "train.lr > 0 and 0 <= min_lr <= lr");
   require(t.warmup >= 0, "train.warmup must not be negative");
   require(t.weight_decay >= 0, "train.weight_decay must not be negative");
@@ -221,6 +252,30 @@ void validate(const RunConfig& c) {
   require(t.clip >= 0, "train.clip must not be negative (0 disables clipping)");
   require(t.log_every >= 1, "train.log_every must be at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every must not be negative");
+}
+
+int64_t parameter_count(const ModelConfig& m) {
+  // Per block: two LayerNorms (2 x 2w), QKV (w x 3w + 3w), projection (w x w + w), MLP
+  // (w x 4w + 4w, 4w x w + w): 12 w^2 + 13 w. Bounded by the kMax limits: below 2^49.
+  const int64_t w = m.width;
+  return m.layers * (12 * w * w + 13 * w) + m.vocab * w + m.context * w + 2 * w;
+}
+
+double training_memory_lower_bound(const RunConfig& c, int tp_size) {
+  const ModelConfig& m = c.model;
+  const double tp = tp_size;
+  const double params = static_cast<double>(parameter_count(m)) / tp;
+  const double tokens = static_cast<double>(c.train.batch_size) * static_cast<double>(m.context);
+  const double w = static_cast<double>(m.width);
+  const double heads = static_cast<double>(m.heads) / tp;
+  const double ctx = static_cast<double>(m.context);
+  // Saved for backward per block, at least: attention probabilities [batch, heads, ctx, ctx], the
+  // QKV output (3w) and the MLP's hidden activations (4w) of this rank's columns; then the logits.
+  const double per_block =
+      static_cast<double>(c.train.batch_size) * heads * ctx * ctx + tokens * 7.0 * w / tp;
+  const double activations =
+      static_cast<double>(m.layers) * per_block + tokens * static_cast<double>(m.vocab) / tp;
+  return 4.0 * (4.0 * params + activations);  // f32: weights, gradients, two AdamW moments
 }
 
 }  // namespace tpf

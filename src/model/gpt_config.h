@@ -8,6 +8,12 @@
 //              "clip": 1.0, "sequence_parallel": false, "log_every": 10,
 //              "checkpoint_every": 200}}
 // Every key is optional; unknown keys are errors (a typo must not silently train another model).
+//
+// Sizes are bounded (the kMax constants below) far above any model this CPU project trains, so
+// that every size derived from them (parameter counts, activation elements, bytes) stays far from
+// int64 overflow: a configuration or a file's metadata is small text and must not be able to make
+// tpfabric overflow or allocate without bound. Whether a model fits this machine's memory is
+// checked separately, against the memory it has (training_memory_lower_bound).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,19 @@
 #include "base/json.h"
 
 namespace tpf {
+
+// Upper bounds of validate(). Together they keep parameters (< 2^49) and activation elements
+// (< 2^57) of any valid configuration far from int64 overflow.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxWidth = int64_t{1} << 16;
+constexpr int64_t kMaxContext = int64_t{1} << 16;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+constexpr int64_t kMaxGradAccum = int64_t{1} << 16;
+constexpr int64_t kMaxTokensPerMicroBatch = int64_t{1} << 24;  // batch_size x context
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+// Tensor-parallel sizes (a TP size must also divide the head count).
+constexpr int64_t kMaxTpSize = 4096;
 
 struct ModelConfig {
   int64_t layers = 2;
@@ -63,5 +82,13 @@ std::string config_to_json(const RunConfig& config);
 json::Value config_to_json_value(const RunConfig& config);
 // Throws if the model cannot be built or trained as configured (naming the setting).
 void validate(const RunConfig& config);
+void validate(const ModelConfig& model);
+
+// Elements of all parameters of the unsharded model (vocabulary not padded). Valid configs only.
+int64_t parameter_count(const ModelConfig& model);
+// Bytes one rank of a TP group of tp_size certainly needs to train `config` (weights, gradients,
+// AdamW moments and the activations of one micro-batch, without any temporary): a run whose lower
+// bound exceeds the machine's memory cannot succeed. Computed in double, so it cannot overflow.
+double training_memory_lower_bound(const RunConfig& config, int tp_size);
 
 }  // namespace tpf

@@ -11,11 +11,13 @@ TextData::TextData(const std::string& path, int64_t seq)
 
 TextData::TextData(std::string text, int64_t seq, const std::string& what)
     : bytes_(std::move(text)), seq_(seq), source_(what) {
-  if (static_cast<int64_t>(bytes_.size()) < seq + 2) {
+  // A sample is seq inputs and the seq targets one byte later: seq + 1 bytes (batch() draws its
+  // start from the size - seq positions that leave room for one).
+  if (seq < 1 || static_cast<int64_t>(bytes_.size()) < seq + 1) {
     throw Error(ErrorCode::invalid_argument,
                 "training text '" + what + "' has " + std::to_string(bytes_.size()) +
-                    " bytes; it needs at least " + std::to_string(seq + 2) +
-                    " (one sequence of the model's context plus one)");
+                    " bytes; it needs at least " + std::to_string(seq + 1) +
+                    " (one sequence of the model's context plus the byte that follows it)");
   }
 }
 

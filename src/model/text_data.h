@@ -13,7 +13,7 @@ namespace tpf {
 class TextData {
  public:
   // Reads the whole file; throws tpf::Error naming the file if it is unreadable or shorter than
-  // one sequence plus one byte.
+  // seq + 1 bytes (one sequence and the target of its last byte).
   TextData(const std::string& path, int64_t seq);
   TextData(std::string text, int64_t seq, const std::string& what);
 

@@ -1,5 +1,7 @@
 #include "model/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +49,36 @@ std::string record_json(const StepRecord& r) {
   return json::dump(v);
 }
 
+// The machine's memory in bytes (0 if unknown).
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / static_cast<double>(1 << 30));
+  return buf;
+}
+
+// Refuses a model whose weights, gradients, moments and activations certainly do not fit, before
+// anything is allocated: a few characters of configuration must not run the machine out of memory.
+void check_fits_in_memory(const RunConfig& config, int tp_size) {
+  const double need = training_memory_lower_bound(config, tp_size);
+  const double have = physical_memory_bytes();
+  if (have > 0 && need > have) {
+    throw Error(ErrorCode::resource,
+                "configuration: training this model needs at least " + gib(need) +
+                    " per rank at TP=" + std::to_string(tp_size) + " (" +
+                    std::to_string(parameter_count(config.model)) +
+                    " parameters with gradients and AdamW moments, and the activations of " +
+                    std::to_string(config.train.batch_size) + " x " +
+                    std::to_string(config.model.context) + " tokens), but this machine has " +
+                    gib(have) + "; use a smaller model.*, train.batch_size or model.context");
+  }
+}
+
 }  // namespace
 
 TrainSummary train(Communicator& comm, const TrainOptions& options) {
@@ -66,6 +98,15 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   tp.sequence_parallel = config.train.sequence_parallel;
   const ModelConfig& mc = config.model;
   const TrainConfig& tc = config.train;
+
+  if (resuming && resumed.step >= tc.steps) {
+    throw Error(ErrorCode::invalid_argument,
+                "the checkpoint in '" + options.resume + "' has already taken " +
+                    std::to_string(resumed.step) + " step" + (resumed.step == 1 ? "" : "s") +
+                    " and the run ends at step " + std::to_string(tc.steps) +
+                    ": nothing to train; give --steps above " + std::to_string(resumed.step));
+  }
+  check_fits_in_memory(config, comm.size());
 
   const TextData data(options.data_path, mc.context);
   Gpt model(mc, comm.rank(), comm.size(), seed);
@@ -177,6 +218,11 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     summary.tokens_per_s =
         static_cast<double>(tokens_per_step) * static_cast<double>(timed_steps) / timed_seconds;
     summary.comm_share = timed_comm / timed_seconds;
+  } else if (!summary.records.empty()) {
+    // A single step: its own rate (first touches of memory included) rather than none at all.
+    const StepRecord& only = summary.records.front();
+    summary.tokens_per_s = only.tokens_per_s;
+    summary.comm_share = only.seconds > 0 ? only.comm_seconds / only.seconds : 0.0;
   }
   if (writer) {
     write_loss_svg((fs::path(options.out_dir) / "loss.svg").string(),

@@ -37,11 +37,14 @@ struct StepRecord {
 struct TrainSummary {
   std::vector<StepRecord> records;  // the steps run by this call
   int64_t first_step = 0;           // steps already taken when it started (resume)
-  double tokens_per_s = 0;          // over all steps after the first (which warms up)
-  double comm_share = 0;            // communication time / step time, same steps
+  // Over all steps after the first (which warms up); of the first step when it is the only one.
+  double tokens_per_s = 0;
+  double comm_share = 0;  // communication time / step time, same steps
 };
 
-// Collective over comm (the tensor-parallel group). Throws tpf::Error on bad input.
+// Collective over comm (the tensor-parallel group). Throws tpf::Error on bad input, on a resume
+// with no steps left to take, and (ErrorCode::resource) for a model that certainly does not fit
+// this machine's memory.
 TrainSummary train(Communicator& comm, const TrainOptions& options);
 
 }  // namespace tpf
