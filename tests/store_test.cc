@@ -14,6 +14,7 @@
 
 #include "bootstrap/socket.h"
 #include "bootstrap/store_protocol.h"
+#include "support/raw_store_client.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -30,55 +31,7 @@ std::unique_ptr<TcpStoreClient> connect_client(const TcpStoreServer& server,
   return std::make_unique<TcpStoreClient>("127.0.0.1", server.port(), secret, 5s);
 }
 
-// A hand-driven connection, for sending what a well-behaved client never would.
-struct RawClient {
-  bootstrap::Socket socket;
-  explicit RawClient(uint16_t port)
-      : socket(bootstrap::connect_tcp("127.0.0.1", port, bootstrap::deadline_after(5s))) {}
-
-  void send_bytes(const std::string& bytes) {
-    ASSERT_EQ(
-        bootstrap::send_all(socket.fd(), bytes.data(), bytes.size(), bootstrap::deadline_after(5s)),
-        IoStatus::ok);
-  }
-  static std::string frame(const std::string& payload) {
-    std::string out;
-    const size_t at = proto::begin_frame(out);
-    out += payload;
-    proto::finish_frame(out, at);
-    return out;
-  }
-  static std::string hello(const std::string& secret) {
-    std::string p;
-    proto::put_u8(p, static_cast<uint8_t>(proto::Op::hello));
-    proto::put_u32(p, proto::kProtocolMagic);
-    proto::put_str(p, secret);
-    return frame(p);
-  }
-  // Returns the next reply's payload, or nullopt if the server closed the connection.
-  std::optional<std::string> read_reply() {
-    char header[4];
-    if (bootstrap::recv_all(socket.fd(), header, 4, bootstrap::deadline_after(5s)) !=
-        IoStatus::ok) {
-      return std::nullopt;
-    }
-    std::string payload(proto::decode_u32(header), '\0');
-    if (bootstrap::recv_all(socket.fd(), payload.data(), payload.size(),
-                            bootstrap::deadline_after(5s)) != IoStatus::ok) {
-      return std::nullopt;
-    }
-    return payload;
-  }
-  // True once the server has closed its end (bounded wait).
-  bool closed_by_server() {
-    char byte;
-    for (;;) {
-      const IoStatus st = bootstrap::recv_all(socket.fd(), &byte, 1, bootstrap::deadline_after(5s));
-      if (st == IoStatus::closed) return true;
-      if (st == IoStatus::timeout) return false;
-    }
-  }
-};
+using testing::RawClient;
 
 TEST(StoreTest, SetGetAddCheck) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);

@@ -1,6 +1,11 @@
 // A small key-value store that ranks use to find each other (rendezvous). The TCP server is hosted
 // by the launcher (tpf run) or by rank 0 (torchrun convention); clients must present the job's
-// secret when the server has one, or are refused.
+// secret when the server has one, or are refused. A server reachable from other hosts must have a
+// secret.
+//
+// Dead ranks: a client may say which job rank it is. When such a client's connection closes without
+// the goodbye its destructor sends (the process died), every get that waits for a missing key fails
+// at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline.
 #pragma once
 
 #include <chrono>
@@ -14,7 +19,8 @@ class Store {
  public:
   virtual ~Store() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
-  // Blocks until key exists or the timeout expires (then throws Error(timeout) naming the key).
+  // Blocks until key exists or the timeout expires (then throws Error(timeout) naming the key);
+  // Error(peer_died) if a rank of the job died meanwhile (stores that can tell, see above).
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // Atomically adds delta to the integer stored at key (0 if absent) and returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
@@ -36,15 +42,49 @@ class PrefixStore : public Store {
   std::shared_ptr<Store> inner_;
 };
 
+// What a TcpStoreServer grants to connections, so that strangers who reach the port cannot
+// exhaust its memory, descriptors or CPU.
+struct StoreServerLimits {
+  // Connections that have not presented a valid hello yet. Beyond this the oldest is dropped:
+  // real clients say hello at once, so only a flood of strangers is cut.
+  size_t max_unauthenticated = 64;
+  // All connections; at the limit the server stops accepting until one closes.
+  size_t max_connections = 16384;
+  // A connection that has not sent its hello by then is closed.
+  std::chrono::milliseconds hello_timeout{10000};
+  // When the process is out of descriptors and no stranger can be dropped, the server stops
+  // accepting until a connection closes or this much time has passed (no busy loop on accept).
+  std::chrono::milliseconds accept_retry{250};
+  // Job rank and pid of the process that serves the store (-1: not a rank, e.g. a launcher);
+  // clients name it when the connection drops.
+  int host_rank = -1;
+};
+
 // Serves the store on a TCP port from a background thread until destroyed.
 class TcpStoreServer {
  public:
-  // port 0 picks a free port; an empty secret accepts every client.
-  TcpStoreServer(const std::string& bind_host, uint16_t port, std::string secret);
+  // port 0 picks a free port; an empty secret accepts every client, and is refused
+  // (Error(bootstrap)) unless the server listens on loopback only.
+  TcpStoreServer(const std::string& bind_host, uint16_t port, std::string secret,
+                 StoreServerLimits limits = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   uint16_t port() const noexcept;
+
+  // Counters for monitoring and tests; updated by the server thread once per round.
+  struct Stats {
+    size_t connections = 0;      // open now
+    size_t unauthenticated = 0;  // open now, no valid hello yet
+    size_t buffered_bytes = 0;   // memory held by connection buffers now
+    size_t peak_buffered_bytes = 0;
+    uint64_t accepted = 0;           // connections accepted so far
+    uint64_t dropped_strangers = 0;  // unauthenticated connections dropped to make room
+    uint64_t hello_timeouts = 0;     // connections closed for not saying hello in time
+    uint64_t accept_failures = 0;    // accept() found the process out of descriptors or memory
+    uint64_t dead_ranks = 0;         // ranks whose connection closed without a goodbye
+  };
+  Stats stats() const;
 
  private:
   struct Impl;
@@ -55,9 +95,11 @@ class TcpStoreServer {
 class TcpStoreClient : public Store {
  public:
   // Retries connecting until connect_timeout expires; throws Error(bootstrap) if the server is
-  // unreachable or refuses the secret.
+  // unreachable or refuses the secret. job_rank: this process's rank in the job (see "Dead ranks"
+  // above), or -1 for a client that is not a rank.
   TcpStoreClient(const std::string& host, uint16_t port, const std::string& secret,
-                 std::chrono::milliseconds connect_timeout);
+                 std::chrono::milliseconds connect_timeout, int job_rank = -1);
+  // Says goodbye, so that the server does not take this rank for dead.
   ~TcpStoreClient() override;
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;

@@ -75,6 +75,7 @@ int try_connect(const addrinfo* ai, Deadline deadline, Socket* out) {
     if (err != 0) return err;
   }
   set_nodelay(s.fd());
+  set_keepalive(s.fd());
   *out = std::move(s);
   return 0;
 }
@@ -132,6 +133,31 @@ void set_nodelay(int fd) {
   }
 }
 
+void set_keepalive(int fd) noexcept {
+  const int one = 1, idle_s = 15, interval_s = 5, probes = 3;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
+namespace {
+
+bool is_loopback(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+}  // namespace
+
 Listener listen_tcp(const std::string& host, uint16_t port, int backlog) {
   const bool any = host.empty() || host == "0.0.0.0";
   AddrInfoPtr addrs;
@@ -167,7 +193,7 @@ Listener listen_tcp(const std::string& host, uint16_t port, int backlog) {
     } else if (bound.ss_family == AF_INET6) {
       bound_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port);
     }
-    return Listener{std::move(s), bound_port};
+    return Listener{std::move(s), bound_port, is_loopback(bound)};
   }
   const ErrorCode code = last_err == EADDRINUSE ? ErrorCode::resource : ErrorCode::bootstrap;
   throw_system_error(
@@ -175,19 +201,24 @@ Listener listen_tcp(const std::string& host, uint16_t port, int backlog) {
       last_err);
 }
 
-Socket accept_tcp(const Socket& listener) {
+Socket accept_tcp(const Socket& listener, int* error) {
+  if (error != nullptr) *error = 0;
   for (;;) {
     const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       Socket s(fd);
       set_nodelay(fd);
+      set_keepalive(fd);
       return s;
     }
     if (errno == EINTR) continue;
-    // A client that connected and reset before we accepted it is not our problem; nor is a
-    // momentary lack of descriptors, which the next poll round retries.
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EPROTO ||
-        errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+    // A client that connected and reset before we accepted it is not our problem.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EPROTO) {
+      return Socket();
+    }
+    // Out of descriptors or memory: the caller decides how to make room (see the store server).
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      if (error != nullptr) *error = errno;
       return Socket();
     }
     throw_system_error(ErrorCode::system, "accept on store socket", errno);

@@ -47,12 +47,16 @@ class Socket {
 struct Listener {
   Socket socket;
   uint16_t port = 0;
+  bool loopback = false;  // bound to 127.0.0.0/8 or ::1 only: unreachable from other hosts
 };
 Listener listen_tcp(const std::string& host, uint16_t port, int backlog = 128);
 
-// Accepts one pending connection (non-blocking, TCP_NODELAY); returns an invalid Socket when none
-// is pending.
-Socket accept_tcp(const Socket& listener);
+// Accepts one pending connection (non-blocking, TCP_NODELAY, keepalive); returns an invalid Socket
+// when none is pending or none could be taken. *error (if given) is then 0 when nothing was pending
+// or the pending client had already gone, or the errno that says this process is out of something
+// (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection stays queued and polling the listener again
+// would report it at once.
+Socket accept_tcp(const Socket& listener, int* error = nullptr);
 
 // Connects to host:port, retrying refused/unreachable attempts with a short backoff until the
 // deadline (the server may start after its clients). Returns a non-blocking socket with
@@ -61,6 +65,9 @@ Socket connect_tcp(const std::string& host, uint16_t port, Deadline deadline);
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);
+// TCP keepalive probes, so that a peer whose host vanished (no FIN, no RST) is noticed within
+// about half a minute instead of never. Best effort.
+void set_keepalive(int fd) noexcept;
 
 enum class IoStatus {
   ok,       // all bytes moved

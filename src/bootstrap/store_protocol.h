@@ -3,14 +3,25 @@
 // a 4-byte length then the bytes.
 //
 //   request  = u8 op, fields...          response = u8 status, fields...
-//   hello    : u32 kProtocolMagic, str secret      -> ok | auth_failed(str message)
+//   hello    : u32 kProtocolMagic, str secret, i32 job_rank, i64 pid
+//                                  -> ok(i32 host_rank, i64 host_pid) | auth_failed(str message)
 //   set      : str key, str value                  -> ok
 //   get      : str key, i64 timeout_ms             -> ok(str value) | not_found (at the deadline)
+//                                                     | peer_died(str message)
 //   add      : str key, i64 delta                  -> ok(i64 new value) | error(str message)
 //   check    : str key                             -> ok(u8 exists)
+//   goodbye  : (nothing)                           -> (no reply; the server closes)
 //
 // The hello must be the first frame; a malformed frame is answered with error(str message) and the
-// connection is closed. Frames above kMaxFrameBytes are refused the same way.
+// connection is closed. Frames above kMaxFrameBytes (kMaxHelloBytes before the hello) are refused
+// the same way.
+//
+// job_rank is the client's rank in the job, or -1 for a client that is not a rank (a launcher, a
+// tool). A connection of a rank that closes without a goodbye means that rank's process died:
+// from then on every get that waits (or would wait) for a missing key is answered peer_died,
+// naming that rank, instead of waiting for its deadline. host_rank names the job rank whose
+// process serves the store (-1: a launcher), so that a client can say who died when the
+// connection drops.
 #pragma once
 
 #include <cstddef>
@@ -22,12 +33,16 @@
 
 namespace tpf::bootstrap::store_protocol {
 
-constexpr uint32_t kProtocolMagic = 0x31465054;  // "TPF1"
+constexpr uint32_t kProtocolMagic = 0x32465054;  // "TPF2"
 constexpr size_t kFrameHeaderBytes = 4;
 constexpr size_t kMaxFrameBytes = size_t{64} << 20;
+// The hello is small; before it a stranger can make the server buffer at most this much.
+constexpr size_t kMaxHelloBytes = 4096;
+// Longest secret a client may present (leaves room for the rest of the hello).
+constexpr size_t kMaxSecretBytes = 1024;
 
-enum class Op : uint8_t { hello = 1, set = 2, get = 3, add = 4, check = 5 };
-enum class Status : uint8_t { ok = 0, not_found = 1, error = 2, auth_failed = 3 };
+enum class Op : uint8_t { hello = 1, set = 2, get = 3, add = 4, check = 5, goodbye = 6 };
+enum class Status : uint8_t { ok = 0, not_found = 1, error = 2, auth_failed = 3, peer_died = 4 };
 
 inline void put_u32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));

@@ -1,8 +1,13 @@
 // The TCP store client: one socket, one request in flight at a time (a mutex serializes callers).
 // Any transport failure drops the socket so that a late reply can never be read as the answer to
-// a later request; the next call reconnects.
+// a later request; the next call reconnects. Every deliberate close says goodbye first, so that
+// the server does not take this rank for dead; only a process that dies closes without one.
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 #include "bootstrap/socket.h"
@@ -34,19 +39,45 @@ struct TcpStoreClient::Impl {
   uint16_t port = 0;
   std::string secret;
   std::chrono::milliseconds connect_timeout{0};
+  int job_rank = -1;
   std::mutex mutex;
   Socket socket;
+  // Told by the server in its hello reply: the job rank (and pid) whose process serves the store.
+  int host_rank = -1;
+  int64_t host_pid = 0;
+  // Set once the store's host rank is known dead: later calls fail the same way at once instead
+  // of retrying to connect for connect_timeout.
+  std::optional<std::string> host_died;
 
   std::string where() const { return "store at " + bootstrap::host_port(host, port); }
 
   void connect();
+  // Best-effort goodbye, then close: the server then knows this was not a death.
+  void drop() noexcept;
   // Sends one request and returns the reply payload; `what` names the operation for errors.
   std::string exchange(const std::string& payload, Deadline deadline, const std::string& what);
   [[noreturn]] void fail_transport(IoStatus status, const std::string& what);
 };
 
-void TcpStoreClient::Impl::fail_transport(IoStatus status, const std::string& what) {
+void TcpStoreClient::Impl::drop() noexcept {
+  if (!socket.valid()) return;
+  std::string frame;
+  const size_t at = proto::begin_frame(frame);
+  proto::put_u8(frame, static_cast<uint8_t>(proto::Op::goodbye));
+  proto::finish_frame(frame, at);
+  // Non-blocking and not retried: a full send buffer (a hung server) must not hold us up.
+  (void)!::send(socket.fd(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   socket.reset();
+}
+
+void TcpStoreClient::Impl::fail_transport(IoStatus status, const std::string& what) {
+  drop();
+  if (status == IoStatus::closed && host_rank >= 0) {
+    host_died = "job rank " + std::to_string(host_rank) + " (pid " + std::to_string(host_pid) +
+                "), which serves the " + where() +
+                ", closed the connection: its process exited or was killed";
+    throw Error(ErrorCode::peer_died, *host_died + " (during " + what + ")");
+  }
   if (status == IoStatus::timeout) {
     throw Error(ErrorCode::timeout, where() + " did not answer " + what +
                                         " in time; is the store's host process (tpf run or rank "
@@ -59,6 +90,7 @@ void TcpStoreClient::Impl::fail_transport(IoStatus status, const std::string& wh
 
 std::string TcpStoreClient::Impl::exchange(const std::string& payload, Deadline deadline,
                                            const std::string& what) {
+  if (host_died) throw Error(ErrorCode::peer_died, *host_died + " (before " + what + ")");
   if (!socket.valid()) connect();
   std::string frame;
   frame.reserve(proto::kFrameHeaderBytes + payload.size());
@@ -72,7 +104,7 @@ std::string TcpStoreClient::Impl::exchange(const std::string& payload, Deadline 
   if (st != IoStatus::ok) fail_transport(st, what);
   const uint32_t len = proto::decode_u32(header);
   if (len == 0 || len > proto::kMaxFrameBytes) {
-    socket.reset();
+    drop();
     throw Error(ErrorCode::bootstrap, where() + " sent a malformed reply (" + std::to_string(len) +
                                           " bytes) to " + what + "; is it a tpfabric store?");
   }
@@ -89,12 +121,22 @@ void TcpStoreClient::Impl::connect() {
   proto::put_u8(hello, static_cast<uint8_t>(proto::Op::hello));
   proto::put_u32(hello, proto::kProtocolMagic);
   proto::put_str(hello, secret);
+  proto::put_u32(hello, static_cast<uint32_t>(job_rank));
+  proto::put_i64(hello, static_cast<int64_t>(::getpid()));
   const std::string reply =
       exchange(hello, std::max(connect_deadline, Clock::now() + kHelloReplyTimeout), "the hello");
   proto::Reader r(reply);
   const auto status = r.u8();
-  if (status == static_cast<uint8_t>(proto::Status::ok)) return;
-  socket.reset();
+  if (status == static_cast<uint8_t>(proto::Status::ok)) {
+    const auto rank = r.u32();
+    const auto pid = r.i64();
+    if (rank && pid && r.at_end()) {
+      host_rank = static_cast<int32_t>(*rank);
+      host_pid = *pid;
+      return;
+    }
+  }
+  drop();
   if (status == static_cast<uint8_t>(proto::Status::auth_failed)) {
     throw Error(ErrorCode::bootstrap,
                 where() + " refused this client: wrong job secret (TPF_JOB_SECRET)");
@@ -106,21 +148,31 @@ void TcpStoreClient::Impl::connect() {
 }
 
 TcpStoreClient::TcpStoreClient(const std::string& host, uint16_t port, const std::string& secret,
-                               std::chrono::milliseconds connect_timeout)
+                               std::chrono::milliseconds connect_timeout, int job_rank)
     : impl_(std::make_unique<Impl>()) {
   if (port == 0) {
     throw Error(ErrorCode::invalid_argument,
                 "TcpStoreClient: port 0 is not a valid store port for host '" + host + "'");
   }
+  if (secret.size() > proto::kMaxSecretBytes) {
+    throw Error(ErrorCode::invalid_argument,
+                "TcpStoreClient: the job secret (TPF_JOB_SECRET) is " +
+                    std::to_string(secret.size()) + " bytes; at most " +
+                    std::to_string(proto::kMaxSecretBytes) + " are accepted");
+  }
   impl_->host = host;
   impl_->port = port;
   impl_->secret = secret;
   impl_->connect_timeout = connect_timeout;
+  impl_->job_rank = job_rank < 0 ? -1 : job_rank;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->connect();
 }
 
-TcpStoreClient::~TcpStoreClient() = default;
+TcpStoreClient::~TcpStoreClient() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->drop();
+}
 
 namespace {
 
@@ -154,7 +206,7 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
       impl_->exchange(p, Clock::now() + kReplyGrace, "set of key '" + key + "'");
   proto::Reader r(reply);
   if (r.u8() != static_cast<uint8_t>(proto::Status::ok)) {
-    impl_->socket.reset();
+    impl_->drop();
     throw Error(ErrorCode::bootstrap, impl_->where() + " refused set of key '" + key +
                                           "': " + r.str().value_or("(no message)"));
   }
@@ -179,8 +231,13 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
                     std::to_string(timeout.count()) +
                     " ms; a rank may have died or not reached this point yet (check the other "
                     "ranks, or raise the timeout)");
+  } else if (status == static_cast<uint8_t>(proto::Status::peer_died)) {
+    if (auto message = r.str()) {
+      throw Error(ErrorCode::peer_died,
+                  *message + " (" + impl_->where() + ", waiting for key '" + key + "')");
+    }
   }
-  impl_->socket.reset();
+  impl_->drop();
   throw Error(ErrorCode::bootstrap, impl_->where() + " sent a malformed reply to get of key '" +
                                         key + "': " + r.str().value_or("(no message)"));
 }
@@ -201,7 +258,7 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
     throw Error(ErrorCode::invalid_argument,
                 impl_->where() + ": " + r.str().value_or("add of key '" + key + "' failed"));
   }
-  impl_->socket.reset();
+  impl_->drop();
   throw Error(ErrorCode::bootstrap,
               impl_->where() + " sent a malformed reply to add of key '" + key + "'");
 }
@@ -216,7 +273,7 @@ bool TcpStoreClient::check(const std::string& key) {
   if (r.u8() == static_cast<uint8_t>(proto::Status::ok)) {
     if (auto exists = r.u8()) return *exists != 0;
   }
-  impl_->socket.reset();
+  impl_->drop();
   throw Error(ErrorCode::bootstrap, impl_->where() + " sent a malformed reply to check of key '" +
                                         key + "': " + r.str().value_or("(no message)"));
 }

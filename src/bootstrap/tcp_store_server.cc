@@ -1,6 +1,8 @@
 // The TCP store server: one background thread multiplexes the listening socket, a shutdown
 // eventfd and every client with poll(). All sockets are non-blocking and all state belongs to that
 // thread, so a client that stalls, disconnects or sends garbage can only lose its own connection.
+// Strangers (connections without a valid hello) are bounded in number, in buffered bytes and in
+// time; running out of descriptors pauses accepting instead of spinning on accept().
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -8,9 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -42,8 +46,11 @@ bool secrets_equal(const std::string& expected, const std::string& presented) {
 }
 
 // Read granularity; also bounds how much one client can make us buffer beyond a parked request.
+// Reads go through one scratch buffer of the server, so a connection's own buffer grows only by
+// what it really sent.
 constexpr size_t kReadChunk = size_t{256} << 10;
-constexpr size_t kMaxHelloBytes = size_t{64} << 10;
+// Buffers that grew for a big request are given back once empty.
+constexpr size_t kShrinkAboveBytes = size_t{1} << 20;
 
 struct Connection {
   Socket socket;
@@ -56,6 +63,17 @@ struct Connection {
   bool dead = false;     // close at the end of this round
   bool parked = false;   // a GET waits for its key; later frames wait in `in`
   std::string parked_key;
+  Deadline hello_deadline{};
+  uint64_t accepted_round = 0;
+  int job_rank = -1;  // declared in the hello; -1: not a rank
+  int64_t pid = 0;
+  bool said_goodbye = false;
+  bool peer_closed = false;  // the client closed or reset its end (not us)
+};
+
+struct DeadRank {
+  int rank;
+  int64_t pid;
 };
 
 struct Waiter {
@@ -67,20 +85,45 @@ struct Waiter {
 
 struct TcpStoreServer::Impl {
   std::string secret;
+  StoreServerLimits limits;
   bootstrap::Listener listener;
   Socket wake_fd;  // eventfd: the destructor writes it to stop the thread
   std::thread thread;
 
+  // Published by the server thread at the end of each round (see stats()).
+  struct {
+    std::atomic<size_t> connections{0}, unauthenticated{0}, buffered_bytes{0}, peak_buffered{0};
+    std::atomic<uint64_t> accepted{0}, dropped_strangers{0}, hello_timeouts{0}, accept_failures{0},
+        dead_ranks{0};
+  } published;
+
   // Everything below is touched only by the server thread.
   std::unordered_map<uint64_t, Connection> conns;
+  std::set<uint64_t> strangers;  // ids of connections without a valid hello, oldest first
   uint64_t next_conn_id = 1;
   std::unordered_map<std::string, std::string> data;
   std::unordered_map<std::string, std::vector<Waiter>> waiters;
   std::vector<uint64_t> runnable;  // unparked connections that may hold pipelined frames
+  std::vector<DeadRank> dead_ranks;
+  std::string scratch = std::string(kReadChunk, '\0');
+  uint64_t round = 0;          // poll rounds so far
+  bool accept_paused = false;  // out of descriptors, or at max_connections
+  Deadline accept_resume_at{};
+  uint64_t accepted = 0, dropped_strangers = 0, hello_timeouts = 0, accept_failures = 0;
+  size_t peak_buffered = 0;
 
   void run();
   void serve();
   void accept_all();
+  // Drops the oldest connection without a hello; with `earlier_rounds`, only one that has had a
+  // round to send its hello. False if there was none.
+  bool drop_oldest_stranger(bool earlier_rounds = false);
+  bool connection_pending() const;
+  void remove(std::unordered_map<uint64_t, Connection>::iterator it);
+  void expire_strangers();
+  std::string death_message() const;
+  void fail_all_waiters();
+  void publish_stats();
   void read_from(uint64_t id, Connection& c);
   void process_input(uint64_t id, Connection& c);
   void handle_request(uint64_t id, Connection& c, std::string_view payload);
@@ -106,10 +149,13 @@ void TcpStoreServer::Impl::serve() {
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;  // ids[i] is the connection of fds[i + 2]
   for (;;) {
+    ++round;
+    if (accept_paused && Clock::now() >= accept_resume_at) accept_paused = false;
     fds.clear();
     ids.clear();
     fds.push_back({wake_fd.fd(), POLLIN, 0});
-    fds.push_back({listener.socket.fd(), POLLIN, 0});
+    // While paused the listener is left out: its pending connection would wake us at once.
+    fds.push_back({accept_paused ? -1 : listener.socket.fd(), POLLIN, 0});
     for (auto& [id, c] : conns) {
       short events = 0;
       if (c.out_pos < c.out.size()) events |= POLLOUT;
@@ -125,7 +171,6 @@ void TcpStoreServer::Impl::serve() {
       throw_system_error(ErrorCode::system, "poll in store server", errno);
     }
     if (fds[0].revents != 0) return;  // shutdown requested
-    if (fds[1].revents != 0) accept_all();
     for (size_t i = 0; i < ids.size(); ++i) {
       const short rev = fds[i + 2].revents;
       if (rev == 0) continue;
@@ -137,9 +182,12 @@ void TcpStoreServer::Impl::serve() {
       if (!c.dead && (rev & POLLIN)) read_from(ids[i], c);
       // Only treat hang-up as fatal when there is nothing left to read; a client may send its
       // last frame and close right away.
-      if (!c.dead && (rev & (POLLERR | POLLHUP | POLLNVAL))) c.dead = true;
-      if (!c.dead && c.parked && (rev & POLLRDHUP)) c.dead = true;
+      if (!c.dead && (rev & (POLLERR | POLLHUP | POLLNVAL))) c.dead = c.peer_closed = true;
+      if (!c.dead && c.parked && (rev & POLLRDHUP)) c.dead = c.peer_closed = true;
     }
+    // After reading, so that a client accepted last round has had its hello read before a
+    // shortage of descriptors picks strangers to drop.
+    if (fds[1].revents != 0) accept_all();
     while (!runnable.empty()) {
       const uint64_t id = runnable.back();
       runnable.pop_back();
@@ -147,55 +195,192 @@ void TcpStoreServer::Impl::serve() {
       if (it != conns.end() && !it->second.dead) process_input(id, it->second);
     }
     expire_waiters();
+    expire_strangers();
+    const size_t deaths_before = dead_ranks.size();
     for (auto it = conns.begin(); it != conns.end();) {
-      if (it->second.dead) {
-        if (it->second.parked) drop_waiter(it->first, it->second.parked_key);
-        it = conns.erase(it);
-      } else {
-        ++it;
-      }
+      auto next = std::next(it);
+      if (it->second.dead) remove(it);
+      it = next;
+    }
+    if (dead_ranks.size() != deaths_before) fail_all_waiters();
+    publish_stats();
+  }
+}
+
+void TcpStoreServer::Impl::remove(std::unordered_map<uint64_t, Connection>::iterator it) {
+  Connection& c = it->second;
+  if (c.parked) drop_waiter(it->first, c.parked_key);
+  // A rank whose process dies loses its connection without a goodbye; one that we closed (bad
+  // request, wrong secret) or that said goodbye did not die.
+  if (c.authed && c.job_rank >= 0 && c.peer_closed && !c.said_goodbye && !c.closing) {
+    dead_ranks.push_back({c.job_rank, c.pid});
+  }
+  strangers.erase(it->first);
+  conns.erase(it);
+  accept_paused = false;  // a descriptor is free again
+}
+
+bool TcpStoreServer::Impl::drop_oldest_stranger(bool earlier_rounds) {
+  if (strangers.empty()) return false;
+  auto it = conns.find(*strangers.begin());
+  if (it == conns.end()) {
+    strangers.erase(strangers.begin());
+    return true;
+  }
+  if (earlier_rounds && it->second.accepted_round == round) return false;
+  ++dropped_strangers;
+  remove(it);  // closes its descriptor now, so the next accept can use it
+  return true;
+}
+
+void TcpStoreServer::Impl::expire_strangers() {
+  const Deadline now = Clock::now();
+  // Ids grow with accept time and every stranger gets the same timeout: the oldest expires first.
+  while (!strangers.empty()) {
+    auto it = conns.find(*strangers.begin());
+    if (it == conns.end()) {
+      strangers.erase(strangers.begin());
+      continue;
+    }
+    if (it->second.hello_deadline > now) break;
+    ++hello_timeouts;
+    remove(it);
+  }
+}
+
+std::string TcpStoreServer::Impl::death_message() const {
+  const DeadRank& first = dead_ranks.front();
+  std::string m = "job rank " + std::to_string(first.rank) + " (pid " + std::to_string(first.pid) +
+                  ") died: its store connection closed without a goodbye (the process exited or "
+                  "was killed)";
+  if (dead_ranks.size() > 1) {
+    m += "; also dead: rank";
+    for (size_t i = 1; i < dead_ranks.size() && i < 8; ++i) {
+      m += (i > 1 ? ", " : " ") + std::to_string(dead_ranks[i].rank);
+    }
+    if (dead_ranks.size() > 8) m += ", ...";
+  }
+  return m;
+}
+
+void TcpStoreServer::Impl::fail_all_waiters() {
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
+  proto::put_str(p, death_message());
+  for (auto& [key, list] : waiters) {
+    for (const Waiter& w : list) {
+      auto cit = conns.find(w.conn_id);
+      if (cit == conns.end() || cit->second.dead || !cit->second.parked) continue;
+      Connection& c = cit->second;
+      c.parked = false;
+      c.parked_key.clear();
+      respond(c, p);
+      runnable.push_back(w.conn_id);
     }
   }
+  waiters.clear();
+}
+
+void TcpStoreServer::Impl::publish_stats() {
+  size_t buffered = scratch.capacity();
+  for (const auto& [id, c] : conns) buffered += c.in.capacity() + c.out.capacity();
+  peak_buffered = std::max(peak_buffered, buffered);
+  published.connections.store(conns.size(), std::memory_order_relaxed);
+  published.unauthenticated.store(strangers.size(), std::memory_order_relaxed);
+  published.buffered_bytes.store(buffered, std::memory_order_relaxed);
+  published.peak_buffered.store(peak_buffered, std::memory_order_relaxed);
+  published.accepted.store(accepted, std::memory_order_relaxed);
+  published.dropped_strangers.store(dropped_strangers, std::memory_order_relaxed);
+  published.hello_timeouts.store(hello_timeouts, std::memory_order_relaxed);
+  published.accept_failures.store(accept_failures, std::memory_order_relaxed);
+  // Release: a reader that sees this round's count also sees the counters above.
+  published.dead_ranks.store(dead_ranks.size(), std::memory_order_release);
 }
 
 int TcpStoreServer::Impl::poll_timeout() const {
   if (!runnable.empty()) return 0;
   bool any = false;
   Deadline earliest{};
+  auto consider = [&](Deadline d) {
+    if (!any || d < earliest) earliest = d;
+    any = true;
+  };
   for (const auto& [key, list] : waiters) {
-    for (const Waiter& w : list) {
-      if (!any || w.deadline < earliest) earliest = w.deadline;
-      any = true;
+    for (const Waiter& w : list) consider(w.deadline);
+  }
+  if (!strangers.empty()) {
+    if (auto it = conns.find(*strangers.begin()); it != conns.end()) {
+      consider(it->second.hello_deadline);
     }
   }
+  if (accept_paused) consider(accept_resume_at);
   return any ? bootstrap::poll_timeout_ms(earliest) : -1;
+}
+
+bool TcpStoreServer::Impl::connection_pending() const {
+  pollfd p{listener.socket.fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
 }
 
 void TcpStoreServer::Impl::accept_all() {
   // Bounded per round so that a connection storm cannot starve the clients already connected.
   for (int i = 0; i < 256; ++i) {
-    Socket s = bootstrap::accept_tcp(listener.socket);
-    if (!s.valid()) return;
+    if (conns.size() >= limits.max_connections) {
+      if (!connection_pending()) return;
+      if (drop_oldest_stranger(true)) continue;
+      if (!strangers.empty()) return;
+      accept_paused = true;  // until a connection closes (remove() resumes)
+      accept_resume_at = bootstrap::deadline_after(limits.accept_retry);
+      return;
+    }
+    int error = 0;
+    Socket s = bootstrap::accept_tcp(listener.socket, &error);
+    if (!s.valid()) {
+      if (error == 0) return;  // nothing (more) pending
+      // accept() takes a descriptor before it looks for a connection: EMFILE may mean nothing.
+      if (!connection_pending()) return;
+      ++accept_failures;
+      // Out of descriptors: a stranger's (one that has had a round to say hello) is the one to
+      // give up. Otherwise wait for a connection to close (or accept_retry) instead of polling a
+      // listener that stays readable.
+      if (drop_oldest_stranger(true)) continue;
+      if (!strangers.empty()) return;  // they get their round; the next one may drop them
+      accept_paused = true;
+      accept_resume_at = bootstrap::deadline_after(limits.accept_retry);
+      return;
+    }
+    if (strangers.size() >= limits.max_unauthenticated) drop_oldest_stranger();
+    ++accepted;
     Connection c;
     c.socket = std::move(s);
-    conns.emplace(next_conn_id++, std::move(c));
+    c.hello_deadline = bootstrap::deadline_after(limits.hello_timeout);
+    c.accepted_round = round;
+    const uint64_t id = next_conn_id++;
+    conns.emplace(id, std::move(c));
+    strangers.insert(id);
   }
 }
 
 void TcpStoreServer::Impl::read_from(uint64_t id, Connection& c) {
-  const size_t old = c.in.size();
-  c.in.resize(old + kReadChunk);
+  // Before the hello, read no more than a hello can be: a stranger's bytes beyond it are not
+  // worth buffering (the frame check refuses them once the header is in).
+  size_t want = kReadChunk;
+  if (!c.authed) {
+    const size_t cap = proto::kFrameHeaderBytes + proto::kMaxHelloBytes;
+    const size_t held = c.in.size() - c.in_pos;
+    want = held < cap ? cap - held : 1;
+  }
   ssize_t n;
   do {
-    n = ::recv(c.socket.fd(), c.in.data() + old, kReadChunk, 0);
+    n = ::recv(c.socket.fd(), scratch.data(), want, 0);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) {
-    c.in.resize(old);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    c.dead = true;  // orderly close, reset or any other error: this client is gone
+    // Orderly close, reset or any other error: this client is gone.
+    c.dead = c.peer_closed = true;
     return;
   }
-  c.in.resize(old + static_cast<size_t>(n));
+  c.in.append(scratch.data(), static_cast<size_t>(n));
   process_input(id, c);
 }
 
@@ -205,7 +390,7 @@ void TcpStoreServer::Impl::process_input(uint64_t id, Connection& c) {
     if (avail < proto::kFrameHeaderBytes) break;
     const uint32_t len = proto::decode_u32(c.in.data() + c.in_pos);
     // Before the hello only a small frame is accepted, so a stranger cannot make us buffer much.
-    const size_t limit = c.authed ? proto::kMaxFrameBytes : kMaxHelloBytes;
+    const size_t limit = c.authed ? proto::kMaxFrameBytes : proto::kMaxHelloBytes;
     if (len > limit) {
       fail(c, "store: frame of " + std::to_string(len) + " bytes exceeds the limit of " +
                   std::to_string(limit) + " bytes");
@@ -220,6 +405,7 @@ void TcpStoreServer::Impl::process_input(uint64_t id, Connection& c) {
   if (c.in_pos == c.in.size()) {
     c.in.clear();
     c.in_pos = 0;
+    if (c.in.capacity() > kShrinkAboveBytes) std::string().swap(c.in);
   } else if (c.in_pos > kReadChunk) {
     c.in.erase(0, c.in_pos);
     c.in_pos = 0;
@@ -242,8 +428,13 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     }
     const auto magic = r.u32();
     const auto presented = r.str();
-    if (!magic || *magic != proto::kProtocolMagic || !presented || !r.at_end()) {
-      return fail(c, "store: malformed hello (protocol version mismatch?)");
+    const auto job_rank = r.u32();
+    const auto pid = r.i64();
+    if (!magic || *magic != proto::kProtocolMagic || !presented || !job_rank || !pid ||
+        !r.at_end()) {
+      return fail(c,
+                  "store: malformed hello (client and server from different tpfabric "
+                  "versions?)");
     }
     if (!secret.empty() && !secrets_equal(secret, *presented)) {
       std::string p;
@@ -255,9 +446,22 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
       return;
     }
     c.authed = true;
-    return respond(c, ok_payload());
+    c.job_rank = static_cast<int32_t>(*job_rank);
+    c.pid = *pid;
+    strangers.erase(id);
+    std::string p = ok_payload();
+    proto::put_u32(p, static_cast<uint32_t>(limits.host_rank));
+    proto::put_i64(p, static_cast<int64_t>(::getpid()));
+    return respond(c, p);
   }
 
+  if (*op == static_cast<uint8_t>(proto::Op::goodbye)) {
+    if (!r.at_end()) return fail(c, "store: malformed goodbye");
+    c.said_goodbye = true;
+    c.closing = true;
+    if (c.out_pos == c.out.size()) c.dead = true;
+    return;
+  }
   const auto key = r.str();
   if (!key) return fail(c, "store: request without a key");
   switch (static_cast<proto::Op>(*op)) {
@@ -274,6 +478,13 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
       if (auto it = data.find(*key); it != data.end()) {
         std::string p = ok_payload();
         proto::put_str(p, it->second);
+        return respond(c, p);
+      }
+      if (!dead_ranks.empty()) {
+        // The key may never come: the rank that would set it may be the dead one.
+        std::string p;
+        proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
+        proto::put_str(p, death_message());
         return respond(c, p);
       }
       if (*timeout_ms <= 0) {
@@ -323,6 +534,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
       return respond(c, p);
     }
     case proto::Op::hello: return fail(c, "store: duplicate hello");
+    case proto::Op::goodbye: break;  // handled above
   }
   fail(c, "store: unknown request op " + std::to_string(*op));
 }
@@ -344,11 +556,12 @@ void TcpStoreServer::Impl::flush(Connection& c) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // POLLOUT resumes
-    c.dead = true;
+    c.dead = c.peer_closed = true;
     return;
   }
   c.out.clear();
   c.out_pos = 0;
+  if (c.out.capacity() > kShrinkAboveBytes) std::string().swap(c.out);
   if (c.closing) c.dead = true;
 }
 
@@ -416,10 +629,24 @@ void TcpStoreServer::Impl::drop_waiter(uint64_t id, const std::string& key) {
   if (list.empty()) waiters.erase(it);
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& bind_host, uint16_t port, std::string secret)
+TcpStoreServer::TcpStoreServer(const std::string& bind_host, uint16_t port, std::string secret,
+                               StoreServerLimits limits)
     : impl_(std::make_unique<Impl>()) {
   impl_->secret = std::move(secret);
+  impl_->limits = limits;
+  impl_->limits.max_unauthenticated = std::max<size_t>(1, limits.max_unauthenticated);
+  impl_->limits.max_connections = std::max<size_t>(1, limits.max_connections);
   impl_->listener = bootstrap::listen_tcp(bind_host, port);
+  if (impl_->secret.empty() && !impl_->listener.loopback) {
+    throw Error(
+        ErrorCode::bootstrap,
+        "store server: refusing to serve the rendezvous store on " +
+            bootstrap::host_port(bind_host.empty() ? "0.0.0.0" : bind_host, impl_->listener.port) +
+            " without a job secret: anyone who reaches that port could read and write "
+            "the job's keys. Set TPF_JOB_SECRET to the same random value on every rank "
+            "(e.g. export TPF_JOB_SECRET=$(openssl rand -hex 16)), or listen on "
+            "127.0.0.1");
+  }
   impl_->wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl_->wake_fd.valid()) {
     throw_system_error(ErrorCode::resource, "store server: eventfd", errno);
@@ -437,5 +664,20 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 uint16_t TcpStoreServer::port() const noexcept { return impl_->listener.port; }
+
+TcpStoreServer::Stats TcpStoreServer::stats() const {
+  const auto& p = impl_->published;
+  Stats s;
+  s.dead_ranks = p.dead_ranks.load(std::memory_order_acquire);
+  s.connections = p.connections.load(std::memory_order_relaxed);
+  s.unauthenticated = p.unauthenticated.load(std::memory_order_relaxed);
+  s.buffered_bytes = p.buffered_bytes.load(std::memory_order_relaxed);
+  s.peak_buffered_bytes = p.peak_buffered.load(std::memory_order_relaxed);
+  s.accepted = p.accepted.load(std::memory_order_relaxed);
+  s.dropped_strangers = p.dropped_strangers.load(std::memory_order_relaxed);
+  s.hello_timeouts = p.hello_timeouts.load(std::memory_order_relaxed);
+  s.accept_failures = p.accept_failures.load(std::memory_order_relaxed);
+  return s;
+}
 
 }  // namespace tpf

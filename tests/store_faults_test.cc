@@ -1,0 +1,258 @@
+// Tests of the TCP store under faults: ranks that die (their waiters hear of it at once, naming the
+// rank), a store host that dies, and strangers who try to exhaust the server's memory, connections,
+// time or descriptors. Counts come from TcpStoreServer::stats(), never from RSS or the clock.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/socket.h"
+#include "support/multiproc.h"
+#include "support/raw_store_client.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+
+namespace tpf {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawClient;
+using testing::wait_until;
+namespace proto = bootstrap::store_protocol;
+
+constexpr char kSecret[] = "faults-test-secret";
+
+std::unique_ptr<TcpStoreClient> rank_client(const TcpStoreServer& server, int rank) {
+  return std::make_unique<TcpStoreClient>("127.0.0.1", server.port(), kSecret, 5s, rank);
+}
+
+// Runs get(key) and keeps the error it ends with.
+struct GetOutcome {
+  bool threw = false;
+  ErrorCode code = ErrorCode::internal;
+  std::string message;
+};
+GetOutcome try_get(Store& store, const std::string& key, std::chrono::milliseconds timeout) {
+  GetOutcome out;
+  try {
+    store.get(key, timeout);
+  } catch (const Error& e) {
+    out = {true, e.code(), e.what()};
+  }
+  return out;
+}
+
+TEST(StoreDeadRank, RankThatVanishesWithoutGoodbyeFailsWaitersWithPeerDied) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto waiter = rank_client(server, 1);
+  waiter->set("present", "v");
+  {
+    // A rank that closes its client says goodbye: it did not die.
+    auto polite = rank_client(server, 3);
+    polite->set("x", "1");
+  }
+  ASSERT_TRUE(wait_until([&] { return server.stats().connections == 1; }, 10s));
+  EXPECT_EQ(server.stats().dead_ranks, 0u);
+  EXPECT_EQ(try_get(*waiter, "never", 20ms).code, ErrorCode::timeout);
+
+  GetOutcome parked;
+  std::thread t([&] { parked = try_get(*waiter, "never", 20s); });
+  {
+    // Rank 2 connects and vanishes without a goodbye, as a killed process does.
+    RawClient rank2(server.port());
+    rank2.send_bytes(RawClient::hello(kSecret, 2, 4242));
+    ASSERT_EQ(rank2.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+  }
+  t.join();
+  EXPECT_TRUE(parked.threw);
+  EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
+  EXPECT_NE(parked.message.find("job rank 2 (pid 4242) died"), std::string::npos) << parked.message;
+  EXPECT_NE(parked.message.find("'never'"), std::string::npos) << parked.message;
+
+  // Later waits fail at once, on any connection; keys that exist are still served.
+  auto late = rank_client(server, 0);
+  const GetOutcome later = try_get(*late, "also_never", 20s);
+  EXPECT_EQ(later.code, ErrorCode::peer_died) << later.message;
+  EXPECT_NE(later.message.find("job rank 2"), std::string::npos) << later.message;
+  EXPECT_EQ(waiter->get("present", 1s), "v");
+  EXPECT_EQ(server.stats().dead_ranks, 1u);
+}
+
+TEST(StoreDeadRank, ClientsThatAreNotRanksNeverCountAsDead) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto client = rank_client(server, -1);
+  {
+    RawClient tool(server.port());  // a tool, not a rank, that disconnects abruptly
+    tool.send_bytes(RawClient::hello(kSecret));
+    ASSERT_EQ(tool.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+  }
+  ASSERT_TRUE(wait_until([&] { return server.stats().connections == 1; }, 10s));
+  EXPECT_EQ(server.stats().dead_ranks, 0u);
+  EXPECT_EQ(try_get(*client, "never", 20ms).code, ErrorCode::timeout);
+}
+
+TEST(StoreDeadRank, StoreHostDeathIsPeerDiedNamingTheRank) {
+  StoreServerLimits limits;
+  limits.host_rank = 0;
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, kSecret, limits);
+  auto client = rank_client(*server, 1);
+  GetOutcome parked;
+  std::thread t([&] { parked = try_get(*client, "never", 20s); });
+  server.reset();  // the host rank's process goes away with its store
+  t.join();
+  EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
+  const std::string host = "job rank 0 (pid " + std::to_string(::getpid()) + "), which serves";
+  EXPECT_NE(parked.message.find(host), std::string::npos) << parked.message;
+  // Later calls say the same at once instead of retrying to connect.
+  try {
+    client->set("k", "v");
+    FAIL() << "expected peer_died";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::peer_died) << e.what();
+    EXPECT_NE(std::string(e.what()).find("job rank 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto client = rank_client(server, 0);
+  client->set("k", "v");
+  constexpr size_t kStrangers = 300;
+  std::vector<std::unique_ptr<RawClient>> strangers;
+  for (size_t i = 0; i < kStrangers; ++i) {
+    strangers.push_back(std::make_unique<RawClient>(server.port()));
+    strangers.back()->send_bytes(std::string(1, '\x10'));  // the first byte of a frame header
+  }
+  ASSERT_TRUE(wait_until([&] { return server.stats().accepted >= kStrangers + 1; }, 20s));
+  EXPECT_EQ(client->get("k", 5s), "v");  // the rank is still served
+  const TcpStoreServer::Stats stats = server.stats();
+  const StoreServerLimits defaults;
+  EXPECT_LE(stats.unauthenticated, defaults.max_unauthenticated);
+  EXPECT_GE(stats.dropped_strangers, kStrangers - defaults.max_unauthenticated);
+  // Each stranger may hold at most a hello's worth; before the fix each cost 256 KiB, 75 MB here.
+  const size_t bound = (size_t{256} << 10) /* read scratch */ +
+                       defaults.max_unauthenticated * (proto::kMaxHelloBytes + 64) +
+                       (size_t{64} << 10) /* the rank's buffers */;
+  EXPECT_LE(stats.peak_buffered_bytes, bound);
+}
+
+TEST(StoreStrangers, SilentConnectionIsClosedAtTheHelloTimeout) {
+  StoreServerLimits limits;
+  limits.hello_timeout = 50ms;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  RawClient silent(server.port());
+  EXPECT_TRUE(silent.closed_by_server());
+  ASSERT_TRUE(wait_until([&] { return server.stats().hello_timeouts == 1; }, 10s));
+  auto client = rank_client(server, 0);  // real clients say hello at once and are unaffected
+  EXPECT_EQ(client->add("n", 1), 1);
+}
+
+// Lowers this process's descriptor limit so that exactly `free_slots` descriptors can still be
+// opened; puts the old limit back when destroyed.
+class DescriptorLimit {
+ public:
+  explicit DescriptorLimit(int free_slots) {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    int free_seen = 0;
+    rlim_t limit = 0;
+    for (int fd = 0; static_cast<rlim_t>(fd) < saved_.rlim_cur; ++fd) {
+      if (::fcntl(fd, F_GETFD) == -1 && free_seen++ == free_slots) {
+        limit = static_cast<rlim_t>(fd);
+        break;
+      }
+    }
+    rlimit lowered = saved_;
+    lowered.rlim_cur = limit;
+    ok_ = limit > 0 && ::setrlimit(RLIMIT_NOFILE, &lowered) == 0;
+  }
+  ~DescriptorLimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit saved_{};
+  bool ok_ = false;
+};
+
+void connect_to(int fd, uint16_t port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
+}
+
+TEST(StoreStrangers, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
+  StoreServerLimits limits;
+  limits.accept_retry = std::chrono::hours(1);  // only a closing connection resumes accepting
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  auto client = rank_client(server, 0);
+  // This test's own ends of the connections, opened while descriptors are plentiful.
+  constexpr int kRanks = 3, kStrangers = 3;
+  std::vector<bootstrap::Socket> ranks, strangers;
+  for (int i = 0; i < kRanks; ++i) ranks.emplace_back(::socket(AF_INET, SOCK_STREAM, 0));
+  for (int i = 0; i < kStrangers; ++i) strangers.emplace_back(::socket(AF_INET, SOCK_STREAM, 0));
+  DescriptorLimit fd_limit(kRanks);  // room for the server's ends of the ranks' connections only
+  ASSERT_TRUE(fd_limit.ok());
+  for (auto& s : ranks) {
+    connect_to(s.fd(), server.port());
+    const std::string hello = RawClient::hello(kSecret);
+    ASSERT_EQ(bootstrap::send_all(s.fd(), hello.data(), hello.size(), RawClient::soon()),
+              bootstrap::IoStatus::ok);
+    bootstrap::set_nonblocking(s.fd());
+    char reply[4 + 1 + 4 + 8];  // frame header, ok, host rank, host pid
+    ASSERT_EQ(bootstrap::recv_all(s.fd(), reply, sizeof(reply), RawClient::soon()),
+              bootstrap::IoStatus::ok)
+        << "accepted " << server.stats().accepted << " failures " << server.stats().accept_failures
+        << " dropped " << server.stats().dropped_strangers;
+  }
+  // The strangers wait in the listener's backlog: accept() fails with EMFILE, and with no stranger
+  // to drop the server stops polling the listener.
+  for (auto& s : strangers) connect_to(s.fd(), server.port());
+  ASSERT_TRUE(wait_until([&] { return server.stats().accept_failures >= 1; }, 10s));
+  // A request needs server rounds; a server that kept polling the readable listener would call
+  // accept() (and fail) in each of them.
+  client->set("k", "v");
+  EXPECT_EQ(client->get("k", 5s), "v");
+  EXPECT_EQ(server.stats().accept_failures, 1u);
+  EXPECT_EQ(server.stats().connections, size_t{1 + kRanks});
+
+  // A rank leaves: accepting resumes. Two descriptors are free (both ends of its connection were
+  // in this process) for three strangers: the oldest is dropped to make room for the newest.
+  ranks.pop_back();
+  ASSERT_TRUE(wait_until([&] { return server.stats().accepted == 1 + kRanks + kStrangers; }, 10s));
+  const TcpStoreServer::Stats stats = server.stats();
+  EXPECT_EQ(stats.dropped_strangers, 1u);
+  EXPECT_EQ(stats.unauthenticated, 2u);
+  EXPECT_EQ(client->get("k", 5s), "v");
+}
+
+TEST(StoreServer, NetworkListenerWithoutSecretIsRefused) {
+  try {
+    TcpStoreServer open_server("0.0.0.0", 0, "");
+    FAIL() << "a store reachable from other hosts started without a secret";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::bootstrap);
+    EXPECT_NE(std::string(e.what()).find("TPF_JOB_SECRET"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("openssl rand -hex 16"), std::string::npos) << e.what();
+  }
+  TcpStoreServer guarded("0.0.0.0", 0, kSecret);
+  TcpStoreServer local("127.0.0.1", 0, "");
+  EXPECT_NE(guarded.port(), 0);
+  EXPECT_NE(local.port(), 0);
+}
+
+}  // namespace
+}  // namespace tpf
