@@ -1,5 +1,6 @@
 // Tests of rendezvous(): rank 0 hosting the store with a published port (real processes), the
-// launcher hosting it, and bounded failures when ranks are missing.
+// launcher hosting it, bounded failures when ranks are missing, prompt peer_died when a rank (or
+// the store's host) dies, and no store open to strangers without TPF_JOB_SECRET.
 
 #include "bootstrap/rendezvous.h"
 
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,6 +217,151 @@ TEST(RendezvousTest, StalePortFileFromDeadProcessIsIgnored) {
   EXPECT_EQ(error1, "");
   EXPECT_FALSE(file_exists(path));
   ::unlink(path.c_str());
+}
+
+// Forks one process per rank running body(rank) -> exit code (bounded by alarm); returns the
+// exit codes, -signal for a rank killed by a signal.
+std::vector<int> run_forked(int world, const std::function<int(int)>& body) {
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return {};
+    if (pid == 0) {
+      ::alarm(30);  // far below the 120 s a setup timeout would take
+      ::_exit(body(rank));
+    }
+    children.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+  }
+  return codes;
+}
+
+// In a forked rank: 0 if get() fails with peer_died and a message holding every fragment.
+int expect_peer_died_get(Store& store, const std::vector<std::string>& fragments) {
+  try {
+    store.get("never_set", 20s);
+    std::fprintf(stderr, "get succeeded\n");
+    return 10;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::peer_died) {
+      std::fprintf(stderr, "code %s: %s\n", error_code_name(e.code()), e.what());
+      return 11;
+    }
+    for (const auto& f : fragments) {
+      if (std::string(e.what()).find(f) == std::string::npos) {
+        std::fprintf(stderr, "'%s' not in: %s\n", f.c_str(), e.what());
+        return 12;
+      }
+    }
+    return 0;
+  }
+}
+
+TEST(RendezvousTest, RankThatDiesAfterConnectingIsPeerDiedForTheOthers) {
+  const std::string job_id = unique_job_id("rankdies");
+  int done[2];
+  ASSERT_EQ(::pipe(done), 0);
+  const auto codes = run_forked(3, [&](int rank) {
+    try {
+      const Rendezvous r = rendezvous(rank0_hosted_env(rank, 3, job_id), 10s);
+      if (rank == 2) ::_exit(0);  // gone without closing its store connection, as if killed
+      const int code = expect_peer_died_get(*r.store, {"job rank 2 (pid ", "died"});
+      // Rank 0 serves the store: it stays until rank 1 has its answer.
+      char byte = 0;
+      if (rank == 1) (void)!::write(done[1], &byte, 1);
+      if (rank == 0) (void)!::read(done[0], &byte, 1);
+      return code;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return 1;
+    }
+  });
+  ::close(done[0]);
+  ::close(done[1]);
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+TEST(RendezvousTest, DeathOfRank0WhichServesTheStoreIsPeerDiedNamingIt) {
+  const std::string job_id = unique_job_id("rank0dies");
+  const auto codes = run_forked(2, [&](int rank) {
+    try {
+      const Rendezvous r = rendezvous(rank0_hosted_env(rank, 2, job_id), 10s);
+      if (rank == 0) ::_exit(0);  // every rank has connected once rendezvous returns on rank 0
+      return expect_peer_died_get(*r.store, {"job rank 0 (pid ", "which serves the store"});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return 1;
+    }
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(RendezvousTest, MultiHostJobWithoutSecretIsRefusedSayingHowToSetIt) {
+  for (int rank : {0, 1}) {
+    LaunchEnv env = rank0_hosted_env(rank, 4, unique_job_id("nosecret"));
+    env.local_world_size = 2;  // two hosts
+    env.store_host = "10.0.0.1";
+    env.store_port = 29511;
+    env.secret = "";
+    try {
+      rendezvous(env, 1s);
+      FAIL() << "rank " << rank << ": a network store without a secret was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::bootstrap);
+      const std::string m = e.what();
+      for (const char* f :
+           {"0.0.0.0:29511", "TPF_JOB_SECRET is not set", "several hosts",
+            "export TPF_JOB_SECRET=$(openssl rand -hex 16)", "mpirun -x TPF_JOB_SECRET"}) {
+        EXPECT_NE(m.find(f), std::string::npos) << "'" << f << "' not in: " << m;
+      }
+    }
+    env.secret = "short";
+    try {
+      rendezvous(env, 1s);
+      FAIL() << "rank " << rank << ": a guessable secret was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::bootstrap);
+      EXPECT_NE(std::string(e.what()).find("has only 5 characters"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(RendezvousTest, SingleHostJobWithoutSecretMakesOneUpAndRefusesStrangers) {
+  const std::string job_id = unique_job_id("madeup");
+  Rendezvous r1;
+  std::string error1;
+  std::thread rank1([&] {
+    try {
+      LaunchEnv env = rank0_hosted_env(1, 2, job_id);
+      env.secret = "";
+      r1 = rendezvous(env, 10s);
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  LaunchEnv env0 = rank0_hosted_env(0, 2, job_id);
+  env0.secret = "";
+  Rendezvous r0 = rendezvous(env0, 10s);
+  rank1.join();
+  ASSERT_EQ(error1, "");
+  ASSERT_NE(r0.server, nullptr);
+  r1.store->set("k", "from 1");
+  EXPECT_EQ(r0.store->get("k", 5s), "from 1");
+  EXPECT_FALSE(file_exists(port_file_path(job_id)));  // the secret's file is gone
+  for (const std::string guess : {"", "rdv-secret"}) {
+    try {
+      TcpStoreClient stranger("127.0.0.1", r0.server->port(), guess, 2s);
+      FAIL() << "a client without the made-up secret got in";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::bootstrap);
+      EXPECT_NE(std::string(e.what()).find("wrong job secret"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

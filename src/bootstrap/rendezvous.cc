@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,21 +23,66 @@ namespace {
 
 constexpr char kConnectedKey[] = "rendezvous/connected";
 constexpr char kAllConnectedKey[] = "rendezvous/all_connected";
+// A store reachable from other hosts is guarded by the job secret alone: it must not be guessable.
+constexpr size_t kMinNetworkSecretChars = 16;
+
+// 128 random bits as hex: the secret of a single-host job that has none.
+std::string random_secret() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_system_error(ErrorCode::system, "rendezvous: getrandom for the job secret", errno);
+    }
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+// How to pass an environment variable to every rank, per launcher.
+std::string export_hint(const std::string& launcher) {
+  if (launcher == "mpirun") return "and pass it on with `mpirun -x TPF_JOB_SECRET ...`";
+  if (launcher == "srun") return "before srun, which passes the environment on (--export=ALL)";
+  return "before " + launcher + ", which passes the environment to every rank";
+}
+
+[[noreturn]] void throw_network_secret_error(const LaunchEnv& env, const std::string& problem) {
+  throw Error(ErrorCode::bootstrap,
+              "rendezvous (" + env.launcher + ", rank " + std::to_string(env.rank) + "): rank 0 " +
+                  "would serve the rendezvous store on 0.0.0.0:" + std::to_string(env.store_port) +
+                  " (MASTER_PORT), reachable from other hosts, " + "and " + problem +
+                  "; anyone who reaches that port could read and write the " +
+                  "job's keys. Set TPF_JOB_SECRET to the same random value of at least " +
+                  std::to_string(kMinNetworkSecretChars) + " characters on every rank, e.g. " +
+                  "`export TPF_JOB_SECRET=$(openssl rand -hex 16)` " + export_hint(env.launcher) +
+                  "; keep it out of shared scripts and logs");
+}
 
 std::chrono::milliseconds remaining(Deadline deadline) {
   return std::chrono::milliseconds(poll_timeout_ms(deadline));
 }
 
-// The published port, removed when this object dies: on success once every rank has connected,
-// on failure while the exception unwinds, so no stale file outlives rank 0's rendezvous.
+// The published port (and, for a job without TPF_JOB_SECRET, the secret rank 0 made up), removed
+// when this object dies: on success once every rank has connected, on failure while the exception
+// unwinds, so no stale file outlives rank 0's rendezvous. Mode 0600: only this user's processes
+// can read the secret.
 class PortFile {
  public:
-  PortFile(std::string path, uint16_t port) : path_(std::move(path)) {
+  PortFile(std::string path, uint16_t port, const std::string& secret) : path_(std::move(path)) {
     // Write a private temp file and rename it into place, so readers never see a partial file.
     const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) throw_system_error(ErrorCode::bootstrap, "rendezvous: create " + tmp, errno);
-    const std::string text = std::to_string(port) + " " + std::to_string(::getpid()) + "\n";
+    const std::string text = std::to_string(port) + " " + std::to_string(::getpid()) + " " +
+                             (secret.empty() ? "-" : secret) + "\n";
     const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     const int write_err = errno;
     ::close(fd);
@@ -61,42 +107,57 @@ class PortFile {
   std::string path_;
 };
 
-// Reads "port pid" from the port file. Ignores files that are not ours (another user could plant
-// one to collect our secret) and files whose writer has exited (left by a crashed earlier job).
-std::optional<uint16_t> read_port_file(const std::string& path) {
+struct Published {
+  uint16_t port = 0;
+  std::string secret;  // empty: rank 0 used TPF_JOB_SECRET
+};
+
+// Reads "port pid secret" from the port file. Ignores files that are not ours or that others could
+// read or write (another user could plant one to collect our secret) and files whose writer has
+// exited (left by a crashed earlier job).
+std::optional<Published> read_port_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return std::nullopt;
   struct stat st {};
-  char buf[64] = {};
+  char buf[160] = {};
   const bool owned = ::fstat(fd, &st) == 0 && st.st_uid == ::getuid() && S_ISREG(st.st_mode) &&
-                     (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+                     (st.st_mode & (S_IRWXG | S_IRWXO)) == 0;
   const ssize_t n = owned ? ::read(fd, buf, sizeof(buf) - 1) : -1;
   ::close(fd);
   if (n <= 0) return std::nullopt;
   unsigned port = 0;
   long pid = 0;
-  if (std::sscanf(buf, "%u %ld", &port, &pid) != 2 || port == 0 || port > 65535 || pid <= 0) {
+  char secret[129] = {};
+  if (std::sscanf(buf, "%u %ld %128s", &port, &pid, secret) != 3 || port == 0 || port > 65535 ||
+      pid <= 0) {
     return std::nullopt;
   }
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return std::nullopt;
-  return static_cast<uint16_t>(port);
+  Published out;
+  out.port = static_cast<uint16_t>(port);
+  if (std::string(secret) != "-") out.secret = secret;
+  return out;
 }
 
-uint16_t wait_for_port_file(const LaunchEnv& env, Deadline deadline,
-                            std::chrono::milliseconds timeout) {
+Published wait_for_port_file(const LaunchEnv& env, Deadline deadline,
+                             std::chrono::milliseconds timeout) {
   const std::string path = port_file_path(env.job_id);
   // Polling the file system is the only signal available before a store exists; the deadline
   // bounds it and the backoff keeps it cheap.
   std::chrono::milliseconds backoff{1};
   for (;;) {
-    if (const auto port = read_port_file(path)) return *port;
+    if (auto published = read_port_file(path)) return *published;
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw Error(ErrorCode::timeout,
-                  "rendezvous: rank " + std::to_string(env.rank) + " waited " +
-                      std::to_string(timeout.count()) + " ms for rank 0 to publish the store " +
-                      "port in " + path + "; is rank 0 running with the same job id (" +
-                      env.job_id + ")? Set MASTER_ADDR/MASTER_PORT to use a fixed address");
+      throw Error(
+          ErrorCode::timeout,
+          "rendezvous: rank " + std::to_string(env.rank) + " waited " +
+              std::to_string(timeout.count()) + " ms for rank 0 to publish the store " +
+              "port in " + path + "; is rank 0 running on this host with the same job id (" +
+              env.job_id + ")? If the ranks run on several hosts, the launcher's local " +
+              "world size (" + std::to_string(env.local_world_size) + ") is wrong: set " +
+              "MASTER_ADDR/MASTER_PORT and TPF_JOB_SECRET (the same random value on every " +
+              "rank, e.g. `export TPF_JOB_SECRET=$(openssl rand -hex 16)`)");
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
@@ -120,24 +181,48 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   std::optional<PortFile> port_file;
   std::string host = env.store_host.empty() ? "127.0.0.1" : env.store_host;
   uint16_t port = env.store_port;
+  std::string secret = env.secret;
 
-  if (env.rank0_hosts_store && env.rank == 0) {
-    // A published (port 0) store serves only this host; a fixed port must be reachable from
-    // the other hosts' ranks, whatever address MASTER_ADDR names.
-    const std::string bind_host = env.store_port == 0 ? "127.0.0.1" : "0.0.0.0";
-    out.server = std::make_unique<TcpStoreServer>(bind_host, env.store_port, env.secret);
-    port = out.server->port();
-    host = "127.0.0.1";
-    if (env.store_port == 0) port_file.emplace(port_file_path(env.job_id), port);
-  } else if (env.rank0_hosts_store && env.store_port == 0) {
-    port = wait_for_port_file(env, deadline, timeout);
+  if (env.rank0_hosts_store) {
+    // Without TPF_JOB_SECRET the store must stay on this host: rank 0 listens on loopback, makes
+    // up a secret and hands it to the other ranks in a file only this user can read. With a secret
+    // and MASTER_PORT it listens where the other hosts' ranks can reach it.
+    const bool single_host = env.local_world_size >= env.world_size;
+    const bool over_network = env.store_port != 0 && !env.secret.empty();
+    if (env.secret.empty() && !single_host) {
+      throw_network_secret_error(
+          env, "TPF_JOB_SECRET is not set (the job spans several hosts: local world size " +
+                   std::to_string(env.local_world_size) + " < world size " +
+                   std::to_string(env.world_size) + ")");
+    }
+    if (over_network && env.secret.size() < kMinNetworkSecretChars) {
+      throw_network_secret_error(
+          env, "TPF_JOB_SECRET has only " + std::to_string(env.secret.size()) + " characters");
+    }
+    if (env.rank == 0) {
+      if (secret.empty()) secret = random_secret();
+      StoreServerLimits limits;
+      limits.host_rank = 0;
+      out.server = std::make_unique<TcpStoreServer>(over_network ? "0.0.0.0" : "127.0.0.1",
+                                                    env.store_port, secret, limits);
+      port = out.server->port();
+      host = "127.0.0.1";
+      if (!over_network) {
+        port_file.emplace(port_file_path(env.job_id), port, env.secret.empty() ? secret : "");
+      }
+    } else if (!over_network) {
+      const Published published = wait_for_port_file(env, deadline, timeout);
+      host = "127.0.0.1";
+      port = published.port;
+      if (secret.empty()) secret = published.secret;
+    }
   } else if (port == 0) {
     throw Error(ErrorCode::bootstrap, "rendezvous: no store port for rank " +
                                           std::to_string(env.rank) +
                                           " (the launcher must set TPF_STORE_ADDR=host:port)");
   }
 
-  out.store = std::make_shared<TcpStoreClient>(host, port, env.secret, remaining(deadline));
+  out.store = std::make_shared<TcpStoreClient>(host, port, secret, remaining(deadline), env.rank);
   const int64_t connected = out.store->add(kConnectedKey, 1);
   if (connected == env.world_size) out.store->set(kAllConnectedKey, "1");
 

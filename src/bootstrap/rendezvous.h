@@ -1,6 +1,12 @@
 // Rendezvous: turns a LaunchEnv into a connected store. Rank 0 serves the store itself when the
-// launcher does not (mpirun, srun, torchrun); on one host without MASTER_ADDR/MASTER_PORT it binds
-// a free port and tells the other ranks through a small file named after the job.
+// launcher does not (mpirun, srun, torchrun). The store is never open to strangers:
+//  - with TPF_JOB_SECRET and MASTER_PORT, rank 0 listens on 0.0.0.0:MASTER_PORT and every rank
+//    connects to MASTER_ADDR presenting the secret (at least 16 characters);
+//  - otherwise all ranks must be on this host (else Error(bootstrap) saying how to set
+//    TPF_JOB_SECRET): rank 0 listens on 127.0.0.1 (MASTER_PORT, or a free port), and tells the
+//    other ranks the port, and a secret it made up when TPF_JOB_SECRET is unset, through a file
+//    named after the job that only this user can read.
+// Every rank's store client declares its job rank, so the store reports a rank that dies.
 #pragma once
 
 #include <chrono>
@@ -23,7 +29,7 @@ struct Rendezvous {
 // connected, and removes the file before returning (or throwing).
 Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout);
 
-// Where rank 0 publishes its store port: /tmp/tpf-<uid>-<job_id>.port.
+// Where rank 0 publishes its store port (and made-up secret): /tmp/tpf-<uid>-<job_id>.port.
 std::string port_file_path(const std::string& job_id);
 
 }  // namespace tpf::bootstrap
