@@ -66,9 +66,13 @@ ShmFabric::~ShmFabric() = default;
 
 void ShmFabric::setup() {
   const int n = config_.size, me = config_.rank;
+  // Segments of this user whose creator died during its setup (SIGKILL without tpf run to sweep
+  // up): nobody holds their lock any more. Live ones, of any job, are left alone.
+  remove_orphan_segments(shm_user_prefix());
   std::random_device entropy;
   std::ostringstream name;
-  name << config_.segment_prefix << "r" << me << "-" << std::hex << entropy() << entropy();
+  name << config_.segment_prefix << "r" << me << "-" << std::hex << entropy() << entropy()
+       << ShmSegment::kOrphanSuffix;
   own_ = ShmSegment::create(name.str(), segment_bytes_,
                             config_.label + " (" + std::to_string(n) + " ranks)");
   bases_.assign(n, nullptr);
@@ -79,60 +83,127 @@ void ShmFabric::setup() {
   mine.pid = static_cast<int32_t>(::getpid());
 
   Store& store = *config_.store;
-  // Registered before publishing: a peer may rely on it as soon as it sees our segment.
-  const bool can_fence = register_asymmetric_fences();
-  store.set("rank/" + std::to_string(me), own_.name() + " " + std::to_string(::getpid()) + " " +
-                                              std::to_string(segment_bytes_) + " " +
-                                              (can_fence ? "1" : "0"));
   peers_.resize(n);
   processes_.resize(n);
-  light_posts_ = can_fence;
-  for (int p : all_peers_) {
-    std::string info;
-    try {
-      info = store.get("rank/" + std::to_string(p), config_.setup_timeout);
-    } catch (const Error& e) {
-      throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
-                                            " did not join while creating the communicator (" +
-                                            e.what() + ")");
+  std::vector<std::string> peer_names(n);
+  using SetupClock = std::chrono::steady_clock;
+  const auto timeout =
+      std::min(config_.setup_timeout, std::chrono::milliseconds(std::chrono::hours(24 * 30)));
+  const auto deadline = SetupClock::now() + timeout;
+  // Waits for a key that peers set, in short slices: between them, a peer whose pid is known and
+  // whose process has exited fails the setup at once (for stores that cannot tell a death
+  // themselves). A store that can tell answers Error(peer_died) naming the job rank.
+  auto wait_for = [&](const std::string& key, const std::string& what) -> std::string {
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SetupClock::now());
+      const auto slice =
+          std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(100));
+      try {
+        return store.get(key, slice);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::peer_died) {
+          throw Error(ErrorCode::peer_died, config_.label +
+                                                ": a rank died while creating the "
+                                                "communicator (waiting for " +
+                                                what + "): " + e.what());
+        }
+        if (e.code() != ErrorCode::timeout) throw;
+        for (int p : all_peers_) {
+          if (processes_[p].pid() > 0 && !processes_[p].alive()) {
+            throw Error(ErrorCode::peer_died,
+                        config_.label + ": rank " + std::to_string(p) + " (pid " +
+                            std::to_string(processes_[p].pid()) +
+                            ") died (its process exited or "
+                            "was killed) while creating the communicator (waiting for " +
+                            what + ")");
+          }
+        }
+        if (SetupClock::now() >= deadline) {
+          throw Error(ErrorCode::timeout,
+                      config_.label + ": " + what + " did not happen within " +
+                          std::to_string(timeout.count()) +
+                          " ms while creating the communicator "
+                          "(a rank may not have reached the creation, or be stuck before it): " +
+                          e.what());
+        }
+      }
     }
-    std::istringstream fields(info);
-    std::string segment_name;
-    long pid = 0;
-    size_t bytes = 0;
-    int peer_can_fence = 0;
-    fields >> segment_name >> pid >> bytes >> peer_can_fence;
-    light_posts_ = light_posts_ && peer_can_fence == 1;
-    if (!fields || bytes != segment_bytes_) {
-      throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
-                                            " joined with a different "
-                                            "configuration (segment of " +
-                                            std::to_string(bytes) + " bytes, expected " +
-                                            std::to_string(segment_bytes_) +
-                                            "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
+  };
+
+  try {
+    // Registered before publishing: a peer may rely on it as soon as it sees our segment.
+    const bool can_fence = register_asymmetric_fences();
+    store.set("rank/" + std::to_string(me), own_.name() + " " + std::to_string(::getpid()) + " " +
+                                                std::to_string(segment_bytes_) + " " +
+                                                (can_fence ? "1" : "0"));
+    light_posts_ = can_fence;
+    for (int p : all_peers_) {
+      const std::string info =
+          wait_for("rank/" + std::to_string(p), "rank " + std::to_string(p) + " to join");
+      std::istringstream fields(info);
+      std::string segment_name;
+      long pid = 0;
+      size_t bytes = 0;
+      int peer_can_fence = 0;
+      fields >> segment_name >> pid >> bytes >> peer_can_fence;
+      light_posts_ = light_posts_ && peer_can_fence == 1;
+      if (!fields || bytes != segment_bytes_) {
+        throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
+                                              " joined with a different "
+                                              "configuration (segment of " +
+                                              std::to_string(bytes) + " bytes, expected " +
+                                              std::to_string(segment_bytes_) +
+                                              "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
+      }
+      processes_[p] = PeerProcess(static_cast<pid_t>(pid));
+      try {
+        peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
+      } catch (const Error& e) {
+        // A survivor may already have removed the segment of a peer that died.
+        if (processes_[p].alive()) throw;
+        throw Error(ErrorCode::peer_died, config_.label + ": rank " + std::to_string(p) + " (pid " +
+                                              std::to_string(pid) + ") died (its process exited " +
+                                              "or was killed) while creating the communicator (" +
+                                              e.what() + ")");
+      }
+      peer_names[p] = segment_name;
+      bases_[p] = static_cast<std::byte*>(peers_[p].data());
+      // A peer writes its header before it publishes the name, so this checks we mapped the right
+      // thing (same tpfabric layout, same rank).
+      if (control(p).magic != kMagic || control(p).rank != p) {
+        throw Error(ErrorCode::bootstrap, config_.label + ": segment " + segment_name +
+                                              " published by rank " + std::to_string(p) +
+                                              " is not that rank's tpfabric segment");
+      }
     }
-    peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
-    bases_[p] = static_cast<std::byte*>(peers_[p].data());
-    // A peer writes its header before it publishes the name, so this checks we mapped the right
-    // thing (same tpfabric layout, same rank).
-    if (control(p).magic != kMagic || control(p).rank != p) {
-      throw Error(ErrorCode::bootstrap, config_.label + ": segment " + segment_name +
-                                            " published by rank " + std::to_string(p) +
-                                            " is not that rank's tpfabric segment");
+    // Algorithm choices depend on this, so every rank takes rank 0's view.
+    if (me == 0) {
+      store.set("excess_ranks", std::to_string(std::max(0, ranks_on_machine(n) - job_cpus())));
     }
-    processes_[p] = PeerProcess(static_cast<pid_t>(pid));
+    const std::string excess = wait_for("excess_ranks", "rank 0's machine report");
+    excess_ranks_ = std::atoi(excess.c_str());
+    // Everyone has mapped everyone: the names are no longer needed, and removing them now means a
+    // rank killed later leaves nothing behind in /dev/shm.
+    if (store.add("mapped", 1) == n) store.set("all_mapped", "1");
+    wait_for("all_mapped", "every rank to map every segment");
+  } catch (...) {
+    // The communicator will not exist. A peer killed during setup left its segment behind; its
+    // lock goes with the process, possibly a moment after its store connection told us of the
+    // death, so wait (bounded) until no peer holds a segment of this communicator any more: live
+    // peers fail the same way and remove their own.
+    own_.unlink();
+    const auto give_up = SetupClock::now() + std::chrono::seconds(2);
+    for (;;) {
+      size_t held = 0;
+      remove_orphan_segments(config_.segment_prefix, &held);
+      if (held == 0 || SetupClock::now() >= give_up) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    throw;
   }
-  // Algorithm choices depend on this, so every rank takes rank 0's view.
-  if (me == 0) {
-    store.set("excess_ranks", std::to_string(std::max(0, ranks_on_machine(n) - job_cpus())));
-  }
-  const std::string excess = store.get("excess_ranks", config_.setup_timeout);
-  excess_ranks_ = std::atoi(excess.c_str());
-  // Everyone has mapped everyone: the names are no longer needed, and removing them now means a
-  // rank killed later leaves nothing behind in /dev/shm.
-  if (store.add("mapped", 1) == n) store.set("all_mapped", "1");
-  store.get("all_mapped", config_.setup_timeout);
   own_.unlink();
+  // Every name may go now, including that of a peer killed just before it removed its own.
+  for (int p : all_peers_) unlink_segment_name(peer_names[p]);
 }
 
 ShmFabric::Control& ShmFabric::control(int rank) const noexcept {

@@ -1,12 +1,16 @@
 #include "transport/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "topo/numa_placement.h"
@@ -38,9 +42,70 @@ void* map_shared(int fd, size_t bytes, const std::string& name, bool populate) {
 
 }  // namespace
 
-std::string shm_job_prefix(const std::string& job_id) {
-  return "/tpf-" + std::to_string(::getuid()) + "-" + job_id + "-";
+std::string shm_user_prefix() { return "/tpf-" + std::to_string(::getuid()) + "-"; }
+
+std::string shm_job_prefix(const std::string& job_id) { return shm_user_prefix() + job_id + "-"; }
+
+namespace {
+
+bool has_orphan_suffix(const std::string& name) {
+  const std::string suffix = ShmSegment::kOrphanSuffix;
+  return name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+// Takes the creator's shared lock. Contended only by a sweeper that holds the exclusive lock for
+// a moment (it saw the segment still empty and lets go), so a short bounded retry suffices.
+void take_creator_lock(int fd, const std::string& name) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      throw_system_error(ErrorCode::system, "flock of " + name, errno);
+    }
+    if (std::chrono::steady_clock::now() >= give_up) {
+      throw Error(ErrorCode::system,
+                  "flock of " + name +
+                      ": another process held the segment "
+                      "locked for 5 s (a stopped tpfabric process cleaning up?)");
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+size_t remove_orphan_segments(const std::string& prefix, size_t* held) {
+  if (held != nullptr) *held = 0;
+  // Names in /dev/shm lack the leading '/' of shm_open names.
+  const std::string want = prefix.empty() || prefix[0] != '/' ? prefix : prefix.substr(1);
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  size_t removed = 0;
+  const uid_t me = ::getuid();
+  while (dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, want.size(), want) != 0 || !has_orphan_suffix(name)) continue;
+    const int fd = ::openat(::dirfd(dir), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;  // gone meanwhile, or not ours to read
+    FdGuard guard{fd};
+    // The lock first, then the size: a creator takes its lock before it sizes the segment, so a
+    // sized segment nobody holds is an orphan, and an empty one may be a creator between the two.
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // its creator is alive
+      if (held != nullptr) ++*held;
+      continue;
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || info.st_uid != me || !S_ISREG(info.st_mode) ||
+        info.st_size == 0) {
+      continue;
+    }
+    if (::unlinkat(::dirfd(dir), name.c_str(), 0) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
+}
+
+void unlink_segment_name(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
 
 size_t shm_free_bytes() {
   struct statvfs info {};
@@ -52,10 +117,13 @@ namespace {
 
 [[noreturn]] void throw_shm_too_small(size_t bytes, const std::string& what) {
   throw Error(ErrorCode::resource,
-              what + " needs " + mib(bytes) + " of shared memory for this rank but /dev/shm has "
-              "only " + mib(shm_free_bytes()) + " free. Make /dev/shm larger (e.g. `mount -o "
-              "remount,size=8G /dev/shm`, or `docker run --shm-size=8g`) or lower "
-              "TPF_SHM_BUFFER_BYTES");
+              what + " needs " + mib(bytes) +
+                  " of shared memory for this rank but /dev/shm has "
+                  "only " +
+                  mib(shm_free_bytes()) +
+                  " free. Make /dev/shm larger (e.g. `mount -o "
+                  "remount,size=8G /dev/shm`, or `docker run --shm-size=8g`) or lower "
+                  "TPF_SHM_BUFFER_BYTES");
 }
 
 }  // namespace
@@ -70,6 +138,11 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes, const std::
   ShmSegment segment;
   segment.name_ = name;
   segment.owner_linked_ = true;
+  if (has_orphan_suffix(name)) {
+    take_creator_lock(fd, name);
+    segment.lock_fd_ = fd;  // kept open (and locked) until unlink()
+    guard.fd = -1;
+  }
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int err = errno;
     segment.unlink();
@@ -116,7 +189,8 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      owner_linked_(std::exchange(other.owner_linked_, false)) {}
+      owner_linked_(std::exchange(other.owner_linked_, false)),
+      lock_fd_(std::exchange(other.lock_fd_, -1)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
@@ -125,6 +199,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     owner_linked_ = std::exchange(other.owner_linked_, false);
+    lock_fd_ = std::exchange(other.lock_fd_, -1);
   }
   return *this;
 }
@@ -135,6 +210,10 @@ void ShmSegment::unlink() {
   if (owner_linked_) {
     ::shm_unlink(name_.c_str());
     owner_linked_ = false;
+  }
+  if (lock_fd_ >= 0) {
+    ::close(lock_fd_);  // only after the name is gone: a locked name is never an orphan
+    lock_fd_ = -1;
   }
 }
 

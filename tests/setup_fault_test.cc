@@ -1,0 +1,167 @@
+// A rank killed in the middle of communicator creation or split(), started the torchrun way (no
+// tpf run to clean up): the survivors must fail promptly with Error(peer_died) naming the dead
+// rank (bounded by detection, not by the 120 s setup timeout), and /dev/shm must hold nothing of
+// the job afterwards.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/multiproc.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+
+namespace tpf {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RankContext;
+using testing::RankOutcome;
+
+// A store that kills its own process (SIGKILL: no destructor, no goodbye) when asked to set one
+// key, before or after passing the set on: a rank that dies at an exact point of the setup.
+class DyingStore : public Store {
+ public:
+  DyingStore(std::shared_ptr<Store> inner, std::string fatal_key, bool after_set)
+      : inner_(std::move(inner)), fatal_key_(std::move(fatal_key)), after_set_(after_set) {}
+  void set(const std::string& key, const std::string& value) override {
+    if (key == fatal_key_ && !after_set_) ::raise(SIGKILL);
+    inner_->set(key, value);
+    if (key == fatal_key_ && after_set_) ::raise(SIGKILL);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return inner_->get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  bool check(const std::string& key) override { return inner_->check(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  std::string fatal_key_;
+  bool after_set_;
+};
+
+// This rank's connection to the harness's store; job_rank -1 makes a client that does not say
+// which rank it is (a store that cannot tell deaths).
+std::shared_ptr<Store> connect_store(const RankContext& ctx, int job_rank) {
+  const auto colon = ctx.store_address.rfind(':');
+  const auto port = static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1)));
+  return std::make_shared<TcpStoreClient>(ctx.store_address.substr(0, colon), port, ctx.secret, 10s,
+                                          job_rank);
+}
+
+std::string unique_job(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  return "setupfault-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+testing::RunOptions options_for(const std::string& job) {
+  testing::RunOptions options;
+  options.job_name = job;
+  // Far below the setup timeout (120 s unless CommOptions::timeout): only prompt detection passes.
+  options.deadline = 30s;
+  return options;
+}
+
+// Inside a survivor: the creation must throw peer_died naming `who`.
+void expect_peer_died(const std::function<void()>& create, const std::string& who) {
+  try {
+    create();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died,
+                    std::string("code ") + error_code_name(e.code()) + ": " + message);
+    TPF_CHILD_CHECK(message.find(who) != std::string::npos, "'" + who + "' not in: " + message);
+    return;
+  }
+  TPF_CHILD_CHECK(false, "the communicator was created although a rank died");
+}
+
+void expect_outcomes(const std::vector<RankOutcome>& outcomes, int victim) {
+  for (const RankOutcome& o : outcomes) {
+    if (o.rank == victim) {
+      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
+    } else {
+      EXPECT_TRUE(o.ok()) << o.describe();
+    }
+  }
+}
+
+void expect_no_segments(const std::string& job) {
+  const auto left = testing::list_dev_shm("tpf-" + std::to_string(::getuid()) + "-" + job + "-");
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+// Creation of a 3-rank "world" where rank 2 dies on setting `fatal_key`.
+void run_creation_with_death(const std::string& job, const std::string& fatal_key, bool after_set,
+                             bool store_knows_ranks, const std::string& who) {
+  constexpr int kVictim = 2;
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        auto store = connect_store(ctx, store_knows_ranks ? ctx.rank : -1);
+        if (ctx.rank == kVictim) {
+          auto dying = std::make_shared<DyingStore>(store, fatal_key, after_set);
+          Communicator::create(ctx.rank, ctx.size, dying, "world", ctx.comm_options);
+          TPF_CHILD_CHECK(false, "the victim survived its fatal set");
+        }
+        expect_peer_died(
+            [&] { Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options); },
+            who);
+      },
+      options_for(job));
+  expect_outcomes(outcomes, kVictim);
+  expect_no_segments(job);
+}
+
+TEST(SetupFault, RankKilledBeforePublishingIsPeerDiedNamingIt) {
+  // Rank 2 has created its segment but not told anyone: only the store can tell it died.
+  run_creation_with_death(unique_job("before"), "world/0/rank/2", /*after_set=*/false,
+                          /*store_knows_ranks=*/true, "job rank 2 (pid ");
+}
+
+TEST(SetupFault, RankKilledAfterPublishingIsPeerDiedAndLeavesNoSegment) {
+  // Rank 2's segment name is published and then orphaned: the survivors remove it.
+  run_creation_with_death(unique_job("after"), "world/0/rank/2", /*after_set=*/true,
+                          /*store_knows_ranks=*/true, "rank 2 (pid ");
+}
+
+TEST(SetupFault, DeadPeerIsNoticedByItsPidWhenTheStoreCannotTell) {
+  run_creation_with_death(unique_job("pid"), "world/0/rank/2", /*after_set=*/true,
+                          /*store_knows_ranks=*/false, "rank 2 (pid ");
+}
+
+TEST(SetupFault, RankKilledDuringSplitIsPeerDiedNamingIt) {
+  // All three ranks split into one communicator in reverse order; job rank 1 (rank 1 of the new
+  // communicator too) dies right after publishing its segment there.
+  const std::string job = unique_job("split");
+  constexpr int kVictim = 1;
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        std::shared_ptr<Store> store = connect_store(ctx, ctx.rank);
+        if (ctx.rank == kVictim) {
+          store = std::make_shared<DyingStore>(store, "world.s0c0/0/rank/1", /*after_set=*/true);
+        }
+        Communicator world =
+            Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        if (ctx.rank == kVictim) {
+          world.split(0, -ctx.rank);
+          TPF_CHILD_CHECK(false, "the victim survived its fatal set");
+        }
+        expect_peer_died([&] { world.split(0, -ctx.rank); }, "rank 1 (pid ");
+      },
+      options_for(job));
+  expect_outcomes(outcomes, kVictim);
+  expect_no_segments(job);
+}
+
+}  // namespace
+}  // namespace tpf
