@@ -269,7 +269,12 @@ TEST(RendezvousTest, RankThatDiesAfterConnectingIsPeerDiedForTheOthers) {
   const auto codes = run_forked(3, [&](int rank) {
     try {
       const Rendezvous r = rendezvous(rank0_hosted_env(rank, 3, job_id), 10s);
-      if (rank == 2) ::_exit(0);  // gone without closing its store connection, as if killed
+      if (rank == 2) {
+        // Once every rank has connected (a death before would fail the rendezvous itself), gone
+        // without closing its store connection, as if killed.
+        r.store->get("rendezvous/all_connected", 10s);
+        ::_exit(0);
+      }
       const int code = expect_peer_died_get(*r.store, {"job rank 2 (pid ", "died"});
       // Rank 0 serves the store: it stays until rank 1 has its answer.
       char byte = 0;
