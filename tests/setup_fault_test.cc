@@ -103,6 +103,9 @@ void expect_no_segments(const std::string& job) {
 void run_creation_with_death(const std::string& job, const std::string& fatal_key, bool after_set,
                              bool store_knows_ranks, const std::string& who) {
   constexpr int kVictim = 2;
+  // Survivors stay until both have their answer: one that exited early could otherwise be taken
+  // for dead by the other when the store cannot tell who died (a limit of pid checks).
+  testing::SharedBlock finished;
   const auto outcomes = testing::run_ranks_raw(
       3,
       [&](const RankContext& ctx) {
@@ -115,6 +118,9 @@ void run_creation_with_death(const std::string& job, const std::string& fatal_ke
         expect_peer_died(
             [&] { Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options); },
             who);
+        finished.counter(0).fetch_add(1);
+        TPF_CHILD_CHECK(testing::wait_until([&] { return finished.counter(0).load() == 2; }, 20s),
+                        "the other survivor did not finish");
       },
       options_for(job));
   expect_outcomes(outcomes, kVictim);

@@ -160,20 +160,19 @@ void ShmFabric::setup() {
         peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
       } catch (const Error& e) {
         // The name is gone: a survivor removed the segment of a peer that died, or the peer's own
-        // setup failed (it removes its name then) because some rank died; the store may know.
-        if (processes_[p].alive()) {
-          try {
-            store.get("all_mapped", std::chrono::milliseconds(0));
-          } catch (const Error& verdict) {
-            if (verdict.code() == ErrorCode::peer_died) {
-              throw Error(ErrorCode::peer_died, config_.label +
-                                                    ": a rank died while creating the "
-                                                    "communicator: " +
-                                                    verdict.what());
-            }
+        // setup failed (it removes its name then, and may have exited since) because some rank
+        // died. The store names the rank that died first, when it can tell.
+        try {
+          store.get("all_mapped", std::chrono::milliseconds(0));
+        } catch (const Error& verdict) {
+          if (verdict.code() == ErrorCode::peer_died) {
+            throw Error(ErrorCode::peer_died, config_.label +
+                                                  ": a rank died while creating the "
+                                                  "communicator: " +
+                                                  verdict.what());
           }
-          throw;
         }
+        if (processes_[p].alive()) throw;
         throw Error(ErrorCode::peer_died, config_.label + ": rank " + std::to_string(p) + " (pid " +
                                               std::to_string(pid) + ") died (its process exited " +
                                               "or was killed) while creating the communicator (" +
