@@ -3,6 +3,7 @@
 // process that fails on one communicator and exits is reported on its other communicators by that
 // root cause, not as a mere death.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <string>
 #include <vector>
@@ -103,6 +104,28 @@ TEST(FailurePropagation, AbortIsTheRootCauseOnOtherCommunicators) {
     TPF_CHILD_CHECK(e.code() == ErrorCode::aborted,
                     "code " + std::string(error_code_name(e.code())) + ": " + e.what());
   }, run_options()));
+}
+
+// The parent (this gtest process) aborts a communicator of its own, then forks ranks: they must
+// not inherit its failure as theirs (a killed rank is peer_died, not "aborted by the parent").
+TEST(FailurePropagation, ForkedRanksDoNotInheritTheParentsFailure) {
+  {
+    TcpStoreServer server("127.0.0.1", 0, "parent-secret-0123456789");
+    Communicator mine = Communicator::create(
+        0, 1, "127.0.0.1:" + std::to_string(server.port()), "parent-secret-0123456789");
+    mine.abort();
+  }
+  const auto outcomes = run_ranks(3, [](Communicator& comm) {
+    comm.barrier();
+    if (comm.rank() == 2) ::raise(SIGKILL);
+    Error e = expect_error("barrier with rank 2 killed", [&] { comm.barrier(); });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died,
+                    "code " + std::string(error_code_name(e.code())) + ": " + e.what());
+  }, run_options());
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_TRUE(outcomes[1].ok()) << outcomes[1].describe();
+  EXPECT_EQ(outcomes[2].signal, SIGKILL) << outcomes[2].describe();
 }
 
 }  // namespace

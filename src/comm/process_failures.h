@@ -5,6 +5,8 @@
 // from it. (The one process-wide registry of the library: it spans communicators by nature.)
 #pragma once
 
+#include <sys/types.h>
+
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -24,7 +26,12 @@ class ProcessFailures {
   void record(const transport::FailureRecord& root);
 
  private:
+  // A forked child starts with none of this: its parent's failure and communicators are not its
+  // own (writing a note into an inherited mapping would reach the parent's peers).
+  void forget_if_forked();
+
   std::mutex mu_;
+  pid_t pid_ = 0;  // the process the state belongs to
   std::vector<transport::ShmFabric*> fabrics_;
   std::optional<transport::FailureRecord> first_;
 };
