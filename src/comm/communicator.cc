@@ -72,7 +72,7 @@ Communicator Communicator::create(int rank, int size, const std::string& store_a
   }
   auto store =
       std::make_shared<TcpStoreClient>(store_address.substr(0, colon), static_cast<uint16_t>(port),
-                                       secret, connect_timeout(options));
+                                       secret, connect_timeout(options), rank);
   return create(rank, size, store, "world", options);
 }
 
