@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tpf/error.h"
+#include "tpf/flight_dumps.h"
 #include "tpf/line_prefixer.h"
 #include "tpf/process_util.h"
 #include "tpf/store.h"
@@ -32,6 +33,10 @@ using Clock = std::chrono::steady_clock;
 
 // Signals tpf run forwards to every rank (and then treats as "the user wants the job to stop").
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// Asks tpf run for the ranks' flight recorders and a summary of where they are; the job goes on.
+constexpr int kSummarySignal = SIGUSR2;
+// While waiting for dumps without inotify, how often the dump files are looked at.
+constexpr int kDumpPollMs = 20;
 
 // Blocks the signals the launcher handles through a signalfd, in this thread and in every thread
 // started afterwards (the store server's), and restores the old mask when the job is over.
@@ -41,6 +46,7 @@ class SignalRouting {
     sigemptyset(&mask_);
     sigaddset(&mask_, SIGCHLD);
     for (int sig : kForwardedSignals) sigaddset(&mask_, sig);
+    sigaddset(&mask_, kSummarySignal);
     if (::pthread_sigmask(SIG_BLOCK, &mask_, &old_mask_) != 0) {
       throw Error(ErrorCode::system, "pthread_sigmask: cannot block the signals tpf run handles");
     }
@@ -128,6 +134,14 @@ class RankSet {
       if (!r.running) continue;
       if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
     }
+  }
+
+  std::vector<pid_t> running_groups() const {
+    std::vector<pid_t> out;
+    for (const Rank& r : ranks_) {
+      if (r.running) out.push_back(r.pid);  // each rank leads its own process group
+    }
+    return out;
   }
 
   // "rank 2" or "ranks 0,2,3".
@@ -238,15 +252,19 @@ struct ChildPlan {
 
 class Job {
  public:
-  Job(const LaunchOptions& options, std::string path)
-      : options_(options), path_(std::move(path)), ranks_(options.world_size) {}
+  Job(const LaunchOptions& options, std::string path, FlightDumps& dumps)
+      : options_(options), path_(std::move(path)), ranks_(options.world_size), dumps_(dumps) {}
 
   int run(const std::string& store_addr, const std::string& secret, const std::string& job_id,
           const SignalRouting& signals) {
     spawn_all(store_addr, secret, job_id, signals);
+    if (options_.job_timeout) job_deadline_ = Clock::now() + *options_.job_timeout;
     supervise(signals);
     ranks_.kill_leftover_groups();
     finish_output();
+    // The summary printed when the ranks were stopped stays the one: dumps made after it (a rank
+    // that saw its stopped peer die) show the stop, not the hang.
+    if (!stop_summary_printed_ && dumps_.dump_count() > summarized_dumps_) print_summary();
     return exit_code();
   }
 
@@ -266,6 +284,7 @@ class Job {
     // Ranks are bound to single cores below, so they cannot see how many cores the job has.
     common.push_back("TPF_CPUS=" + std::to_string(usable_cpu_count()));
     if (options_.timeout_s) common.push_back("TPF_TIMEOUT=" + *options_.timeout_s);
+    if (std::string dir = dumps_.env_entry(); !dir.empty()) common.push_back(dir);
 
     std::fflush(nullptr);  // nothing buffered in the launcher may be duplicated into a child
     pid_t launcher = ::getpid();
@@ -332,13 +351,19 @@ class Job {
           owners.push_back({&r, 2});
         }
       }
+      if (dumps_.watch_fd() >= 0) {
+        fds.push_back({dumps_.watch_fd(), POLLIN, 0});
+        owners.push_back({nullptr, 3});
+      }
       int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
       if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "poll", errno);
       if (rc > 0) {
         for (size_t i = 1; i < fds.size(); ++i) {
           if (fds[i].revents == 0) continue;
           auto [rank, stream] = owners[i - 1];
-          if (stream == 0) {
+          if (stream == 3) {
+            dumps_.drain_watch();  // a dump file changed: enforce_deadlines() looks
+          } else if (stream == 0) {
             read_exec_status(*rank);
           } else {
             read_output(*rank, stream, /*drain=*/false);
@@ -354,9 +379,13 @@ class Job {
     std::optional<Clock::time_point> next;
     if (term_deadline_) next = term_deadline_;
     if (kill_deadline_ && (!next || *kill_deadline_ < *next)) next = kill_deadline_;
+    if (job_deadline_ && (!next || *job_deadline_ < *next)) next = job_deadline_;
+    if (dump_deadline_ && (!next || *dump_deadline_ < *next)) next = dump_deadline_;
     if (!next) return -1;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
-    return ms < 0 ? 0 : static_cast<int>(ms + 1);
+    int timeout = ms < 0 ? 0 : static_cast<int>(ms + 1);
+    if (dump_deadline_ && dumps_.watch_fd() < 0) timeout = std::min(timeout, kDumpPollMs);
+    return timeout;
   }
 
   void handle_signals(const SignalRouting& signals) {
@@ -366,6 +395,12 @@ class Job {
       int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) {
         child_exited = true;
+        continue;
+      }
+      if (sig == kSummarySignal) {
+        if (!dump_deadline_ && !request_dumps(AfterDumps::summary)) {
+          report("received " + signal_name(sig) + ", but no running rank has a flight recorder");
+        }
         continue;
       }
       if (received_signal_ == 0) received_signal_ = sig;
@@ -436,16 +471,66 @@ class Job {
     if (!term_deadline_ && !kill_deadline_) term_deadline_ = Clock::now() + options_.grace;
   }
 
+  // What to do once the ranks asked for their flight recorders have dumped them.
+  enum class AfterDumps { summary, terminate };
+
+  // Sends the dump signal to the running ranks that armed it; false if none did.
+  bool request_dumps(AfterDumps after) {
+    const int asked = dumps_.request(ranks_.running_groups());
+    if (asked == 0) return false;
+    report("asking " + ranks_.running_list() + " for their flight recorders (" +
+           std::to_string(asked) + " process" + (asked == 1 ? "" : "es") + ")");
+    after_dumps_ = after;
+    dump_deadline_ = Clock::now() + options_.dump_wait;
+    return true;
+  }
+
+  // False if no rank has dumped yet.
+  bool print_summary() {
+    summarized_dumps_ = dumps_.dump_count();
+    std::vector<std::string> lines = dumps_.summary();
+    if (lines.empty()) return false;
+    report("flight recorder summary (dumps in " + dumps_.dir() + "):");
+    for (const std::string& line : lines) report(line);
+    return true;
+  }
+
+  void terminate_running(Clock::time_point now, const std::string& why) {
+    report(ranks_.running_list() + " still running " + why + "; sending SIGTERM");
+    stopped_by_launcher_ = true;
+    ranks_.signal_running(SIGTERM);
+    kill_deadline_ = now + options_.grace;
+  }
+
+  std::string stop_reason() const {
+    if (job_timed_out_) return "at the job timeout";
+    return "after " + first_failure_ + " failed";
+  }
+
   void enforce_deadlines() {
     Clock::time_point now = Clock::now();
+    if (dump_deadline_) {
+      // Stopping waits for the dumps: a rank killed mid-dump would leave nothing to summarize.
+      if (ranks_.running_count() > 0 && now < *dump_deadline_ && !dumps_.request_done()) return;
+      dump_deadline_.reset();
+      const bool printed = print_summary();
+      if (after_dumps_ == AfterDumps::terminate) {
+        stop_summary_printed_ = printed;
+        if (ranks_.running_count() > 0) terminate_running(now, stop_reason());
+      }
+    }
     if (ranks_.running_count() == 0) return;
-    if (term_deadline_ && now >= *term_deadline_) {
+    if (job_deadline_ && now >= *job_deadline_) {
+      job_deadline_.reset();
       term_deadline_.reset();
-      report(ranks_.running_list() + " still running after " + first_failure_ +
-             " failed; sending SIGTERM");
-      stopped_by_launcher_ = true;
-      ranks_.signal_running(SIGTERM);
-      kill_deadline_ = now + options_.grace;
+      job_timed_out_ = true;
+      char limit[32];
+      std::snprintf(limit, sizeof(limit), "%g", options_.job_timeout->count() / 1000.0);
+      report(std::string("the job ran past --job-timeout ") + limit + " s");
+      if (!request_dumps(AfterDumps::terminate)) terminate_running(now, stop_reason());
+    } else if (term_deadline_ && now >= *term_deadline_) {
+      term_deadline_.reset();
+      if (!request_dumps(AfterDumps::terminate)) terminate_running(now, stop_reason());
     } else if (kill_deadline_ && now >= *kill_deadline_) {
       kill_deadline_.reset();
       report(ranks_.running_list() + " did not stop; sending SIGKILL");
@@ -484,6 +569,7 @@ class Job {
 
   int exit_code() const {
     if (received_signal_ != 0) return 128 + received_signal_;
+    if (job_timed_out_) return kExitJobTimeout;
     if (cannot_start_) return kExitCannotStart;
     return any_failed_ ? kExitRankFailed : 0;
   }
@@ -491,6 +577,13 @@ class Job {
   const LaunchOptions& options_;
   std::string path_;
   RankSet ranks_;
+  FlightDumps& dumps_;
+  std::optional<Clock::time_point> job_deadline_;
+  std::optional<Clock::time_point> dump_deadline_;  // a dump request is pending until then
+  AfterDumps after_dumps_ = AfterDumps::summary;
+  size_t summarized_dumps_ = 0;
+  bool stop_summary_printed_ = false;
+  bool job_timed_out_ = false;
   std::optional<Clock::time_point> term_deadline_;
   std::optional<Clock::time_point> kill_deadline_;
   std::string first_failure_;
@@ -515,10 +608,11 @@ int launch_job(const LaunchOptions& options) {
   // Order matters: the mask must be in place before the store server starts its thread, or that
   // thread could take SIGCHLD/SIGTERM with the default action; the sweeper must outlive the job.
   ShmSweeper sweeper(job_id);
+  FlightDumps dumps(job_id);
   SignalRouting signals;
   TcpStoreServer server("127.0.0.1", 0, secret);
   std::string store_addr = "127.0.0.1:" + std::to_string(server.port());
-  Job job(options, *path);
+  Job job(options, *path, dumps);
   return job.run(store_addr, secret, job_id, signals);
 }
 

@@ -1,5 +1,8 @@
 // The engine of `tpf run`: starts N ranks of a program on this machine, serves their rendezvous
-// store, relays their output, forwards signals, and tears the job down when a rank fails.
+// store, relays their output, forwards signals, and tears the job down when a rank fails. Before
+// it stops ranks that are still running (a rank failed and the grace is over, or --job-timeout),
+// and on SIGUSR2, it asks them for their flight recorders and prints one summary of where every
+// rank is (apps/tpf/flight_dumps.h).
 #pragma once
 
 #include <chrono>
@@ -19,6 +22,12 @@ struct LaunchOptions {
   // How long the other ranks may keep running after one fails (to report their own view of the
   // failure) before SIGTERM, and again between SIGTERM and SIGKILL.
   std::chrono::milliseconds grace{3000};
+  // Stop the job after this long (--job-timeout): ask the ranks for their flight recorders, print
+  // where each one is, then SIGTERM and, after the grace, SIGKILL. Exit code kExitJobTimeout.
+  std::optional<std::chrono::milliseconds> job_timeout;
+  // How long to wait for the ranks' flight recorder dumps once they were asked
+  // (TPF_RUN_DUMP_WAIT_S).
+  std::chrono::milliseconds dump_wait{5000};
   std::vector<std::string> command;  // program and its arguments; command[0] is the program
 };
 
@@ -26,6 +35,7 @@ struct LaunchOptions {
 inline constexpr int kExitRankFailed = 1;  // a rank exited non-zero or was killed by a signal
 inline constexpr int kExitCannotStart =
     127;  // the program could not be executed (shell convention)
+inline constexpr int kExitJobTimeout = 124;  // the job ran past --job-timeout (as timeout(1))
 // 128 + S: tpf run itself received signal S (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and forwarded it.
 
 // Runs the job to completion and returns tpf run's exit code. Throws tpf::Error when the job

@@ -20,8 +20,8 @@ namespace {
 constexpr int kMaxRanks = 4096;
 
 constexpr const char* kUsage =
-    "usage: tpf run -n N [--bind core|numa|none] [--timeout S] [--tag-output] [--] PROGRAM "
-    "[ARGS...]\n"
+    "usage: tpf run -n N [--bind core|numa|none] [--timeout S] [--job-timeout S] [--tag-output]\n"
+    "               [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N ranks of PROGRAM on this machine. Each rank gets TPF_RANK, TPF_WORLD_SIZE,\n"
     "TPF_LOCAL_RANK, TPF_LOCAL_WORLD_SIZE, TPF_STORE_ADDR (a rendezvous store served by tpf run),\n"
@@ -33,6 +33,8 @@ constexpr const char* kUsage =
     "                    at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
     "                    Default: core when N <= cores, else none.\n"
     "  --timeout S       per-operation deadline in seconds for the ranks' collectives\n"
+    "  --job-timeout S   stop the job after S seconds: print where every rank is (from their\n"
+    "                    flight recorders), then stop the ranks; exit status 124\n"
     "  --tag-output      prefix every line a rank prints with \"[rank] \"\n"
     "  -h, --help        show this help\n"
     "\n"
@@ -40,8 +42,16 @@ constexpr const char* kUsage =
     "then SIGTERM, then after another grace period SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
     "sent to tpf run are forwarded to every rank.\n"
     "\n"
+    "Flight recorder: every communicator keeps its last operations (TPF_FLIGHT_RECORDER_SIZE,\n"
+    "default 64). Ranks dump them into a directory of the job (TPF_FLIGHT_RECORDER_DIR, made by\n"
+    "tpf run unless set) when an operation fails, and when asked: before ranks still running are\n"
+    "stopped (after a failure or --job-timeout) and when tpf run gets SIGUSR2. tpf run then waits\n"
+    "for the dumps (TPF_RUN_DUMP_WAIT_S, default 5 s) and prints one summary: where each rank is\n"
+    "and which rank everyone waits for. The directory is kept if it holds a dump.\n"
+    "\n"
     "exit status: 0 all ranks succeeded; 1 a rank exited non-zero or was killed; 2 bad command\n"
-    "line; 127 the program could not be started; 128+S tpf run received signal S.\n";
+    "line; 124 the job ran past --job-timeout; 127 the program could not be started; 128+S tpf\n"
+    "run received signal S.\n";
 
 int parse_world_size(const std::string& text) {
   char* end = nullptr;
@@ -54,13 +64,19 @@ int parse_world_size(const std::string& text) {
   return static_cast<int>(value);
 }
 
-std::string parse_timeout(const std::string& text) {
+std::string parse_timeout(const std::string& text, const char* option = "--timeout") {
   char* end = nullptr;
   double seconds = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0) {
-    throw UsageError("--timeout expects a positive number of seconds, got '" + text + "'");
+  if (text.empty() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0 || seconds > 1e8) {
+    throw UsageError(std::string(option) + " expects a positive number of seconds, got '" + text +
+                     "'");
   }
   return text;
+}
+
+std::chrono::milliseconds parse_job_timeout(const std::string& text) {
+  const double seconds = std::strtod(parse_timeout(text, "--job-timeout").c_str(), nullptr);
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000.0)));
 }
 
 BindPolicy parse_bind(const std::string& text) {
@@ -120,6 +136,8 @@ int cmd_run(int argc, char** argv) {
     } else if (is_option(arg, "--bind", false)) {
       options.bind = parse_bind(value_of(arg, "--bind"));
       have_bind = true;
+    } else if (is_option(arg, "--job-timeout", false)) {
+      options.job_timeout = parse_job_timeout(value_of(arg, "--job-timeout"));
     } else if (is_option(arg, "--timeout", false)) {
       options.timeout_s = parse_timeout(value_of(arg, "--timeout"));
     } else if (arg == "--tag-output") {
@@ -134,6 +152,7 @@ int cmd_run(int argc, char** argv) {
 
   if (!have_bind) options.bind = default_bind(options.world_size);
   options.grace = base::env_seconds("TPF_RUN_GRACE_S").value_or(std::chrono::seconds(3));
+  options.dump_wait = base::env_seconds("TPF_RUN_DUMP_WAIT_S").value_or(std::chrono::seconds(5));
   return launch_job(options);
 }
 

@@ -85,6 +85,7 @@ CommImpl::CommImpl(CommSetup setup)
   p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name,
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());
+  recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder
 }
 
 CommImpl::~CommImpl() {
@@ -256,6 +257,9 @@ void CommImpl::worker_loop() {
 std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
                                  std::optional<Clock::time_point> deadline,
                                  std::chrono::milliseconds timeout) {
+  // Flight recorder: one record per collective, begun here, ended below on either path.
+  const FlightRecorder::Slot flight = recorder_.begin(
+      desc.kind, desc.dtype, desc.count, coll::is_rooted(desc.kind) ? desc.root : -1, sequence);
   try {
     if (aborted_.load()) {
       throw Error(ErrorCode::aborted, label(desc, sequence) + ": the communicator was aborted");
@@ -278,9 +282,11 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
         deadline ? transport::WaitContext::with_deadline(*deadline, describe)
                  : transport::WaitContext::with_timeout(timeout, describe);
     coll::run_operation(*fabric_, desc, sequence, ctx);
+    recorder_.end(flight, FlightState::completed);  // flight recorder
     return nullptr;
   } catch (...) {
     std::exception_ptr error = std::current_exception();
+    recorder_.end(flight, error);  // flight recorder
     record_failure(error);
     return error;
   }
@@ -313,6 +319,7 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
   }
   ProcessFailures::instance().record(root);
   p2p_->fail_all(first);
+  recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
   return first;
 }
 
@@ -326,6 +333,7 @@ void CommImpl::abort() {
                                ")"});
   p2p_->fail_all(std::make_exception_ptr(
       Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank")));
+  recorder_.dump_on_failure(ErrorCode::aborted);  // flight recorder
 }
 
 std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions& options) {

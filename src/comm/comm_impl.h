@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "coll/op_desc.h"
+#include "comm/flight_recorder.h"
 #include "comm/owner_gate.h"
 #include "comm/p2p_engine.h"
 #include "comm/work_state.h"
@@ -74,6 +75,9 @@ class CommImpl {
   std::exception_ptr record_failure(std::exception_ptr error);
 
   CommSetup setup_;
+  // Flight recorder (issue 15): the last operations, dumped on failure or on the dump signal.
+  // Declared before fabric_ and p2p_: it outlives everything that records into it.
+  FlightRecorder recorder_;
   std::unique_ptr<transport::ShmFabric> fabric_;
   std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   std::chrono::milliseconds default_timeout_;

@@ -1,0 +1,564 @@
+// The flight recorder (issue 15): exact records, consistency under concurrent writers, the dump
+// format read back, dumps of real ranks on a signal and on a mismatch, and `tpf run`'s summary of
+// a hung job (a rank that never joins a collective).
+#include "comm/flight_recorder.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/flight_summary.h"
+#include "support/multiproc.h"
+#include "support/run_tpf.h"
+#include "support/scratch_dir.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+
+namespace tpf::testing {
+namespace {
+
+using coll::OpKind;
+using detail::FlightDump;
+using detail::FlightRecord;
+using detail::FlightRecorder;
+using detail::FlightState;
+using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+// Every dump in every file of `dir`, in file order.
+std::vector<FlightDump> dumps_in(const std::string& dir, size_t* signal_dumps = nullptr) {
+  std::vector<FlightDump> out;
+  if (signal_dumps) *signal_dumps = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    detail::FlightFile file = detail::parse_flight_file(read_file(entry.path().string()));
+    if (signal_dumps) *signal_dumps += file.signal_dumps;
+    for (FlightDump& d : file.dumps) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+// What a record should say, without its times.
+struct Expected {
+  uint64_t id;
+  uint64_t sequence;
+  OpKind kind;
+  DType dtype;
+  uint64_t count;
+  int peer;
+  FlightState state;
+  ErrorCode error = ErrorCode::internal;
+};
+
+std::string describe(const FlightRecord& r) {
+  return "id=" + std::to_string(r.id) + " seq=" + std::to_string(r.sequence) + " " +
+         coll::op_kind_name(r.kind) + " " + dtype_name(r.dtype) + " x" + std::to_string(r.count) +
+         " peer=" + std::to_string(r.peer) + " " + detail::flight_state_name(r.state) +
+         (r.state == FlightState::failed ? std::string(" ") + detail::error_code_token(r.error)
+                                         : std::string());
+}
+
+void expect_records(const std::vector<FlightRecord>& got, const std::vector<Expected>& want,
+                    const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const FlightRecord& r = got[i];
+    const Expected& w = want[i];
+    const bool same = r.id == w.id && r.sequence == w.sequence && r.kind == w.kind &&
+                      r.dtype == w.dtype && r.count == w.count && r.peer == w.peer &&
+                      r.state == w.state && (w.state != FlightState::failed || r.error == w.error);
+    EXPECT_TRUE(same) << where << ": record " << i << " is " << describe(r);
+    EXPECT_GT(r.start_ns, 0) << where << ": record " << i;
+    if (r.state == FlightState::in_flight) {
+      EXPECT_EQ(r.end_ns, 0) << where << ": record " << i;
+    } else {
+      EXPECT_GE(r.end_ns, r.start_ns) << where << ": record " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The recorder alone
+
+TEST(FlightRecorder, RecordsSequenceOpAndStateExactlyAndKeepsTheLastN) {
+  FlightRecorder rec(4);
+  rec.attach("unit", 0, 1, 2);
+  auto a = rec.begin(OpKind::barrier, DType::u8, 0, -1, 0);
+  rec.end(a, FlightState::completed);
+  auto b = rec.begin(OpKind::broadcast, DType::f32, 10, 1, 1);
+  rec.end(b, FlightState::completed);
+  auto c = rec.begin(OpKind::send, DType::i32, 7, 0, 0);  // a point-to-point message index
+  auto d = rec.begin(OpKind::all_reduce, DType::bf16, 5, -1, 2);
+  rec.end(d, std::make_exception_ptr(Error(ErrorCode::mismatch, "x")));
+  // Collectives first, then sends and receives, each counted in its own ring.
+  expect_records(
+      rec.snapshot(),
+      {{0, 0, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+       {1, 1, OpKind::broadcast, DType::f32, 10, 1, FlightState::completed},
+       {2, 2, OpKind::all_reduce, DType::bf16, 5, -1, FlightState::failed, ErrorCode::mismatch},
+       {0, 0, OpKind::send, DType::i32, 7, 0, FlightState::in_flight}},
+      "four operations");
+
+  auto e = rec.begin(OpKind::recv, DType::f64, 3, 0, 0);
+  rec.end(e, FlightState::completed);
+  auto f = rec.begin(OpKind::all_gather, DType::i64, 2, -1, 3);
+  rec.end(f, std::make_exception_ptr(std::runtime_error("not a tpf::Error")));
+  rec.end(c, FlightState::completed);
+  expect_records(
+      rec.snapshot(),
+      {{0, 0, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+       {1, 1, OpKind::broadcast, DType::f32, 10, 1, FlightState::completed},
+       {2, 2, OpKind::all_reduce, DType::bf16, 5, -1, FlightState::failed, ErrorCode::mismatch},
+       {3, 3, OpKind::all_gather, DType::i64, 2, -1, FlightState::failed, ErrorCode::internal},
+       {0, 0, OpKind::send, DType::i32, 7, 0, FlightState::completed},
+       {1, 0, OpKind::recv, DType::f64, 3, 0, FlightState::completed}},
+      "a full collective ring");
+
+  // Five more collectives push out the oldest; an end() for a record pushed out of the ring must
+  // not touch its successor. Likewise for sends and receives.
+  std::vector<FlightRecorder::Slot> slots;
+  for (uint64_t seq = 4; seq < 8; ++seq)
+    slots.push_back(rec.begin(OpKind::barrier, DType::u8, 0, -1, seq));
+  auto k = rec.begin(OpKind::reduce, DType::f32, 9, 0, 8);  // takes the slot of seq 4
+  for (auto s : slots) rec.end(s, FlightState::completed);
+  slots.clear();
+  for (uint64_t m = 1; m < 4; ++m) slots.push_back(rec.begin(OpKind::send, DType::u8, m, 1, m));
+  auto late = rec.begin(OpKind::recv, DType::u8, 4, 1, 1);  // message ticket 5: pushes out ticket 1
+  rec.end(e, FlightState::failed, ErrorCode::timeout);      // ticket 1: ignored
+  for (auto s : slots) rec.end(s, FlightState::completed);
+  expect_records(rec.snapshot(),
+                 {{5, 5, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                  {6, 6, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                  {7, 7, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                  {8, 8, OpKind::reduce, DType::f32, 9, 0, FlightState::in_flight},
+                  {2, 1, OpKind::send, DType::u8, 1, 1, FlightState::completed},
+                  {3, 2, OpKind::send, DType::u8, 2, 1, FlightState::completed},
+                  {4, 3, OpKind::send, DType::u8, 3, 1, FlightState::completed},
+                  {5, 1, OpKind::recv, DType::u8, 4, 1, FlightState::in_flight}},
+                 "after wrapping around");
+  rec.end(k, FlightState::completed);
+  rec.end(late, FlightState::completed);
+}
+
+TEST(FlightRecorder, DumpTextReadsBackToTheSameRecords) {
+  FlightRecorder rec(8);
+  rec.attach("odd name=with spaces", 3, 2, 4);
+  rec.end(rec.begin(OpKind::all_to_all, DType::f16, 123456789012ull, -1, 0),
+          FlightState::completed);
+  rec.begin(OpKind::gather, DType::u8, 1, 3, 1);
+  const std::string text = rec.format("signal");
+  detail::FlightFile file = detail::parse_flight_file(text);
+  ASSERT_EQ(file.dumps.size(), 1u) << text;
+  const FlightDump& d = file.dumps[0];
+  EXPECT_EQ(d.comm, "odd_name_with_spaces") << text;
+  EXPECT_EQ(d.generation, 3u);
+  EXPECT_EQ(d.rank, 2);
+  EXPECT_EQ(d.size, 4);
+  EXPECT_EQ(d.pid, ::getpid());
+  EXPECT_EQ(d.reason, "signal");
+  EXPECT_EQ(d.records, rec.snapshot()) << text;
+
+  // A dump cut off before its end line (the process died while writing) is left out.
+  detail::FlightFile cut = detail::parse_flight_file(text.substr(0, text.rfind("# tpf")));
+  EXPECT_TRUE(cut.dumps.empty());
+}
+
+TEST(FlightRecorder, RecordsStayConsistentUnderConcurrentWritersAndReaders) {
+  // Threads 0-2 record sends and receives (any number of writers), thread 3 collectives (one
+  // writer); each records count = 3 * sequence + thread, with its number as peer and dtype, so
+  // a record mixing two operations shows. The rings are small so that slots are reused all the
+  // time while this thread reads them.
+  FlightRecorder rec(8);
+  rec.attach("stress", 0, 0, 1);
+  constexpr int kThreads = 4;
+  constexpr uint64_t kOps = 20000;
+  auto kind_of = [](int t) {
+    return t == 3 ? OpKind::all_reduce : t == 0 ? OpKind::send : OpKind::recv;
+  };
+  std::atomic<bool> go{false};
+  std::atomic<int> finished{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (uint64_t s = 0; s < kOps; ++s) {
+        auto slot =
+            rec.begin(kind_of(t), static_cast<DType>(t), 3 * s + static_cast<uint64_t>(t), t, s);
+        rec.end(slot, s % 2 ? FlightState::completed : FlightState::failed, ErrorCode::timeout);
+      }
+      finished.fetch_add(1);
+    });
+  }
+  go.store(true);
+  size_t checked = 0;
+  std::string bad;
+  while (finished.load() < kThreads || checked == 0) {
+    for (const FlightRecord& r : rec.snapshot()) {
+      ++checked;
+      const int t = r.peer;
+      const bool ok =
+          t >= 0 && t < kThreads && static_cast<int>(r.dtype) == t && r.kind == kind_of(t) &&
+          r.count == 3 * r.sequence + static_cast<uint64_t>(t) && (t != 3 || r.id == r.sequence) &&
+          (r.state == FlightState::in_flight ||
+           r.state == (r.sequence % 2 ? FlightState::completed : FlightState::failed));
+      if (!ok && bad.empty()) bad = describe(r);
+    }
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_TRUE(bad.empty()) << "a torn record: " << bad;
+  EXPECT_GT(checked, 0u);
+  const std::vector<FlightRecord> last = rec.snapshot();
+  ASSERT_EQ(last.size(), 16u);
+  EXPECT_EQ(last[7].id, kOps - 1);  // the collective ring ends with the last collective
+  EXPECT_EQ(last[7].state, FlightState::completed);
+}
+
+TEST(FlightRecorder, SizeSettingIsCheckedAndZeroTurnsItOff) {
+  ::setenv("TPF_FLIGHT_RECORDER_SIZE", "sixty", 1);
+  try {
+    FlightRecorder::configured_capacity();
+    ADD_FAILURE() << "TPF_FLIGHT_RECORDER_SIZE=sixty was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("TPF_FLIGHT_RECORDER_SIZE"), std::string::npos)
+        << e.what();
+  }
+  ::setenv("TPF_FLIGHT_RECORDER_SIZE", "0", 1);
+  EXPECT_EQ(FlightRecorder::configured_capacity(), 0u);
+  ::unsetenv("TPF_FLIGHT_RECORDER_SIZE");
+  EXPECT_EQ(FlightRecorder::configured_capacity(), FlightRecorder::kDefaultCapacity);
+  FlightRecorder off(0);
+  auto slot = off.begin(OpKind::barrier, DType::u8, 0, -1, 0);
+  off.end(slot, FlightState::completed);
+  EXPECT_TRUE(off.snapshot().empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The summary
+
+FlightRecord record(uint64_t id, uint64_t seq, OpKind kind, FlightState state, int peer = -1,
+                    ErrorCode error = ErrorCode::internal) {
+  FlightRecord r;
+  r.id = id;
+  r.sequence = seq;
+  r.kind = kind;
+  r.dtype = DType::f32;
+  r.count = 4;
+  r.peer = peer;
+  r.state = state;
+  r.error = error;
+  r.start_ns = 1000;
+  r.end_ns = state == FlightState::in_flight ? 0 : 2000;
+  return r;
+}
+
+FlightDump dump(int rank, int size, std::vector<FlightRecord> records, std::string comm = "world") {
+  FlightDump d;
+  d.comm = std::move(comm);
+  d.rank = rank;
+  d.size = size;
+  d.pid = 100 + rank;
+  d.reason = "signal";
+  d.now_ns = 5000;
+  d.records = std::move(records);
+  return d;
+}
+
+TEST(FlightSummary, NamesTheRankThatHasNotStartedTheLowestSequence) {
+  const auto done = FlightState::completed;
+  std::vector<FlightDump> dumps = {
+      dump(0, 4,
+           {record(0, 0, OpKind::barrier, done),
+            record(1, 1, OpKind::all_reduce, FlightState::failed, -1, ErrorCode::timeout)}),
+      dump(1, 4,
+           {record(0, 0, OpKind::barrier, done),
+            record(1, 1, OpKind::all_reduce, FlightState::in_flight)}),
+      dump(2, 4, {record(0, 0, OpKind::barrier, done)}),
+      // rank 3 left no dump
+  };
+  const std::string s = joined(detail::summarize_flight_dumps(dumps));
+  EXPECT_NE(s.find("communicator 'world' (generation 0, 4 ranks, 3 dumped)"), std::string::npos)
+      << s;
+  EXPECT_NE(s.find("rank 0 (pid 100, dumped on signal): last started all_reduce seq 1 (failed: "
+                   "timeout after 0.00 s); last completed barrier seq 0"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("rank 2 (pid 102, dumped on signal): last started barrier seq 0 (completed)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("everyone waits for rank 2: not started collective seq 1 (rank 0 is in "
+                   "all_reduce seq 1, rank 1 is in all_reduce seq 1)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("rank 3: no dump"), std::string::npos) << s;
+  EXPECT_NE(s.find("no dump from rank 3"), std::string::npos) << s;
+}
+
+TEST(FlightSummary, SaysWhenRanksCalledDifferentCollectivesAndWhichSendIsMissing) {
+  std::vector<FlightDump> dumps = {
+      dump(0, 2, {record(0, 0, OpKind::all_reduce, FlightState::failed, -1, ErrorCode::mismatch)}),
+      dump(1, 2, {record(0, 0, OpKind::all_gather, FlightState::failed, -1, ErrorCode::mismatch)}),
+      dump(0, 2, {record(0, 2, OpKind::recv, FlightState::in_flight, 1)}, "pair"),
+      dump(1, 2,
+           {record(0, 0, OpKind::send, FlightState::completed, 0),
+            record(1, 1, OpKind::send, FlightState::completed, 0)},
+           "pair"),
+  };
+  const std::string s = joined(detail::summarize_flight_dumps(dumps));
+  EXPECT_NE(s.find("every dumped rank has reached collective seq 0: rank 0 all_reduce(f32 x 4), "
+                   "rank 1 all_gather(f32 x 4); they called different collectives"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("rank 0 waits for rank 1: recv #2 from rank 1, whose send rank 1 has not "
+                   "posted (its newest: #1)"),
+            std::string::npos)
+      << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real ranks
+
+TEST(FlightRecorderRanks, TheDumpSignalDumpsABlockedRank) {
+  ScratchDir dir;
+  const std::string where = dir / "";
+  SharedBlock shared;
+  auto& calling = shared.counter(0);
+  auto& pid1 = shared.counter(1);
+  auto& done = shared.counter(2);
+  RunOptions options;
+  options.comm_options.timeout = milliseconds(30000);
+  expect_all_ok(run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        for (int i = 0; i < 3; ++i) comm.barrier();
+        std::vector<float> a(1000, 1.0f), b(1000);
+        if (comm.rank() == 1) {
+          pid1.store(::getpid());
+          calling.store(1);
+          comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum);
+          TPF_CHILD_CHECK(b[0] == 2.0f, "all_reduce after the dump gave " + std::to_string(b[0]));
+          return;
+        }
+        // Rank 0 joins only once rank 1's dump shows it blocked in the all_reduce. Each signal
+        // gives one dump; signal again if the dump came before the all_reduce began.
+        TPF_CHILD_CHECK(wait_until([&] { return calling.load() == 1; }, 20s), "rank 1 not ready");
+        const auto pid = static_cast<pid_t>(pid1.load());
+        bool seen = false;
+        for (size_t asked = 1; asked <= 50 && !seen; ++asked) {
+          TPF_CHILD_CHECK(::kill(pid, SIGUSR2) == 0, "kill: " + std::to_string(errno));
+          size_t answered = 0;
+          std::vector<FlightDump> dumps;
+          TPF_CHILD_CHECK(wait_until(
+                              [&] {
+                                dumps = dumps_in(where, &answered);
+                                return answered >= asked;
+                              },
+                              20s),
+                          "rank 1 did not answer the dump signal");
+          const auto& last = dumps.back().records.back();
+          seen = last.kind == OpKind::all_reduce && last.state == FlightState::in_flight;
+        }
+        TPF_CHILD_CHECK(seen, "rank 1's dumps never showed the all_reduce in flight");
+        comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum);
+        done.store(1);
+      },
+      options));
+  ASSERT_EQ(done.load(), 1);
+  // Rank 0 was never asked and did not fail: only rank 1 dumped, and only on the signal.
+  std::vector<FlightDump> dumps = dumps_in(where);
+  ASSERT_FALSE(dumps.empty());
+  const FlightDump& last = dumps.back();
+  for (const FlightDump& d : dumps) {
+    EXPECT_EQ(d.rank, 1);
+    EXPECT_EQ(d.reason, "signal");
+    EXPECT_EQ(d.comm, "world");
+  }
+  EXPECT_EQ(last.size, 2);
+  expect_records(last.records,
+                 {{0, 0, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                  {1, 1, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                  {2, 2, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                  {3, 3, OpKind::all_reduce, DType::f32, 1000, -1, FlightState::in_flight}},
+                 "rank 1's dump while blocked");
+}
+
+TEST(FlightRecorderRanks, AMismatchDumpsOnEveryRank) {
+  ScratchDir dir;
+  const std::string where = dir / "";
+  RunOptions options;
+  options.comm_options.timeout = milliseconds(30000);
+  expect_all_ok(run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        comm.barrier();
+        int32_t one = 1, sum = 0;
+        comm.all_reduce(&one, &sum, 1, DType::i32, ReduceOp::sum);
+        std::vector<float> a(16, 1.0f), b(48);
+        try {
+          if (comm.rank() == 2) {
+            comm.all_gather(a.data(), b.data(), 16, DType::f32);
+          } else {
+            comm.all_reduce(a.data(), b.data(), 16, DType::f32, ReduceOp::sum);
+          }
+          TPF_CHILD_CHECK(false, "mismatched collectives returned normally");
+        } catch (const Error& e) {
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch,
+                          std::string("expected Error(mismatch), got ") + e.what());
+        }
+      },
+      options));
+  std::vector<FlightDump> dumps = dumps_in(where);
+  ASSERT_EQ(dumps.size(), 3u) << "one dump per rank, on the first failure only";
+  std::vector<bool> seen(3, false);
+  for (const FlightDump& d : dumps) {
+    ASSERT_TRUE(d.rank >= 0 && d.rank < 3) << d.rank;
+    seen[static_cast<size_t>(d.rank)] = true;
+    EXPECT_EQ(d.reason, "mismatch") << "rank " << d.rank;
+    const bool gatherer = d.rank == 2;
+    expect_records(d.records,
+                   {{0, 0, OpKind::barrier, DType::u8, 0, -1, FlightState::completed},
+                    {1, 1, OpKind::all_reduce, DType::i32, 1, -1, FlightState::completed},
+                    {2, 2, gatherer ? OpKind::all_gather : OpKind::all_reduce, DType::f32, 16, -1,
+                     FlightState::failed, ErrorCode::mismatch}},
+                   "rank " + std::to_string(d.rank));
+  }
+  EXPECT_EQ(seen, std::vector<bool>(3, true));
+  const std::string s = joined(detail::summarize_flight_dumps(dumps));
+  EXPECT_NE(s.find("they called different collectives"), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Under tpf run
+
+// Not a test by itself: the rank program the FlightRecorderLauncher tests start with tpf run
+// (this binary, with --gtest_also_run_disabled_tests). TPF_FR_SCENARIO says what to do:
+// "hang": four barriers, then every rank but 2 calls an all_reduce (with FR_CALL_TIMEOUT_MS, if
+// set) that rank 2 never joins; "ok": two barriers, print the dump directory, exit 0.
+TEST(FlightRecorderRankProgram, DISABLED_Run) {
+  const char* scenario = std::getenv("TPF_FR_SCENARIO");
+  if (scenario == nullptr) GTEST_SKIP() << "only run under tpf run by the launcher tests";
+  Communicator comm = Communicator::from_env();
+  if (std::string(scenario) == "ok") {
+    comm.barrier();
+    comm.barrier();
+    std::printf("dir=%s\n", std::getenv("TPF_FLIGHT_RECORDER_DIR"));
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  for (int i = 0; i < 4; ++i) comm.barrier();
+  if (comm.rank() == 2) {
+    for (;;) ::pause();  // until tpf run stops it; the dump signal only interrupts the pause
+  }
+  CallOptions call;
+  if (const char* ms = std::getenv("FR_CALL_TIMEOUT_MS"))
+    call.timeout = milliseconds(std::atoi(ms));
+  std::vector<float> a(16, 1.0f), b(16);
+  try {
+    comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum, call);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+    std::_Exit(3);
+  }
+  std::_Exit(0);
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/exe", ec).string();
+}
+
+std::vector<std::string> rank_program() {
+  return {self_exe(), "--gtest_also_run_disabled_tests",
+          "--gtest_filter=FlightRecorderRankProgram.DISABLED_Run"};
+}
+
+void expect_hang_summary(const Outcome& r) {
+  const std::string& e = r.err;
+  EXPECT_TRUE(contains(e, "flight recorder summary (dumps in ")) << e;
+  EXPECT_TRUE(contains(e, "communicator 'world' (generation 0, 3 ranks, 3 dumped):")) << e;
+  EXPECT_TRUE(contains(e,
+                       "everyone waits for rank 2: not started collective seq 4 (rank 0 is in "
+                       "all_reduce seq 4, rank 1 is in all_reduce seq 4)"))
+      << e;
+  EXPECT_TRUE(contains(e, "last started barrier seq 3 (completed); last completed barrier seq 3"))
+      << e;
+}
+
+TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
+  // Ranks 0 and 1 time out in the all_reduce (after 1 s) and dump; rank 2 is still running when
+  // the grace after their failure is over, so tpf run asks it for its dump before stopping it.
+  std::vector<std::string> args = {"run", "-n", "3", "--"};
+  for (const std::string& a : rank_program()) args.push_back(a);
+  const Outcome r = run_tpf(
+      args, {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "asking rank 2 for their flight recorders")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 0 (pid ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "dumped on timeout): last started all_reduce seq 4 (failed: timeout"))
+      << r.err;
+  expect_hang_summary(r);
+  // The directory is kept for the user, and named.
+  const size_t at = r.err.find("dumps in ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string dir = r.err.substr(at + 9, r.err.find("):", at) - at - 9);
+  EXPECT_EQ(dumps_in(dir).size(), 3u) << dir;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
+  // No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
+  std::vector<std::string> args = {"run", "-n", "3", "--job-timeout", "3", "--"};
+  for (const std::string& a : rank_program()) args.push_back(a);
+  const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_TRUE(contains(r.err, "the job ran past --job-timeout 3 s")) << r.err;
+  EXPECT_TRUE(contains(r.err, "asking ranks 0,1,2 for their flight recorders")) << r.err;
+  EXPECT_TRUE(contains(r.err, "dumped on signal): last started all_reduce seq 4 (in flight for"))
+      << r.err;
+  expect_hang_summary(r);
+  const size_t at = r.err.find("dumps in ");
+  ASSERT_NE(at, std::string::npos);
+  std::error_code ec;
+  std::filesystem::remove_all(r.err.substr(at + 9, r.err.find("):", at) - at - 9), ec);
+}
+
+TEST(FlightRecorderLauncher, ASuccessfulJobLeavesNoDumpDirectory) {
+  std::vector<std::string> args = {"run", "-n", "2", "--"};
+  for (const std::string& a : rank_program()) args.push_back(a);
+  const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=ok"}, {}, 60s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "flight recorder")) << r.err;
+  const size_t at = r.out.find("dir=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string dir = r.out.substr(at + 4, r.out.find('\n', at) - at - 4);
+  ASSERT_FALSE(dir.empty());
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " was left behind";
+}
+
+}  // namespace
+}  // namespace tpf::testing
