@@ -467,6 +467,8 @@ TEST(FlightRecorderRankProgram, DISABLED_Run) {
     std::_Exit(0);
   }
   for (int i = 0; i < 4; ++i) comm.barrier();
+  std::printf("ready %d\n", comm.rank());
+  std::fflush(stdout);
   if (comm.rank() == 2) {
     for (;;) ::pause();  // until tpf run stops it; the dump signal only interrupts the pause
   }
@@ -540,6 +542,35 @@ TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
   EXPECT_TRUE(contains(r.err, "dumped on signal): last started all_reduce seq 4 (in flight for"))
       << r.err;
   expect_hang_summary(r);
+  const size_t at = r.err.find("dumps in ");
+  ASSERT_NE(at, std::string::npos);
+  std::error_code ec;
+  std::filesystem::remove_all(r.err.substr(at + 9, r.err.find("):", at) - at - 9), ec);
+}
+
+TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
+  bool sent = false;
+  auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
+    if (!sent && contains(out, "ready 0") && contains(out, "ready 1") && contains(out, "ready 2")) {
+      sent = true;
+      kill(tpf, SIGUSR2);
+    }
+  };
+  std::vector<std::string> args = {"run", "-n", "3", "--job-timeout", "6", "--"};
+  for (const std::string& a : rank_program()) args.push_back(a);
+  const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, on_stdout, 90s);
+  ASSERT_TRUE(sent) << r.out << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  // The summary on request comes while the job runs; the job then ends at its timeout, with the
+  // summary of its stop.
+  const std::string head = "communicator 'world' (generation 0, 3 ranks, 3 dumped):";
+  const size_t first = r.err.find(head);
+  const size_t stop = r.err.find("the job ran past --job-timeout");
+  ASSERT_NE(first, std::string::npos) << r.err;
+  ASSERT_NE(stop, std::string::npos) << r.err;
+  EXPECT_LT(first, stop) << r.err;
+  EXPECT_NE(r.err.find(head, stop), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 124) << r.err;
   const size_t at = r.err.find("dumps in ");
   ASSERT_NE(at, std::string::npos);
   std::error_code ec;
