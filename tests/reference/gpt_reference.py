@@ -370,12 +370,21 @@ def main(argv=None):
     return 0 if ok else 1
 
 
-if __name__ == "__main__":
+def run(argv=None):
+    """main() with the exit statuses of the command line (see the top); returns the status.
+
+    The self-test calls it in-process: one torch import for all its cases."""
     try:
-        sys.exit(main())
+        return main(argv)
+    except SystemExit as e:  # argparse: bad usage (2) or --help (0)
+        return 0 if e.code is None else e.code if isinstance(e.code, int) else 2
     except BadInput as e:
         print(f"BAD INPUT:\n{e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except Exception:  # a bug in this script, not a tpfabric failure
         traceback.print_exc()
-        sys.exit(3)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(run())
