@@ -3,7 +3,10 @@
 # Idempotent: asks apt only for the packages that are missing, so a second run touches nothing
 # (and needs neither network nor root).
 #
-# Usage: scripts/install-deps.sh [--with-peers] [--dry-run]
+# Usage: scripts/install-deps.sh [--with-tests] [--with-peers] [--dry-run]
+#   --with-tests  also install what the whole test suite needs beyond the build: PyTorch + NumPy
+#                 for the independent float64 reference (tests/reference/); scripts/test.sh,
+#                 the CI command, passes it
 #   --with-peers  also install the peers the benchmark comparisons run against
 #                 (Open MPI, Gloo, PyTorch + NumPy)
 #   --dry-run     only print what would be installed
@@ -19,6 +22,10 @@ readonly kBasePackages=(
   libgtest-dev libgmock-dev          # tests
   libbenchmark-dev                   # kernel benchmarks
 )
+# Debian's python3-torch installs into /usr/bin/python3, the interpreter the reference tests use.
+readonly kTestPackages=(
+  python3-torch python3-numpy        # float64 GPT-2 reference (tests/reference/gpt_reference.py)
+)
 readonly kPeerPackages=(
   libopenmpi-dev openmpi-bin         # MPI_Allreduce baseline
   libgloo-dev                        # Gloo baseline
@@ -30,10 +37,12 @@ usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
 }
 
+with_tests=0
 with_peers=0
 dry_run=0
 for arg in "$@"; do
   case "$arg" in
+    --with-tests) with_tests=1 ;;
     --with-peers) with_peers=1 ;;
     --dry-run) dry_run=1 ;;
     -h|--help) usage; exit 0 ;;
@@ -48,9 +57,14 @@ if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>
 fi
 
 wanted=("${kBasePackages[@]}")
+if (( with_tests )); then
+  wanted+=("${kTestPackages[@]}")
+fi
 if (( with_peers )); then
   wanted+=("${kPeerPackages[@]}")
 fi
+# Each package once (--with-tests and --with-peers share PyTorch + NumPy).
+mapfile -t wanted < <(printf '%s\n' "${wanted[@]}" | awk '!seen[$0]++')
 
 # A package counts as present only when dpkg reports it fully installed (not e.g. half-configured).
 missing=()

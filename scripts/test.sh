@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The full check, as CI runs it (.ci/run):
-#   1. install the build dependencies (no-op when present)
+#   1. install the build and test dependencies (install-deps.sh --with-tests: no-op when present;
+#      the PyTorch reference tests need python3-torch, and fail rather than skip under CI=true)
 #   2. build build/ (Release, Ninja; an existing build/ is reused as configured) and run its tests
 #   3. build build-asan/ with ASan + UBSan (no benchmarks) and run the tests again
 #   4. install build/ into a temporary prefix and build a consumer against it (check-install.sh)
@@ -64,7 +65,7 @@ run_sanitized_tests() {
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_tests "$1"
 }
 
-run_step "install dependencies" scripts/install-deps.sh
+run_step "install dependencies" scripts/install-deps.sh --with-tests
 if last_passed; then
   run_step "build (build/)" configure_and_build build -DCMAKE_BUILD_TYPE=Release
   if last_passed; then
