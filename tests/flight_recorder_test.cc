@@ -228,7 +228,7 @@ TEST(FlightRecorder, RecordsStayConsistentUnderConcurrentWritersAndReaders) {
   EXPECT_EQ(last[7].state, FlightState::completed);
 }
 
-TEST(FlightRecorder, SizeSettingIsCheckedAndZeroTurnsItOff) {
+TEST(FlightRecorder, SettingsAreCheckedAndSizeZeroTurnsItOff) {
   ::setenv("TPF_FLIGHT_RECORDER_SIZE", "sixty", 1);
   try {
     FlightRecorder::configured_capacity();
@@ -242,6 +242,16 @@ TEST(FlightRecorder, SizeSettingIsCheckedAndZeroTurnsItOff) {
   EXPECT_EQ(FlightRecorder::configured_capacity(), 0u);
   ::unsetenv("TPF_FLIGHT_RECORDER_SIZE");
   EXPECT_EQ(FlightRecorder::configured_capacity(), FlightRecorder::kDefaultCapacity);
+  ::setenv("TPF_FLIGHT_RECORDER_SIGNAL", "USR3", 1);
+  try {
+    FlightRecorder bad(4);
+    ADD_FAILURE() << "TPF_FLIGHT_RECORDER_SIGNAL=USR3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("TPF_FLIGHT_RECORDER_SIGNAL='USR3'"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("TPF_FLIGHT_RECORDER_SIGNAL");
   FlightRecorder off(0);
   auto slot = off.begin(OpKind::barrier, DType::u8, 0, -1, 0);
   off.end(slot, FlightState::completed);
@@ -575,6 +585,14 @@ TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
   ASSERT_NE(at, std::string::npos);
   std::error_code ec;
   std::filesystem::remove_all(r.err.substr(at + 9, r.err.find("):", at) - at - 9), ec);
+}
+
+TEST(FlightRecorderLauncher, BadJobTimeoutIsAUsageError) {
+  for (const char* bad : {"0", "-1", "soon", "1e9"}) {
+    const Outcome r = run_tpf({"run", "-n", "1", "--job-timeout", bad, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "--job-timeout expects a positive number of seconds")) << r.err;
+  }
 }
 
 TEST(FlightRecorderLauncher, ASuccessfulJobLeavesNoDumpDirectory) {

@@ -218,7 +218,12 @@ class FlightRegistry {
   // the dumper thread and tells a launcher reading the dump directory that this pid can be asked.
   void arm_locked() {
     armed_pid_ = ::getpid();
-    const int sig = dump_signal();
+    int sig = 0;
+    try {
+      sig = dump_signal();  // checked already when the recorder was made
+    } catch (const Error&) {
+      return;
+    }
     if (sig == 0) return;
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0) return;
@@ -358,6 +363,7 @@ size_t FlightRecorder::configured_capacity() {
 FlightRecorder::FlightRecorder(size_t capacity)
     : capacity_(std::min(capacity, kMaxCapacity)), use_tsc_(TickClock::instance().tsc()) {
   if (capacity_ == 0) return;
+  (void)dump_signal();  // a bad TPF_FLIGHT_RECORDER_SIGNAL fails here, before anything is set up
   collectives_.entries = std::make_unique<Entry[]>(capacity_);
   messages_.entries = std::make_unique<Entry[]>(capacity_);
 }
@@ -374,8 +380,12 @@ void FlightRecorder::attach(std::string comm_name, uint64_t generation, int rank
   rank_ = rank;
   size_ = size;
   if (capacity_ == 0 || attached_) return;
-  FlightRegistry::instance().add(this);
-  attached_ = true;
+  try {
+    FlightRegistry::instance().add(this);
+    attached_ = true;
+  } catch (...) {
+    // Out of memory: this communicator is left out of signal dumps; its own failures still dump.
+  }
 }
 
 FlightRecorder::Slot FlightRecorder::begin(coll::OpKind kind, DType dtype, uint64_t count,

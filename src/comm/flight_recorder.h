@@ -66,13 +66,14 @@ class FlightRecorder {
   // TPF_FLIGHT_RECORDER_SIZE, or the default; throws Error(invalid_argument) naming the setting.
   static size_t configured_capacity();
 
+  // Throws Error(invalid_argument) for a malformed TPF_FLIGHT_RECORDER_SIGNAL.
   explicit FlightRecorder(size_t capacity = configured_capacity());
   ~FlightRecorder();  // leaves the process's registry
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Names the communicator in dumps and joins the process's registry, which dumps every live
-  // recorder on the dump signal (and arms that signal on first use).
+  // recorder on the dump signal (and arms that signal on first use). Does not throw.
   void attach(std::string comm_name, uint64_t generation, int rank, int size);
 
   // Any thread; no allocation. Collectives (every kind but send and recv) must not be begun or

@@ -87,7 +87,11 @@ std::optional<FlightRecord> parse_record(const Fields& f) {
 
 std::string list(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  // Appended piecewise: GCC 12 -O3 warns falsely (-Wrestrict) on "," + std::string.
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ranks[i]);
+  }
   return out;
 }
 
@@ -240,10 +244,14 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
         if (q.kind == match && q.peer == r) newest = std::max(newest.value_or(0), q.sequence);
       }
       if (newest && *newest >= rec.sequence) continue;  // posted: the transfer itself is stuck
+      std::string theirs = "none recorded";
+      if (newest) {
+        theirs = '#';
+        theirs += std::to_string(*newest);
+      }
       out.push_back("  rank " + std::to_string(r) + " waits for rank " + std::to_string(rec.peer) +
                     ": " + op_name(rec) + ", whose " + coll::op_kind_name(match) + " rank " +
-                    std::to_string(rec.peer) + " has not posted (its newest: " +
-                    (newest ? "#" + std::to_string(*newest) : std::string("none recorded")) + ")");
+                    std::to_string(rec.peer) + " has not posted (its newest: " + theirs + ")");
     }
   }
 }
