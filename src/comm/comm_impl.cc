@@ -82,7 +82,7 @@ CommImpl::CommImpl(CommSetup setup)
   int64_t joined = setup_.store->add(setup_.name + "/joined", 1);
   uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
   fabric_ = std::make_unique<transport::ShmFabric>(fabric_config(setup_, generation));
-  p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name,
+  p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());
   recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder

@@ -15,9 +15,11 @@ constexpr std::chrono::microseconds kMaxSleep{2000};
 
 }  // namespace
 
-P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FailureSink on_failure)
+P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name,
+                     FlightRecorder& recorder, FailureSink on_failure)
     : fabric_(fabric),
       comm_name_(std::move(comm_name)),
+      recorder_(recorder),
       on_failure_(std::move(on_failure)),
       sends_issued_(fabric.size(), 0),
       recvs_issued_(fabric.size(), 0),
@@ -62,9 +64,7 @@ std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
     state->complete(failure_);
     return state;
   }
-  auto& issued = desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_;
-  incoming_.push_back(Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()), state, nullptr,
-                              deadline, issued[desc.peer]++});
+  incoming_.push_back(make_pending(desc, deadline, state, nullptr));
   has_incoming_.store(true, std::memory_order_seq_cst);
   return state;
 }
@@ -92,10 +92,8 @@ void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   driving_ = true;
   take_incoming_locked();
   InlineResult result;
-  auto& issued = desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_;
   (desc.kind == coll::OpKind::send ? sends_ : recvs_)[desc.peer].push_back(
-      Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()), nullptr, &result, deadline,
-              issued[desc.peer]++});
+      make_pending(desc, deadline, nullptr, &result));
   ++pending_;
   lock.unlock();
   drive([&] { return result.done; });
@@ -110,7 +108,25 @@ void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   if (result.error) std::rethrow_exception(result.error);
 }
 
+P2pEngine::Pending P2pEngine::make_pending(const coll::OpDesc& desc, Clock::time_point deadline,
+                                           std::shared_ptr<WorkState> state,
+                                           InlineResult* inline_result) {
+  const uint64_t index =
+      (desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_)[desc.peer]++;
+  return Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()),
+                 std::move(state),
+                 inline_result,
+                 deadline,
+                 index,
+                 recorder_.begin(desc.kind, desc.dtype, desc.count, desc.peer, index)};
+}
+
 void P2pEngine::complete(Pending& p, std::exception_ptr error) {
+  if (error) {
+    recorder_.end(p.flight, error);
+  } else {
+    recorder_.end(p.flight, FlightState::completed);
+  }
   if (p.state) return p.state->complete(std::move(error));
   p.inline_result->error = std::move(error);
   p.inline_result->done = true;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "coll/p2p_transfer.h"
+#include "comm/flight_recorder.h"
 #include "comm/work_state.h"
 #include "tpf/comm.h"
 #include "transport/shm_fabric.h"
@@ -34,7 +35,9 @@ class P2pEngine {
   // error every other transfer should then fail with.
   using FailureSink = std::function<std::exception_ptr(std::exception_ptr)>;
 
-  P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FailureSink on_failure);
+  // Records every transfer in `recorder` (which outlives the engine).
+  P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FlightRecorder& recorder,
+            FailureSink on_failure);
   ~P2pEngine();  // transfers still pending fail with Error(aborted)
   P2pEngine(const P2pEngine&) = delete;
   P2pEngine& operator=(const P2pEngine&) = delete;
@@ -60,6 +63,7 @@ class P2pEngine {
     InlineResult* inline_result;       // the driving blocking call's
     Clock::time_point deadline;
     uint64_t index;  // the n-th message of this rank to (send) or from (recv) that peer
+    FlightRecorder::Slot flight;
   };
   // The transfers to or from one peer in one direction, in issue order. A vector and a head
   // index, so that the steady state allocates nothing.
@@ -83,7 +87,10 @@ class P2pEngine {
     std::vector<Pending> items_;
     size_t head_ = 0;
   };
-  static void complete(Pending& p, std::exception_ptr error);
+  void complete(Pending& p, std::exception_ptr error);
+  // The queued form of a validated call, its index taken from `issued` (with mu_ held).
+  Pending make_pending(const coll::OpDesc& desc, Clock::time_point deadline,
+                       std::shared_ptr<WorkState> state, InlineResult* inline_result);
   std::shared_ptr<WorkState> enqueue(const coll::OpDesc& desc, Clock::time_point deadline);
   void take_incoming_locked();  // with mu_ held
   // Drives until done() holds or nothing is pending. Only the holder of the driver role.
@@ -101,6 +108,7 @@ class P2pEngine {
 
   transport::ShmFabric& fabric_;
   const std::string comm_name_;
+  FlightRecorder& recorder_;
   const FailureSink on_failure_;
 
   std::mutex mu_;

@@ -36,8 +36,11 @@ bool PeerProcess::alive() const {
   if (pid_ <= 0) return true;  // unknown peer: rely on deadlines
   if (pidfd_ >= 0) {
     pollfd entry{pidfd_, POLLIN, 0};
-    int ready = ::poll(&entry, 1, 0);
-    return ready == 0;  // readable means the process has exited
+    int ready;
+    do {
+      ready = ::poll(&entry, 1, 0);
+    } while (ready < 0 && errno == EINTR);  // a signal (the flight recorder's) is not a death
+    return !(ready > 0 && (entry.revents & POLLIN));  // readable means the process has exited
   }
   // No pidfd (old kernel): the best we can do; misses unreaped zombies.
   return ::kill(pid_, 0) == 0 || errno == EPERM;
