@@ -36,6 +36,7 @@
 #include "support/scratch_dir.h"
 #include "support/test_environment.h"
 #include "support/training_text.h"
+#include "tensor/blas.h"
 
 namespace tpf::testing {
 namespace {
@@ -49,7 +50,7 @@ constexpr double kLossBand = 1e-3;
 // 150), but multi-rank runs slow down far more than the load on a busy 2-core machine (4 ranks
 // share 2 cores with other jobs): 287 s, past the harness deadline, was seen at 150 steps.
 //  - Band tests: 40 steps instead of 150, at every TP size. The differences between TP sizes do
-//    not grow with the steps (measured 4e-6 at T = 2 and 6e-7 at T = 4 over 40 steps), so the
+//    not grow with the steps (measured at most 4e-6 at T = 2 and T = 4 over 40 steps), so the
 //    1e-3 band is as tight at 40 steps; a wrong gradient shows within a few steps. Learning: the
 //    loss is already 2.48 at step 40 (measured, T = 1), so the same "below 3.0" holds with a
 //    margin of 0.5 nats.
@@ -89,9 +90,23 @@ TrainOptions tiny_options(const std::string& data, const std::string& out, int64
   return o;
 }
 
+// One OpenBLAS thread per rank. OpenBLAS's default is one thread per core in every process, and
+// its threads spin while they wait for each other: on a 2-core machine with two CPU-bound jobs
+// beside the suite (as CI may be), a descheduled thread stalls its partner, and these tests took
+// 10-35x their time alone (the single-rank bit-identity test 48 s instead of 1.3 s, the T = 2
+// band test 67 s of its 120 s timeout); with one thread they take 4-10 s there. The thread count
+// changes only the order of some fp32 sums: the TP differences stay far inside the band (measured
+// over 150 steps: 1.7e-6 at T = 2 and 3.3e-6 at T = 4, against 2.7e-5 and 3.1e-6 with 2 threads).
+void one_blas_thread_per_rank() { set_blas_threads(1); }
+
 void train_ranks(int tp, const TrainOptions& options) {
   expect_all_ok(run_ranks(
-      tp, [&](Communicator& comm) { train(comm, options); }, run_options()));
+      tp,
+      [&](Communicator& comm) {
+        one_blas_thread_per_rank();
+        train(comm, options);
+      },
+      run_options()));
 }
 
 std::vector<double> losses(const std::string& out_dir) {
@@ -241,6 +256,7 @@ TEST(Training, PyTorchReferenceAgreesWithLogitsLossAndGradients) {
   expect_all_ok(run_ranks(
       2,
       [&](Communicator& comm) {
+        one_blas_thread_per_rank();
         const GlobalCheckpoint ckpt = read_checkpoint(dir / "t2");
         const ModelConfig& mc = ckpt.config.model;
         Gpt model(mc, comm.rank(), comm.size(), ckpt.seed);
