@@ -114,8 +114,16 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
                   ctx.op_label() + ": the communicator was aborted on this rank");
     }
     // Dead peers first: a peer that failed because another died should not hide the dead one.
-    for (int p : awaited) check_alive(p, ctx);
-    for (int p : awaited) check_peer(p, ctx);
+    try {
+      for (int p : awaited) check_alive(p, ctx);
+      for (int p : awaited) check_peer(p, ctx);
+    } catch (const Error&) {
+      // A peer may post its last step and exit (or fail later) between the ready() above and
+      // these checks; what it posted is still there. Checked after its end was seen, so a peer
+      // that really left before posting is still reported.
+      if (ready()) return;
+      throw;
+    }
     // A peer showing a signal of another operation may merely have finished this one and moved
     // on; everything it wrote before that signal is visible once the signal is, so if it has
     // still not arrived here, it is running something else.
