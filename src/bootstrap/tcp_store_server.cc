@@ -131,6 +131,8 @@ struct TcpStoreServer::Impl {
   void flush(Connection& c);
   void fail(Connection& c, const std::string& message);
   void wake_waiters(const std::string& key);
+  // Sends `payload` to a connection parked in a GET (if it still is) and lets it run again.
+  void answer_parked(uint64_t conn_id, const std::string& payload);
   void expire_waiters();
   void drop_waiter(uint64_t id, const std::string& key);
   int poll_timeout() const;
@@ -268,15 +270,7 @@ void TcpStoreServer::Impl::fail_all_waiters() {
   proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
   proto::put_str(p, death_message());
   for (auto& [key, list] : waiters) {
-    for (const Waiter& w : list) {
-      auto cit = conns.find(w.conn_id);
-      if (cit == conns.end() || cit->second.dead || !cit->second.parked) continue;
-      Connection& c = cit->second;
-      c.parked = false;
-      c.parked_key.clear();
-      respond(c, p);
-      runnable.push_back(w.conn_id);
-    }
+    for (const Waiter& w : list) answer_parked(w.conn_id, p);
   }
   waiters.clear();
 }
@@ -578,19 +572,20 @@ void TcpStoreServer::Impl::wake_waiters(const std::string& key) {
   if (it == waiters.end()) return;
   std::vector<Waiter> list = std::move(it->second);
   waiters.erase(it);
-  const std::string& value = data[key];
-  for (const Waiter& w : list) {
-    auto cit = conns.find(w.conn_id);
-    if (cit == conns.end() || cit->second.dead || !cit->second.parked) continue;
-    Connection& c = cit->second;
-    c.parked = false;
-    c.parked_key.clear();
-    std::string p;
-    proto::put_u8(p, static_cast<uint8_t>(proto::Status::ok));
-    proto::put_str(p, value);
-    respond(c, p);
-    runnable.push_back(w.conn_id);
-  }
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Status::ok));
+  proto::put_str(p, data[key]);
+  for (const Waiter& w : list) answer_parked(w.conn_id, p);
+}
+
+void TcpStoreServer::Impl::answer_parked(uint64_t conn_id, const std::string& payload) {
+  auto cit = conns.find(conn_id);
+  if (cit == conns.end() || cit->second.dead || !cit->second.parked) return;
+  Connection& c = cit->second;
+  c.parked = false;
+  c.parked_key.clear();
+  respond(c, payload);
+  runnable.push_back(conn_id);
 }
 
 void TcpStoreServer::Impl::expire_waiters() {
