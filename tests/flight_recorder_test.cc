@@ -505,6 +505,20 @@ std::vector<std::string> rank_program() {
           "--gtest_filter=FlightRecorderRankProgram.DISABLED_Run"};
 }
 
+// tpf run's arguments: `launcher` options, then "--" and the rank program.
+std::vector<std::string> tpf_run_args(std::vector<std::string> launcher) {
+  launcher.push_back("--");
+  for (const std::string& a : rank_program()) launcher.push_back(a);
+  return launcher;
+}
+
+// The dump directory tpf run names in its summary ("dumps in DIR):"), or "" if none.
+std::string named_dump_dir(const std::string& err) {
+  const size_t at = err.find("dumps in ");
+  if (at == std::string::npos) return "";
+  return err.substr(at + 9, err.find("):", at) - at - 9);
+}
+
 void expect_hang_summary(const Outcome& r) {
   const std::string& e = r.err;
   EXPECT_TRUE(contains(e, "flight recorder summary (dumps in ")) << e;
@@ -520,8 +534,7 @@ void expect_hang_summary(const Outcome& r) {
 TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
   // Ranks 0 and 1 time out in the all_reduce (after 1 s) and dump; rank 2 is still running when
   // the grace after their failure is over, so tpf run asks it for its dump before stopping it.
-  std::vector<std::string> args = {"run", "-n", "3", "--"};
-  for (const std::string& a : rank_program()) args.push_back(a);
+  const std::vector<std::string> args = tpf_run_args({"run", "-n", "3"});
   const Outcome r = run_tpf(
       args, {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -532,9 +545,8 @@ TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
       << r.err;
   expect_hang_summary(r);
   // The directory is kept for the user, and named.
-  const size_t at = r.err.find("dumps in ");
-  ASSERT_NE(at, std::string::npos);
-  const std::string dir = r.err.substr(at + 9, r.err.find("):", at) - at - 9);
+  const std::string dir = named_dump_dir(r.err);
+  ASSERT_FALSE(dir.empty()) << r.err;
   EXPECT_EQ(dumps_in(dir).size(), 3u) << dir;
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
@@ -542,8 +554,7 @@ TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
 
 TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
   // No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
-  std::vector<std::string> args = {"run", "-n", "3", "--job-timeout", "3", "--"};
-  for (const std::string& a : rank_program()) args.push_back(a);
+  const std::vector<std::string> args = tpf_run_args({"run", "-n", "3", "--job-timeout", "3"});
   const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 124) << r.err;
@@ -552,10 +563,10 @@ TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
   EXPECT_TRUE(contains(r.err, "dumped on signal): last started all_reduce seq 4 (in flight for"))
       << r.err;
   expect_hang_summary(r);
-  const size_t at = r.err.find("dumps in ");
-  ASSERT_NE(at, std::string::npos);
+  const std::string dir = named_dump_dir(r.err);
+  ASSERT_FALSE(dir.empty()) << r.err;
   std::error_code ec;
-  std::filesystem::remove_all(r.err.substr(at + 9, r.err.find("):", at) - at - 9), ec);
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
@@ -566,8 +577,7 @@ TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
       kill(tpf, SIGUSR2);
     }
   };
-  std::vector<std::string> args = {"run", "-n", "3", "--job-timeout", "6", "--"};
-  for (const std::string& a : rank_program()) args.push_back(a);
+  const std::vector<std::string> args = tpf_run_args({"run", "-n", "3", "--job-timeout", "6"});
   const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, on_stdout, 90s);
   ASSERT_TRUE(sent) << r.out << r.err;
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -581,10 +591,10 @@ TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
   EXPECT_LT(first, stop) << r.err;
   EXPECT_NE(r.err.find(head, stop), std::string::npos) << r.err;
   EXPECT_EQ(r.exit_code, 124) << r.err;
-  const size_t at = r.err.find("dumps in ");
-  ASSERT_NE(at, std::string::npos);
+  const std::string dir = named_dump_dir(r.err);
+  ASSERT_FALSE(dir.empty()) << r.err;
   std::error_code ec;
-  std::filesystem::remove_all(r.err.substr(at + 9, r.err.find("):", at) - at - 9), ec);
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST(FlightRecorderLauncher, BadJobTimeoutIsAUsageError) {
@@ -596,8 +606,7 @@ TEST(FlightRecorderLauncher, BadJobTimeoutIsAUsageError) {
 }
 
 TEST(FlightRecorderLauncher, ASuccessfulJobLeavesNoDumpDirectory) {
-  std::vector<std::string> args = {"run", "-n", "2", "--"};
-  for (const std::string& a : rank_program()) args.push_back(a);
+  const std::vector<std::string> args = tpf_run_args({"run", "-n", "2"});
   const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=ok"}, {}, 60s);
   ASSERT_FALSE(r.timed_out) << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.err;

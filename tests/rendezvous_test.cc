@@ -310,7 +310,7 @@ TEST(RendezvousTest, MultiHostJobWithoutSecretIsRefusedSayingHowToSetIt) {
   for (int rank : {0, 1}) {
     LaunchEnv env = rank0_hosted_env(rank, 4, unique_job_id("nosecret"));
     env.local_world_size = 2;  // two hosts
-    env.store_host = "10.0.0.1";
+    env.store_host = "127.0.0.2";  // never contacted: refused before connecting
     env.store_port = 29511;
     env.secret = "";
     try {

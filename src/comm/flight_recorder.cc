@@ -396,14 +396,8 @@ FlightRecorder::Slot FlightRecorder::begin(coll::OpKind kind, DType dtype, uint6
                                        : begin_collective(packed, count, peer_or_root, sequence);
 }
 
-FlightRecorder::Slot FlightRecorder::begin_collective(uint32_t packed, uint64_t count, int peer,
-                                                      uint64_t sequence) noexcept {
-  // The only writer of this ring: plain loads and stores, ordered for readers by the stamp.
-  const uint64_t ticket = collectives_.next.load(std::memory_order_relaxed);
-  collectives_.next.store(ticket + 1, std::memory_order_relaxed);
-  Entry& e = collectives_.entries[ticket % capacity_];
-  const uint64_t mine = (ticket + 1) << 2;
-  e.stamp.store(mine | kPhaseWritingBegin, std::memory_order_relaxed);
+void FlightRecorder::write_begin(Entry& e, uint64_t mine, uint32_t packed, uint64_t count,
+                                 int peer, uint64_t sequence) const noexcept {
   std::atomic_thread_fence(std::memory_order_release);
   e.sequence.store(sequence, std::memory_order_relaxed);
   e.count.store(count, std::memory_order_relaxed);
@@ -412,6 +406,17 @@ FlightRecorder::Slot FlightRecorder::begin_collective(uint32_t packed, uint64_t 
   e.end_ticks.store(0, std::memory_order_relaxed);
   e.start_ticks.store(now_ticks(), std::memory_order_relaxed);
   e.stamp.store(mine | kPhaseBegun, std::memory_order_release);
+}
+
+FlightRecorder::Slot FlightRecorder::begin_collective(uint32_t packed, uint64_t count, int peer,
+                                                      uint64_t sequence) noexcept {
+  // The only writer of this ring: plain loads and stores, ordered for readers by the stamp.
+  const uint64_t ticket = collectives_.next.load(std::memory_order_relaxed);
+  collectives_.next.store(ticket + 1, std::memory_order_relaxed);
+  Entry& e = collectives_.entries[ticket % capacity_];
+  const uint64_t mine = (ticket + 1) << 2;
+  e.stamp.store(mine | kPhaseWritingBegin, std::memory_order_relaxed);
+  write_begin(e, mine, packed, count, peer, sequence);
   return ticket;
 }
 
@@ -433,14 +438,7 @@ FlightRecorder::Slot FlightRecorder::begin_message(uint32_t packed, uint64_t cou
       seen = e.stamp.load(std::memory_order_relaxed);
     }
   }
-  std::atomic_thread_fence(std::memory_order_release);
-  e.sequence.store(sequence, std::memory_order_relaxed);
-  e.count.store(count, std::memory_order_relaxed);
-  e.peer.store(peer, std::memory_order_relaxed);
-  e.packed.store(packed, std::memory_order_relaxed);
-  e.end_ticks.store(0, std::memory_order_relaxed);
-  e.start_ticks.store(now_ticks(), std::memory_order_relaxed);
-  e.stamp.store(mine | kPhaseBegun, std::memory_order_release);
+  write_begin(e, mine, packed, count, peer, sequence);
   return ticket | kMessageBit;
 }
 

@@ -120,6 +120,9 @@ class FlightRecorder {
 
   Slot begin_collective(uint32_t packed, uint64_t count, int peer, uint64_t sequence) noexcept;
   Slot begin_message(uint32_t packed, uint64_t count, int peer, uint64_t sequence) noexcept;
+  // Fills a claimed entry (its stamp says "begin being written") and publishes it as begun.
+  void write_begin(Entry& e, uint64_t mine, uint32_t packed, uint64_t count, int peer,
+                   uint64_t sequence) const noexcept;
   void read_ring(const Ring& ring, std::vector<FlightRecord>& out) const;
   int64_t now_ticks() const noexcept;
 

@@ -8,12 +8,6 @@
 #include "transport/signal.h"
 
 namespace tpf::detail {
-namespace {
-
-// A sleeping driver wakes at least this often to look for dead peers and deadlines.
-constexpr std::chrono::microseconds kMaxSleep{2000};
-
-}  // namespace
 
 P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name,
                      FlightRecorder& recorder, FailureSink on_failure)
@@ -263,7 +257,7 @@ void P2pEngine::drive(const std::function<bool()>& done) {
       if (stage == transport::Backoff::Stage::spin && !has_failure_.load()) continue;
       check_stalled();
       if (stage == transport::Backoff::Stage::sleep) {
-        fabric_.sleep_p2p(kMaxSleep, [this] { return any_ready(); });
+        fabric_.sleep_p2p([this] { return any_ready(); });
       }
     } catch (...) {
       // The first failure of a transfer breaks the whole communicator (later messages of the pair

@@ -393,8 +393,8 @@ void ShmFabric::check_p2p_peer(int peer, const WaitContext& ctx) const {
   check_peer(peer, ctx);
 }
 
-void ShmFabric::sleep_p2p(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
-  sleep_on(control(config_.rank).p2p_bell, std::min(timeout, kMaxSleep), light_posts_, ready);
+void ShmFabric::sleep_p2p(const std::function<bool()>& ready) {
+  sleep_on(control(config_.rank).p2p_bell, kMaxSleep, light_posts_, ready);
 }
 
 void ShmFabric::wake_p2p() noexcept { control(config_.rank).p2p_bell.ring(); }
