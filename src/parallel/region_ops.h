@@ -2,7 +2,7 @@
 // adjoint pairs (Megatron-LM's mappings): the backward of each forward is its adjoint, so that
 // gradients are exact. With <a, b> the pairing of a tensor and its gradient summed over the ranks
 // (counted once when both are replicated), every pair satisfies <f(x), g> = <x, f*(g)>, which
-// tests/region_ops_test.cc checks in f64.
+// tests/model/tp_region_ops_test.cc checks in f64.
 //
 //   operator                 forward                      backward (adjoint)
 //   copy_to_tp               replicate -> replicate (id)  partial -> replicate (all-reduce)

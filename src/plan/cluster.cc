@@ -23,7 +23,7 @@ RoutingMode parse_routing_mode(const std::string& text, const YamlFields& fields
 
 // The GEMM efficiency curve, calibrated on one published point: Narayanan et al. 2021, Table 1,
 // the 1.7B model on 32 A100s (137 TFLOP/s per GPU); with it the other nine rows of that table
-// come out 2-13 % low (tests/plan_step_model_test.cc). No H100 point is calibrated: the H100
+// come out 2-13 % low (tests/plan/plan_step_model_test.cc). No H100 point is calibrated: the H100
 // preset assumes the same fraction of its peak.
 constexpr double kGemmEfficiency = 0.658;
 constexpr double kGemmHalfWidth = 128;

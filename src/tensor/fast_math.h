@@ -1,6 +1,6 @@
 // exp and tanh for f32 kernels, written so that loops over them vectorize (no library calls).
 // exp's relative error is below 3e-7 (about 4 ulp) over the whole f32 range and tanh's absolute
-// error below 2e-7 (tests/tensor_kernels_test.cc checks both against the C library).
+// error below 2e-7 (tests/model/tensor_kernels_test.cc checks both against the C library).
 #pragma once
 
 #include <bit>
