@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/json.h"
+#include "comm/settings.h"
 #include "plan/calibration.h"
 #include "tpf/bench_spec.h"  // parse_byte_size
 #include "tpf/commands.h"
@@ -332,7 +333,7 @@ int cmd_plan_calibrate(int argc, char** argv) {
   }
   const Data d = load(o);
   const plan::ShmFit fit =
-      plan::fit_shm_link_cost(d.training, d.slot_bytes, coll::ShmLinkCost::from_env());
+      plan::fit_shm_link_cost(d.training, d.slot_bytes, detail::resolve_comm_settings().tuning.link_cost);
   const plan::Evaluation held = plan::evaluate(fit.cost, d.held_out, d.slot_bytes);
   if (o.json) {
     print_json(o, d, fit, held);
