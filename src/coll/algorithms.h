@@ -5,15 +5,26 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <optional>
+
+#include "coll/cost_model.h"
 #include "coll/op_desc.h"
 #include "transport/shm_fabric.h"
 
 namespace tpf::coll {
 
+// What the algorithm choices may be told by the communicator's settings (comm/settings.h).
+struct CollectiveTuning {
+  // Largest per-rank message of the eager path, at most ShmFabric::kEagerCapacity; 0 = off.
+  size_t eager_max_bytes = transport::ShmFabric::kEagerCapacity;
+  std::optional<AllReduceAlgorithm> forced_all_reduce;  // where it applies
+  ShmLinkCost link_cost;                                // prices the automatic choice
+};
+
 // Runs the collective `desc` (already validated) as operation number `sequence` of the
 // communicator. Point-to-point messages go through P2pTransfer (p2p_transfer.h) instead.
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
-                   const transport::WaitContext& ctx);
+                   const transport::WaitContext& ctx, const CollectiveTuning& tuning);
 
 // Reductions (all_reduce, reduce, reduce_scatter): reduce_algorithms.cc.
 void all_reduce_one_shot(transport::ShmFabric& fabric, const OpDesc& desc,
@@ -39,11 +50,9 @@ void barrier(transport::ShmFabric& fabric, const transport::Fingerprint& fp,
              const transport::WaitContext& ctx);
 
 // Small collectives over eager messages (eager.cc): all_reduce, all_gather, reduce_scatter and
-// broadcast whose per-rank message is at most eager_max_bytes().
-bool fits_eager(const OpDesc& desc, int nranks);
+// broadcast whose per-rank message is at most `eager_max_bytes`.
+bool fits_eager(const OpDesc& desc, int nranks, size_t eager_max_bytes);
 void run_eager(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
                const transport::WaitContext& ctx);
-// ShmFabric::kEagerCapacity, or less with TPF_EAGER_MAX_BYTES (0 turns eager messages off).
-size_t eager_max_bytes();
 
 }  // namespace tpf::coll

@@ -6,7 +6,6 @@
 #include <optional>
 #include <string>
 
-#include "base/env_config.h"
 #include "tpf/error.h"
 
 namespace tpf::coll {
@@ -14,28 +13,7 @@ namespace {
 
 constexpr size_t kAlignBytes = 64;
 
-double env_double(const char* name, double fallback) {
-  auto text = base::env_string(name);
-  if (!text) return fallback;
-  char* end = nullptr;
-  double value = std::strtod(text->c_str(), &end);
-  if (end == text->c_str() || *end != '\0' || !(value > 0)) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string(name) + "='" + *text + "' is not a positive number");
-  }
-  return value;
-}
-
 }  // namespace
-
-ShmLinkCost ShmLinkCost::from_env() {
-  ShmLinkCost cost;
-  cost.step_us = env_double("TPF_SHM_STEP_US", cost.step_us);
-  cost.step_us_per_excess_rank = env_double("TPF_SHM_EXCESS_STEP_US", cost.step_us_per_excess_rank);
-  cost.copy_gbps = env_double("TPF_SHM_COPY_GBPS", cost.copy_gbps);
-  cost.reduce_gbps = env_double("TPF_SHM_REDUCE_GBPS", cost.reduce_gbps);
-  return cost;
-}
 
 size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
   // A slot holds the chunk's inputs plus this rank's reduced portion (chunk / n), and portions
@@ -68,23 +46,15 @@ double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nra
   return *predict_us(CollectiveOp::all_reduce, Algorithm::two_shot, b, nranks, link, chunks);
 }
 
-AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, int excess_ranks,
-                                     size_t slot_bytes) {
+AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, int excess_ranks, size_t slot_bytes,
+                                     std::optional<AllReduceAlgorithm> forced,
+                                     const ShmLinkCost& cost) {
   const bool fits_one_slot = bytes <= slot_bytes;
-  // Read once: this runs on every all-reduce, and getenv scans the whole environment.
-  static const std::optional<std::string> forced = base::env_string("TPF_ALLREDUCE_ALGO");
-  if (forced) {
-    if (*forced == "two_shot") return AllReduceAlgorithm::two_shot;
-    if (*forced == "one_shot" && fits_one_slot) return AllReduceAlgorithm::one_shot;
-    if (*forced != "one_shot") {
-      throw Error(ErrorCode::invalid_argument,
-                  "TPF_ALLREDUCE_ALGO='" + *forced + "': expected one_shot or two_shot");
-    }
-  }
+  if (forced == AllReduceAlgorithm::two_shot) return AllReduceAlgorithm::two_shot;
+  if (forced == AllReduceAlgorithm::one_shot && fits_one_slot) return AllReduceAlgorithm::one_shot;
   if (!fits_one_slot || nranks == 1) {
     return nranks == 1 ? AllReduceAlgorithm::one_shot : AllReduceAlgorithm::two_shot;
   }
-  static const ShmLinkCost cost = ShmLinkCost::from_env();
   auto predict = [&](AllReduceAlgorithm algorithm) {
     return predict_all_reduce_us(algorithm, bytes, nranks, excess_ranks, slot_bytes, cost);
   };

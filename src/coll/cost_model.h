@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 #include "coll/alpha_beta.h"
 
@@ -15,7 +16,8 @@ namespace tpf::coll {
 // fit of `tpf plan calibrate --train-ranks 2,3` on the runs saved in docs/results/calibration
 // (11.55 us, from N = 3 on 2 cores; docs/plan.md), rounded: with step_us it makes the N = 3 step
 // 12.35 us against 12.3 measured, and the N = 4 one 24.35 against ~26. TPF_SHM_STEP_US,
-// TPF_SHM_EXCESS_STEP_US, TPF_SHM_COPY_GBPS and TPF_SHM_REDUCE_GBPS override them.
+// TPF_SHM_EXCESS_STEP_US, TPF_SHM_COPY_GBPS and TPF_SHM_REDUCE_GBPS override them (read by
+// comm/settings.cc).
 struct ShmLinkCost {
   double step_us = 0.35;  // one synchronized step, every rank on its own core
   // Added to a step per rank beyond the cores: a step then waits for the scheduler to run every
@@ -23,7 +25,6 @@ struct ShmLinkCost {
   double step_us_per_excess_rank = 12.0;
   double copy_gbps = 20.0;    // memcpy into / out of shared memory (L2-resident slots)
   double reduce_gbps = 47.0;  // bytes per second the reduction reads from the slots
-  static ShmLinkCost from_env();
   // The link class of `nranks` ranks of which `excess_ranks` have no core of their own (ranks on
   // the machine beyond its cores; 0 when every rank has one): alpha = step_us +
   // step_us_per_excess_rank * excess_ranks.
@@ -38,8 +39,10 @@ size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks);
 double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nranks,
                              int excess_ranks, size_t slot_bytes, const ShmLinkCost& cost);
 
-// The cheaper algorithm (one-shot only if the message fits one slot). TPF_ALLREDUCE_ALGO=one_shot
-// or two_shot forces one (where it applies).
-AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, int excess_ranks, size_t slot_bytes);
+// The cheaper algorithm under `cost` (one-shot only if the message fits one slot), or `forced`
+// where it applies (TPF_ALLREDUCE_ALGO).
+AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, int excess_ranks, size_t slot_bytes,
+                                     std::optional<AllReduceAlgorithm> forced,
+                                     const ShmLinkCost& cost);
 
 }  // namespace tpf::coll

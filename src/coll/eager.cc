@@ -6,7 +6,6 @@
 #include <cstring>
 #include <span>
 
-#include "base/env_config.h"
 #include "coll/algorithms.h"
 #include "coll/reduce_kernels.h"
 #include "coll/source_list.h"
@@ -43,14 +42,7 @@ constexpr size_t kEagerAllReduceBytes = 256;
 
 }  // namespace
 
-size_t eager_max_bytes() {
-  static const size_t limit = std::min(
-      transport::ShmFabric::kEagerCapacity,
-      base::env_bytes("TPF_EAGER_MAX_BYTES").value_or(transport::ShmFabric::kEagerCapacity));
-  return limit;
-}
-
-bool fits_eager(const OpDesc& desc, int nranks) {
+bool fits_eager(const OpDesc& desc, int nranks, size_t eager_max_bytes) {
   if (nranks < 2) return false;
   const size_t bytes = message_bytes(desc, nranks);
   // Where every rank waits for every other anyway, eager messages win only while they are short;
@@ -65,7 +57,7 @@ bool fits_eager(const OpDesc& desc, int nranks) {
     case OpKind::reduce_scatter: limit = transport::ShmFabric::kEagerOneLineBytes; break;
     default: return false;
   }
-  return bytes <= std::min(limit, eager_max_bytes());
+  return bytes <= std::min(limit, eager_max_bytes);
 }
 
 void run_eager(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,

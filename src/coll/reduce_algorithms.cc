@@ -132,15 +132,18 @@ void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
 }
 
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
-                   const transport::WaitContext& ctx) {
+                   const transport::WaitContext& ctx, const CollectiveTuning& tuning) {
   const transport::Fingerprint fp = collective_fingerprint(desc, sequence);
-  if (fits_eager(desc, fabric.size())) return run_eager(fabric, desc, fp, ctx);
+  if (fits_eager(desc, fabric.size(), tuning.eager_max_bytes)) {
+    return run_eager(fabric, desc, fp, ctx);
+  }
   const size_t bytes = desc.count * dtype_size(desc.dtype);
   switch (desc.kind) {
     case OpKind::all_reduce:
     case OpKind::reduce: {
-      auto algorithm =
-          choose_all_reduce(bytes, fabric.size(), fabric.excess_ranks(), fabric.slot_bytes());
+      auto algorithm = choose_all_reduce(bytes, fabric.size(), fabric.excess_ranks(),
+                                         fabric.slot_bytes(), tuning.forced_all_reduce,
+                                         tuning.link_cost);
       if (algorithm == AllReduceAlgorithm::one_shot) {
         all_reduce_one_shot(fabric, desc, fp, ctx);
       } else {

@@ -7,7 +7,6 @@
 #include <limits>
 #include <vector>
 
-#include "base/env_config.h"
 #include "coll/algorithms.h"
 #include "comm/process_failures.h"
 #include "tpf/error.h"
@@ -16,14 +15,8 @@
 namespace tpf::detail {
 namespace {
 
-// 256 KiB: two slots per rank stay in L2, so peers read them cache to cache. Measured on the
-// 2-core EPYC VM: broadcast of 8 MiB at 2 ranks is 5x faster than with 1 MiB slots (docs/).
-constexpr size_t kDefaultSlotBytes = size_t{256} << 10;
 constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
 constexpr size_t kMinSlotBytes = 4096;
-// Far beyond any /dev/shm (whose size setup checks), small enough that the segment's size
-// arithmetic cannot overflow.
-constexpr size_t kMaxSlotBytes = size_t{1} << 40;
 // Far beyond any real buffer, small enough that size * count * element size cannot overflow.
 constexpr size_t kMaxBufferBytes = size_t{1} << 46;
 
@@ -43,25 +36,18 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   transport::FabricConfig config;
   config.rank = setup.rank;
   config.size = setup.size;
-  const char* source = setup.options.buffer_bytes ? "CommOptions::buffer_bytes" : "TPF_SHM_BUFFER_BYTES";
-  size_t slot = setup.options.buffer_bytes.value_or(
-      base::env_bytes("TPF_SHM_BUFFER_BYTES").value_or(kDefaultSlotBytes));
-  if (slot > kMaxSlotBytes) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string(source) + " = " + std::to_string(slot) +
-                    " bytes is more than the largest staging slot, " +
-                    std::to_string(kMaxSlotBytes >> 30) +
-                    " GiB (each rank maps two in /dev/shm; the default is 256 KiB)");
-  }
-  config.slot_bytes = std::max(kMinSlotBytes, slot / 64 * 64);
+  const CommSettings& settings = setup.settings;
+  config.slot_bytes = std::max(kMinSlotBytes, settings.slot_bytes / 64 * 64);
   config.p2p_chunk_bytes = std::min(kMaxP2pChunkBytes, config.slot_bytes / 4) / 64 * 64;
   config.segment_prefix = transport::shm_job_prefix(setup.job_id) + sanitize(setup.name) + "-g" +
                           std::to_string(generation) + "-";
   config.label = "communicator '" + setup.name + "'";
   std::string prefix = setup.name + "/" + std::to_string(generation);
   config.store = std::make_shared<PrefixStore>(prefix, setup.store);
-  config.setup_timeout = setup.options.timeout.value_or(
-      std::min(base::default_op_timeout(), std::chrono::milliseconds(120000)));
+  config.setup_timeout = settings.setup_timeout;
+  config.job_cpus = settings.job_cpus;
+  config.local_world_size = settings.local_world_size;
+  config.asymmetric_fences = settings.asymmetric_fences;
   config.describe = coll::describe_fingerprint;
   return config;
 }
@@ -70,8 +56,9 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
 
 CommImpl::CommImpl(CommSetup setup)
     : setup_(std::move(setup)),
-      default_timeout_(setup_.options.timeout.value_or(base::default_op_timeout())),
-      gate_(transport::register_asymmetric_fences()) {
+      recorder_(setup_.settings.flight_recorder_size),
+      default_timeout_(setup_.settings.timeout),
+      gate_(setup_.settings.asymmetric_fences && transport::register_asymmetric_fences()) {
   if (setup_.size < 1 || setup_.rank < 0 || setup_.rank >= setup_.size) {
     throw Error(ErrorCode::invalid_argument,
                 "communicator '" + setup_.name + "': rank " + std::to_string(setup_.rank) +
@@ -281,7 +268,7 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
     const transport::WaitContext ctx =
         deadline ? transport::WaitContext::with_deadline(*deadline, describe)
                  : transport::WaitContext::with_timeout(timeout, describe);
-    coll::run_operation(*fabric_, desc, sequence, ctx);
+    coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
     recorder_.end(flight, FlightState::completed);  // flight recorder
     return nullptr;
   } catch (...) {
@@ -367,6 +354,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions&
   child.options = options;
   if (!child.options.timeout) child.options.timeout = setup_.options.timeout;
   if (!child.options.buffer_bytes) child.options.buffer_bytes = setup_.options.buffer_bytes;
+  child.settings = resolve_comm_settings(child.options);
   return std::make_unique<CommImpl>(std::move(child));
 }
 

@@ -15,6 +15,7 @@
 #include "comm/flight_recorder.h"
 #include "comm/owner_gate.h"
 #include "comm/p2p_engine.h"
+#include "comm/settings.h"
 #include "comm/work_state.h"
 #include "tpf/comm.h"
 #include "transport/shm_fabric.h"
@@ -28,7 +29,8 @@ struct CommSetup {
   std::shared_ptr<Store> store;      // the job's store (not prefixed)
   std::string job_id;                // names the shared-memory segments
   std::shared_ptr<void> keep_alive;  // e.g. the store server rank 0 hosts
-  CommOptions options;
+  CommOptions options;               // as the user gave them (a split's child inherits them)
+  CommSettings settings;             // resolved from `options` and the environment
 };
 
 class CommImpl {

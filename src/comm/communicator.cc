@@ -2,9 +2,9 @@
 // collective calls, which only describe the operation and hand it to CommImpl.
 #include <charconv>
 
-#include "base/env_config.h"
 #include "bootstrap/rendezvous.h"
 #include "comm/comm_impl.h"
+#include "comm/settings.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
@@ -14,13 +14,6 @@ namespace {
 
 using coll::OpDesc;
 using coll::OpKind;
-
-std::string job_id_from_env() { return base::env_string("TPF_JOB_ID").value_or("local"); }
-
-std::chrono::milliseconds connect_timeout(const CommOptions& options) {
-  return options.timeout.value_or(
-      std::min(base::default_op_timeout(), std::chrono::milliseconds(120000)));
-}
 
 OpDesc make(OpKind kind, const void* send, void* recv, size_t count, DType dtype,
             ReduceOp op = ReduceOp::sum, int root = 0, int peer = 0) {
@@ -46,15 +39,17 @@ Communicator::~Communicator() = default;
 
 Communicator Communicator::from_env(const CommOptions& options) {
   LaunchEnv env = detect_launch_env();
-  auto rendezvous = bootstrap::rendezvous(env, connect_timeout(options));
+  detail::CommSettings settings = detail::resolve_comm_settings(options);
+  auto rendezvous = bootstrap::rendezvous(env, settings.setup_timeout);
   detail::CommSetup setup;
   setup.rank = env.rank;
   setup.size = env.world_size;
   setup.name = "world";
   setup.store = rendezvous.store;
-  setup.job_id = env.job_id.empty() ? job_id_from_env() : env.job_id;
+  setup.job_id = env.job_id.empty() ? settings.job_id : env.job_id;
   setup.keep_alive = std::shared_ptr<TcpStoreServer>(std::move(rendezvous.server));
   setup.options = options;
+  setup.settings = std::move(settings);
   return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
 }
 
@@ -72,7 +67,8 @@ Communicator Communicator::create(int rank, int size, const std::string& store_a
   }
   auto store =
       std::make_shared<TcpStoreClient>(store_address.substr(0, colon), static_cast<uint16_t>(port),
-                                       secret, connect_timeout(options), rank);
+                                       secret,
+                                       detail::resolve_comm_settings(options).setup_timeout, rank);
   return create(rank, size, store, "world", options);
 }
 
@@ -85,7 +81,8 @@ Communicator Communicator::create(int rank, int size, std::shared_ptr<Store> sto
   setup.size = size;
   setup.name = name;
   setup.store = std::move(store);
-  setup.job_id = job_id_from_env();
+  setup.settings = detail::resolve_comm_settings(options);
+  setup.job_id = setup.settings.job_id;
   setup.options = options;
   return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
 }

@@ -345,21 +345,6 @@ void write_flight_dump(const std::string& text) noexcept {
   }
 }
 
-size_t FlightRecorder::configured_capacity() {
-  auto text = base::env_string("TPF_FLIGHT_RECORDER_SIZE");
-  if (!text) return kDefaultCapacity;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long value = std::strtoull(text->c_str(), &end, 10);
-  if ((*text)[0] == '-' || *end != '\0' || errno != 0 || value > kMaxCapacity) {
-    throw Error(ErrorCode::invalid_argument,
-                "TPF_FLIGHT_RECORDER_SIZE='" + *text + "' is not a number of records in [0, " +
-                    std::to_string(kMaxCapacity) +
-                    "] (records kept per communicator; 0 turns the flight recorder off)");
-  }
-  return static_cast<size_t>(value);
-}
-
 FlightRecorder::FlightRecorder(size_t capacity)
     : capacity_(std::min(capacity, kMaxCapacity)), use_tsc_(TickClock::instance().tsc()) {
   if (capacity_ == 0) return;

@@ -63,11 +63,9 @@ class FlightRecorder {
   static constexpr size_t kDefaultCapacity = 64;
   static constexpr size_t kMaxCapacity = size_t{1} << 20;
 
-  // TPF_FLIGHT_RECORDER_SIZE, or the default; throws Error(invalid_argument) naming the setting.
-  static size_t configured_capacity();
-
+  // `capacity` records per ring (TPF_FLIGHT_RECORDER_SIZE, read by comm/settings.cc); 0 = off.
   // Throws Error(invalid_argument) for a malformed TPF_FLIGHT_RECORDER_SIGNAL.
-  explicit FlightRecorder(size_t capacity = configured_capacity());
+  explicit FlightRecorder(size_t capacity);
   ~FlightRecorder();  // leaves the process's registry
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;

@@ -4,8 +4,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <string_view>
 
 namespace tpf::transport {
 namespace {
@@ -16,9 +14,6 @@ long membarrier(int command) { return ::syscall(__NR_membarrier, command, 0, 0);
 
 bool register_asymmetric_fences() noexcept {
   static const bool registered = [] {
-    // TPF_ASYMMETRIC_FENCES=0 takes the fallback (full fences on both sides), e.g. to test it.
-    const char* setting = std::getenv("TPF_ASYMMETRIC_FENCES");
-    if (setting != nullptr && std::string_view(setting) == "0") return false;
     long supported = membarrier(MEMBARRIER_CMD_QUERY);
     if (supported < 0 || (supported & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return false;
     return membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;

@@ -16,29 +16,6 @@
 #include "transport/shm_layout.h"
 
 namespace tpf::transport {
-namespace {
-
-// Cores the job may use. A rank pinned to one core cannot see that, so the launcher's view
-// (TPF_CPUS, set by tpf run) wins; otherwise all online CPUs.
-int job_cpus() {
-  if (const char* text = std::getenv("TPF_CPUS")) {
-    int cpus = std::atoi(text);
-    if (cpus > 0) return cpus;
-  }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Ranks of this job on this machine: the launcher's local world size where it says so.
-int ranks_on_machine(int comm_size) {
-  int ranks = comm_size;
-  for (const char* name :
-       {"TPF_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
-    if (const char* text = std::getenv(name)) ranks = std::max(ranks, std::atoi(text));
-  }
-  return ranks;
-}
-
-}  // namespace
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string out;
@@ -132,7 +109,7 @@ void ShmFabric::setup() {
 
   try {
     // Registered before publishing: a peer may rely on it as soon as it sees our segment.
-    const bool can_fence = register_asymmetric_fences();
+    const bool can_fence = config_.asymmetric_fences && register_asymmetric_fences();
     store.set("rank/" + std::to_string(me), own_.name() + " " + std::to_string(::getpid()) + " " +
                                                 std::to_string(segment_bytes_) + " " +
                                                 (can_fence ? "1" : "0"));
@@ -190,7 +167,8 @@ void ShmFabric::setup() {
     }
     // Algorithm choices depend on this, so every rank takes rank 0's view.
     if (me == 0) {
-      store.set("excess_ranks", std::to_string(std::max(0, ranks_on_machine(n) - job_cpus())));
+      const int ranks_on_machine = std::max(n, config_.local_world_size);
+      store.set("excess_ranks", std::to_string(std::max(0, ranks_on_machine - config_.job_cpus)));
     }
     const std::string excess = wait_for("excess_ranks", "rank 0's machine report");
     excess_ranks_ = std::atoi(excess.c_str());

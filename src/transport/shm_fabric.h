@@ -91,6 +91,9 @@ struct FabricConfig {
   std::string label;             // communicator description for messages
   std::shared_ptr<Store> store;  // keys are private to this communicator
   std::chrono::milliseconds setup_timeout{60000};
+  int job_cpus = 1;          // cores the job may use on this machine
+  int local_world_size = 0;  // the launcher's ranks on this machine (0: only this communicator)
+  bool asymmetric_fences = true;  // membarrier-based fences where every rank can register
   // Turns a fingerprint into words for a mismatch message.
   std::function<std::string(const Fingerprint&)> describe;
 };

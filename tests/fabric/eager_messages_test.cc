@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/settings.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
-#include "transport/asymmetric_fence.h"
 #include "transport/shm_fabric.h"
 
 namespace tpf::testing {
@@ -177,7 +177,7 @@ TEST(FenceFallback, FullFencesOnBothSidesGiveTheSameResults) {
         ::setenv("TPF_ASYMMETRIC_FENCES", "0", 1);
         Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
                                                  ctx.comm_options);
-        TPF_CHILD_CHECK(!transport::register_asymmetric_fences(),
+        TPF_CHILD_CHECK(!detail::resolve_comm_settings().asymmetric_fences,
                         "TPF_ASYMMETRIC_FENCES=0 did not turn the asymmetric fences off");
         for (int round = 0; round < 3; ++round) {
           if (comm.rank() == round) {  // the others wait in the broadcast meanwhile

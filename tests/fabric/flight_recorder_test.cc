@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/flight_summary.h"
+#include "comm/settings.h"
 #include "support/multiproc.h"
 #include "support/run_tpf.h"
 #include "support/scratch_dir.h"
@@ -231,7 +232,7 @@ TEST(FlightRecorder, RecordsStayConsistentUnderConcurrentWritersAndReaders) {
 TEST(FlightRecorder, SettingsAreCheckedAndSizeZeroTurnsItOff) {
   ::setenv("TPF_FLIGHT_RECORDER_SIZE", "sixty", 1);
   try {
-    FlightRecorder::configured_capacity();
+    detail::resolve_comm_settings();
     ADD_FAILURE() << "TPF_FLIGHT_RECORDER_SIZE=sixty was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
@@ -239,9 +240,9 @@ TEST(FlightRecorder, SettingsAreCheckedAndSizeZeroTurnsItOff) {
         << e.what();
   }
   ::setenv("TPF_FLIGHT_RECORDER_SIZE", "0", 1);
-  EXPECT_EQ(FlightRecorder::configured_capacity(), 0u);
+  EXPECT_EQ(detail::resolve_comm_settings().flight_recorder_size, 0u);
   ::unsetenv("TPF_FLIGHT_RECORDER_SIZE");
-  EXPECT_EQ(FlightRecorder::configured_capacity(), FlightRecorder::kDefaultCapacity);
+  EXPECT_EQ(detail::resolve_comm_settings().flight_recorder_size, FlightRecorder::kDefaultCapacity);
   ::setenv("TPF_FLIGHT_RECORDER_SIGNAL", "USR3", 1);
   try {
     FlightRecorder bad(4);

@@ -118,11 +118,6 @@ TEST(ShmFabricSetup, EveryRankTakesRankZerosCountOfRanksBeyondTheCores) {
   // Rank 0 sees 1 core for 3 ranks (2 beyond it); the others see 64 and alone would say 0. The
   // all-reduce choice depends on the count, so every rank must take rank 0's.
   testing::expect_all_ok(testing::run_ranks_raw(3, [](const testing::RankContext& ctx) {
-    ::setenv("TPF_CPUS", ctx.rank == 0 ? "1" : "64", 1);
-    for (const char* name :
-         {"TPF_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
-      ::unsetenv(name);
-    }
     const size_t colon = ctx.store_address.rfind(':');
     transport::FabricConfig config;
     config.rank = ctx.rank;
@@ -136,6 +131,8 @@ TEST(ShmFabricSetup, EveryRankTakesRankZerosCountOfRanksBeyondTheCores) {
         static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
         std::chrono::milliseconds(20000));
     config.setup_timeout = std::chrono::milliseconds(20000);
+    config.job_cpus = ctx.rank == 0 ? 1 : 64;  // the communicator's settings (TPF_CPUS)
+    config.local_world_size = 0;               // no launcher: the communicator's 3 ranks
     transport::ShmFabric fabric(config);
     TPF_CHILD_CHECK(fabric.excess_ranks() == 2, "rank " + std::to_string(ctx.rank) + " counts " +
                                                     std::to_string(fabric.excess_ranks()) +

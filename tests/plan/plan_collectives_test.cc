@@ -8,6 +8,7 @@
 
 #include "coll/alpha_beta.h"
 #include "coll/cost_model.h"
+#include "comm/settings.h"
 #include "plan/cluster.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
@@ -64,12 +65,12 @@ TEST(AlphaBeta, SharedMemoryStepGrowsWithTheRanksBeyondTheCores) {
 
 TEST(AlphaBeta, SharedMemoryExcessStepHasAnEnvironmentOverride) {
   ::setenv("TPF_SHM_EXCESS_STEP_US", "3.5", 1);
-  const coll::ShmLinkCost cost = coll::ShmLinkCost::from_env();
+  const coll::ShmLinkCost cost = detail::resolve_comm_settings().tuning.link_cost;
   ::setenv("TPF_SHM_EXCESS_STEP_US", "-1", 1);
-  EXPECT_THROW(coll::ShmLinkCost::from_env(), Error);
+  EXPECT_THROW(detail::resolve_comm_settings().tuning.link_cost, Error);
   ::unsetenv("TPF_SHM_EXCESS_STEP_US");
   EXPECT_EQ(cost.step_us_per_excess_rank, 3.5);
-  EXPECT_EQ(coll::ShmLinkCost::from_env().step_us_per_excess_rank,
+  EXPECT_EQ(detail::resolve_comm_settings().tuning.link_cost.step_us_per_excess_rank,
             coll::ShmLinkCost{}.step_us_per_excess_rank);
 }
 

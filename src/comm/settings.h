@@ -1,0 +1,56 @@
+// The one owner of tpfabric's settings: every TPF_* environment variable the project reads is
+// listed in setting_catalog(), and the fabric's are parsed here only, once per communicator and
+// strictly (a malformed value is an Error naming the variable). The communicator passes the
+// result down (fabric config, algorithm tuning, flight recorder), so no layer below reads the
+// environment, and a test can change a setting between two communicators of one process.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coll/algorithms.h"
+#include "tpf/comm.h"
+
+namespace tpf::detail {
+
+// One effective value and where it came from ("default", "TPF_TIMEOUT", "CommOptions::timeout",
+// "hardware", ...), for `tpf settings`.
+struct SettingReport {
+  std::string name;
+  std::string value;
+  std::string source;
+};
+
+// Everything a communicator is configured by, resolved from its CommOptions and the environment.
+struct CommSettings {
+  std::chrono::milliseconds timeout{0};  // default deadline of each operation
+  std::chrono::milliseconds setup_timeout{0};  // joining the store and mapping the peers
+  size_t slot_bytes = 0;                 // staging slot per rank (two each), before alignment
+  coll::CollectiveTuning tuning;
+  bool asymmetric_fences = true;         // membarrier-based fences where the kernel has them
+  std::string job_id;                    // names this job's shared-memory segments
+  size_t flight_recorder_size = 0;       // records kept per communicator; 0 = off
+  int job_cpus = 1;                      // cores this job may use on this machine
+  int local_world_size = 0;              // the launcher's ranks on this machine; 0 = no launcher
+  std::vector<SettingReport> report;     // every value above with its source
+};
+
+// Reads the environment now. Options set in `options` win over the environment.
+CommSettings resolve_comm_settings(const CommOptions& options = {});
+
+// The largest staging slot TPF_SHM_BUFFER_BYTES or CommOptions::buffer_bytes may ask for.
+inline constexpr size_t kMaxSlotBytes = size_t{1} << 40;
+
+// Every TPF_* variable any part of tpfabric reads: its name, who reads it, what it sets.
+struct SettingInfo {
+  const char* name;
+  const char* reader;  // "communicator", "process", "launcher (tpf run)", ...
+  const char* meaning;
+};
+std::span<const SettingInfo> setting_catalog();
+
+}  // namespace tpf::detail
