@@ -1,8 +1,17 @@
-// Settings that size the fabric are checked before anything is allocated: values that would wrap
-// the segment's size arithmetic are errors naming the setting, not crashes.
+// Settings (comm/settings.h): every value says where it came from, malformed values are errors
+// naming the variable, each communicator reads them anew, and the catalog names every TPF_*
+// variable the sources read. Settings that size the fabric are checked before anything is
+// allocated: values that would wrap the segment's size arithmetic are errors, not crashes.
+#include "comm/settings.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
 #include <string>
 
 #include "base/env_config.h"
@@ -51,6 +60,123 @@ TEST(CommSettings, SizeWhoseSuffixOverflowsIsRejected) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
   }
+}
+
+const detail::SettingReport& reported(const detail::CommSettings& s, const std::string& name) {
+  for (const detail::SettingReport& r : s.report) {
+    if (r.name == name) return r;
+  }
+  ADD_FAILURE() << name << " is not in the settings report";
+  static const detail::SettingReport none;
+  return none;
+}
+
+TEST(CommSettings, EveryValueSaysWhereItCameFrom) {
+  {
+    const detail::CommSettings s = detail::resolve_comm_settings();
+    EXPECT_EQ(s.timeout, std::chrono::seconds(300));
+    EXPECT_EQ(reported(s, "TPF_TIMEOUT").source, "default");
+    EXPECT_EQ(reported(s, "TPF_ALLREDUCE_ALGO").value, "automatic");
+  }
+  ScopedEnv timeout("TPF_TIMEOUT", "7");
+  ScopedEnv algorithm("TPF_ALLREDUCE_ALGO", "two_shot");
+  ScopedEnv cpus("TPF_CPUS", "3");
+  {
+    const detail::CommSettings s = detail::resolve_comm_settings();
+    EXPECT_EQ(s.timeout, std::chrono::seconds(7));
+    EXPECT_EQ(s.setup_timeout, std::chrono::seconds(7));
+    EXPECT_EQ(reported(s, "TPF_TIMEOUT").source, "TPF_TIMEOUT");
+    EXPECT_EQ(s.tuning.forced_all_reduce, coll::AllReduceAlgorithm::two_shot);
+    EXPECT_EQ(s.job_cpus, 3);
+    EXPECT_EQ(reported(s, "TPF_CPUS").value, "3");
+  }
+  CommOptions options;  // what the program says wins over the environment
+  options.timeout = std::chrono::milliseconds(2500);
+  options.buffer_bytes = 8192;
+  const detail::CommSettings s = detail::resolve_comm_settings(options);
+  EXPECT_EQ(s.timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(reported(s, "TPF_TIMEOUT").source, "CommOptions::timeout");
+  EXPECT_EQ(s.slot_bytes, 8192u);
+  EXPECT_EQ(reported(s, "TPF_SHM_BUFFER_BYTES").source, "CommOptions::buffer_bytes");
+}
+
+TEST(CommSettings, TheLaunchersRanksOnThisMachineComeFromItsEnvironment) {
+  ScopedEnv rank("TPF_RANK", "1");
+  ScopedEnv world("TPF_WORLD_SIZE", "6");
+  ScopedEnv local("TPF_LOCAL_WORLD_SIZE", "3");
+  ScopedEnv store("TPF_STORE_ADDR", "127.0.0.1:1");
+  const detail::CommSettings s = detail::resolve_comm_settings();
+  EXPECT_EQ(s.local_world_size, 3);
+  EXPECT_EQ(reported(s, "local world size").source, "launcher (tpf)");
+}
+
+TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"TPF_CPUS", "two"},           {"TPF_CPUS", "0"},
+      {"TPF_ASYMMETRIC_FENCES", "yes"}, {"TPF_ALLREDUCE_ALGO", "ring"},
+      {"TPF_SHM_STEP_US", "-1"},     {"TPF_SHM_COPY_GBPS", "fast"},
+      {"TPF_EAGER_MAX_BYTES", "12Q"}, {"TPF_TIMEOUT", "never"},
+      {"TPF_FLIGHT_RECORDER_SIZE", "-3"}, {"TPF_SHM_BUFFER_BYTES", "2T"},
+  };
+  for (const auto& [name, value] : cases) {
+    ScopedEnv env(name, value);
+    try {
+      detail::resolve_comm_settings();
+      ADD_FAILURE() << name << "='" << value << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "='" + value + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(CommSettings, EachCommunicatorReadsThemAnew) {
+  // The all-reduce choice used to be read once per process: a bad value set after the first
+  // communicator went unnoticed, and a test could not change it for the next communicator.
+  TcpStoreServer server("127.0.0.1", 0, "s3cret");
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  Communicator first = Communicator::create(0, 1, address, "s3cret");
+  float x = 1;
+  first.all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum);
+  ScopedEnv env("TPF_ALLREDUCE_ALGO", "three_shot");
+  try {
+    Communicator::create(0, 1, address, "s3cret");
+    ADD_FAILURE() << "TPF_ALLREDUCE_ALGO=three_shot was accepted by a later communicator";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TPF_ALLREDUCE_ALGO"), std::string::npos) << e.what();
+  }
+  first.all_reduce(&x, &x, 1, DType::f32, ReduceOp::sum);  // the first keeps what it read
+  EXPECT_EQ(x, 1.0f);
+}
+
+TEST(SettingCatalog, NamesEveryTpfVariableTheSourcesReadOnce) {
+  std::set<std::string> catalog;
+  for (const detail::SettingInfo& info : detail::setting_catalog()) {
+    EXPECT_TRUE(catalog.insert(info.name).second) << info.name << " is listed twice";
+    EXPECT_GT(std::string(info.meaning).size(), 10u) << info.name;
+  }
+  // A variable is read through a string literal that starts with its name.
+  const std::regex literal("\"(TPF_[A-Z0-9_]+)");
+  size_t files = 0;
+  for (const char* dir : {"src", "apps", "include"}) {
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(std::string(TPF_SOURCE_DIR) + "/" + dir)) {
+      const std::string ext = entry.path().extension();
+      if (!entry.is_regular_file() || (ext != ".cc" && ext != ".h")) continue;
+      ++files;
+      std::ifstream in(entry.path());
+      const std::string text{std::istreambuf_iterator<char>(in), {}};
+      for (std::sregex_iterator m(text.begin(), text.end(), literal), end; m != end; ++m) {
+        EXPECT_TRUE(catalog.count((*m)[1].str()))
+            << (*m)[1].str() << " (read in " << entry.path().string()
+            << ") is missing from setting_catalog() in src/comm/settings.cc";
+      }
+    }
+  }
+  EXPECT_GT(files, 100u);
 }
 
 }  // namespace
