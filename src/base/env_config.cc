@@ -54,8 +54,4 @@ std::optional<std::chrono::milliseconds> env_seconds(const char* name) {
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000.0)));
 }
 
-std::chrono::milliseconds default_op_timeout() {
-  return env_seconds("TPF_TIMEOUT").value_or(std::chrono::seconds(300));
-}
-
 }  // namespace tpf::base

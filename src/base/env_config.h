@@ -1,4 +1,5 @@
-// Settings read from the environment (TPF_*), with defaults and clear errors for malformed values.
+// Strict readers of environment variables: clear errors naming the variable for malformed values.
+// Which TPF_* variables exist, and the communicator's defaults, are comm/settings.h's.
 #pragma once
 
 #include <chrono>
@@ -15,8 +16,5 @@ std::optional<std::string> env_string(const char* name);
 std::optional<size_t> env_bytes(const char* name);
 // Parses seconds (may be fractional, e.g. "0.5").
 std::optional<std::chrono::milliseconds> env_seconds(const char* name);
-
-// Per-operation deadline: TPF_TIMEOUT seconds, default 300 s.
-std::chrono::milliseconds default_op_timeout();
 
 }  // namespace tpf::base
