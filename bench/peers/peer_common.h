@@ -1,5 +1,5 @@
 // Shared by the C++ peer benchmarks (MPI, Gloo): the command line, the sizes and the output line.
-// Sizes, element counts and bus-bandwidth factors come from apps/tpf/bench_spec.cc, the very code
+// Sizes, element counts and bus-bandwidth factors come from apps/cli/bench_spec.cc, the very code
 // `tpf bench` uses, so a row means the same thing for every implementation.
 //
 // Output: one JSON object per line on stdout (rank 0 only), e.g.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tpf/bench_spec.h"
+#include "cli/bench_spec.h"
 
 namespace tpf::peers {
 

@@ -214,7 +214,7 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
     s.report.push_back({"local world size", std::to_string(s.local_world_size),
                         "launcher (" + launch.launcher + ")"});
   } else {
-    s.report.push_back({"local world size", "the communicator's size", "no launcher"});
+    s.report.push_back({"local world size", "comm size", "no launcher"});
   }
   return s;
 }

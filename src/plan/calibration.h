@@ -1,7 +1,7 @@
 // Calibration of the shared-memory link class (coll::ShmLinkCost) from `tpf bench all_reduce`
 // measurements: read the benchmark's JSON files, fit the link constants by least squares on
 // relative error, and measure how well the fitted model predicts points it was not fitted on.
-// Used by `tpf plan calibrate` (apps/tpf/plan_calibrate_cmd.cc) and by the planner's validation.
+// Used by `tpf plan calibrate` (apps/cli/plan_calibrate_cmd.cc) and by the planner's validation.
 #pragma once
 
 #include <cstddef>

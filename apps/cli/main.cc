@@ -5,11 +5,11 @@
 #include <exception>
 #include <string>
 
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/error.h"
 
 #ifndef TPF_VERSION
-#define TPF_VERSION "0.1.0"  // keep in step with project(VERSION) in CMakeLists.txt
+#error "the version macro TPF_VERSION is defined by CMakeLists.txt from project(VERSION)"
 #endif
 
 namespace {
@@ -32,6 +32,7 @@ constexpr Subcommand kSubcommands[] = {
     {"export", tpf::cli::cmd_export, "write a checkpoint as one Hugging Face GPT-2 file"},
     {"import", tpf::cli::cmd_import, "make a checkpoint from a Hugging Face GPT-2 file"},
     {"plan", tpf::cli::cmd_plan, "predict a model's training step on a cluster, rank layouts"},
+    {"settings", tpf::cli::cmd_settings, "show every TPF_* setting's value and where it came from"},
 };
 
 void print_usage(std::FILE* out) {

@@ -1,4 +1,4 @@
-#include "tpf/bench_options.h"
+#include "cli/bench_options.h"
 
 #include <limits>
 #include <optional>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tpf/bench_spec.h"
+#include "cli/bench_spec.h"
 
 namespace tpf::cli {
 

@@ -7,8 +7,8 @@
 #include "model/checkpoint.h"
 #include "model/gpt_config.h"
 #include "model/hf_format.h"
-#include "tpf/commands.h"
-#include "tpf/model_cli.h"
+#include "cli/commands.h"
+#include "cli/model_cli.h"
 
 namespace tpf::cli {
 

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "base/env_config.h"
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/error.h"
-#include "tpf/launcher.h"
+#include "cli/launcher.h"
 #include "tpf/topology.h"
 
 namespace tpf::cli {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tpf/bench_spec.h"
+#include "cli/bench_spec.h"
 #include "tpf/dtype.h"
 
 namespace tpf::cli {

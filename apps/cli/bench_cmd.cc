@@ -13,12 +13,12 @@
 #include <fstream>
 #include <memory>
 
-#include "tpf/bench_check.h"
-#include "tpf/bench_options.h"
-#include "tpf/bench_spec.h"
-#include "tpf/bench_table.h"
+#include "cli/bench_check.h"
+#include "cli/bench_options.h"
+#include "cli/bench_spec.h"
+#include "cli/bench_table.h"
 #include "tpf/comm.h"
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/error.h"
 
 namespace tpf::cli {

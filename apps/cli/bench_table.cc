@@ -1,4 +1,4 @@
-#include "tpf/bench_table.h"
+#include "cli/bench_table.h"
 
 #include <cmath>
 #include <sstream>

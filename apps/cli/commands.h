@@ -16,6 +16,7 @@ int cmd_generate(int argc, char** argv);
 int cmd_export(int argc, char** argv);
 int cmd_import(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_settings(int argc, char** argv);
 
 // Thrown for bad command-line input (unknown option, missing or malformed value). main() prints
 // "tpf <sub>: error: <message>" and a hint to `tpf <sub> --help`, and exits with kExitUsage.

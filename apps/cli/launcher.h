@@ -2,7 +2,7 @@
 // store, relays their output, forwards signals, and tears the job down when a rank fails. Before
 // it stops ranks that are still running (a rank failed and the grace is over, or --job-timeout),
 // and on SIGUSR2, it asks them for their flight recorders and prints one summary of where every
-// rank is (apps/tpf/flight_dumps.h).
+// rank is (apps/cli/flight_dumps.h).
 #pragma once
 
 #include <chrono>

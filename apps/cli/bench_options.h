@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <string>
 
-#include "tpf/bench_spec.h"
-#include "tpf/commands.h"  // UsageError
+#include "cli/bench_spec.h"
+#include "cli/commands.h"  // UsageError
 #include "tpf/dtype.h"
 
 namespace tpf::cli {

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tpf/bench_spec.h"
+#include "cli/bench_spec.h"
 #include "tpf/comm.h"
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/half.h"
 
 namespace tpf::cli {

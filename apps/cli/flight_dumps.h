@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tpf/process_util.h"
+#include "cli/process_util.h"
 
 namespace tpf::cli {
 

@@ -11,9 +11,9 @@
 #include "model/gpt.h"
 #include "model/text_data.h"
 #include "tensor/counter_rng.h"
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/error.h"
-#include "tpf/model_cli.h"
+#include "cli/model_cli.h"
 
 namespace tpf::cli {
 

@@ -7,8 +7,8 @@
 #include "model/gpt_config.h"
 #include "model/trainer.h"
 #include "tensor/blas.h"
-#include "tpf/commands.h"
-#include "tpf/model_cli.h"
+#include "cli/commands.h"
+#include "cli/model_cli.h"
 
 namespace tpf::cli {
 

@@ -1,4 +1,4 @@
-#include "tpf/bench_spec.h"
+#include "cli/bench_spec.h"
 
 #include <array>
 #include <cctype>

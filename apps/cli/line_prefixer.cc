@@ -1,4 +1,4 @@
-#include "tpf/line_prefixer.h"
+#include "cli/line_prefixer.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "tpf/launcher.h"
+#include "cli/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "tpf/error.h"
-#include "tpf/flight_dumps.h"
-#include "tpf/line_prefixer.h"
-#include "tpf/process_util.h"
+#include "cli/flight_dumps.h"
+#include "cli/line_prefixer.h"
+#include "cli/process_util.h"
 #include "tpf/store.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-#include "tpf/model_cli.h"
+#include "cli/model_cli.h"
 
 #include <malloc.h>
 #include <sched.h>
@@ -10,7 +10,7 @@
 
 #include "model/parse_number.h"
 #include "tensor/blas.h"
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
 

@@ -1,4 +1,4 @@
-#include "tpf/flight_dumps.h"
+#include "cli/flight_dumps.h"
 
 #include <dirent.h>
 #include <fcntl.h>

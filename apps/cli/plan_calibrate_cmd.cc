@@ -1,7 +1,7 @@
 // `tpf plan calibrate --bench FILE.json ...`: fits the shared-memory link class on a training
 // subset of `tpf bench all_reduce` measurements (by default sizes up to 64 KiB at N = 2) and
 // states its error on the rest (larger sizes, other rank counts).
-#include "tpf/plan_calibrate_cmd.h"
+#include "cli/plan_calibrate_cmd.h"
 
 #include <algorithm>
 #include <charconv>
@@ -17,10 +17,10 @@
 #include "base/json.h"
 #include "comm/settings.h"
 #include "plan/calibration.h"
-#include "tpf/bench_spec.h"  // parse_byte_size
-#include "tpf/commands.h"
+#include "cli/bench_spec.h"  // parse_byte_size
+#include "cli/commands.h"
 #include "tpf/error.h"
-#include "tpf/model_cli.h"  // FlagParser
+#include "cli/model_cli.h"  // FlagParser
 
 namespace tpf::cli {
 namespace {

@@ -10,11 +10,11 @@
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
 #include "plan/plan_report.h"
-#include "tpf/bench_spec.h"
-#include "tpf/commands.h"
+#include "cli/bench_spec.h"
+#include "cli/commands.h"
 #include "tpf/error.h"
-#include "tpf/model_cli.h"
-#include "tpf/plan_calibrate_cmd.h"
+#include "cli/model_cli.h"
+#include "cli/plan_calibrate_cmd.h"
 
 namespace tpf::cli {
 namespace {

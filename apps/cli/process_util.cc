@@ -1,4 +1,4 @@
-#include "tpf/process_util.h"
+#include "cli/process_util.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "tpf/bench_check.h"
+#include "cli/bench_check.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "tpf/commands.h"
+#include "cli/commands.h"
 #include "tpf/topology.h"
 
 namespace tpf::cli {

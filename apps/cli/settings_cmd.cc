@@ -1,0 +1,69 @@
+// `tpf settings`: the effective value of every TPF_* variable, where each came from, who reads it
+// and what it sets. Communicator values are resolved exactly as a communicator created now would
+// resolve them (comm/settings.h), so a malformed value fails here with the communicator's error.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+#include "coll/reduce_kernels.h"
+#include "comm/settings.h"
+
+namespace tpf::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tpf settings\n"
+    "\n"
+    "Prints every TPF_* variable tpfabric reads: its effective value for a communicator created\n"
+    "now in this environment (without CommOptions), where the value came from (default,\n"
+    "the variable, the hardware or the launcher), who reads it and what it sets. A malformed\n"
+    "value is reported as the communicator would report it, with exit code 1.\n";
+
+const detail::SettingReport* find_report(const detail::CommSettings& s, const std::string& name) {
+  for (const detail::SettingReport& r : s.report) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+void print_row(const std::string& name, const std::string& value, const std::string& source,
+               const std::string& reader, const std::string& meaning) {
+  std::printf("%-26s %-15s %-24s %s: %s\n", name.c_str(), value.c_str(), source.c_str(),
+              reader.c_str(), meaning.c_str());
+}
+
+}  // namespace
+
+int cmd_settings(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kHelp, stdout);
+      return kExitOk;
+    }
+    throw UsageError(std::string("unexpected argument '") + argv[i] + "' (it takes none)");
+  }
+  const detail::CommSettings settings = detail::resolve_comm_settings();
+  print_row("variable", "value", "source", "read by", "meaning");
+  for (const detail::SettingInfo& info : detail::setting_catalog()) {
+    if (const detail::SettingReport* r = find_report(settings, info.name)) {
+      print_row(info.name, r->value, r->source, info.reader, info.meaning);
+      continue;
+    }
+    const char* raw = std::getenv(info.name);
+    const bool set = raw != nullptr && *raw != '\0';
+    const bool secret = std::strcmp(info.name, "TPF_JOB_SECRET") == 0;
+    print_row(info.name, !set ? "(unset)" : secret ? "(set, hidden)" : raw,
+              set ? "environment" : "-", info.reader, info.meaning);
+  }
+  if (const detail::SettingReport* local = find_report(settings, "local world size")) {
+    print_row("(ranks on this machine)", local->value, local->source, "communicator",
+              "with TPF_CPUS, how many ranks lack a core of their own");
+  }
+  print_row("(reduce kernels)", coll::reduce_kernel_isa(), "CPU, TPF_REDUCE_ISA", "process",
+            "instruction set of the reductions");
+  return kExitOk;
+}
+
+}  // namespace tpf::cli
