@@ -23,6 +23,8 @@
 // rank 0, 1, ..., n-1; f16/bf16 accumulate in f32 and round once, to nearest even).
 #pragma once
 
+#include "tpf/export.h"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -34,12 +36,13 @@
 #include "tpf/dtype.h"
 #include "tpf/store.h"
 
-namespace tpf {
-
-namespace detail {
+// Internal types: declared outside the exported namespace block, so they stay hidden.
+namespace tpf::detail {
 class CommImpl;
 struct WorkState;
-}  // namespace detail
+}  // namespace tpf::detail
+
+namespace TPF_API tpf {
 
 using Clock = std::chrono::steady_clock;
 
@@ -157,7 +160,7 @@ class Communicator {
   uint64_t next_sequence() const;
 
  private:
-  explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
+  TPF_LOCAL explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
   std::unique_ptr<detail::CommImpl> impl_;
 };
 

@@ -1,12 +1,14 @@
 // Element types and reduction operators understood by the collectives.
 #pragma once
 
+#include "tpf/export.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
-namespace tpf {
+namespace TPF_API tpf {
 
 enum class DType : uint8_t { f32, f64, f16, bf16, i8, u8, i32, i64 };
 inline constexpr int kNumDTypes = 8;

@@ -2,10 +2,12 @@
 // where there is one, what to do about it.
 #pragma once
 
+#include "tpf/export.h"
+
 #include <stdexcept>
 #include <string>
 
-namespace tpf {
+namespace TPF_API tpf {
 
 enum class ErrorCode {
   invalid_argument,  // the caller passed something wrong (null buffer, bad count, root out of range)

@@ -2,9 +2,11 @@
 // NaN stays NaN (quiet), infinities and signed zeros are preserved.
 #pragma once
 
+#include "tpf/export.h"
+
 #include <cstdint>
 
-namespace tpf {
+namespace TPF_API tpf {
 
 float f16_to_f32(uint16_t bits) noexcept;
 uint16_t f32_to_f16(float value) noexcept;

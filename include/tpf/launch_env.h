@@ -3,10 +3,12 @@
 // (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
 #pragma once
 
+#include "tpf/export.h"
+
 #include <cstdint>
 #include <string>
 
-namespace tpf {
+namespace TPF_API tpf {
 
 struct LaunchEnv {
   std::string launcher;  // "tpf", "mpirun", "srun", "torchrun"

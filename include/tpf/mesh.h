@@ -3,13 +3,15 @@
 // (Megatron-LM puts TP innermost so that TP peers share the fastest links).
 #pragma once
 
+#include "tpf/export.h"
+
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tpf/comm.h"
 
-namespace tpf {
+namespace TPF_API tpf {
 
 struct MeshDim {
   std::string name;  // e.g. "dp", "tp"

@@ -8,12 +8,14 @@
 // at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline.
 #pragma once
 
+#include "tpf/export.h"
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-namespace tpf {
+namespace TPF_API tpf {
 
 class Store {
  public:
@@ -87,7 +89,7 @@ class TcpStoreServer {
   Stats stats() const;
 
  private:
-  struct Impl;
+  struct TPF_LOCAL Impl;  // hidden: the implementation is not part of the ABI
   std::unique_ptr<Impl> impl_;
 };
 
@@ -107,7 +109,7 @@ class TcpStoreClient : public Store {
   bool check(const std::string& key) override;
 
  private:
-  struct Impl;
+  struct TPF_LOCAL Impl;  // hidden: the implementation is not part of the ABI
   std::unique_ptr<Impl> impl_;
 };
 

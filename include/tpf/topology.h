@@ -1,10 +1,12 @@
 // What this machine is (from hwloc): cores, NUMA nodes, sockets, caches; and how to pin a rank.
 #pragma once
 
+#include "tpf/export.h"
+
 #include <string>
 #include <vector>
 
-namespace tpf {
+namespace TPF_API tpf {
 
 struct CoreInfo {
   int logical_index = 0;  // hwloc logical index of the core

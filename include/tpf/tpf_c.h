@@ -10,6 +10,11 @@
 extern "C" {
 #endif
 
+/* Exported from libtpfabric.so, which is otherwise built with hidden visibility (tpf/export.h). */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef struct tpf_comm* tpf_comm_t;
 
 /* Values match tpf::ErrorCode plus one. */
@@ -56,6 +61,10 @@ tpf_status tpf_scatter(tpf_comm_t comm, const void* send, void* recv, int64_t re
 tpf_status tpf_send(tpf_comm_t comm, const void* buf, int64_t count, int dtype, int peer);
 tpf_status tpf_recv(tpf_comm_t comm, void* buf, int64_t count, int dtype, int peer);
 tpf_status tpf_barrier(tpf_comm_t comm);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
