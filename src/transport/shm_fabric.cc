@@ -107,6 +107,53 @@ void ShmFabric::setup() {
     }
   };
 
+  // Rank p's published segment is gone: a survivor removed it after p died, or p's own setup
+  // failed (it removes its name then) because some rank died. Name the rank that died: the store
+  // may know; otherwise a pid that exits. A dying process releases its segment's lock (and may be
+  // swept) a moment before its pidfd reports the exit, so deaths are looked for in slices until a
+  // grace period ends; only then is the vanished segment itself the error.
+  auto explain_vanished_segment = [&](int p, const Error& open_error) {
+    constexpr auto kGrace = std::chrono::seconds(5);
+    const auto give_up = std::min(deadline, SetupClock::now() + kGrace);
+    for (;;) {
+      try {
+        store.get("all_mapped", std::chrono::milliseconds(0));
+      } catch (const Error& verdict) {
+        if (verdict.code() == ErrorCode::peer_died) {
+          throw Error(ErrorCode::peer_died, config_.label +
+                                                ": a rank died while creating the "
+                                                "communicator: " +
+                                                verdict.what());
+        }
+      }
+      for (int q : all_peers_) {
+        if (processes_[q].pid() <= 0) {
+          // Not read yet: its pid, if it has published one.
+          try {
+            std::istringstream fields(
+                store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
+            std::string name;
+            long pid = 0;
+            if (fields >> name >> pid && pid > 0)
+              processes_[q] = PeerProcess(static_cast<pid_t>(pid));
+          } catch (const Error&) {
+            continue;  // not published (or the store cannot say now)
+          }
+        }
+        if (processes_[q].pid() > 0 && !processes_[q].alive()) {
+          throw Error(ErrorCode::peer_died,
+                      config_.label + ": rank " + std::to_string(q) + " (pid " +
+                          std::to_string(processes_[q].pid()) +
+                          ") died (its process exited or was killed) while creating the "
+                          "communicator (rank " +
+                          std::to_string(p) + "'s segment: " + open_error.what() + ")");
+        }
+      }
+      if (SetupClock::now() >= give_up) throw open_error;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+
   try {
     // Registered before publishing: a peer may rely on it as soon as it sees our segment.
     const bool can_fence = config_.asymmetric_fences && register_asymmetric_fences();
@@ -136,24 +183,7 @@ void ShmFabric::setup() {
       try {
         peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
       } catch (const Error& e) {
-        // The name is gone: a survivor removed the segment of a peer that died, or the peer's own
-        // setup failed (it removes its name then, and may have exited since) because some rank
-        // died. The store names the rank that died first, when it can tell.
-        try {
-          store.get("all_mapped", std::chrono::milliseconds(0));
-        } catch (const Error& verdict) {
-          if (verdict.code() == ErrorCode::peer_died) {
-            throw Error(ErrorCode::peer_died, config_.label +
-                                                  ": a rank died while creating the "
-                                                  "communicator: " +
-                                                  verdict.what());
-          }
-        }
-        if (processes_[p].alive()) throw;
-        throw Error(ErrorCode::peer_died, config_.label + ": rank " + std::to_string(p) + " (pid " +
-                                              std::to_string(pid) + ") died (its process exited " +
-                                              "or was killed) while creating the communicator (" +
-                                              e.what() + ")");
+        explain_vanished_segment(p, e);
       }
       peer_names[p] = segment_name;
       bases_[p] = static_cast<std::byte*>(peers_[p].data());
