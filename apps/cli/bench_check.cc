@@ -131,7 +131,7 @@ double expected_value(const CheckContext& ctx, size_t index) noexcept {
     case Collective::all_to_all:
       return fill_value(ctx.dtype, ctx.op, static_cast<int>(index / count),
                         rank * count + index % count);
-    case Collective::sendrecv:
+    case Collective::send_recv:
       return fill_value(ctx.dtype, ctx.op, (ctx.rank + ctx.nranks - 1) % ctx.nranks, index);
     case Collective::barrier: return 0.0;
   }

@@ -116,7 +116,7 @@ void run_call(Step& s, const Placement& p) {
     case Collective::all_to_all: s.comm.all_to_all(p.sendp, p.recvp, c, o.dtype); break;
     case Collective::gather: s.comm.gather(p.sendp, p.recvp, c, o.dtype, o.root); break;
     case Collective::scatter: s.comm.scatter(p.sendp, p.recvp, c, o.dtype, o.root); break;
-    case Collective::sendrecv: run_sendrecv(s, p.sendp, p.recvp); break;
+    case Collective::send_recv: run_sendrecv(s, p.sendp, p.recvp); break;
     case Collective::barrier: s.comm.barrier(); break;
   }
 }
@@ -181,9 +181,9 @@ int run_bench(const BenchOptions& opt) {
     throw UsageError("root " + std::to_string(opt.root) + " is out of range for " +
                      std::to_string(n) + " ranks; pass -r 0.." + std::to_string(n - 1));
   }
-  if (opt.collective == Collective::sendrecv && n < 2) {
+  if (opt.collective == Collective::send_recv && n < 2) {
     if (!rank0) return kExitUsage;
-    throw UsageError("sendrecv needs at least 2 ranks; start it with tpf run -n 2 (or more)");
+    throw UsageError("send_recv needs at least 2 ranks; start it with tpf run -n 2 (or more)");
   }
 
   BenchReport report;

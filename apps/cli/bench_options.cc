@@ -55,7 +55,7 @@ const char* bench_usage() noexcept {
   return "usage: tpf bench COLLECTIVE [-b MIN_BYTES] [-e MAX_BYTES] [-f FACTOR] [-n ITERS]\n"
          "                 [-w WARMUP] [-d DTYPE] [-o OP] [-r ROOT] [-c 0|1] [--json FILE]\n"
          "  COLLECTIVE  all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|\n"
-         "              gather|scatter|sendrecv (ring shift)|barrier\n"
+         "              gather|scatter|send_recv (ring shift; also sendrecv)|barrier\n"
          "  -b, -e      smallest and largest size in bytes, suffixes K/M/G (default 8 .. 32M);\n"
          "              the size is the largest buffer a rank touches (nccl-tests convention)\n"
          "  -f          multiply the size by FACTOR each step (default 2)\n"

@@ -6,71 +6,6 @@
 #include <utility>
 
 namespace tpf::cli {
-namespace {
-
-struct CollectiveInfo {
-  Collective id;
-  const char* name;
-  bool reduces;
-  bool has_root;
-  bool has_in_place;
-};
-
-constexpr std::array<CollectiveInfo, 10> kCollectives = {{
-    {Collective::all_reduce, "all_reduce", true, false, true},
-    {Collective::all_gather, "all_gather", false, false, true},
-    {Collective::reduce_scatter, "reduce_scatter", true, false, true},
-    {Collective::broadcast, "broadcast", false, true, true},
-    {Collective::reduce, "reduce", true, true, true},
-    {Collective::all_to_all, "all_to_all", false, false, false},
-    {Collective::gather, "gather", false, true, false},
-    {Collective::scatter, "scatter", false, true, false},
-    {Collective::sendrecv, "sendrecv", false, false, false},
-    {Collective::barrier, "barrier", false, false, false},
-}};
-
-const CollectiveInfo& info(Collective c) noexcept {
-  for (const auto& i : kCollectives) {
-    if (i.id == c) return i;
-  }
-  return kCollectives[0];  // unreachable for valid enumerators
-}
-
-}  // namespace
-
-std::optional<Collective> parse_collective(std::string_view name) noexcept {
-  for (const auto& i : kCollectives) {
-    if (name == i.name) return i.id;
-  }
-  // nccl-tests spells them allreduce, all_reduce_perf, ...; accept the names without '_'.
-  for (const auto& i : kCollectives) {
-    std::string_view full = i.name;
-    size_t a = 0;
-    size_t b = 0;
-    while (a < full.size() && b < name.size()) {
-      if (full[a] == '_') {
-        ++a;
-        continue;
-      }
-      if (full[a] != name[b]) break;
-      ++a;
-      ++b;
-    }
-    if (a == full.size() && b == name.size()) return i.id;
-  }
-  return std::nullopt;
-}
-
-const char* collective_name(Collective c) noexcept { return info(c).name; }
-
-const char* collective_choices() noexcept {
-  return "all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|"
-         "sendrecv|barrier";
-}
-
-bool collective_reduces(Collective c) noexcept { return info(c).reduces; }
-bool collective_has_root(Collective c) noexcept { return info(c).has_root; }
-bool collective_has_in_place(Collective c) noexcept { return info(c).has_in_place; }
 
 std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size, int nranks) {
   if (elem_size == 0 || nranks <= 0) return std::nullopt;
@@ -81,7 +16,7 @@ std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size
     case Collective::all_reduce:
     case Collective::broadcast:
     case Collective::reduce:
-    case Collective::sendrecv:
+    case Collective::send_recv:
       if (total == 0) return std::nullopt;
       s.count = s.send_elems = s.recv_elems = s.elems = total;
       break;
@@ -109,24 +44,6 @@ std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size
   }
   s.bytes = s.elems * elem_size;
   return s;
-}
-
-double bus_factor(Collective c, int nranks) noexcept {
-  if (nranks <= 0) return 0.0;
-  const double n = nranks;
-  switch (c) {
-    case Collective::all_reduce: return 2.0 * (n - 1.0) / n;
-    case Collective::all_gather:
-    case Collective::reduce_scatter:
-    case Collective::all_to_all:
-    case Collective::gather:
-    case Collective::scatter: return (n - 1.0) / n;
-    case Collective::broadcast:
-    case Collective::reduce:
-    case Collective::sendrecv: return 1.0;
-    case Collective::barrier: return 0.0;
-  }
-  return 0.0;
 }
 
 std::vector<size_t> sweep_sizes(size_t min_bytes, size_t max_bytes, size_t factor) {

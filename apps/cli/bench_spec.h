@@ -1,6 +1,5 @@
-// What `tpf bench` measures: the collectives it knows, how a sweep size (bytes) maps onto the
-// element counts each collective is called with, and the nccl-tests bus-bandwidth factors. Pure
-// arithmetic, no communicator, so it can be tested without starting ranks.
+// What `tpf bench` measures: how a sweep size (bytes) maps onto the element counts each collective
+// is called with. Pure arithmetic, no communicator, so it can be tested without starting ranks.
 #pragma once
 
 #include <cstddef>
@@ -8,31 +7,18 @@
 #include <string_view>
 #include <vector>
 
+#include "coll/collective_kinds.h"
+
 namespace tpf::cli {
 
-enum class Collective {
-  all_reduce,
-  all_gather,
-  reduce_scatter,
-  broadcast,
-  reduce,
-  all_to_all,
-  gather,
-  scatter,
-  sendrecv,  // ring shift: every rank sends to rank+1 and receives from rank-1
-  barrier,
-};
-
-std::optional<Collective> parse_collective(std::string_view name) noexcept;
-const char* collective_name(Collective c) noexcept;
-// "all_reduce|all_gather|..." for usage and error messages.
-const char* collective_choices() noexcept;
-
-// Reductions print their op and rooted collectives their root; the others print "none" / -1.
-bool collective_reduces(Collective c) noexcept;
-bool collective_has_root(Collective c) noexcept;
-// False where the API defines no in-place form (all_to_all, gather, scatter, sendrecv, barrier).
-bool collective_has_in_place(Collective c) noexcept;
+// The vocabulary (names, roots, in-place forms, bus-bandwidth factors) is the fabric's one table.
+using coll::Collective;
+using coll::collective_choices;
+using coll::collective_has_in_place;
+using coll::collective_has_root;
+using coll::collective_name;
+using coll::collective_reduces;
+using coll::parse_collective;
 
 // Element counts of one call, following nccl-tests: `bytes` is the largest buffer a rank touches
 // (all_gather's output, reduce_scatter's input, the root's gather/scatter buffer, each rank's
@@ -48,9 +34,10 @@ struct CallShape {
 // nullopt when `bytes` is too small to give every rank one element.
 std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size, int nranks);
 
-// busbw = algbw * factor (nccl-tests): all_reduce 2(n-1)/n; all_gather, reduce_scatter,
-// all_to_all, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1; barrier 0.
-double bus_factor(Collective c, int nranks) noexcept;
+// busbw = algbw * factor (nccl-tests; coll::bus_bandwidth_factor).
+inline double bus_factor(Collective c, int nranks) noexcept {
+  return coll::bus_bandwidth_factor(c, nranks);
+}
 
 // min, min*factor, ... while <= max (at least one size: min; only min if it is 0 or factor < 2).
 std::vector<size_t> sweep_sizes(size_t min_bytes, size_t max_bytes, size_t factor);

@@ -166,7 +166,7 @@ int cmd_plan_collective(int argc, char** argv) {
     throw UsageError("--ranks x --stride is more than the planner's limit of " +
                      std::to_string(plan::kMaxClusterGpus) + " GPUs");
   }
-  const coll::CollectiveOp op = coll::parse_collective_op(flags.get("--op", "all_reduce"));
+  const coll::Collective op = coll::parse_collective_op(flags.get("--op", "all_reduce"));
   const std::vector<double> sizes =
       parse_sizes(flags.required("--bytes"), bounded_int(flags, "--factor", 4, 2, 1024));
   int gpus = bounded_int(flags, "--gpus", 0, 0, plan::kMaxClusterGpus);
@@ -212,12 +212,12 @@ int cmd_plan_collective(int argc, char** argv) {
     }
   }
   const plan::PhaseKind kind =
-      op == coll::CollectiveOp::send_recv ? plan::PhaseKind::chain : plan::PhaseKind::ring;
+      op == coll::Collective::send_recv ? plan::PhaseKind::chain : plan::PhaseKind::ring;
   const plan::NetworkPhase& phase = planner.network_phase(group, kind);
   if (json_out) {
     json::Value out = json::Object{};
     out.set("cluster", plan::cluster_json(cluster, planner.topology()));
-    out.set("op", coll::to_string(op));
+    out.set("op", coll::collective_name(op));
     out.set("ranks", ranks);
     out.set("stride", stride);
     out.set("estimates", std::move(rows));

@@ -54,7 +54,10 @@ int cmd_settings(int argc, char** argv) {
     const char* raw = std::getenv(info.name);
     const bool set = raw != nullptr && *raw != '\0';
     const bool secret = std::strcmp(info.name, "TPF_JOB_SECRET") == 0;
-    print_row(info.name, !set ? "(unset)" : secret ? "(set, hidden)" : raw,
+    print_row(info.name,
+              !set     ? "(unset)"
+              : secret ? "(set, hidden)"
+                       : raw,
               set ? "environment" : "-", info.reader, info.meaning);
   }
   if (const detail::SettingReport* local = find_report(settings, "local world size")) {

@@ -15,7 +15,7 @@ double log2_ceil(int n) { return std::ceil(std::log2(static_cast<double>(n))); }
 
 // Per-rank work of each (op, algorithm) pair; nullopt where the pair does not exist. Formulas are
 // the textbook ones (Thakur et al. 2005; NCCL's ring and double binary tree), counted per rank.
-std::optional<StepTraffic> traffic_or_none(CollectiveOp op, Algorithm algorithm, double b,
+std::optional<StepTraffic> traffic_or_none(Collective op, Algorithm algorithm, double b,
                                            int nranks, bool staged, double chunks) {
   const double n = nranks;
   const double share = (n - 1) / n;  // the part of a buffer that lives on other ranks
@@ -24,7 +24,7 @@ std::optional<StepTraffic> traffic_or_none(CollectiveOp op, Algorithm algorithm,
     return t;
   };
   switch (op) {
-    case CollectiveOp::all_reduce:
+    case Collective::all_reduce:
       switch (algorithm) {
         case Algorithm::one_shot:  // everyone reads all n inputs
           return with_staging({1, 0, (n - 1) * b, n * b}, b);
@@ -36,11 +36,11 @@ std::optional<StepTraffic> traffic_or_none(CollectiveOp op, Algorithm algorithm,
           return with_staging({2 * log2_ceil(nranks), 0, 2 * b, 2 * b}, 2 * b);
       }
       break;
-    case CollectiveOp::all_gather:
+    case Collective::all_gather:
       if (algorithm == Algorithm::ring) return with_staging({n - 1, 0, share * b, 0}, share * b);
       if (algorithm == Algorithm::one_shot) return with_staging({1, 0, share * b, 0}, b);
       break;
-    case CollectiveOp::reduce_scatter:
+    case Collective::reduce_scatter:
       // A ring step reads the incoming piece and the rank's own: 2(n-1)/n of the buffer in all,
       // as in the ring all-reduce's first half.
       if (algorithm == Algorithm::ring) {
@@ -48,18 +48,22 @@ std::optional<StepTraffic> traffic_or_none(CollectiveOp op, Algorithm algorithm,
       }
       if (algorithm == Algorithm::one_shot) return with_staging({1, 0, share * b, b}, b);
       break;
-    case CollectiveOp::broadcast:
+    case Collective::broadcast:
       if (algorithm == Algorithm::ring) return with_staging({n - 1 + chunks - 1, 0, b, 0}, b);
       if (algorithm == Algorithm::tree) return with_staging({log2_ceil(nranks), 0, b, 0}, b);
       if (algorithm == Algorithm::one_shot) return with_staging({1, 0, b, 0}, b);
       break;
-    case CollectiveOp::all_to_all:
+    case Collective::all_to_all:
       if (algorithm == Algorithm::one_shot)
         return with_staging({1, 0, share * b, 0}, 2 * share * b);
       break;
-    case CollectiveOp::send_recv:
+    case Collective::send_recv:
       if (algorithm == Algorithm::one_shot) return with_staging({1, 0, b, 0}, 2 * b);
       break;
+    case Collective::reduce:  // not priced (has_cost_model)
+    case Collective::gather:
+    case Collective::scatter:
+    case Collective::barrier: break;
   }
   return std::nullopt;
 }
@@ -68,18 +72,6 @@ constexpr Algorithm kAlgorithms[] = {Algorithm::one_shot, Algorithm::two_shot, A
                                      Algorithm::tree};
 
 }  // namespace
-
-const char* to_string(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::all_reduce: return "all_reduce";
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::broadcast: return "broadcast";
-    case CollectiveOp::all_to_all: return "all_to_all";
-    case CollectiveOp::send_recv: return "send_recv";
-  }
-  return "?";
-}
 
 const char* to_string(Algorithm algorithm) {
   switch (algorithm) {
@@ -91,12 +83,25 @@ const char* to_string(Algorithm algorithm) {
   return "?";
 }
 
-CollectiveOp parse_collective_op(const std::string& name) {
-  for (CollectiveOp op :
-       {CollectiveOp::all_reduce, CollectiveOp::all_gather, CollectiveOp::reduce_scatter,
-        CollectiveOp::broadcast, CollectiveOp::all_to_all, CollectiveOp::send_recv}) {
-    if (name == to_string(op)) return op;
+bool has_cost_model(Collective op) noexcept {
+  switch (op) {
+    case Collective::all_reduce:
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::broadcast:
+    case Collective::all_to_all:
+    case Collective::send_recv: return true;
+    case Collective::reduce:
+    case Collective::gather:
+    case Collective::scatter:
+    case Collective::barrier: break;
   }
+  return false;
+}
+
+Collective parse_collective_op(const std::string& name) {
+  const std::optional<Collective> op = parse_collective(name);
+  if (op && has_cost_model(*op)) return *op;
   throw Error(ErrorCode::invalid_argument,
               "unknown collective '" + name +
                   "': expected all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or "
@@ -111,23 +116,23 @@ Algorithm parse_algorithm(const std::string& name) {
               "unknown algorithm '" + name + "': expected one_shot, two_shot, ring or tree");
 }
 
-StepTraffic traffic_of(CollectiveOp op, Algorithm algorithm, double bytes, int nranks, bool staged,
+StepTraffic traffic_of(Collective op, Algorithm algorithm, double bytes, int nranks, bool staged,
                        double pipeline_chunks) {
   auto traffic = traffic_or_none(op, algorithm, bytes, nranks, staged, pipeline_chunks);
   if (!traffic) {
     throw Error(ErrorCode::invalid_argument,
-                std::string("no ") + to_string(algorithm) + " " + to_string(op) + " algorithm");
+                std::string("no ") + to_string(algorithm) + " " + collective_name(op) + " algorithm");
   }
   return *traffic;
 }
 
-std::optional<double> predict_us(CollectiveOp op, Algorithm algorithm, double bytes, int nranks,
+std::optional<double> predict_us(Collective op, Algorithm algorithm, double bytes, int nranks,
                                  const LinkClass& link, double pipeline_chunks) {
   if (nranks < 1 || !(bytes >= 0)) {
     throw Error(ErrorCode::invalid_argument, "collective cost of " + std::to_string(nranks) +
                                                  " ranks and " + std::to_string(bytes) + " bytes");
   }
-  if (nranks == 1 && op != CollectiveOp::send_recv) return 0.0;  // nothing leaves the rank
+  if (nranks == 1 && op != Collective::send_recv) return 0.0;  // nothing leaves the rank
   auto traffic =
       traffic_or_none(op, algorithm, bytes, nranks, link.stage_gbps > 0, pipeline_chunks);
   if (!traffic) return std::nullopt;
@@ -136,7 +141,7 @@ std::optional<double> predict_us(CollectiveOp op, Algorithm algorithm, double by
          transfer_us(traffic->reduced_bytes, link.reduce_gbps);
 }
 
-std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nranks,
+std::vector<AlgorithmTime> rank_algorithms(Collective op, double bytes, int nranks,
                                            const LinkClass& link,
                                            const std::vector<Algorithm>& allowed) {
   std::vector<AlgorithmTime> ranked;
@@ -158,10 +163,10 @@ std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nr
 double predict_hierarchical_all_reduce_us(double bytes, const std::vector<HierarchyLevel>& levels,
                                           Algorithm* outer_algorithm) {
   if (levels.empty()) throw Error(ErrorCode::invalid_argument, "a hierarchy needs a level");
-  auto cheapest = [](CollectiveOp op, double b, const HierarchyLevel& level) {
+  auto cheapest = [](Collective op, double b, const HierarchyLevel& level) {
     auto ranked = rank_algorithms(op, b, level.ranks, level.link, level.allowed);
     if (ranked.empty()) {
-      throw Error(ErrorCode::invalid_argument, std::string("no allowed ") + to_string(op) +
+      throw Error(ErrorCode::invalid_argument, std::string("no allowed ") + collective_name(op) +
                                                    " algorithm over " + level.link.name);
     }
     return ranked.front();
@@ -170,26 +175,13 @@ double predict_hierarchical_all_reduce_us(double bytes, const std::vector<Hierar
   double share = bytes;
   for (size_t i = 0; i + 1 < levels.size(); ++i) {
     // Reduce-scatter of `share` going out, all-gather of the same buffer coming back.
-    us += cheapest(CollectiveOp::reduce_scatter, share, levels[i]).us +
-          cheapest(CollectiveOp::all_gather, share, levels[i]).us;
+    us += cheapest(Collective::reduce_scatter, share, levels[i]).us +
+          cheapest(Collective::all_gather, share, levels[i]).us;
     share /= levels[i].ranks;
   }
-  const AlgorithmTime outer = cheapest(CollectiveOp::all_reduce, share, levels.back());
+  const AlgorithmTime outer = cheapest(Collective::all_reduce, share, levels.back());
   if (outer_algorithm) *outer_algorithm = outer.algorithm;
   return us + outer.us;
-}
-
-double bus_bandwidth_factor(CollectiveOp op, int nranks) {
-  const double n = nranks;
-  switch (op) {
-    case CollectiveOp::all_reduce: return nranks > 1 ? 2 * (n - 1) / n : 1.0;
-    case CollectiveOp::all_gather:
-    case CollectiveOp::reduce_scatter:
-    case CollectiveOp::all_to_all: return nranks > 1 ? (n - 1) / n : 1.0;
-    case CollectiveOp::broadcast:
-    case CollectiveOp::send_recv: return 1.0;
-  }
-  return 1.0;
 }
 
 }  // namespace tpf::coll

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "coll/collective_kinds.h"
+
 namespace tpf::coll {
 
 // A class of links between the ranks of a collective (shared memory, NVLink, a NIC on a network).
@@ -25,20 +27,15 @@ struct LinkClass {
   double reduce_gbps = 0;  // bytes per second a rank's reduction reads
 };
 
-enum class CollectiveOp {
-  all_reduce,
-  all_gather,
-  reduce_scatter,
-  broadcast,
-  all_to_all,
-  send_recv
-};
 enum class Algorithm { one_shot, two_shot, ring, tree };
 
-const char* to_string(CollectiveOp op);
 const char* to_string(Algorithm algorithm);
-// Throw Error(invalid_argument) naming the accepted spellings.
-CollectiveOp parse_collective_op(const std::string& name);
+// The collectives this model prices: all_reduce, all_gather, reduce_scatter, broadcast,
+// all_to_all, send_recv.
+bool has_cost_model(Collective op) noexcept;
+// A priced collective by any spelling parse_collective() accepts; throws Error(invalid_argument)
+// naming the accepted ones.
+Collective parse_collective_op(const std::string& name);
 Algorithm parse_algorithm(const std::string& name);
 
 // What one rank does in an algorithm (see the header comment).
@@ -52,12 +49,12 @@ struct StepTraffic {
 // `bytes` is the per-rank buffer nccl-tests calls the message size: the all-reduce buffer, the
 // all-gather output, the reduce-scatter input, the broadcast buffer, the all-to-all send buffer.
 // `pipeline_chunks` is how many pieces a pipelined algorithm (two-shot) moves the buffer in.
-StepTraffic traffic_of(CollectiveOp op, Algorithm algorithm, double bytes, int nranks, bool staged,
+StepTraffic traffic_of(Collective op, Algorithm algorithm, double bytes, int nranks, bool staged,
                        double pipeline_chunks = 1);
 
 // Microseconds for `op` with `algorithm` on `nranks` ranks joined by `link`; nullopt where the
 // algorithm does not implement the op (e.g. tree all-gather).
-std::optional<double> predict_us(CollectiveOp op, Algorithm algorithm, double bytes, int nranks,
+std::optional<double> predict_us(Collective op, Algorithm algorithm, double bytes, int nranks,
                                  const LinkClass& link, double pipeline_chunks = 1);
 
 // The algorithms a tuner chooses from for `op`, cheapest first, with their predicted times.
@@ -67,7 +64,7 @@ struct AlgorithmTime {
 };
 // `allowed` empty = every algorithm; otherwise only those listed (e.g. ring and tree where peers'
 // memory is not mapped, as across a network).
-std::vector<AlgorithmTime> rank_algorithms(CollectiveOp op, double bytes, int nranks,
+std::vector<AlgorithmTime> rank_algorithms(Collective op, double bytes, int nranks,
                                            const LinkClass& link,
                                            const std::vector<Algorithm>& allowed = {});
 
@@ -85,8 +82,5 @@ struct HierarchyLevel {
 // receives the algorithm of the outermost all-reduce.
 double predict_hierarchical_all_reduce_us(double bytes, const std::vector<HierarchyLevel>& levels,
                                           Algorithm* outer_algorithm = nullptr);
-
-// nccl-tests' bus bandwidth factor: busbw = (bytes / time) * factor.
-double bus_bandwidth_factor(CollectiveOp op, int nranks);
 
 }  // namespace tpf::coll

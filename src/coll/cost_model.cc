@@ -39,11 +39,11 @@ double predict_all_reduce_us(AllReduceAlgorithm algorithm, size_t bytes, int nra
   const LinkClass link = cost.link_class(nranks, excess_ranks);
   const double b = static_cast<double>(bytes);
   if (algorithm == AllReduceAlgorithm::one_shot) {
-    return *predict_us(CollectiveOp::all_reduce, Algorithm::one_shot, b, nranks, link);
+    return *predict_us(Collective::all_reduce, Algorithm::one_shot, b, nranks, link);
   }
   const double chunk_bytes = static_cast<double>(two_shot_chunk_elems(slot_bytes, 1, nranks));
   const double chunks = std::max(1.0, std::ceil(b / chunk_bytes));
-  return *predict_us(CollectiveOp::all_reduce, Algorithm::two_shot, b, nranks, link, chunks);
+  return *predict_us(Collective::all_reduce, Algorithm::two_shot, b, nranks, link, chunks);
 }
 
 AllReduceAlgorithm choose_all_reduce(size_t bytes, int nranks, int excess_ranks, size_t slot_bytes,

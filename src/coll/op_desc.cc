@@ -1,35 +1,37 @@
 #include "coll/op_desc.h"
 
 namespace tpf::coll {
-const char* op_kind_name(OpKind kind) noexcept {
+
+Collective collective_of(OpKind kind) noexcept {
   switch (kind) {
-    case OpKind::all_reduce: return "all_reduce";
-    case OpKind::reduce: return "reduce";
-    case OpKind::broadcast: return "broadcast";
-    case OpKind::all_gather: return "all_gather";
-    case OpKind::reduce_scatter: return "reduce_scatter";
-    case OpKind::all_to_all: return "all_to_all";
-    case OpKind::gather: return "gather";
-    case OpKind::scatter: return "scatter";
-    case OpKind::send: return "send";
-    case OpKind::recv: return "recv";
-    case OpKind::barrier: return "barrier";
+    case OpKind::all_reduce: return Collective::all_reduce;
+    case OpKind::reduce: return Collective::reduce;
+    case OpKind::broadcast: return Collective::broadcast;
+    case OpKind::all_gather: return Collective::all_gather;
+    case OpKind::reduce_scatter: return Collective::reduce_scatter;
+    case OpKind::all_to_all: return Collective::all_to_all;
+    case OpKind::gather: return Collective::gather;
+    case OpKind::scatter: return Collective::scatter;
+    case OpKind::send:
+    case OpKind::recv: return Collective::send_recv;
+    case OpKind::barrier: break;
   }
-  return "unknown";
+  return Collective::barrier;
 }
 
-bool is_reducing(OpKind kind) noexcept {
-  return kind == OpKind::all_reduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter;
+const char* op_kind_name(OpKind kind) noexcept {
+  if (kind == OpKind::send) return "send";
+  if (kind == OpKind::recv) return "recv";
+  return collective_name(collective_of(kind));
 }
+
+bool is_reducing(OpKind kind) noexcept { return collective_reduces(collective_of(kind)); }
 
 bool is_point_to_point(OpKind kind) noexcept {
   return kind == OpKind::send || kind == OpKind::recv;
 }
 
-bool is_rooted(OpKind kind) noexcept {
-  return kind == OpKind::reduce || kind == OpKind::broadcast || kind == OpKind::gather ||
-         kind == OpKind::scatter;
-}
+bool is_rooted(OpKind kind) noexcept { return collective_has_root(collective_of(kind)); }
 
 transport::Fingerprint collective_fingerprint(const OpDesc& desc, uint64_t sequence) {
   // Fields that do not apply to a call are left zero, so they cannot cause false mismatches.

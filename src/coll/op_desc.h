@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "coll/collective_kinds.h"
 #include "tpf/dtype.h"
 #include "transport/shm_fabric.h"
 
@@ -16,7 +17,10 @@ enum class OpKind : uint8_t {
   recv, barrier
 };
 
-const char* op_kind_name(OpKind kind) noexcept;
+// The collective a call belongs to (a send and a recv are the two halves of send_recv); names,
+// roots and reductions come from its row of the vocabulary (collective_kinds.h).
+Collective collective_of(OpKind kind) noexcept;
+const char* op_kind_name(OpKind kind) noexcept;  // "send" and "recv" for the two halves
 bool is_reducing(OpKind kind) noexcept;
 bool is_rooted(OpKind kind) noexcept;
 bool is_point_to_point(OpKind kind) noexcept;  // send or recv

@@ -114,7 +114,7 @@ Row design_row(const ShmMeasurement& m, size_t slot_bytes) {
     chunks = std::max(1.0, std::ceil(b / chunk_bytes));
   }
   const coll::StepTraffic t =
-      coll::traffic_of(coll::CollectiveOp::all_reduce,
+      coll::traffic_of(coll::Collective::all_reduce,
                        one_shot ? coll::Algorithm::one_shot : coll::Algorithm::two_shot, b,
                        m.nranks, /*staged=*/true, chunks);
   // The shared-memory link class has no port term (peers' slots are read in place), so wire bytes

@@ -13,7 +13,7 @@
 namespace tpf::plan {
 namespace {
 
-using coll::CollectiveOp;
+using coll::Collective;
 
 // Across nodes NCCL runs rings and trees; one-shot and two-shot need every peer's memory
 // mapped, which only the scale-up domain offers.
@@ -235,7 +235,7 @@ const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, Ph
   return phases_.emplace(key, phase).first->second;
 }
 
-std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op, double bytes,
+std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(Collective op, double bytes,
                                                                 const GroupShape& group) {
   if (!(bytes >= 0) || !std::isfinite(bytes)) invalid("collective size must be >= 0 bytes");
   std::vector<CollectiveEstimate> estimates;
@@ -253,7 +253,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
     add("none", 0, false, {});
     return estimates;
   }
-  const bool chain = op == CollectiveOp::send_recv;
+  const bool chain = op == Collective::send_recv;
   const NetworkPhase& phase = network_phase(group, chain ? PhaseKind::chain : PhaseKind::ring);
   const coll::LinkClass up = scale_up_link();
   if (phase.transfers == 0) {
@@ -268,7 +268,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
     add("p2p", *coll::predict_us(op, coll::Algorithm::one_shot, bytes, 2, net), true, phase);
     return estimates;
   }
-  if (op == CollectiveOp::all_to_all) {
+  if (op == Collective::all_to_all) {
     invalid(
         "all_to_all across nodes is not modelled (its spine traffic is not a ring step); "
         "groups inside one scale-up domain are");
@@ -282,7 +282,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
   for (const auto& a : coll::rank_algorithms(op, bytes, group.size, flat, kNetworkAlgorithms)) {
     add(coll::to_string(a.algorithm), a.us, true, phase);
   }
-  if (op == CollectiveOp::all_reduce && where.regular && where.per_node > 1) {
+  if (op == Collective::all_reduce && where.regular && where.per_node > 1) {
     coll::Algorithm outer{};
     const double us = coll::predict_hierarchical_all_reduce_us(
         bytes, {{where.per_node, up, {}}, {where.nodes, net, kNetworkAlgorithms}}, &outer);
@@ -290,7 +290,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
   }
   // Scale-up, then the nodes of a rail group (leaf-local), then across rail groups (spine).
   const int per_group = where.nodes_per_rail_group;
-  if (op == CollectiveOp::all_reduce && per_group > 1 && per_group < where.nodes) {
+  if (op == Collective::all_reduce && per_group > 1 && per_group < where.nodes) {
     const coll::LinkClass leaf = network_link(network_phase(group, PhaseKind::within_rail_group));
     const coll::LinkClass spine = network_link(network_phase(group, PhaseKind::across_rail_groups));
     std::vector<coll::HierarchyLevel> levels;
@@ -307,7 +307,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(CollectiveOp op,
   return estimates;
 }
 
-CollectiveEstimate CollectivePlanner::estimate(CollectiveOp op, double bytes,
+CollectiveEstimate CollectivePlanner::estimate(Collective op, double bytes,
                                                const GroupShape& group) {
   return estimate_all(op, bytes, group).front();
 }

@@ -82,9 +82,9 @@ class CollectivePlanner {
   GroupPlacement placement(const GroupShape& group) const;
 
   // The cheapest algorithm for `op` of `bytes` (nccl-tests message size) in `group`.
-  CollectiveEstimate estimate(coll::CollectiveOp op, double bytes, const GroupShape& group);
+  CollectiveEstimate estimate(coll::Collective op, double bytes, const GroupShape& group);
   // Every algorithm that applies, cheapest first.
-  std::vector<CollectiveEstimate> estimate_all(coll::CollectiveOp op, double bytes,
+  std::vector<CollectiveEstimate> estimate_all(coll::Collective op, double bytes,
                                                const GroupShape& group);
 
  private:

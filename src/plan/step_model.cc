@@ -13,7 +13,7 @@
 namespace tpf::plan {
 namespace {
 
-using coll::CollectiveOp;
+using coll::Collective;
 
 std::string str(int value) { return std::to_string(value); }
 
@@ -94,8 +94,8 @@ class Estimator {
  private:
   void check();
   // One collective of `dim`'s groups, estimated once per (op, bytes, dim).
-  const CollectiveEstimate& collective(CollectiveOp op, double bytes, ParallelDim dim);
-  double collective_us(CollectiveOp op, double bytes, ParallelDim dim);
+  const CollectiveEstimate& collective(Collective op, double bytes, ParallelDim dim);
+  double collective_us(Collective op, double bytes, ParallelDim dim);
   CollectiveEstimate tp_pair();  // one activation all-reduce or all-gather + reduce-scatter
   StageTime stage_time(bool first, bool last);
   double stage_parameters(bool first, bool last) const;
@@ -162,7 +162,7 @@ void Estimator::check() {
   m_ = layout_.global_batch / (layout_.dp * layout_.micro_batch);
 }
 
-const CollectiveEstimate& Estimator::collective(CollectiveOp op, double bytes, ParallelDim dim) {
+const CollectiveEstimate& Estimator::collective(Collective op, double bytes, ParallelDim dim) {
   const auto key = std::make_tuple(static_cast<int>(op), bytes, static_cast<int>(dim));
   auto it = cache_.find(key);
   if (it == cache_.end()) {
@@ -171,8 +171,8 @@ const CollectiveEstimate& Estimator::collective(CollectiveOp op, double bytes, P
   return it->second;
 }
 
-double Estimator::collective_us(CollectiveOp op, double bytes, ParallelDim dim) {
-  if (layout_.group_of(dim).size <= 1 && op != CollectiveOp::send_recv) return 0;
+double Estimator::collective_us(Collective op, double bytes, ParallelDim dim) {
+  if (layout_.group_of(dim).size <= 1 && op != Collective::send_recv) return 0;
   return collective(op, bytes, dim).us;
 }
 
@@ -180,16 +180,16 @@ CollectiveEstimate Estimator::tp_pair() {
   const double bytes = d_.s * d_.b * d_.h * kActivationBytes;
   const GroupShape group = layout_.group_of(ParallelDim::tp);
   if (group.size <= 1) return {};
-  if (!d_.sp) return collective(CollectiveOp::all_reduce, bytes, ParallelDim::tp);
-  CollectiveEstimate gather = collective(CollectiveOp::all_gather, bytes, ParallelDim::tp);
+  if (!d_.sp) return collective(Collective::all_reduce, bytes, ParallelDim::tp);
+  CollectiveEstimate gather = collective(Collective::all_gather, bytes, ParallelDim::tp);
   const CollectiveEstimate& scatter =
-      collective(CollectiveOp::reduce_scatter, bytes, ParallelDim::tp);
+      collective(Collective::reduce_scatter, bytes, ParallelDim::tp);
   gather.us += scatter.us;
   gather.algorithm =
       "all_gather(" + gather.algorithm + ")+reduce_scatter(" + scatter.algorithm + ")";
   // Reported as the all-reduce it replaces moves the same bytes.
   gather.busbw_gbps =
-      bytes / (gather.us * 1e3) * coll::bus_bandwidth_factor(CollectiveOp::all_reduce, group.size);
+      bytes / (gather.us * 1e3) * coll::bus_bandwidth_factor(Collective::all_reduce, group.size);
   gather.crosses_network = gather.crosses_network || scatter.crosses_network;
   return gather;
 }
@@ -241,10 +241,10 @@ StageTime Estimator::stage_time(bool first, bool last) {
     // The vocab-parallel embedding reduces its output (g: all-reduce forward; with SP a
     // reduce-scatter forward and an all-gather backward); the output layer's input is f
     // (all-reduce backward; with SP all-gather forward, reduce-scatter backward).
-    const double ar = d.sp ? 0 : collective_us(CollectiveOp::all_reduce, bytes, ParallelDim::tp);
-    const double ag = d.sp ? collective_us(CollectiveOp::all_gather, bytes, ParallelDim::tp) : 0;
+    const double ar = d.sp ? 0 : collective_us(Collective::all_reduce, bytes, ParallelDim::tp);
+    const double ag = d.sp ? collective_us(Collective::all_gather, bytes, ParallelDim::tp) : 0;
     const double rs =
-        d.sp ? collective_us(CollectiveOp::reduce_scatter, bytes, ParallelDim::tp) : 0;
+        d.sp ? collective_us(Collective::reduce_scatter, bytes, ParallelDim::tp) : 0;
     if (first) {
       st.tp_f += (d.sp ? rs : ar) * 1e-6;
       st.tp_b += ag * 1e-6;
@@ -261,9 +261,9 @@ StageTime Estimator::stage_time(bool first, bool last) {
   // over NVLink at the receiver (the scatter/gather optimization, Narayanan et al. 2021, 4.1).
   if (layout_.pp > 1) {
     const double full = d.s * d.b * d.h * kActivationBytes;
-    double p2p = collective_us(CollectiveOp::send_recv, full / d.t, ParallelDim::pp) * 1e-6;
+    double p2p = collective_us(Collective::send_recv, full / d.t, ParallelDim::pp) * 1e-6;
     if (d.t > 1 && !d.sp)
-      p2p += collective_us(CollectiveOp::all_gather, full, ParallelDim::tp) * 1e-6;
+      p2p += collective_us(Collective::all_gather, full, ParallelDim::tp) * 1e-6;
     st.p2p_f = layout_.virtual_stages * p2p;
     st.p2p_b = layout_.virtual_stages * p2p;
   }
@@ -327,7 +327,7 @@ void Estimator::data_parallel(double params, double backward_s, StepEstimate& ou
   if (dp <= 1) return;
   const GroupShape group = layout_.group_of(ParallelDim::dp);
   const bool zero1 = layout_.distributed_optimizer;
-  const CollectiveOp op = zero1 ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce;
+  const Collective op = zero1 ? Collective::reduce_scatter : Collective::all_reduce;
   const double bucket = std::max(kBucketParams, kBucketParamsPerDpRank * dp);
   const int buckets = std::max(1, static_cast<int>(std::ceil(params / bucket)));
   const double last_bucket = params - (buckets - 1) * bucket;
@@ -344,7 +344,7 @@ void Estimator::data_parallel(double params, double backward_s, StepEstimate& ou
     double gather = 0;
     for (int i = 0; i < buckets; ++i) {
       const double n = i + 1 < buckets ? bucket : last_bucket;
-      gather += collective_us(CollectiveOp::all_gather, n * kWeightBytes, ParallelDim::dp) * 1e-6;
+      gather += collective_us(Collective::all_gather, n * kWeightBytes, ParallelDim::dp) * 1e-6;
     }
     exposed += gather;
     total += gather;
@@ -354,7 +354,7 @@ void Estimator::data_parallel(double params, double backward_s, StepEstimate& ou
   out.dp_reduction = planner_.estimate(op, params * kGradBytes, group);
   if (zero1) {
     const CollectiveEstimate gather =
-        planner_.estimate(CollectiveOp::all_gather, params * kWeightBytes, group);
+        planner_.estimate(Collective::all_gather, params * kWeightBytes, group);
     out.dp_reduction.us += gather.us;
     out.dp_reduction.algorithm =
         "reduce_scatter(" + out.dp_reduction.algorithm + ")+all_gather(" + gather.algorithm + ")";
@@ -403,7 +403,7 @@ StepEstimate Estimator::run() {
     // The tied embedding's gradient is all-reduced between the first and last stage once a step
     // (fp32, V h / t per GPU); modelled as a pipeline send of that size.
     bd.pp_comm_s +=
-        collective_us(CollectiveOp::send_recv, d_.v * d_.h / d_.t * kGradBytes, ParallelDim::pp) *
+        collective_us(Collective::send_recv, d_.v * d_.h / d_.t * kGradBytes, ParallelDim::pp) *
         1e-6;
   }
 

@@ -18,7 +18,7 @@ namespace tpf::plan {
 namespace {
 
 using coll::Algorithm;
-using coll::CollectiveOp;
+using coll::Collective;
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
@@ -77,12 +77,12 @@ TEST(AlphaBeta, SharedMemoryExcessStepHasAnEnvironmentOverride) {
 TEST(AlphaBeta, RingAllReduceBusBandwidthIsThePortBandwidth) {
   coll::LinkClass link{"test", 0.0, 100.0, 0.0, 0.0};
   for (int n : {2, 8, 64}) {
-    const double us = *coll::predict_us(CollectiveOp::all_reduce, Algorithm::ring, kGiB, n, link);
+    const double us = *coll::predict_us(Collective::all_reduce, Algorithm::ring, kGiB, n, link);
     const double busbw =
-        kGiB / (us * 1e3) * coll::bus_bandwidth_factor(CollectiveOp::all_reduce, n);
+        kGiB / (us * 1e3) * coll::bus_bandwidth_factor(Collective::all_reduce, n);
     EXPECT_NEAR(busbw, 100.0, 1e-9);
   }
-  EXPECT_FALSE(coll::predict_us(CollectiveOp::all_gather, Algorithm::tree, 1e6, 8, link));
+  EXPECT_FALSE(coll::predict_us(Collective::all_gather, Algorithm::tree, 1e6, 8, link));
   EXPECT_THROW(coll::parse_algorithm("butterfly"), Error);
 }
 
@@ -95,7 +95,7 @@ TEST(PublishedFigures, NvlinkEfficiencyGivesNcclBusBandwidthOnEightH100) {
   // sizes (the upper end with NVLink SHARP, which this model leaves out).
   CollectivePlanner planner(cluster_preset("dgx-h100", 8));
   for (double bytes : {1 * kGiB, 8 * kGiB}) {
-    const CollectiveEstimate e = planner.estimate(CollectiveOp::all_reduce, bytes, {8, 1});
+    const CollectiveEstimate e = planner.estimate(Collective::all_reduce, bytes, {8, 1});
     std::printf("8 x H100 NVLink all_reduce %.0f GiB: %s, busbw %.1f GB/s\n", bytes / kGiB,
                 e.algorithm.c_str(), e.busbw_gbps);
     EXPECT_FALSE(e.crosses_network);
@@ -110,7 +110,7 @@ TEST(PublishedFigures, NetworkEfficiencyGivesNcclBusBandwidthPerNicAcrossNodes) 
   for (int nodes : {2, 4, 16}) {
     CollectivePlanner planner(cluster_preset("dgx-h100", 8 * nodes));
     const CollectiveEstimate e =
-        planner.estimate(CollectiveOp::all_reduce, 8 * kGiB, {8 * nodes, 1});
+        planner.estimate(Collective::all_reduce, 8 * kGiB, {8 * nodes, 1});
     const double per_nic = e.busbw_gbps / 8;
     std::printf("%d nodes all_reduce 8 GiB: %s, busbw %.1f GB/s = %.1f GB/s per NIC\n", nodes,
                 e.algorithm.c_str(), e.busbw_gbps, per_nic);
@@ -122,16 +122,16 @@ TEST(PublishedFigures, NetworkEfficiencyGivesNcclBusBandwidthPerNicAcrossNodes) 
 
 TEST(CollectivePlanner, SmallMessagesAreLatencyBoundAndLargeOnesBandwidthBound) {
   CollectivePlanner planner(cluster_preset("dgx-h100", 64));
-  const CollectiveEstimate small = planner.estimate(CollectiveOp::all_reduce, 8 * 1024, {64, 1});
-  const CollectiveEstimate large = planner.estimate(CollectiveOp::all_reduce, kGiB, {64, 1});
+  const CollectiveEstimate small = planner.estimate(Collective::all_reduce, 8 * 1024, {64, 1});
+  const CollectiveEstimate large = planner.estimate(Collective::all_reduce, kGiB, {64, 1});
   EXPECT_LT(small.busbw_gbps, 0.1 * large.busbw_gbps);
   EXPECT_NE(small.algorithm, "ring");  // a ring's 2(n-1) latencies lose on small messages
 }
 
 TEST(CollectivePlanner, GroupsInsideANodeNeverTouchTheNetwork) {
   CollectivePlanner planner(cluster_preset("dgx-h100", 64));
-  EXPECT_FALSE(planner.estimate(CollectiveOp::all_gather, 1e8, {8, 1}).crosses_network);
-  EXPECT_TRUE(planner.estimate(CollectiveOp::all_gather, 1e8, {8, 8}).crosses_network);
+  EXPECT_FALSE(planner.estimate(Collective::all_gather, 1e8, {8, 1}).crosses_network);
+  EXPECT_TRUE(planner.estimate(Collective::all_gather, 1e8, {8, 8}).crosses_network);
   EXPECT_EQ(planner.network_phase({8, 1}).transfers, 0);
 }
 
@@ -153,8 +153,8 @@ TEST(CollectivePlanner, GroupsAcrossRailGroupsCollideUnderEcmpAndQueuePairsHelp)
   EXPECT_GT(four_qps.min_rate_gbps, one_qp.min_rate_gbps);
   EXPECT_NEAR(spray.min_rate_gbps, spray.nic_gbps, 1e-9);
   // The all-reduce of that group is slower by the same cause.
-  EXPECT_GT(ecmp.estimate(CollectiveOp::all_reduce, kGiB, group).us,
-            CollectivePlanner(cluster).estimate(CollectiveOp::all_reduce, kGiB, group).us * 2);
+  EXPECT_GT(ecmp.estimate(Collective::all_reduce, kGiB, group).us,
+            CollectivePlanner(cluster).estimate(Collective::all_reduce, kGiB, group).us * 2);
 }
 
 TEST(CollectivePlanner, GroupsStraddlingNodesCrossTheNetwork) {
@@ -162,7 +162,7 @@ TEST(CollectivePlanner, GroupsStraddlingNodesCrossTheNetwork) {
   CollectivePlanner planner(cluster_preset("dgx-h100", 80));
   const GroupPlacement where = planner.placement({10, 1});
   EXPECT_FALSE(where.regular);
-  const CollectiveEstimate e = planner.estimate(CollectiveOp::all_reduce, 1e8, {10, 1});
+  const CollectiveEstimate e = planner.estimate(Collective::all_reduce, 1e8, {10, 1});
   EXPECT_TRUE(e.crosses_network);
   EXPECT_GT(planner.network_phase({10, 1}).transfers, 0);
 }
@@ -173,7 +173,7 @@ TEST(CollectivePlanner, AlgorithmsAcrossNodesAreRingsAndTreesOnly) {
   CollectivePlanner planner(cluster_preset("dgx-h100", 128));
   for (double bytes : {8e3, 1e6, 1e8, 8e9}) {
     for (const CollectiveEstimate& e :
-         planner.estimate_all(CollectiveOp::all_reduce, bytes, {128, 1})) {
+         planner.estimate_all(Collective::all_reduce, bytes, {128, 1})) {
       EXPECT_EQ(e.algorithm.find("shot"), std::string::npos) << e.algorithm << " at " << bytes;
     }
   }
@@ -189,7 +189,7 @@ TEST(CollectivePlanner, RailOptimizedNetworksOfferAThreeLevelHierarchy) {
   EXPECT_EQ(where.nodes_per_rail_group, 32);
   bool three_level = false;
   for (const CollectiveEstimate& e :
-       planner.estimate_all(CollectiveOp::all_reduce, 1e9, {1024, 1})) {
+       planner.estimate_all(Collective::all_reduce, 1e9, {1024, 1})) {
     three_level = three_level || e.algorithm.rfind("hierarchical-3(", 0) == 0;
   }
   EXPECT_TRUE(three_level);
@@ -208,7 +208,7 @@ TEST(CollectivePlanner, AFabricCutOffByFailuresIsAnErrorNotAFreeLink) {
   for (RoutingMode mode : {RoutingMode::ecmp, RoutingMode::spray, RoutingMode::adaptive}) {
     cluster.routing.mode = mode;
     CollectivePlanner planner(cluster);
-    EXPECT_THROW(planner.estimate(CollectiveOp::all_reduce, 1e8, {2, 64}), Error)
+    EXPECT_THROW(planner.estimate(Collective::all_reduce, 1e8, {2, 64}), Error)
         << to_string(mode);  // node 0 to node 8 on rail 0
   }
   // A search reports the cut, not "no layout fits the divisibility rules".
