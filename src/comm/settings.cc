@@ -30,10 +30,13 @@ constexpr SettingInfo kCatalog[] = {
      "largest per-rank message of the eager path (its capacity; 0 turns it off)"},
     {"TPF_ALLREDUCE_ALGO", "communicator", "force one_shot or two_shot all-reduce (automatic)"},
     {"TPF_SHM_STEP_US", "communicator", "cost model: one synchronized step, us"},
-    {"TPF_SHM_EXCESS_STEP_US", "communicator", "cost model: step cost per rank beyond the cores, us"},
-    {"TPF_SHM_COPY_GBPS", "communicator", "cost model: copy rate into / out of shared memory, GB/s"},
+    {"TPF_SHM_EXCESS_STEP_US", "communicator",
+     "cost model: step cost per rank beyond the cores, us"},
+    {"TPF_SHM_COPY_GBPS", "communicator",
+     "cost model: copy rate into / out of shared memory, GB/s"},
     {"TPF_SHM_REDUCE_GBPS", "communicator", "cost model: reduction read rate, GB/s"},
-    {"TPF_ASYMMETRIC_FENCES", "communicator", "0 = full fences on both sides instead of membarrier"},
+    {"TPF_ASYMMETRIC_FENCES", "communicator",
+     "0 = full fences on both sides instead of membarrier"},
     {"TPF_JOB_ID", "communicator, launcher", "unique job name; names shared-memory segments"},
     {"TPF_CPUS", "communicator", "cores the job may use on this machine (set by tpf run)"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator (64; 0 = off)"},
@@ -46,7 +49,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_LOCAL_WORLD_SIZE", "launch environment", "ranks on this machine (set by tpf run)"},
     {"TPF_STORE_ADDR", "launch environment", "host:port of the rendezvous store (set by tpf run)"},
     {"TPF_JOB_SECRET", "launch environment", "secret the store checks (at least 16 characters)"},
-    {"TPF_RUN_GRACE_S", "launcher (tpf run)", "seconds the other ranks get to report a failure (3)"},
+    {"TPF_RUN_GRACE_S", "launcher (tpf run)",
+     "seconds the other ranks get to report a failure (3)"},
     {"TPF_RUN_DUMP_WAIT_S", "launcher (tpf run)", "seconds to wait for flight-recorder dumps (5)"},
 };
 
@@ -78,7 +82,8 @@ std::string number_text(double value) {
   return out.str();
 }
 
-[[noreturn]] void malformed(const char* name, const std::string& text, const std::string& expected) {
+[[noreturn]] void malformed(const char* name, const std::string& text,
+                            const std::string& expected) {
   throw Error(ErrorCode::invalid_argument,
               std::string(name) + "='" + text + "' is not " + expected);
 }
@@ -164,16 +169,18 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
     s.timeout = read.take("TPF_TIMEOUT", options.timeout, kDefaultTimeout, ms_text);
     s.report.back().source = "CommOptions::timeout";
   } else {
-    s.timeout = read.take("TPF_TIMEOUT", base::env_seconds("TPF_TIMEOUT"), kDefaultTimeout, ms_text);
+    s.timeout =
+        read.take("TPF_TIMEOUT", base::env_seconds("TPF_TIMEOUT"), kDefaultTimeout, ms_text);
   }
   // An explicit timeout bounds setup too; the default one is capped (kMaxSetupTimeout).
   s.setup_timeout = options.timeout.value_or(std::min(s.timeout, kMaxSetupTimeout));
 
-  const char* slot_source = options.buffer_bytes ? "CommOptions::buffer_bytes" : "TPF_SHM_BUFFER_BYTES";
-  s.slot_bytes = read.take("TPF_SHM_BUFFER_BYTES",
-                           options.buffer_bytes ? options.buffer_bytes
-                                                : base::env_bytes("TPF_SHM_BUFFER_BYTES"),
-                           kDefaultSlotBytes, bytes_text);
+  const char* slot_source =
+      options.buffer_bytes ? "CommOptions::buffer_bytes" : "TPF_SHM_BUFFER_BYTES";
+  s.slot_bytes = read.take(
+      "TPF_SHM_BUFFER_BYTES",
+      options.buffer_bytes ? options.buffer_bytes : base::env_bytes("TPF_SHM_BUFFER_BYTES"),
+      kDefaultSlotBytes, bytes_text);
   if (options.buffer_bytes) s.report.back().source = slot_source;
   if (s.slot_bytes > kMaxSlotBytes) {
     throw Error(ErrorCode::invalid_argument,
@@ -184,9 +191,9 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   }
 
   constexpr size_t kEagerCapacity = transport::ShmFabric::kEagerCapacity;
-  s.tuning.eager_max_bytes =
-      std::min(kEagerCapacity, read.take("TPF_EAGER_MAX_BYTES", base::env_bytes("TPF_EAGER_MAX_BYTES"),
-                                         kEagerCapacity, bytes_text));
+  s.tuning.eager_max_bytes = std::min(
+      kEagerCapacity, read.take("TPF_EAGER_MAX_BYTES", base::env_bytes("TPF_EAGER_MAX_BYTES"),
+                                kEagerCapacity, bytes_text));
   s.tuning.forced_all_reduce = env_all_reduce_algorithm();
   s.report.push_back({"TPF_ALLREDUCE_ALGO",
                       !s.tuning.forced_all_reduce ? "automatic"
@@ -196,8 +203,8 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
                       s.tuning.forced_all_reduce ? "TPF_ALLREDUCE_ALGO" : "default"});
   s.tuning.link_cost = link_cost(read);
 
-  s.asymmetric_fences = read.take("TPF_ASYMMETRIC_FENCES", env_switch("TPF_ASYMMETRIC_FENCES"), true,
-                                  [](bool on) { return std::string(on ? "1" : "0"); });
+  s.asymmetric_fences = read.take("TPF_ASYMMETRIC_FENCES", env_switch("TPF_ASYMMETRIC_FENCES"),
+                                  true, [](bool on) { return std::string(on ? "1" : "0"); });
   s.job_id = read.take("TPF_JOB_ID", base::env_string("TPF_JOB_ID"), std::string("local"),
                        [](const std::string& id) { return id; });
   s.flight_recorder_size =
@@ -206,8 +213,9 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
 
   // A rank pinned to one core cannot see the others, so the launcher's view (TPF_CPUS) wins.
   const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  s.job_cpus = read.take("TPF_CPUS", env_count("TPF_CPUS", 1 << 20), online,
-                         [](int n) { return std::to_string(n); }, "hardware (online CPUs)");
+  s.job_cpus = read.take(
+      "TPF_CPUS", env_count("TPF_CPUS", 1 << 20), online, [](int n) { return std::to_string(n); },
+      "hardware (online CPUs)");
   if (launch_env_present()) {
     const LaunchEnv launch = detect_launch_env();
     s.local_world_size = launch.local_world_size;

@@ -27,16 +27,16 @@ struct SettingReport {
 
 // Everything a communicator is configured by, resolved from its CommOptions and the environment.
 struct CommSettings {
-  std::chrono::milliseconds timeout{0};  // default deadline of each operation
+  std::chrono::milliseconds timeout{0};        // default deadline of each operation
   std::chrono::milliseconds setup_timeout{0};  // joining the store and mapping the peers
-  size_t slot_bytes = 0;                 // staging slot per rank (two each), before alignment
+  size_t slot_bytes = 0;                       // staging slot per rank (two each), before alignment
   coll::CollectiveTuning tuning;
-  bool asymmetric_fences = true;         // membarrier-based fences where the kernel has them
-  std::string job_id;                    // names this job's shared-memory segments
-  size_t flight_recorder_size = 0;       // records kept per communicator; 0 = off
-  int job_cpus = 1;                      // cores this job may use on this machine
-  int local_world_size = 0;              // the launcher's ranks on this machine; 0 = no launcher
-  std::vector<SettingReport> report;     // every value above with its source
+  bool asymmetric_fences = true;      // membarrier-based fences where the kernel has them
+  std::string job_id;                 // names this job's shared-memory segments
+  size_t flight_recorder_size = 0;    // records kept per communicator; 0 = off
+  int job_cpus = 1;                   // cores this job may use on this machine
+  int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
+  std::vector<SettingReport> report;  // every value above with its source
 };
 
 // Reads the environment now. Options set in `options` win over the environment.

@@ -24,7 +24,8 @@ TEST(SettingsCli, PrintsEachValueWithItsSource) {
   EXPECT_TRUE(contains(timeout, "300 s") && contains(timeout, "default")) << plain.out;
   EXPECT_FALSE(line_of(plain.out, "TPF_RUN_GRACE_S").empty()) << plain.out;
 
-  const Outcome set = run_tpf({"settings"}, {"TPF_TIMEOUT=7", "TPF_JOB_SECRET=0123456789abcdefXYZ"});
+  const Outcome set =
+      run_tpf({"settings"}, {"TPF_TIMEOUT=7", "TPF_JOB_SECRET=0123456789abcdefXYZ"});
   ASSERT_EQ(set.exit_code, 0) << set.err;
   const std::string from_env = line_of(set.out, "TPF_TIMEOUT");
   EXPECT_TRUE(contains(from_env, "7 s") && contains(from_env, " TPF_TIMEOUT ")) << set.out;

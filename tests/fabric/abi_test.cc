@@ -44,8 +44,9 @@ TEST(LibraryAbi, ExportsThePublicApiOnly) {
   const std::regex public_name(
       "(tpf_[a-z_0-9]+|((typeinfo|typeinfo name|vtable) for )?tpf::[^:(]+(::[^:(]+)?([(\\[@ ].*)?|"
       "TPFABRIC_0)");
-  const std::regex internal("tpf::(base|bootstrap|transport|coll|comm|topo|detail|cli|plan)::.*|"
-                            ".*::Impl::.*");
+  const std::regex internal(
+      "tpf::(base|bootstrap|transport|coll|comm|topo|detail|cli|plan)::.*|"
+      ".*::Impl::.*");
   std::set<std::string> leaked;
   for (const std::string& name : names) {
     const std::string plain = name.substr(0, name.find("@@"));

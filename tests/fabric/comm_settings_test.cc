@@ -2,8 +2,6 @@
 // naming the variable, each communicator reads them anew, and the catalog names every TPF_*
 // variable the sources read. Settings that size the fabric are checked before anything is
 // allocated: values that would wrap the segment's size arithmetic are errors, not crashes.
-#include "comm/settings.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -15,6 +13,7 @@
 #include <string>
 
 #include "base/env_config.h"
+#include "comm/settings.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
@@ -112,11 +111,16 @@ TEST(CommSettings, TheLaunchersRanksOnThisMachineComeFromItsEnvironment) {
 
 TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
   const std::pair<const char*, const char*> cases[] = {
-      {"TPF_CPUS", "two"},           {"TPF_CPUS", "0"},
-      {"TPF_ASYMMETRIC_FENCES", "yes"}, {"TPF_ALLREDUCE_ALGO", "ring"},
-      {"TPF_SHM_STEP_US", "-1"},     {"TPF_SHM_COPY_GBPS", "fast"},
-      {"TPF_EAGER_MAX_BYTES", "12Q"}, {"TPF_TIMEOUT", "never"},
-      {"TPF_FLIGHT_RECORDER_SIZE", "-3"}, {"TPF_SHM_BUFFER_BYTES", "2T"},
+      {"TPF_CPUS", "two"},
+      {"TPF_CPUS", "0"},
+      {"TPF_ASYMMETRIC_FENCES", "yes"},
+      {"TPF_ALLREDUCE_ALGO", "ring"},
+      {"TPF_SHM_STEP_US", "-1"},
+      {"TPF_SHM_COPY_GBPS", "fast"},
+      {"TPF_EAGER_MAX_BYTES", "12Q"},
+      {"TPF_TIMEOUT", "never"},
+      {"TPF_FLIGHT_RECORDER_SIZE", "-3"},
+      {"TPF_SHM_BUFFER_BYTES", "2T"},
   };
   for (const auto& [name, value] : cases) {
     ScopedEnv env(name, value);
