@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "comm/settings.h"
 #include "plan/calibration.h"
 #include "cli/bench_spec.h"  // parse_byte_size

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
 #include "plan/plan_report.h"

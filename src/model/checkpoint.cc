@@ -5,7 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "model/parse_number.h"
 #include "model/safetensors.h"
 #include "model/text_files.h"

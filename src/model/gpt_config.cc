@@ -3,7 +3,7 @@
 #include <cmath>
 #include <functional>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "model/text_files.h"
 #include "tpf/error.h"
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "base/json.h"
+#include "formats/json.h"
 
 namespace tpf {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "tpf/error.h"
 
 namespace tpf {

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "tpf/error.h"
 
 namespace tpf {

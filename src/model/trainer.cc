@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/loss_plot.h"

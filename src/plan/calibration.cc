@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "coll/alpha_beta.h"
 #include "tpf/error.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
 #include "plan/model_spec.h"

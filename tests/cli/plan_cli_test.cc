@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "support/run_tpf.h"
 #include "support/scratch_dir.h"
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/hf_format.h"

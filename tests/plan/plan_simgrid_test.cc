@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/json.h"
+#include "formats/json.h"
 #include "plan/cluster.h"
 #include "plan/fabric_topology.h"
 #include "plan/max_min.h"

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "base/json.h"
+#include "formats/json.h"
 
 namespace sg4 = simgrid::s4u;
 

@@ -1,6 +1,6 @@
 // The JSON value type: strict parsing, exact integers, escapes, error messages, and limits that
 // keep hostile input (deep nesting, bad UTF-8) from doing harm.
-#include "base/json.h"
+#include "formats/json.h"
 
 #include <gtest/gtest.h>
 

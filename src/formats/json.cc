@@ -1,4 +1,4 @@
-#include "base/json.h"
+#include "formats/json.h"
 
 #include <algorithm>
 #include <charconv>
