@@ -17,12 +17,23 @@
 #include "cli/bench_options.h"
 #include "cli/bench_spec.h"
 #include "cli/bench_table.h"
-#include "tpf/comm.h"
 #include "cli/commands.h"
+#include "coll/cost_model.h"
+#include "comm/settings.h"
+#include "tpf/comm.h"
 #include "tpf/error.h"
 
 namespace tpf::cli {
 namespace {
+
+// The 1-minute load average, recorded with the results (a busy machine explains slow rows); -1
+// where /proc does not say.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  if (!(in >> load)) return -1;
+  return load;
+}
 
 // Cache-line (and AVX-512) aligned heap buffer; aligned like a user's tensor would be.
 class AlignedBuffer {
@@ -194,6 +205,15 @@ int run_bench(const BenchOptions& opt) {
   report.root = collective_has_root(opt.collective) ? opt.root : -1;
   report.iters = opt.iters;
   report.warmup = opt.warmup;
+  // The settings this communicator resolved (the same environment, the same resolver).
+  const detail::CommSettings settings = detail::resolve_comm_settings();
+  if (settings.tuning.forced_all_reduce) {
+    report.algorithm = coll::all_reduce_algorithm_name(*settings.tuning.forced_all_reduce);
+  }
+  report.slot_bytes = settings.slot_bytes;
+  report.cpus = settings.job_cpus;
+  report.excess_ranks = settings.excess_ranks(n);
+  report.loadavg = load_average();
   if (rank0) print_table_header(stdout, report);
 
   const size_t elem = dtype_size(opt.dtype);

@@ -137,7 +137,16 @@ std::string report_to_json(const BenchReport& r) {
   std::ostringstream os;
   os << "{\"collective\":\"" << collective_name(r.collective) << "\",\"nranks\":" << r.nranks
      << ",\"dtype\":\"" << r.dtype << "\",\"op\":\"" << r.op << "\",\"root\":" << r.root
-     << ",\"iters\":" << r.iters << ",\"warmup\":" << r.warmup << ",\"avg_busbw\":";
+     << ",\"iters\":" << r.iters << ",\"warmup\":" << r.warmup;
+  if (r.collective == Collective::all_reduce) os << ",\"algorithm\":\"" << r.algorithm << "\"";
+  os << ",\"slot_bytes\":" << r.slot_bytes << ",\"cpus\":" << r.cpus
+     << ",\"excess_ranks\":" << r.excess_ranks
+     << ",\"oversubscribed\":" << (r.excess_ranks > 0 ? "true" : "false");
+  if (r.loadavg >= 0) {
+    os << ",\"loadavg\":";
+    json_number(os, r.loadavg);
+  }
+  os << ",\"avg_busbw\":";
   json_number(os, average_busbw(r));
   os << ",\"rows\":[";
   for (size_t i = 0; i < r.rows.size(); ++i) {

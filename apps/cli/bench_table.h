@@ -34,6 +34,15 @@ struct BenchReport {
   int root = -1;      // -1 where the collective has no root
   int iters = 0;
   int warmup = 0;
+  // How the fabric was set up (rank 0's communicator settings), so that `tpf plan calibrate` can
+  // read a result without help: the all-reduce algorithm ("one_shot", "two_shot" where
+  // TPF_ALLREDUCE_ALGO forced one, else "automatic"), the staging slot, the cores, the ranks
+  // beyond them, and the load average when the run started (-1 where unknown).
+  std::string algorithm = "automatic";
+  size_t slot_bytes = 0;
+  int cpus = 0;
+  int excess_ranks = 0;
+  double loadavg = -1;
   std::vector<BenchRow> rows;
 };
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cli/bench_spec.h"
-#include "tpf/comm.h"
 #include "cli/commands.h"
+#include "tpf/comm.h"
 #include "tpf/half.h"
 
 namespace tpf::cli {

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
+#include "cli/model_cli.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/text_data.h"
 #include "tensor/counter_rng.h"
-#include "cli/commands.h"
 #include "tpf/error.h"
-#include "cli/model_cli.h"
 
 namespace tpf::cli {
 

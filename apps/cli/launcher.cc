@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "tpf/error.h"
 #include "cli/flight_dumps.h"
 #include "cli/line_prefixer.h"
 #include "cli/process_util.h"
+#include "tpf/error.h"
 #include "tpf/store.h"
 
 extern char** environ;

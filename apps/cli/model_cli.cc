@@ -8,9 +8,9 @@
 #include <limits>
 #include <thread>
 
+#include "cli/commands.h"
 #include "model/parse_number.h"
 #include "tensor/blas.h"
-#include "cli/commands.h"
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
 

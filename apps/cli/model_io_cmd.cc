@@ -4,11 +4,11 @@
 #include <optional>
 #include <string>
 
+#include "cli/commands.h"
+#include "cli/model_cli.h"
 #include "model/checkpoint.h"
 #include "model/gpt_config.h"
 #include "model/hf_format.h"
-#include "cli/commands.h"
-#include "cli/model_cli.h"
 
 namespace tpf::cli {
 

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "formats/json.h"
-#include "comm/settings.h"
-#include "plan/calibration.h"
 #include "cli/bench_spec.h"  // parse_byte_size
 #include "cli/commands.h"
-#include "tpf/error.h"
 #include "cli/model_cli.h"  // FlagParser
+#include "comm/settings.h"
+#include "formats/json.h"
+#include "plan/calibration.h"
+#include "tpf/error.h"
 
 namespace tpf::cli {
 namespace {
@@ -116,10 +116,6 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-const char* algorithm_name(coll::AllReduceAlgorithm a) {
-  return a == coll::AllReduceAlgorithm::one_shot ? "one_shot" : "two_shot";
-}
-
 std::string ranks_text(const std::set<int>& ranks) {
   std::string out;
   for (int n : ranks) {
@@ -205,8 +201,8 @@ struct Group {
 std::map<std::pair<int, std::string>, Group> by_group(const plan::Evaluation& e) {
   std::map<std::pair<int, std::string>, Group> groups;
   for (const plan::PointError& p : e.points) {
-    groups[{p.measurement.nranks, algorithm_name(p.measurement.algorithm)}].errors.push_back(
-        std::abs(p.rel_error));
+    groups[{p.measurement.nranks, coll::all_reduce_algorithm_name(p.measurement.algorithm)}]
+        .errors.push_back(std::abs(p.rel_error));
   }
   return groups;
 }
@@ -220,8 +216,9 @@ void print_points(const char* title, const plan::Evaluation& e) {
   for (const plan::PointError& p : e.points) {
     const plan::ShmMeasurement& m = p.measurement;
     std::printf("  %5d  %-8s  %6d  %-3s  %10zu  %12.2f  %12.2f  %+8.1f%%\n", m.nranks,
-                algorithm_name(m.algorithm), m.excess_ranks, m.in_place ? "ip" : "oop", m.bytes,
-                p.predicted_us, m.measured_us, 100 * p.rel_error);
+                coll::all_reduce_algorithm_name(m.algorithm), m.excess_ranks,
+                m.in_place ? "ip" : "oop", m.bytes, p.predicted_us, m.measured_us,
+                100 * p.rel_error);
   }
 }
 
@@ -259,14 +256,14 @@ void print_text(const Options& o, const Data& d, const plan::ShmFit& fit,
   std::printf("\nheld-out: %zu points, median |error| %s, max %s (N=%d %s %zu B)\n",
               held.points.size(), percent(held.median_abs_rel_error).c_str(),
               percent(held.max_abs_rel_error).c_str(), worst.nranks,
-              algorithm_name(worst.algorithm), worst.bytes);
+              coll::all_reduce_algorithm_name(worst.algorithm), worst.bytes);
 }
 
 json::Value point_json(const plan::PointError& p) {
   const plan::ShmMeasurement& m = p.measurement;
   json::Value v;
   v.set("nranks", m.nranks);
-  v.set("algorithm", algorithm_name(m.algorithm));
+  v.set("algorithm", coll::all_reduce_algorithm_name(m.algorithm));
   v.set("excess_ranks", m.excess_ranks);
   v.set("in_place", m.in_place);
   v.set("bytes", m.bytes);

@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_spec.h"
+#include "cli/commands.h"
+#include "cli/model_cli.h"
+#include "cli/plan_calibrate_cmd.h"
 #include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
 #include "plan/plan_report.h"
-#include "cli/bench_spec.h"
-#include "cli/commands.h"
 #include "tpf/error.h"
-#include "cli/model_cli.h"
-#include "cli/plan_calibrate_cmd.h"
 
 namespace tpf::cli {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "base/env_config.h"
 #include "cli/commands.h"
-#include "tpf/error.h"
 #include "cli/launcher.h"
+#include "tpf/error.h"
 #include "tpf/topology.h"
 
 namespace tpf::cli {

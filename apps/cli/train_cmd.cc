@@ -4,11 +4,11 @@
 #include <filesystem>
 #include <string>
 
+#include "cli/commands.h"
+#include "cli/model_cli.h"
 #include "model/gpt_config.h"
 #include "model/trainer.h"
 #include "tensor/blas.h"
-#include "cli/commands.h"
-#include "cli/model_cli.h"
 
 namespace tpf::cli {
 

@@ -14,9 +14,9 @@
 #   QUIET_WAIT_S=S       before each run, wait until no other process is runnable for 1 s,
 #                        S seconds in all at most (default 120); a rank that loses its core to
 #                        a compiler makes a step cost a scheduler time slice, not microseconds
-# Writes OUT_DIR/all_reduce_n<N>_<algorithm>_r<K>.json (tpf bench JSON plus the keys "algorithm",
-# "oversubscribed", "slot_bytes", "cpus" and "loadavg" (1-minute load before the run) that the
-# calibration needs or that tell how quiet the machine was) and OUT_DIR/calibrate.txt.
+# Writes OUT_DIR/all_reduce_n<N>_<algorithm>_r<K>.json (tpf bench --json, which records what the
+# calibration needs: "algorithm", "oversubscribed", "slot_bytes", "cpus", and "loadavg", the
+# 1-minute load before the run) and OUT_DIR/calibrate.txt.
 # Takes about a minute on a quiet 2-core VM, plus up to QUIET_WAIT_S of waiting.
 set -euo pipefail
 
@@ -58,15 +58,14 @@ if [[ -z $tpf || ! -x $tpf ]]; then
   exit 1
 fi
 
-# The slot size the fabric uses (comm_impl.cc: TPF_SHM_BUFFER_BYTES rounded down to 64 B,
-# default 256 KiB); only plain byte counts are accepted here, to know it exactly.
+cpus=$(nproc)  # what tpf run reports to the ranks as TPF_CPUS (the affinity mask)
+# One-shot runs stop at the staging slot, the largest message it takes (tpf bench --json records
+# the slot the fabric used; here only its size bound is needed): plain byte counts only.
 slot=${TPF_SHM_BUFFER_BYTES:-262144}
 if [[ ! $slot =~ ^[0-9]+$ ]]; then
   echo "calibrate.sh: TPF_SHM_BUFFER_BYTES='$slot': give a plain byte count" >&2
   exit 1
 fi
-slot=$((slot / 64 * 64))
-cpus=$(nproc)  # what tpf run reports to the ranks as TPF_CPUS (the affinity mask)
 
 mkdir -p "$out"
 files=()
@@ -81,18 +80,10 @@ for ((r = 1; r <= repeats; ++r)); do
       wait_until_quiet
       load=$(cut -d ' ' -f 1 /proc/loadavg)
       echo "== N=$n $algorithm (oversubscribed: $oversubscribed, load $load) -> $file" >&2
+      # tpf bench --json records the algorithm forced, the slot, the cores and the load itself.
       TPF_ALLREDUCE_ALGO=$algorithm "$tpf" run -n "$n" -- \
         "$tpf" bench all_reduce -b 1K -e "$max_bytes" -f 2 -n "$iters" -w "$warmup" -c 1 \
-        --json "$file.raw" >&2
-      # tpf bench's JSON does not say which algorithm ran, nor the slot size: add them in front.
-      if [[ $(head -c 1 "$file.raw") != "{" ]]; then
-        echo "calibrate.sh: $file.raw does not start with '{'" >&2
-        exit 1
-      fi
-      meta="\"algorithm\":\"$algorithm\",\"oversubscribed\":$oversubscribed,\"slot_bytes\":$slot"
-      meta+=",\"cpus\":$cpus,\"loadavg\":$load,"
-      sed "1s/^{/{$meta/" "$file.raw" >"$file"
-      rm -f "$file.raw"
+        --json "$file" >&2
       files+=(--bench "$file")
     done
   done

@@ -15,6 +15,17 @@ constexpr size_t kAlignBytes = 64;
 
 }  // namespace
 
+const char* all_reduce_algorithm_name(AllReduceAlgorithm algorithm) noexcept {
+  return algorithm == AllReduceAlgorithm::one_shot ? "one_shot" : "two_shot";
+}
+
+std::optional<AllReduceAlgorithm> parse_all_reduce_algorithm(std::string_view name) noexcept {
+  for (AllReduceAlgorithm a : {AllReduceAlgorithm::one_shot, AllReduceAlgorithm::two_shot}) {
+    if (name == all_reduce_algorithm_name(a)) return a;
+  }
+  return std::nullopt;
+}
+
 size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks) {
   // A slot holds the chunk's inputs plus this rank's reduced portion (chunk / n), and portions
   // start on cache lines: chunk = n * portion, with (n + 1) * portion <= slot.

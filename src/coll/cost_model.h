@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string_view>
 
 #include "coll/alpha_beta.h"
 
@@ -32,6 +33,8 @@ struct ShmLinkCost {
 };
 
 enum class AllReduceAlgorithm { one_shot, two_shot };
+const char* all_reduce_algorithm_name(AllReduceAlgorithm algorithm) noexcept;  // "one_shot", ...
+std::optional<AllReduceAlgorithm> parse_all_reduce_algorithm(std::string_view name) noexcept;
 
 // Elements per pipeline chunk of the two-shot algorithm for a given slot size.
 size_t two_shot_chunk_elems(size_t slot_bytes, size_t elem_bytes, int nranks);

@@ -16,7 +16,6 @@ namespace tpf::detail {
 namespace {
 
 constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
-constexpr size_t kMinSlotBytes = 4096;
 // Far beyond any real buffer, small enough that size * count * element size cannot overflow.
 constexpr size_t kMaxBufferBytes = size_t{1} << 46;
 
@@ -37,7 +36,7 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   config.rank = setup.rank;
   config.size = setup.size;
   const CommSettings& settings = setup.settings;
-  config.slot_bytes = std::max(kMinSlotBytes, settings.slot_bytes / 64 * 64);
+  config.slot_bytes = settings.slot_bytes;
   config.p2p_chunk_bytes = std::min(kMaxP2pChunkBytes, config.slot_bytes / 4) / 64 * 64;
   config.segment_prefix = transport::shm_job_prefix(setup.job_id) + sanitize(setup.name) + "-g" +
                           std::to_string(generation) + "-";
@@ -45,8 +44,7 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   std::string prefix = setup.name + "/" + std::to_string(generation);
   config.store = std::make_shared<PrefixStore>(prefix, setup.store);
   config.setup_timeout = settings.setup_timeout;
-  config.job_cpus = settings.job_cpus;
-  config.local_world_size = settings.local_world_size;
+  config.excess_ranks = settings.excess_ranks(setup.size);
   config.asymmetric_fences = settings.asymmetric_fences;
   config.describe = coll::describe_fingerprint;
   return config;

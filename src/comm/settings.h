@@ -29,7 +29,7 @@ struct SettingReport {
 struct CommSettings {
   std::chrono::milliseconds timeout{0};        // default deadline of each operation
   std::chrono::milliseconds setup_timeout{0};  // joining the store and mapping the peers
-  size_t slot_bytes = 0;                       // staging slot per rank (two each), before alignment
+  size_t slot_bytes = 0;  // staging slot per rank (two each): whole cache lines, at least 4 KiB
   coll::CollectiveTuning tuning;
   bool asymmetric_fences = true;      // membarrier-based fences where the kernel has them
   std::string job_id;                 // names this job's shared-memory segments
@@ -37,6 +37,10 @@ struct CommSettings {
   int job_cpus = 1;                   // cores this job may use on this machine
   int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
   std::vector<SettingReport> report;  // every value above with its source
+
+  // Ranks on this machine beyond its cores when a communicator of `comm_size` ranks runs here:
+  // the all-reduce cost model charges each step for them.
+  int excess_ranks(int comm_size) const noexcept;
 };
 
 // Reads the environment now. Options set in `options` win over the environment.

@@ -72,8 +72,7 @@ bool get_bool(const json::Value& object, const std::string& key, const std::stri
 
 coll::AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name,
                                                     const std::string& path) {
-  if (name == "one_shot") return coll::AllReduceAlgorithm::one_shot;
-  if (name == "two_shot") return coll::AllReduceAlgorithm::two_shot;
+  if (auto algorithm = coll::parse_all_reduce_algorithm(name)) return *algorithm;
   fail(path + ": 'algorithm' is '" + name + "': expected one_shot or two_shot");
 }
 
@@ -275,8 +274,9 @@ BenchFile parse_bench_json(const std::string& text, const std::string& path) {
          ": an all-reduce of one rank moves nothing; measure with tpf run -n 2 or more");
   }
   const std::string why_key =
-      "tpf bench does not record it; bench/plan/calibrate.sh adds \"algorithm\" (what "
-      "TPF_ALLREDUCE_ALGO forced), \"oversubscribed\", \"slot_bytes\" and \"cpus\"";
+      "tpf bench --json records it (\"algorithm\": what TPF_ALLREDUCE_ALGO forced, "
+      "\"oversubscribed\", \"slot_bytes\", \"cpus\"): measure with bench/plan/calibrate.sh, "
+      "or tpf bench all_reduce --json with TPF_ALLREDUCE_ALGO set";
   const std::string algorithm = get_string(root, "algorithm", top, path, why_key);
   BenchFile file;
   file.path = path;
@@ -288,7 +288,7 @@ BenchFile parse_bench_json(const std::string& text, const std::string& path) {
   if (oversubscribed || root.find("cpus") != nullptr) {
     const int64_t cpus = get_int(root, "cpus", top, path,
                                  "an oversubscribed run needs the cores it had (TPF_CPUS) to "
-                                 "count the ranks beyond them; bench/plan/calibrate.sh adds it");
+                                 "count the ranks beyond them; tpf bench --json records it");
     if (cpus < 1) fail(path + ": 'cpus' is " + std::to_string(cpus) + ", expected >= 1");
     excess_ranks = static_cast<int>(std::max<int64_t>(0, nranks - cpus));
     if (oversubscribed != (excess_ranks > 0)) {

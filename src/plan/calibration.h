@@ -23,12 +23,11 @@ struct ShmMeasurement {
   std::string source;  // "FILE row K oop", for tables and messages
 };
 
-// What one `tpf bench all_reduce --json` file holds. The benchmark's JSON does not record which
-// algorithm ran, whether the job was oversubscribed or the slot size, so the file must also carry
-// the top-level keys "algorithm" ("one_shot" | "two_shot", what TPF_ALLREDUCE_ALGO forced),
+// What one `tpf bench all_reduce --json` file holds. Besides the rows, the calibration needs the
+// top-level keys "algorithm" ("one_shot" | "two_shot", what TPF_ALLREDUCE_ALGO forced),
 // "oversubscribed" (bool), "slot_bytes" (integer) and, where oversubscribed, "cpus" (the cores
-// the job had, TPF_CPUS): the excess ranks are max(0, nranks - cpus). bench/plan/calibrate.sh
-// adds them all.
+// the job had, TPF_CPUS): the excess ranks are max(0, nranks - cpus). tpf bench --json writes
+// them all (an "automatic" algorithm is refused: the fit needs to know which one ran).
 struct BenchFile {
   std::string path;
   size_t slot_bytes = 0;

@@ -197,8 +197,7 @@ void ShmFabric::setup() {
     }
     // Algorithm choices depend on this, so every rank takes rank 0's view.
     if (me == 0) {
-      const int ranks_on_machine = std::max(n, config_.local_world_size);
-      store.set("excess_ranks", std::to_string(std::max(0, ranks_on_machine - config_.job_cpus)));
+      store.set("excess_ranks", std::to_string(config_.excess_ranks));
     }
     const std::string excess = wait_for("excess_ranks", "rank 0's machine report");
     excess_ranks_ = std::atoi(excess.c_str());

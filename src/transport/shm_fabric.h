@@ -91,8 +91,7 @@ struct FabricConfig {
   std::string label;             // communicator description for messages
   std::shared_ptr<Store> store;  // keys are private to this communicator
   std::chrono::milliseconds setup_timeout{60000};
-  int job_cpus = 1;          // cores the job may use on this machine
-  int local_world_size = 0;  // the launcher's ranks on this machine (0: only this communicator)
+  int excess_ranks = 0;  // this rank's count of ranks on its machine beyond the cores
   bool asymmetric_fences = true;  // membarrier-based fences where every rank can register
   // Turns a fingerprint into words for a mismatch message.
   std::function<std::string(const Fingerprint&)> describe;

@@ -87,6 +87,8 @@ TEST(CommSettings, EveryValueSaysWhereItCameFrom) {
     EXPECT_EQ(reported(s, "TPF_TIMEOUT").source, "TPF_TIMEOUT");
     EXPECT_EQ(s.tuning.forced_all_reduce, coll::AllReduceAlgorithm::two_shot);
     EXPECT_EQ(s.job_cpus, 3);
+    EXPECT_EQ(s.excess_ranks(5), 2);  // no launcher: the communicator's ranks are the machine's
+    EXPECT_EQ(s.excess_ranks(2), 0);
     EXPECT_EQ(reported(s, "TPF_CPUS").value, "3");
   }
   CommOptions options;  // what the program says wins over the environment

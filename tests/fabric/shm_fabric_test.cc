@@ -131,8 +131,8 @@ TEST(ShmFabricSetup, EveryRankTakesRankZerosCountOfRanksBeyondTheCores) {
         static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
         std::chrono::milliseconds(20000));
     config.setup_timeout = std::chrono::milliseconds(20000);
-    config.job_cpus = ctx.rank == 0 ? 1 : 64;  // the communicator's settings (TPF_CPUS)
-    config.local_world_size = 0;               // no launcher: the communicator's 3 ranks
+    // 3 ranks on 1 core for rank 0, 3 ranks on 64 cores for the others (CommSettings).
+    config.excess_ranks = ctx.rank == 0 ? 2 : 0;
     transport::ShmFabric fabric(config);
     TPF_CHILD_CHECK(fabric.excess_ranks() == 2, "rank " + std::to_string(ctx.rank) + " counts " +
                                                     std::to_string(fabric.excess_ranks()) +
