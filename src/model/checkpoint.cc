@@ -8,7 +8,7 @@
 #include "formats/json.h"
 #include "model/parse_number.h"
 #include "model/safetensors.h"
-#include "model/text_files.h"
+#include "formats/text_files.h"
 #include "parallel/vocab_parallel.h"
 #include "tpf/error.h"
 

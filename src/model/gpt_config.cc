@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "formats/json.h"
-#include "model/text_files.h"
+#include "formats/text_files.h"
 #include "tpf/error.h"
 
 namespace tpf {

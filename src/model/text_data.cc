@@ -1,6 +1,6 @@
 #include "model/text_data.h"
 
-#include "model/text_files.h"
+#include "formats/text_files.h"
 #include "tensor/counter_rng.h"
 #include "tpf/error.h"
 

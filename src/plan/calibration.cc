@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 
-#include "formats/json.h"
 #include "coll/alpha_beta.h"
+#include "formats/json.h"
+#include "formats/text_files.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
@@ -357,15 +355,7 @@ BenchFile parse_bench_json(const std::string& text, const std::string& path) {
 }
 
 BenchFile read_bench_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    fail("cannot read bench results '" + path + "': " + std::strerror(errno) +
-         "; pass a file written by tpf bench --json");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("cannot read bench results '" + path + "': read error");
-  return parse_bench_json(text.str(), path);
+  return parse_bench_json(read_text_file(path, "bench results"), path);
 }
 
 ShmFit fit_shm_link_cost(const std::vector<ShmMeasurement>& training, size_t slot_bytes,

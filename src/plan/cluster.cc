@@ -1,8 +1,8 @@
 #include "plan/cluster.h"
 
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 
+#include "formats/text_files.h"
 #include "plan/invalid_input.h"
 #include "plan/yaml_fields.h"
 #include "tpf/error.h"
@@ -241,11 +241,10 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path, int gpus) {
-  std::ifstream file(name_or_path);
-  if (!file) return cluster_preset(name_or_path, gpus);
-  std::stringstream text;
-  text << file.rdbuf();
-  ClusterSpec cluster = parse_cluster_yaml(text.str(), name_or_path);
+  // A name that is no file is a preset's; an existing file that cannot be read is an error.
+  std::error_code ignored;
+  if (!std::filesystem::exists(name_or_path, ignored)) return cluster_preset(name_or_path, gpus);
+  ClusterSpec cluster = parse_cluster_yaml(read_text_file(name_or_path, "cluster file"), name_or_path);
   if (gpus > 0) {
     if (gpus % cluster.gpus_per_node != 0) {
       invalid("--gpus " + std::to_string(gpus) + ": " + name_or_path + " has " +

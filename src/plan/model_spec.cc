@@ -2,9 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 
+#include "formats/text_files.h"
 #include "plan/invalid_input.h"
 #include "plan/yaml_fields.h"
 #include "tpf/error.h"
@@ -148,11 +148,10 @@ ModelSpec parse_model_yaml(const std::string& text, const std::string& origin) {
 }
 
 ModelSpec load_model(const std::string& name_or_path) {
-  std::ifstream file(name_or_path);
-  if (!file) return model_preset(name_or_path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_model_yaml(text.str(), name_or_path);
+  // A name that is no file is a preset's; an existing file that cannot be read is an error.
+  std::error_code ignored;
+  if (!std::filesystem::exists(name_or_path, ignored)) return model_preset(name_or_path);
+  return parse_model_yaml(read_text_file(name_or_path, "model file"), name_or_path);
 }
 
 std::string model_to_yaml(const ModelSpec& m) {

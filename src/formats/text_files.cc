@@ -1,4 +1,4 @@
-#include "model/text_files.h"
+#include "formats/text_files.h"
 
 #include <cerrno>
 #include <cstdio>

@@ -1,4 +1,5 @@
-// Whole-file text I/O for the model layer's small files (configurations, manifests, training text).
+// Whole-file text I/O for the tools' small files (configurations, manifests, training text, planner
+// inputs, benchmark results).
 #pragma once
 
 #include <string>
