@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "formats/json.h"
+#include "formats/svg.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -38,12 +39,8 @@ double tick_step(double span) {
 std::string loss_svg(const std::vector<std::pair<double, double>>& points,
                      const std::string& title) {
   std::ostringstream svg;
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
-      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-         "fill='white'/>\n"
-      << "<text x='" << kWidth / 2 << "' y='22' text-anchor='middle' font-size='15'>" << title
-      << "</text>\n";
-  if (points.empty()) return svg.str() + "</svg>\n";
+  svg << svg::begin(kWidth, kHeight, 12) << svg::title(kWidth / 2, 22, "middle", title);
+  if (points.empty()) return svg.str() + svg::kEnd;
   double x0 = points.front().first, x1 = points.back().first;
   double y0 = points.front().second, y1 = y0;
   for (const auto& [x, y] : points) {
@@ -92,7 +89,7 @@ std::string loss_svg(const std::vector<std::pair<double, double>>& points,
     smooth.emplace_back(points[i].first, sum / static_cast<double>(n));
   }
   polyline(smooth, "stroke='#08519c' stroke-width='2'");
-  return svg.str() + "</svg>\n";
+  return svg.str() + svg::kEnd;
 }
 
 void write_loss_svg(const std::string& svg_path, const std::string& log_path) {

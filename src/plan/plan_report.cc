@@ -3,24 +3,11 @@
 #include <algorithm>
 #include <sstream>
 
+#include "formats/svg.h"
 #include "plan/text_format.h"
 
 namespace tpf::plan {
 namespace {
-
-std::string escape_xml(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string describe_collective(const char* what, const CollectiveEstimate& e) {
   std::string text =
@@ -217,13 +204,7 @@ std::string search_svg(const SearchResult& result, size_t rows, const std::strin
   }
   const double scale = longest > 0 ? (width - left - right) / longest : 0;
   std::ostringstream svg;
-  svg << format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "font-family=\"sans-serif\" font-size=\"11\">\n",
-      width, height);
-  svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << format("<text x=\"%.0f\" y=\"22\" font-size=\"15\">", left) << escape_xml(title)
-      << "</text>\n";
+  svg << svg::begin(width, height, 11) << svg::title(left, 22, "start", title);
   svg << format(
       "<text x=\"%.0f\" y=\"40\" fill=\"#555\">seconds per million tokens (shorter is "
       "faster), best layout at the top; ! = does not fit in memory</text>\n",
@@ -232,7 +213,7 @@ std::string search_svg(const SearchResult& result, size_t rows, const std::strin
     const StepEstimate& e = result.ranked[i];
     const double y = top + i * (bar + gap);
     svg << format("<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">", left - 6, y + bar - 5)
-        << escape_xml(format("%zu. %s%s", i + 1, e.layout.to_string().c_str(), e.fits ? "" : " !"))
+        << svg::escape(format("%zu. %s%s", i + 1, e.layout.to_string().c_str(), e.fits ? "" : " !"))
         << "</text>\n";
     double x = left;
     for (const BreakdownPart& part : kBreakdownParts) {
@@ -254,7 +235,7 @@ std::string search_svg(const SearchResult& result, size_t rows, const std::strin
                   part.name);
     legend_x += 140;
   }
-  svg << "</svg>\n";
+  svg << svg::kEnd;
   return svg.str();
 }
 
