@@ -34,11 +34,6 @@ struct CallShape {
 // nullopt when `bytes` is too small to give every rank one element.
 std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size, int nranks);
 
-// busbw = algbw * factor (nccl-tests; coll::bus_bandwidth_factor).
-inline double bus_factor(Collective c, int nranks) noexcept {
-  return coll::bus_bandwidth_factor(c, nranks);
-}
-
 // min, min*factor, ... while <= max (at least one size: min; only min if it is 0 or factor < 2).
 std::vector<size_t> sweep_sizes(size_t min_bytes, size_t max_bytes, size_t factor);
 

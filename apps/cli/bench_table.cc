@@ -72,7 +72,7 @@ Measurement make_measurement(Collective c, int nranks, size_t bytes, double time
   if (time_us > 0.0) {
     // bytes / us = MB/s; / 1e3 -> GB/s.
     m.algbw = static_cast<double>(bytes) / time_us / 1e3;
-    m.busbw = m.algbw * bus_factor(c, nranks);
+    m.busbw = m.algbw * coll::bus_bandwidth_factor(c, nranks);
   }
   return m;
 }

@@ -64,7 +64,7 @@ DemoResult run_case(Communicator& comm, const DemoCase& c, uint64_t& my_wrong) {
   r.wrong = static_cast<uint64_t>(total);
   if (r.time_us > 0.0) {
     r.busbw =
-        static_cast<double>(c.bytes) / r.time_us / 1e3 * bus_factor(c.collective, comm.size());
+        static_cast<double>(c.bytes) / r.time_us / 1e3 * coll::bus_bandwidth_factor(c.collective, comm.size());
   }
   return r;
 }

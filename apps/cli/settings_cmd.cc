@@ -21,13 +21,6 @@ constexpr const char* kHelp =
     "the variable, the hardware or the launcher), who reads it and what it sets. A malformed\n"
     "value is reported as the communicator would report it, with exit code 1.\n";
 
-const detail::SettingReport* find_report(const detail::CommSettings& s, const std::string& name) {
-  for (const detail::SettingReport& r : s.report) {
-    if (r.name == name) return &r;
-  }
-  return nullptr;
-}
-
 void print_row(const std::string& name, const std::string& value, const std::string& source,
                const std::string& reader, const std::string& meaning) {
   std::printf("%-26s %-15s %-24s %s: %s\n", name.c_str(), value.c_str(), source.c_str(),
@@ -47,7 +40,7 @@ int cmd_settings(int argc, char** argv) {
   const detail::CommSettings settings = detail::resolve_comm_settings();
   print_row("variable", "value", "source", "read by", "meaning");
   for (const detail::SettingInfo& info : detail::setting_catalog()) {
-    if (const detail::SettingReport* r = find_report(settings, info.name)) {
+    if (const detail::SettingReport* r = settings.reported(info.name)) {
       print_row(info.name, r->value, r->source, info.reader, info.meaning);
       continue;
     }
@@ -60,7 +53,7 @@ int cmd_settings(int argc, char** argv) {
                        : raw,
               set ? "environment" : "-", info.reader, info.meaning);
   }
-  if (const detail::SettingReport* local = find_report(settings, "local world size")) {
+  if (const detail::SettingReport* local = settings.reported("local world size")) {
     print_row("(ranks on this machine)", local->value, local->source, "communicator",
               "with TPF_CPUS, how many ranks lack a core of their own");
   }

@@ -121,7 +121,7 @@ std::string peer_json_line(const char* impl, Collective c, int nranks, const Cal
                 "\"bytes\":%zu,\"count\":%zu,\"time_us\":%.6g,\"algbw\":%.6g,\"busbw\":%.6g,"
                 "\"wrong\":%zu}",
                 impl, cli::collective_name(c), nranks, shape.bytes, shape.elems, time_us, algbw,
-                algbw * cli::bus_factor(c, nranks), wrong);
+                algbw * coll::bus_bandwidth_factor(c, nranks), wrong);
   return buf;
 }
 

@@ -1,6 +1,6 @@
 // Shared by the C++ peer benchmarks (MPI, Gloo): the command line, the sizes and the output line.
-// Sizes, element counts and bus-bandwidth factors come from apps/cli/bench_spec.cc, the very code
-// `tpf bench` uses, so a row means the same thing for every implementation.
+// Sizes and element counts come from apps/cli/bench_spec.cc, bus-bandwidth factors from
+// src/coll/collective_kinds.cc: the very code `tpf bench` uses, so a row means the same thing for every implementation.
 //
 // Output: one JSON object per line on stdout (rank 0 only), e.g.
 //   {"impl":"mpi","collective":"all_reduce","nranks":2,"dtype":"f32","bytes":1024,"count":256,

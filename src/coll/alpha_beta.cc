@@ -102,10 +102,16 @@ bool has_cost_model(Collective op) noexcept {
 Collective parse_collective_op(const std::string& name) {
   const std::optional<Collective> op = parse_collective(name);
   if (op && has_cost_model(*op)) return *op;
+  std::vector<const char*> priced;
+  for (const CollectiveInfo& info : all_collectives()) {
+    if (has_cost_model(info.id)) priced.push_back(info.name);
+  }
+  std::string expected;
+  for (size_t i = 0; i < priced.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == priced.size() ? " or " : ", ") + std::string(priced[i]);
+  }
   throw Error(ErrorCode::invalid_argument,
-              "unknown collective '" + name +
-                  "': expected all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or "
-                  "send_recv");
+              "unknown collective '" + name + "': expected " + expected);
 }
 
 Algorithm parse_algorithm(const std::string& name) {

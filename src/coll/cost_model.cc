@@ -2,11 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <optional>
-#include <string>
-
-#include "tpf/error.h"
 
 namespace tpf::coll {
 namespace {

@@ -19,17 +19,20 @@ namespace {
 // 2-core EPYC VM: broadcast of 8 MiB at 2 ranks is 5x faster than with 1 MiB slots (docs/).
 constexpr size_t kDefaultSlotBytes = size_t{256} << 10;
 constexpr size_t kMinSlotBytes = 4096;
+// Far beyond any /dev/shm (whose size setup checks), small enough that the segment's size
+// arithmetic cannot overflow.
+constexpr size_t kMaxSlotBytes = size_t{1} << 40;
 constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 // Joining waits for every rank to start; a launcher that lost one should not wait 5 minutes.
 constexpr std::chrono::milliseconds kMaxSetupTimeout = std::chrono::seconds(120);
 
 constexpr SettingInfo kCatalog[] = {
-    {"TPF_TIMEOUT", "communicator", "default deadline of each operation, seconds (300)"},
+    {"TPF_TIMEOUT", "communicator", "default deadline of each operation, seconds"},
     {"TPF_SHM_BUFFER_BYTES", "communicator",
-     "staging slot per rank in shared memory (256K; two per rank; at most 1 TiB)"},
+     "staging slot per rank in shared memory (two per rank)"},
     {"TPF_EAGER_MAX_BYTES", "communicator",
      "largest per-rank message of the eager path (its capacity; 0 turns it off)"},
-    {"TPF_ALLREDUCE_ALGO", "communicator", "force one_shot or two_shot all-reduce (automatic)"},
+    {"TPF_ALLREDUCE_ALGO", "communicator", "force one_shot or two_shot all-reduce"},
     {"TPF_SHM_STEP_US", "communicator", "cost model: one synchronized step, us"},
     {"TPF_SHM_EXCESS_STEP_US", "communicator",
      "cost model: step cost per rank beyond the cores, us"},
@@ -40,7 +43,7 @@ constexpr SettingInfo kCatalog[] = {
      "0 = full fences on both sides instead of membarrier"},
     {"TPF_JOB_ID", "communicator, launcher", "unique job name; names shared-memory segments"},
     {"TPF_CPUS", "communicator", "cores the job may use on this machine (set by tpf run)"},
-    {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator (64; 0 = off)"},
+    {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
     {"TPF_FLIGHT_RECORDER_DIR", "process", "directory for flight-recorder dumps (stderr)"},
     {"TPF_FLIGHT_RECORDER_SIGNAL", "process", "signal that dumps the records: USR1, USR2, off"},
     {"TPF_REDUCE_ISA", "process", "cap the reduce kernels' instruction set: scalar, avx2, avx512"},
@@ -50,9 +53,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_LOCAL_WORLD_SIZE", "launch environment", "ranks on this machine (set by tpf run)"},
     {"TPF_STORE_ADDR", "launch environment", "host:port of the rendezvous store (set by tpf run)"},
     {"TPF_JOB_SECRET", "launch environment", "secret the store checks (at least 16 characters)"},
-    {"TPF_RUN_GRACE_S", "launcher (tpf run)",
-     "seconds the other ranks get to report a failure (3)"},
-    {"TPF_RUN_DUMP_WAIT_S", "launcher (tpf run)", "seconds to wait for flight-recorder dumps (5)"},
+    {"TPF_RUN_GRACE_S", "launcher (tpf run)", "seconds the other ranks get to report a failure"},
+    {"TPF_RUN_DUMP_WAIT_S", "launcher (tpf run)", "seconds to wait for flight-recorder dumps"},
 };
 
 // Collects values and their sources while settings are read.
@@ -230,6 +232,13 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
 }
 
 std::span<const SettingInfo> setting_catalog() { return kCatalog; }
+
+const SettingReport* CommSettings::reported(std::string_view name) const noexcept {
+  for (const SettingReport& r : report) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
 
 int CommSettings::excess_ranks(int comm_size) const noexcept {
   return std::max(0, std::max(comm_size, local_world_size) - job_cpus);

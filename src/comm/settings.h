@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coll/algorithms.h"
@@ -38,6 +39,9 @@ struct CommSettings {
   int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
   std::vector<SettingReport> report;  // every value above with its source
 
+  // The report of `name` (a TPF_* variable, or "local world size"), or nullptr.
+  const SettingReport* reported(std::string_view name) const noexcept;
+
   // Ranks on this machine beyond its cores when a communicator of `comm_size` ranks runs here:
   // the all-reduce cost model charges each step for them.
   int excess_ranks(int comm_size) const noexcept;
@@ -45,9 +49,6 @@ struct CommSettings {
 
 // Reads the environment now. Options set in `options` win over the environment.
 CommSettings resolve_comm_settings(const CommOptions& options = {});
-
-// The largest staging slot TPF_SHM_BUFFER_BYTES or CommOptions::buffer_bytes may ask for.
-inline constexpr size_t kMaxSlotBytes = size_t{1} << 40;
 
 // Every TPF_* variable any part of tpfabric reads: its name, who reads it, what it sets.
 struct SettingInfo {

@@ -16,6 +16,32 @@
 #include "transport/shm_layout.h"
 
 namespace tpf::transport {
+namespace {
+
+// What a rank publishes under "rank/<r>" once its segment exists: "<segment> <pid> <bytes>
+// <can_fence>". `ok` is false for a text that does not have all four.
+struct JoinInfo {
+  std::string segment;
+  long pid = 0;
+  size_t bytes = 0;
+  int can_fence = 0;
+  bool ok = false;
+};
+
+std::string join_info_text(const std::string& segment, size_t bytes, bool can_fence) {
+  return segment + " " + std::to_string(::getpid()) + " " + std::to_string(bytes) + " " +
+         (can_fence ? "1" : "0");
+}
+
+JoinInfo parse_join_info(const std::string& text) {
+  JoinInfo info;
+  std::istringstream fields(text);
+  fields >> info.segment >> info.pid >> info.bytes >> info.can_fence;
+  info.ok = static_cast<bool>(fields);
+  return info;
+}
+
+}  // namespace
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string out;
@@ -67,6 +93,25 @@ void ShmFabric::setup() {
   const auto timeout =
       std::min(config_.setup_timeout, std::chrono::milliseconds(std::chrono::hours(24 * 30)));
   const auto deadline = SetupClock::now() + timeout;
+  // Setup fails as soon as a rank is known dead: the store's verdict, or a known pid that exited.
+  // `context` says what this rank was doing.
+  auto died_per_store = [&](const Error& verdict, const std::string& context) {
+    return Error(ErrorCode::peer_died, config_.label +
+                                           ": a rank died while creating the communicator" +
+                                           context + ": " + verdict.what());
+  };
+  auto throw_if_a_peer_exited = [&](const std::string& context) {
+    for (int p : all_peers_) {
+      if (processes_[p].pid() > 0 && !processes_[p].alive()) {
+        throw Error(ErrorCode::peer_died,
+                    config_.label + ": rank " + std::to_string(p) + " (pid " +
+                        std::to_string(processes_[p].pid()) +
+                        ") died (its process exited or was killed) while creating the "
+                        "communicator (" +
+                        context + ")");
+      }
+    }
+  };
   // Waits for a key that peers set, in short slices: between them, a peer whose pid is known and
   // whose process has exited fails the setup at once (for stores that cannot tell a death
   // themselves). A store that can tell answers Error(peer_died) naming the job rank.
@@ -79,22 +124,10 @@ void ShmFabric::setup() {
         return store.get(key, slice);
       } catch (const Error& e) {
         if (e.code() == ErrorCode::peer_died) {
-          throw Error(ErrorCode::peer_died, config_.label +
-                                                ": a rank died while creating the "
-                                                "communicator (waiting for " +
-                                                what + "): " + e.what());
+          throw died_per_store(e, " (waiting for " + what + ")");
         }
         if (e.code() != ErrorCode::timeout) throw;
-        for (int p : all_peers_) {
-          if (processes_[p].pid() > 0 && !processes_[p].alive()) {
-            throw Error(ErrorCode::peer_died,
-                        config_.label + ": rank " + std::to_string(p) + " (pid " +
-                            std::to_string(processes_[p].pid()) +
-                            ") died (its process exited or "
-                            "was killed) while creating the communicator (waiting for " +
-                            what + ")");
-          }
-        }
+        throw_if_a_peer_exited("waiting for " + what);
         if (SetupClock::now() >= deadline) {
           throw Error(ErrorCode::timeout,
                       config_.label + ": " + what + " did not happen within " +
@@ -119,36 +152,19 @@ void ShmFabric::setup() {
       try {
         store.get("all_mapped", std::chrono::milliseconds(0));
       } catch (const Error& verdict) {
-        if (verdict.code() == ErrorCode::peer_died) {
-          throw Error(ErrorCode::peer_died, config_.label +
-                                                ": a rank died while creating the "
-                                                "communicator: " +
-                                                verdict.what());
-        }
+        if (verdict.code() == ErrorCode::peer_died) throw died_per_store(verdict, "");
       }
       for (int q : all_peers_) {
-        if (processes_[q].pid() <= 0) {
-          // Not read yet: its pid, if it has published one.
-          try {
-            std::istringstream fields(
-                store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
-            std::string name;
-            long pid = 0;
-            if (fields >> name >> pid && pid > 0)
-              processes_[q] = PeerProcess(static_cast<pid_t>(pid));
-          } catch (const Error&) {
-            continue;  // not published (or the store cannot say now)
-          }
-        }
-        if (processes_[q].pid() > 0 && !processes_[q].alive()) {
-          throw Error(ErrorCode::peer_died,
-                      config_.label + ": rank " + std::to_string(q) + " (pid " +
-                          std::to_string(processes_[q].pid()) +
-                          ") died (its process exited or was killed) while creating the "
-                          "communicator (rank " +
-                          std::to_string(p) + "'s segment: " + open_error.what() + ")");
+        if (processes_[q].pid() > 0) continue;
+        try {  // not read yet: its pid, if it has published one
+          const JoinInfo info =
+              parse_join_info(store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
+          if (info.ok && info.pid > 0) processes_[q] = PeerProcess(static_cast<pid_t>(info.pid));
+        } catch (const Error&) {
+          // not published (or the store cannot say now)
         }
       }
+      throw_if_a_peer_exited("rank " + std::to_string(p) + "'s segment: " + open_error.what());
       if (SetupClock::now() >= give_up) throw open_error;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -157,21 +173,15 @@ void ShmFabric::setup() {
   try {
     // Registered before publishing: a peer may rely on it as soon as it sees our segment.
     const bool can_fence = config_.asymmetric_fences && register_asymmetric_fences();
-    store.set("rank/" + std::to_string(me), own_.name() + " " + std::to_string(::getpid()) + " " +
-                                                std::to_string(segment_bytes_) + " " +
-                                                (can_fence ? "1" : "0"));
+    store.set("rank/" + std::to_string(me), join_info_text(own_.name(), segment_bytes_, can_fence));
     light_posts_ = can_fence;
     for (int p : all_peers_) {
-      const std::string info =
-          wait_for("rank/" + std::to_string(p), "rank " + std::to_string(p) + " to join");
-      std::istringstream fields(info);
-      std::string segment_name;
-      long pid = 0;
-      size_t bytes = 0;
-      int peer_can_fence = 0;
-      fields >> segment_name >> pid >> bytes >> peer_can_fence;
-      light_posts_ = light_posts_ && peer_can_fence == 1;
-      if (!fields || bytes != segment_bytes_) {
+      const JoinInfo info = parse_join_info(
+          wait_for("rank/" + std::to_string(p), "rank " + std::to_string(p) + " to join"));
+      const std::string& segment_name = info.segment;
+      const size_t bytes = info.bytes;
+      light_posts_ = light_posts_ && info.can_fence == 1;
+      if (!info.ok || bytes != segment_bytes_) {
         throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
                                               " joined with a different "
                                               "configuration (segment of " +
@@ -179,7 +189,7 @@ void ShmFabric::setup() {
                                               std::to_string(segment_bytes_) +
                                               "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
       }
-      processes_[p] = PeerProcess(static_cast<pid_t>(pid));
+      processes_[p] = PeerProcess(static_cast<pid_t>(info.pid));
       try {
         peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
       } catch (const Error& e) {

@@ -61,10 +61,9 @@ TEST(CommSettings, SizeWhoseSuffixOverflowsIsRejected) {
   }
 }
 
+// The report of `name`; a missing one fails the test (and reads as empty).
 const detail::SettingReport& reported(const detail::CommSettings& s, const std::string& name) {
-  for (const detail::SettingReport& r : s.report) {
-    if (r.name == name) return r;
-  }
+  if (const detail::SettingReport* r = s.reported(name)) return *r;
   ADD_FAILURE() << name << " is not in the settings report";
   static const detail::SettingReport none;
   return none;
