@@ -1,5 +1,5 @@
 // AVX2 (+F16C) reduction kernels. Compiled for a baseline x86-64 target: only the functions marked
-// TPF_AVX2 use AVX2, and reduce_n calls them only after checking the CPU at run time.
+// TPF_SIMD_TARGET use AVX2, and reduce_n calls them only after checking the CPU at run time.
 //
 // Bit-exactness with the scalar reference: every lane does the same IEEE operation in the same
 // source order as the scalar loop; there is no multiply-add anywhere (so no FMA contraction);
@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#define TPF_AVX2 __attribute__((target("avx2,f16c")))
+#define TPF_SIMD_TARGET __attribute__((target("avx2,f16c")))
 
 namespace tpf::coll::detail {
 
@@ -39,9 +39,13 @@ T* at(void* base, size_t i) {
 struct F32Io {
   using V = __m256;
   static constexpr size_t kWidth = 8;
-  TPF_AVX2 static V load(const void* p, size_t i) { return _mm256_loadu_ps(at<float>(p, i)); }
-  TPF_AVX2 static void store(void* p, size_t i, V v) { _mm256_storeu_ps(at<float>(p, i), v); }
-  TPF_AVX2 static V finish(V v, int nsrcs, bool avg) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
+    return _mm256_loadu_ps(at<float>(p, i));
+  }
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
+    _mm256_storeu_ps(at<float>(p, i), v);
+  }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) {
     if (avg) v = _mm256_div_ps(v, _mm256_set1_ps(static_cast<float>(nsrcs)));
     const V nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
     return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
@@ -51,9 +55,13 @@ struct F32Io {
 struct F64Io {
   using V = __m256d;
   static constexpr size_t kWidth = 4;
-  TPF_AVX2 static V load(const void* p, size_t i) { return _mm256_loadu_pd(at<double>(p, i)); }
-  TPF_AVX2 static void store(void* p, size_t i, V v) { _mm256_storeu_pd(at<double>(p, i), v); }
-  TPF_AVX2 static V finish(V v, int nsrcs, bool avg) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
+    return _mm256_loadu_pd(at<double>(p, i));
+  }
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
+    _mm256_storeu_pd(at<double>(p, i), v);
+  }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) {
     if (avg) v = _mm256_div_pd(v, _mm256_set1_pd(static_cast<double>(nsrcs)));
     const V nan = _mm256_cmp_pd(v, v, _CMP_UNORD_Q);
     return _mm256_blendv_pd(v, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7ff8000000000000LL)), nan);
@@ -63,24 +71,24 @@ struct F64Io {
 struct F16Io {
   using V = __m256;
   static constexpr size_t kWidth = 8;
-  TPF_AVX2 static V load(const void* p, size_t i) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at<uint16_t>(p, i))));
   }
-  TPF_AVX2 static void store(void* p, size_t i, V v) {
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(at<uint16_t>(p, i)),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  TPF_AVX2 static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
 };
 
 struct Bf16Io {
   using V = __m256;
   static constexpr size_t kWidth = 8;
-  TPF_AVX2 static V load(const void* p, size_t i) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at<uint16_t>(p, i)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
   }
-  TPF_AVX2 static void store(void* p, size_t i, V v) {
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
     // Round to nearest even on the integer bits, as f32_to_bf16 does. store() only ever sees
     // finish()'s output, where every NaN is the canonical 0x7fc00000: the rounding maps that to
     // 0x7fc0, the canonical bf16 NaN, so no NaN case is needed here.
@@ -93,7 +101,7 @@ struct Bf16Io {
         _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(at<uint16_t>(p, i)), packed);
   }
-  TPF_AVX2 static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
 };
 
 // Integers: avg is handled by the driver (sum, then a scalar division pass), so finish is identity.
@@ -101,22 +109,22 @@ template <class T>
 struct IntIo {
   using V = __m256i;
   static constexpr size_t kWidth = 32 / sizeof(T);
-  TPF_AVX2 static V load(const void* p, size_t i) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at<T>(p, i)));
   }
-  TPF_AVX2 static void store(void* p, size_t i, V v) {
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(at<T>(p, i)), v);
   }
-  TPF_AVX2 static V finish(V v, int, bool) { return v; }
+  TPF_SIMD_TARGET static V finish(V v, int, bool) { return v; }
 };
 
 // ---- Combining operators. min/max: vminps(a, b) is "a < b ? a : b", the reference's order; the
 // blend adds NaN propagation from a (a NaN in b already comes out).
 // --------------------------------
 
-#define TPF_BINOP(Name, V, expr)                       \
-  struct Name {                                        \
-    TPF_AVX2 static V apply(V a, V b) { return expr; } \
+#define TPF_BINOP(Name, V, expr)                              \
+  struct Name {                                               \
+    TPF_SIMD_TARGET static V apply(V a, V b) { return expr; } \
   };
 
 TPF_BINOP(AddPs, __m256, _mm256_add_ps(a, b))
@@ -149,7 +157,7 @@ TPF_BINOP(MaxI64, __m256i, _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(b, a)))
 // There is no 8-bit multiply: the low byte of a 16-bit product depends only on the low bytes, so
 // multiply the even bytes and the odd bytes (shifted down) in 16-bit lanes and merge.
 struct MulI8 {
-  TPF_AVX2 static __m256i apply(__m256i a, __m256i b) {
+  TPF_SIMD_TARGET static __m256i apply(__m256i a, __m256i b) {
     const __m256i low_bytes = _mm256_set1_epi16(0x00ff);
     const __m256i even = _mm256_and_si256(_mm256_mullo_epi16(a, b), low_bytes);
     const __m256i odd =
@@ -160,7 +168,7 @@ struct MulI8 {
 
 // No 64-bit multiply before AVX-512DQ: the low 64 bits of a*b are lo*lo + ((lo*hi + hi*lo) << 32).
 struct MulI64 {
-  TPF_AVX2 static __m256i apply(__m256i a, __m256i b) {
+  TPF_SIMD_TARGET static __m256i apply(__m256i a, __m256i b) {
     const __m256i lo = _mm256_mul_epu32(a, b);
     const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
                                            _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
@@ -168,112 +176,17 @@ struct MulI64 {
   }
 };
 
-// ---- The loop: four vectors per step, all sources accumulated in registers, one store. --------
-
-template <class Io, class Op>
-TPF_AVX2 size_t run(void* dst, const void* const* srcs, int nsrcs, size_t begin, size_t end,
-                    bool avg) {
-  using V = typename Io::V;
-  constexpr size_t kW = Io::kWidth;
-  size_t i = begin;
-  for (; i + 4 * kW <= end; i += 4 * kW) {
-    const void* first = srcs[0];
-    V a0 = Io::load(first, i);
-    V a1 = Io::load(first, i + kW);
-    V a2 = Io::load(first, i + 2 * kW);
-    V a3 = Io::load(first, i + 3 * kW);
-    for (int s = 1; s < nsrcs; ++s) {
-      const void* src = srcs[s];
-      a0 = Op::apply(a0, Io::load(src, i));
-      a1 = Op::apply(a1, Io::load(src, i + kW));
-      a2 = Op::apply(a2, Io::load(src, i + 2 * kW));
-      a3 = Op::apply(a3, Io::load(src, i + 3 * kW));
-    }
-    Io::store(dst, i, Io::finish(a0, nsrcs, avg));
-    Io::store(dst, i + kW, Io::finish(a1, nsrcs, avg));
-    Io::store(dst, i + 2 * kW, Io::finish(a2, nsrcs, avg));
-    Io::store(dst, i + 3 * kW, Io::finish(a3, nsrcs, avg));
-  }
-  for (; i + kW <= end; i += kW) {
-    V a = Io::load(srcs[0], i);
-    for (int s = 1; s < nsrcs; ++s) a = Op::apply(a, Io::load(srcs[s], i));
-    Io::store(dst, i, Io::finish(a, nsrcs, avg));
-  }
-  return i;
-}
-
-// Runs the vector loop, then the scalar reference on the tail.
-template <class Io, class Op>
-TPF_AVX2 void run_with_tail(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
-                            size_t count) {
-  const size_t done = run<Io, Op>(dst, srcs, nsrcs, 0, count, op == ReduceOp::avg);
-  if (done < count) reduce_range_scalar(dtype, op, dst, srcs, nsrcs, done, count);
-}
-
-// Integer avg: the wrapped sum a cache-sized block at a time, then divide that block in place
-// while it is still in L1.
-template <class Io, class Op>
-TPF_AVX2 void run_int_avg(DType dtype, void* dst, const void* const* srcs, int nsrcs,
-                          size_t count) {
-  constexpr size_t kBlock = 4096;
-  for (size_t begin = 0; begin < count; begin += kBlock) {
-    const size_t end = count - begin < kBlock ? count : begin + kBlock;
-    const size_t done = run<Io, Op>(dst, srcs, nsrcs, begin, end, false);
-    if (done < end) reduce_range_scalar(dtype, ReduceOp::sum, dst, srcs, nsrcs, done, end);
-    divide_range_scalar(dtype, dst, nsrcs, begin, end);
-  }
-}
-
-template <class Io, class Add, class Mul, class Min, class Max>
-TPF_AVX2 void run_op(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
-                     size_t count) {
-  switch (op) {
-    case ReduceOp::sum: run_with_tail<Io, Add>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::prod: run_with_tail<Io, Mul>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::min: run_with_tail<Io, Min>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::max: run_with_tail<Io, Max>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::avg:
-      if (is_floating(dtype)) {
-        run_with_tail<Io, Add>(dtype, op, dst, srcs, nsrcs, count);
-      } else {
-        run_int_avg<Io, Add>(dtype, dst, srcs, nsrcs, count);
-      }
-      return;
-  }
-}
-
 }  // namespace
+
+}  // namespace tpf::coll::detail
+
+#include "coll/reduce_simd_driver.h"
+
+namespace tpf::coll::detail {
 
 bool reduce_n_avx2(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
                    size_t count) {
-  switch (dtype) {
-    case DType::f32:
-      run_op<F32Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::f16:
-      run_op<F16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::bf16:
-      run_op<Bf16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::f64:
-      run_op<F64Io, AddPd, MulPd, MinPd, MaxPd>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::i8:
-      run_op<IntIo<int8_t>, AddI8, MulI8, MinI8, MaxI8>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::u8:
-      run_op<IntIo<uint8_t>, AddI8, MulI8, MinU8, MaxU8>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::i32:
-      run_op<IntIo<int32_t>, AddI32, MulI32, MinI32, MaxI32>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::i64:
-      run_op<IntIo<int64_t>, AddI64, MulI64, MinI64, MaxI64>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    default: return false;
-  }
-  return true;
+  return reduce_n_simd(dtype, op, dst, srcs, nsrcs, count);
 }
 
 }  // namespace tpf::coll::detail

@@ -1,5 +1,5 @@
 // AVX-512 reduction kernels. Compiled for a baseline x86-64 target: only the functions marked
-// TPF_AVX512 use AVX-512, and reduce_n calls them only after checking the CPU at run time.
+// TPF_SIMD_TARGET use AVX-512, and reduce_n calls them only after checking the CPU at run time.
 //
 // Bit-exactness with the scalar reference: every lane does the same IEEE operation in the same
 // source order as the scalar loop; there is no multiply-add anywhere (so no FMA contraction);
@@ -19,7 +19,8 @@
 
 #include <cstdint>
 
-#define TPF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define TPF_SIMD_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
 
 namespace tpf::coll::detail {
 
@@ -39,9 +40,13 @@ T* at(void* base, size_t i) {
 struct F32Io {
   using V = __m512;
   static constexpr size_t kWidth = 16;
-  TPF_AVX512 static V load(const void* p, size_t i) { return _mm512_loadu_ps(at<float>(p, i)); }
-  TPF_AVX512 static void store(void* p, size_t i, V v) { _mm512_storeu_ps(at<float>(p, i), v); }
-  TPF_AVX512 static V finish(V v, int nsrcs, bool avg) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
+    return _mm512_loadu_ps(at<float>(p, i));
+  }
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
+    _mm512_storeu_ps(at<float>(p, i), v);
+  }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) {
     if (avg) v = _mm512_div_ps(v, _mm512_set1_ps(static_cast<float>(nsrcs)));
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
@@ -51,9 +56,13 @@ struct F32Io {
 struct F64Io {
   using V = __m512d;
   static constexpr size_t kWidth = 8;
-  TPF_AVX512 static V load(const void* p, size_t i) { return _mm512_loadu_pd(at<double>(p, i)); }
-  TPF_AVX512 static void store(void* p, size_t i, V v) { _mm512_storeu_pd(at<double>(p, i), v); }
-  TPF_AVX512 static V finish(V v, int nsrcs, bool avg) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
+    return _mm512_loadu_pd(at<double>(p, i));
+  }
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
+    _mm512_storeu_pd(at<double>(p, i), v);
+  }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) {
     if (avg) v = _mm512_div_pd(v, _mm512_set1_pd(static_cast<double>(nsrcs)));
     const __mmask8 nan = _mm512_cmp_pd_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_blend_pd(nan, v,
@@ -64,25 +73,25 @@ struct F64Io {
 struct F16Io {
   using V = __m512;
   static constexpr size_t kWidth = 16;
-  TPF_AVX512 static V load(const void* p, size_t i) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
     return _mm512_cvtph_ps(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at<uint16_t>(p, i))));
   }
-  TPF_AVX512 static void store(void* p, size_t i, V v) {
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(at<uint16_t>(p, i)),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  TPF_AVX512 static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
 };
 
 struct Bf16Io {
   using V = __m512;
   static constexpr size_t kWidth = 16;
-  TPF_AVX512 static V load(const void* p, size_t i) {
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at<uint16_t>(p, i)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
   }
-  TPF_AVX512 static void store(void* p, size_t i, V v) {
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) {
     // Round to nearest even on the integer bits, as f32_to_bf16 does. store() only ever sees
     // finish()'s output, where every NaN is the canonical 0x7fc00000: the rounding maps that to
     // 0x7fc0, the canonical bf16 NaN, so no NaN case is needed here.
@@ -93,7 +102,7 @@ struct Bf16Io {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(at<uint16_t>(p, i)),
                         _mm512_cvtepi32_epi16(bits));
   }
-  TPF_AVX512 static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
+  TPF_SIMD_TARGET static V finish(V v, int nsrcs, bool avg) { return F32Io::finish(v, nsrcs, avg); }
 };
 
 // Integers: avg is handled by the driver (sum, then a scalar division pass), so finish is identity.
@@ -101,18 +110,18 @@ template <class T>
 struct IntIo {
   using V = __m512i;
   static constexpr size_t kWidth = 64 / sizeof(T);
-  TPF_AVX512 static V load(const void* p, size_t i) { return _mm512_loadu_si512(at<T>(p, i)); }
-  TPF_AVX512 static void store(void* p, size_t i, V v) { _mm512_storeu_si512(at<T>(p, i), v); }
-  TPF_AVX512 static V finish(V v, int, bool) { return v; }
+  TPF_SIMD_TARGET static V load(const void* p, size_t i) { return _mm512_loadu_si512(at<T>(p, i)); }
+  TPF_SIMD_TARGET static void store(void* p, size_t i, V v) { _mm512_storeu_si512(at<T>(p, i), v); }
+  TPF_SIMD_TARGET static V finish(V v, int, bool) { return v; }
 };
 
 // ---- Combining operators. min/max: vminps(a, b) is "a < b ? a : b", the reference's order; the
 // blend adds NaN propagation from a (a NaN in b already comes out).
 // --------------------------------
 
-#define TPF_BINOP(Name, V, expr)                         \
-  struct Name {                                          \
-    TPF_AVX512 static V apply(V a, V b) { return expr; } \
+#define TPF_BINOP(Name, V, expr)                              \
+  struct Name {                                               \
+    TPF_SIMD_TARGET static V apply(V a, V b) { return expr; } \
   };
 
 TPF_BINOP(AddPs, __m512, _mm512_add_ps(a, b))
@@ -146,7 +155,7 @@ TPF_BINOP(MaxI64, __m512i, _mm512_max_epi64(a, b))
 // There is no 8-bit multiply: the low byte of a 16-bit product depends only on the low bytes, so
 // multiply the even bytes and the odd bytes (shifted down) in 16-bit lanes and merge.
 struct MulI8 {
-  TPF_AVX512 static __m512i apply(__m512i a, __m512i b) {
+  TPF_SIMD_TARGET static __m512i apply(__m512i a, __m512i b) {
     const __m512i low_bytes = _mm512_set1_epi16(0x00ff);
     const __m512i even = _mm512_and_si512(_mm512_mullo_epi16(a, b), low_bytes);
     const __m512i odd =
@@ -155,112 +164,17 @@ struct MulI8 {
   }
 };
 
-// ---- The loop: four vectors per step, all sources accumulated in registers, one store. --------
-
-template <class Io, class Op>
-TPF_AVX512 size_t run(void* dst, const void* const* srcs, int nsrcs, size_t begin, size_t end,
-                      bool avg) {
-  using V = typename Io::V;
-  constexpr size_t kW = Io::kWidth;
-  size_t i = begin;
-  for (; i + 4 * kW <= end; i += 4 * kW) {
-    const void* first = srcs[0];
-    V a0 = Io::load(first, i);
-    V a1 = Io::load(first, i + kW);
-    V a2 = Io::load(first, i + 2 * kW);
-    V a3 = Io::load(first, i + 3 * kW);
-    for (int s = 1; s < nsrcs; ++s) {
-      const void* src = srcs[s];
-      a0 = Op::apply(a0, Io::load(src, i));
-      a1 = Op::apply(a1, Io::load(src, i + kW));
-      a2 = Op::apply(a2, Io::load(src, i + 2 * kW));
-      a3 = Op::apply(a3, Io::load(src, i + 3 * kW));
-    }
-    Io::store(dst, i, Io::finish(a0, nsrcs, avg));
-    Io::store(dst, i + kW, Io::finish(a1, nsrcs, avg));
-    Io::store(dst, i + 2 * kW, Io::finish(a2, nsrcs, avg));
-    Io::store(dst, i + 3 * kW, Io::finish(a3, nsrcs, avg));
-  }
-  for (; i + kW <= end; i += kW) {
-    V a = Io::load(srcs[0], i);
-    for (int s = 1; s < nsrcs; ++s) a = Op::apply(a, Io::load(srcs[s], i));
-    Io::store(dst, i, Io::finish(a, nsrcs, avg));
-  }
-  return i;
-}
-
-// Runs the vector loop, then the scalar reference on the tail.
-template <class Io, class Op>
-TPF_AVX512 void run_with_tail(DType dtype, ReduceOp op, void* dst, const void* const* srcs,
-                              int nsrcs, size_t count) {
-  const size_t done = run<Io, Op>(dst, srcs, nsrcs, 0, count, op == ReduceOp::avg);
-  if (done < count) reduce_range_scalar(dtype, op, dst, srcs, nsrcs, done, count);
-}
-
-// Integer avg: the wrapped sum a cache-sized block at a time, then divide that block in place
-// while it is still in L1.
-template <class Io, class Op>
-TPF_AVX512 void run_int_avg(DType dtype, void* dst, const void* const* srcs, int nsrcs,
-                            size_t count) {
-  constexpr size_t kBlock = 4096;
-  for (size_t begin = 0; begin < count; begin += kBlock) {
-    const size_t end = count - begin < kBlock ? count : begin + kBlock;
-    const size_t done = run<Io, Op>(dst, srcs, nsrcs, begin, end, false);
-    if (done < end) reduce_range_scalar(dtype, ReduceOp::sum, dst, srcs, nsrcs, done, end);
-    divide_range_scalar(dtype, dst, nsrcs, begin, end);
-  }
-}
-
-template <class Io, class Add, class Mul, class Min, class Max>
-TPF_AVX512 void run_op(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
-                       size_t count) {
-  switch (op) {
-    case ReduceOp::sum: run_with_tail<Io, Add>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::prod: run_with_tail<Io, Mul>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::min: run_with_tail<Io, Min>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::max: run_with_tail<Io, Max>(dtype, op, dst, srcs, nsrcs, count); return;
-    case ReduceOp::avg:
-      if (is_floating(dtype)) {
-        run_with_tail<Io, Add>(dtype, op, dst, srcs, nsrcs, count);
-      } else {
-        run_int_avg<Io, Add>(dtype, dst, srcs, nsrcs, count);
-      }
-      return;
-  }
-}
-
 }  // namespace
+
+}  // namespace tpf::coll::detail
+
+#include "coll/reduce_simd_driver.h"
+
+namespace tpf::coll::detail {
 
 bool reduce_n_avx512(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
                      size_t count) {
-  switch (dtype) {
-    case DType::f32:
-      run_op<F32Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::f16:
-      run_op<F16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::bf16:
-      run_op<Bf16Io, AddPs, MulPs, MinPs, MaxPs>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::f64:
-      run_op<F64Io, AddPd, MulPd, MinPd, MaxPd>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::i8:
-      run_op<IntIo<int8_t>, AddI8, MulI8, MinI8, MaxI8>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::u8:
-      run_op<IntIo<uint8_t>, AddI8, MulI8, MinU8, MaxU8>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::i32:
-      run_op<IntIo<int32_t>, AddI32, MulI32, MinI32, MaxI32>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    case DType::i64:
-      run_op<IntIo<int64_t>, AddI64, MulI64, MinI64, MaxI64>(dtype, op, dst, srcs, nsrcs, count);
-      break;
-    default: return false;
-  }
-  return true;
+  return reduce_n_simd(dtype, op, dst, srcs, nsrcs, count);
 }
 
 }  // namespace tpf::coll::detail
