@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "tpf/comm.h"
@@ -67,16 +68,6 @@ DemoResult run_case(Communicator& comm, const DemoCase& c, uint64_t& my_wrong) {
         static_cast<double>(c.bytes) / r.time_us / 1e3 * coll::bus_bandwidth_factor(c.collective, comm.size());
   }
   return r;
-}
-
-std::string human_bytes(size_t bytes) {
-  char buf[32];
-  if (bytes >= (size_t{1} << 20)) {
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / (1 << 10));
-  }
-  return buf;
 }
 
 }  // namespace
@@ -199,7 +190,7 @@ int cmd_demo(int argc, char** argv) {
       const auto& c = cases[k];
       const auto& r = results[k];
       std::printf("  %-20s %-5s %10s  %-12s %10.1f %10.2f\n", c.label, c.dtype,
-                  human_bytes(c.bytes).c_str(), r.wrong == 0 ? "verified OK" : "FAILED", r.time_us,
+                  base::format_bytes(static_cast<double>(c.bytes)).c_str(), r.wrong == 0 ? "verified OK" : "FAILED", r.time_us,
                   r.busbw);
     }
     std::printf("\n");

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "cli/plan_calibrate_cmd.h"
+#include "base/byte_size.h"
 #include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
@@ -90,18 +91,6 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) throw Error(ErrorCode::system, "cannot write " + path);
-}
-
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 3) {
-    bytes /= 1024;
-    ++u;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.0f %s", bytes, units[u]);
-  return text;
 }
 
 int cmd_show(int argc, char** argv, bool cluster) {
@@ -206,7 +195,7 @@ int cmd_plan_collective(int argc, char** argv) {
         rows.push_back(std::move(row));
       } else {
         std::printf("%12s  %-22s %12.1f %11.1f %11.1f%s\n",
-                    i == 0 ? human_bytes(bytes).c_str() : "", e.algorithm.c_str(), e.us, algbw,
+                    i == 0 ? base::format_bytes(bytes, 0).c_str() : "", e.algorithm.c_str(), e.us, algbw,
                     e.busbw_gbps, i == 0 ? "  *" : "");
       }
     }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/byte_size.h"
 #include "formats/json.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
@@ -56,12 +57,6 @@ double physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / static_cast<double>(1 << 30));
-  return buf;
-}
-
 // Refuses a model whose weights, gradients, moments and activations certainly do not fit, before
 // anything is allocated: a few characters of configuration must not run the machine out of memory.
 void check_fits_in_memory(const RunConfig& config, int tp_size) {
@@ -69,13 +64,13 @@ void check_fits_in_memory(const RunConfig& config, int tp_size) {
   const double have = physical_memory_bytes();
   if (have > 0 && need > have) {
     throw Error(ErrorCode::resource,
-                "configuration: training this model needs at least " + gib(need) +
+                "configuration: training this model needs at least " + base::format_bytes(need) +
                     " per rank at TP=" + std::to_string(tp_size) + " (" +
                     std::to_string(parameter_count(config.model)) +
                     " parameters with gradients and AdamW moments, and the activations of " +
                     std::to_string(config.train.batch_size) + " x " +
                     std::to_string(config.model.context) + " tokens), but this machine has " +
-                    gib(have) + "; use a smaller model.*, train.batch_size or model.context");
+                    base::format_bytes(have) + "; use a smaller model.*, train.batch_size or model.context");
   }
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -82,20 +83,6 @@ std::string format_ranges(const std::vector<int>& sorted) {
   return out.str();
 }
 
-std::string format_bytes(size_t bytes) {
-  std::ostringstream out;
-  if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) {
-    out << (bytes >> 30) << " GiB";
-  } else if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) {
-    out << (bytes >> 20) << " MiB";
-  } else if (bytes >= 1024 && bytes % 1024 == 0) {
-    out << (bytes >> 10) << " KiB";
-  } else {
-    out << bytes << " B";
-  }
-  return out.str();
-}
-
 const char* plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
 }  // namespace
@@ -144,7 +131,7 @@ std::string MachineTopology::describe() const {
       << plural(cores.size(), "core", "cores") << ", " << pus << ' '
       << plural(pus, "hardware thread", "hardware threads") << '\n';
   out << "L3 cache: "
-      << (l3_bytes == 0 ? std::string("unknown") : format_bytes(l3_bytes) + " per instance")
+      << (l3_bytes == 0 ? std::string("unknown") : base::format_exact_bytes(l3_bytes) + " per instance")
       << '\n';
   // One line per (socket, NUMA node) pair, in order of first appearance.
   std::vector<std::pair<int, int>> groups;

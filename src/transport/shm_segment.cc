@@ -13,15 +13,12 @@
 #include <thread>
 #include <utility>
 
+#include "base/byte_size.h"
 #include "topo/numa_placement.h"
 #include "tpf/error.h"
 
 namespace tpf::transport {
 namespace {
-
-std::string mib(size_t bytes) {
-  return std::to_string((bytes + (size_t{1} << 20) - 1) >> 20) + " MiB";
-}
 
 // Closes a file descriptor when it goes out of scope.
 struct FdGuard {
@@ -117,10 +114,10 @@ namespace {
 
 [[noreturn]] void throw_shm_too_small(size_t bytes, const std::string& what) {
   throw Error(ErrorCode::resource,
-              what + " needs " + mib(bytes) +
+              what + " needs " + base::format_bytes(static_cast<double>(bytes)) +
                   " of shared memory for this rank but /dev/shm has "
                   "only " +
-                  mib(shm_free_bytes()) +
+                  base::format_bytes(static_cast<double>(shm_free_bytes())) +
                   " free. Make /dev/shm larger (e.g. `mount -o "
                   "remount,size=8G /dev/shm`, or `docker run --shm-size=8g`) or lower "
                   "TPF_SHM_BUFFER_BYTES");
