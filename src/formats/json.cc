@@ -1,11 +1,13 @@
 #include "formats/json.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <cstdio>
-#include <system_error>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "tpf/error.h"
 
@@ -48,265 +50,199 @@ size_t utf8_sequence_length(std::string_view text, size_t pos) noexcept {
   return continuation + 1;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-    return;
+// nlohmann's parser reads through this iterator, so the builder knows how far it has read when a
+// SAX event arrives (nlohmann reports a position only with its own errors).
+class CountingIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  CountingIterator(const char* at, const char** consumed_end)
+      : at_(at), consumed_end_(consumed_end) {}
+  reference operator*() const { return *at_; }
+  CountingIterator& operator++() {
+    *consumed_end_ = ++at_;
+    return *this;
   }
-  // The lead byte carries the length in its high bits; each continuation byte carries 6 bits.
-  const int continuation = cp < 0x800 ? 1 : cp < 0x10000 ? 2 : 3;
-  out += static_cast<char>(((0xFF00 >> (continuation + 1)) & 0xFF) | (cp >> (6 * continuation)));
-  for (int i = continuation - 1; i >= 0; --i) {
-    out += static_cast<char>(0x80 | ((cp >> (6 * i)) & 0x3F));
+  bool operator==(const CountingIterator& other) const { return at_ == other.at_; }
+  bool operator!=(const CountingIterator& other) const { return at_ != other.at_; }
+
+ private:
+  const char* at_;
+  const char** consumed_end_;
+};
+
+// "[json.exception.parse_error.101] parse error at line 1, column 4: syntax error ..." -> "syntax
+// error ...": the offset, line and column are added by our own message, the same for every error.
+std::string nlohmann_detail(const std::string& message) {
+  std::string_view text = message;
+  if (text.starts_with("[json.exception.")) text.remove_prefix(text.find("] ") + 2);
+  if (text.starts_with("parse error")) {
+    const size_t colon = text.find(": ");
+    if (colon != std::string_view::npos) text.remove_prefix(colon + 2);
   }
+  return std::string(text);
 }
 
-// Recursive descent over a string_view; pos_ is always the offset the next error would name.
-class Parser {
+// Builds a Value from nlohmann's SAX events, adding what nlohmann does not check: duplicate keys
+// and the nesting limit. nlohmann's parser itself is iterative, so deep input cannot exhaust the
+// stack there; the limit protects Value's recursive destructor and the callers' recursive walks.
+class ValueBuilder {
  public:
-  Parser(std::string_view text, const std::string& what) : text_(text), what_(what) {}
+  using Sax = nlohmann::json;
 
-  Value parse_document() {
-    skip_whitespace();
-    Value value = parse_value(0);
-    skip_whitespace();
-    if (pos_ != text_.size()) fail_expected("end of input after the value");
-    return value;
+  ValueBuilder(std::string_view text, const std::string& what)
+      : text_(text), what_(what), consumed_end_(text.data()) {}
+
+  Value parse() {
+    // nlohmann reads a NUL byte as the end of the input, so "1\0garbage" would parse as 1. JSON
+    // has no place for a raw NUL (not whitespace, not allowed unescaped in strings): refuse it.
+    if (const size_t nul = text_.find('\0'); nul != std::string_view::npos) {
+      refuse(nul, "a NUL byte, which JSON allows only escaped inside strings");
+      fail();
+    }
+    const CountingIterator first(text_.data(), &consumed_end_);
+    const CountingIterator last(text_.data() + text_.size(), &consumed_end_);
+    if (!Sax::sax_parse(first, last, this)) fail();
+    return std::move(root_);
+  }
+
+  // nlohmann's SAX interface.
+  bool null() { return add(Value()); }
+  bool boolean(bool value) { return add(Value(value)); }
+  bool number_integer(Sax::number_integer_t value) { return add(Value(value)); }
+  // Above INT64_MAX: an (inexact) double rather than an error, like any other large number.
+  bool number_unsigned(Sax::number_unsigned_t value) {
+    if (value > static_cast<uint64_t>(INT64_MAX)) return add(Value(static_cast<double>(value)));
+    return add(Value(static_cast<int64_t>(value)));
+  }
+  bool number_float(Sax::number_float_t value, const std::string&) { return add(Value(value)); }
+  bool string(std::string& value) { return add(Value(std::move(value))); }
+  bool binary(Sax::binary_t&) { return false; }  // JSON text has no binary values
+  bool start_object(size_t) { return open(Value(Object())); }
+  bool key(std::string& key) {
+    Frame& frame = open_.back();
+    // Duplicate keys are ambiguous (which one wins differs between parsers), so they are errors;
+    // the set keeps the check linear for headers with thousands of tensors.
+    if (!frame.keys.insert(key).second) {
+      return refuse(key_start(), "duplicate key " + dump(Value(key)));
+    }
+    frame.key = std::move(key);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(size_t) { return open(Value(Array())); }
+  bool end_array() { return close(); }
+  bool parse_error(size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& error) {
+    // nlohmann's position counts the characters read, the one that failed included; a number out
+    // of range is named at its first digit.
+    const bool whole_token = dynamic_cast<const nlohmann::detail::out_of_range*>(&error) != nullptr;
+    const size_t offset = whole_token ? position - last_token.size() : position - 1;
+    return refuse(std::min(offset, text_.size()), nlohmann_detail(error.what()));
   }
 
  private:
-  [[noreturn]] void fail_at(size_t pos, const std::string& problem) const {
-    throw Error(ErrorCode::invalid_argument,
-                what_ + ": invalid JSON at byte " + std::to_string(pos) + ": " + problem);
-  }
-  // Names what was found too, since "expected ','" alone sends people counting bytes.
-  [[noreturn]] void fail_expected(const std::string& expected) const {
-    std::string found = "end of input";
-    if (pos_ < text_.size()) {
-      const auto c = static_cast<unsigned char>(text_[pos_]);
-      char buf[16];
-      std::snprintf(buf, sizeof buf, c >= 0x20 && c < 0x7F ? "'%c'" : "byte 0x%02X", c);
-      found = buf;
+  struct Frame {
+    Value container;
+    std::string key;                       // objects: the key of the value to come
+    std::unordered_set<std::string> keys;  // objects: every key so far
+  };
+
+  size_t consumed() const { return static_cast<size_t>(consumed_end_ - text_.data()); }
+
+  // Called at a key's closing quote: back to its opening quote, the first one not escaped.
+  size_t key_start() const {
+    size_t pos = consumed() - 1;
+    while (pos > 0) {
+      --pos;
+      if (text_[pos] != '"') continue;
+      size_t backslashes = 0;
+      while (pos > backslashes && text_[pos - 1 - backslashes] == '\\') ++backslashes;
+      if (backslashes % 2 == 0) return pos;
     }
-    fail_at(pos_, "expected " + expected + ", found " + found);
+    return pos;
   }
 
-  bool at_end() const { return pos_ >= text_.size(); }
-  char peek() const { return at_end() ? '\0' : text_[pos_]; }
-
-  void skip_whitespace() {
-    while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r')) {
-      ++pos_;
+  bool open(Value container) {
+    // Called just after the '[' or '{' has been read.
+    if (open_.size() >= static_cast<size_t>(kMaxDepth)) {
+      return refuse(consumed() - 1,
+                    "nesting deeper than " + std::to_string(kMaxDepth) + " arrays and objects");
     }
+    open_.push_back(Frame{std::move(container), {}, {}});
+    return true;
   }
 
-  void expect(char c, const char* description) {
-    if (peek() != c || at_end()) fail_expected(description);
-    ++pos_;
+  bool close() {
+    Value done = std::move(open_.back().container);
+    open_.pop_back();
+    return add(std::move(done));
   }
 
-  void expect_literal(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) fail_expected("a value");
-    pos_ += word.size();
-  }
-
-  // depth counts the arrays and objects that enclose this value.
-  Value parse_value(int depth) {
-    switch (peek()) {
-      case '{': return parse_object(depth + 1);
-      case '[': return parse_array(depth + 1);
-      case '"': return Value(parse_string());
-      case 't': expect_literal("true"); return Value(true);
-      case 'f': expect_literal("false"); return Value(false);
-      case 'n': expect_literal("null"); return Value();
-      default: break;
-    }
-    if (peek() == '-' || (peek() >= '0' && peek() <= '9')) return parse_number();
-    fail_expected("a value");
-  }
-
-  void check_depth(int depth) const {
-    if (depth > kMaxDepth) {
-      fail_at(pos_, "nesting deeper than " + std::to_string(kMaxDepth) + " arrays and objects");
-    }
-  }
-
-  Value parse_array(int depth) {
-    check_depth(depth);
-    ++pos_;
-    Array array;
-    skip_whitespace();
-    if (peek() == ']') {
-      ++pos_;
-      return Value(std::move(array));
-    }
-    while (true) {
-      skip_whitespace();
-      array.push_back(parse_value(depth));
-      skip_whitespace();
-      if (peek() == ']') break;
-      expect(',', "',' or ']' in array");
-    }
-    ++pos_;
-    return Value(std::move(array));
-  }
-
-  Value parse_object(int depth) {
-    check_depth(depth);
-    ++pos_;
-    Object object;
-    // Duplicate keys are ambiguous (which one wins differs between parsers), so they are errors;
-    // the set keeps the check linear for headers with thousands of tensors.
-    std::unordered_set<std::string> seen;
-    skip_whitespace();
-    if (peek() == '}') {
-      ++pos_;
-      return Value(std::move(object));
-    }
-    while (true) {
-      skip_whitespace();
-      if (peek() != '"' || at_end()) fail_expected("a string key");
-      const size_t key_pos = pos_;
-      std::string key = parse_string();
-      if (!seen.insert(key).second) fail_at(key_pos, "duplicate key " + dump(Value(key)));
-      skip_whitespace();
-      expect(':', "':' after an object key");
-      skip_whitespace();
-      Value value = parse_value(depth);
-      object.emplace_back(std::move(key), std::move(value));
-      skip_whitespace();
-      if (peek() == '}') break;
-      expect(',', "',' or '}' in object");
-    }
-    ++pos_;
-    return Value(std::move(object));
-  }
-
-  uint32_t parse_hex4() {
-    uint32_t value = 0;
-    const char* first = text_.data() + pos_;
-    const char* last = first + std::min<size_t>(4, text_.size() - pos_);
-    const auto [end, ec] = std::from_chars(first, last, value, 16);
-    pos_ += end - first;  // so an error names the first character that is not a hex digit
-    if (ec != std::errc() || end != first + 4) fail_expected("4 hex digits after \\u");
-    return value;
-  }
-
-  // Called with pos_ just after "\u"; reads one code point, joining a surrogate pair.
-  uint32_t parse_unicode_escape() {
-    const size_t start = pos_ - 2;
-    const uint32_t unit = parse_hex4();
-    if (unit >= 0xDC00 && unit <= 0xDFFF) fail_at(start, "low surrogate without a high one");
-    if (unit < 0xD800 || unit > 0xDBFF) return unit;
-    if (text_.substr(pos_, 2) != "\\u") fail_at(start, "high surrogate without a low one");
-    pos_ += 2;
-    const uint32_t low = parse_hex4();
-    if (low < 0xDC00 || low > 0xDFFF) fail_at(start, "high surrogate without a low one");
-    return 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-  }
-
-  std::string parse_string() {
-    const size_t start = pos_;
-    ++pos_;
-    std::string out;
-    while (true) {
-      if (at_end()) fail_at(start, "unterminated string");
-      const auto c = static_cast<unsigned char>(text_[pos_]);
-      if (c == '"') break;
-      if (c < 0x20) fail_expected("a string character (control characters must be escaped)");
-      if (c != '\\') {
-        const size_t length = utf8_sequence_length(text_, pos_);
-        if (length == 0) fail_at(pos_, "invalid UTF-8 in string");
-        out.append(text_.substr(pos_, length));
-        pos_ += length;
-        continue;
-      }
-      ++pos_;
-      const char escape = peek();
-      ++pos_;
-      switch (escape) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': append_utf8(out, parse_unicode_escape()); break;
-        default: --pos_; fail_expected("an escape (one of \"\\/bfnrtu) after '\\'");
-      }
-    }
-    ++pos_;
-    return out;
-  }
-
-  Value parse_number() {
-    const size_t start = pos_;
-    auto digits = [&] {
-      if (peek() < '0' || peek() > '9') fail_expected("a digit");
-      while (peek() >= '0' && peek() <= '9') ++pos_;
-    };
-    if (peek() == '-') ++pos_;
-    if (peek() == '0') {
-      ++pos_;  // JSON forbids leading zeros, so "01" fails at the '1' as trailing garbage
+  bool add(Value value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+    } else if (Frame& frame = open_.back(); frame.container.is_array()) {
+      frame.container.as_array().push_back(std::move(value));
     } else {
-      digits();
+      frame.container.as_object().emplace_back(std::move(frame.key), std::move(value));
     }
-    bool integer = true;
-    if (peek() == '.') {
-      ++pos_;
-      digits();
-      integer = false;
-    }
-    if (peek() == 'e' || peek() == 'E') {
-      ++pos_;
-      if (peek() == '+' || peek() == '-') ++pos_;
-      digits();
-      integer = false;
-    }
-    const char* first = text_.data() + start;
-    const char* last = text_.data() + pos_;
-    if (integer) {
-      int64_t i;
-      const auto [end, ec] = std::from_chars(first, last, i);
-      if (ec == std::errc() && end == last) return Value(i);
-      // Integers beyond int64 fall back to an inexact double rather than failing.
-    }
-    double d;
-    const auto [end, ec] = std::from_chars(first, last, d);
-    if (ec != std::errc() || end != last) fail_at(start, "number out of the range of a double");
-    return Value(d);
+    return true;
+  }
+
+  // Records the first error and stops the parse (a SAX callback that returns false ends it).
+  bool refuse(size_t offset, std::string problem) {
+    error_offset_ = offset;
+    problem_ = std::move(problem);
+    return false;
+  }
+
+  // "<what>: invalid JSON at byte N (line L, column C): <problem>"; line and column count from 1.
+  [[noreturn]] void fail() const {
+    const std::string_view before = text_.substr(0, error_offset_);
+    const size_t line = 1 + std::count(before.begin(), before.end(), '\n');
+    const size_t line_start = before.rfind('\n');
+    const size_t column =
+        error_offset_ - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+    throw Error(ErrorCode::invalid_argument,
+                what_ + ": invalid JSON at byte " + std::to_string(error_offset_) + " (line " +
+                    std::to_string(line) + ", column " + std::to_string(column) + "): " + problem_);
   }
 
   std::string_view text_;
   const std::string& what_;
-  size_t pos_ = 0;
+  const char* consumed_end_;
+  std::vector<Frame> open_;  // the arrays and objects being read, innermost last
+  Value root_;
+  size_t error_offset_ = 0;
+  std::string problem_;
 };
 
-void dump_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04X", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
+// The writer is nlohmann's: doubles in the shortest text that reads back to the same value (with
+// ".0" when integral, so they stay doubles), NaN and infinities as null, ordered objects as ours.
+nlohmann::ordered_json to_nlohmann(const Value& value) {
+  switch (value.type()) {
+    case Type::null: return nullptr;
+    case Type::boolean: return value.as_bool();
+    case Type::integer: return value.as_int();
+    case Type::number: return value.as_double();
+    case Type::string: return value.as_string();
+    case Type::array: {
+      nlohmann::ordered_json array = nlohmann::ordered_json::array();
+      for (const Value& element : value.as_array()) array.push_back(to_nlohmann(element));
+      return array;
+    }
+    case Type::object: {
+      nlohmann::ordered_json object = nlohmann::ordered_json::object();
+      for (const auto& [key, member] : value.as_object()) object[key] = to_nlohmann(member);
+      return object;
     }
   }
-  out += '"';
+  return nullptr;
 }
 
 }  // namespace
@@ -387,54 +323,12 @@ Value& Value::push_back(Value value) {
 }
 
 Value parse(std::string_view text, const std::string& what) {
-  return Parser(text, what).parse_document();
+  return ValueBuilder(text, what).parse();
 }
 
 void dump_to(std::string& out, const Value& value) {
-  switch (value.type()) {
-    case Type::null: out += "null"; return;
-    case Type::boolean: out += value.as_bool() ? "true" : "false"; return;
-    case Type::integer: out += std::to_string(value.as_int()); return;
-    case Type::number: {
-      const double d = value.as_double();
-      if (!std::isfinite(d)) {
-        out += "null";
-        return;
-      }
-      char buf[32];
-      const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
-      const std::string_view text(buf, end - buf);
-      out += text;
-      // 1.0 prints as "1", which would read back as an integer.
-      if (text.find_first_of(".e") == std::string_view::npos) out += ".0";
-      return;
-    }
-    case Type::string: dump_string(out, value.as_string()); return;
-    case Type::array: {
-      out += '[';
-      bool first = true;
-      for (const Value& element : value.as_array()) {
-        if (!first) out += ',';
-        first = false;
-        dump_to(out, element);
-      }
-      out += ']';
-      return;
-    }
-    case Type::object: {
-      out += '{';
-      bool first = true;
-      for (const auto& [key, member] : value.as_object()) {
-        if (!first) out += ',';
-        first = false;
-        dump_string(out, key);
-        out += ':';
-        dump_to(out, member);
-      }
-      out += '}';
-      return;
-    }
-  }
+  // Invalid UTF-8 is written as U+FFFD, so the output is always valid JSON.
+  out += to_nlohmann(value).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 bool is_valid_utf8(std::string_view text) noexcept {

@@ -1,6 +1,7 @@
-// A small JSON value type with a strict parser and a compact writer, for file headers
-// (safetensors), config files and JSONL logs. Not a general-purpose library: no streaming, no
-// comments, no trailing commas, no NaN.
+// The JSON value type the tools use for file headers (safetensors), config files and JSONL logs,
+// read and written by nlohmann-json. Ours on top of it: typed accessors whose errors name the
+// expected and actual type, objects that keep their key order, integers kept apart from doubles,
+// and a parse stricter than nlohmann's (duplicate keys, a nesting limit, no NUL bytes).
 #pragma once
 
 #include <concepts>
@@ -97,10 +98,11 @@ class Value {
   std::variant<std::nullptr_t, bool, int64_t, double, std::string, Array, Object> v_;
 };
 
-// Parses exactly one JSON value (surrounding whitespace allowed, nothing else). Throws
-// tpf::Error(invalid_argument) "<what>: invalid JSON at byte N: expected ..." on malformed text,
-// invalid UTF-8, duplicate object keys, numbers out of double range, or nesting deeper than
-// kMaxDepth (so hostile input cannot exhaust the stack).
+// Parses exactly one JSON value (surrounding whitespace allowed, nothing else; no comments, no
+// trailing commas, no NaN). Throws tpf::Error(invalid_argument) "<what>: invalid JSON at byte N
+// (line L, column C): <problem>" on malformed text, invalid UTF-8, duplicate object keys, numbers
+// out of double range, or nesting deeper than kMaxDepth (so hostile input cannot exhaust the stack
+// of the code that walks the value). N counts from 0, L and C from 1.
 inline constexpr int kMaxDepth = 128;
 Value parse(std::string_view text, const std::string& what);
 
@@ -108,8 +110,8 @@ Value parse(std::string_view text, const std::string& what);
 // the same bytes; doubles use the shortest text that round-trips and always carry a '.' or an
 // exponent so they read back as doubles. Non-finite doubles have no JSON spelling and are written
 // as null, as JavaScript does, so a NaN loss does not take a training log down with it.
-// Strings are written byte for byte, so the output is valid JSON only if they are valid UTF-8;
-// callers writing files that others read check with is_valid_utf8 first.
+// Invalid UTF-8 in a string is written as U+FFFD, so the output is always valid JSON; callers for
+// whom that would lose data (file headers naming tensors) refuse such strings with is_valid_utf8.
 std::string dump(const Value& value);
 void dump_to(std::string& out, const Value& value);
 
