@@ -75,8 +75,9 @@ ReduceOp parse_op_arg(const std::string& value) {
 }
 
 bool parse_check(const std::string& value) {
-  if (value != "0" && value != "1")
+  if (value != "0" && value != "1") {
     throw UsageError("-c expects 0 or 1, got " + single_quoted(value));
+  }
   return value == "1";
 }
 
@@ -126,7 +127,7 @@ BenchOptions bench_options(const BenchFlags& flags) {
   o.collective = parse_collective_arg(flags.collective);
   if (flags.min_bytes) o.min_bytes = parse_min_bytes(*flags.min_bytes);
   if (flags.max_bytes) o.max_bytes = parse_size("-e", *flags.max_bytes);
-  o.factor = static_cast<size_t>(parse_int(flags.factor, "-f", 2, 2));
+  o.factor = static_cast<size_t>(parse_int(flags.factor, "-f", static_cast<int>(o.factor), 2));
   o.iters = parse_int(flags.iters, "-n", o.iters, 1);
   o.warmup = parse_int(flags.warmup, "-w", o.warmup, 0);
   if (flags.dtype) o.dtype = parse_dtype_arg(*flags.dtype);

@@ -29,7 +29,7 @@ void add_help_command(CLI::App& tpf) {
   CLI::App& help =
       *tpf.add_subcommand("help", "show this help, or 'tpf help <command>' for a command's help");
   auto name = std::make_shared<std::string>();
-  help.add_option("command", *name, "the command whose options to show");
+  help.add_option("command", *name, "the command whose options to show")->type_name("");
   set_action(help, [&tpf, name] {
     if (name->empty()) {
       std::fputs(usage(tpf).c_str(), stdout);
@@ -50,7 +50,8 @@ void add_commands(CLI::App& tpf) {
   tpf.set_help_flag("-h,--help", "print this help and exit");
   tpf.set_version_flag("--version", "tpf " TPF_VERSION, "print the version and exit");
   tpf.require_subcommand(0, 1);  // one command; its arguments are never taken for another one
-  tpf.footer("Run 'tpf <command> --help' for the options of a command.");
+  // An option given twice takes its last value (vectors keep all), as tpf always did.
+  tpf.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_command(tpf);
   add_bench_command(tpf);
   add_topo_command(tpf);
@@ -67,6 +68,8 @@ void add_commands(CLI::App& tpf) {
     std::printf("tpf %s\n", TPF_VERSION);
     return kExitOk;
   });
+  // After the commands: they would inherit it.
+  tpf.footer("Run 'tpf <command> --help' for the options of a command.");
 }
 
 // "tpf plan collective": the commands given, as the messages and the hint name them.

@@ -319,8 +319,8 @@ int calibrate(const Options& o) {
 }  // namespace
 
 void add_plan_calibrate_command(CLI::App& plan) {
-  CLI::App& command = *plan.add_subcommand(
-      "calibrate", "fit the shared-memory link class to `tpf bench all_reduce --json` results");
+  CLI::App& command =
+      *plan.add_subcommand("calibrate", "fit the shared-memory link class to tpf bench results");
   command.footer(kDescription);
   auto flags = std::make_shared<CalibrateFlags>();
   command

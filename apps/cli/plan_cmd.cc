@@ -335,6 +335,10 @@ CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& 
 void add_collective_command(CLI::App& plan) {
   CLI::App& command = *plan.add_subcommand(
       "collective", "predict a collective's algorithms and what routing does to it");
+  command.footer(
+      "Predicts every algorithm of the collective for a group of --ranks GPUs, --stride apart\n"
+      "(copies of the group run at once on the rest of the cluster), and how the group's\n"
+      "network step fares under each routing policy.");
   auto flags = std::make_shared<CollectiveFlags>();
   add_cluster_options(command, flags->cluster, flags->gpus,
                       "size a preset (a multiple of 8; default: --ranks x --stride)")
@@ -376,7 +380,6 @@ void add_show_commands(CLI::App& plan) {
 void add_plan_command(CLI::App& tpf) {
   CLI::App& plan =
       *tpf.add_subcommand("plan", "predict a model's training step on a cluster, rank layouts");
-  plan.footer(kPlanDescription);
   plan.require_subcommand(0, 1);
   auto flags = std::make_shared<PlanFlags>();
   add_cluster_options(plan, flags->cluster, flags->gpus,
@@ -403,6 +406,7 @@ void add_plan_command(CLI::App& tpf) {
   add_collective_command(plan);
   add_plan_calibrate_command(plan);
   add_show_commands(plan);
+  plan.footer(kPlanDescription);  // after the subcommands: they would inherit it
 }
 
 }  // namespace tpf::cli

@@ -25,8 +25,7 @@ constexpr int kMaxRanks = 4096;
 constexpr const char* kDescription =
     "Starts N ranks of PROGRAM on this machine. Each rank gets TPF_RANK, TPF_WORLD_SIZE,\n"
     "TPF_LOCAL_RANK, TPF_LOCAL_WORLD_SIZE, TPF_STORE_ADDR (a rendezvous store served by tpf run),\n"
-    "TPF_JOB_SECRET, TPF_JOB_ID and, with --timeout, TPF_TIMEOUT. Everything from PROGRAM on\n"
-    "(or after --) is PROGRAM's.\n"
+    "TPF_JOB_SECRET, TPF_JOB_ID and, with --timeout, TPF_TIMEOUT.\n"
     "\n"
     "When a rank fails, the others get a grace period (TPF_RUN_GRACE_S, default 3 s) to report,\n"
     "then SIGTERM, then after another grace period SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
@@ -139,8 +138,10 @@ void add_run_command(CLI::App& tpf) {
       ->type_name("S");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");
-  run.add_option("program", flags->command, "the program to start and its arguments")
-      ->type_name("ARGS");
+  run.add_option("program", flags->command,
+                 "PROGRAM [ARGS...]: everything from PROGRAM on (or after --) is passed\n"
+                 "to it untouched, options included")
+      ->type_name("");
   // Once PROGRAM is named, everything after it is its own, options included.
   run.positionals_at_end();
   set_action(run, [flags] { return launch_job(launch_options(*flags)); });
