@@ -98,6 +98,12 @@ BindPolicy default_bind(int world_size) {
   }
 }
 
+// tpf run has always taken -n=4 as well; CLI11 reads its value as "=4".
+std::string without_equals_sign(std::string value) {
+  if (!value.empty() && value[0] == '=') value.erase(0, 1);
+  return value;
+}
+
 LaunchOptions launch_options(const RunFlags& flags) {
   LaunchOptions options;
   if (flags.world_size) options.world_size = parse_world_size(*flags.world_size);
@@ -123,7 +129,8 @@ void add_run_command(CLI::App& tpf) {
   run.footer(kDescription);
   auto flags = std::make_shared<RunFlags>();
   run.add_option("-n,--nproc", flags->world_size, "number of ranks (required, 1..4096)")
-      ->type_name("N");
+      ->type_name("N")
+      ->transform(without_equals_sign);
   run.add_option("--bind", flags->bind,
                  "core: rank r on its share of the cores (cores/N consecutive cores,\n"
                  "at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
