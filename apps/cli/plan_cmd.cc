@@ -300,11 +300,10 @@ int plan_layouts(const PlanFlags& flags) {
   std::printf("%d layouts predicted, %d fit in memory (%d impossible combinations skipped)\n",
               result.evaluated, result.fitting, result.rejected);
   if (result.rounded_up > 0) {
-    std::printf(
-        "global batch: %d sequences asked; %d layouts run more, rounded up to a multiple "
-        "of dp (a larger batch shrinks the bubble and the exposed DP time: compare at one "
-        "batch with --global-batch)\n",
-        result.asked_batch, result.rounded_up);
+    std::printf("global batch: %d sequences asked; %d layouts run more, rounded up to a multiple "
+                "of dp (a larger batch shrinks the bubble and the exposed DP time: compare at one "
+                "batch with --global-batch)\n",
+                result.asked_batch, result.rounded_up);
   }
   std::printf("\n");
   std::printf("%s\n", plan::search_table(result, rows).c_str());

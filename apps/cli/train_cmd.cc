@@ -32,10 +32,11 @@ struct TrainFlags {
 };
 
 TrainOptions train_options(const TrainFlags& flags) {
-  if (!!flags.preset + !!flags.config + !!flags.resume != 1) {
+  if (flags.preset.has_value() + flags.config.has_value() + flags.resume.has_value() != 1) {
     throw UsageError("give exactly one of --preset, --config or --resume");
   }
   TrainOptions options;
+  // The values first: a bad one is named before any file is read.
   options.seed = static_cast<uint64_t>(integer_option(flags.seed, "--seed", 1, 0));
   options.steps = integer_option(flags.steps, "--steps", -1, 1, kMaxSteps);
   if (flags.preset) options.config = preset_config(*flags.preset);
