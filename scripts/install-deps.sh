@@ -18,6 +18,7 @@ readonly kBasePackages=(
   libopenblas-dev                    # GEMMs of the tensor-parallel model
   libyaml-cpp-dev                    # cluster, model and layout files of the planner
   nlohmann-json3-dev                 # JSON parsing and writing (src/formats/json)
+  libcli11-dev                       # the `tpf` command line (CLI11, header-only)
   libsimgrid-dev                     # independent flow-level reference the planner is tested against
   fortunes                           # English text the training demo learns from
   libgtest-dev libgmock-dev          # tests

@@ -5,6 +5,7 @@
 // after `warmup` calls and a barrier, exactly as nccl-tests reports it. With -c 1 the buffers are
 // refilled after timing, the call runs once more and every rank counts the elements that differ
 // from the serially computed expectation; the counts are summed over ranks.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -273,13 +274,11 @@ int run_bench(const BenchOptions& opt) {
 }  // namespace
 
 // Errors propagate to main(), which prints them and picks the exit status (UsageError: 2).
-int cmd_bench(int argc, char** argv) {
-  const BenchOptions opt = parse_bench_options(argc, argv);
-  if (opt.help) {
-    std::fputs(bench_usage(), stdout);
-    return kExitOk;
-  }
-  return run_bench(opt);
+void add_bench_command(CLI::App& tpf) {
+  CLI::App& bench = *tpf.add_subcommand("bench", "measure collective bandwidth and latency");
+  auto flags = std::make_shared<BenchFlags>();
+  add_bench_flags(bench, *flags);
+  set_action(bench, [flags] { return run_bench(bench_options(*flags)); });
 }
 
 }  // namespace tpf::cli

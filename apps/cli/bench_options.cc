@@ -1,11 +1,11 @@
 #include "cli/bench_options.h"
 
+#include <CLI/CLI.hpp>
 #include <limits>
 #include <optional>
 #include <string_view>
 
-#include "model/parse_number.h"
-#include "tpf/error.h"
+#include "cli/option_values.h"
 
 namespace tpf::cli {
 namespace {
@@ -14,147 +14,129 @@ namespace {
 // allocation does, with a message instead of an out-of-memory kill.
 constexpr size_t kMaxBenchBytes = size_t{16} << 30;
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string single_quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-int parse_int(std::string_view flag, std::string_view value, int min_value) {
-  try {
-    return static_cast<int>(
-        parse_integer(value, min_value, std::numeric_limits<int>::max(), std::string(flag)));
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+int parse_int(const std::optional<std::string>& value, const char* flag, int fallback,
+              int min_value) {
+  return static_cast<int>(
+      integer_option(value, flag, fallback, min_value, std::numeric_limits<int>::max()));
 }
 
 size_t parse_size(std::string_view flag, std::string_view value) {
   const std::optional<size_t> v = parse_byte_size(value);
   if (!v || *v > kMaxBenchBytes) {
-    throw UsageError("" + std::string(flag) +
+    throw UsageError(std::string(flag) +
                      " expects a byte count such as 8, 64K, 32M or 1G (at most 16G), got " +
-                     quoted(value));
+                     single_quoted(value));
   }
   return *v;
 }
 
-// Maps long nccl-tests spellings onto the short flags.
-std::string_view canonical_flag(std::string_view flag) {
-  if (flag == "--minbytes") return "-b";
-  if (flag == "--maxbytes") return "-e";
-  if (flag == "--stepfactor") return "-f";
-  if (flag == "--iters") return "-n";
-  if (flag == "--warmup_iters" || flag == "--warmup") return "-w";
-  if (flag == "--datatype" || flag == "--dtype") return "-d";
-  if (flag == "--op") return "-o";
-  if (flag == "--root") return "-r";
-  if (flag == "--check") return "-c";
-  return flag;
+Collective parse_collective_arg(const std::optional<std::string>& text) {
+  if (!text) {
+    throw UsageError(std::string("which collective? choose one of ") + collective_choices());
+  }
+  const auto c = parse_collective(*text);
+  if (!c) {
+    throw UsageError("unknown collective " + single_quoted(*text) + "; choose one of " +
+                     collective_choices());
+  }
+  return *c;
+}
+
+size_t parse_min_bytes(const std::string& value) {
+  const size_t bytes = parse_size("-b", value);
+  // The sweep multiplies the size by -f: from 0 it would never reach -e.
+  if (bytes == 0) {
+    throw UsageError(
+        "-b expects a byte count of at least 1 (the sweep multiplies it by -f "
+        "until it passes -e), got " +
+        single_quoted(value));
+  }
+  return bytes;
+}
+
+DType parse_dtype_arg(const std::string& value) {
+  const auto d = parse_dtype(value);
+  if (!d) {
+    throw UsageError("unknown dtype " + single_quoted(value) +
+                     "; choose one of f32 f64 f16 bf16 i8 u8 i32 i64");
+  }
+  return *d;
+}
+
+ReduceOp parse_op_arg(const std::string& value) {
+  const auto op = parse_reduce_op(value);
+  if (!op) {
+    throw UsageError("unknown reduction " + single_quoted(value) +
+                     "; choose one of sum prod min max avg");
+  }
+  return *op;
+}
+
+bool parse_check(const std::string& value) {
+  if (value != "0" && value != "1") {
+    throw UsageError("-c expects 0 or 1, got " + single_quoted(value));
+  }
+  return value == "1";
 }
 
 }  // namespace
 
-const char* bench_usage() noexcept {
-  return "usage: tpf bench COLLECTIVE [-b MIN_BYTES] [-e MAX_BYTES] [-f FACTOR] [-n ITERS]\n"
-         "                 [-w WARMUP] [-d DTYPE] [-o OP] [-r ROOT] [-c 0|1] [--json FILE]\n"
-         "  COLLECTIVE  all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|\n"
-         "              gather|scatter|send_recv (ring shift; also sendrecv)|barrier\n"
-         "  -b, -e      smallest and largest size in bytes, suffixes K/M/G (default 8 .. 32M);\n"
-         "              the size is the largest buffer a rank touches (nccl-tests convention)\n"
-         "  -f          multiply the size by FACTOR each step (default 2)\n"
-         "  -n, -w      timed iterations and warm-up iterations per size (default 20, 5)\n"
-         "  -d          f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)\n"
-         "  -o          sum prod min max avg (default sum)\n"
-         "  -r          root of broadcast/reduce/gather/scatter (default 0)\n"
-         "  -c          1: check every result against the expected values (default 1)\n"
-         "  --json FILE rank 0 also writes the results as JSON\n"
-         "Run it on every rank, e.g. tpf run -n 4 -- tpf bench all_reduce -e 64M\n";
+void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
+  bench.footer("Run it on every rank, e.g. tpf run -n 4 -- tpf bench all_reduce -e 64M");
+  bench
+      .add_option("collective", flags.collective,
+                  "all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|\n"
+                  "gather|scatter|send_recv (ring shift; also sendrecv)|barrier")
+      ->type_name("COLLECTIVE");
+  bench
+      .add_option("-b,--minbytes", flags.min_bytes,
+                  "smallest size in bytes, suffixes K/M/G (default 8); the size is the\n"
+                  "largest buffer a rank touches (nccl-tests convention)")
+      ->type_name("MIN_BYTES");
+  bench.add_option("-e,--maxbytes", flags.max_bytes, "largest size in bytes (default 32M)")
+      ->type_name("MAX_BYTES");
+  bench
+      .add_option("-f,--stepfactor", flags.factor,
+                  "multiply the size by FACTOR each step (default 2)")
+      ->type_name("FACTOR");
+  bench.add_option("-n,--iters", flags.iters, "timed iterations per size (default 20)")
+      ->type_name("ITERS");
+  bench
+      .add_option("-w,--warmup_iters,--warmup", flags.warmup,
+                  "warm-up iterations per size (default 5)")
+      ->type_name("WARMUP");
+  bench
+      .add_option("-d,--datatype,--dtype", flags.dtype,
+                  "f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)")
+      ->type_name("DTYPE");
+  bench.add_option("-o,--op", flags.op, "sum prod min max avg (default sum)")->type_name("OP");
+  bench.add_option("-r,--root", flags.root, "root of broadcast/reduce/gather/scatter (default 0)")
+      ->type_name("ROOT");
+  bench
+      .add_option("-c,--check", flags.check,
+                  "1: check every result against the expected values (default 1)")
+      ->type_name("0|1");
+  bench.add_option("--json", flags.json, "rank 0 also writes the results as JSON")
+      ->type_name("FILE");
 }
 
-BenchOptions parse_bench_options(int argc, char** argv) {
+BenchOptions bench_options(const BenchFlags& flags) {
   BenchOptions o;
-  bool have_collective = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string_view arg = argv[i] ? argv[i] : "";
-    if (arg == "-h" || arg == "--help") {
-      o.help = true;
-      return o;
-    }
-    if (arg.empty() || arg[0] != '-') {
-      if (have_collective) {
-        throw UsageError("unexpected argument " + quoted(arg) +
-                         " (the collective was already given)");
-      }
-      const auto c = parse_collective(arg);
-      if (!c) {
-        throw UsageError("unknown collective " + quoted(arg) + "; choose one of " +
-                         collective_choices());
-      }
-      o.collective = *c;
-      have_collective = true;
-      continue;
-    }
-    // Flags take a value, either as the next argument or after '=' for long flags.
-    std::string_view flag = arg;
-    std::string_view value;
-    bool inline_value = false;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inline_value = true;
-    }
-    flag = canonical_flag(flag);
-    static constexpr std::string_view kKnown[] = {"-b", "-e", "-f", "-n", "-w",
-                                                  "-d", "-o", "-r", "-c", "--json"};
-    bool known = false;
-    for (auto k : kKnown) known = known || flag == k;
-    if (!known) throw UsageError("unknown flag " + quoted(arg));
-    if (!inline_value) {
-      if (i + 1 >= argc) throw UsageError("flag " + quoted(arg) + " needs a value");
-      value = argv[++i];
-    }
-    if (flag == "-b") {
-      o.min_bytes = parse_size(flag, value);
-      // The sweep multiplies the size by -f: from 0 it would never reach -e.
-      if (o.min_bytes == 0) {
-        throw UsageError(
-            "-b expects a byte count of at least 1 (the sweep multiplies it by -f "
-            "until it passes -e), got " +
-            quoted(value));
-      }
-    } else if (flag == "-e") {
-      o.max_bytes = parse_size(flag, value);
-    } else if (flag == "-f") {
-      o.factor = static_cast<size_t>(parse_int(flag, value, 2));
-    } else if (flag == "-n") {
-      o.iters = parse_int(flag, value, 1);
-    } else if (flag == "-w") {
-      o.warmup = parse_int(flag, value, 0);
-    } else if (flag == "-d") {
-      const auto d = parse_dtype(value);
-      if (!d) {
-        throw UsageError("unknown dtype " + quoted(value) +
-                         "; choose one of f32 f64 f16 bf16 i8 u8 i32 i64");
-      }
-      o.dtype = *d;
-    } else if (flag == "-o") {
-      const auto op = parse_reduce_op(value);
-      if (!op) {
-        throw UsageError("unknown reduction " + quoted(value) +
-                         "; choose one of sum prod min max avg");
-      }
-      o.op = *op;
-    } else if (flag == "-r") {
-      o.root = parse_int(flag, value, 0);
-    } else if (flag == "-c") {
-      if (value != "0" && value != "1") {
-        throw UsageError("-c expects 0 or 1, got " + quoted(value));
-      }
-      o.check = value == "1";
-    } else if (flag == "--json") {
-      if (value.empty()) throw UsageError("--json needs a file name");
-      o.json_path = value;
-    }
-  }
-  if (!have_collective) {
-    throw UsageError(std::string("which collective? choose one of ") + collective_choices());
+  o.collective = parse_collective_arg(flags.collective);
+  if (flags.min_bytes) o.min_bytes = parse_min_bytes(*flags.min_bytes);
+  if (flags.max_bytes) o.max_bytes = parse_size("-e", *flags.max_bytes);
+  o.factor = static_cast<size_t>(parse_int(flags.factor, "-f", static_cast<int>(o.factor), 2));
+  o.iters = parse_int(flags.iters, "-n", o.iters, 1);
+  o.warmup = parse_int(flags.warmup, "-w", o.warmup, 0);
+  if (flags.dtype) o.dtype = parse_dtype_arg(*flags.dtype);
+  if (flags.op) o.op = parse_op_arg(*flags.op);
+  o.root = parse_int(flags.root, "-r", o.root, 0);
+  if (flags.check) o.check = parse_check(*flags.check);
+  if (flags.json) {
+    if (flags.json->empty()) throw UsageError("--json needs a file name");
+    o.json_path = *flags.json;
   }
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("-b " + std::to_string(o.min_bytes) + " is larger than -e " +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "cli/bench_spec.h"
@@ -23,12 +24,28 @@ struct BenchOptions {
   int root = 0;
   bool check = true;
   std::string json_path;  // empty: no JSON file
-  bool help = false;
 };
 
-// argv starts after the subcommand name. Throws UsageError (main() prints it, exit status 2)
-// naming the flag and the bad value.
-BenchOptions parse_bench_options(int argc, char** argv);
-const char* bench_usage() noexcept;
+// The command line as given (unset: not given); bench_options() converts it.
+struct BenchFlags {
+  std::optional<std::string> collective;
+  std::optional<std::string> min_bytes;
+  std::optional<std::string> max_bytes;
+  std::optional<std::string> factor;
+  std::optional<std::string> iters;
+  std::optional<std::string> warmup;
+  std::optional<std::string> dtype;
+  std::optional<std::string> op;
+  std::optional<std::string> root;
+  std::optional<std::string> check;
+  std::optional<std::string> json;
+};
+
+// Adds the collective and the flags (nccl-tests' short and long spellings) to `bench`, bound to
+// `flags`, with the help text.
+void add_bench_flags(CLI::App& bench, BenchFlags& flags);
+
+// Throws UsageError (main() prints it, exit status 2) naming the flag and the bad value.
+BenchOptions bench_options(const BenchFlags& flags);
 
 }  // namespace tpf::cli

@@ -1,25 +1,37 @@
-// The subcommands of the `tpf` CLI. Each takes the arguments that follow its name
-// (argv[0] is the first argument, not the subcommand) and returns the process exit code.
+// The subcommands of the `tpf` CLI. Each add_*_command adds its subcommand to the one CLI::App of
+// main(): its options, bound to the command's options struct so that CLI11 writes the help from
+// their descriptions, and its action (set_action).
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace tpf::cli {
 
-int cmd_run(int argc, char** argv);
-int cmd_topo(int argc, char** argv);
-int cmd_bench(int argc, char** argv);
-int cmd_demo(int argc, char** argv);
-int cmd_train(int argc, char** argv);
-int cmd_generate(int argc, char** argv);
-int cmd_export(int argc, char** argv);
-int cmd_import(int argc, char** argv);
-int cmd_plan(int argc, char** argv);
-int cmd_settings(int argc, char** argv);
+void add_run_command(CLI::App& tpf);
+void add_topo_command(CLI::App& tpf);
+void add_bench_command(CLI::App& tpf);
+void add_demo_command(CLI::App& tpf);
+void add_train_command(CLI::App& tpf);
+void add_generate_command(CLI::App& tpf);
+void add_export_command(CLI::App& tpf);
+void add_import_command(CLI::App& tpf);
+void add_plan_command(CLI::App& tpf);
+void add_settings_command(CLI::App& tpf);
+
+// Makes `action` what `command` does once the whole command line is parsed and checked; tpf exits
+// with the status it returns. A command whose subcommand was given (tpf plan collective) leaves
+// the work to that subcommand's action.
+void set_action(CLI::App& command, std::function<int()> action);
 
 // Thrown for bad command-line input (unknown option, missing or malformed value). main() prints
-// "tpf <sub>: error: <message>" and a hint to `tpf <sub> --help`, and exits with kExitUsage.
+// "tpf <command>: error: <message>" and a hint to `tpf <command> --help`, and exits with
+// kExitUsage. CLI11's own parse errors are reported the same way.
 class UsageError : public std::runtime_error {
  public:
   explicit UsageError(const std::string& message) : std::runtime_error(message) {}

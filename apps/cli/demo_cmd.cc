@@ -2,13 +2,12 @@
 // results have a closed form, checks every element it received, and rank 0 prints one line per
 // collective (verified, time, bus bandwidth) and one line per rank, collected with a gather. The
 // exit status is non-zero if any rank saw any wrong value, so the demo doubles as a smoke test.
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "base/byte_size.h"
@@ -64,28 +63,13 @@ DemoResult run_case(Communicator& comm, const DemoCase& c, uint64_t& my_wrong) {
   comm.all_reduce(&in, &total, 1, DType::i64, ReduceOp::sum);
   r.wrong = static_cast<uint64_t>(total);
   if (r.time_us > 0.0) {
-    r.busbw =
-        static_cast<double>(c.bytes) / r.time_us / 1e3 * coll::bus_bandwidth_factor(c.collective, comm.size());
+    r.busbw = static_cast<double>(c.bytes) / r.time_us / 1e3 *
+              coll::bus_bandwidth_factor(c.collective, comm.size());
   }
   return r;
 }
 
-}  // namespace
-
-int cmd_demo(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::printf(
-          "usage: tpf demo\n"
-          "Runs all_reduce, all_gather, reduce_scatter, broadcast and a bf16 all_reduce on every\n"
-          "rank, checks each result against its closed form and prints a short report.\n"
-          "Start it on several ranks: tpf run -n 4 -- tpf demo\n");
-      return kExitOk;
-    }
-    throw UsageError("tpf demo takes no arguments, got '" + std::string(arg) + "'");
-  }
-
+int run_demo() {
   Communicator comm = Communicator::from_env();
   const int n = comm.size();
   const int rank = comm.rank();
@@ -190,8 +174,8 @@ int cmd_demo(int argc, char** argv) {
       const auto& c = cases[k];
       const auto& r = results[k];
       std::printf("  %-20s %-5s %10s  %-12s %10.1f %10.2f\n", c.label, c.dtype,
-                  base::format_bytes(static_cast<double>(c.bytes)).c_str(), r.wrong == 0 ? "verified OK" : "FAILED", r.time_us,
-                  r.busbw);
+                  base::format_bytes(static_cast<double>(c.bytes)).c_str(),
+                  r.wrong == 0 ? "verified OK" : "FAILED", r.time_us, r.busbw);
     }
     std::printf("\n");
     for (int r = 0; r < n; ++r) {
@@ -216,6 +200,17 @@ int cmd_demo(int argc, char** argv) {
   }
   comm.barrier();  // keep everyone's memory mapped until rank 0 has finished reading
   return total == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+void add_demo_command(CLI::App& tpf) {
+  CLI::App& demo = *tpf.add_subcommand("demo", "run a small end-to-end example");
+  demo.footer(
+      "Runs all_reduce, all_gather, reduce_scatter, broadcast and a bf16 all_reduce on every\n"
+      "rank, checks each result against its closed form and prints a short report.\n"
+      "Start it on several ranks: tpf run -n 4 -- tpf demo");
+  set_action(demo, run_demo);
 }
 
 }  // namespace tpf::cli

@@ -1,14 +1,18 @@
 // `tpf generate`: samples text from a checkpoint with the model sharded over this job's ranks and
 // a key/value cache split by heads. --temperature 0 is greedy decoding.
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/model_cli.h"
+#include "cli/option_values.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/text_data.h"
@@ -19,20 +23,15 @@ namespace tpf::cli {
 
 namespace {
 
-void print_generate_usage() {
-  std::printf(
-      "usage: tpf generate --checkpoint DIR --prompt TEXT [--tokens N] [--temperature X]\n"
-      "                    [--seed S] [--threads N]\n"
-      "Continues TEXT with a trained model (any TP size: start it with `tpf run -n T -- ...`).\n"
-      "  --checkpoint DIR   a checkpoint or a `tpf train --out` directory (its latest checkpoint)\n"
-      "  --prompt TEXT      at most the model's context in bytes\n"
-      "  --tokens N         bytes to generate (default 200; beyond the model's context the\n"
-      "                     window slides: the last context/2 bytes are re-read); written as\n"
-      "                     raw bytes, which need not be text if the model was trained on\n"
-      "                     binary data\n"
-      "  --temperature X    0 = greedy (the same text at every TP size); default 0.8\n"
-      "  --seed S           sampling seed (default 1)\n");
-}
+// The command line as given; converted (and checked) by run_generate().
+struct GenerateFlags {
+  std::string checkpoint;
+  std::string prompt;
+  std::optional<std::string> tokens;
+  std::optional<std::string> temperature;
+  std::optional<std::string> seed;
+  std::optional<std::string> threads;
+};
 
 // The next token: argmax for temperature 0 (lowest id on ties), else a draw from
 // softmax(logits / temperature) with a counter-based uniform, identical on every rank.
@@ -57,25 +56,20 @@ int32_t choose(const std::vector<float>& logits, double temperature, RngKey key,
   return static_cast<int32_t>(best);
 }
 
-}  // namespace
-
-int cmd_generate(int argc, char** argv) {
-  const FlagParser flags(
-      argc, argv, {"--checkpoint", "--prompt", "--tokens", "--temperature", "--seed", "--threads"});
-  if (flags.help()) {
-    print_generate_usage();
-    return kExitOk;
-  }
-  const std::string dir = flags.required("--checkpoint");
-  const std::string prompt = flags.required("--prompt");
-  const int64_t tokens = flags.get_int("--tokens", 200, 0);
-  const double temperature = flags.get_double("--temperature", 0.8, 0.0);
-  const RngKey key{static_cast<uint64_t>(flags.get_int("--seed", 1, 0)), stream_of("sample")};
+int run_generate(const GenerateFlags& flags) {
+  const std::string& dir = flags.checkpoint;
+  const std::string& prompt = flags.prompt;
+  const int64_t tokens = integer_option(flags.tokens, "--tokens", 200, 0);
+  const double temperature = real_option(flags.temperature, "--temperature", 0.8, 0.0);
+  const RngKey key{static_cast<uint64_t>(integer_option(flags.seed, "--seed", 1, 0)),
+                   stream_of("sample")};
+  const int threads =
+      static_cast<int>(integer_option(flags.threads, "--threads", 0, 1, kMaxBlasThreads));
   if (prompt.empty()) throw UsageError("--prompt must not be empty");
 
   World world;
   Communicator& comm = world.comm();
-  configure_blas_threads(flags, world.local_ranks());
+  configure_blas_threads(threads, world.local_ranks());
   const GlobalCheckpoint checkpoint = read_checkpoint(dir);
   const ModelConfig& config = checkpoint.config.model;
   const std::vector<int32_t> prompt_tokens = encode_bytes(prompt);
@@ -146,6 +140,40 @@ int cmd_generate(int argc, char** argv) {
         comm.size(), static_cast<long long>(checkpoint.step), static_cast<long long>(restarts));
   }
   return kExitOk;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& tpf) {
+  CLI::App& generate = *tpf.add_subcommand("generate", "sample text from a trained checkpoint");
+  generate.footer(
+      "Continues TEXT with a trained model (any TP size: start it with `tpf run -n T -- ...`).");
+  auto flags = std::make_shared<GenerateFlags>();
+  generate
+      .add_option("--checkpoint", flags->checkpoint,
+                  "a checkpoint or a `tpf train --out` directory (its latest checkpoint)")
+      ->type_name("DIR")
+      ->required();
+  generate.add_option("--prompt", flags->prompt, "at most the model's context in bytes")
+      ->type_name("TEXT")
+      ->required();
+  generate
+      .add_option("--tokens", flags->tokens,
+                  "bytes to generate (default 200; beyond the model's context the\n"
+                  "window slides: the last context/2 bytes are re-read); written as\n"
+                  "raw bytes, which need not be text if the model was trained on\n"
+                  "binary data")
+      ->type_name("N");
+  generate
+      .add_option("--temperature", flags->temperature,
+                  "0 = greedy (the same text at every TP size); default 0.8")
+      ->type_name("X");
+  generate.add_option("--seed", flags->seed, "sampling seed (default 1)")->type_name("S");
+  generate
+      .add_option("--threads", flags->threads,
+                  "BLAS threads per rank (default: cores / ranks on this machine)")
+      ->type_name("N");
+  set_action(generate, [flags] { return run_generate(*flags); });
 }
 
 }  // namespace tpf::cli

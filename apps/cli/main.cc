@@ -1,9 +1,11 @@
-// `tpf`: one CLI for launching, benchmarking and inspecting tpfabric jobs. This file only
-// dispatches; each subcommand lives in its own *_cmd.cc.
+// `tpf`: one CLI for launching, benchmarking and inspecting tpfabric jobs. This file builds the
+// command line (one CLI::App, a subcommand per command, each added by its own *_cmd.cc), parses
+// it and turns every error into a message and an exit status.
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "tpf/error.h"
@@ -12,105 +14,151 @@
 #error "the version macro TPF_VERSION is defined by CMakeLists.txt from project(VERSION)"
 #endif
 
+namespace tpf::cli {
 namespace {
 
-using Command = int (*)(int, char**);
+// What the action of the command that ran returned: set_action's callbacks run inside parse().
+int command_status = kExitOk;
 
-struct Subcommand {
-  const char* name;
-  Command run;
-  const char* summary;
-};
-
-constexpr Subcommand kSubcommands[] = {
-    {"run", tpf::cli::cmd_run, "launch N ranks of a program on this machine"},
-    {"bench", tpf::cli::cmd_bench, "measure collective bandwidth and latency"},
-    {"topo", tpf::cli::cmd_topo, "show this machine's cores, NUMA nodes and caches"},
-    {"demo", tpf::cli::cmd_demo, "run a small end-to-end example"},
-    {"train", tpf::cli::cmd_train, "train a tensor-parallel GPT on a text file"},
-    {"generate", tpf::cli::cmd_generate, "sample text from a trained checkpoint"},
-    {"export", tpf::cli::cmd_export, "write a checkpoint as one Hugging Face GPT-2 file"},
-    {"import", tpf::cli::cmd_import, "make a checkpoint from a Hugging Face GPT-2 file"},
-    {"plan", tpf::cli::cmd_plan, "predict a model's training step on a cluster, rank layouts"},
-    {"settings", tpf::cli::cmd_settings, "show every TPF_* setting's value and where it came from"},
-};
-
-void print_usage(std::FILE* out) {
-  std::fprintf(out,
-               "usage: tpf <command> [options]\n"
-               "\n"
-               "commands:\n");
-  for (const Subcommand& sub : kSubcommands)
-    std::fprintf(out, "  %-9s %s\n", sub.name, sub.summary);
-  std::fprintf(out,
-               "  %-9s %s\n"
-               "\n"
-               "options:\n"
-               "  --version  print the version and exit\n"
-               "  -h, --help print this help and exit\n"
-               "\n"
-               "Run 'tpf <command> --help' for the options of a command.\n",
-               "help", "show this help, or 'tpf help <command>' for a command's help");
+// The top-level help, also while a command is parsed (App::help would show that command's).
+std::string usage(const CLI::App& tpf) {
+  return tpf.get_formatter()->make_help(&tpf, tpf.get_name(), CLI::AppFormatMode::Normal);
 }
 
-const Subcommand* find_subcommand(const char* name) {
-  for (const Subcommand& sub : kSubcommands) {
-    if (std::strcmp(sub.name, name) == 0) return &sub;
-  }
-  return nullptr;
+void add_help_command(CLI::App& tpf) {
+  CLI::App& help =
+      *tpf.add_subcommand("help", "show this help, or 'tpf help <command>' for a command's help");
+  auto name = std::make_shared<std::string>();
+  help.add_option("command", *name, "the command whose options to show")->type_name("");
+  set_action(help, [&tpf, name] {
+    if (name->empty()) {
+      std::fputs(usage(tpf).c_str(), stdout);
+      return kExitOk;
+    }
+    for (const CLI::App* command : tpf.get_subcommands({})) {
+      if (command->get_name() == *name && !command->get_group().empty()) {
+        std::fputs(command->help(tpf.get_name()).c_str(), stdout);
+        return kExitOk;
+      }
+    }
+    std::fprintf(stderr, "tpf help: unknown command '%s'\n\n%s", name->c_str(), usage(tpf).c_str());
+    return kExitUsage;
+  });
 }
 
-// Errors escape the subcommands as exceptions; this is the one place that turns them into a
-// message and an exit code, so every subcommand reports the same way.
-int run_subcommand(const Subcommand& sub, int argc, char** argv) {
-  try {
-    return sub.run(argc, argv);
-  } catch (const tpf::cli::UsageError& e) {
-    std::fprintf(stderr, "tpf %s: error: %s\nRun 'tpf %s --help' for usage.\n", sub.name, e.what(),
-                 sub.name);
-    return tpf::cli::kExitUsage;
-  } catch (const tpf::Error& e) {
-    std::fprintf(stderr, "tpf %s: error: %s\n", sub.name, e.what());
-    return tpf::cli::kExitFailure;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tpf %s: error: %s\n", sub.name, e.what());
-    return tpf::cli::kExitFailure;
+void add_commands(CLI::App& tpf) {
+  tpf.set_help_flag("-h,--help", "print this help and exit");
+  tpf.set_version_flag("--version", "tpf " TPF_VERSION, "print the version and exit");
+  tpf.require_subcommand(0, 1);  // one command; its arguments are never taken for another one
+  // An option given twice takes its last value (vectors keep all), as tpf always did.
+  tpf.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_run_command(tpf);
+  add_bench_command(tpf);
+  add_topo_command(tpf);
+  add_demo_command(tpf);
+  add_train_command(tpf);
+  add_generate_command(tpf);
+  add_export_command(tpf);
+  add_import_command(tpf);
+  add_plan_command(tpf);
+  add_settings_command(tpf);
+  add_help_command(tpf);
+  // The spelling of --version before there was one; not listed.
+  set_action(*tpf.add_subcommand("version")->group(""), [] {
+    std::printf("tpf %s\n", TPF_VERSION);
+    return kExitOk;
+  });
+  // After the commands: they would inherit it.
+  tpf.footer("Run 'tpf <command> --help' for the options of a command.");
+}
+
+// "tpf plan collective": the commands given, as the messages and the hint name them.
+std::string command_path(const CLI::App& tpf) {
+  std::string path = tpf.get_name();
+  for (const CLI::App* at = &tpf; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    path += " " + at->get_name();
   }
+  return path;
+}
+
+// CLI11 says "The following argument was not expected: ..."; name the first one as tpf always has.
+std::string unexpected_argument(const std::string& arg) {
+  const bool option = arg.size() > 1 && arg[0] == '-';
+  return std::string(option ? "unknown option '" : "unexpected argument '") + arg + "'";
+}
+
+// True if `name` is one of tpf's commands, the unlisted ones included.
+bool is_command(const CLI::App& tpf, const std::string& name) {
+  for (const CLI::App* command : tpf.get_subcommands({})) {
+    if (command->get_name() == name) return true;
+  }
+  return false;
+}
+
+int unknown_command(const CLI::App& tpf, const std::string& name) {
+  std::fprintf(stderr, "tpf: unknown command '%s'\n\n%s", name.c_str(), usage(tpf).c_str());
+  return kExitUsage;
+}
+
+int usage_error(const CLI::App& tpf, const std::string& message) {
+  const std::string command = command_path(tpf);
+  std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n", command.c_str(),
+               message.c_str(), command.c_str());
+  return kExitUsage;
+}
+
+int parse_error(const CLI::App& tpf, const CLI::ParseError& e) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return usage_error(tpf, e.what());
+  // Left over at the top: not the name of a command.
+  if (const std::vector<std::string> top = tpf.remaining(); !top.empty()) {
+    const std::string& arg = top.front();
+    std::fprintf(stderr, "tpf: unknown %s '%s'\n\n%s", arg[0] == '-' ? "option" : "command",
+                 arg.c_str(), usage(tpf).c_str());
+    return kExitUsage;
+  }
+  return usage_error(tpf, unexpected_argument(tpf.remaining(true).front()));
+}
+
+// The other errors escape the actions as exceptions; this is the one place that turns them into
+// a message and an exit code, so every command reports the same way.
+int failure(const CLI::App& tpf, const char* message) {
+  std::fprintf(stderr, "%s: error: %s\n", command_path(tpf).c_str(), message);
+  return kExitFailure;
 }
 
 }  // namespace
 
+void set_action(CLI::App& command, std::function<int()> action) {
+  command.callback([&command, action = std::move(action)] {
+    if (command.get_subcommands().empty()) command_status = action();
+  });
+}
+
+}  // namespace tpf::cli
+
 int main(int argc, char** argv) {
+  using namespace tpf::cli;
+  CLI::App tpf("tpf: launch, benchmark and inspect tpfabric jobs", "tpf");
+  add_commands(tpf);
   if (argc < 2) {
-    print_usage(stderr);
-    return tpf::cli::kExitUsage;
+    std::fputs(usage(tpf).c_str(), stderr);
+    return kExitUsage;
   }
-  const char* name = argv[1];
-  if (std::strcmp(name, "--version") == 0 || std::strcmp(name, "version") == 0) {
-    std::printf("tpf %s\n", TPF_VERSION);
-    return tpf::cli::kExitOk;
+  // Before CLI11 sees it: it would answer `tpf frobnicate --help` with the help and status 0.
+  if (argv[1][0] != '-' && !is_command(tpf, argv[1])) return unknown_command(tpf, argv[1]);
+  try {
+    tpf.parse(argc, argv);
+    return command_status;
+  } catch (const CLI::Success& e) {  // --help, --version
+    return tpf.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return parse_error(tpf, e);
+  } catch (const UsageError& e) {
+    return usage_error(tpf, e.what());
+  } catch (const tpf::Error& e) {
+    return failure(tpf, e.what());
+  } catch (const std::exception& e) {
+    return failure(tpf, e.what());
   }
-  if (std::strcmp(name, "help") == 0 || std::strcmp(name, "--help") == 0 ||
-      std::strcmp(name, "-h") == 0) {
-    if (argc >= 3 && std::strcmp(name, "help") == 0) {
-      const Subcommand* sub = find_subcommand(argv[2]);
-      if (sub == nullptr) {
-        std::fprintf(stderr, "tpf help: unknown command '%s'\n\n", argv[2]);
-        print_usage(stderr);
-        return tpf::cli::kExitUsage;
-      }
-      static char help_flag[] = "--help";
-      char* help_argv[] = {help_flag, nullptr};
-      return run_subcommand(*sub, 1, help_argv);
-    }
-    print_usage(stdout);
-    return tpf::cli::kExitOk;
-  }
-  const Subcommand* sub = find_subcommand(name);
-  if (sub == nullptr) {
-    std::fprintf(stderr, "tpf: unknown command '%s'\n\n", name);
-    print_usage(stderr);
-    return tpf::cli::kExitUsage;
-  }
-  return run_subcommand(*sub, argc - 2, argv + 2);
 }

@@ -3,12 +3,14 @@
 // states its error on the rest (larger sizes, other rank counts).
 #include "cli/plan_calibrate_cmd.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -16,7 +18,6 @@
 
 #include "cli/bench_spec.h"  // parse_byte_size
 #include "cli/commands.h"
-#include "cli/model_cli.h"  // FlagParser
 #include "comm/settings.h"
 #include "formats/json.h"
 #include "plan/calibration.h"
@@ -25,25 +26,23 @@
 namespace tpf::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: tpf plan calibrate --bench FILE.json [--bench FILE2.json ...]\n"
-    "                          [--train-max-bytes N] [--train-ranks 2[,3...]]\n"
-    "                          [--placement oop|ip|both] [--json]\n"
-    "\n"
+constexpr const char* kDescription =
     "Fits the shared-memory link class (step_us, step_us_per_excess_rank, copy_gbps,\n"
     "reduce_gbps of coll::ShmLinkCost) by least squares on relative error to the training\n"
     "points, then predicts the held-out points and states the error.\n"
-    "  --bench FILE       `tpf bench all_reduce --json` output with the top-level keys\n"
-    "                     \"algorithm\", \"oversubscribed\", \"slot_bytes\" and \"cpus\" added,\n"
-    "                     as bench/plan/calibrate.sh writes them (repeat for several files)\n"
-    "  --train-max-bytes  largest message size of the training set (default 64K)\n"
-    "  --train-ranks      rank counts of the training set (default 2)\n"
-    "  --placement        out-of-place (oop, default), in-place (ip) or both rows\n"
-    "  --json             print the result as one JSON object instead of text\n"
     "Where several files measured the same point (N, algorithm, size, placement), the median\n"
     "of the runs counts (robust to runs slowed or sped up by the rest of a shared machine).\n"
     "Parameters without a training point keep their defaults (TPF_SHM_* overrides apply).\n"
-    "Example: bench/plan/calibrate.sh build/calibration\n";
+    "Example: bench/plan/calibrate.sh build/calibration";
+
+// The command line as given; options() converts it.
+struct CalibrateFlags {
+  std::vector<std::string> bench_files;
+  std::optional<std::string> train_max_bytes;
+  std::optional<std::string> train_ranks;
+  std::string placement = "oop";
+  bool json = false;
+};
 
 struct Options {
   std::vector<std::string> bench_files;
@@ -52,67 +51,51 @@ struct Options {
   bool use_oop = true;
   bool use_ip = false;
   bool json = false;
-  bool help = false;
 };
 
-// FlagParser keeps one value per flag, so the repeatable --bench is taken out first.
-Options parse_options(int argc, char** argv) {
-  Options o;
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    const std::string arg = argv[i] ? argv[i] : "";
-    if (arg == "--bench") {
-      if (i + 1 >= argc) throw UsageError("--bench needs a file name");
-      o.bench_files.push_back(argv[++i]);
-    } else if (arg.rfind("--bench=", 0) == 0) {
-      o.bench_files.push_back(arg.substr(std::strlen("--bench=")));
-    } else {
-      rest.push_back(argv[i]);
+size_t parse_train_max_bytes(const std::string& text) {
+  const auto bytes = parse_byte_size(text);
+  if (!bytes || *bytes == 0) {
+    throw UsageError("--train-max-bytes expects a byte count such as 65536 or 64K, got '" + text +
+                     "'");
+  }
+  return *bytes;
+}
+
+std::set<int> parse_train_ranks(const std::string& text) {
+  std::set<int> ranks;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    int n = 0;
+    const char* end = item.data() + item.size();
+    const auto [ptr, ec] = std::from_chars(item.data(), end, n);
+    if (ec != std::errc() || ptr != end || n < 2) {
+      throw UsageError("--train-ranks expects rank counts >= 2 separated by commas, got '" + text +
+                       "'");
     }
+    ranks.insert(n);
   }
-  const FlagParser flags(static_cast<int>(rest.size()), rest.data(),
-                         {"--train-max-bytes", "--train-ranks", "--placement"}, {"--json"});
-  if (flags.help()) {
-    o.help = true;
-    return o;
-  }
+  if (ranks.empty()) throw UsageError("--train-ranks needs at least one rank count");
+  return ranks;
+}
+
+Options options(const CalibrateFlags& flags) {
+  Options o;
+  o.bench_files = flags.bench_files;
   for (const std::string& f : o.bench_files) {
     if (f.empty()) throw UsageError("--bench needs a file name");
   }
   if (o.bench_files.empty()) throw UsageError("--bench FILE.json is required (tpf bench --json)");
-  if (flags.has("--train-max-bytes")) {
-    const std::string text = flags.get("--train-max-bytes");
-    const auto bytes = parse_byte_size(text);
-    if (!bytes || *bytes == 0) {
-      throw UsageError("--train-max-bytes expects a byte count such as 65536 or 64K, got '" + text +
-                       "'");
-    }
-    o.train_max_bytes = *bytes;
-  }
-  if (flags.has("--train-ranks")) {
-    o.train_ranks.clear();
-    std::stringstream list(flags.get("--train-ranks"));
-    std::string item;
-    while (std::getline(list, item, ',')) {
-      int n = 0;
-      const char* end = item.data() + item.size();
-      const auto [ptr, ec] = std::from_chars(item.data(), end, n);
-      if (ec != std::errc() || ptr != end || n < 2) {
-        throw UsageError("--train-ranks expects rank counts >= 2 separated by commas, got '" +
-                         flags.get("--train-ranks") + "'");
-      }
-      o.train_ranks.insert(n);
-    }
-    if (o.train_ranks.empty()) throw UsageError("--train-ranks needs at least one rank count");
-  }
-  const std::string placement = flags.get("--placement", "oop");
-  if (placement == "oop" || placement == "ip" || placement == "both") {
-    o.use_oop = placement != "ip";
-    o.use_ip = placement != "oop";
-  } else {
+  if (flags.train_max_bytes) o.train_max_bytes = parse_train_max_bytes(*flags.train_max_bytes);
+  if (flags.train_ranks) o.train_ranks = parse_train_ranks(*flags.train_ranks);
+  const std::string& placement = flags.placement;
+  if (placement != "oop" && placement != "ip" && placement != "both") {
     throw UsageError("--placement expects oop, ip or both, got '" + placement + "'");
   }
-  o.json = flags.has("--json");
+  o.use_oop = placement != "ip";
+  o.use_ip = placement != "oop";
+  o.json = flags.json;
   return o;
 }
 
@@ -320,17 +303,10 @@ void print_json(const Options& o, const Data& d, const plan::ShmFit& fit,
   std::printf("%s\n", json::dump(out).c_str());
 }
 
-}  // namespace
-
-int cmd_plan_calibrate(int argc, char** argv) {
-  const Options o = parse_options(argc, argv);
-  if (o.help) {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
-  }
+int calibrate(const Options& o) {
   const Data d = load(o);
-  const plan::ShmFit fit =
-      plan::fit_shm_link_cost(d.training, d.slot_bytes, detail::resolve_comm_settings().tuning.link_cost);
+  const plan::ShmFit fit = plan::fit_shm_link_cost(
+      d.training, d.slot_bytes, detail::resolve_comm_settings().tuning.link_cost);
   const plan::Evaluation held = plan::evaluate(fit.cost, d.held_out, d.slot_bytes);
   if (o.json) {
     print_json(o, d, fit, held);
@@ -338,6 +314,36 @@ int cmd_plan_calibrate(int argc, char** argv) {
     print_text(o, d, fit, held);
   }
   return kExitOk;
+}
+
+}  // namespace
+
+void add_plan_calibrate_command(CLI::App& plan) {
+  CLI::App& command =
+      *plan.add_subcommand("calibrate", "fit the shared-memory link class to tpf bench results");
+  command.footer(kDescription);
+  auto flags = std::make_shared<CalibrateFlags>();
+  command
+      .add_option("--bench", flags->bench_files,
+                  "`tpf bench all_reduce --json` output with the top-level keys\n"
+                  "\"algorithm\", \"oversubscribed\", \"slot_bytes\" and \"cpus\" added,\n"
+                  "as bench/plan/calibrate.sh writes them (repeat for several files)")
+      ->type_name("FILE.json")
+      ->allow_extra_args(false);  // one file per --bench, as before
+  command
+      .add_option("--train-max-bytes", flags->train_max_bytes,
+                  "largest message size of the training set (default 64K)")
+      ->type_name("N");
+  command
+      .add_option("--train-ranks", flags->train_ranks,
+                  "rank counts of the training set (default 2)")
+      ->type_name("2[,3...]");
+  command
+      .add_option("--placement", flags->placement,
+                  "out-of-place (oop, default), in-place (ip) or both rows")
+      ->type_name("oop|ip|both");
+  command.add_flag("--json", flags->json, "print the result as one JSON object instead of text");
+  set_action(command, [flags] { return calibrate(options(*flags)); });
 }
 
 }  // namespace tpf::cli

@@ -2,10 +2,12 @@
 // all_reduce --json` files and reports how well it predicts the measurements it was not fitted on.
 #pragma once
 
+#include "cli/commands.h"
+
 namespace tpf::cli {
 
-// argv starts after "calibrate". Bad flags throw UsageError; unreadable or malformed bench files
-// and training sets that cannot be fitted throw tpf::Error.
-int cmd_plan_calibrate(int argc, char** argv);
+// Adds `tpf plan calibrate` to `plan`. Bad flags are UsageErrors; unreadable or malformed bench
+// files and training sets that cannot be fitted throw tpf::Error.
+void add_plan_calibrate_command(CLI::App& plan);
 
 }  // namespace tpf::cli

@@ -1,16 +1,19 @@
 // `tpf plan`: predicts a training step of a model under a parallel layout on a cluster (or ranks
-// every layout), and collectives on that cluster's network. Thin: parses flags, calls src/plan,
-// prints.
+// every layout), and collectives on that cluster's network. Thin: takes the options, calls
+// src/plan, prints.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
-#include "cli/model_cli.h"
+#include "cli/option_values.h"
 #include "cli/plan_calibrate_cmd.h"
-#include "base/byte_size.h"
 #include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
@@ -20,35 +23,34 @@
 namespace tpf::cli {
 namespace {
 
-void print_plan_usage() {
-  std::printf(
-      "usage: tpf plan --cluster C [--gpus N] --model M --layout L [--json]\n"
-      "       tpf plan --cluster C --gpus N --model M --search [--top K] [--svg FILE] [--json]\n"
-      "       tpf plan collective --cluster C [--gpus N] --op OP --bytes SIZES --ranks R\n"
-      "                           [--stride S] [--json]\n"
-      "       tpf plan show-cluster C [--gpus N]     the cluster as YAML (a starting point)\n"
-      "       tpf plan show-model M                  the model as YAML\n"
-      "       tpf plan calibrate --bench FILE ...    fit the shared-memory link class\n"
-      "Predicts how a model trains under a tensor / pipeline / data-parallel layout on a cluster,\n"
-      "or ranks every layout, from closed-form collective costs, a flow-level network model and\n"
-      "a training-step model (docs/plan.md).\n"
-      "  --cluster C      a preset (dgx-h100, dgx-a100, h100-ethernet) or a YAML file\n"
-      "  --gpus N         size a preset (a multiple of 8); with --layout, defaults to tp*pp*dp\n"
-      "  --model M        a preset (gpt-1.3b, gpt-7b, gpt-22b, gpt-70b, gpt-175b, gpt-530b,\n"
-      "                   gpt-1t, ...) or a YAML file\n"
-      "  --layout L       tp=8,pp=8,dp=16[,mb=1][,gb=1536][,sp=1][,vp=2]\n"
-      "                   [,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]\n"
-      "  --global-batch B sequences per step (default: the model's; --search rounds it up to\n"
-      "                   a multiple of dp x micro-batch for each layout)\n"
-      "  --search         rank every layout that multiplies to --gpus\n"
-      "  --top K          rows of the ranking to print and draw (default 15)\n"
-      "  --svg FILE       draw the ranking with each layout's breakdown\n"
-      "  --op OP          all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
-      "send_recv\n"
-      "  --bytes SIZES    1M,64M or a range 8K:1G (x --factor, default 4); suffixes K M G\n"
-      "  --ranks R        group size; --stride S: GPUs between members (1 = packed in a node)\n"
-      "  --json           machine-readable output instead of tables\n");
-}
+// The command lines as given (unset: not given); converted where they are used.
+struct PlanFlags {
+  std::optional<std::string> cluster;
+  std::optional<std::string> gpus;
+  std::optional<std::string> model;
+  std::optional<std::string> layout;
+  std::optional<std::string> global_batch;
+  bool search = false;
+  std::optional<std::string> top;
+  std::optional<std::string> svg;
+  bool json = false;
+};
+
+struct CollectiveFlags {
+  std::optional<std::string> cluster;
+  std::optional<std::string> gpus;
+  std::optional<std::string> op;
+  std::string bytes;
+  std::optional<std::string> factor;
+  std::optional<std::string> ranks;
+  std::optional<std::string> stride;
+  bool json = false;
+};
+
+struct ShowFlags {
+  std::string name;  // a preset or a file
+  std::optional<std::string> gpus;
+};
 
 std::vector<double> parse_sizes(const std::string& text, int factor) {
   auto one = [&](const std::string& item) {
@@ -77,14 +79,20 @@ std::vector<double> parse_sizes(const std::string& text, int factor) {
 }
 
 // A whole-number flag within [min_value, max_value], named in the error otherwise.
-int bounded_int(const FlagParser& flags, const std::string& flag, int fallback, int min_value,
-                long long max_value) {
-  const int64_t value = flags.get_int(flag, fallback, min_value);
+int bounded_int(const std::optional<std::string>& text, const std::string& flag, int fallback,
+                int min_value, long long max_value) {
+  const int64_t value = integer_option(text, flag, fallback, min_value);
   if (value > max_value) {
     throw UsageError(flag + " " + std::to_string(value) + " is above its limit of " +
                      std::to_string(max_value));
   }
   return static_cast<int>(value);
+}
+
+// The value of an option of `tpf plan` itself, which CLI11 cannot require: it has subcommands.
+const std::string& required(const std::optional<std::string>& text, const std::string& flag) {
+  if (!text) throw UsageError(flag + " is required");
+  return *text;
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -93,17 +101,16 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) throw Error(ErrorCode::system, "cannot write " + path);
 }
 
-int cmd_show(int argc, char** argv, bool cluster) {
-  if (argc < 1 || argv[0][0] == '-') {
+int show(const ShowFlags& flags, bool cluster) {
+  if (flags.name.empty()) {
     throw UsageError(cluster ? "show-cluster needs a preset name or file"
                              : "show-model needs a preset name or file");
   }
-  const FlagParser flags(argc - 1, argv + 1, {"--gpus"});
   if (cluster) {
-    const int gpus = bounded_int(flags, "--gpus", 0, 0, plan::kMaxClusterGpus);
-    std::fputs(plan::cluster_to_yaml(plan::load_cluster(argv[0], gpus)).c_str(), stdout);
+    const int gpus = bounded_int(flags.gpus, "--gpus", 0, 0, plan::kMaxClusterGpus);
+    std::fputs(plan::cluster_to_yaml(plan::load_cluster(flags.name, gpus)).c_str(), stdout);
   } else {
-    std::fputs(plan::model_to_yaml(plan::load_model(argv[0])).c_str(), stdout);
+    std::fputs(plan::model_to_yaml(plan::load_model(flags.name)).c_str(), stdout);
   }
   return kExitOk;
 }
@@ -140,30 +147,23 @@ std::string routing_comparison(const plan::ClusterSpec& cluster, const plan::Gro
   return out;
 }
 
-int cmd_plan_collective(int argc, char** argv) {
-  const FlagParser flags(
-      argc, argv, {"--cluster", "--gpus", "--op", "--bytes", "--ranks", "--stride", "--factor"},
-      {"--json"});
-  if (flags.help()) {
-    print_plan_usage();
-    return kExitOk;
-  }
-  const int ranks = bounded_int(flags, "--ranks", 0, 2, plan::kMaxClusterGpus);
+int plan_collective(const CollectiveFlags& flags) {
+  const int ranks = bounded_int(flags.ranks, "--ranks", 0, 2, plan::kMaxClusterGpus);
   if (ranks < 2) throw UsageError("--ranks is required (at least 2)");
-  const int stride = bounded_int(flags, "--stride", 1, 1, plan::kMaxClusterGpus);
+  const int stride = bounded_int(flags.stride, "--stride", 1, 1, plan::kMaxClusterGpus);
   if (static_cast<long long>(ranks) * stride > plan::kMaxClusterGpus) {
     throw UsageError("--ranks x --stride is more than the planner's limit of " +
                      std::to_string(plan::kMaxClusterGpus) + " GPUs");
   }
-  const coll::Collective op = coll::parse_collective_op(flags.get("--op", "all_reduce"));
+  const coll::Collective op = coll::parse_collective_op(flags.op.value_or("all_reduce"));
   const std::vector<double> sizes =
-      parse_sizes(flags.required("--bytes"), bounded_int(flags, "--factor", 4, 2, 1024));
-  int gpus = bounded_int(flags, "--gpus", 0, 0, plan::kMaxClusterGpus);
+      parse_sizes(flags.bytes, bounded_int(flags.factor, "--factor", 4, 2, 1024));
+  int gpus = bounded_int(flags.gpus, "--gpus", 0, 0, plan::kMaxClusterGpus);
   if (gpus == 0) gpus = ranks * stride;
-  plan::ClusterSpec cluster = plan::load_cluster(flags.required("--cluster"), 0);
+  plan::ClusterSpec cluster = plan::load_cluster(*flags.cluster, 0);
   if (gpus % cluster.gpus_per_node != 0)
     gpus += cluster.gpus_per_node - gpus % cluster.gpus_per_node;
-  cluster = plan::load_cluster(flags.required("--cluster"), gpus);
+  cluster = plan::load_cluster(*flags.cluster, gpus);
   if (cluster.total_gpus() % (ranks * stride) != 0) {
     throw UsageError("--ranks " + std::to_string(ranks) + " x --stride " + std::to_string(stride) +
                      " must divide the cluster's " + std::to_string(cluster.total_gpus()) +
@@ -171,7 +171,7 @@ int cmd_plan_collective(int argc, char** argv) {
   }
   plan::CollectivePlanner planner(cluster);
   const plan::GroupShape group{ranks, stride};
-  const bool json_out = flags.has("--json");
+  const bool json_out = flags.json;
   json::Value rows = json::Array{};
   if (!json_out) {
     std::printf("cluster  %s\n", plan::describe_cluster(cluster, planner.topology()).c_str());
@@ -195,8 +195,8 @@ int cmd_plan_collective(int argc, char** argv) {
         rows.push_back(std::move(row));
       } else {
         std::printf("%12s  %-22s %12.1f %11.1f %11.1f%s\n",
-                    i == 0 ? base::format_bytes(bytes, 0).c_str() : "", e.algorithm.c_str(), e.us, algbw,
-                    e.busbw_gbps, i == 0 ? "  *" : "");
+                    i == 0 ? base::format_bytes(bytes, 0).c_str() : "", e.algorithm.c_str(), e.us,
+                    algbw, e.busbw_gbps, i == 0 ? "  *" : "");
       }
     }
   }
@@ -228,39 +228,22 @@ int cmd_plan_collective(int argc, char** argv) {
   return kExitOk;
 }
 
-}  // namespace
-
-int cmd_plan(int argc, char** argv) {
-  if (argc >= 1) {
-    const std::string sub = argv[0];
-    if (sub == "collective") return cmd_plan_collective(argc - 1, argv + 1);
-    if (sub == "calibrate") return cmd_plan_calibrate(argc - 1, argv + 1);
-    if (sub == "show-cluster") return cmd_show(argc - 1, argv + 1, true);
-    if (sub == "show-model") return cmd_show(argc - 1, argv + 1, false);
-  }
-  const FlagParser flags(
-      argc, argv,
-      {"--cluster", "--gpus", "--model", "--layout", "--global-batch", "--top", "--svg"},
-      {"--search", "--json"});
-  if (flags.help()) {
-    print_plan_usage();
-    return kExitOk;
-  }
-  const bool search = flags.has("--search");
-  if (search == flags.has("--layout")) throw UsageError("give either --layout or --search");
-  const plan::ModelSpec model = plan::load_model(flags.required("--model"));
-  const int global_batch = bounded_int(flags, "--global-batch", 0, 1, 1'000'000'000);
-  const bool json_out = flags.has("--json");
-  int gpus = bounded_int(flags, "--gpus", 0, 1, plan::kMaxClusterGpus);
+int plan_layouts(const PlanFlags& flags) {
+  const bool search = flags.search;
+  if (search == flags.layout.has_value()) throw UsageError("give either --layout or --search");
+  const plan::ModelSpec model = plan::load_model(required(flags.model, "--model"));
+  const int global_batch = bounded_int(flags.global_batch, "--global-batch", 0, 1, 1'000'000'000);
+  const bool json_out = flags.json;
+  int gpus = bounded_int(flags.gpus, "--gpus", 0, 1, plan::kMaxClusterGpus);
   plan::Layout layout;
   if (!search) {
-    layout = plan::parse_layout(flags.get("--layout"));
+    layout = plan::parse_layout(*flags.layout);
     if (global_batch > 0) layout.global_batch = global_batch;
     if (gpus == 0) gpus = static_cast<int>(layout.gpus());  // parse_layout bounds it
-  } else if (gpus == 0 && !flags.has("--cluster")) {
+  } else if (gpus == 0 && !flags.cluster) {
     throw UsageError("--search needs --gpus (or a cluster file that says how many nodes)");
   }
-  const plan::ClusterSpec cluster = plan::load_cluster(flags.required("--cluster"), gpus);
+  const plan::ClusterSpec cluster = plan::load_cluster(required(flags.cluster, "--cluster"), gpus);
   plan::CollectivePlanner planner(cluster);
   if (!search) {
     if (layout.gpus() != cluster.total_gpus()) {
@@ -285,9 +268,9 @@ int cmd_plan(int argc, char** argv) {
   plan::SearchOptions options;
   options.global_batch = global_batch;
   const plan::SearchResult result = plan::search_layouts(model, planner, options);
-  const size_t rows = static_cast<size_t>(bounded_int(flags, "--top", 15, 1, 1'000'000));
-  if (flags.has("--svg")) {
-    write_file(flags.get("--svg"),
+  const size_t rows = static_cast<size_t>(bounded_int(flags.top, "--top", 15, 1, 1'000'000));
+  if (flags.svg) {
+    write_file(*flags.svg,
                plan::search_svg(result, rows,
                                 model.name + " on " + std::to_string(cluster.total_gpus()) + " x " +
                                     cluster.gpu.name + " (" + cluster.name + ")"));
@@ -306,16 +289,113 @@ int cmd_plan(int argc, char** argv) {
   std::printf("%d layouts predicted, %d fit in memory (%d impossible combinations skipped)\n",
               result.evaluated, result.fitting, result.rejected);
   if (result.rounded_up > 0) {
-    std::printf("global batch: %d sequences asked; %d layouts run more, rounded up to a multiple "
-                "of dp (a larger batch shrinks the bubble and the exposed DP time: compare at one "
-                "batch with --global-batch)\n",
-                result.asked_batch, result.rounded_up);
+    std::printf(
+        "global batch: %d sequences asked; %d layouts run more, rounded up to a multiple "
+        "of dp (a larger batch shrinks the bubble and the exposed DP time: compare at one "
+        "batch with --global-batch)\n",
+        result.asked_batch, result.rounded_up);
   }
   std::printf("\n");
   std::printf("%s\n", plan::search_table(result, rows).c_str());
   for (const std::string& line : result.why_best) std::printf("- %s\n", line.c_str());
-  if (flags.has("--svg")) std::printf("\nchart: %s\n", flags.get("--svg").c_str());
+  if (flags.svg) std::printf("\nchart: %s\n", flags.svg->c_str());
   return kExitOk;
+}
+
+constexpr const char* kPlanDescription =
+    "Predicts how a model trains under a tensor / pipeline / data-parallel layout on a cluster,\n"
+    "or ranks every layout, from closed-form collective costs, a flow-level network model and\n"
+    "a training-step model (docs/plan.md):\n"
+    "  tpf plan --cluster C [--gpus N] --model M --layout L [--json]\n"
+    "  tpf plan --cluster C --gpus N --model M --search [--top K] [--svg FILE] [--json]";
+
+// --cluster C (returned, for a command that requires it) and --gpus N.
+CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& cluster,
+                                 std::optional<std::string>& gpus, const std::string& gpus_help) {
+  CLI::Option* option =
+      command
+          .add_option("--cluster", cluster,
+                      "a preset (dgx-h100, dgx-a100, h100-ethernet) or a YAML file")
+          ->type_name("C");
+  command.add_option("--gpus", gpus, gpus_help)->type_name("N");
+  return option;
+}
+
+void add_collective_command(CLI::App& plan) {
+  CLI::App& command = *plan.add_subcommand(
+      "collective", "predict a collective's algorithms and what routing does to it");
+  command.footer(
+      "Predicts every algorithm of the collective for a group of --ranks GPUs, --stride apart\n"
+      "(copies of the group run at once on the rest of the cluster), and how the group's\n"
+      "network step fares under each routing policy.");
+  auto flags = std::make_shared<CollectiveFlags>();
+  add_cluster_options(command, flags->cluster, flags->gpus,
+                      "size a preset (a multiple of 8; default: --ranks x --stride)")
+      ->required();
+  command
+      .add_option("--op", flags->op,
+                  "all_reduce (default), all_gather, reduce_scatter, broadcast,\n"
+                  "all_to_all, send_recv")
+      ->type_name("OP");
+  command.add_option("--bytes", flags->bytes, "1M,64M or a range 8K:1G; suffixes K M G")
+      ->type_name("SIZES")
+      ->required();
+  command.add_option("--factor", flags->factor, "step of a --bytes range (default 4)")
+      ->type_name("F");
+  command.add_option("--ranks", flags->ranks, "group size (at least 2)")->type_name("R");
+  command.add_option("--stride", flags->stride, "GPUs between members (1 = packed in a node)")
+      ->type_name("S");
+  command.add_flag("--json", flags->json, "machine-readable output instead of tables");
+  set_action(command, [flags] { return plan_collective(*flags); });
+}
+
+void add_show_commands(CLI::App& plan) {
+  CLI::App& cluster =
+      *plan.add_subcommand("show-cluster", "print a cluster as YAML (a starting point)");
+  auto cluster_flags = std::make_shared<ShowFlags>();
+  cluster.add_option("name", cluster_flags->name, "a preset or a YAML file")->type_name("C");
+  cluster.add_option("--gpus", cluster_flags->gpus, "size a preset (a multiple of 8)")
+      ->type_name("N");
+  set_action(cluster, [cluster_flags] { return show(*cluster_flags, true); });
+
+  CLI::App& model = *plan.add_subcommand("show-model", "print a model as YAML");
+  auto model_flags = std::make_shared<ShowFlags>();
+  model.add_option("name", model_flags->name, "a preset or a YAML file")->type_name("M");
+  set_action(model, [model_flags] { return show(*model_flags, false); });
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& tpf) {
+  CLI::App& plan =
+      *tpf.add_subcommand("plan", "predict a model's training step on a cluster, rank layouts");
+  plan.require_subcommand(0, 1);
+  auto flags = std::make_shared<PlanFlags>();
+  add_cluster_options(plan, flags->cluster, flags->gpus,
+                      "size a preset (a multiple of 8); with --layout, defaults to tp*pp*dp");
+  plan.add_option("--model", flags->model,
+                  "a preset (gpt-1.3b, gpt-7b, gpt-22b, gpt-70b, gpt-175b, gpt-530b,\n"
+                  "gpt-1t, ...) or a YAML file")
+      ->type_name("M");
+  plan.add_option("--layout", flags->layout,
+                  "tp=8,pp=8,dp=16[,mb=1][,gb=1536][,sp=1][,vp=2]\n"
+                  "[,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]")
+      ->type_name("L");
+  plan.add_option("--global-batch", flags->global_batch,
+                  "sequences per step (default: the model's; --search rounds it up to\n"
+                  "a multiple of dp x micro-batch for each layout)")
+      ->type_name("B");
+  plan.add_flag("--search", flags->search, "rank every layout that multiplies to --gpus");
+  plan.add_option("--top", flags->top, "rows of the ranking to print and draw (default 15)")
+      ->type_name("K");
+  plan.add_option("--svg", flags->svg, "draw the ranking with each layout's breakdown")
+      ->type_name("FILE");
+  plan.add_flag("--json", flags->json, "machine-readable output instead of tables");
+  set_action(plan, [flags] { return plan_layouts(*flags); });
+  add_collective_command(plan);
+  add_plan_calibrate_command(plan);
+  add_show_commands(plan);
+  plan.footer(kPlanDescription);  // after the subcommands: they would inherit it
 }
 
 }  // namespace tpf::cli

@@ -1,11 +1,14 @@
-// `tpf run`: parses the command line and hands the job to the launcher.
+// `tpf run`: its command line, handed to the launcher.
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/env_config.h"
 #include "cli/commands.h"
@@ -19,24 +22,10 @@ namespace {
 // More ranks than this on one machine is a typo, not a job (and would exhaust file descriptors).
 constexpr int kMaxRanks = 4096;
 
-constexpr const char* kUsage =
-    "usage: tpf run -n N [--bind core|numa|none] [--timeout S] [--job-timeout S] [--tag-output]\n"
-    "               [--] PROGRAM [ARGS...]\n"
-    "\n"
+constexpr const char* kDescription =
     "Starts N ranks of PROGRAM on this machine. Each rank gets TPF_RANK, TPF_WORLD_SIZE,\n"
     "TPF_LOCAL_RANK, TPF_LOCAL_WORLD_SIZE, TPF_STORE_ADDR (a rendezvous store served by tpf run),\n"
     "TPF_JOB_SECRET, TPF_JOB_ID and, with --timeout, TPF_TIMEOUT.\n"
-    "\n"
-    "options:\n"
-    "  -n, --nproc N     number of ranks (required, 1..4096)\n"
-    "  --bind POLICY     core: rank r on its share of the cores (cores/N consecutive cores,\n"
-    "                    at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
-    "                    Default: core when N <= cores, else none.\n"
-    "  --timeout S       per-operation deadline in seconds for the ranks' collectives\n"
-    "  --job-timeout S   stop the job after S seconds: print where every rank is (from their\n"
-    "                    flight recorders), then stop the ranks; exit status 124\n"
-    "  --tag-output      prefix every line a rank prints with \"[rank] \"\n"
-    "  -h, --help        show this help\n"
     "\n"
     "When a rank fails, the others get a grace period (TPF_RUN_GRACE_S, default 3 s) to report,\n"
     "then SIGTERM, then after another grace period SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
@@ -51,7 +40,17 @@ constexpr const char* kUsage =
     "\n"
     "exit status: 0 all ranks succeeded; 1 a rank exited non-zero or was killed; 2 bad command\n"
     "line; 124 the job ran past --job-timeout; 127 the program could not be started; 128+S tpf\n"
-    "run received signal S.\n";
+    "run received signal S.";
+
+// The command line as given; converted (and checked) by launch_options().
+struct RunFlags {
+  std::optional<std::string> world_size;
+  std::optional<std::string> bind;
+  std::optional<std::string> timeout;
+  std::optional<std::string> job_timeout;
+  bool tag_output = false;
+  std::vector<std::string> command;
+};
 
 int parse_world_size(const std::string& text) {
   char* end = nullptr;
@@ -99,61 +98,60 @@ BindPolicy default_bind(int world_size) {
   }
 }
 
-}  // namespace
+// tpf run has always taken -n=4 as well; CLI11 reads its value as "=4".
+std::string without_equals_sign(std::string value) {
+  if (!value.empty() && value[0] == '=') value.erase(0, 1);
+  return value;
+}
 
-int cmd_run(int argc, char** argv) {
+LaunchOptions launch_options(const RunFlags& flags) {
   LaunchOptions options;
-  bool have_bind = false;
-  int i = 0;
-  // Returns the value of an option given as "--opt VALUE", "--opt=VALUE" or (for -n) "-nVALUE".
-  auto value_of = [&](const std::string& arg, const std::string& name) -> std::string {
-    if (arg.size() > name.size()) {
-      return arg.substr(name.size() + (arg[name.size()] == '=' ? 1 : 0));
-    }
-    if (i + 1 >= argc) throw UsageError(name + " needs a value");
-    return argv[++i];
-  };
-  auto is_option = [](const std::string& arg, const std::string& name, bool allow_glued) {
-    if (arg == name) return true;
-    if (arg.rfind(name + "=", 0) == 0) return true;
-    return allow_glued && arg.rfind(name, 0) == 0;
-  };
-
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.empty() || arg[0] != '-') break;  // the program: everything after belongs to it
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return kExitOk;
-    } else if (is_option(arg, "-n", true)) {
-      options.world_size = parse_world_size(value_of(arg, "-n"));
-    } else if (is_option(arg, "--nproc", false)) {
-      options.world_size = parse_world_size(value_of(arg, "--nproc"));
-    } else if (is_option(arg, "--bind", false)) {
-      options.bind = parse_bind(value_of(arg, "--bind"));
-      have_bind = true;
-    } else if (is_option(arg, "--job-timeout", false)) {
-      options.job_timeout = parse_job_timeout(value_of(arg, "--job-timeout"));
-    } else if (is_option(arg, "--timeout", false)) {
-      options.timeout_s = parse_timeout(value_of(arg, "--timeout"));
-    } else if (arg == "--tag-output") {
-      options.tag_output = true;
-    } else {
-      throw UsageError("unknown option '" + arg + "'");
-    }
-  }
+  if (flags.world_size) options.world_size = parse_world_size(*flags.world_size);
+  if (flags.bind) options.bind = parse_bind(*flags.bind);
+  if (flags.timeout) options.timeout_s = parse_timeout(*flags.timeout);
+  if (flags.job_timeout) options.job_timeout = parse_job_timeout(*flags.job_timeout);
   if (options.world_size == 0) throw UsageError("missing -n N (the number of ranks)");
-  if (i >= argc) throw UsageError("missing the program to run (tpf run -n N -- PROGRAM ARGS...)");
-  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
-
-  if (!have_bind) options.bind = default_bind(options.world_size);
+  if (flags.command.empty()) {
+    throw UsageError("missing the program to run (tpf run -n N -- PROGRAM ARGS...)");
+  }
+  if (!flags.bind) options.bind = default_bind(options.world_size);
+  options.tag_output = flags.tag_output;
+  options.command = flags.command;
   options.grace = base::env_seconds("TPF_RUN_GRACE_S").value_or(std::chrono::seconds(3));
   options.dump_wait = base::env_seconds("TPF_RUN_DUMP_WAIT_S").value_or(std::chrono::seconds(5));
-  return launch_job(options);
+  return options;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& tpf) {
+  CLI::App& run = *tpf.add_subcommand("run", "launch N ranks of a program on this machine");
+  run.footer(kDescription);
+  auto flags = std::make_shared<RunFlags>();
+  run.add_option("-n,--nproc", flags->world_size, "number of ranks (required, 1..4096)")
+      ->type_name("N")
+      ->transform(without_equals_sign);
+  run.add_option("--bind", flags->bind,
+                 "core: rank r on its share of the cores (cores/N consecutive cores,\n"
+                 "at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
+                 "Default: core when N <= cores, else none.")
+      ->type_name("POLICY");
+  run.add_option("--timeout", flags->timeout,
+                 "per-operation deadline in seconds for the ranks' collectives")
+      ->type_name("S");
+  run.add_option("--job-timeout", flags->job_timeout,
+                 "stop the job after S seconds: print where every rank is (from their\n"
+                 "flight recorders), then stop the ranks; exit status 124")
+      ->type_name("S");
+  run.add_flag("--tag-output", flags->tag_output,
+               "prefix every line a rank prints with \"[rank] \"");
+  run.add_option("program", flags->command,
+                 "PROGRAM [ARGS...]: everything from PROGRAM on (or after --) is passed\n"
+                 "to it untouched, options included")
+      ->type_name("");
+  // Once PROGRAM is named, everything after it is its own, options included.
+  run.positionals_at_end();
+  set_action(run, [flags] { return launch_job(launch_options(*flags)); });
 }
 
 }  // namespace tpf::cli

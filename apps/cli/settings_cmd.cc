@@ -1,6 +1,7 @@
 // `tpf settings`: the effective value of every TPF_* variable, where each came from, who reads it
 // and what it sets. Communicator values are resolved exactly as a communicator created now would
 // resolve them (comm/settings.h), so a malformed value fails here with the communicator's error.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,13 +14,11 @@
 namespace tpf::cli {
 namespace {
 
-constexpr const char* kHelp =
-    "usage: tpf settings\n"
-    "\n"
+constexpr const char* kDescription =
     "Prints every TPF_* variable tpfabric reads: its effective value for a communicator created\n"
     "now in this environment (without CommOptions), where the value came from (default,\n"
     "the variable, the hardware or the launcher), who reads it and what it sets. A malformed\n"
-    "value is reported as the communicator would report it, with exit code 1.\n";
+    "value is reported as the communicator would report it, with exit code 1.";
 
 void print_row(const std::string& name, const std::string& value, const std::string& source,
                const std::string& reader, const std::string& meaning) {
@@ -27,16 +26,7 @@ void print_row(const std::string& name, const std::string& value, const std::str
               reader.c_str(), meaning.c_str());
 }
 
-}  // namespace
-
-int cmd_settings(int argc, char** argv) {
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(kHelp, stdout);
-      return kExitOk;
-    }
-    throw UsageError(std::string("unexpected argument '") + argv[i] + "' (it takes none)");
-  }
+int print_settings() {
   const detail::CommSettings settings = detail::resolve_comm_settings();
   print_row("variable", "value", "source", "read by", "meaning");
   for (const detail::SettingInfo& info : detail::setting_catalog()) {
@@ -60,6 +50,15 @@ int cmd_settings(int argc, char** argv) {
   print_row("(reduce kernels)", coll::reduce_kernel_isa(), "CPU, TPF_REDUCE_ISA", "process",
             "instruction set of the reductions");
   return kExitOk;
+}
+
+}  // namespace
+
+void add_settings_command(CLI::App& tpf) {
+  CLI::App& settings =
+      *tpf.add_subcommand("settings", "show every TPF_* setting's value and where it came from");
+  settings.footer(kDescription);
+  set_action(settings, print_settings);
 }
 
 }  // namespace tpf::cli

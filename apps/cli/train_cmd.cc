@@ -1,11 +1,14 @@
 // `tpf train`: trains a GPT with tensor parallelism over the ranks of the job (TP = number of
 // ranks), e.g. `tpf run -n 2 -- tpf train --preset small --data text.txt --out runs/small`.
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/model_cli.h"
+#include "cli/option_values.h"
 #include "model/gpt_config.h"
 #include "model/trainer.h"
 #include "tensor/blas.h"
@@ -14,60 +17,50 @@ namespace tpf::cli {
 
 namespace {
 
-void print_train_usage() {
-  std::printf(
-      "usage: tpf train (--preset NAME | --config FILE | --resume DIR) --data TEXT_FILE\n"
-      "                 [--steps N] [--seed S] [--out DIR] [--sequence-parallel] [--threads N]\n"
-      "                 [--quiet]\n"
-      "Trains a GPT-2-style byte-level model with tensor parallelism over this job's ranks\n"
-      "(start it with `tpf run -n T -- tpf train ...`; alone it trains at TP=1).\n"
-      "  --preset NAME         a built-in configuration:");
-  for (const auto& name : preset_names()) std::printf(" %s", name.c_str());
-  std::printf(
-      "\n"
-      "  --config FILE         a JSON configuration (see src/model/gpt_config.h); may name a "
-      "preset\n"
-      "  --resume DIR          continue from a checkpoint or a previous --out directory, at any\n"
-      "                        TP size (model, optimizer state and data position are restored)\n"
-      "  --data TEXT_FILE      any UTF-8 (or binary) file; the tokenizer is its bytes\n"
-      "  --steps N             total optimizer steps, at least 1 (overrides the configuration;\n"
-      "                        with --resume, the step to stop at)\n"
-      "  --seed S              initialization, data order and dropout (default 1)\n"
-      "  --out DIR             writes config.json, log.jsonl (one record per step), loss.svg and\n"
-      "                        checkpoints/ (every train.checkpoint_every steps and at the end)\n"
-      "  --sequence-parallel   shard LayerNorm/dropout activations along the sequence\n"
-      "  --threads N           BLAS threads per rank (default: cores / ranks on this machine)\n"
-      "  --quiet               no progress lines\n");
-}
+// The command line as given; converted (and checked) by train_options().
+struct TrainFlags {
+  std::optional<std::string> preset;
+  std::optional<std::string> config;
+  std::optional<std::string> resume;
+  std::string data;
+  std::optional<std::string> steps;
+  std::optional<std::string> seed;
+  std::string out;
+  bool sequence_parallel = false;
+  std::optional<std::string> threads;
+  bool quiet = false;
+};
 
-}  // namespace
-
-int cmd_train(int argc, char** argv) {
-  const FlagParser flags(
-      argc, argv,
-      {"--preset", "--config", "--resume", "--data", "--steps", "--seed", "--out", "--threads"},
-      {"--sequence-parallel", "--quiet"});
-  if (flags.help()) {
-    print_train_usage();
-    return kExitOk;
-  }
-  const int sources = flags.has("--preset") + flags.has("--config") + flags.has("--resume");
-  if (sources != 1) {
+TrainOptions train_options(const TrainFlags& flags) {
+  if (flags.preset.has_value() + flags.config.has_value() + flags.resume.has_value() != 1) {
     throw UsageError("give exactly one of --preset, --config or --resume");
   }
   TrainOptions options;
-  if (flags.has("--preset")) options.config = preset_config(flags.get("--preset"));
-  if (flags.has("--config")) options.config = load_config_file(flags.get("--config"));
-  options.sequence_parallel = flags.has("--sequence-parallel");
-  options.resume = flags.get("--resume");
-  options.data_path = flags.required("--data");
-  options.out_dir = flags.get("--out");
-  options.seed = static_cast<uint64_t>(flags.get_int("--seed", 1, 0));
-  options.steps = flags.get_int("--steps", -1, 1, kMaxSteps);
-  options.progress = !flags.has("--quiet");
+  // The values first: a bad one is named before any file is read.
+  options.seed = static_cast<uint64_t>(integer_option(flags.seed, "--seed", 1, 0));
+  options.steps = integer_option(flags.steps, "--steps", -1, 1, kMaxSteps);
+  if (flags.preset) options.config = preset_config(*flags.preset);
+  if (flags.config) options.config = load_config_file(*flags.config);
+  options.sequence_parallel = flags.sequence_parallel;
+  options.resume = flags.resume.value_or("");
+  options.data_path = flags.data;
+  options.out_dir = flags.out;
+  options.progress = !flags.quiet;
+  return options;
+}
 
+std::string preset_list() {
+  std::string list;
+  for (const auto& name : preset_names()) list += " " + name;
+  return list;
+}
+
+int run_train(const TrainFlags& flags) {
+  const TrainOptions options = train_options(flags);
+  const int threads_asked =
+      static_cast<int>(integer_option(flags.threads, "--threads", 0, 1, kMaxBlasThreads));
   World world;
-  const int threads = configure_blas_threads(flags, world.local_ranks());
+  const int threads = configure_blas_threads(threads_asked, world.local_ranks());
   const TrainSummary summary = train(world.comm(), options);
   if (world.comm().rank() == 0 && !summary.records.empty()) {
     std::printf(
@@ -86,6 +79,51 @@ int cmd_train(int argc, char** argv) {
     }
   }
   return kExitOk;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& tpf) {
+  CLI::App& train = *tpf.add_subcommand("train", "train a tensor-parallel GPT on a text file");
+  train.footer(
+      "Trains a GPT-2-style byte-level model with tensor parallelism over this job's ranks\n"
+      "(start it with `tpf run -n T -- tpf train ...`; alone it trains at TP=1). Give exactly one\n"
+      "of --preset, --config or --resume.");
+  auto flags = std::make_shared<TrainFlags>();
+  train.add_option("--preset", flags->preset, "a built-in configuration:" + preset_list())
+      ->type_name("NAME");
+  train
+      .add_option("--config", flags->config,
+                  "a JSON configuration (see src/model/gpt_config.h); may name a preset")
+      ->type_name("FILE");
+  train
+      .add_option("--resume", flags->resume,
+                  "continue from a checkpoint or a previous --out directory, at any\n"
+                  "TP size (model, optimizer state and data position are restored)")
+      ->type_name("DIR");
+  train.add_option("--data", flags->data, "any UTF-8 (or binary) file; the tokenizer is its bytes")
+      ->type_name("TEXT_FILE")
+      ->required();
+  train
+      .add_option("--steps", flags->steps,
+                  "total optimizer steps, at least 1 (overrides the configuration;\n"
+                  "with --resume, the step to stop at)")
+      ->type_name("N");
+  train.add_option("--seed", flags->seed, "initialization, data order and dropout (default 1)")
+      ->type_name("S");
+  train
+      .add_option("--out", flags->out,
+                  "writes config.json, log.jsonl (one record per step), loss.svg and\n"
+                  "checkpoints/ (every train.checkpoint_every steps and at the end)")
+      ->type_name("DIR");
+  train.add_flag("--sequence-parallel", flags->sequence_parallel,
+                 "shard LayerNorm/dropout activations along the sequence");
+  train
+      .add_option("--threads", flags->threads,
+                  "BLAS threads per rank (default: cores / ranks on this machine)")
+      ->type_name("N");
+  train.add_flag("--quiet", flags->quiet, "no progress lines");
+  set_action(train, [flags] { return run_train(*flags); });
 }
 
 }  // namespace tpf::cli

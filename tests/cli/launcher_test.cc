@@ -232,6 +232,8 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
       {{"run", "-n", "2", "--timeout", "soon", "true"}, "--timeout expects"},
       {{"run", "-n", "2", "--frobnicate", "true"}, "unknown option"},
       {{"frobnicate"}, "unknown command 'frobnicate'"},
+      {{"frobnicate", "--help"}, "unknown command 'frobnicate'"},
+      {{"--frobnicate"}, "unknown option '--frobnicate'"},
   };
   for (const Case& c : cases) {
     Outcome r = run_tpf(c.args);
