@@ -87,8 +87,8 @@ std::string nlohmann_detail(const std::string& message) {
   return std::string(text);
 }
 
-// Builds a Value from nlohmann's SAX events, adding what nlohmann does not check: duplicate keys
-// and the nesting limit. nlohmann's parser itself is iterative, so deep input cannot exhaust the
+// Builds a Value from nlohmann's SAX events, adding what nlohmann does not check: duplicate keys,
+// the nesting limit and NUL bytes. nlohmann's parser itself is iterative, so deep input cannot exhaust the
 // stack there; the limit protects Value's recursive destructor and the callers' recursive walks.
 class ValueBuilder {
  public:
