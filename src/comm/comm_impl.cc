@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coll/algorithms.h"
+#include "comm/host_discovery.h"
 #include "comm/process_failures.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
@@ -31,7 +32,8 @@ std::string sanitize(const std::string& text) {
   return out;
 }
 
-transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generation) {
+transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generation,
+                                      std::shared_ptr<Store> scoped_store) {
   transport::FabricConfig config;
   config.rank = setup.rank;
   config.size = setup.size;
@@ -41,8 +43,7 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   config.segment_prefix = transport::shm_job_prefix(setup.job_id) + sanitize(setup.name) + "-g" +
                           std::to_string(generation) + "-";
   config.label = "communicator '" + setup.name + "'";
-  std::string prefix = setup.name + "/" + std::to_string(generation);
-  config.store = std::make_shared<PrefixStore>(prefix, setup.store);
+  config.store = std::move(scoped_store);
   config.setup_timeout = settings.setup_timeout;
   config.excess_ranks = settings.excess_ranks(setup.size);
   config.asymmetric_fences = settings.asymmetric_fences;
@@ -66,7 +67,21 @@ CommImpl::CommImpl(CommSetup setup)
   // n-th communicator of this name: keys never collide when a name is reused.
   int64_t joined = setup_.store->add(setup_.name + "/joined", 1);
   uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
-  fabric_ = std::make_unique<transport::ShmFabric>(fabric_config(setup_, generation));
+  auto scoped_store =
+      std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
+  const std::string comm_label = "communicator '" + setup_.name + "'";
+  hosts_ = discover_hosts(*scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
+                          setup_.settings.setup_timeout, comm_label);
+  if (!hosts_.single_host()) {
+    // Every rank has the same map, so every rank refuses: none is left waiting.
+    throw Error(ErrorCode::bootstrap,
+                comm_label + " spans " + std::to_string(hosts_.hosts()) + " hosts (" +
+                    hosts_.describe() +
+                    "): ranks on different hosts cannot share memory, and this build has no "
+                    "network transport yet. Start every rank on one host, or give ranks that do "
+                    "share memory the same TPF_NODE_ID");
+  }
+  fabric_ = std::make_unique<transport::ShmFabric>(fabric_config(setup_, generation, scoped_store));
   p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());
@@ -312,10 +327,10 @@ void CommImpl::abort() {
   aborted_.store(true);
   fabric_->abort();
   // If this process exits now, its peers on other communicators learn why.
-  ProcessFailures::instance().record(
-      {ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted by its rank " +
-                               std::to_string(rank()) + " (pid " + std::to_string(::getpid()) +
-                               ")"});
+  ProcessFailures::instance().record({ErrorCode::aborted, "communicator '" + setup_.name +
+                                                              "' was aborted by its rank " +
+                                                              std::to_string(rank()) + " (pid " +
+                                                              std::to_string(::getpid()) + ")"});
   p2p_->fail_all(std::make_exception_ptr(
       Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank")));
   recorder_.dump_on_failure(ErrorCode::aborted);  // flight recorder

@@ -17,6 +17,7 @@
 #include "comm/p2p_engine.h"
 #include "comm/settings.h"
 #include "comm/work_state.h"
+#include "topo/hosts.h"
 #include "tpf/comm.h"
 #include "transport/shm_fabric.h"
 
@@ -77,6 +78,7 @@ class CommImpl {
   std::exception_ptr record_failure(std::exception_ptr error);
 
   CommSetup setup_;
+  topo::HostMap hosts_;  // which of the ranks share memory (topo/hosts.h)
   // Flight recorder (issue 15): the last operations, dumped on failure or on the dump signal.
   // Declared before fabric_ and p2p_: it outlives everything that records into it.
   FlightRecorder recorder_;

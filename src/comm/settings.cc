@@ -8,6 +8,7 @@
 
 #include "base/env_config.h"
 #include "comm/flight_recorder.h"
+#include "topo/hosts.h"
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
 #include "transport/shm_fabric.h"
@@ -43,6 +44,9 @@ constexpr SettingInfo kCatalog[] = {
      "0 = full fences on both sides instead of membarrier"},
     {"TPF_JOB_ID", "communicator, launcher", "unique job name; names shared-memory segments"},
     {"TPF_CPUS", "communicator", "cores the job may use on this machine (set by tpf run)"},
+    {"TPF_NODE_ID", "communicator",
+     "this rank's host: ranks with one id share memory (default: derived from the boot id, "
+     "namespaces and hostname)"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
     {"TPF_FLIGHT_RECORDER_DIR", "process", "directory for flight-recorder dumps (stderr)"},
     {"TPF_FLIGHT_RECORDER_SIGNAL", "process", "signal that dumps the records: USR1, USR2, off"},
@@ -119,6 +123,21 @@ std::optional<bool> env_switch(const char* name) {
   if (*text == "0") return false;
   if (*text == "1") return true;
   malformed(name, *text, "0 or 1");
+}
+
+// A host key is exchanged as one line of text and shown in messages: printable, no spaces.
+std::optional<std::string> env_node_id() {
+  auto text = base::env_string("TPF_NODE_ID");
+  if (!text) return std::nullopt;
+  constexpr size_t kMaxLength = 128;
+  const bool printable =
+      std::all_of(text->begin(), text->end(), [](char c) { return c > ' ' && c < 127; });
+  if (!printable || text->size() > kMaxLength) {
+    malformed("TPF_NODE_ID", *text,
+              "a host name of 1 to " + std::to_string(kMaxLength) +
+                  " printable characters without spaces");
+  }
+  return text;
 }
 
 std::optional<coll::AllReduceAlgorithm> env_all_reduce_algorithm() {
@@ -220,6 +239,10 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.job_cpus = read.take(
       "TPF_CPUS", env_count("TPF_CPUS", 1 << 20), online, [](int n) { return std::to_string(n); },
       "hardware (online CPUs)");
+  const std::optional<std::string> node_id = env_node_id();
+  s.host_key = topo::local_host_key(node_id);
+  s.report.push_back({"TPF_NODE_ID", s.host_key,
+                      node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces)"});
   if (launch_env_present()) {
     const LaunchEnv launch = detect_launch_env();
     s.local_world_size = launch.local_world_size;

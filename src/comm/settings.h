@@ -37,6 +37,7 @@ struct CommSettings {
   size_t flight_recorder_size = 0;    // records kept per communicator; 0 = off
   int job_cpus = 1;                   // cores this job may use on this machine
   int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
+  std::string host_key;               // this rank's host (topo/hosts.h)
   std::vector<SettingReport> report;  // every value above with its source
 
   // The report of `name` (a TPF_* variable, or "local world size"), or nullptr.

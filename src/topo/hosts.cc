@@ -1,0 +1,77 @@
+#include "topo/hosts.h"
+
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "tpf/error.h"
+
+namespace tpf::topo {
+namespace {
+
+std::string namespace_id(const char* kind) {
+  struct stat info {};
+  const std::string path = std::string("/proc/self/ns/") + kind;
+  if (::stat(path.c_str(), &info) != 0) return "?";  // no /proc: every process looks alike
+  return std::to_string(info.st_ino);
+}
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id.empty() ? "?" : id.substr(0, 8);  // 32 bits tell boots apart well enough
+}
+
+std::string hostname() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
+  return name;
+}
+
+}  // namespace
+
+std::string local_host_key(const std::optional<std::string>& node_id) {
+  if (node_id) return *node_id;
+  return hostname() + "[boot " + boot_id() + ", net " + namespace_id("net") + ", ipc " +
+         namespace_id("ipc") + ", mnt " + namespace_id("mnt") + "]";
+}
+
+HostMap::HostMap(std::vector<std::string> key_of_rank) {
+  if (key_of_rank.empty()) throw Error(ErrorCode::internal, "a host map of no ranks");
+  host_of_.resize(key_of_rank.size());
+  local_rank_.resize(key_of_rank.size());
+  for (size_t r = 0; r < key_of_rank.size(); ++r) {
+    auto known = std::find(key_of_host_.begin(), key_of_host_.end(), key_of_rank[r]);
+    const int host = static_cast<int>(known - key_of_host_.begin());
+    if (known == key_of_host_.end()) {
+      key_of_host_.push_back(key_of_rank[r]);
+      ranks_on_.emplace_back();
+    }
+    host_of_[r] = host;
+    local_rank_[r] = static_cast<int>(ranks_on_[host].size());
+    ranks_on_[host].push_back(static_cast<int>(r));
+  }
+}
+
+bool HostMap::uniform() const noexcept {
+  return std::all_of(ranks_on_.begin(), ranks_on_.end(),
+                     [&](const std::vector<int>& r) { return r.size() == ranks_on_[0].size(); });
+}
+
+std::string HostMap::describe() const {
+  std::string out;
+  for (int h = 0; h < hosts(); ++h) {
+    out += (h ? "; host '" : "host '") + key_of_host_[h] + "' (rank" +
+           (ranks_on_[h].size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < ranks_on_[h].size(); ++i)
+      out += (i ? ", " : "") + std::to_string(ranks_on_[h][i]);
+    out += ")";
+  }
+  return out;
+}
+
+}  // namespace tpf::topo

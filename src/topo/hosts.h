@@ -1,0 +1,46 @@
+// Which ranks share a host. A host here is what decides whether two processes can map each
+// other's shared memory: ranks with one host key talk through shared-memory segments, ranks with
+// different keys only through the network. Hosts are decided explicitly — each rank's key is
+// exchanged through the store — never guessed from launcher variables (LOCAL_RANK & co.): one
+// rank per network namespace on one machine is one rank per host.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tpf::topo {
+
+// This process's host key: `node_id` (TPF_NODE_ID) when given; otherwise derived from what
+// decides whether processes can share memory and reach each other by loopback: the boot (boot
+// id), the network, IPC and mount namespaces, with the hostname first so people can read it.
+std::string local_host_key(const std::optional<std::string>& node_id);
+
+// The layout of one communicator's ranks over hosts. Hosts are numbered by their lowest rank, and
+// a host's ranks are in rank order: every rank derives the same map from the same keys.
+class HostMap {
+ public:
+  HostMap() : HostMap(std::vector<std::string>{""}) {}
+  explicit HostMap(std::vector<std::string> key_of_rank);
+
+  int ranks() const noexcept { return static_cast<int>(host_of_.size()); }
+  int hosts() const noexcept { return static_cast<int>(ranks_on_.size()); }
+  bool single_host() const noexcept { return hosts() == 1; }
+  int host_of(int rank) const { return host_of_.at(rank); }
+  // The rank's index among its host's ranks; ranks with the same local rank form a rail.
+  int local_rank(int rank) const { return local_rank_.at(rank); }
+  const std::vector<int>& ranks_on(int host) const { return ranks_on_.at(host); }
+  const std::string& key(int host) const { return key_of_host_.at(host); }
+  // Every host has the same number of ranks.
+  bool uniform() const noexcept;
+  // "host 'a' (ranks 0, 1); host 'b' (ranks 2, 3)".
+  std::string describe() const;
+
+ private:
+  std::vector<int> host_of_;
+  std::vector<int> local_rank_;
+  std::vector<std::vector<int>> ranks_on_;
+  std::vector<std::string> key_of_host_;
+};
+
+}  // namespace tpf::topo

@@ -1,0 +1,147 @@
+// Hosts (topo/hosts.h, comm/host_discovery.h): which ranks share memory is decided from host keys
+// exchanged through the store, never from launcher variables. A communicator whose ranks are on
+// different hosts must not run over /dev/shm — not even when the "hosts" are network namespaces
+// of one machine, which can still see each other's segments.
+#include "topo/hosts.h"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "comm/settings.h"
+#include "support/expect_error.h"
+#include "support/expect_tpf_error.h"
+#include "support/multiproc.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+#include "transport/shm_segment.h"
+
+namespace tpf {
+namespace {
+
+using testing::RankContext;
+
+TEST(HostMap, HostsAreNumberedByTheirLowestRankAndLocalRanksFollowRankOrder) {
+  const topo::HostMap map({"b", "a", "b", "c", "a"});
+  EXPECT_EQ(map.ranks(), 5);
+  EXPECT_EQ(map.hosts(), 3);
+  EXPECT_FALSE(map.single_host());
+  EXPECT_FALSE(map.uniform());
+  EXPECT_EQ(map.key(0), "b");
+  EXPECT_EQ(map.key(1), "a");
+  EXPECT_EQ(map.key(2), "c");
+  EXPECT_EQ(map.host_of(3), 2);
+  EXPECT_EQ(map.ranks_on(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(map.ranks_on(1), (std::vector<int>{1, 4}));
+  EXPECT_EQ(map.local_rank(2), 1);
+  EXPECT_EQ(map.local_rank(4), 1);
+  EXPECT_EQ(map.local_rank(3), 0);
+  EXPECT_EQ(map.describe(), "host 'b' (ranks 0, 2); host 'a' (ranks 1, 4); host 'c' (rank 3)");
+}
+
+TEST(HostMap, OneKeyIsOneUniformHost) {
+  const topo::HostMap map({"x", "x", "x"});
+  EXPECT_TRUE(map.single_host());
+  EXPECT_TRUE(map.uniform());
+  EXPECT_EQ(map.ranks_on(0).size(), 3u);
+}
+
+TEST(HostKey, NodeIdWinsAndTheDerivedKeyIsStableAndReadable) {
+  EXPECT_EQ(topo::local_host_key(std::string("node-7")), "node-7");
+  const std::string derived = topo::local_host_key(std::nullopt);
+  EXPECT_EQ(derived, topo::local_host_key(std::nullopt));
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  EXPECT_EQ(derived.rfind(name, 0), 0u) << derived;
+  EXPECT_NE(derived.find("net "), std::string::npos) << derived;
+}
+
+// What a test emulating hosts on one machine does: a process in its own network namespace is on
+// another host, even though /dev/shm is the same.
+TEST(HostKey, AnotherNetworkNamespaceIsAnotherHost) {
+  const std::string here = topo::local_host_key(std::nullopt);
+  testing::SharedBlock shared;
+  auto outcomes = testing::run_ranks_raw(1, [&](const RankContext&) {
+    TPF_CHILD_CHECK(::unshare(CLONE_NEWNET) == 0,
+                    std::string("unshare(CLONE_NEWNET) (needs root): ") + std::strerror(errno));
+    const std::string there = topo::local_host_key(std::nullopt);
+    TPF_CHILD_CHECK(there != here, "same key in a new network namespace: " + there);
+  });
+  testing::expect_all_ok(outcomes);
+}
+
+TEST(HostKey, MalformedNodeIdIsAnErrorNamingIt) {
+  for (const std::string& bad :
+       std::vector<std::string>{"has space", "tab\there", std::string(129, 'n')}) {
+    ::setenv("TPF_NODE_ID", bad.c_str(), 1);
+    EXPECT_TPF_ERROR(detail::resolve_comm_settings(), ErrorCode::invalid_argument, "TPF_NODE_ID");
+  }
+  ::setenv("TPF_NODE_ID", "rack1-node2", 1);
+  const detail::CommSettings settings = detail::resolve_comm_settings();
+  EXPECT_EQ(settings.host_key, "rack1-node2");
+  ASSERT_NE(settings.reported("TPF_NODE_ID"), nullptr);
+  EXPECT_EQ(settings.reported("TPF_NODE_ID")->source, "TPF_NODE_ID");
+  ::unsetenv("TPF_NODE_ID");
+  EXPECT_EQ(detail::resolve_comm_settings().reported("TPF_NODE_ID")->value,
+            topo::local_host_key(std::nullopt));
+}
+
+// Until the network transport exists, a communicator across hosts is refused on every rank
+// (none waits), naming the hosts and their ranks, and leaves nothing in /dev/shm.
+void expect_refused_across_hosts(const RankContext& ctx, const std::shared_ptr<Store>& store,
+                                 const std::string& hosts) {
+  const Error e = testing::expect_error("creating a communicator across hosts", [&] {
+    Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+  });
+  TPF_CHILD_CHECK(e.code() == ErrorCode::bootstrap, e.what());
+  const std::string what = e.what();
+  TPF_CHILD_CHECK(what.find("spans 2 hosts") != std::string::npos, what);
+  TPF_CHILD_CHECK(what.find(hosts) != std::string::npos, what);
+}
+
+std::shared_ptr<Store> connect(const RankContext& ctx) {
+  const auto colon = ctx.store_address.rfind(':');
+  return std::make_shared<TcpStoreClient>(
+      ctx.store_address.substr(0, colon),
+      static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
+      std::chrono::seconds(30), ctx.rank);
+}
+
+TEST(Hosts, CommunicatorAcrossNodeIdsIsRefusedOnEveryRank) {
+  testing::RunOptions options;
+  options.job_name = "hosts-refused-" + std::to_string(::getpid());
+  auto outcomes = testing::run_ranks_raw(
+      4,
+      [](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", ctx.rank < 2 ? "node-a" : "node-b", 1);
+        expect_refused_across_hosts(ctx, connect(ctx),
+                                    "host 'node-a' (ranks 0, 1); host 'node-b' (ranks 2, 3)");
+      },
+      options);
+  testing::expect_all_ok(outcomes);
+  EXPECT_EQ(testing::list_dev_shm(transport::shm_job_prefix(options.job_name)),
+            std::vector<std::string>{});
+}
+
+// The defect this replaces: one rank per network namespace ran over /dev/shm at memory speed,
+// through "links" capped far lower.
+TEST(Hosts, RanksInDifferentNetworkNamespacesDoNotShareMemory) {
+  auto outcomes = testing::run_ranks_raw(2, [](const RankContext& ctx) {
+    auto store = connect(ctx);  // before unshare: the store stays reachable through this socket
+    if (ctx.rank == 1) {
+      TPF_CHILD_CHECK(::unshare(CLONE_NEWNET) == 0,
+                      std::string("unshare(CLONE_NEWNET) (needs root): ") + std::strerror(errno));
+    }
+    expect_refused_across_hosts(ctx, store, "(rank 0); host '");
+  });
+  testing::expect_all_ok(outcomes);
+}
+
+}  // namespace
+}  // namespace tpf
