@@ -17,8 +17,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/tpf
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT Development
   FILES_MATCHING PATTERN "*.h")
 
-# The static target's link interface names PkgConfig::HWLOC (a private dependency still has to be
-# linked into whoever links an archive); tpfabricConfig.cmake recreates that target.
+# The static target's link interface names PkgConfig::HWLOC and PkgConfig::UCX (a private
+# dependency still has to be linked into whoever links an archive); tpfabricConfig.cmake recreates
+# those targets.
 install(EXPORT tpfabricTargets
   NAMESPACE tpfabric::
   DESTINATION ${TPF_CMAKE_DIR} COMPONENT Development)

@@ -15,6 +15,7 @@ set -euo pipefail
 readonly kBasePackages=(
   cmake ninja-build g++ pkg-config   # toolchain
   libhwloc-dev                       # topology discovery (library dependency)
+  libucx-dev                         # the network between hosts (UCX: RDMA or TCP; library dependency)
   libopenblas-dev                    # GEMMs of the tensor-parallel model
   libyaml-cpp-dev                    # cluster, model and layout files of the planner
   nlohmann-json3-dev                 # JSON parsing and writing (src/formats/json)

@@ -1,0 +1,343 @@
+#include "transport/ucx_network.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tpf/error.h"
+#include "transport/shm_layout.h"
+
+namespace tpf::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Polls this many times without progress before sleeping on the worker's event descriptor: a
+// message often arrives within a few microseconds, but two busy ranks on one core starve each
+// other.
+constexpr int kSpinsBeforeSleep = 64;
+// A closing endpoint flushes what was sent (a send completes once buffered, not delivered).
+constexpr auto kCloseFlushLimit = std::chrono::seconds(10);
+constexpr auto kCancelLimit = std::chrono::seconds(2);
+
+std::string status_text(ucs_status_t status) { return ucs_status_string(status); }
+
+std::string to_hex(const void* data, size_t bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes);
+  for (size_t i = 0; i < bytes; ++i) {
+    const auto byte = static_cast<const unsigned char*>(data)[i];
+    out += kDigits[byte >> 4];
+    out += kDigits[byte & 15];
+  }
+  return out;
+}
+
+std::vector<unsigned char> from_hex(const std::string& text) {
+  auto value = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::vector<unsigned char> out;
+  if (text.size() % 2 != 0) return {};
+  for (size_t i = 0; i < text.size(); i += 2) {
+    const int hi = value(text[i]), lo = value(text[i + 1]);
+    if (hi < 0 || lo < 0) return {};
+    out.push_back(static_cast<unsigned char>(hi << 4 | lo));
+  }
+  return out;
+}
+
+uint64_t ucx_tag(int sender, uint64_t tag) {
+  return static_cast<uint64_t>(sender) << UcxNetwork::kTagBits | tag;
+}
+
+}  // namespace
+
+struct UcxNetwork::Ucx {
+  struct ErrorSink {
+    Ucx* ucx;
+    int rank;
+  };
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int event_fd = -1;
+  std::vector<ucp_ep_h> endpoints;     // by rank; null where there is none (or it was closed)
+  std::vector<ucs_status_t> failures;  // by rank: why its endpoint failed, UCS_OK if it did not
+  std::vector<ErrorSink> sinks;        // by rank: the error handler's argument
+
+  static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* sink = static_cast<ErrorSink*>(arg);
+    sink->ucx->failures[sink->rank] = status;
+  }
+
+  void progress() {
+    while (ucp_worker_progress(worker) != 0) {
+    }
+  }
+
+  // Closes rank p's endpoint: flushing what was sent unless `force`, bounded either way.
+  void close(int p, bool force) {
+    ucp_ep_h ep = endpoints[p];
+    if (ep == nullptr) return;
+    endpoints[p] = nullptr;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+    const auto give_up = Clock::now() + (force ? kCancelLimit : kCloseFlushLimit);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < give_up) {
+      progress();
+    }
+    if (ucp_request_check_status(request) == UCS_INPROGRESS && !force) {
+      ucp_request_free(request);
+      endpoints[p] = ep;  // the flush did not finish: drop what is left
+      close(p, true);
+      return;
+    }
+    ucp_request_free(request);
+  }
+
+  ~Ucx() {
+    for (size_t p = 0; p < endpoints.size(); ++p) close(static_cast<int>(p), failures[p] != UCS_OK);
+    if (worker != nullptr) ucp_worker_destroy(worker);
+    if (context != nullptr) ucp_cleanup(context);
+  }
+};
+
+UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(new Ucx) {
+  Ucx& u = *ucx_;
+  const int n = config_.size;
+  u.endpoints.assign(n, nullptr);
+  u.failures.assign(n, UCS_OK);
+  u.sinks.resize(n);
+  auto check = [&](ucs_status_t status, const char* call) {
+    if (status != UCS_OK) {
+      throw Error(ErrorCode::bootstrap, config_.label + ": the network (UCX) failed to start: " +
+                                            call + ": " + status_text(status));
+    }
+  };
+
+  ucp_config_t* ucx_config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &ucx_config), "ucp_config_read");
+  const ucs_status_t tls = ucp_config_modify(ucx_config, "TLS", config_.transports.c_str());
+  if (tls != UCS_OK) {
+    ucp_config_release(ucx_config);
+    throw Error(ErrorCode::invalid_argument, config_.label + ": UCX refused the transports '" +
+                                                 config_.transports + "': " + status_text(tls));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = config_.peers.size();
+  const ucs_status_t init = ucp_init(&params, ucx_config, &u.context);
+  ucp_config_release(ucx_config);
+  check(init, "ucp_init");
+
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the communicator serializes its calls
+  check(ucp_worker_create(u.context, &worker_params, &u.worker), "ucp_worker_create");
+  check(ucp_worker_get_efd(u.worker, &u.event_fd), "ucp_worker_get_efd");
+
+  ucp_address_t* address = nullptr;
+  size_t address_bytes = 0;
+  check(ucp_worker_get_address(u.worker, &address, &address_bytes), "ucp_worker_get_address");
+  const std::string published = to_hex(address, address_bytes);
+  ucp_worker_release_address(u.worker, address);
+  Store& store = *config_.store;
+  store.set("net/" + std::to_string(config_.rank), published);
+
+  const auto deadline = Clock::now() + config_.setup_timeout;
+  for (int p : config_.peers) {
+    check_peer(p, "connect to");
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    std::string text;
+    try {
+      text = store.get("net/" + std::to_string(p), std::max(left, std::chrono::milliseconds(0)));
+    } catch (const Error& e) {
+      throw Error(e.code(), config_.label + ": waiting for rank " + std::to_string(p) +
+                                "'s network address: " + e.what());
+    }
+    const std::vector<unsigned char> peer_address = from_hex(text);
+    if (peer_address.empty()) {
+      throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
+                                            " published a malformed network address");
+    }
+    u.sinks[p] = {&u, p};
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.err_handler = {&Ucx::on_endpoint_error, &u.sinks[p]};
+    const ucs_status_t created = ucp_ep_create(u.worker, &ep_params, &u.endpoints[p]);
+    if (created != UCS_OK) {
+      throw Error(ErrorCode::bootstrap, config_.label + ": cannot reach rank " + std::to_string(p) +
+                                            " over the network (UCX " + config_.transports +
+                                            "): " + status_text(created));
+    }
+  }
+  // A first empty message each way: every connection works before the communicator is used.
+  std::vector<NetRequest> hello;
+  for (int p : config_.peers) {
+    hello.push_back(send(p, kMaxTag, nullptr, 0));
+    hello.push_back(recv(p, kMaxTag, nullptr, 0));
+  }
+  wait_all(hello, WaitContext::with_deadline(deadline, [label = config_.label] {
+             return "connecting the network of " + label;
+           }));
+}
+
+UcxNetwork::~UcxNetwork() = default;
+
+Error UcxNetwork::truncated(int peer, size_t bytes) const {
+  return Error(ErrorCode::mismatch, config_.label + ": rank " + std::to_string(peer) +
+                                        " sent more than the " + std::to_string(bytes) +
+                                        " bytes expected (do the ranks call the same operation "
+                                        "with the same counts?)");
+}
+
+void UcxNetwork::check_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
+    throw Error(ErrorCode::internal, config_.label + ": cannot " + what + " rank " +
+                                         std::to_string(peer) + " over the network");
+  }
+}
+
+NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t bytes) {
+  check_peer(peer, "send to");
+  NetRequest request{nullptr, peer, true, bytes};
+  ucp_ep_h ep = ucx_->endpoints[peer];
+  if (ep == nullptr || tag > kMaxTag) {
+    throw Error(ErrorCode::internal, config_.label + ": no network endpoint for rank " +
+                                         std::to_string(peer) + " (or tag out of range)");
+  }
+  ucp_request_param_t param{};
+  ucs_status_ptr_t started = ucp_tag_send_nbx(ep, data, bytes, ucx_tag(config_.rank, tag), &param);
+  if (UCS_PTR_IS_ERR(started)) {
+    throw Error(ErrorCode::peer_died, config_.label + ": sending to rank " + std::to_string(peer) +
+                                          " failed: " + status_text(UCS_PTR_STATUS(started)));
+  }
+  request.pending = started;  // null: done already
+  return request;
+}
+
+NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes) {
+  check_peer(peer, "receive from");
+  NetRequest request{nullptr, peer, false, bytes};
+  // Always a request, never an immediate completion: UCX 1.13 does not report the length of a
+  // receive that completes at once (recv_info stays untouched), and the length is checked.
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  ucs_status_ptr_t started = ucp_tag_recv_nbx(ucx_->worker, data, bytes, ucx_tag(peer, tag),
+                                              ~uint64_t{0}, &param);
+  if (UCS_PTR_IS_ERR(started)) {
+    const ucs_status_t status = UCS_PTR_STATUS(started);
+    if (status == UCS_ERR_MESSAGE_TRUNCATED) throw truncated(peer, bytes);
+    throw Error(ErrorCode::system, config_.label + ": receiving from rank " +
+                                       std::to_string(peer) + " failed: " + status_text(status));
+  }
+  request.pending = started;
+  return request;
+}
+
+void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx) {
+  Ucx& u = *ucx_;
+  // Stops every transfer still in flight, so none touches its buffer after we return: receives
+  // are cancelled, sends stop with their endpoint (the network is unusable after an error anyway).
+  auto cancel_all = [&] {
+    for (NetRequest& r : requests) {
+      if (r.pending == nullptr) continue;
+      if (r.is_send) {
+        u.close(r.peer, true);
+      } else {
+        ucp_request_cancel(u.worker, r.pending);
+      }
+    }
+    const auto give_up = Clock::now() + kCancelLimit;
+    for (NetRequest& r : requests) {
+      if (r.pending == nullptr) continue;
+      while (ucp_request_check_status(r.pending) == UCS_INPROGRESS && Clock::now() < give_up) {
+        u.progress();
+      }
+      ucp_request_free(r.pending);
+      r.pending = nullptr;
+    }
+  };
+  auto peer_failure = [&](int peer, ucs_status_t status) {
+    return Error(ErrorCode::peer_died,
+                 ctx.op_label() + ": " + config_.label + " lost rank " + std::to_string(peer) +
+                     " (its process exited or its connection failed: " + status_text(status) + ")");
+  };
+  std::optional<Clock::time_point> deadline;
+  int idle = 0;
+  for (;;) {
+    u.progress();
+    bool in_flight = false;
+    for (NetRequest& r : requests) {
+      if (r.pending == nullptr) continue;
+      ucp_tag_recv_info_t info{};
+      const ucs_status_t status = r.is_send ? ucp_request_check_status(r.pending)
+                                            : ucp_tag_recv_request_test(r.pending, &info);
+      if (status == UCS_INPROGRESS) {
+        if (u.failures[r.peer] != UCS_OK) {
+          const Error error = peer_failure(r.peer, u.failures[r.peer]);
+          cancel_all();
+          throw error;
+        }
+        in_flight = true;
+        continue;
+      }
+      ucp_request_free(r.pending);
+      r.pending = nullptr;
+      if (status != UCS_OK) {
+        const Error error =
+            status == UCS_ERR_MESSAGE_TRUNCATED
+                ? truncated(r.peer, r.bytes)
+                : peer_failure(r.peer, u.failures[r.peer] != UCS_OK ? u.failures[r.peer] : status);
+        cancel_all();
+        throw error;
+      }
+      if (!r.is_send && info.length != r.bytes) {
+        const Error error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
+                                                   " sent " + std::to_string(info.length) +
+                                                   " bytes where " + std::to_string(r.bytes) +
+                                                   " were expected");
+        cancel_all();
+        throw error;
+      }
+    }
+    if (!in_flight) return;
+    if (++idle < kSpinsBeforeSleep) continue;
+    if (!deadline) deadline = ctx.deadline();
+    const auto now = Clock::now();
+    if (now >= *deadline) {
+      std::vector<int> missing;
+      for (const NetRequest& r : requests)
+        if (r.pending != nullptr) missing.push_back(r.peer);
+      std::sort(missing.begin(), missing.end());
+      missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+      const Error error(ErrorCode::timeout,
+                        ctx.op_label() + ": timed out over the network waiting for rank" +
+                            (missing.size() > 1 ? "s " : " ") + join_ranks(missing) +
+                            " (stopped, unreachable, or not calling the same operation)");
+      cancel_all();
+      throw error;
+    }
+    // Sleep until the network has news (or 1 ms passes, to look at the deadline and at peers
+    // failed meanwhile). UCS_ERR_BUSY: there are events to progress first.
+    if (ucp_worker_arm(u.worker) == UCS_OK) {
+      pollfd fd{u.event_fd, POLLIN, 0};
+      ::poll(&fd, 1, 1);
+    }
+    idle = 0;
+  }
+}
+
+}  // namespace tpf::transport

@@ -1,0 +1,83 @@
+// The network between hosts: tagged messages between the ranks of one communicator, over UCX's
+// ucp API (the engine Open MPI, MPICH and UCC use). UCX picks the lanes: RDMA where the hardware
+// has it, TCP where it does not; the transports it may use are configured here and are network
+// transports only, so that ranks in network namespaces of one machine really cross their links
+// (UCX would otherwise find shared memory between them and bypass the links).
+//
+// This header names no UCX type: ucx_network.cc is the only file that includes UCX, so another
+// engine (libfabric, say) is one more class with the same interface.
+//
+// Wire-up: each rank publishes its UCX worker address in the communicator's store under
+// "net/<rank>" and connects to the peers it names. Messages carry a 64-bit UCX tag: the sender's
+// rank in the top kRankBits bits, the caller's tag below; a receive names its peer and tag, so it
+// matches only that peer's message.
+//
+// Failures: endpoints use UCX's peer error mode, so a peer process that dies is reported within
+// milliseconds; a receive from it would never complete by itself, so the wait cancels it and
+// fails naming the rank. A stopped or unreachable peer is not detected by UCX over TCP: the
+// caller's deadline bounds every wait. After a failure the network is unusable.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpf/store.h"
+#include "transport/shm_fabric.h"
+
+namespace tpf::transport {
+
+struct NetworkConfig {
+  int rank = 0;
+  int size = 1;
+  std::vector<int> peers;        // the ranks this rank exchanges messages with (other hosts)
+  std::shared_ptr<Store> store;  // the communicator's own (prefixed) store
+  std::string label;             // "communicator 'w'", for errors
+  std::chrono::milliseconds setup_timeout{30000};
+  std::string transports = "tcp";  // UCX_TLS: which network transports UCX may use
+};
+
+// One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.
+struct NetRequest {
+  void* pending = nullptr;  // UCX's request while in flight; null once complete
+  int peer = -1;
+  bool is_send = false;
+  size_t bytes = 0;
+};
+
+class UcxNetwork {
+ public:
+  static constexpr int kRankBits = 20;             // up to 1,048,576 ranks
+  static constexpr int kTagBits = 64 - kRankBits;  // tags below 2^44
+  static constexpr uint64_t kMaxTag = (uint64_t{1} << kTagBits) - 1;
+
+  explicit UcxNetwork(NetworkConfig config);
+  ~UcxNetwork();
+  UcxNetwork(const UcxNetwork&) = delete;
+  UcxNetwork& operator=(const UcxNetwork&) = delete;
+
+  // Start a transfer; `data` must stay valid until wait_all returns for it.
+  NetRequest send(int peer, uint64_t tag, const void* data, size_t bytes);
+  NetRequest recv(int peer, uint64_t tag, void* data, size_t bytes);
+  // Progresses until every request is complete. Throws Error(peer_died) naming the peer whose
+  // connection failed, Error(timeout) at the deadline naming the peers whose transfers did not
+  // finish, Error(mismatch) if a message's size differs from the receive's. On any error the
+  // requests are cancelled first: none uses its buffer any more when this returns or throws.
+  void wait_all(std::span<NetRequest> requests, const WaitContext& ctx);
+
+  // The UCX transports the context ended up with (e.g. "tcp"), for reports.
+  const std::string& transports() const noexcept { return config_.transports; }
+
+ private:
+  struct Ucx;
+  void check_peer(int peer, const char* what) const;
+  Error truncated(int peer, size_t bytes) const;
+  NetworkConfig config_;
+  std::unique_ptr<Ucx> ucx_;
+};
+
+}  // namespace tpf::transport
