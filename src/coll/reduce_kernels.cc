@@ -298,6 +298,12 @@ void reduce_n(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int 
   });
 }
 
+void divide_n(DType dtype, void* data, size_t count, int n) {
+  dispatch(dtype, ReduceOp::sum, [&]<class Io, class Op>() {
+    for (size_t i = 0; i < count; ++i) Io::store(data, i, Io::finish(Io::load(data, i), n, true));
+  });
+}
+
 const char* reduce_kernel_isa() { return isa_name(active_isa()); }
 
 bool set_reduce_isa_for_testing(const char* isa) {

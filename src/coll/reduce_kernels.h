@@ -16,6 +16,11 @@ namespace tpf::coll {
 void reduce_n(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
               size_t count);
 
+// data[i] = data[i] / n, as avg finishes a sum (floats divide in their accumulation type and
+// round once; integers truncate toward zero): an average whose sum was reduced in several steps,
+// as across hosts.
+void divide_n(DType dtype, void* data, size_t count, int n);
+
 // The plain scalar version of reduce_n: the reference the tests compare the SIMD kernels to.
 void reduce_n_reference(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
                         size_t count);

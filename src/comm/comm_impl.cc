@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "comm/host_discovery.h"
 #include "comm/process_failures.h"
@@ -72,16 +73,28 @@ CommImpl::CommImpl(CommSetup setup)
   const std::string comm_label = "communicator '" + setup_.name + "'";
   hosts_ = discover_hosts(*scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
                           setup_.settings.setup_timeout, comm_label);
+  transport::FabricConfig config = fabric_config(setup_, generation, scoped_store);
   if (!hosts_.single_host()) {
-    // Every rank has the same map, so every rank refuses: none is left waiting.
-    throw Error(ErrorCode::bootstrap,
-                comm_label + " spans " + std::to_string(hosts_.hosts()) + " hosts (" +
-                    hosts_.describe() +
-                    "): ranks on different hosts cannot share memory, and this build has no "
-                    "network transport yet. Start every rank on one host, or give ranks that do "
-                    "share memory the same TPF_NODE_ID");
+    // Shared memory joins this host's ranks only (numbered by local rank, with keys and segment
+    // names of their own); the network joins this rank to every rank on another host.
+    const int host = hosts_.host_of(setup_.rank);
+    config.rank = hosts_.local_rank(setup_.rank);
+    config.size = static_cast<int>(hosts_.ranks_on(host).size());
+    config.segment_prefix += "h" + std::to_string(host) + "-";
+    config.store = std::make_shared<PrefixStore>("host" + std::to_string(host), scoped_store);
+    config.label += " on host '" + hosts_.key(host) + "' (ranks numbered on the host)";
+    config.excess_ranks = setup_.settings.excess_ranks(config.size);
+    transport::NetworkConfig net;
+    net.rank = setup_.rank;
+    net.size = setup_.size;
+    for (int r = 0; r < setup_.size; ++r)
+      if (hosts_.host_of(r) != host) net.peers.push_back(r);
+    net.store = scoped_store;
+    net.label = comm_label;
+    net.setup_timeout = setup_.settings.setup_timeout;
+    network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
   }
-  fabric_ = std::make_unique<transport::ShmFabric>(fabric_config(setup_, generation, scoped_store));
+  fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));
   p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());
@@ -141,6 +154,12 @@ void CommImpl::validate(const coll::OpDesc& d) const {
       fail("peer " + std::to_string(d.peer) + " is outside [0, " + std::to_string(n) + ")");
     }
     if (d.peer == rank()) fail("a rank cannot send to or receive from itself");
+    if (network_) {
+      fail(
+          "send and recv are not supported yet on a communicator whose ranks are on several "
+          "hosts (" +
+          std::to_string(hosts_.hosts()) + " here); collectives are");
+    }
   }
   const size_t esize = dtype_size(d.dtype);
   if (d.count > kMaxBufferBytes / esize / static_cast<size_t>(n)) {
@@ -281,7 +300,12 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
     const transport::WaitContext ctx =
         deadline ? transport::WaitContext::with_deadline(*deadline, describe)
                  : transport::WaitContext::with_timeout(timeout, describe);
-    coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
+    if (network_) {
+      coll::run_across_hosts({*fabric_, *network_, hosts_, rank()}, desc, sequence, ctx,
+                             setup_.settings.tuning);
+    } else {
+      coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
+    }
     recorder_.end(flight, FlightState::completed);  // flight recorder
     return nullptr;
   } catch (...) {

@@ -20,6 +20,7 @@
 #include "topo/hosts.h"
 #include "tpf/comm.h"
 #include "transport/shm_fabric.h"
+#include "transport/ucx_network.h"
 
 namespace tpf::detail {
 
@@ -84,6 +85,8 @@ class CommImpl {
   FlightRecorder recorder_;
   std::unique_ptr<transport::ShmFabric> fabric_;
   std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
+  // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
+  std::unique_ptr<transport::UcxNetwork> network_;
   std::chrono::milliseconds default_timeout_;
 
   mutable std::mutex mu_;

@@ -1,0 +1,39 @@
+// The collectives of a communicator whose ranks are on several hosts: shared memory inside each
+// host (the host's own ShmFabric over its local ranks, with the single-host algorithms), the
+// network between hosts (UcxNetwork), composed hierarchically.
+//
+// Every collective starts with the host leaders (local rank 0) exchanging fingerprints over the
+// network, so ranks that called different collectives fail with Error(mismatch) on every host;
+// inside a host the shared-memory steps compare fingerprints as always. Reductions combine in a
+// fixed order: first inside each host (its ranks in local order, as the shared-memory algorithms
+// do), then the hosts' partial results in host order (hosts numbered by their lowest rank), each
+// part of the result computed once and copied, so every rank gets the same bits. Averages are
+// summed that way and divided once at the end; f16/bf16 partials are rounded once per host and
+// once more across hosts (inside a host: once).
+//
+// First version, correct before fast: the data crosses the network between host representatives
+// (the leader, or the root on the root's host), not per rail, and the phases are not pipelined.
+#pragma once
+
+#include <cstdint>
+
+#include "coll/algorithms.h"
+#include "coll/op_desc.h"
+#include "topo/hosts.h"
+#include "transport/shm_fabric.h"
+#include "transport/ucx_network.h"
+
+namespace tpf::coll {
+
+struct HostGroup {
+  transport::ShmFabric& local;     // this host's ranks, numbered by their local rank
+  transport::UcxNetwork& network;  // every rank on another host, by communicator rank
+  const topo::HostMap& hosts;
+  int rank;  // this rank in the communicator
+};
+
+// Runs the collective `desc` (validated; not send/recv) as operation `sequence`.
+void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t sequence,
+                      const transport::WaitContext& ctx, const CollectiveTuning& tuning);
+
+}  // namespace tpf::coll

@@ -1,0 +1,288 @@
+// Collectives of a communicator whose ranks are on several hosts (coll/across_hosts.h): shared
+// memory inside each host, UCX (TCP) between hosts. Hosts are given by TPF_NODE_ID per rank, so
+// the layouts here — two hosts of one and of two ranks, and three hosts with ranks interleaved —
+// run on one machine. Every collective x dtype x op x size class is compared bit for bit with a
+// serial reference that reduces in the documented order: each host's ranks in local order, then
+// the hosts in host order (hosts numbered by their lowest rank); averages divide once at the end.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/coll_reference.h"
+#include "support/expect_error.h"
+#include "support/multiproc.h"
+#include "topo/hosts.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+
+namespace tpf::testing {
+namespace {
+
+using HostKeys = std::vector<std::string>;
+
+// A run whose rank r says it is on host keys[r].
+std::vector<RankOutcome> run_on_hosts(const HostKeys& keys,
+                                      const std::function<void(Communicator&)>& body) {
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(30000);
+  return run_ranks_raw(
+      static_cast<int>(keys.size()),
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        body(comm);
+      },
+      options);
+}
+
+template <class F>
+void call(const std::string& name, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw ChildCheckFailure(name + ": tpf::Error(" + error_code_name(e.code()) + "): " + e.what());
+  }
+}
+
+void check(FailureLog& log, const std::string& name, DType dt, const void* got, const void* want,
+           size_t count) {
+  const std::string diff = compare_elements(dt, got, want, count);
+  if (!diff.empty()) log.add(name + ": " + diff);
+}
+
+std::vector<uint8_t> negative_zeros(DType dt, size_t count) {
+  std::vector<uint8_t> out(count * element_size(dt), 0);
+  const bool floating =
+      dt == DType::f32 || dt == DType::f64 || dt == DType::f16 || dt == DType::bf16;
+  if (floating) {
+    for (size_t i = 0; i < count; ++i) out[(i + 1) * element_size(dt) - 1] = 0x80;  // sign bit
+  }
+  return out;
+}
+
+// The documented order across hosts, written with the serial reference: each host's ranks in
+// local order, then the hosts' results in host order. An average is summed that way and divided
+// once: the reference's own average of the total and n-1 negative zeros (x + -0 = x for every x).
+std::vector<uint8_t> hierarchical_reduce(DType dt, ReduceOp op, const topo::HostMap& hosts,
+                                         const std::vector<std::vector<uint8_t>>& inputs,
+                                         size_t offset, size_t count) {
+  const ReduceOp partial_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+  std::vector<std::vector<uint8_t>> partials;
+  for (int h = 0; h < hosts.hosts(); ++h) {
+    std::vector<std::vector<uint8_t>> host_inputs;
+    for (int r : hosts.ranks_on(h)) host_inputs.push_back(inputs[r]);
+    partials.push_back(reference_reduce(dt, partial_op, host_inputs, offset, count));
+  }
+  if (op != ReduceOp::avg) return reference_reduce(dt, op, partials, 0, count);
+  std::vector<std::vector<uint8_t>> padded{reference_reduce(dt, ReduceOp::sum, partials, 0, count)};
+  for (int r = 1; r < hosts.ranks(); ++r) padded.push_back(negative_zeros(dt, count));
+  return reference_reduce(dt, ReduceOp::avg, padded, 0, count);
+}
+
+std::vector<size_t> counts_for(DType dt) {
+  std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
+  if (dt == DType::f32) counts.push_back(kLargeBytes / element_size(dt) + 3);
+  return counts;
+}
+
+void reductions(Communicator& comm, const topo::HostMap& hosts) {
+  const int n = comm.size(), me = comm.rank();
+  FailureLog log;
+  uint64_t salt = 100;
+  for (DType dt : kAllDTypes) {
+    const size_t es = element_size(dt);
+    for (ReduceOp op : kAllOps) {
+      for (size_t count : counts_for(dt)) {
+        ++salt;
+        std::vector<std::vector<uint8_t>> inputs;
+        for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count * n, r, salt));
+        const auto want = hierarchical_reduce(dt, op, hosts, inputs, 0, count);
+        const std::string what = std::string(dtype_name(dt)) + " op " +
+                                 std::to_string(static_cast<int>(op)) + " count " +
+                                 std::to_string(count);
+        // all_reduce, out of place and in place.
+        GuardedBuffer out(count * es);
+        call("all_reduce " + what,
+             [&] { comm.all_reduce(inputs[me].data(), out.data(), count, dt, op); });
+        check(log, "all_reduce " + what, dt, out.data(), want.data(), count);
+        std::vector<uint8_t> in_place = inputs[me];
+        call("all_reduce in place " + what,
+             [&] { comm.all_reduce(in_place.data(), in_place.data(), count, dt, op); });
+        check(log, "all_reduce in place " + what, dt, in_place.data(), want.data(), count);
+        if (!out.guards_intact()) log.add("all_reduce " + what + ": wrote outside its buffer");
+        // reduce to a root that moves round the ranks.
+        const int root = static_cast<int>(salt % static_cast<uint64_t>(n));
+        GuardedBuffer reduced(count * es);
+        call("reduce " + what,
+             [&] { comm.reduce(inputs[me].data(), reduced.data(), count, dt, op, root); });
+        if (me == root) check(log, "reduce " + what, dt, reduced.data(), want.data(), count);
+        // reduce_scatter: rank r gets block r of the reduction of the whole buffers.
+        if (count <= 4099) {
+          const auto all = hierarchical_reduce(dt, op, hosts, inputs, 0, count * n);
+          GuardedBuffer block(count * es);
+          call("reduce_scatter " + what,
+               [&] { comm.reduce_scatter(inputs[me].data(), block.data(), count, dt, op); });
+          check(log, "reduce_scatter " + what, dt, block.data(), all.data() + me * count * es,
+                count);
+          if (!block.guards_intact()) log.add("reduce_scatter " + what + ": wrote outside");
+        }
+      }
+    }
+  }
+  log.throw_if_any("rank " + std::to_string(me));
+}
+
+void data_movement(Communicator& comm) {
+  const int n = comm.size(), me = comm.rank();
+  FailureLog log;
+  uint64_t salt = 9000;
+  for (DType dt : {DType::f32, DType::bf16, DType::i8, DType::i64}) {
+    const size_t es = element_size(dt);
+    for (size_t count : counts_for(dt)) {
+      if (count > 4099) count = count / n + 1;  // the large size, spread over the ranks
+      ++salt;
+      std::vector<std::vector<uint8_t>> inputs;  // n blocks per rank
+      for (int r = 0; r < n; ++r)
+        inputs.push_back(make_input(dt, ReduceOp::sum, count * n, r, salt));
+      const std::string what = std::string(dtype_name(dt)) + " count " + std::to_string(count);
+      for (int root = 0; root < n; ++root) {
+        GuardedBuffer got(count * es);
+        call("broadcast " + what,
+             [&] { comm.broadcast(inputs[me].data(), got.data(), count, dt, root); });
+        check(log, "broadcast from " + std::to_string(root) + " " + what, dt, got.data(),
+              inputs[root].data(), count);
+        GuardedBuffer gathered(count * n * es);
+        call("gather " + what,
+             [&] { comm.gather(inputs[me].data(), gathered.data(), count, dt, root); });
+        if (me == root) {
+          for (int r = 0; r < n; ++r)
+            check(log,
+                  "gather to " + std::to_string(root) + " block " + std::to_string(r) + " " + what,
+                  dt, gathered.data() + r * count * es, inputs[r].data(), count);
+        }
+        GuardedBuffer scattered(count * es);
+        call("scatter " + what,
+             [&] { comm.scatter(inputs[me].data(), scattered.data(), count, dt, root); });
+        check(log, "scatter from " + std::to_string(root) + " " + what, dt, scattered.data(),
+              inputs[root].data() + me * count * es, count);
+        if (!got.guards_intact() || !gathered.guards_intact() || !scattered.guards_intact())
+          log.add("rooted " + what + ": wrote outside a buffer");
+      }
+      GuardedBuffer all(count * n * es);
+      call("all_gather " + what,
+           [&] { comm.all_gather(inputs[me].data(), all.data(), count, dt); });
+      for (int r = 0; r < n; ++r)
+        check(log, "all_gather block " + std::to_string(r) + " " + what, dt,
+              all.data() + r * count * es, inputs[r].data(), count);
+      std::vector<uint8_t> in_place(count * n * es);
+      if (count > 0) std::memcpy(in_place.data() + me * count * es, inputs[me].data(), count * es);
+      call("all_gather in place " + what,
+           [&] { comm.all_gather(in_place.data() + me * count * es, in_place.data(), count, dt); });
+      for (int r = 0; r < n; ++r)
+        check(log, "all_gather in place block " + std::to_string(r) + " " + what, dt,
+              in_place.data() + r * count * es, inputs[r].data(), count);
+      GuardedBuffer exchanged(count * n * es);
+      call("all_to_all " + what,
+           [&] { comm.all_to_all(inputs[me].data(), exchanged.data(), count, dt); });
+      for (int r = 0; r < n; ++r)  // block me of rank r's send lands in block r
+        check(log, "all_to_all block " + std::to_string(r) + " " + what, dt,
+              exchanged.data() + r * count * es, inputs[r].data() + me * count * es, count);
+      if (!all.guards_intact() || !exchanged.guards_intact()) log.add(what + ": wrote outside");
+      call("barrier " + what, [&] { comm.barrier(); });
+    }
+  }
+  log.throw_if_any("rank " + std::to_string(me));
+}
+
+const HostKeys kTwoHostsOfOne = {"host-a", "host-b"};
+const HostKeys kTwoHostsOfTwo = {"host-a", "host-a", "host-b", "host-b"};
+// Uneven and interleaved: host-a holds ranks 0 and 2, host-b rank 1, host-c rank 3.
+const HostKeys kThreeHostsInterleaved = {"host-a", "host-b", "host-a", "host-c"};
+
+class AcrossHosts : public ::testing::TestWithParam<HostKeys> {};
+
+TEST_P(AcrossHosts, ReductionsMatchTheHierarchicalReferenceOnEveryRank) {
+  const topo::HostMap hosts(GetParam());
+  expect_all_ok(run_on_hosts(GetParam(), [&](Communicator& comm) { reductions(comm, hosts); }));
+}
+
+TEST_P(AcrossHosts, DataMovementDeliversEveryBlock) {
+  expect_all_ok(run_on_hosts(GetParam(), data_movement));
+}
+
+TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
+  expect_all_ok(run_on_hosts(GetParam(), [](Communicator& comm) {
+    const int n = comm.size(), me = comm.rank();
+    std::vector<int64_t> a(1000, me + 1), b(1000, 0);
+    Work work = comm.all_reduce_async(a.data(), b.data(), a.size(), DType::i64, ReduceOp::sum);
+    work.wait();
+    TPF_CHILD_CHECK(b[999] == int64_t{n} * (n + 1) / 2,
+                    "async all_reduce " + std::to_string(b[999]));
+    // Odd and even ranks: each child spans hosts in every layout with four ranks.
+    Communicator half = comm.split(me % 2, me);
+    int64_t mine = me, sum = 0;
+    half.all_reduce(&mine, &sum, 1, DType::i64, ReduceOp::sum);
+    int64_t want = 0;
+    for (int r = me % 2; r < n; r += 2) want += r;
+    TPF_CHILD_CHECK(sum == want, "split all_reduce " + std::to_string(sum));
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AcrossHosts,
+                         ::testing::Values(kTwoHostsOfOne, kTwoHostsOfTwo, kThreeHostsInterleaved),
+                         [](const ::testing::TestParamInfo<HostKeys>& info) {
+                           return std::string(info.index == 0   ? "TwoHostsOfOne"
+                                              : info.index == 1 ? "TwoHostsOfTwo"
+                                                                : "ThreeHostsInterleaved");
+                         });
+
+TEST(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
+  auto outcomes = run_on_hosts(kTwoHostsOfTwo, [](Communicator& comm) {
+    int32_t value = comm.rank(), out = 0;
+    const Error e = expect_error("different collectives", [&] {
+      if (comm.rank() < 2) {
+        comm.all_reduce(&value, &out, 1, DType::i32, ReduceOp::sum);
+      } else {
+        comm.broadcast(&value, &out, 1, DType::i32, 0);
+      }
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+  });
+  expect_all_ok(outcomes);
+}
+
+TEST(AcrossHostsFailures, ARankKilledOnAnotherHostIsNamed) {
+  auto outcomes = run_on_hosts(kTwoHostsOfOne, [](Communicator& comm) {
+    if (comm.rank() == 1) ::raise(SIGKILL);
+    int32_t value = 1, out = 0;
+    const Error e = expect_error("all_reduce with a dead rank", [&] {
+      comm.all_reduce(&value, &out, 1, DType::i32, ReduceOp::sum);
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
+  });
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+}
+
+TEST(AcrossHostsFailures, SendRecvIsRefusedClearlyForNow) {
+  expect_all_ok(run_on_hosts(kTwoHostsOfOne, [](Communicator& comm) {
+    int32_t value = 0;
+    const Error e = expect_error("send across hosts", [&] {
+      if (comm.rank() == 0)
+        comm.send(&value, 1, DType::i32, 1);
+      else
+        comm.recv(&value, 1, DType::i32, 0);
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("several hosts") != std::string::npos, e.what());
+  }));
+}
+
+}  // namespace
+}  // namespace tpf::testing
