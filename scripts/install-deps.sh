@@ -5,8 +5,8 @@
 #
 # Usage: scripts/install-deps.sh [--with-tests] [--with-peers] [--dry-run]
 #   --with-tests  also install what the whole test suite needs beyond the build: PyTorch + NumPy
-#                 for the independent float64 reference (tests/reference/); scripts/test.sh,
-#                 the CI command, passes it
+#                 for the independent float64 reference (tests/reference/), iproute2 for the
+#                 emulated hosts; scripts/test.sh, the CI command, passes it
 #   --with-peers  also install the peers the benchmark comparisons run against
 #                 (Open MPI, Gloo, PyTorch + NumPy)
 #   --dry-run     only print what would be installed
@@ -28,6 +28,7 @@ readonly kBasePackages=(
 # Debian's python3-torch installs into /usr/bin/python3, the interpreter the reference tests use.
 readonly kTestPackages=(
   python3-torch python3-numpy        # float64 GPT-2 reference (tests/reference/gpt_reference.py)
+  iproute2                           # emulated hosts: network namespaces (scripts/emulated-hosts.sh)
 )
 readonly kPeerPackages=(
   libopenmpi-dev openmpi-bin         # MPI_Allreduce baseline

@@ -92,6 +92,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.store = scoped_store;
     net.label = comm_label;
     net.setup_timeout = setup_.settings.setup_timeout;
+    net.transports = setup_.settings.net_transports;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
   }
   fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));

@@ -12,6 +12,7 @@
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
 #include "transport/shm_fabric.h"
+#include "transport/ucx_network.h"
 
 namespace tpf::detail {
 namespace {
@@ -47,6 +48,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NODE_ID", "communicator",
      "this rank's host: ranks with one id share memory (default: derived from the boot id, "
      "namespaces and hostname)"},
+    {"TPF_NET_TRANSPORTS", "communicator",
+     "UCX transports between hosts (UCX_TLS syntax; default: all but shared memory)"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
     {"TPF_FLIGHT_RECORDER_DIR", "process", "directory for flight-recorder dumps (stderr)"},
     {"TPF_FLIGHT_RECORDER_SIGNAL", "process", "signal that dumps the records: USR1, USR2, off"},
@@ -243,6 +246,9 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.host_key = topo::local_host_key(node_id);
   s.report.push_back({"TPF_NODE_ID", s.host_key,
                       node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces)"});
+  s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
+                               std::string(transport::kNetworkTransports),
+                               [](const std::string& tls) { return tls; });
   if (launch_env_present()) {
     const LaunchEnv launch = detect_launch_env();
     s.local_world_size = launch.local_world_size;

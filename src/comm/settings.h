@@ -38,6 +38,7 @@ struct CommSettings {
   int job_cpus = 1;                   // cores this job may use on this machine
   int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
   std::string host_key;               // this rank's host (topo/hosts.h)
+  std::string net_transports;         // UCX transports between hosts (UCX_TLS syntax)
   std::vector<SettingReport> report;  // every value above with its source
 
   // The report of `name` (a TPF_* variable, or "local world size"), or nullptr.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tpf/error.h"
 #include "transport/shm_layout.h"
@@ -118,8 +119,10 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   u.sinks.resize(n);
   auto check = [&](ucs_status_t status, const char* call) {
     if (status != UCS_OK) {
-      throw Error(ErrorCode::bootstrap, config_.label + ": the network (UCX) failed to start: " +
-                                            call + ": " + status_text(status));
+      throw Error(ErrorCode::bootstrap,
+                  config_.label + ": the network (UCX) failed to start: " + call + ": " +
+                      status_text(status) + " (transports '" + config_.transports +
+                      "', from TPF_NET_TRANSPORTS; devices from UCX_NET_DEVICES, default all)");
     }
   };
 
@@ -129,7 +132,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   if (tls != UCS_OK) {
     ucp_config_release(ucx_config);
     throw Error(ErrorCode::invalid_argument, config_.label + ": UCX refused the transports '" +
-                                                 config_.transports + "': " + status_text(tls));
+                                                 config_.transports +
+                                                 "' (TPF_NET_TRANSPORTS): " + status_text(tls));
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
@@ -195,6 +199,19 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
 }
 
 UcxNetwork::~UcxNetwork() = default;
+
+std::string UcxNetwork::describe_lanes(int peer) const {
+  check_peer(peer, "describe the lanes to");
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) return "";
+  if (ucx_->endpoints[peer] != nullptr) ucp_ep_print_info(ucx_->endpoints[peer], stream);
+  std::fclose(stream);
+  std::string out(text, length);
+  std::free(text);
+  return out;
+}
 
 Error UcxNetwork::truncated(int peer, size_t bytes) const {
   return Error(ErrorCode::mismatch, config_.label + ": rank " + std::to_string(peer) +

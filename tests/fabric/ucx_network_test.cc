@@ -79,6 +79,19 @@ TEST(UcxNetwork, EveryPairExchangesMessagesOfEverySize) {
   testing::expect_all_ok(outcomes);
 }
 
+// The lanes are network lanes only: between processes of one machine UCX would otherwise pick
+// shared memory (posix, sysv, cma), which would bypass the links of emulated hosts.
+TEST(UcxNetwork, LanesAreNetworkTransportsOnly) {
+  auto outcomes = testing::run_ranks_raw(2, [](const RankContext& ctx) {
+    auto net = connect_network(ctx);
+    const std::string lanes = net->describe_lanes(1 - ctx.rank);
+    TPF_CHILD_CHECK(lanes.find("tcp/") != std::string::npos, lanes);
+    for (const char* shared : {"posix/", "sysv/", "cma/", "self/"})
+      TPF_CHILD_CHECK(lanes.find(shared) == std::string::npos, lanes);
+  });
+  testing::expect_all_ok(outcomes);
+}
+
 // Messages with different tags from one peer are told apart whatever order they arrive in.
 TEST(UcxNetwork, TagsMatchWhateverTheOrderOfArrival) {
   auto outcomes = testing::run_ranks_raw(2, [](const RankContext& ctx) {

@@ -1,0 +1,110 @@
+// Hosts emulated as network namespaces joined by a bridge (scripts/emulated-hosts.sh; CI runs as
+// root with iproute2): ranks tell the hosts apart by themselves (no TPF_NODE_ID), share memory
+// inside a namespace and cross the veth links over UCX between them.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/expect_error.h"
+#include "support/multiproc.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+
+namespace tpf::testing {
+namespace {
+
+// Creates the namespaces for one test and always removes them.
+class EmulatedCluster {
+ public:
+  explicit EmulatedCluster(int hosts) : name_("tpfe" + std::to_string(::getpid())) {
+    script_ = std::string(TPF_SOURCE_DIR) + "/scripts/emulated-hosts.sh";
+    ok_ = std::system((script_ + " up " + name_ + " " + std::to_string(hosts)).c_str()) == 0;
+  }
+  ~EmulatedCluster() { std::system((script_ + " down " + name_).c_str()); }
+  bool ok() const { return ok_; }
+  std::string netns(int host) const { return "/run/netns/" + name_ + "-h" + std::to_string(host); }
+
+ private:
+  std::string name_, script_;
+  bool ok_ = false;
+};
+
+// The rank's store connection is made first, in the machine's namespace (where the harness
+// serves the store); then the rank moves to its host.
+std::shared_ptr<Store> connect_then_enter(const RankContext& ctx, const std::string& netns) {
+  const auto colon = ctx.store_address.rfind(':');
+  auto store = std::make_shared<TcpStoreClient>(
+      ctx.store_address.substr(0, colon),
+      static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
+      std::chrono::seconds(30), ctx.rank);
+  const int fd = ::open(netns.c_str(), O_RDONLY | O_CLOEXEC);
+  TPF_CHILD_CHECK(fd >= 0, "open " + netns + ": " + std::strerror(errno));
+  TPF_CHILD_CHECK(::setns(fd, CLONE_NEWNET) == 0, std::string("setns: ") + std::strerror(errno));
+  ::close(fd);
+  ::setenv("UCX_NET_DEVICES", "eth0", 1);  // the link, not the namespace's loopback
+  return store;
+}
+
+TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
+  EmulatedCluster cluster(2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(30000);
+  auto outcomes = run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        auto store = connect_then_enter(ctx, cluster.netns(ctx.rank / 2));
+        Communicator comm =
+            Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        const size_t count = (size_t{4} << 20) / sizeof(float) + 5;
+        std::vector<float> in(count), out(count);
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 1000) * (ctx.rank + 1));
+        comm.all_reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum);
+        for (size_t i = 0; i < count; i += 997) {
+          TPF_CHILD_CHECK(out[i] == static_cast<float>((i % 1000) * 10),
+                          "element " + std::to_string(i));
+        }
+        std::vector<int32_t> ranks(4, -1);
+        const int32_t me = ctx.rank;
+        comm.all_gather(&me, ranks.data(), 1, DType::i32);
+        TPF_CHILD_CHECK(ranks == (std::vector<int32_t>{0, 1, 2, 3}), "all_gather");
+        comm.barrier();
+      },
+      options);
+  expect_all_ok(outcomes);
+}
+
+TEST(EmulatedHosts, ARankKilledOnTheOtherHostIsNamed) {
+  EmulatedCluster cluster(2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(600000);  // only the death can end it
+  auto outcomes = run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        auto store = connect_then_enter(ctx, cluster.netns(ctx.rank));
+        Communicator comm =
+            Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        if (ctx.rank == 1) ::raise(SIGKILL);
+        int64_t value = 1, out = 0;
+        const Error e = expect_error("all_reduce with a dead rank", [&] {
+          comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum);
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+        TPF_CHILD_CHECK(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
+      },
+      options);
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+}
+
+}  // namespace
+}  // namespace tpf::testing
