@@ -47,7 +47,7 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_CPUS", "communicator", "cores the job may use on this machine (set by tpf run)"},
     {"TPF_NODE_ID", "communicator",
      "this rank's host: ranks with one id share memory (default: derived from the boot id, "
-     "namespaces and hostname)"},
+     "network and IPC namespaces, /dev/shm and hostname)"},
     {"TPF_NET_TRANSPORTS", "communicator",
      "UCX transports between hosts (UCX_TLS syntax; default: all but shared memory)"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
@@ -245,7 +245,7 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   const std::optional<std::string> node_id = env_node_id();
   s.host_key = topo::local_host_key(node_id);
   s.report.push_back({"TPF_NODE_ID", s.host_key,
-                      node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces)"});
+                      node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces, /dev/shm)"});
   s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
                                std::string(transport::kNetworkTransports),
                                [](const std::string& tls) { return tls; });

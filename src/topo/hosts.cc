@@ -19,6 +19,15 @@ std::string namespace_id(const char* kind) {
   return std::to_string(info.st_ino);
 }
 
+// Which /dev/shm this process sees (its filesystem and directory): processes that see the same one
+// can map each other's segments, whatever their mount namespaces (`ip netns exec` makes a new one
+// per command, over the same /dev/shm); containers usually get one of their own.
+std::string shm_id() {
+  struct stat info {};
+  if (::stat("/dev/shm", &info) != 0) return "?";
+  return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+}
+
 std::string boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
@@ -37,7 +46,7 @@ std::string hostname() {
 std::string local_host_key(const std::optional<std::string>& node_id) {
   if (node_id) return *node_id;
   return hostname() + "[boot " + boot_id() + ", net " + namespace_id("net") + ", ipc " +
-         namespace_id("ipc") + ", mnt " + namespace_id("mnt") + "]";
+         namespace_id("ipc") + ", shm " + shm_id() + "]";
 }
 
 HostMap::HostMap(std::vector<std::string> key_of_rank) {

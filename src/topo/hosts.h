@@ -13,7 +13,8 @@ namespace tpf::topo {
 
 // This process's host key: `node_id` (TPF_NODE_ID) when given; otherwise derived from what
 // decides whether processes can share memory and reach each other by loopback: the boot (boot
-// id), the network, IPC and mount namespaces, with the hostname first so people can read it.
+// id), the network and IPC namespaces and the /dev/shm filesystem, with the hostname first so
+// people can read it.
 std::string local_host_key(const std::optional<std::string>& node_id);
 
 // The layout of one communicator's ranks over hosts. Hosts are numbered by their lowest rank, and

@@ -252,13 +252,13 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   // receive that completes at once (recv_info stays untouched), and the length is checked.
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  ucs_status_ptr_t started = ucp_tag_recv_nbx(ucx_->worker, data, bytes, ucx_tag(peer, tag),
-                                              ~uint64_t{0}, &param);
+  ucs_status_ptr_t started =
+      ucp_tag_recv_nbx(ucx_->worker, data, bytes, ucx_tag(peer, tag), ~uint64_t{0}, &param);
   if (UCS_PTR_IS_ERR(started)) {
     const ucs_status_t status = UCS_PTR_STATUS(started);
     if (status == UCS_ERR_MESSAGE_TRUNCATED) throw truncated(peer, bytes);
-    throw Error(ErrorCode::system, config_.label + ": receiving from rank " +
-                                       std::to_string(peer) + " failed: " + status_text(status));
+    throw Error(ErrorCode::system, config_.label + ": receiving from rank " + std::to_string(peer) +
+                                       " failed: " + status_text(status));
   }
   request.pending = started;
   return request;
@@ -296,7 +296,7 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
   int idle = 0;
   for (;;) {
     u.progress();
-    bool in_flight = false;
+    bool in_flight = false, completed = false;
     for (NetRequest& r : requests) {
       if (r.pending == nullptr) continue;
       ucp_tag_recv_info_t info{};
@@ -313,6 +313,7 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
       }
       ucp_request_free(r.pending);
       r.pending = nullptr;
+      completed = true;
       if (status != UCS_OK) {
         const Error error =
             status == UCS_ERR_MESSAGE_TRUNCATED
@@ -331,7 +332,8 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
       }
     }
     if (!in_flight) return;
-    if (++idle < kSpinsBeforeSleep) continue;
+    idle = completed ? 0 : idle + 1;
+    if (idle < kSpinsBeforeSleep) continue;
     if (!deadline) deadline = ctx.deadline();
     const auto now = Clock::now();
     if (now >= *deadline) {

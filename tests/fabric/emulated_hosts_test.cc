@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ class EmulatedCluster {
   }
   ~EmulatedCluster() { std::system((script_ + " down " + name_).c_str()); }
   bool ok() const { return ok_; }
+  const std::string& name() const { return name_; }
   std::string netns(int host) const { return "/run/netns/" + name_ + "-h" + std::to_string(host); }
 
  private:
@@ -80,6 +82,39 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
       },
       options);
   expect_all_ok(outcomes);
+}
+
+// The TPF_NODE_ID lines `tpf settings` prints for `command`.
+std::vector<std::string> host_keys_printed_by(const std::string& command) {
+  std::vector<std::string> keys;
+  FILE* out = ::popen(command.c_str(), "r");
+  if (out == nullptr) return keys;
+  char line[4096];
+  while (std::fgets(line, sizeof line, out) != nullptr) {
+    if (std::strncmp(line, "TPF_NODE_ID", 11) == 0) keys.emplace_back(line);
+  }
+  ::pclose(out);
+  return keys;
+}
+
+// `ip netns exec` starts every command in a mount namespace of its own (over the same /dev/shm):
+// two ranks started that way in one namespace are one host, two namespaces are two. The second
+// command starts while the first is alive, so their mount namespaces are distinct (a namespace's
+// id can be reused once it is gone).
+TEST(EmulatedHosts, CommandsStartedInOneNamespaceAreOneHost) {
+  EmulatedCluster cluster(2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  const std::string tpf = TPF_BINARY;
+  auto in = [&](int host) {
+    return "ip netns exec " + cluster.name() + "-h" + std::to_string(host);
+  };
+  const auto same = host_keys_printed_by(in(0) + " sh -c '" + tpf + " settings; " + in(0) + " " +
+                                         tpf + " settings'");
+  ASSERT_EQ(same.size(), 2u);
+  EXPECT_EQ(same[0], same[1]);
+  const auto other = host_keys_printed_by(in(1) + " " + tpf + " settings");
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_NE(same[0], other[0]);
 }
 
 TEST(EmulatedHosts, ARankKilledOnTheOtherHostIsNamed) {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tpf bench across emulated hosts (scripts/emulated-hosts.sh; needs root and iproute2): HOSTS
+# network namespaces with RANKS ranks each, links capped at RATE, every rank started in its host's
+# namespace as a torchrun-style rank (rank 0 serves the store on 127.100.0.1). Prints rank 0's
+# table and the fraction of the link cap each size reached:
+#   per-link bandwidth = busbw / links per host (one here), against RATE.
+#
+#   bench/net/emulated_hosts_bench.sh [-H HOSTS] [-r RANKS] [-R RATE] [-t TPF] -- BENCH_ARGS...
+#   e.g. bench/net/emulated_hosts_bench.sh -H 2 -r 1 -R 1gbit -- all_reduce -b 1M -e 256M -f 4
+set -euo pipefail
+hosts=2 ranks=1 rate=1gbit tpf=build/tpf
+while getopts "H:r:R:t:" opt; do
+  case $opt in
+    H) hosts=$OPTARG ;; r) ranks=$OPTARG ;; R) rate=$OPTARG ;; t) tpf=$OPTARG ;;
+    *) sed -n 2,11p "$0" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[[ ${1:-} == -- ]] && shift
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+tpf=$(realpath "$tpf")
+name=tpfb$$
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+world=$((hosts * ranks))
+# Rate in bits per second, for the fraction of the cap (tc's units: kbit, mbit, gbit).
+rate_bps=$(awk -v r="$rate" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
+  m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1; print n * m }')
+
+"$root/scripts/emulated-hosts.sh" run "$name" "$hosts" "$rate" -- bash -c '
+  pids=()
+  for (( r = 0; r < '"$world"'; r++ )); do
+    h=$(( r / '"$ranks"' ))
+    ip netns exec '"$name"'-h$h env RANK=$r WORLD_SIZE='"$world"' LOCAL_RANK=$(( r % '"$ranks"' )) \
+      LOCAL_WORLD_SIZE='"$ranks"' MASTER_ADDR=127.100.0.1 MASTER_PORT=29655 \
+      TPF_JOB_SECRET='"$secret"' UCX_NET_DEVICES=eth0 '"$tpf"' bench "$@" > '"$out"'/rank$r.log 2>&1 &
+    pids+=($!)
+  done
+  status=0
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+  exit $status' bench "$@" || { cat "$out"/rank*.log >&2; exit 1; }
+echo "# $hosts hosts x $ranks ranks, links capped at $rate ($(hostname), $(nproc) cores)"
+# Per link (NCCL's "per NIC" convention, one link per host here): all_reduce moves 2(H-1)/H of the
+# size through each host's link, the gathers and scatters (H-1)/H, broadcast and reduce all of it.
+awk -v bps="$rate_bps" -v coll="${1:-all_reduce}" -v h="$hosts" '
+  BEGIN { f = (coll == "all_reduce") ? 2 * (h - 1) / h : \
+              (coll ~ /^(all_gather|reduce_scatter|all_to_all|gather|scatter)$/) ? (h - 1) / h : 1 }
+  /^#/ { print; next }
+  NF >= 9 && $6 > 0 { printf "%s   per link: %.3f of the cap (out of place), %.3f (in place)\n", $0,
+                      $1 * f * 8e6 / ($6 * bps), $1 * f * 8e6 / ($10 * bps); next }
+  { print }' "$out/rank0.log"
