@@ -12,10 +12,11 @@ namespace {
 using transport::NetRequest;
 
 // Network tags: the operation's sequence number above a phase number, so messages of successive
-// operations and of the phases of one never match each other.
+// operations and of the phases of one never match each other; the top tag bit stays clear (it
+// marks point-to-point messages, comm/net_p2p.h).
 constexpr int kPhaseBits = 8;
 constexpr uint64_t kSequenceMask =
-    (uint64_t{1} << (transport::UcxNetwork::kTagBits - kPhaseBits)) - 1;
+    (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kPhaseBits)) - 1;
 enum Phase : uint64_t { kFingerprint = 1, kFirst = 2, kSecond = 3 };
 
 using Buffer = std::vector<std::byte>;

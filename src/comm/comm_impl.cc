@@ -10,6 +10,7 @@
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "comm/host_discovery.h"
+#include "comm/net_p2p.h"
 #include "comm/process_failures.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
@@ -94,6 +95,8 @@ CommImpl::CommImpl(CommSetup setup)
     net.setup_timeout = setup_.settings.setup_timeout;
     net.transports = setup_.settings.net_transports;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
+    net_p2p_ = std::make_unique<NetP2p>(*network_, setup_.size, setup_.name,
+                                        [this](std::exception_ptr e) { return record_failure(e); });
   }
   fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));
   p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name, recorder_,
@@ -111,12 +114,21 @@ CommImpl::~CommImpl() {
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
+  net_p2p_.reset();
   for (Task& task : queue_) {
     task.state->complete(std::make_exception_ptr(
         Error(ErrorCode::aborted, std::string(coll::op_kind_name(task.desc.kind)) +
                                       " on communicator '" + setup_.name +
                                       "': the communicator was destroyed before it started")));
   }
+}
+
+bool CommImpl::same_host(int peer) const { return hosts_.host_of(peer) == hosts_.host_of(rank()); }
+
+coll::OpDesc CommImpl::on_this_host(const coll::OpDesc& desc) const {
+  coll::OpDesc local = desc;
+  local.peer = hosts_.local_rank(desc.peer);  // the host's fabric numbers its ranks locally
+  return local;
 }
 
 uint64_t CommImpl::next_sequence() const { return sequence_.load(std::memory_order_acquire); }
@@ -155,12 +167,6 @@ void CommImpl::validate(const coll::OpDesc& d) const {
       fail("peer " + std::to_string(d.peer) + " is outside [0, " + std::to_string(n) + ")");
     }
     if (d.peer == rank()) fail("a rank cannot send to or receive from itself");
-    if (network_) {
-      fail(
-          "send and recv are not supported yet on a communicator whose ranks are on several "
-          "hosts (" +
-          std::to_string(hosts_.hosts()) + " here); collectives are");
-    }
   }
   const size_t esize = dtype_size(d.dtype);
   if (d.count > kMaxBufferBytes / esize / static_cast<size_t>(n)) {
@@ -211,7 +217,10 @@ std::chrono::milliseconds CommImpl::timeout_of(const coll::OpDesc& desc,
 Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   if (coll::is_point_to_point(desc.kind)) {
-    return p2p_->submit(desc, Clock::now() + timeout_of(desc, call));
+    const Clock::time_point deadline = Clock::now() + timeout_of(desc, call);
+    if (!network_) return p2p_->submit(desc, deadline);
+    if (!same_host(desc.peer)) return net_p2p_->submit(desc, deadline);
+    return p2p_->submit(on_this_host(desc), deadline);
   }
   auto state = std::make_shared<WorkState>();
   state->deadline = Clock::now() + timeout_of(desc, call);
@@ -227,7 +236,12 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
 void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   const std::chrono::milliseconds timeout = timeout_of(desc, call);
-  if (coll::is_point_to_point(desc.kind)) return p2p_->run(desc, Clock::now() + timeout);
+  if (coll::is_point_to_point(desc.kind)) {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    if (!network_) return p2p_->run(desc, deadline);
+    if (!same_host(desc.peer)) return net_p2p_->run(desc, deadline);
+    return p2p_->run(on_this_host(desc), deadline);
+  }
   if (gate_.owner_enter()) {  // the common case: one thread per communicator, nothing queued
     std::exception_ptr failure = run(desc, take_sequence(), std::nullopt, timeout);
     gate_.owner_exit();
@@ -344,6 +358,7 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
   }
   ProcessFailures::instance().record(root);
   p2p_->fail_all(first);
+  if (net_p2p_) net_p2p_->fail_all(first);
   recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
   return first;
 }
@@ -356,8 +371,10 @@ void CommImpl::abort() {
                                                               "' was aborted by its rank " +
                                                               std::to_string(rank()) + " (pid " +
                                                               std::to_string(::getpid()) + ")"});
-  p2p_->fail_all(std::make_exception_ptr(
-      Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank")));
+  const auto aborted = std::make_exception_ptr(
+      Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank"));
+  p2p_->fail_all(aborted);
+  if (net_p2p_) net_p2p_->fail_all(aborted);
   recorder_.dump_on_failure(ErrorCode::aborted);  // flight recorder
 }
 

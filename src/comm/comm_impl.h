@@ -13,6 +13,7 @@
 
 #include "coll/op_desc.h"
 #include "comm/flight_recorder.h"
+#include "comm/net_p2p.h"
 #include "comm/owner_gate.h"
 #include "comm/p2p_engine.h"
 #include "comm/settings.h"
@@ -72,6 +73,9 @@ class CommImpl {
   std::chrono::milliseconds timeout_of(const coll::OpDesc& desc, const CallOptions& call) const;
   void worker_loop();
   void validate(const coll::OpDesc& desc) const;
+  // Several hosts: whether `peer` shares this rank's host, and a send/recv in the host's numbering.
+  bool same_host(int peer) const;
+  coll::OpDesc on_this_host(const coll::OpDesc& desc) const;
   std::string label(const coll::OpDesc& desc, uint64_t sequence) const;
   // Keeps `error` as the communicator's failure if it is the first (peers are told, and so are the
   // other communicators of this process) and returns the first failure's error, which pending
@@ -87,6 +91,7 @@ class CommImpl {
   std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
+  std::unique_ptr<NetP2p> net_p2p_;  // send/recv to other hosts; declared after network_
   std::chrono::milliseconds default_timeout_;
 
   mutable std::mutex mu_;

@@ -206,7 +206,9 @@ std::string UcxNetwork::describe_lanes(int peer) const {
   size_t length = 0;
   FILE* stream = ::open_memstream(&text, &length);
   if (stream == nullptr) return "";
+  std::unique_lock lock(mu_);
   if (ucx_->endpoints[peer] != nullptr) ucp_ep_print_info(ucx_->endpoints[peer], stream);
+  lock.unlock();
   std::fclose(stream);
   std::string out(text, length);
   std::free(text);
@@ -229,6 +231,7 @@ void UcxNetwork::check_peer(int peer, const char* what) const {
 
 NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   check_peer(peer, "send to");
+  std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, true, bytes};
   ucp_ep_h ep = ucx_->endpoints[peer];
   if (ep == nullptr || tag > kMaxTag) {
@@ -247,6 +250,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
 
 NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   check_peer(peer, "receive from");
+  std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, false, bytes};
   // Always a request, never an immediate completion: UCX 1.13 does not report the length of a
   // receive that completes at once (recv_info stays untouched), and the length is checked.
@@ -264,97 +268,108 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   return request;
 }
 
-void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx) {
+void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {
   Ucx& u = *ucx_;
-  // Stops every transfer still in flight, so none touches its buffer after we return: receives
-  // are cancelled, sends stop with their endpoint (the network is unusable after an error anyway).
-  auto cancel_all = [&] {
-    for (NetRequest& r : requests) {
-      if (r.pending == nullptr) continue;
-      if (r.is_send) {
-        u.close(r.peer, true);
-      } else {
-        ucp_request_cancel(u.worker, r.pending);
-      }
+  for (NetRequest& r : requests) {
+    if (r.pending == nullptr) continue;
+    if (r.is_send) {
+      u.close(r.peer, true);
+    } else {
+      ucp_request_cancel(u.worker, r.pending);
     }
-    const auto give_up = Clock::now() + kCancelLimit;
-    for (NetRequest& r : requests) {
-      if (r.pending == nullptr) continue;
-      while (ucp_request_check_status(r.pending) == UCS_INPROGRESS && Clock::now() < give_up) {
-        u.progress();
-      }
-      ucp_request_free(r.pending);
-      r.pending = nullptr;
+  }
+  const auto give_up = Clock::now() + kCancelLimit;
+  for (NetRequest& r : requests) {
+    if (r.pending == nullptr) continue;
+    while (ucp_request_check_status(r.pending) == UCS_INPROGRESS && Clock::now() < give_up) {
+      u.progress();
     }
+    ucp_request_free(r.pending);
+    r.pending = nullptr;
+  }
+}
+
+void UcxNetwork::cancel(std::span<NetRequest> requests) {
+  std::lock_guard lock(mu_);
+  cancel_locked(requests);
+}
+
+UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const WaitContext& ctx) {
+  std::lock_guard lock(mu_);
+  Ucx& u = *ucx_;
+  // Every failure first stops what is still in flight, so no buffer is used once we throw.
+  auto fail = [&](const Error& error) {
+    cancel_locked(requests);
+    throw error;
   };
   auto peer_failure = [&](int peer, ucs_status_t status) {
     return Error(ErrorCode::peer_died,
                  ctx.op_label() + ": " + config_.label + " lost rank " + std::to_string(peer) +
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
+  u.progress();
+  Progress progress;
+  for (NetRequest& r : requests) {
+    if (r.pending == nullptr) continue;
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t status = r.is_send ? ucp_request_check_status(r.pending)
+                                          : ucp_tag_recv_request_test(r.pending, &info);
+    if (status == UCS_INPROGRESS) {
+      if (u.failures[r.peer] != UCS_OK) fail(peer_failure(r.peer, u.failures[r.peer]));
+      progress.done = false;
+      continue;
+    }
+    ucp_request_free(r.pending);
+    r.pending = nullptr;
+    progress.completed = true;
+    if (status == UCS_ERR_MESSAGE_TRUNCATED) fail(truncated(r.peer, r.bytes));
+    if (status != UCS_OK) {
+      fail(peer_failure(r.peer, u.failures[r.peer] != UCS_OK ? u.failures[r.peer] : status));
+    }
+    if (!r.is_send && info.length != r.bytes) {
+      fail(Error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
+                                          " sent " + std::to_string(info.length) +
+                                          " bytes where " + std::to_string(r.bytes) +
+                                          " were expected"));
+    }
+  }
+  return progress;
+}
+
+void UcxNetwork::wait_for_news(std::chrono::milliseconds limit) {
+  {
+    std::lock_guard lock(mu_);
+    // UCS_ERR_BUSY: there are events to progress first.
+    if (ucp_worker_arm(ucx_->worker) != UCS_OK) return;
+  }
+  pollfd fd{ucx_->event_fd, POLLIN, 0};
+  ::poll(&fd, 1, static_cast<int>(limit.count()));
+}
+
+void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx) {
   std::optional<Clock::time_point> deadline;
   int idle = 0;
   for (;;) {
-    u.progress();
-    bool in_flight = false, completed = false;
-    for (NetRequest& r : requests) {
-      if (r.pending == nullptr) continue;
-      ucp_tag_recv_info_t info{};
-      const ucs_status_t status = r.is_send ? ucp_request_check_status(r.pending)
-                                            : ucp_tag_recv_request_test(r.pending, &info);
-      if (status == UCS_INPROGRESS) {
-        if (u.failures[r.peer] != UCS_OK) {
-          const Error error = peer_failure(r.peer, u.failures[r.peer]);
-          cancel_all();
-          throw error;
-        }
-        in_flight = true;
-        continue;
-      }
-      ucp_request_free(r.pending);
-      r.pending = nullptr;
-      completed = true;
-      if (status != UCS_OK) {
-        const Error error =
-            status == UCS_ERR_MESSAGE_TRUNCATED
-                ? truncated(r.peer, r.bytes)
-                : peer_failure(r.peer, u.failures[r.peer] != UCS_OK ? u.failures[r.peer] : status);
-        cancel_all();
-        throw error;
-      }
-      if (!r.is_send && info.length != r.bytes) {
-        const Error error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
-                                                   " sent " + std::to_string(info.length) +
-                                                   " bytes where " + std::to_string(r.bytes) +
-                                                   " were expected");
-        cancel_all();
-        throw error;
-      }
-    }
-    if (!in_flight) return;
-    idle = completed ? 0 : idle + 1;
+    const Progress progress = advance(requests, ctx);
+    if (progress.done) return;
+    idle = progress.completed ? 0 : idle + 1;
     if (idle < kSpinsBeforeSleep) continue;
     if (!deadline) deadline = ctx.deadline();
-    const auto now = Clock::now();
-    if (now >= *deadline) {
+    if (Clock::now() >= *deadline) {
       std::vector<int> missing;
       for (const NetRequest& r : requests)
         if (r.pending != nullptr) missing.push_back(r.peer);
       std::sort(missing.begin(), missing.end());
       missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-      const Error error(ErrorCode::timeout,
-                        ctx.op_label() + ": timed out over the network waiting for rank" +
-                            (missing.size() > 1 ? "s " : " ") + join_ranks(missing) +
-                            " (stopped, unreachable, or not calling the same operation)");
-      cancel_all();
-      throw error;
+      cancel(requests);
+      throw Error(ErrorCode::timeout, ctx.op_label() +
+                                          ": timed out over the network waiting for rank" +
+                                          (missing.size() > 1 ? "s " : " ") + join_ranks(missing) +
+                                          " (stopped, unreachable, or not calling the same "
+                                          "operation)");
     }
-    // Sleep until the network has news (or 1 ms passes, to look at the deadline and at peers
-    // failed meanwhile). UCS_ERR_BUSY: there are events to progress first.
-    if (ucp_worker_arm(u.worker) == UCS_OK) {
-      pollfd fd{u.event_fd, POLLIN, 0};
-      ::poll(&fd, 1, 1);
-    }
+    // Until the network has news, or 1 ms passes (the deadline, and peers failed meanwhile).
+    wait_for_news(std::chrono::milliseconds(1));
     idle = 0;
   }
 }

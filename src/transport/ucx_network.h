@@ -15,13 +15,14 @@
 // Failures: endpoints use UCX's peer error mode, so a peer process that dies is reported within
 // milliseconds; a receive from it would never complete by itself, so the wait cancels it and
 // fails naming the rank. A stopped or unreachable peer is not detected by UCX over TCP: the
-// caller's deadline bounds every wait. After a failure the network is unusable.
+// caller's deadline bounds every wait. After a failure the network is unusable. Thread-safe.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,15 +74,31 @@ class UcxNetwork {
   // requests are cancelled first: none uses its buffer any more when this returns or throws.
   void wait_all(std::span<NetRequest> requests, const WaitContext& ctx);
 
+  // The steps of wait_all, for callers that wait on several things (async point-to-point):
+  // one round of progress, completing what finished (throws as wait_all does, minus the
+  // deadline, which is the caller's); stopping what is in flight; sleeping until the network may
+  // have news, at most `limit`.
+  struct Progress {
+    bool done = true;        // nothing of the requests is in flight
+    bool completed = false;  // something completed in this round
+  };
+  Progress advance(std::span<NetRequest> requests, const WaitContext& ctx);
+  void cancel(std::span<NetRequest> requests);
+  void wait_for_news(std::chrono::milliseconds limit);
+
   // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`.
   std::string describe_lanes(int peer) const;
 
  private:
   struct Ucx;
   void check_peer(int peer, const char* what) const;
+  void cancel_locked(std::span<NetRequest> requests);
   Error truncated(int peer, size_t bytes) const;
   NetworkConfig config_;
   std::unique_ptr<Ucx> ucx_;
+  // UCX's worker runs SERIALIZED: one thread inside it at a time (collectives and point-to-point
+  // transfers wait on it from different threads). Not held while sleeping on its event fd.
+  mutable std::mutex mu_;
 };
 
 }  // namespace tpf::transport

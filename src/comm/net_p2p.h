@@ -1,0 +1,72 @@
+// Point-to-point messages between ranks on different hosts, over the communicator's network.
+// Messages between a pair match in issue order: the n-th send to a peer carries tag n of the
+// point-to-point half of the tag space, the n-th receive from that peer takes tag n. A transfer
+// is posted to UCX when it is issued, so whoever drives the network moves it (a blocking call's
+// wait, a collective's, or this engine's thread for asynchronous transfers): a rank's large send
+// and its receive never wait on each other, and collectives keep their sequence numbers.
+// Messages between ranks of one host go through the shared-memory P2pEngine instead.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/op_desc.h"
+#include "comm/work_state.h"
+#include "tpf/comm.h"
+#include "transport/ucx_network.h"
+
+namespace tpf::detail {
+
+class NetP2p {
+ public:
+  // The point-to-point half of the network's tags (collectives use the other half).
+  static constexpr uint64_t kTagBit = uint64_t{1} << (transport::UcxNetwork::kTagBits - 1);
+  // Records a transfer's failure as the communicator's (first failure wins) and returns the error
+  // every other transfer then fails with.
+  using FailureSink = std::function<std::exception_ptr(std::exception_ptr)>;
+
+  NetP2p(transport::UcxNetwork& network, int comm_size, std::string comm_name,
+         FailureSink on_failure);
+  ~NetP2p();  // transfers still pending are stopped and fail with Error(aborted)
+  NetP2p(const NetP2p&) = delete;
+  NetP2p& operator=(const NetP2p&) = delete;
+
+  // A validated send or recv to a rank on another host, done by `deadline`.
+  Work submit(const coll::OpDesc& desc, Clock::time_point deadline);
+  void run(const coll::OpDesc& desc, Clock::time_point deadline);
+  // Every pending and later transfer fails with `error` (the first given wins). Any thread.
+  void fail_all(std::exception_ptr error);
+
+ private:
+  struct Pending {
+    transport::NetRequest request;
+    std::shared_ptr<WorkState> state;
+    Clock::time_point deadline;
+    std::string label;
+  };
+  transport::NetRequest post_locked(const coll::OpDesc& desc);  // mu_ held: takes its index
+  std::string label(const coll::OpDesc& desc) const;
+  void fail_pending_locked(std::exception_ptr error);
+  void progress_loop();
+
+  transport::UcxNetwork& network_;
+  const std::string comm_name_;
+  const FailureSink on_failure_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> sent_, received_;  // messages issued to / from each rank so far
+  std::list<Pending> pending_;             // asynchronous transfers, oldest first
+  std::exception_ptr failure_;             // set: everything fails with it
+  bool stopping_ = false;
+  std::thread thread_;  // drives the asynchronous transfers; started by the first
+};
+
+}  // namespace tpf::detail
