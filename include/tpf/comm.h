@@ -1,5 +1,5 @@
-// The communicator: a group of ranks (processes on one machine, for now) that run collectives over
-// the in-memory fabric. Every rank of a communicator must issue the same collectives in the same
+// The communicator: a group of ranks (processes, on one machine or several) that run collectives
+// over the in-memory fabric inside a host and the network between hosts (docs/fabric.md). Every rank of a communicator must issue the same collectives in the same
 // order; a mismatch is detected and reported (Error(mismatch)) instead of corrupting data.
 //
 // Threading and ordering:
@@ -20,7 +20,9 @@
 //   all_reduce/reduce/broadcast: send == recv;  all_gather: send == recv + rank*count;
 //   reduce_scatter: recv == send + rank*recv_count.
 // Results are deterministic: every rank receives bit-identical output (fixed reduction order
-// rank 0, 1, ..., n-1; f16/bf16 accumulate in f32 and round once, to nearest even).
+// rank 0, 1, ..., n-1; f16/bf16 accumulate in f32 and round once, to nearest even). Across hosts
+// the order is each host's ranks in rank order, then the hosts in the order of their lowest ranks
+// (f16/bf16 then round once per host and once across hosts).
 #pragma once
 
 #include "tpf/export.h"

@@ -1,5 +1,6 @@
 #include "coll/across_hosts.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -17,7 +18,9 @@ using transport::NetRequest;
 constexpr int kPhaseBits = 8;
 constexpr uint64_t kSequenceMask =
     (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kPhaseBits)) - 1;
-enum Phase : uint64_t { kFingerprint = 1, kFirst = 2, kSecond = 3 };
+enum Phase : uint64_t { kFingerprint = 1, kFirst = 2, kSecond = 3, kChunks = 4 };
+// Pipelined phases give each chunk a phase number of its own, from kChunks on.
+constexpr size_t kMaxChunks = (size_t{1} << kPhaseBits) - kChunks;
 
 using Buffer = std::vector<std::byte>;
 
@@ -67,6 +70,7 @@ class HostCollective {
   // Reductions across several steps add; an average divides once at the end.
   ReduceOp partial_op() const { return d_.op == ReduceOp::avg ? ReduceOp::sum : d_.op; }
   uint64_t tag(Phase phase) const { return (sequence_ & kSequenceMask) << kPhaseBits | phase; }
+  uint64_t chunk_tag(size_t chunk) const { return tag(Phase{kChunks + chunk}); }
   size_t bytes(size_t count) const { return count * elem_; }
   std::byte* at(void* base, size_t elements) const {
     return static_cast<std::byte*>(base) + elements * elem_;
@@ -90,6 +94,9 @@ class HostCollective {
   }
 
   void wait(std::vector<NetRequest>& requests) { g_.network.wait_all(requests, ctx_); }
+  void wait(std::vector<NetRequest>& requests, size_t i) {
+    g_.network.wait_all(std::span<NetRequest>(&requests[i], 1), ctx_);
+  }
 
   // The leaders tell each other which collective they are in before any data moves: different
   // calls on different hosts fail as a mismatch instead of waiting for messages never sent.
@@ -208,20 +215,41 @@ class HostCollective {
     }
   }
 
-  // The root sends to every other host's leader; each host broadcasts from its representative.
+  // A pipelined chain across hosts, starting at the root's host: the root sends its data in
+  // chunks to the next host's leader, which forwards each chunk as it arrives while the later
+  // ones are still coming (every link carries the data once, so the per-link rate does not drop
+  // with the number of hosts); then each host broadcasts from its representative.
   void broadcast() {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
-    std::vector<NetRequest> requests;
-    if (me_ == d_.root) {
-      for (int h = 0; h < hosts(); ++h)
-        if (h != root_host)
-          requests.push_back(g_.network.send(leader(h), tag(kFirst), d_.send, bytes(n)));
-    } else if (is_leader() && host_ != root_host) {
-      requests.push_back(g_.network.recv(d_.root, tag(kFirst), d_.recv, bytes(n)));
+    const int position = (host_ - root_host + hosts()) % hosts();  // along the chain
+    const bool in_chain = me_ == d_.root || (is_leader() && host_ != root_host);
+    if (in_chain) {
+      const int next = position + 1 < hosts() ? leader((host_ + 1) % hosts()) : -1;
+      const int previous = position == 1 ? d_.root : leader((host_ - 1 + hosts()) % hosts());
+      // Chunks of at least 1 MiB, and few enough that each has a phase number of its own.
+      const size_t chunk = std::max(std::max<size_t>((size_t{1} << 20) / elem_, 1),
+                                    (n + kMaxChunks - 1) / kMaxChunks);
+      const size_t chunks = n == 0 ? 1 : (n + chunk - 1) / chunk;
+      auto length = [&](size_t c) { return std::min(chunk, n - std::min(n, c * chunk)); };
+      const void* data = me_ == d_.root ? d_.send : d_.recv;
+      std::vector<NetRequest> received, sent;
+      if (me_ != d_.root) {
+        for (size_t c = 0; c < chunks; ++c) {
+          received.push_back(
+              g_.network.recv(previous, chunk_tag(c), at(d_.recv, c * chunk), bytes(length(c))));
+        }
+      }
+      for (size_t c = 0; c < chunks; ++c) {
+        if (me_ != d_.root) wait(received, c);
+        if (next >= 0) {
+          sent.push_back(
+              g_.network.send(next, chunk_tag(c), at(data, c * chunk), bytes(length(c))));
+        }
+      }
+      wait(sent);
     }
-    wait(requests);
     const int rep = representative_local_rank(host_);
     const void* source = me_ == d_.root ? d_.send : d_.recv;
     local(local_desc(OpKind::broadcast, n, rep, source, d_.recv));
