@@ -42,11 +42,7 @@ class EmulatedCluster {
 // The rank's store connection is made first, in the machine's namespace (where the harness
 // serves the store); then the rank moves to its host.
 std::shared_ptr<Store> connect_then_enter(const RankContext& ctx, const std::string& netns) {
-  const auto colon = ctx.store_address.rfind(':');
-  auto store = std::make_shared<TcpStoreClient>(
-      ctx.store_address.substr(0, colon),
-      static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
-      std::chrono::seconds(30), ctx.rank);
+  auto store = connect_to_store(ctx, ctx.rank);
   const int fd = ::open(netns.c_str(), O_RDONLY | O_CLOEXEC);
   TPF_CHILD_CHECK(fd >= 0, "open " + netns + ": " + std::strerror(errno));
   TPF_CHILD_CHECK(::setns(fd, CLONE_NEWNET) == 0, std::string("setns: ") + std::strerror(errno));

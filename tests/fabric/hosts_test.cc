@@ -91,14 +91,6 @@ TEST(HostKey, MalformedNodeIdIsAnErrorNamingIt) {
             topo::local_host_key(std::nullopt));
 }
 
-std::shared_ptr<Store> connect(const RankContext& ctx) {
-  const auto colon = ctx.store_address.rfind(':');
-  return std::make_shared<TcpStoreClient>(
-      ctx.store_address.substr(0, colon),
-      static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
-      std::chrono::seconds(30), ctx.rank);
-}
-
 // The defect this replaces: one rank per network namespace ran over /dev/shm at memory speed,
 // through "links" capped far lower. Now they are two hosts, and a namespace with no network (not
 // even loopback up) cannot reach the other: creation fails, bounded, on both ranks.
@@ -108,7 +100,8 @@ TEST(Hosts, RanksInDifferentNetworkNamespacesDoNotShareMemory) {
   auto outcomes = testing::run_ranks_raw(
       2,
       [](const RankContext& ctx) {
-        auto store = connect(ctx);  // before unshare: the store stays reachable through it
+        auto store = testing::connect_to_store(
+            ctx, ctx.rank);  // before unshare: the store stays reachable through it
         if (ctx.rank == 1) {
           TPF_CHILD_CHECK(
               ::unshare(CLONE_NEWNET) == 0,

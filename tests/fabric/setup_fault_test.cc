@@ -48,13 +48,8 @@ class DyingStore : public Store {
   bool after_set_;
 };
 
-// This rank's connection to the harness's store; job_rank -1 makes a client that does not say
-// which rank it is (a store that cannot tell deaths).
 std::shared_ptr<Store> connect_store(const RankContext& ctx, int job_rank) {
-  const auto colon = ctx.store_address.rfind(':');
-  const auto port = static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1)));
-  return std::make_shared<TcpStoreClient>(ctx.store_address.substr(0, colon), port, ctx.secret, 10s,
-                                          job_rank);
+  return testing::connect_to_store(ctx, job_rank, 10s);
 }
 
 std::string unique_job(const std::string& tag) {

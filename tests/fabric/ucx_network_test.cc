@@ -25,11 +25,7 @@ using transport::UcxNetwork;
 using transport::WaitContext;
 
 std::unique_ptr<UcxNetwork> connect_network(const RankContext& ctx) {
-  const auto colon = ctx.store_address.rfind(':');
-  auto client = std::make_shared<TcpStoreClient>(
-      ctx.store_address.substr(0, colon),
-      static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1))), ctx.secret,
-      std::chrono::seconds(30), ctx.rank);
+  auto client = testing::connect_to_store(ctx, ctx.rank);
   transport::NetworkConfig config;
   config.rank = ctx.rank;
   config.size = ctx.size;

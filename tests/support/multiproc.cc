@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -48,7 +48,8 @@ std::string unique_job_name() {
   std::string clean;
   for (char c : test) clean += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   if (clean.size() > 40) clean = clean.substr(clean.size() - 40);
-  return "t" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" + clean;
+  return "t" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" +
+         clean;
 }
 
 // The child side: never returns, never runs the parent's teardown.
@@ -155,8 +156,8 @@ std::string RankOutcome::describe() const {
 
 [[noreturn]] void child_check_failed(const char* expr, const std::string& message, const char* file,
                                      int line) {
-  throw ChildCheckFailure(std::string(file) + ":" + std::to_string(line) + ": check failed: " +
-                          expr + (message.empty() ? "" : " -- " + message));
+  throw ChildCheckFailure(std::string(file) + ":" + std::to_string(line) +
+                          ": check failed: " + expr + (message.empty() ? "" : " -- " + message));
 }
 
 namespace {
@@ -174,7 +175,8 @@ class StoreProcess {
     std::fflush(stdout);
     std::fflush(stderr);
     pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error(std::string("run_ranks: fork failed: ") + std::strerror(errno));
+    if (pid_ < 0)
+      throw std::runtime_error(std::string("run_ranks: fork failed: ") + std::strerror(errno));
     if (pid_ == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::close(port_pipe[0]);
@@ -268,8 +270,10 @@ std::vector<RankOutcome> run_ranks_raw(int size,
     for (size_t i = 0; i < children.size(); ++i) {
       if (children[i].fd >= 0) pfds.push_back({children[i].fd, POLLIN, 0});
     }
-    if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 5);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(5));  // poll interval, not sync
+    if (!pfds.empty())
+      ::poll(pfds.data(), pfds.size(), 5);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // poll interval, not sync
     for (size_t i = 0; i < children.size(); ++i) {
       if (children[i].fd >= 0) drain(children[i].fd, outcomes[i].message);
       if (children[i].reaped) continue;
@@ -354,6 +358,14 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
+}
+
+std::shared_ptr<Store> connect_to_store(const RankContext& ctx, int job_rank,
+                                        std::chrono::milliseconds connect_timeout) {
+  const auto colon = ctx.store_address.rfind(':');
+  const auto port = static_cast<uint16_t>(std::stoi(ctx.store_address.substr(colon + 1)));
+  return std::make_shared<TcpStoreClient>(ctx.store_address.substr(0, colon), port, ctx.secret,
+                                          connect_timeout, job_rank);
 }
 
 std::vector<std::string> list_dev_shm(const std::string& prefix) {

@@ -11,11 +11,13 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpf/comm.h"
+#include "tpf/store.h"
 
 namespace tpf::testing {
 
@@ -65,6 +67,12 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(Communicat
 std::vector<RankOutcome> run_ranks_raw(int size,
                                        const std::function<void(const RankContext&)>& body,
                                        const RunOptions& options = {});
+
+// A child's own connection to the harness's store. job_rank -1: a client that does not say which
+// rank it is (a store that cannot tell deaths); otherwise the rank it reports as dead if it dies.
+std::shared_ptr<Store> connect_to_store(
+    const RankContext& ctx, int job_rank,
+    std::chrono::milliseconds connect_timeout = std::chrono::seconds(30));
 
 // gtest: one non-fatal failure per rank that did not succeed, naming the rank and its message.
 void expect_all_ok(const std::vector<RankOutcome>& outcomes);
