@@ -357,6 +357,7 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
     first = first_error_;
   }
   ProcessFailures::instance().record(root);
+  if (network_) network_->notify_failure(root);  // ranks on other hosts fail now, naming it
   p2p_->fail_all(first);
   if (net_p2p_) net_p2p_->fail_all(first);
   recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
@@ -366,11 +367,12 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
 void CommImpl::abort() {
   aborted_.store(true);
   fabric_->abort();
+  const transport::FailureRecord record{
+      ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted by its rank " +
+                              std::to_string(rank()) + " (pid " + std::to_string(::getpid()) + ")"};
   // If this process exits now, its peers on other communicators learn why.
-  ProcessFailures::instance().record({ErrorCode::aborted, "communicator '" + setup_.name +
-                                                              "' was aborted by its rank " +
-                                                              std::to_string(rank()) + " (pid " +
-                                                              std::to_string(::getpid()) + ")"});
+  ProcessFailures::instance().record(record);
+  if (network_) network_->notify_failure(record);  // and those on other hosts, now
   const auto aborted = std::make_exception_ptr(
       Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank"));
   p2p_->fail_all(aborted);

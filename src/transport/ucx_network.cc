@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "tpf/error.h"
 #include "transport/shm_layout.h"
@@ -70,6 +71,14 @@ struct UcxNetwork::Ucx {
   std::vector<ucp_ep_h> endpoints;     // by rank; null where there is none (or it was closed)
   std::vector<ucs_status_t> failures;  // by rank: why its endpoint failed, UCS_OK if it did not
   std::vector<ErrorSink> sinks;        // by rank: the error handler's argument
+  // Failure notices (see notify_failure): a receive posted per peer, and what this rank sent.
+  struct NoticeSlot {
+    std::vector<char> buffer;
+    void* pending = nullptr;
+  };
+  std::vector<NoticeSlot> notices_in;  // by rank
+  std::string notice_out;
+  std::vector<void*> notices_out;  // sends in flight
 
   static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* sink = static_cast<ErrorSink*>(arg);
@@ -105,6 +114,19 @@ struct UcxNetwork::Ucx {
   }
 
   ~Ucx() {
+    for (NoticeSlot& slot : notices_in) {
+      if (slot.pending != nullptr) ucp_request_cancel(worker, slot.pending);
+    }
+    const auto give_up = Clock::now() + kCancelLimit;
+    auto settle = [&](void* request) {
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < give_up) {
+        progress();
+      }
+      ucp_request_free(request);
+    };
+    for (NoticeSlot& slot : notices_in)
+      if (slot.pending != nullptr) settle(slot.pending);
+    for (void* request : notices_out) settle(request);
     for (size_t p = 0; p < endpoints.size(); ++p) close(static_cast<int>(p), failures[p] != UCS_OK);
     if (worker != nullptr) ucp_worker_destroy(worker);
     if (context != nullptr) ucp_cleanup(context);
@@ -196,6 +218,63 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   wait_all(hello, WaitContext::with_deadline(deadline, [label = config_.label] {
              return "connecting the network of " + label;
            }));
+  std::lock_guard lock(mu_);
+  u.notices_in.resize(n);
+  for (int p : config_.peers) {
+    Ucx::NoticeSlot& slot = u.notices_in[p];
+    slot.buffer.resize(kMaxNoticeBytes);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t posted = ucp_tag_recv_nbx(u.worker, slot.buffer.data(), slot.buffer.size(),
+                                               ucx_tag(p, kNoticeTag), ~uint64_t{0}, &param);
+    if (!UCS_PTR_IS_ERR(posted)) slot.pending = posted;
+  }
+}
+
+void UcxNetwork::notify_failure(const FailureRecord& record) {
+  std::lock_guard lock(mu_);
+  Ucx& u = *ucx_;
+  if (!u.notice_out.empty()) return;  // once: the first failure is the one peers should name
+  const int32_t code = static_cast<int32_t>(record.code);
+  u.notice_out.assign(reinterpret_cast<const char*>(&code), sizeof code);
+  u.notice_out += record.message.substr(0, kMaxNoticeBytes - sizeof code);
+  for (int p : config_.peers) {
+    if (u.endpoints[p] == nullptr || u.failures[p] != UCS_OK) continue;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t sent =
+        ucp_tag_send_nbx(u.endpoints[p], u.notice_out.data(), u.notice_out.size(),
+                         ucx_tag(config_.rank, kNoticeTag), &param);
+    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.notices_out.push_back(sent);
+  }
+  // Push them out now: the caller may be about to exit.
+  const auto give_up = Clock::now() + kCancelLimit;
+  auto in_flight = [&] {
+    return std::any_of(u.notices_out.begin(), u.notices_out.end(), [](void* request) {
+      return ucp_request_check_status(request) == UCS_INPROGRESS;
+    });
+  };
+  while (in_flight() && Clock::now() < give_up) u.progress();
+}
+
+std::optional<FailureRecord> UcxNetwork::notice_locked() {
+  Ucx& u = *ucx_;
+  for (size_t p = 0; p < u.notices_in.size(); ++p) {
+    Ucx::NoticeSlot& slot = u.notices_in[p];
+    if (slot.pending == nullptr) continue;
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t status = ucp_tag_recv_request_test(slot.pending, &info);
+    if (status == UCS_INPROGRESS) continue;
+    ucp_request_free(slot.pending);
+    slot.pending = nullptr;
+    if (status != UCS_OK || info.length < sizeof(int32_t)) continue;
+    int32_t code = 0;
+    std::memcpy(&code, slot.buffer.data(), sizeof code);
+    received_notice_ =
+        FailureRecord{static_cast<ErrorCode>(code),
+                      std::string(slot.buffer.data() + sizeof code, info.length - sizeof code)};
+    break;
+  }
+  return received_notice_;
 }
 
 UcxNetwork::~UcxNetwork() = default;
@@ -308,6 +387,9 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
   u.progress();
+  if (std::optional<FailureRecord> notice = notice_locked()) {
+    fail(RootCauseError(ctx.op_label() + ": a rank on another host failed", *notice));
+  }
   Progress progress;
   for (NetRequest& r : requests) {
     if (r.pending == nullptr) continue;
@@ -328,9 +410,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     }
     if (!r.is_send && info.length != r.bytes) {
       fail(Error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
-                                          " sent " + std::to_string(info.length) +
-                                          " bytes where " + std::to_string(r.bytes) +
-                                          " were expected"));
+                                          " sent " + std::to_string(info.length) + " bytes where " +
+                                          std::to_string(r.bytes) + " were expected"));
     }
   }
   return progress;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,9 +57,11 @@ struct NetRequest {
 
 class UcxNetwork {
  public:
-  static constexpr int kRankBits = 20;             // up to 1,048,576 ranks
-  static constexpr int kTagBits = 64 - kRankBits;  // tags below 2^44
-  static constexpr uint64_t kMaxTag = (uint64_t{1} << kTagBits) - 1;
+  static constexpr int kRankBits = 20;                                // up to 1,048,576 ranks
+  static constexpr int kTagBits = 64 - kRankBits;                     // tags below 2^44
+  static constexpr uint64_t kMaxTag = (uint64_t{1} << kTagBits) - 1;  // the hello
+  static constexpr uint64_t kNoticeTag = kMaxTag - 1;                 // failure notices
+  static constexpr size_t kMaxNoticeBytes = 1024;
 
   explicit UcxNetwork(NetworkConfig config);
   ~UcxNetwork();
@@ -86,6 +89,11 @@ class UcxNetwork {
   void cancel(std::span<NetRequest> requests);
   void wait_for_news(std::chrono::milliseconds limit);
 
+  // Tells every peer that this rank's communicator failed (once; later calls do nothing): their
+  // waits then fail at once with this record as the root cause (RootCauseError), instead of at
+  // their deadlines. Best effort, bounded: a peer that cannot be reached still has its deadline.
+  void notify_failure(const FailureRecord& record);
+
   // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`.
   std::string describe_lanes(int peer) const;
 
@@ -93,12 +101,15 @@ class UcxNetwork {
   struct Ucx;
   void check_peer(int peer, const char* what) const;
   void cancel_locked(std::span<NetRequest> requests);
+  // The failure a peer announced, if one has (mu_ held).
+  std::optional<FailureRecord> notice_locked();
   Error truncated(int peer, size_t bytes) const;
   NetworkConfig config_;
   std::unique_ptr<Ucx> ucx_;
   // UCX's worker runs SERIALIZED: one thread inside it at a time (collectives and point-to-point
   // transfers wait on it from different threads). Not held while sleeping on its event fd.
   mutable std::mutex mu_;
+  std::optional<FailureRecord> received_notice_;
 };
 
 }  // namespace tpf::transport

@@ -319,6 +319,32 @@ TEST(AcrossHostsFailures, ARankKilledOnAnotherHostIsNamed) {
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
 }
 
+// An abort (or any failure) on one host reaches the ranks of the others at once, as the root
+// cause, while the aborting process stays alive: their deadline is ten minutes away.
+TEST(AcrossHostsFailures, AnAbortOnOneHostReachesTheOtherHostsAtOnce) {
+  SharedBlock shared;
+  auto outcomes = run_on_hosts(kTwoHostsOfTwo, [&](Communicator& comm) {
+    if (comm.rank() == 3) {
+      comm.abort();
+      TPF_CHILD_CHECK(
+          wait_until([&] { return shared.counter(0).load() == 3; }, std::chrono::seconds(50)),
+          "the other ranks did not fail");
+      return;
+    }
+    int64_t value = 1, out = 0;
+    const Error e = expect_error("all_reduce after an abort on another host", [&] {
+      comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum, {std::chrono::minutes(10)});
+    });
+    shared.counter(0).fetch_add(1);
+    TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, e.what());
+    if (comm.rank() < 2) {
+      TPF_CHILD_CHECK(std::string(e.what()).find("aborted by its rank 3") != std::string::npos,
+                      e.what());
+    }
+  });
+  expect_all_ok(outcomes);
+}
+
 TEST(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   auto outcomes = run_on_hosts(kTwoHostsOfOne, [](Communicator& comm) {
     if (comm.rank() == 1) ::raise(SIGKILL);
