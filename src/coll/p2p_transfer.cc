@@ -39,11 +39,11 @@ bool P2pTransfer::advance(transport::ShmFabric& fabric, const transport::WaitCon
       const std::byte* slot = fabric.try_recv(peer, &theirs);
       if (slot == nullptr) return false;
       if (!(theirs == fp)) {
-        throw Error(ErrorCode::mismatch,
-                    ctx.op_label() + ": rank " + std::to_string(fabric.rank()) +
-                        " called recv(count=" + std::to_string(desc_.count) +
-                        ", dtype=" + dtype_name(desc_.dtype) + ") from rank " +
-                        std::to_string(peer) + ", which called " + describe_fingerprint(theirs));
+        throw Error(ErrorCode::mismatch, ctx.op_label() + ": " + fabric.rank_name(fabric.rank()) +
+                                             " called recv(count=" + std::to_string(desc_.count) +
+                                             ", dtype=" + dtype_name(desc_.dtype) + ") from " +
+                                             fabric.rank_name(peer) + ", which called " +
+                                             describe_fingerprint(theirs));
       }
       if (len > 0) {
         std::memcpy(static_cast<std::byte*>(desc_.recv) + base * esize_, slot, len * esize_);

@@ -83,7 +83,8 @@ CommImpl::CommImpl(CommSetup setup)
     config.size = static_cast<int>(hosts_.ranks_on(host).size());
     config.segment_prefix += "h" + std::to_string(host) + "-";
     config.store = std::make_shared<PrefixStore>("host" + std::to_string(host), scoped_store);
-    config.label += " on host '" + hosts_.key(host) + "' (ranks numbered on the host)";
+    config.label += " on host '" + hosts_.key(host) + "'";
+    config.comm_ranks = hosts_.ranks_on(host);
     config.excess_ranks = setup_.settings.excess_ranks(config.size);
     transport::NetworkConfig net;
     net.rank = setup_.rank;

@@ -9,8 +9,8 @@
 
 namespace tpf::detail {
 
-P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name,
-                     FlightRecorder& recorder, FailureSink on_failure)
+P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FlightRecorder& recorder,
+                     FailureSink on_failure)
     : fabric_(fabric),
       comm_name_(std::move(comm_name)),
       recorder_(recorder),
@@ -31,18 +31,18 @@ P2pEngine::~P2pEngine() {
   if (thread_.joinable()) thread_.join();
   // No driver is left: whatever is still queued never started moving or cannot finish.
   take_incoming();
-  fail_pending(std::make_exception_ptr(
-      Error(ErrorCode::aborted, "communicator '" + comm_name_ +
-                                    "' was destroyed before its point-to-point transfer ended")));
+  fail_pending(std::make_exception_ptr(Error(
+      ErrorCode::aborted,
+      "communicator '" + comm_name_ + "' was destroyed before its point-to-point transfer ended")));
 }
 
 std::string P2pEngine::label(const Pending& p) const {
   const coll::OpDesc& d = p.transfer.desc();
   const bool send = d.kind == coll::OpKind::send;
   return std::string(send ? "send" : "recv") + " #" + std::to_string(p.index) +
-         (send ? " to rank " : " from rank ") + std::to_string(d.peer) + " (count=" +
-         std::to_string(d.count) + ", dtype=" + dtype_name(d.dtype) + ") on communicator '" +
-         comm_name_ + "' (rank " + std::to_string(fabric_.rank()) + ")";
+         (send ? " to " : " from ") + fabric_.rank_name(d.peer) +
+         " (count=" + std::to_string(d.count) + ", dtype=" + dtype_name(d.dtype) +
+         ") on communicator '" + comm_name_ + "' (" + fabric_.rank_name(fabric_.rank()) + ")";
 }
 
 transport::WaitContext P2pEngine::context(const Pending& p) const {
@@ -50,7 +50,7 @@ transport::WaitContext P2pEngine::context(const Pending& p) const {
 }
 
 std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
-                                               Clock::time_point deadline) {
+                                              Clock::time_point deadline) {
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
   std::unique_lock lock(mu_);
@@ -140,7 +140,8 @@ void P2pEngine::fail_all(std::exception_ptr error) {
 void P2pEngine::progress_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (!driving_ && (pending_ > 0 || !incoming_.empty())); });
+    cv_.wait(lock,
+             [&] { return stopping_ || (!driving_ && (pending_ > 0 || !incoming_.empty())); });
     if (stopping_) return;
     driving_ = true;
     lock.unlock();
@@ -231,7 +232,7 @@ void P2pEngine::check_stalled() {
         if (now < p.deadline) continue;
         const bool send = p.transfer.desc().kind == coll::OpKind::send;
         throw Error(ErrorCode::timeout,
-                    label(p) + " timed out: rank " + std::to_string(head.transfer.desc().peer) +
+                    label(p) + " timed out: " + fabric_.rank_name(head.transfer.desc().peer) +
                         (send ? " has not received " : " has not sent ") +
                         (&p == &head ? "it" : "the earlier " + label(head)) + " (" +
                         std::to_string(head.transfer.chunks_moved()) + " of " +

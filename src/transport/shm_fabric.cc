@@ -49,6 +49,12 @@ std::string join_ranks(const std::vector<int>& ranks) {
   return out;
 }
 
+std::string ShmFabric::rank_names(const std::vector<int>& ranks) const {
+  std::vector<int> numbers;
+  for (int r : ranks) numbers.push_back(comm_rank(r));
+  return (numbers.size() == 1 ? "rank " : "ranks ") + join_ranks(numbers);
+}
+
 ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
   const int n = config_.size;
   control_bytes_ = round_up(round_up(sizeof(Control), kCacheLine) + sizeof(P2pControl) * n, 4096);
@@ -104,7 +110,7 @@ void ShmFabric::setup() {
     for (int p : all_peers_) {
       if (processes_[p].pid() > 0 && !processes_[p].alive()) {
         throw Error(ErrorCode::peer_died,
-                    config_.label + ": rank " + std::to_string(p) + " (pid " +
+                    config_.label + ": " + rank_name(p) + " (pid " +
                         std::to_string(processes_[p].pid()) +
                         ") died (its process exited or was killed) while creating the "
                         "communicator (" +
@@ -164,7 +170,7 @@ void ShmFabric::setup() {
           // not published (or the store cannot say now)
         }
       }
-      throw_if_a_peer_exited("rank " + std::to_string(p) + "'s segment: " + open_error.what());
+      throw_if_a_peer_exited(rank_name(p) + "'s segment: " + open_error.what());
       if (SetupClock::now() >= give_up) throw open_error;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -176,13 +182,13 @@ void ShmFabric::setup() {
     store.set("rank/" + std::to_string(me), join_info_text(own_.name(), segment_bytes_, can_fence));
     light_posts_ = can_fence;
     for (int p : all_peers_) {
-      const JoinInfo info = parse_join_info(
-          wait_for("rank/" + std::to_string(p), "rank " + std::to_string(p) + " to join"));
+      const JoinInfo info =
+          parse_join_info(wait_for("rank/" + std::to_string(p), rank_name(p) + " to join"));
       const std::string& segment_name = info.segment;
       const size_t bytes = info.bytes;
       light_posts_ = light_posts_ && info.can_fence == 1;
       if (!info.ok || bytes != segment_bytes_) {
-        throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
+        throw Error(ErrorCode::bootstrap, config_.label + ": " + rank_name(p) +
                                               " joined with a different "
                                               "configuration (segment of " +
                                               std::to_string(bytes) + " bytes, expected " +
@@ -201,7 +207,7 @@ void ShmFabric::setup() {
       // thing (same tpfabric layout, same rank).
       if (control(p).magic != kMagic || control(p).rank != p) {
         throw Error(ErrorCode::bootstrap, config_.label + ": segment " + segment_name +
-                                              " published by rank " + std::to_string(p) +
+                                              " published by " + rank_name(p) +
                                               " is not that rank's tpfabric segment");
       }
     }
@@ -273,7 +279,8 @@ void ShmFabric::ring_peers() noexcept {
 namespace {
 
 FailureRecord read_record(const char* text, int32_t code) {
-  return FailureRecord{static_cast<ErrorCode>(code), std::string(text, strnlen(text, kReasonBytes))};
+  return FailureRecord{static_cast<ErrorCode>(code),
+                       std::string(text, strnlen(text, kReasonBytes))};
 }
 
 // Copies `root` into a record area, cut short (and marked so) beyond its capacity.
@@ -294,10 +301,10 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   uint64_t state = other.state.value.load(std::memory_order_acquire);
   if (state == kStateAborted) {
     throw Error(ErrorCode::aborted,
-                ctx.op_label() + ": rank " + std::to_string(peer) + " aborted the communicator");
+                ctx.op_label() + ": " + rank_name(peer) + " aborted the communicator");
   }
   if (state == kStateFailed) {
-    throw RootCauseError(ctx.op_label() + ": rank " + std::to_string(peer) + " failed earlier",
+    throw RootCauseError(ctx.op_label() + ": " + rank_name(peer) + " failed earlier",
                          read_record(other.reason, other.reason_code));
   }
 }
@@ -309,8 +316,7 @@ void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   if (processes_[peer].alive()) return;
   Control& other = control(peer);
   if (other.state.value.load(std::memory_order_acquire) != kStateOk) return;
-  const std::string who = "rank " + std::to_string(peer) + " (pid " +
-                          std::to_string(processes_[peer].pid()) + ")";
+  const std::string who = rank_name(peer) + " (pid " + std::to_string(processes_[peer].pid()) + ")";
   if (other.note.value.load(std::memory_order_acquire) != 0) {
     // It failed on another communicator first, and exited because of that.
     throw RootCauseError(ctx.op_label() + ": " + who + " exited after a failure elsewhere",
@@ -345,9 +351,9 @@ void ShmFabric::throw_mismatch(int peer, const Fingerprint& mine, const Fingerpr
                                const WaitContext& ctx) const {
   check_peer(peer, ctx);  // a peer that aborted or failed explains the difference better
   throw Error(ErrorCode::mismatch,
-              ctx.op_label() + ": ranks called different collectives: rank " +
-                  std::to_string(config_.rank) + " called " + config_.describe(mine) +
-                  " but rank " + std::to_string(peer) + " called " + config_.describe(theirs));
+              ctx.op_label() + ": ranks called different collectives: " + rank_name(config_.rank) +
+                  " called " + config_.describe(mine) + " but " + rank_name(peer) + " called " +
+                  config_.describe(theirs));
 }
 
 void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const WaitContext& ctx) {
@@ -373,8 +379,8 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
 std::byte* ShmFabric::try_send_slot(int peer) const noexcept {
   const uint64_t k = sent_chunks_[peer];
   // Chunk k reuses the slot of chunk k - 2, which the peer must have consumed.
-  if (k >= 2 && control(peer).p2p(config_.rank).consumed.value.load(std::memory_order_acquire) <
-                    k - 1) {
+  if (k >= 2 &&
+      control(peer).p2p(config_.rank).consumed.value.load(std::memory_order_acquire) < k - 1) {
     return nullptr;
   }
   return p2p_slot(config_.rank, peer, k);

@@ -91,10 +91,13 @@ struct FabricConfig {
   std::string label;             // communicator description for messages
   std::shared_ptr<Store> store;  // keys are private to this communicator
   std::chrono::milliseconds setup_timeout{60000};
-  int excess_ranks = 0;  // this rank's count of ranks on its machine beyond the cores
+  int excess_ranks = 0;           // this rank's count of ranks on its machine beyond the cores
   bool asymmetric_fences = true;  // membarrier-based fences where every rank can register
   // Turns a fingerprint into words for a mismatch message.
   std::function<std::string(const Fingerprint&)> describe;
+  // This fabric's rank r is the communicator's rank comm_ranks[r] (a fabric of one host's ranks in
+  // a communicator across hosts); empty: the same numbers. Messages name communicator ranks.
+  std::vector<int> comm_ranks;
 };
 
 class ShmFabric {
@@ -105,6 +108,12 @@ class ShmFabric {
   ShmFabric& operator=(const ShmFabric&) = delete;
 
   int rank() const noexcept { return config_.rank; }
+  // The communicator's number for this fabric's rank r, and "rank N" / "ranks N, M" in it.
+  int comm_rank(int r) const noexcept {
+    return config_.comm_ranks.empty() ? r : config_.comm_ranks[r];
+  }
+  std::string rank_name(int r) const { return "rank " + std::to_string(comm_rank(r)); }
+  std::string rank_names(const std::vector<int>& ranks) const;
   int size() const noexcept { return config_.size; }
   size_t slot_bytes() const noexcept { return config_.slot_bytes; }
   size_t p2p_chunk_bytes() const noexcept { return config_.p2p_chunk_bytes; }

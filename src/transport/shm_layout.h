@@ -136,9 +136,8 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
       std::vector<int> missing;
       for (int p : awaited)
         if (!arrived(p)) missing.push_back(p);
-      throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on rank " +
-                                          std::to_string(config_.rank) + ": rank(s) " +
-                                          join_ranks(missing) + " never arrived");
+      throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on " + rank_name(config_.rank) +
+                                          ": " + rank_names(missing) + " never arrived");
     }
     if (stage == Backoff::Stage::sleep) {
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline() - now);
