@@ -24,6 +24,11 @@ constexpr size_t kMaxChunks = (size_t{1} << kPhaseBits) - kChunks;
 
 using Buffer = std::vector<std::byte>;
 
+// memcpy, but an empty copy may name null pointers (empty buffers of zero-count calls).
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 // One collective across hosts: what every algorithm below needs to know about the layout.
 class HostCollective {
  public:
@@ -128,18 +133,18 @@ class HostCollective {
     reduce_n(d_.dtype, partial_op(), out.data(), parts.data(), static_cast<int>(parts.size()),
              count);
     if (d_.op == ReduceOp::avg) divide_n(d_.dtype, out.data(), count, g_.hosts.ranks());
-    if (count > 0) std::memcpy(dst, out.data(), out.size());
+    copy_bytes(dst, out.data(), out.size());
   }
 
   // Blocks of `ranks` (communicator ranks) from a buffer of one block per communicator rank.
   void pack(Buffer& out, const void* full, const std::vector<int>& ranks, size_t block) const {
     out.resize(bytes(ranks.size() * block));
     for (size_t i = 0; i < ranks.size(); ++i)
-      std::memcpy(at(out.data(), i * block), at(full, ranks[i] * block), bytes(block));
+      copy_bytes(at(out.data(), i * block), at(full, ranks[i] * block), bytes(block));
   }
   void unpack(void* full, const void* packed, const std::vector<int>& ranks, size_t block) const {
     for (size_t i = 0; i < ranks.size(); ++i)
-      std::memcpy(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
+      copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
   }
 
   // Reduce inside the host to the leader, reduce-scatter + all-gather between the leaders (each
@@ -390,23 +395,23 @@ class HostCollective {
         to[h].resize(bytes(local_n * theirs.size() * block));
         for (size_t s = 0; s < local_n; ++s)
           for (size_t j = 0; j < theirs.size(); ++j)
-            std::memcpy(at(to[h].data(), (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
-                        bytes(block));
+            copy_bytes(at(to[h].data(), (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
+                       bytes(block));
         from[h].resize(bytes(theirs.size() * local_n * block));
         requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), from[h].size()));
         requests.push_back(g_.network.send(leader(h), tag(kFirst), to[h].data(), to[h].size()));
       }
       for (size_t t = 0; t < local_n; ++t)
         for (size_t s = 0; s < local_n; ++s)
-          std::memcpy(received_block(t, mine[s]), sent_block(s, mine[t]), bytes(block));
+          copy_bytes(received_block(t, mine[s]), sent_block(s, mine[t]), bytes(block));
       wait(requests);
       for (int h = 0; h < hosts(); ++h) {
         if (h == host_) continue;
         const std::vector<int>& theirs = ranks_on(h);
         for (size_t s = 0; s < theirs.size(); ++s)
           for (size_t t = 0; t < local_n; ++t)
-            std::memcpy(received_block(t, theirs[s]), at(from[h].data(), (s * local_n + t) * block),
-                        bytes(block));
+            copy_bytes(received_block(t, theirs[s]), at(from[h].data(), (s * local_n + t) * block),
+                       bytes(block));
       }
     }
     local(local_desc(OpKind::scatter, row, 0, receives.data(), d_.recv));
