@@ -2,8 +2,8 @@
 # An emulated cluster on one machine (needs root and iproute2): HOSTS network namespaces NAME-h0 ..
 # NAME-h<HOSTS-1>, each with one link `eth0` to a bridge in a switch namespace NAME-sw, addressed
 # 127.100.0.<h+1>/16 (loopback range only, routed with route_localnet), MTU 9000 (92 % of a 1 Gb/s
-# cap against 79 % at 1500, measured), optionally capped with tc tbf at RATE (e.g. 1gbit) each
-# way. Nothing is created in the machine's own namespace.
+# cap against 79 % at 1500, as measured when issue 10 was filed), optionally capped with tc tbf at
+# RATE (e.g. 1gbit) each way. Nothing is created in the machine's own namespace.
 #
 #   scripts/emulated-hosts.sh up NAME HOSTS [RATE]
 #   scripts/emulated-hosts.sh down NAME        removes every namespace NAME-* it made
