@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "coll/reduce_kernels.h"
@@ -99,6 +100,21 @@ class HostCollective {
   }
 
   void wait(std::vector<NetRequest>& requests) { g_.network.wait_all(requests, ctx_); }
+
+  // One round between the leaders: each sends to(h) to every other host h's leader and receives
+  // that leader's message into from(h) (both: {address, bytes}), then waits for all of it.
+  template <class To, class From>
+  void exchange_with_leaders(Phase phase, To&& to, From&& from) {
+    std::vector<NetRequest> requests;
+    for (int h = 0; h < hosts(); ++h) {
+      if (h == host_) continue;
+      const auto [in, in_bytes] = from(h);
+      const auto [out, out_bytes] = to(h);
+      requests.push_back(g_.network.recv(leader(h), tag(phase), in, in_bytes));
+      requests.push_back(g_.network.send(leader(h), tag(phase), out, out_bytes));
+    }
+    wait(requests);
+  }
   void wait(std::vector<NetRequest>& requests, size_t i) {
     g_.network.wait_all(std::span<NetRequest>(&requests[i], 1), ctx_);
   }
@@ -109,13 +125,14 @@ class HostCollective {
     if (!is_leader()) return;
     const transport::Fingerprint mine = collective_fingerprint(d_, sequence_);
     std::vector<transport::Fingerprint> theirs(hosts());
-    std::vector<NetRequest> requests;
-    for (int h = 0; h < hosts(); ++h) {
-      if (h == host_) continue;
-      requests.push_back(g_.network.recv(leader(h), tag(kFingerprint), &theirs[h], sizeof mine));
-      requests.push_back(g_.network.send(leader(h), tag(kFingerprint), &mine, sizeof mine));
-    }
-    wait(requests);
+    exchange_with_leaders(
+        kFingerprint,
+        [&](int) {
+          return std::pair{&mine, sizeof mine};
+        },
+        [&](int h) {
+          return std::pair{&theirs[h], sizeof mine};
+        });
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_ || theirs[h] == mine) continue;
       throw Error(ErrorCode::mismatch,
@@ -157,30 +174,21 @@ class HostCollective {
       const int hcount = hosts();
       auto begin = [&](int c) { return n * static_cast<size_t>(c) / static_cast<size_t>(hcount); };
       const size_t mine = begin(host_ + 1) - begin(host_);
+      auto chunk_of = [&](int h) {  // host h's chunk of this rank's buffer
+        return std::pair{at(d_.recv, begin(h)), bytes(begin(h + 1) - begin(h))};
+      };
       std::vector<Buffer> from(hcount);
-      std::vector<NetRequest> requests;
-      for (int h = 0; h < hcount; ++h) {
-        if (h == host_) continue;
+      exchange_with_leaders(kFirst, chunk_of, [&](int h) {
         from[h].resize(bytes(mine));
-        requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), bytes(mine)));
-        requests.push_back(g_.network.send(leader(h), tag(kFirst), at(d_.recv, begin(h)),
-                                           bytes(begin(h + 1) - begin(h))));
-      }
-      wait(requests);
+        return std::pair{from[h].data(), from[h].size()};
+      });
       std::vector<const void*> parts(hcount);
       for (int h = 0; h < hcount; ++h)
         parts[h] =
             h == host_ ? at(static_cast<const void*>(d_.recv), begin(host_)) : from[h].data();
       combine_hosts(at(d_.recv, begin(host_)), parts, mine);
-      requests.clear();
-      for (int h = 0; h < hcount; ++h) {
-        if (h == host_) continue;
-        requests.push_back(g_.network.recv(leader(h), tag(kSecond), at(d_.recv, begin(h)),
-                                           bytes(begin(h + 1) - begin(h))));
-        requests.push_back(
-            g_.network.send(leader(h), tag(kSecond), at(d_.recv, begin(host_)), bytes(mine)));
-      }
-      wait(requests);
+      exchange_with_leaders(
+          kSecond, [&](int) { return chunk_of(host_); }, chunk_of);
     }
     local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
@@ -269,15 +277,15 @@ class HostCollective {
     local(local_desc(OpKind::gather, block, 0, d_.send, host_blocks.data()));
     if (is_leader()) {
       std::vector<Buffer> from(hosts());
-      std::vector<NetRequest> requests;
-      for (int h = 0; h < hosts(); ++h) {
-        if (h == host_) continue;
-        from[h].resize(bytes(ranks_on(h).size() * block));
-        requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), from[h].size()));
-        requests.push_back(
-            g_.network.send(leader(h), tag(kFirst), host_blocks.data(), host_blocks.size()));
-      }
-      wait(requests);
+      exchange_with_leaders(
+          kFirst,
+          [&](int) {
+            return std::pair{host_blocks.data(), host_blocks.size()};
+          },
+          [&](int h) {
+            from[h].resize(bytes(ranks_on(h).size() * block));
+            return std::pair{from[h].data(), from[h].size()};
+          });
       for (int h = 0; h < hosts(); ++h)
         unpack(d_.recv, h == host_ ? host_blocks.data() : from[h].data(), ranks_on(h), block);
     }
@@ -297,17 +305,18 @@ class HostCollective {
       const std::vector<int>& mine = ranks_on(host_);
       const size_t my_count = mine.size() * block;
       std::vector<Buffer> to(hosts()), from(hosts());
-      std::vector<NetRequest> requests;
-      for (int h = 0; h < hosts(); ++h) {
-        if (h == host_) continue;
-        pack(to[h], host_sum.data(), ranks_on(h), block);
-        from[h].resize(bytes(my_count));
-        requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), from[h].size()));
-        requests.push_back(g_.network.send(leader(h), tag(kFirst), to[h].data(), to[h].size()));
-      }
+      exchange_with_leaders(
+          kFirst,
+          [&](int h) {
+            pack(to[h], host_sum.data(), ranks_on(h), block);
+            return std::pair{to[h].data(), to[h].size()};
+          },
+          [&](int h) {
+            from[h].resize(bytes(my_count));
+            return std::pair{from[h].data(), from[h].size()};
+          });
       Buffer own;
       pack(own, host_sum.data(), mine, block);
-      wait(requests);
       std::vector<const void*> parts(hosts());
       for (int h = 0; h < hosts(); ++h) parts[h] = h == host_ ? own.data() : from[h].data();
       combined.resize(bytes(my_count));
@@ -386,25 +395,26 @@ class HostCollective {
         return at(receives.data(), t * row + i * block);
       };
       auto sent_block = [&](size_t s, int j) { return at(sends.data(), s * row + j * block); };
-      std::vector<Buffer> to(hosts()), from(hosts());
-      std::vector<NetRequest> requests;
-      for (int h = 0; h < hosts(); ++h) {
-        if (h == host_) continue;
-        const std::vector<int>& theirs = ranks_on(h);
-        // to[h]: for each of my local ranks s, its blocks for each of h's ranks, in local order.
-        to[h].resize(bytes(local_n * theirs.size() * block));
-        for (size_t s = 0; s < local_n; ++s)
-          for (size_t j = 0; j < theirs.size(); ++j)
-            copy_bytes(at(to[h].data(), (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
-                       bytes(block));
-        from[h].resize(bytes(theirs.size() * local_n * block));
-        requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), from[h].size()));
-        requests.push_back(g_.network.send(leader(h), tag(kFirst), to[h].data(), to[h].size()));
-      }
       for (size_t t = 0; t < local_n; ++t)
         for (size_t s = 0; s < local_n; ++s)
           copy_bytes(received_block(t, mine[s]), sent_block(s, mine[t]), bytes(block));
-      wait(requests);
+      std::vector<Buffer> to(hosts()), from(hosts());
+      exchange_with_leaders(
+          kFirst,
+          [&](int h) {
+            // For each of my local ranks s, its blocks for each of h's ranks, in local order.
+            const std::vector<int>& theirs = ranks_on(h);
+            to[h].resize(bytes(local_n * theirs.size() * block));
+            for (size_t s = 0; s < local_n; ++s)
+              for (size_t j = 0; j < theirs.size(); ++j)
+                copy_bytes(at(to[h].data(), (s * theirs.size() + j) * block),
+                           sent_block(s, theirs[j]), bytes(block));
+            return std::pair{to[h].data(), to[h].size()};
+          },
+          [&](int h) {
+            from[h].resize(bytes(ranks_on(h).size() * local_n * block));
+            return std::pair{from[h].data(), from[h].size()};
+          });
       for (int h = 0; h < hosts(); ++h) {
         if (h == host_) continue;
         const std::vector<int>& theirs = ranks_on(h);
