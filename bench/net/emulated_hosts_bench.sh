@@ -42,10 +42,12 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, 
   exit $status' bench "$@" || { cat "$out"/rank*.log >&2; exit 1; }
 echo "# $hosts hosts x $ranks ranks, links capped at $rate ($(hostname), $(nproc) cores)"
 # Per link (NCCL's "per NIC" convention, one link per host here): all_reduce moves 2(H-1)/H of the
-# size through each host's link, the gathers and scatters (H-1)/H, broadcast and reduce all of it.
-awk -v bps="$rate_bps" -v coll="${1:-all_reduce}" -v h="$hosts" '
+# size through each host's link, the gathers and scatters (H-1)/H, broadcast and reduce all of it;
+# all_to_all's size is one rank's buffer, so a host's link carries R(H-1)/H of it.
+awk -v bps="$rate_bps" -v coll="${1:-all_reduce}" -v h="$hosts" -v r="$ranks" '
   BEGIN { f = (coll == "all_reduce") ? 2 * (h - 1) / h : \
-              (coll ~ /^(all_gather|reduce_scatter|all_to_all|gather|scatter)$/) ? (h - 1) / h : 1 }
+              (coll == "all_to_all") ? r * (h - 1) / h : \
+              (coll ~ /^(all_gather|reduce_scatter|gather|scatter)$/) ? (h - 1) / h : 1 }
   /^#/ { print; next }
   NF >= 9 && $6 > 0 { printf "%s   per link: %.3f of the cap (out of place), %.3f (in place)\n", $0,
                       $1 * f * 8e6 / ($6 * bps), $1 * f * 8e6 / ($10 * bps); next }

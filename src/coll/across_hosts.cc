@@ -9,26 +9,91 @@
 #include "tpf/error.h"
 
 namespace tpf::coll {
+
+std::byte* HostScratch::get(size_t slot, size_t bytes) {
+  if (slot >= slabs_.size()) slabs_.resize(slot + 1);
+  Slab& slab = slabs_[slot];
+  if (slab.bytes < bytes) {
+    slab.data.reset();  // release the old slab before taking the larger one
+    slab.data.reset(new std::byte[bytes]);
+    slab.bytes = bytes;
+  }
+  return slab.data.get();
+}
+
 namespace {
 
 using transport::NetRequest;
 
-// Network tags: the operation's sequence number above a phase number, so messages of successive
-// operations and of the phases of one never match each other; the top tag bit stays clear (it
-// marks point-to-point messages, comm/net_p2p.h).
-constexpr int kPhaseBits = 8;
+// Network tags: the operation's sequence number, a stage of the algorithm and a chunk number, so
+// messages of successive operations, of the stages of one and of the chunks of one transfer
+// never match each other; the top tag bit stays clear (it marks point-to-point messages,
+// comm/net_p2p.h). Sequence numbers wrap after 2^27 operations: messages that far apart are
+// never in flight together.
+constexpr int kChunkBits = 12;
+constexpr int kStageBits = 4;
 constexpr uint64_t kSequenceMask =
-    (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kPhaseBits)) - 1;
-enum Phase : uint64_t { kFingerprint = 1, kFirst = 2, kSecond = 3, kChunks = 4 };
-// Pipelined phases give each chunk a phase number of its own, from kChunks on.
-constexpr size_t kMaxChunks = (size_t{1} << kPhaseBits) - kChunks;
+    (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kStageBits - kChunkBits)) - 1;
+enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
+constexpr size_t kMaxChunks = size_t{1} << kChunkBits;
+// Small enough that the first chunk's combine starts early, large enough that a message's fixed
+// cost (tens of microseconds over TCP) stays below 1 % at 1 Gb/s.
+constexpr size_t kMinChunkBytes = size_t{1} << 20;
 
-using Buffer = std::vector<std::byte>;
+// Scratch slots (HostScratch): fixed ones, then two per host.
+enum Slot : size_t { kHostData = 0, kOwnPart = 1, kCombined = 2, kCombineTemp = 3, kPerHost = 4 };
+size_t from_slot(int host) { return kPerHost + 2 * static_cast<size_t>(host); }
+size_t to_slot(int host) { return kPerHost + 2 * static_cast<size_t>(host) + 1; }
 
-// memcpy, but an empty copy may name null pointers (empty buffers of zero-count calls).
+// memcpy, but an empty copy may name null pointers (empty buffers of zero-count calls), and a copy
+// onto itself (an in-place call's own block) is skipped.
 void copy_bytes(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto* pa = static_cast<const std::byte*>(a);
+  const auto* pb = static_cast<const std::byte*>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// Whether communicator ranks `ranks` (ascending) are consecutive: their blocks of a buffer with
+// one block per rank are then one contiguous range.
+bool consecutive(const std::vector<int>& ranks) {
+  return ranks.empty() || ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
+}
+
+// How a transfer of `count` elements is cut for pipelining: every chunk is its own message.
+struct Chunks {
+  size_t count = 0;
+  size_t per_chunk = 1;
+  size_t number = 1;  // a transfer of nothing is one empty message
+  size_t begin(size_t c) const { return std::min(count, c * per_chunk); }
+  size_t length(size_t c) const { return std::min(count, begin(c) + per_chunk) - begin(c); }
+};
+
+// The requests of one collective. Waits on one or all of them; if the collective leaves by an
+// exception, cancels what is still in flight, so the network touches none of its buffers after.
+class InFlight {
+ public:
+  InFlight(transport::UcxNetwork& network, const transport::WaitContext& ctx)
+      : network_(network), ctx_(ctx) {}
+  ~InFlight() { network_.cancel(requests_); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+  size_t add(NetRequest request) {
+    requests_.push_back(request);
+    return requests_.size() - 1;
+  }
+  void wait(size_t i) { network_.wait_all(std::span<NetRequest>(&requests_[i], 1), ctx_); }
+  void wait_all() { network_.wait_all(requests_, ctx_); }
+
+ private:
+  transport::UcxNetwork& network_;
+  const transport::WaitContext& ctx_;
+  std::vector<NetRequest> requests_;
+};
 
 // One collective across hosts: what every algorithm below needs to know about the layout.
 class HostCollective {
@@ -68,6 +133,8 @@ class HostCollective {
   int leader(int host) const { return g_.hosts.ranks_on(host)[0]; }
   bool is_leader() const { return local_rank_ == 0; }
   const std::vector<int>& ranks_on(int host) const { return g_.hosts.ranks_on(host); }
+  // This host has one rank: its shared-memory phases are identities and are skipped.
+  bool alone() const { return ranks_on(host_).size() == 1; }
   // The rank of a rooted collective that talks to the network for its host: the root on the
   // root's host (so its data needs no extra hop), the leader elsewhere.
   int representative_local_rank(int host) const {
@@ -75,14 +142,46 @@ class HostCollective {
   }
   // Reductions across several steps add; an average divides once at the end.
   ReduceOp partial_op() const { return d_.op == ReduceOp::avg ? ReduceOp::sum : d_.op; }
-  uint64_t tag(Phase phase) const { return (sequence_ & kSequenceMask) << kPhaseBits | phase; }
-  uint64_t chunk_tag(size_t chunk) const { return tag(Phase{kChunks + chunk}); }
+  uint64_t tag(Stage stage, size_t chunk = 0) const {
+    return ((sequence_ & kSequenceMask) << kStageBits | stage) << kChunkBits | chunk;
+  }
   size_t bytes(size_t count) const { return count * elem_; }
   std::byte* at(void* base, size_t elements) const {
     return static_cast<std::byte*>(base) + elements * elem_;
   }
   const std::byte* at(const void* base, size_t elements) const {
     return static_cast<const std::byte*>(base) + elements * elem_;
+  }
+  std::byte* scratch(size_t slot, size_t count) const { return g_.scratch.get(slot, bytes(count)); }
+
+  // Chunks of at least kMinChunkBytes, and few enough that each has a tag of its own. Sender and
+  // receiver cut a transfer alike: the cut depends on its element count only.
+  Chunks chunks_of(size_t count) const {
+    const size_t per =
+        std::max({kMinChunkBytes / elem_, (count + kMaxChunks - 1) / kMaxChunks, size_t{1}});
+    return {count, per, count == 0 ? 1 : (count + per - 1) / per};
+  }
+  // Posts a transfer of `count` elements at `data` to or from `peer`, chunk by chunk; returns the
+  // index of its first chunk's request (the others follow).
+  size_t post_send(InFlight& flight, int peer, Stage stage, const void* data, size_t count) {
+    const Chunks chunks = chunks_of(count);
+    size_t first = 0;
+    for (size_t c = 0; c < chunks.number; ++c) {
+      const size_t i = flight.add(
+          g_.network.send(peer, tag(stage, c), at(data, chunks.begin(c)), bytes(chunks.length(c))));
+      if (c == 0) first = i;
+    }
+    return first;
+  }
+  size_t post_recv(InFlight& flight, int peer, Stage stage, void* data, size_t count) {
+    const Chunks chunks = chunks_of(count);
+    size_t first = 0;
+    for (size_t c = 0; c < chunks.number; ++c) {
+      const size_t i = flight.add(
+          g_.network.recv(peer, tag(stage, c), at(data, chunks.begin(c)), bytes(chunks.length(c))));
+      if (c == 0) first = i;
+    }
+    return first;
   }
 
   // A collective on this host's shared memory, described in local ranks.
@@ -99,40 +198,19 @@ class HostCollective {
     return desc;
   }
 
-  void wait(std::vector<NetRequest>& requests) { g_.network.wait_all(requests, ctx_); }
-
-  // One round between the leaders: each sends to(h) to every other host h's leader and receives
-  // that leader's message into from(h) (both: {address, bytes}), then waits for all of it.
-  template <class To, class From>
-  void exchange_with_leaders(Phase phase, To&& to, From&& from) {
-    std::vector<NetRequest> requests;
-    for (int h = 0; h < hosts(); ++h) {
-      if (h == host_) continue;
-      const auto [in, in_bytes] = from(h);
-      const auto [out, out_bytes] = to(h);
-      requests.push_back(g_.network.recv(leader(h), tag(phase), in, in_bytes));
-      requests.push_back(g_.network.send(leader(h), tag(phase), out, out_bytes));
-    }
-    wait(requests);
-  }
-  void wait(std::vector<NetRequest>& requests, size_t i) {
-    g_.network.wait_all(std::span<NetRequest>(&requests[i], 1), ctx_);
-  }
-
   // The leaders tell each other which collective they are in before any data moves: different
   // calls on different hosts fail as a mismatch instead of waiting for messages never sent.
   void compare_fingerprints_across_hosts() {
     if (!is_leader()) return;
     const transport::Fingerprint mine = collective_fingerprint(d_, sequence_);
     std::vector<transport::Fingerprint> theirs(hosts());
-    exchange_with_leaders(
-        kFingerprint,
-        [&](int) {
-          return std::pair{&mine, sizeof mine};
-        },
-        [&](int h) {
-          return std::pair{&theirs[h], sizeof mine};
-        });
+    InFlight flight(g_.network, ctx_);
+    for (int h = 0; h < hosts(); ++h) {
+      if (h == host_) continue;
+      flight.add(g_.network.recv(leader(h), tag(kFingerprint), &theirs[h], sizeof mine));
+      flight.add(g_.network.send(leader(h), tag(kFingerprint), &mine, sizeof mine));
+    }
+    flight.wait_all();
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_ || theirs[h] == mine) continue;
       throw Error(ErrorCode::mismatch,
@@ -144,88 +222,129 @@ class HostCollective {
     }
   }
 
-  // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order).
+  // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order). dst may be
+  // any of the parts.
   void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count) {
-    Buffer out(bytes(count));
-    reduce_n(d_.dtype, partial_op(), out.data(), parts.data(), static_cast<int>(parts.size()),
-             count);
-    if (d_.op == ReduceOp::avg) divide_n(d_.dtype, out.data(), count, g_.hosts.ranks());
-    copy_bytes(dst, out.data(), out.size());
+    bool clash = false;  // reduce_n lets dst alias the first part only
+    for (size_t h = 1; h < parts.size(); ++h)
+      clash |= overlap(dst, bytes(count), parts[h], bytes(count));
+    void* out = clash ? scratch(kCombineTemp, count) : dst;
+    reduce_n(d_.dtype, partial_op(), out, parts.data(), static_cast<int>(parts.size()), count);
+    if (d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
+    copy_bytes(dst, out, bytes(count));
   }
 
-  // Blocks of `ranks` (communicator ranks) from a buffer of one block per communicator rank.
-  void pack(Buffer& out, const void* full, const std::vector<int>& ranks, size_t block) const {
-    out.resize(bytes(ranks.size() * block));
-    for (size_t i = 0; i < ranks.size(); ++i)
-      copy_bytes(at(out.data(), i * block), at(full, ranks[i] * block), bytes(block));
+  // Each leader receives from every other leader its part `mine` of a reduction (`count`
+  // elements, stage kFirst, into scratch), and combines it chunk by chunk, in host order with its
+  // own part `own`, into `dst`, as the chunks arrive; `on_chunk(c, begin, length)` runs after
+  // each chunk c.
+  template <class OnChunk>
+  void receive_and_combine(InFlight& flight, const void* own, void* dst, size_t count,
+                           OnChunk&& on_chunk) {
+    const Chunks chunks = chunks_of(count);
+    std::vector<const std::byte*> from(hosts());
+    std::vector<size_t> first(hosts());
+    for (int h = 0; h < hosts(); ++h) {
+      if (h == host_) continue;
+      std::byte* into = scratch(from_slot(h), count);
+      from[h] = into;
+      first[h] = post_recv(flight, leader(h), kFirst, into, count);
+    }
+    std::vector<const void*> parts(hosts());
+    for (size_t c = 0; c < chunks.number; ++c) {
+      for (int h = 0; h < hosts(); ++h) {
+        if (h == host_) {
+          parts[h] = at(own, chunks.begin(c));
+          continue;
+        }
+        flight.wait(first[h] + c);
+        parts[h] = at(from[h], chunks.begin(c));
+      }
+      combine_hosts(at(dst, chunks.begin(c)), parts, chunks.length(c));
+      on_chunk(c, chunks.begin(c), chunks.length(c));
+    }
   }
-  void unpack(void* full, const void* packed, const std::vector<int>& ranks, size_t block) const {
+
+  // Blocks of `ranks` (communicator ranks) from a buffer of one block per communicator rank:
+  // where they lie (consecutive ranks) or packed into scratch slot `slot`.
+  const void* blocks_of(const void* full, const std::vector<int>& ranks, size_t block,
+                        size_t slot) const {
+    if (consecutive(ranks)) return at(full, ranks.empty() ? 0 : ranks[0] * block);
+    std::byte* out = scratch(slot, ranks.size() * block);
+    for (size_t i = 0; i < ranks.size(); ++i)
+      copy_bytes(at(out, i * block), at(full, ranks[i] * block), bytes(block));
+    return out;
+  }
+  // Where to receive the blocks of `ranks` into a buffer of one block per communicator rank:
+  // in place (consecutive ranks) or in scratch slot `slot`, unpacked by place_blocks.
+  void* landing_for(void* full, const std::vector<int>& ranks, size_t block, size_t slot) const {
+    if (consecutive(ranks)) return at(full, ranks.empty() ? 0 : ranks[0] * block);
+    return scratch(slot, ranks.size() * block);
+  }
+  void place_blocks(void* full, const void* packed, const std::vector<int>& ranks,
+                    size_t block) const {
     for (size_t i = 0; i < ranks.size(); ++i)
       copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
   }
 
-  // Reduce inside the host to the leader, reduce-scatter + all-gather between the leaders (each
-  // leader combines one chunk from every host, in host order), broadcast inside the host.
+  // Reduce inside the host to the leader; between the leaders a reduce-scatter (each leader
+  // combines one slice from every host, in host order) and an all-gather, pipelined: each
+  // combined chunk goes back to the other leaders at once. Broadcast inside the host.
   void all_reduce() {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
-    local(local_desc(OpKind::reduce, n, 0, d_.send, d_.recv, partial_op()));
+    // The host's partial result: the caller's input itself when the host has one rank.
+    const void* partial = d_.send;
+    if (!alone()) {
+      local(local_desc(OpKind::reduce, n, 0, d_.send, d_.recv, partial_op()));
+      partial = d_.recv;
+    }
     if (is_leader()) {
       const int hcount = hosts();
-      auto begin = [&](int c) { return n * static_cast<size_t>(c) / static_cast<size_t>(hcount); };
-      const size_t mine = begin(host_ + 1) - begin(host_);
-      auto chunk_of = [&](int h) {  // host h's chunk of this rank's buffer
-        return std::pair{at(d_.recv, begin(h)), bytes(begin(h + 1) - begin(h))};
-      };
-      std::vector<Buffer> from(hcount);
-      exchange_with_leaders(kFirst, chunk_of, [&](int h) {
-        from[h].resize(bytes(mine));
-        return std::pair{from[h].data(), from[h].size()};
-      });
-      std::vector<const void*> parts(hcount);
-      for (int h = 0; h < hcount; ++h)
-        parts[h] =
-            h == host_ ? at(static_cast<const void*>(d_.recv), begin(host_)) : from[h].data();
-      combine_hosts(at(d_.recv, begin(host_)), parts, mine);
-      exchange_with_leaders(
-          kSecond, [&](int) { return chunk_of(host_); }, chunk_of);
+      auto begin = [&](int h) { return n * static_cast<size_t>(h) / static_cast<size_t>(hcount); };
+      auto length = [&](int h) { return begin(h + 1) - begin(h); };
+      InFlight flight(g_.network, ctx_);
+      for (int h = 0; h < hcount; ++h) {
+        if (h == host_) continue;
+        post_send(flight, leader(h), kFirst, at(partial, begin(h)), length(h));
+        // Slice h's result lands where this rank's own part of it was: it cannot arrive before
+        // leader h has received all of that part.
+        post_recv(flight, leader(h), kSecond, at(d_.recv, begin(h)), length(h));
+      }
+      receive_and_combine(
+          flight, at(partial, begin(host_)), at(d_.recv, begin(host_)), length(host_),
+          [&](size_t chunk, size_t first, size_t count) {
+            for (int h = 0; h < hcount; ++h) {
+              if (h == host_) continue;
+              flight.add(g_.network.send(leader(h), tag(kSecond, chunk),
+                                         at(d_.recv, begin(host_) + first), bytes(count)));
+            }
+          });
+      flight.wait_all();
     }
-    local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
+    if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
 
   // Reduce inside each host to its representative, which sends the host's result to the root;
-  // the root combines them in host order.
+  // the root combines them in host order as they arrive.
   void reduce() {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
     const int rep = representative_local_rank(host_);
-    Buffer partial;
-    void* partial_at = d_.recv;
-    if (me_ != d_.root && local_rank_ == rep) {
-      partial.resize(bytes(n));
-      partial_at = partial.data();
+    const void* partial = d_.send;  // the host's partial result, at its representative
+    if (!alone()) {
+      void* into = me_ == d_.root ? d_.recv : local_rank_ == rep ? scratch(kHostData, n) : d_.recv;
+      local(local_desc(OpKind::reduce, n, rep, d_.send, into, partial_op()));
+      partial = into;
     }
-    local(local_desc(OpKind::reduce, n, rep, d_.send, partial_at, partial_op()));
-    std::vector<NetRequest> requests;
+    InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
-      std::vector<Buffer> from(hosts());
-      std::vector<const void*> parts(hosts());
-      for (int h = 0; h < hosts(); ++h) {
-        if (h == root_host) {
-          parts[h] = d_.recv;
-          continue;
-        }
-        from[h].resize(bytes(n));
-        parts[h] = from[h].data();
-        requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), bytes(n)));
-      }
-      wait(requests);
-      combine_hosts(d_.recv, parts, n);
+      receive_and_combine(flight, partial, d_.recv, n, [](size_t, size_t, size_t) {});
     } else if (local_rank_ == rep && host_ != root_host) {
-      requests.push_back(g_.network.send(d_.root, tag(kFirst), partial.data(), bytes(n)));
-      wait(requests);
+      post_send(flight, d_.root, kFirst, partial, n);
     }
+    flight.wait_all();
   }
 
   // A pipelined chain across hosts, starting at the root's host: the root sends its data in
@@ -241,31 +360,25 @@ class HostCollective {
     if (in_chain) {
       const int next = position + 1 < hosts() ? leader((host_ + 1) % hosts()) : -1;
       const int previous = position == 1 ? d_.root : leader((host_ - 1 + hosts()) % hosts());
-      // Chunks of at least 1 MiB, and few enough that each has a phase number of its own.
-      const size_t chunk = std::max(std::max<size_t>((size_t{1} << 20) / elem_, 1),
-                                    (n + kMaxChunks - 1) / kMaxChunks);
-      const size_t chunks = n == 0 ? 1 : (n + chunk - 1) / chunk;
-      auto length = [&](size_t c) { return std::min(chunk, n - std::min(n, c * chunk)); };
+      const Chunks chunks = chunks_of(n);
       const void* data = me_ == d_.root ? d_.send : d_.recv;
-      std::vector<NetRequest> received, sent;
-      if (me_ != d_.root) {
-        for (size_t c = 0; c < chunks; ++c) {
-          received.push_back(
-              g_.network.recv(previous, chunk_tag(c), at(d_.recv, c * chunk), bytes(length(c))));
-        }
-      }
-      for (size_t c = 0; c < chunks; ++c) {
-        if (me_ != d_.root) wait(received, c);
+      InFlight flight(g_.network, ctx_);
+      const size_t first = me_ == d_.root ? 0 : post_recv(flight, previous, kFirst, d_.recv, n);
+      for (size_t c = 0; c < chunks.number; ++c) {
+        if (me_ != d_.root) flight.wait(first + c);
         if (next >= 0) {
-          sent.push_back(
-              g_.network.send(next, chunk_tag(c), at(data, c * chunk), bytes(length(c))));
+          flight.add(g_.network.send(next, tag(kFirst, c), at(data, chunks.begin(c)),
+                                     bytes(chunks.length(c))));
         }
       }
-      wait(sent);
+      flight.wait_all();
     }
-    const int rep = representative_local_rank(host_);
+    if (alone()) {
+      if (me_ == d_.root) copy_bytes(d_.recv, d_.send, bytes(n));
+      return;
+    }
     const void* source = me_ == d_.root ? d_.send : d_.recv;
-    local(local_desc(OpKind::broadcast, n, rep, source, d_.recv));
+    local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
   }
 
   // Gather inside each host to the leader, leaders exchange their hosts' blocks, broadcast inside.
@@ -273,56 +386,59 @@ class HostCollective {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
     const std::vector<int>& mine = ranks_on(host_);
-    Buffer host_blocks(is_leader() ? bytes(mine.size() * block) : 0);
-    local(local_desc(OpKind::gather, block, 0, d_.send, host_blocks.data()));
-    if (is_leader()) {
-      std::vector<Buffer> from(hosts());
-      exchange_with_leaders(
-          kFirst,
-          [&](int) {
-            return std::pair{host_blocks.data(), host_blocks.size()};
-          },
-          [&](int h) {
-            from[h].resize(bytes(ranks_on(h).size() * block));
-            return std::pair{from[h].data(), from[h].size()};
-          });
-      for (int h = 0; h < hosts(); ++h)
-        unpack(d_.recv, h == host_ ? host_blocks.data() : from[h].data(), ranks_on(h), block);
+    const void* host_blocks = d_.send;  // this host's blocks in local order, at its leader
+    if (!alone()) {
+      void* into = is_leader() ? scratch(kHostData, mine.size() * block) : nullptr;
+      local(local_desc(OpKind::gather, block, 0, d_.send, into));
+      host_blocks = into;
     }
-    local(local_desc(OpKind::broadcast, block * g_.hosts.ranks(), 0, d_.recv, d_.recv));
+    if (is_leader()) {
+      InFlight flight(g_.network, ctx_);
+      std::vector<void*> landed(hosts());
+      for (int h = 0; h < hosts(); ++h) {
+        if (h == host_) continue;
+        post_send(flight, leader(h), kFirst, host_blocks, mine.size() * block);
+        landed[h] = landing_for(d_.recv, ranks_on(h), block, from_slot(h));
+        post_recv(flight, leader(h), kFirst, landed[h], ranks_on(h).size() * block);
+      }
+      place_blocks(d_.recv, host_blocks, mine, block);
+      flight.wait_all();
+      for (int h = 0; h < hosts(); ++h)
+        if (h != host_) place_blocks(d_.recv, landed[h], ranks_on(h), block);
+    }
+    if (!alone())
+      local(local_desc(OpKind::broadcast, block * g_.hosts.ranks(), 0, d_.recv, d_.recv));
   }
 
   // Reduce everything inside each host to the leader; each leader sends every other host the
-  // blocks of that host's ranks and combines, in host order, those of its own; scatter inside.
+  // blocks of that host's ranks and combines, in host order as they arrive, those of its own;
+  // scatter inside.
   void reduce_scatter() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
     const size_t total = block * static_cast<size_t>(g_.hosts.ranks());
-    Buffer host_sum(is_leader() ? bytes(total) : 0);
-    local(local_desc(OpKind::reduce, total, 0, d_.send, host_sum.data(), partial_op()));
-    Buffer combined;
-    if (is_leader()) {
-      const std::vector<int>& mine = ranks_on(host_);
-      const size_t my_count = mine.size() * block;
-      std::vector<Buffer> to(hosts()), from(hosts());
-      exchange_with_leaders(
-          kFirst,
-          [&](int h) {
-            pack(to[h], host_sum.data(), ranks_on(h), block);
-            return std::pair{to[h].data(), to[h].size()};
-          },
-          [&](int h) {
-            from[h].resize(bytes(my_count));
-            return std::pair{from[h].data(), from[h].size()};
-          });
-      Buffer own;
-      pack(own, host_sum.data(), mine, block);
-      std::vector<const void*> parts(hosts());
-      for (int h = 0; h < hosts(); ++h) parts[h] = h == host_ ? own.data() : from[h].data();
-      combined.resize(bytes(my_count));
-      combine_hosts(combined.data(), parts, my_count);
+    const std::vector<int>& mine = ranks_on(host_);
+    const void* host_sum = d_.send;  // the host's partial sums of every block, at its leader
+    if (!alone()) {
+      void* into = is_leader() ? scratch(kHostData, total) : nullptr;
+      local(local_desc(OpKind::reduce, total, 0, d_.send, into, partial_op()));
+      host_sum = into;
     }
-    local(local_desc(OpKind::scatter, block, 0, combined.data(), d_.recv));
+    void* result = alone()       ? d_.recv
+                   : is_leader() ? scratch(kCombined, mine.size() * block)
+                                 : nullptr;
+    if (is_leader()) {
+      InFlight flight(g_.network, ctx_);
+      for (int h = 0; h < hosts(); ++h) {
+        if (h == host_) continue;
+        post_send(flight, leader(h), kFirst, blocks_of(host_sum, ranks_on(h), block, to_slot(h)),
+                  ranks_on(h).size() * block);
+      }
+      const void* own = blocks_of(host_sum, mine, block, kOwnPart);
+      receive_and_combine(flight, own, result, mine.size() * block, [](size_t, size_t, size_t) {});
+      flight.wait_all();
+    }
+    if (!alone()) local(local_desc(OpKind::scatter, block, 0, result, d_.recv));
   }
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
@@ -331,23 +447,28 @@ class HostCollective {
     const size_t block = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
     const int rep = representative_local_rank(host_);
-    Buffer host_blocks(local_rank_ == rep ? bytes(ranks_on(host_).size() * block) : 0);
-    local(local_desc(OpKind::gather, block, rep, d_.send, host_blocks.data()));
-    std::vector<NetRequest> requests;
+    const std::vector<int>& mine = ranks_on(host_);
+    const void* host_blocks = d_.send;  // this host's blocks in local order, at its representative
+    if (!alone()) {
+      void* into = local_rank_ == rep ? scratch(kHostData, mine.size() * block) : nullptr;
+      local(local_desc(OpKind::gather, block, rep, d_.send, into));
+      host_blocks = into;
+    }
+    InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
-      std::vector<Buffer> from(hosts());
+      std::vector<void*> landed(hosts());
       for (int h = 0; h < hosts(); ++h) {
         if (h == root_host) continue;
-        from[h].resize(bytes(ranks_on(h).size() * block));
-        requests.push_back(g_.network.recv(leader(h), tag(kFirst), from[h].data(), from[h].size()));
+        landed[h] = landing_for(d_.recv, ranks_on(h), block, from_slot(h));
+        post_recv(flight, leader(h), kFirst, landed[h], ranks_on(h).size() * block);
       }
-      wait(requests);
+      place_blocks(d_.recv, host_blocks, mine, block);
+      flight.wait_all();
       for (int h = 0; h < hosts(); ++h)
-        unpack(d_.recv, h == root_host ? host_blocks.data() : from[h].data(), ranks_on(h), block);
+        if (h != root_host) place_blocks(d_.recv, landed[h], ranks_on(h), block);
     } else if (local_rank_ == rep && host_ != root_host) {
-      requests.push_back(
-          g_.network.send(d_.root, tag(kFirst), host_blocks.data(), host_blocks.size()));
-      wait(requests);
+      post_send(flight, d_.root, kFirst, host_blocks, mine.size() * block);
+      flight.wait_all();
     }
   }
 
@@ -357,74 +478,93 @@ class HostCollective {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
-    const int rep = representative_local_rank(host_);
-    Buffer host_blocks;
-    std::vector<NetRequest> requests;
-    std::vector<Buffer> to(hosts());
+    const std::vector<int>& mine = ranks_on(host_);
+    const void* host_blocks = nullptr;  // this host's blocks in local order, at its representative
+    InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
       for (int h = 0; h < hosts(); ++h) {
         if (h == root_host) continue;
-        pack(to[h], d_.send, ranks_on(h), block);
-        requests.push_back(g_.network.send(leader(h), tag(kFirst), to[h].data(), to[h].size()));
+        post_send(flight, leader(h), kFirst, blocks_of(d_.send, ranks_on(h), block, to_slot(h)),
+                  ranks_on(h).size() * block);
       }
-      pack(host_blocks, d_.send, ranks_on(host_), block);
-    } else if (local_rank_ == rep && host_ != root_host) {
-      host_blocks.resize(bytes(ranks_on(host_).size() * block));
-      requests.push_back(
-          g_.network.recv(d_.root, tag(kFirst), host_blocks.data(), host_blocks.size()));
+      host_blocks = blocks_of(d_.send, mine, block, kHostData);
+    } else if (is_leader() && host_ != root_host) {
+      void* into = alone() ? d_.recv : scratch(kHostData, mine.size() * block);
+      post_recv(flight, d_.root, kFirst, into, mine.size() * block);
+      host_blocks = into;
     }
-    wait(requests);
-    local(local_desc(OpKind::scatter, block, rep, host_blocks.data(), d_.recv));
+    flight.wait_all();
+    if (alone()) {
+      if (me_ == d_.root) copy_bytes(d_.recv, host_blocks, bytes(block));
+      return;
+    }
+    local(
+        local_desc(OpKind::scatter, block, representative_local_rank(host_), host_blocks, d_.recv));
   }
 
   // Through the leaders: gather every local rank's send buffer, exchange between leaders the
-  // blocks that cross hosts, arrange every local rank's receive buffer, scatter.
+  // blocks that cross hosts, arrange every local rank's receive buffer, scatter. A host of one
+  // rank sends from and receives into the caller's buffers where the blocks lie together.
   void all_to_all() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
-    const int n = g_.hosts.ranks();
     const std::vector<int>& mine = ranks_on(host_);
     const size_t local_n = mine.size();
-    const size_t row = block * static_cast<size_t>(n);  // one rank's whole send or receive buffer
-    Buffer sends(is_leader() ? bytes(local_n * row) : 0);
-    local(local_desc(OpKind::gather, row, 0, d_.send, sends.data()));
-    Buffer receives(is_leader() ? bytes(local_n * row) : 0);
+    const size_t row = block * static_cast<size_t>(g_.hosts.ranks());  // one rank's whole buffer
+    const void* sends = d_.send;  // sends[s][j]: from local rank s to communicator rank j
+    if (!alone()) {
+      void* into = is_leader() ? scratch(kHostData, local_n * row) : nullptr;
+      local(local_desc(OpKind::gather, row, 0, d_.send, into));
+      sends = into;
+    }
+    // receives[t][i]: from communicator rank i to local rank t.
+    const bool direct = alone() && !overlap(d_.send, bytes(row), d_.recv, bytes(row));
+    void* receives = direct ? d_.recv : is_leader() ? scratch(kCombined, local_n * row) : nullptr;
     if (is_leader()) {
-      // receives[t][i]: block from communicator rank i to local rank t.
-      auto received_block = [&](size_t t, int i) {
-        return at(receives.data(), t * row + i * block);
-      };
-      auto sent_block = [&](size_t s, int j) { return at(sends.data(), s * row + j * block); };
-      for (size_t t = 0; t < local_n; ++t)
-        for (size_t s = 0; s < local_n; ++s)
-          copy_bytes(received_block(t, mine[s]), sent_block(s, mine[t]), bytes(block));
-      std::vector<Buffer> to(hosts()), from(hosts());
-      exchange_with_leaders(
-          kFirst,
-          [&](int h) {
-            // For each of my local ranks s, its blocks for each of h's ranks, in local order.
-            const std::vector<int>& theirs = ranks_on(h);
-            to[h].resize(bytes(local_n * theirs.size() * block));
-            for (size_t s = 0; s < local_n; ++s)
-              for (size_t j = 0; j < theirs.size(); ++j)
-                copy_bytes(at(to[h].data(), (s * theirs.size() + j) * block),
-                           sent_block(s, theirs[j]), bytes(block));
-            return std::pair{to[h].data(), to[h].size()};
-          },
-          [&](int h) {
-            from[h].resize(bytes(ranks_on(h).size() * local_n * block));
-            return std::pair{from[h].data(), from[h].size()};
-          });
+      auto received_block = [&](size_t t, int i) { return at(receives, t * row + i * block); };
+      auto sent_block = [&](size_t s, int j) { return at(sends, s * row + j * block); };
+      InFlight flight(g_.network, ctx_);
+      std::vector<void*> landed(hosts());
       for (int h = 0; h < hosts(); ++h) {
         if (h == host_) continue;
         const std::vector<int>& theirs = ranks_on(h);
-        for (size_t s = 0; s < theirs.size(); ++s)
+        // To h: for each local rank s, its blocks for h's ranks, in local order.
+        const void* out = nullptr;
+        if (alone()) {
+          out = blocks_of(sends, theirs, block, to_slot(h));
+        } else {
+          std::byte* packed = scratch(to_slot(h), local_n * theirs.size() * block);
+          for (size_t s = 0; s < local_n; ++s)
+            for (size_t j = 0; j < theirs.size(); ++j)
+              copy_bytes(at(packed, (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
+                         bytes(block));
+          out = packed;
+        }
+        post_send(flight, leader(h), kFirst, out, local_n * theirs.size() * block);
+        // From h: for each of h's ranks s, its blocks for this host's local ranks t.
+        landed[h] = direct && consecutive(theirs)
+                        ? received_block(0, theirs[0])
+                        : scratch(from_slot(h), theirs.size() * local_n * block);
+        post_recv(flight, leader(h), kFirst, landed[h], theirs.size() * local_n * block);
+      }
+      for (size_t t = 0; t < local_n; ++t)
+        for (size_t s = 0; s < local_n; ++s)
+          copy_bytes(received_block(t, mine[s]), sent_block(s, mine[t]), bytes(block));
+      flight.wait_all();
+      for (int h = 0; h < hosts(); ++h) {
+        if (h == host_) continue;
+        const std::vector<int>& theirs = ranks_on(h);
+        for (size_t s = 0; s < theirs.size(); ++s)  // copies onto themselves are skipped
           for (size_t t = 0; t < local_n; ++t)
-            copy_bytes(received_block(t, theirs[s]), at(from[h].data(), (s * local_n + t) * block),
+            copy_bytes(received_block(t, theirs[s]), at(landed[h], (s * local_n + t) * block),
                        bytes(block));
       }
     }
-    local(local_desc(OpKind::scatter, row, 0, receives.data(), d_.recv));
+    if (!alone()) {
+      local(local_desc(OpKind::scatter, row, 0, receives, d_.recv));
+    } else if (!direct) {
+      copy_bytes(d_.recv, receives, bytes(row));
+    }
   }
 
   // Everyone on each host arrives, the leaders meet, and release their hosts.

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "coll/across_hosts.h"
 #include "coll/op_desc.h"
 #include "comm/flight_recorder.h"
 #include "comm/net_p2p.h"
@@ -92,6 +93,7 @@ class CommImpl {
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
   std::unique_ptr<NetP2p> net_p2p_;  // send/recv to other hosts; declared after network_
+  coll::HostScratch host_scratch_;   // buffers the collectives across hosts reuse
   std::chrono::milliseconds default_timeout_;
 
   mutable std::mutex mu_;

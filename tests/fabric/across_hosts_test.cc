@@ -1,9 +1,10 @@
 // Collectives of a communicator whose ranks are on several hosts (coll/across_hosts.h): shared
 // memory inside each host, UCX (TCP) between hosts. Hosts are given by TPF_NODE_ID per rank, so
-// the layouts here — two hosts of one and of two ranks, and three hosts with ranks interleaved —
-// run on one machine. Every collective x dtype x op x size class is compared bit for bit with a
-// serial reference that reduces in the documented order: each host's ranks in local order, then
-// the hosts in host order (hosts numbered by their lowest rank); averages divide once at the end.
+// the layouts here — two hosts of one and of two ranks, three hosts with ranks interleaved and
+// four hosts of one — run on one machine. Every collective x dtype x op x size class is compared
+// bit for bit with a serial reference that reduces in the documented order: each host's ranks in
+// local order, then the hosts in host order (hosts numbered by their lowest rank); averages
+// divide once at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -121,16 +122,21 @@ void reductions(Communicator& comm, const topo::HostMap& hosts) {
         call("reduce " + what,
              [&] { comm.reduce(inputs[me].data(), reduced.data(), count, dt, op, root); });
         if (me == root) check(log, "reduce " + what, dt, reduced.data(), want.data(), count);
-        // reduce_scatter: rank r gets block r of the reduction of the whole buffers.
-        if (count <= 4099) {
-          const auto all = hierarchical_reduce(dt, op, hosts, inputs, 0, count * n);
-          GuardedBuffer block(count * es);
-          call("reduce_scatter " + what,
-               [&] { comm.reduce_scatter(inputs[me].data(), block.data(), count, dt, op); });
-          check(log, "reduce_scatter " + what, dt, block.data(), all.data() + me * count * es,
-                count);
-          if (!block.guards_intact()) log.add("reduce_scatter " + what + ": wrote outside");
-        }
+        // reduce_scatter: rank r gets block r of the reduction of the whole buffers (the large
+        // size spread over the ranks, still several chunks per host), out of place and in place.
+        const size_t block_count = count > 4099 ? count / n + 1 : count;
+        const auto all = hierarchical_reduce(dt, op, hosts, inputs, 0, block_count * n);
+        const auto* want_block = all.data() + me * block_count * es;
+        GuardedBuffer block(block_count * es);
+        call("reduce_scatter " + what,
+             [&] { comm.reduce_scatter(inputs[me].data(), block.data(), block_count, dt, op); });
+        check(log, "reduce_scatter " + what, dt, block.data(), want_block, block_count);
+        if (!block.guards_intact()) log.add("reduce_scatter " + what + ": wrote outside");
+        std::vector<uint8_t> whole = inputs[me];
+        uint8_t* mine = whole.data() + me * block_count * es;
+        call("reduce_scatter in place " + what,
+             [&] { comm.reduce_scatter(whole.data(), mine, block_count, dt, op); });
+        check(log, "reduce_scatter in place " + what, dt, mine, want_block, block_count);
       }
     }
   }
@@ -203,6 +209,7 @@ const HostKeys kTwoHostsOfOne = {"host-a", "host-b"};
 const HostKeys kTwoHostsOfTwo = {"host-a", "host-a", "host-b", "host-b"};
 // Uneven and interleaved: host-a holds ranks 0 and 2, host-b rank 1, host-c rank 3.
 const HostKeys kThreeHostsInterleaved = {"host-a", "host-b", "host-a", "host-c"};
+const HostKeys kFourHostsOfOne = {"host-a", "host-b", "host-c", "host-d"};
 
 class AcrossHosts : public ::testing::TestWithParam<HostKeys> {};
 
@@ -282,13 +289,16 @@ TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
   }));
 }
 
+std::string layout_name(const ::testing::TestParamInfo<HostKeys>& info) {
+  static const char* const kNames[] = {"TwoHostsOfOne", "TwoHostsOfTwo", "ThreeHostsInterleaved",
+                                       "FourHostsOfOne"};
+  return kNames[info.index];
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, AcrossHosts,
-                         ::testing::Values(kTwoHostsOfOne, kTwoHostsOfTwo, kThreeHostsInterleaved),
-                         [](const ::testing::TestParamInfo<HostKeys>& info) {
-                           return std::string(info.index == 0   ? "TwoHostsOfOne"
-                                              : info.index == 1 ? "TwoHostsOfTwo"
-                                                                : "ThreeHostsInterleaved");
-                         });
+                         ::testing::Values(kTwoHostsOfOne, kTwoHostsOfTwo, kThreeHostsInterleaved,
+                                           kFourHostsOfOne),
+                         layout_name);
 
 TEST(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
   auto outcomes = run_on_hosts(kTwoHostsOfTwo, [](Communicator& comm) {
