@@ -427,13 +427,15 @@ void UcxNetwork::wait_for_news(std::chrono::milliseconds limit) {
   ::poll(&fd, 1, static_cast<int>(limit.count()));
 }
 
-void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx) {
+void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx,
+                          const std::function<bool()>& between_rounds) {
   std::optional<Clock::time_point> deadline;
   int idle = 0;
   for (;;) {
     const Progress progress = advance(requests, ctx);
     if (progress.done) return;
-    idle = progress.completed ? 0 : idle + 1;
+    const bool news = between_rounds && between_rounds();
+    idle = progress.completed || news ? 0 : idle + 1;
     if (idle < kSpinsBeforeSleep) continue;
     if (!deadline) deadline = ctx.deadline();
     if (Clock::now() >= *deadline) {

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -75,7 +76,10 @@ class UcxNetwork {
   // connection failed, Error(timeout) at the deadline naming the peers whose transfers did not
   // finish, Error(mismatch) if a message's size differs from the receive's. On any error the
   // requests are cancelled first: none uses its buffer any more when this returns or throws.
-  void wait_all(std::span<NetRequest> requests, const WaitContext& ctx);
+  // `between_rounds`, if given, runs after every round of progress: the caller may start more
+  // transfers there (the next sends of a window, say); it returns whether it did anything.
+  void wait_all(std::span<NetRequest> requests, const WaitContext& ctx,
+                const std::function<bool()>& between_rounds = nullptr);
 
   // The steps of wait_all, for callers that wait on several things (async point-to-point):
   // one round of progress, completing what finished (throws as wait_all does, minus the
