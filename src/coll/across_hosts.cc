@@ -732,6 +732,7 @@ class HostCollective {
   // rank sends from and receives into the caller's buffers where the blocks lie together.
   void all_to_all() {
     compare_fingerprints_across_hosts();
+    if (!alone() && hosts_consecutive()) return all_to_all_pipelined();
     const size_t block = d_.count;
     const std::vector<int>& mine = ranks_on(host_);
     const size_t local_n = mine.size();
@@ -793,6 +794,51 @@ class HostCollective {
     } else if (!direct) {
       copy_bytes(d_.recv, receives, bytes(row));
     }
+  }
+
+  // Where every host's ranks are consecutive, host by host: the blocks this host's ranks send
+  // to host h are gathered at the leader (already in the order h's leader wants them) and sent
+  // while the next host's are gathered; the blocks between this host's ranks go by an all-to-all
+  // inside the host; each other host's blocks are arranged per local rank and scattered inside.
+  void all_to_all_pipelined() {
+    const size_t block = d_.count;
+    const std::vector<int>& mine = ranks_on(host_);
+    const size_t local_n = mine.size();
+    InFlight flight(g_.network, ctx_);
+    // From h: for each of h's ranks s, its blocks for this host's local ranks t ([s][t]).
+    std::vector<std::byte*> landed(hosts());
+    std::vector<size_t> first(hosts());  // the request of each host's first chunk
+    for (int h : is_leader() ? others_from_next() : std::vector<int>{}) {
+      const size_t count = ranks_on(h).size() * local_n * block;
+      landed[h] = scratch(from_slot(h), count);
+      first[h] = post_recv(flight, leader(h), kFirst, landed[h], count);
+    }
+    for (int h : others_from_next()) {
+      const size_t count = ranks_on(h).size() * block;  // one local rank's blocks for h
+      std::byte* gathered = is_leader() ? scratch(to_slot(h), local_n * count) : nullptr;
+      local(local_desc(OpKind::gather, count, 0, at(d_.send, ranks_on(h)[0] * block), gathered));
+      if (!is_leader()) continue;
+      post_send(flight, leader(h), kFirst, gathered, local_n * count);
+      flight.progress();
+    }
+    const size_t own = mine[0] * block;
+    local(local_desc(OpKind::all_to_all, block, 0, at(d_.send, own), at(d_.recv, own)));
+    for (int h : others_from_next()) {
+      const size_t theirs = ranks_on(h).size();
+      const size_t count = theirs * block;  // what one local rank receives from h
+      std::byte* arranged = nullptr;        // [t][s]: local rank t's blocks, in h's rank order
+      if (is_leader()) {
+        const Chunks chunks = chunks_of(local_n * count);
+        for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
+        arranged = scratch(kCombined, local_n * count);
+        for (size_t s = 0; s < theirs; ++s)
+          for (size_t t = 0; t < local_n; ++t)
+            copy_bytes(at(arranged, (t * theirs + s) * block),
+                       at(landed[h], (s * local_n + t) * block), bytes(block));
+      }
+      local(local_desc(OpKind::scatter, count, 0, arranged, at(d_.recv, ranks_on(h)[0] * block)));
+    }
+    flight.wait_all();
   }
 
   // Everyone on each host arrives, the leaders meet, and release their hosts.
