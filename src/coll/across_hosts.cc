@@ -398,12 +398,13 @@ class HostCollective {
       copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
   }
 
-  // In segments, pipelined: segment s is reduced inside the host (to the leader) while segments
-  // s-1 and s-2 cross the network and segment s-3 is broadcast inside the host (a host of one
-  // rank sends every segment first). Between the leaders,
+  // In segments, pipelined: segment s is reduced inside the host (to the leader) while segment
+  // s-1 crosses the network and segment s-2 is broadcast inside the host. Between the leaders,
   // each segment is reduce-scattered and all-gathered: host h's leader combines slice h of it
   // from every host, in host order, as the slices arrive, and returns it to the others at once.
   // Segments are as many as keep each slice at least kMinChunkBytes (one segment when small).
+  // Running the local reduce further ahead was slower (4 hosts x 2 ranks: 0.95 of the link with
+  // three segments ahead, 0.98 with one).
   void all_reduce() {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
@@ -450,11 +451,8 @@ class HostCollective {
         }
       }
     }
-    // How many segments the network phase runs behind the local reduce: enough that the link
-    // always has one queued.
-    const size_t lag = 1;
     std::vector<const void*> parts(hcount);
-    for (size_t step = 0; step < segments + lag + 1; ++step) {
+    for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce segment `step` inside the host and send its slices
         const size_t s = step;
         if (!alone()) segment(s, OpKind::reduce);
@@ -463,8 +461,8 @@ class HostCollective {
                       bytes(slice_length(s, h)));
         }
       }
-      if (is_leader() && step >= lag && step - lag < segments) {  // combine a segment's slice
-        const size_t s = step - lag;
+      if (is_leader() && step >= 1 && step <= segments) {  // combine segment step-1's slice
+        const size_t s = step - 1;
         for (int h = 0; h < hcount; ++h) {
           if (h != host_) flight.wait(arrivals[s * hcount + h]);
           parts[h] = h == host_ ? at(partial, slice_begin(s, host_)) : at(from[h], mine[s]);
@@ -475,8 +473,8 @@ class HostCollective {
           flight.send(leader(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
         }
       }
-      if (step >= lag + 1) {  // a segment is complete at the leader: broadcast it inside the host
-        const size_t s = step - lag - 1;
+      if (step >= 2) {  // segment step-2 is complete at the leader: broadcast it inside the host
+        const size_t s = step - 2;
         for (int h = 0; is_leader() && h < hcount; ++h)
           if (h != host_) flight.wait(results[s * hcount + h]);
         if (!alone()) segment(s, OpKind::broadcast);

@@ -12,11 +12,11 @@
 // once more across hosts (inside a host: once).
 //
 // The data crosses the network between host representatives (the leader, or the root on the
-// root's host), not per rail. Transfers between them are cut into chunks of at least 1 MiB, each
-// its own message, so a reduction combines the first chunks while later ones still arrive, and
-// all_reduce returns each combined chunk at once; the shared-memory phases before and after the
-// network are not yet overlapped with it. A host with one rank skips its shared-memory phases and
-// sends from and receives into the caller's buffers.
+// root's host), not per rail. Transfers between them go in chunks of at least 512 KiB, each its
+// own message, at most 2 in flight per peer; all_reduce, reduce_scatter, all_gather and all_to_all
+// overlap their shared-memory steps with the network (docs/fabric.md, "Collectives across
+// hosts"). A host with one rank skips its shared-memory steps and sends from and receives into
+// the caller's buffers.
 #pragma once
 
 #include <cstddef>
