@@ -104,9 +104,15 @@ CommImpl::CommImpl(CommSetup setup)
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());
   recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder
+  if (network_) {
+    heartbeat_ = std::make_unique<Heartbeat>(
+        Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after},
+        *network_, [this](std::exception_ptr e) { record_failure(e); });
+  }
 }
 
 CommImpl::~CommImpl() {
+  heartbeat_.reset();  // its failures reach everything below
   ProcessFailures::instance().remove(fabric_.get());
   {
     std::lock_guard lock(mu_);
@@ -317,8 +323,8 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
         deadline ? transport::WaitContext::with_deadline(*deadline, describe)
                  : transport::WaitContext::with_timeout(timeout, describe);
     if (network_) {
-      coll::run_across_hosts({*fabric_, *network_, hosts_, rank(), host_scratch_}, desc, sequence, ctx,
-                             setup_.settings.tuning);
+      coll::run_across_hosts({*fabric_, *network_, hosts_, rank(), host_scratch_}, desc, sequence,
+                             ctx, setup_.settings.tuning);
     } else {
       coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
     }

@@ -14,6 +14,7 @@
 #include "coll/across_hosts.h"
 #include "coll/op_desc.h"
 #include "comm/flight_recorder.h"
+#include "comm/heartbeat.h"
 #include "comm/net_p2p.h"
 #include "comm/owner_gate.h"
 #include "comm/p2p_engine.h"
@@ -94,6 +95,8 @@ class CommImpl {
   std::unique_ptr<transport::UcxNetwork> network_;
   std::unique_ptr<NetP2p> net_p2p_;  // send/recv to other hosts; declared after network_
   coll::HostScratch host_scratch_;   // buffers the collectives across hosts reuse
+  // Names a stopped or unreachable rank on another host; declared last: stopped first.
+  std::unique_ptr<Heartbeat> heartbeat_;
   std::chrono::milliseconds default_timeout_;
 
   mutable std::mutex mu_;

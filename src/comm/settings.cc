@@ -27,6 +27,9 @@ constexpr size_t kMaxSlotBytes = size_t{1} << 40;
 constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 // Joining waits for every rank to start; a launcher that lost one should not wait 5 minutes.
 constexpr std::chrono::milliseconds kMaxSetupTimeout = std::chrono::seconds(120);
+// The bound for naming a lost host: long against a beat's scheduling delay on a loaded
+// machine (beats go five times as often), short against the default deadline.
+constexpr std::chrono::milliseconds kDefaultHostLostAfter = std::chrono::seconds(10);
 
 constexpr SettingInfo kCatalog[] = {
     {"TPF_TIMEOUT", "communicator", "default deadline of each operation, seconds"},
@@ -50,6 +53,9 @@ constexpr SettingInfo kCatalog[] = {
      "network and IPC namespaces, /dev/shm and hostname)"},
     {"TPF_NET_TRANSPORTS", "communicator",
      "UCX transports between hosts (UCX_TLS syntax; default: all but shared memory)"},
+    {"TPF_HOST_LOST_S", "communicator",
+     "seconds without a heartbeat after which a rank on another host is named stopped or "
+     "unreachable"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
     {"TPF_FLIGHT_RECORDER_DIR", "process", "directory for flight-recorder dumps (stderr)"},
     {"TPF_FLIGHT_RECORDER_SIGNAL", "process", "signal that dumps the records: USR1, USR2, off"},
@@ -244,11 +250,14 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
       "hardware (online CPUs)");
   const std::optional<std::string> node_id = env_node_id();
   s.host_key = topo::local_host_key(node_id);
-  s.report.push_back({"TPF_NODE_ID", s.host_key,
-                      node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces, /dev/shm)"});
+  s.report.push_back(
+      {"TPF_NODE_ID", s.host_key,
+       node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces, /dev/shm)"});
   s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
                                std::string(transport::kNetworkTransports),
                                [](const std::string& tls) { return tls; });
+  s.host_lost_after = read.take("TPF_HOST_LOST_S", base::env_seconds("TPF_HOST_LOST_S"),
+                                kDefaultHostLostAfter, ms_text);
   if (launch_env_present()) {
     const LaunchEnv launch = detect_launch_env();
     s.local_world_size = launch.local_world_size;

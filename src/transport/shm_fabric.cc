@@ -309,6 +309,13 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   }
 }
 
+void ShmFabric::check_self(const WaitContext& ctx) const {
+  Control& mine = control(config_.rank);
+  if (mine.state.value.load(std::memory_order_acquire) != kStateFailed) return;
+  throw RootCauseError(ctx.op_label() + ": " + rank_name(config_.rank) + " failed meanwhile",
+                       read_record(mine.reason, mine.reason_code));
+}
+
 void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   // A peer that failed (and recorded why) before exiting is reported by check_peer with its
   // reason, which names the root cause. Its state is read after its death was seen, when it is
@@ -412,6 +419,7 @@ void ShmFabric::check_p2p_peer(int peer, const WaitContext& ctx) const {
   if (aborted()) {
     throw Error(ErrorCode::aborted, ctx.op_label() + ": the communicator was aborted on this rank");
   }
+  check_self(ctx);
   check_alive(peer, ctx);
   check_peer(peer, ctx);
 }
@@ -427,6 +435,8 @@ void ShmFabric::mark_failed(const FailureRecord& root) noexcept {
   if (mine.state.value.load(std::memory_order_acquire) != kStateOk) return;
   write_record(root, mine.reason, &mine.reason_code);
   mine.state.value.store(kStateFailed, std::memory_order_seq_cst);
+  mine.bell.ring_always();
+  mine.p2p_bell.ring_always();
   for (int p : all_peers_) {
     control(p).bell.ring_always();
     control(p).p2p_bell.ring_always();

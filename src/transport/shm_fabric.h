@@ -171,7 +171,9 @@ class ShmFabric {
   // Wakes sleep_p2p on this rank (from another thread of this process, after making it ready).
   void wake_p2p() noexcept;
 
-  // Marks this rank failed: peers waiting on it fail fast, reporting `root`.
+  // Marks this rank failed: peers waiting on it fail fast, reporting `root`, and so do this
+  // rank's own waits in progress (another thread of it may have found the failure: the
+  // heartbeat, say).
   void mark_failed(const FailureRecord& root) noexcept;
   // Notes the first failure of this process on another communicator (kept until the segment
   // goes), so that peers who see this process exit can say why. The first note stays.
@@ -232,6 +234,8 @@ class ShmFabric {
   // Throw if the peer aborted or failed (check_peer) or if its process is gone (check_alive).
   void check_peer(int peer, const WaitContext& ctx) const;
   void check_alive(int peer, const WaitContext& ctx) const;
+  // Throws the root cause if this rank was marked failed (mark_failed) while it waited.
+  void check_self(const WaitContext& ctx) const;
   void ring_peers() noexcept;
   void setup();
 

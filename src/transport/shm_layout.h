@@ -113,6 +113,7 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
       throw Error(ErrorCode::aborted,
                   ctx.op_label() + ": the communicator was aborted on this rank");
     }
+    check_self(ctx);
     // Dead peers first: a peer that failed because another died should not hide the dead one.
     try {
       for (int p : awaited) check_alive(p, ctx);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "tpf/error.h"
 #include "transport/shm_layout.h"
@@ -79,6 +80,15 @@ struct UcxNetwork::Ucx {
   std::vector<NoticeSlot> notices_in;  // by rank
   std::string notice_out;
   std::vector<void*> notices_out;  // sends in flight
+  // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
+  struct BeatSlot {
+    char buffer[1] = {};  // empty: a beat; one byte: goodbye
+    void* pending = nullptr;
+    Heard heard;
+  };
+  std::map<int, BeatSlot> beats_in;
+  std::vector<void*> beats_out;  // sends in flight
+  bool failed = false;           // the communicator failed (notify_failure)
 
   static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* sink = static_cast<ErrorSink*>(arg);
@@ -127,7 +137,27 @@ struct UcxNetwork::Ucx {
     for (NoticeSlot& slot : notices_in)
       if (slot.pending != nullptr) settle(slot.pending);
     for (void* request : notices_out) settle(request);
-    for (size_t p = 0; p < endpoints.size(); ++p) close(static_cast<int>(p), failures[p] != UCS_OK);
+    for (auto& [rank, slot] : beats_in) {
+      if (slot.pending == nullptr) continue;
+      ucp_request_cancel(worker, slot.pending);
+      settle(slot.pending);
+    }
+    for (void* request : beats_out) settle(request);
+    // Beats that arrived after the last look: take them, or UCX warns about each one unmatched.
+    for (;;) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h message =
+          ucp_tag_probe_nb(worker, kBeatTag, (uint64_t{1} << kTagBits) - 1, 1, &info);
+      if (message == nullptr) break;
+      char buffer[1];
+      ucp_request_param_t param{};
+      ucs_status_ptr_t request =
+          ucp_tag_msg_recv_nbx(worker, buffer, sizeof buffer, message, &param);
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) settle(request);
+    }
+    // After a failure a flush may wait on a peer that is gone or cut off: close at once.
+    for (size_t p = 0; p < endpoints.size(); ++p)
+      close(static_cast<int>(p), failed || failures[p] != UCS_OK);
     if (worker != nullptr) ucp_worker_destroy(worker);
     if (context != nullptr) ucp_cleanup(context);
   }
@@ -234,6 +264,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
 void UcxNetwork::notify_failure(const FailureRecord& record) {
   std::lock_guard lock(mu_);
   Ucx& u = *ucx_;
+  if (!own_failure_) own_failure_ = record;
+  u.failed = true;
   if (!u.notice_out.empty()) return;  // once: the first failure is the one peers should name
   const int32_t code = static_cast<int32_t>(record.code);
   u.notice_out.assign(reinterpret_cast<const char*>(&code), sizeof code);
@@ -278,6 +310,51 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
 }
 
 UcxNetwork::~UcxNetwork() = default;
+
+void UcxNetwork::send_beat(int peer, bool goodbye) {
+  check_peer(peer, "send a heartbeat to");
+  std::lock_guard lock(mu_);
+  Ucx& u = *ucx_;
+  std::erase_if(u.beats_out, [](void* request) {
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
+    ucp_request_free(request);
+    return true;
+  });
+  if (u.endpoints[peer] == nullptr || u.failures[peer] != UCS_OK) return;
+  static const char kGoodbye = 1;
+  ucp_request_param_t param{};
+  ucs_status_ptr_t sent =
+      ucp_tag_send_nbx(u.endpoints[peer], goodbye ? &kGoodbye : nullptr, goodbye ? 1 : 0,
+                       ucx_tag(config_.rank, kBeatTag), &param);
+  if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.beats_out.push_back(sent);
+}
+
+UcxNetwork::Heard UcxNetwork::heard_from(int peer) {
+  check_peer(peer, "listen for heartbeats of");
+  std::lock_guard lock(mu_);
+  Ucx& u = *ucx_;
+  u.progress();
+  Ucx::BeatSlot& slot = u.beats_in[peer];
+  for (;;) {  // take every beat that arrived, keeping one receive posted
+    if (slot.pending == nullptr) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      ucs_status_ptr_t posted = ucp_tag_recv_nbx(u.worker, slot.buffer, sizeof slot.buffer,
+                                                 ucx_tag(peer, kBeatTag), ~uint64_t{0}, &param);
+      if (UCS_PTR_IS_ERR(posted)) break;
+      slot.pending = posted;
+    }
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t status = ucp_tag_recv_request_test(slot.pending, &info);
+    if (status == UCS_INPROGRESS) break;
+    ucp_request_free(slot.pending);
+    slot.pending = nullptr;
+    if (status != UCS_OK) break;
+    slot.heard.last = Clock::now();
+    if (info.length == 1) slot.heard.gone = true;
+  }
+  return slot.heard;
+}
 
 std::string UcxNetwork::describe_lanes(int peer) const {
   check_peer(peer, "describe the lanes to");
@@ -387,6 +464,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
   u.progress();
+  if (own_failure_)
+    fail(RootCauseError(ctx.op_label() + ": the communicator failed", *own_failure_));
   if (std::optional<FailureRecord> notice = notice_locked()) {
     fail(RootCauseError(ctx.op_label() + ": a rank on another host failed", *notice));
   }

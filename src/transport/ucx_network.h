@@ -58,10 +58,12 @@ struct NetRequest {
 
 class UcxNetwork {
  public:
+  using Clock = std::chrono::steady_clock;
   static constexpr int kRankBits = 20;                                // up to 1,048,576 ranks
   static constexpr int kTagBits = 64 - kRankBits;                     // tags below 2^44
   static constexpr uint64_t kMaxTag = (uint64_t{1} << kTagBits) - 1;  // the hello
   static constexpr uint64_t kNoticeTag = kMaxTag - 1;                 // failure notices
+  static constexpr uint64_t kBeatTag = kMaxTag - 2;                   // heartbeats
   static constexpr size_t kMaxNoticeBytes = 1024;
 
   explicit UcxNetwork(NetworkConfig config);
@@ -96,7 +98,18 @@ class UcxNetwork {
   // Tells every peer that this rank's communicator failed (once; later calls do nothing): their
   // waits then fail at once with this record as the root cause (RootCauseError), instead of at
   // their deadlines. Best effort, bounded: a peer that cannot be reached still has its deadline.
+  // This rank's own waits in progress (other threads) fail the same way.
   void notify_failure(const FailureRecord& record);
+
+  // Heartbeats (comm/heartbeat.h): an empty message to `peer` (or, `goodbye`, one saying this
+  // rank is leaving), and what this rank last heard from `peer`. The first call about a peer
+  // starts listening to it (one receive kept posted); heard is unset until a beat arrives.
+  void send_beat(int peer, bool goodbye = false);
+  struct Heard {
+    std::optional<Clock::time_point> last;
+    bool gone = false;  // it said goodbye
+  };
+  Heard heard_from(int peer);
 
   // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`.
   std::string describe_lanes(int peer) const;
@@ -114,6 +127,7 @@ class UcxNetwork {
   // transfers wait on it from different threads). Not held while sleeping on its event fd.
   mutable std::mutex mu_;
   std::optional<FailureRecord> received_notice_;
+  std::optional<FailureRecord> own_failure_;  // notify_failure's record: fails this rank's waits
 };
 
 }  // namespace tpf::transport

@@ -355,6 +355,36 @@ TEST(AcrossHostsFailures, AnAbortOnOneHostReachesTheOtherHostsAtOnce) {
   expect_all_ok(outcomes);
 }
 
+// A stopped process gives UCX nothing to report: its watcher (the previous host's leader) stops
+// hearing its heartbeat and names it, and every rank fails with that root cause long before its
+// ten-minute deadline: rank 0 in its network wait, rank 1 in shared memory behind rank 0, rank 2
+// (blocked in shared memory behind the stopped rank) through rank 0's notice, which its heartbeat
+// thread picks up.
+TEST(AcrossHostsFailures, AStoppedRankOnAnotherHostIsNamedByItsHeartbeat) {
+  SharedBlock shared;
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  auto outcomes = run_on_hosts(kTwoHostsOfTwo, [&](Communicator& comm) {
+    if (comm.rank() == 3) {
+      shared.counter(1).store(::getpid());
+      ::raise(SIGSTOP);
+      return;  // not reached: killed while stopped
+    }
+    int64_t value = 1, out = 0;
+    const Error e = expect_error("all_reduce with a stopped rank", [&] {
+      comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum, {std::chrono::minutes(10)});
+    });
+    if (shared.counter(0).fetch_add(1) + 1 == 3)
+      ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+    TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("rank 3 (host 'host-b') has sent no heartbeat") !=
+                        std::string::npos,
+                    e.what());
+  });
+  ::unsetenv("TPF_HOST_LOST_S");
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+  EXPECT_EQ(outcomes[3].signal, SIGKILL);
+}
+
 TEST(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   auto outcomes = run_on_hosts(kTwoHostsOfOne, [](Communicator& comm) {
     if (comm.rank() == 1) ::raise(SIGKILL);

@@ -32,6 +32,11 @@ class EmulatedCluster {
   ~EmulatedCluster() { std::system((script_ + " down " + name_).c_str()); }
   bool ok() const { return ok_; }
   const std::string& name() const { return name_; }
+  // Cuts host h off the bridge: its link goes down at the switch.
+  bool cut(int host) const {
+    const std::string port = "p" + std::to_string(host);
+    return std::system(("ip -n " + name_ + "-sw link set " + port + " down").c_str()) == 0;
+  }
   std::string netns(int host) const { return "/run/netns/" + name_ + "-h" + std::to_string(host); }
 
  private:
@@ -135,6 +140,47 @@ TEST(EmulatedHosts, ARankKilledOnTheOtherHostIsNamed) {
       options);
   EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
+}
+
+// A host that drops off the network gives UCX over TCP nothing to report for minutes: each side's
+// heartbeat names a rank of the other, every rank fails with that cause well before its
+// ten-minute deadline (TPF_HOST_LOST_S = 3 here), and nothing is left behind.
+TEST(EmulatedHosts, AHostCutOffTheNetworkIsNamedOnBothSides) {
+  EmulatedCluster cluster(2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  SharedBlock shared;
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(600000);  // only the heartbeat ends it
+  auto outcomes = run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        auto store = connect_then_enter(ctx, cluster.netns(ctx.rank / 2));
+        Communicator comm =
+            Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        comm.barrier();
+        if (ctx.rank == 0) {  // once every rank is out of the barrier, cut host 1 off
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 3; }, std::chrono::seconds(50)),
+              "the other ranks did not leave the barrier");
+          TPF_CHILD_CHECK(cluster.cut(1), "ip link set down failed");
+        } else {
+          shared.counter(0).fetch_add(1);
+        }
+        int64_t value = 1, out = 0;
+        const Error e = expect_error("all_reduce across a cut link", [&] {
+          comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum);
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        // Host 0's watcher (rank 0) hears nothing from rank 2 first; host 1's (rank 2) from rank 0.
+        const std::string lost = ctx.rank < 2 ? "rank 2 (host '" : "rank 0 (host '";
+        TPF_CHILD_CHECK(std::string(e.what()).find(lost) != std::string::npos, e.what());
+        TPF_CHILD_CHECK(std::string(e.what()).find("has sent no heartbeat") != std::string::npos,
+                        e.what());
+      },
+      options);
+  ::unsetenv("TPF_HOST_LOST_S");
+  expect_all_ok(outcomes);
 }
 
 }  // namespace

@@ -1,0 +1,92 @@
+#include "comm/heartbeat.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "tpf/error.h"
+
+namespace tpf::detail {
+namespace {
+
+std::string seconds(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
+  return text;
+}
+
+}  // namespace
+
+std::vector<int> Heartbeat::watched_by(const topo::HostMap& hosts, int rank) {
+  if (hosts.single_host() || hosts.local_rank(rank) != 0) return {};
+  return hosts.ranks_on((hosts.host_of(rank) + 1) % hosts.hosts());
+}
+
+int Heartbeat::watcher_of(const topo::HostMap& hosts, int rank) {
+  return hosts.ranks_on((hosts.host_of(rank) + hosts.hosts() - 1) % hosts.hosts())[0];
+}
+
+Heartbeat::Heartbeat(Config config, transport::UcxNetwork& network,
+                     std::function<void(std::exception_ptr)> on_failure)
+    : config_(std::move(config)),
+      network_(network),
+      on_failure_(std::move(on_failure)),
+      watched_(watched_by(config_.hosts, config_.rank)),
+      watcher_(watcher_of(config_.hosts, config_.rank)),
+      started_(Clock::now()) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  network_.send_beat(watcher_, /*goodbye=*/true);
+}
+
+void Heartbeat::run() {
+  const auto period = config_.lost_after / kBeatsPerLoss;
+  const transport::WaitContext ctx =
+      transport::WaitContext::with_timeout({}, [label = config_.label] { return label; });
+  bool watching = true;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    try {
+      network_.send_beat(watcher_);
+      if (watching) {
+        network_.advance({}, ctx);  // failure notices from other hosts
+        watch(Clock::now());
+      }
+    } catch (...) {
+      watching = false;
+      on_failure_(std::current_exception());
+    }
+    lock.lock();
+    cv_.wait_for(lock, period, [this] { return stopping_; });
+  }
+}
+
+void Heartbeat::watch(Clock::time_point now) {
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    const int rank = *it;
+    const transport::UcxNetwork::Heard heard = network_.heard_from(rank);
+    if (heard.gone) {  // it destroyed its communicator: nothing to watch any more
+      it = watched_.erase(it);
+      continue;
+    }
+    ++it;
+    const auto silent =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - heard.last.value_or(started_));
+    if (silent < config_.lost_after) continue;
+    throw Error(ErrorCode::timeout, config_.label + ": rank " + std::to_string(rank) + " (host '" +
+                                        config_.hosts.key(config_.hosts.host_of(rank)) +
+                                        "') has sent no heartbeat for " + seconds(silent) +
+                                        ": its process is stopped or its host is unreachable " +
+                                        "(TPF_HOST_LOST_S = " + seconds(config_.lost_after) + ")");
+  }
+}
+
+}  // namespace tpf::detail

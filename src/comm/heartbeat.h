@@ -1,0 +1,76 @@
+// Liveness of the ranks of a communicator that spans hosts. UCX over TCP reports a peer whose
+// process died within milliseconds, but not one that is stopped or whose host dropped off the
+// network (measured: not in 90 s, even with UCX's keepalive at 1 s); without this, only the
+// operation's deadline would end such a wait, and a communicator with no operation in flight
+// would not notice at all.
+//
+// Every rank sends an empty message (UcxNetwork::send_beat) once per period to its watcher, the
+// leader of the previous host; each host's leader watches the ranks of the next host (a ring: one
+// message per rank per period, whatever the job's size) and reports a rank it has not heard from
+// for `lost_after` as stopped or unreachable, naming it and its host. A rank that destroys its
+// communicator says goodbye, so a rank that left is not taken for lost. The beats travel the
+// links whose loss they detect; the store (issue 10 suggested it) would not do: its client
+// serializes calls, so a rank blocked in a long rendezvous read (a split waiting for a late rank)
+// would fall silent and be named lost while healthy.
+//
+// The same thread progresses the network once per period, so a failure notice from another host
+// reaches a rank that is blocked in shared memory (`on_failure` then fails the communicator).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "topo/hosts.h"
+#include "transport/ucx_network.h"
+
+namespace tpf::detail {
+
+class Heartbeat {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Config {
+    int rank = 0;
+    topo::HostMap hosts;
+    std::string label;  // "communicator 'w'", for errors
+    std::chrono::milliseconds lost_after{10000};
+  };
+  // `on_failure` gets the first failure the heartbeat meets (a lost rank, or a failure notice
+  // from another host), once; the thread then only beats.
+  Heartbeat(Config config, transport::UcxNetwork& network,
+            std::function<void(std::exception_ptr)> on_failure);
+  // Says goodbye to the watcher.
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // The ranks `rank` watches: every rank of the next host if it leads its host, none otherwise.
+  static std::vector<int> watched_by(const topo::HostMap& hosts, int rank);
+  // The rank that watches `rank`: the leader of the previous host.
+  static int watcher_of(const topo::HostMap& hosts, int rank);
+  // Beats per lost_after: a rank is named after missing this many in a row.
+  static constexpr int kBeatsPerLoss = 5;
+
+ private:
+  void run();
+  // Throws Error(timeout) naming the first watched rank not heard from for lost_after.
+  void watch(Clock::time_point now);
+
+  Config config_;
+  transport::UcxNetwork& network_;
+  std::function<void(std::exception_ptr)> on_failure_;
+  std::vector<int> watched_;
+  int watcher_;
+  Clock::time_point started_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tpf::detail
