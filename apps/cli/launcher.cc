@@ -188,6 +188,13 @@ class ShmSweeper {
   std::string job_id_;
 };
 
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0)
+    throw_system_error(ErrorCode::system, "gethostname", errno);
+  return name;
+}
+
 int usable_cpu_count() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
@@ -212,6 +219,7 @@ bool is_launcher_variable(const char* entry, bool override_timeout) {
 // server) the child should do as little as possible before execve.
 struct ChildPlan {
   std::vector<std::string> env_strings;
+  std::vector<std::string> remote_words;  // remote shell, host, "env" (ranks on other hosts)
   std::vector<char*> envp;
   std::vector<char*> argv;
 };
@@ -269,6 +277,68 @@ class Job {
   }
 
  private:
+  // A rank on this machine: the launcher's environment with the job's variables.
+  ChildPlan local_plan(const std::vector<std::string>& common, int rank) const {
+    ChildPlan plan;
+    plan.env_strings = common;
+    plan.env_strings.push_back("TPF_RANK=" + std::to_string(rank));
+    plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank));
+    for (std::string& s : plan.env_strings) plan.envp.push_back(s.data());
+    plan.envp.push_back(nullptr);
+    for (const std::string& a : options_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
+    plan.argv.push_back(nullptr);
+    return plan;
+  }
+
+  // What a rank on another host is told (on the remote shell's command line, through env): the
+  // job's variables, and the launcher's own TPF_* and UCX_* settings. Not its TPF_CPUS (another
+  // machine's cores) nor the rest of the launcher's environment (PATH and the like are the
+  // remote machine's own).
+  std::vector<std::string> remote_variables(const std::string& store_addr,
+                                            const std::string& secret,
+                                            const std::string& job_id) const {
+    std::vector<std::string> vars;
+    const bool override_timeout = options_.timeout_s.has_value();
+    for (char** e = environ; *e != nullptr; ++e) {
+      const bool ours = std::strncmp(*e, "TPF_", 4) == 0 || std::strncmp(*e, "UCX_", 4) == 0;
+      if (ours && !is_launcher_variable(*e, override_timeout) &&
+          std::strncmp(*e, "TPF_FLIGHT_RECORDER_DIR=", 24) != 0) {
+        vars.emplace_back(*e);
+      }
+    }
+    vars.push_back("TPF_WORLD_SIZE=" + std::to_string(options_.world_size));
+    vars.push_back("TPF_STORE_ADDR=" + store_addr);
+    vars.push_back("TPF_JOB_SECRET=" + secret);
+    vars.push_back("TPF_JOB_ID=" + job_id);
+    if (options_.timeout_s) vars.push_back("TPF_TIMEOUT=" + *options_.timeout_s);
+    if (std::string dir = dumps_.env_entry(); !dir.empty()) vars.push_back(dir);
+    return vars;
+  }
+
+  // A rank on host h: REMOTE_SHELL... HOST env VARIABLES... PROGRAM ARGS, the shell itself run
+  // with the launcher's environment.
+  ChildPlan remote_plan(const std::vector<std::string>& vars, int rank) const {
+    size_t host = 0;
+    int first = 0;
+    while (rank >= first + options_.hosts[host].ranks) first += options_.hosts[host++].ranks;
+    ChildPlan plan;
+    plan.env_strings = vars;
+    plan.env_strings.push_back("TPF_RANK=" + std::to_string(rank));
+    plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank - first));
+    plan.env_strings.push_back("TPF_LOCAL_WORLD_SIZE=" +
+                               std::to_string(options_.hosts[host].ranks));
+    plan.remote_words = options_.remote_shell;
+    plan.remote_words.push_back(options_.hosts[host].host);
+    plan.remote_words.push_back("env");
+    for (std::string& word : plan.remote_words) plan.argv.push_back(word.data());
+    for (std::string& s : plan.env_strings) plan.argv.push_back(s.data());
+    for (const std::string& a : options_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
+    plan.argv.push_back(nullptr);
+    for (char** e = environ; *e != nullptr; ++e) plan.envp.push_back(*e);
+    plan.envp.push_back(nullptr);
+    return plan;
+  }
+
   void spawn_all(const std::string& store_addr, const std::string& secret,
                  const std::string& job_id, const SignalRouting& signals) {
     std::vector<std::string> common;
@@ -288,17 +358,10 @@ class Job {
 
     std::fflush(nullptr);  // nothing buffered in the launcher may be duplicated into a child
     pid_t launcher = ::getpid();
+    const std::vector<std::string> remote = remote_variables(store_addr, secret, job_id);
     for (Rank& rank : ranks_.ranks()) {
-      ChildPlan plan;
-      plan.env_strings = common;
-      plan.env_strings.push_back("TPF_RANK=" + std::to_string(rank.rank));
-      plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank.rank));
-      for (std::string& s : plan.env_strings) plan.envp.push_back(s.data());
-      plan.envp.push_back(nullptr);
-      for (const std::string& a : options_.command)
-        plan.argv.push_back(const_cast<char*>(a.c_str()));
-      plan.argv.push_back(nullptr);
-
+      ChildPlan plan =
+          options_.hosts.empty() ? local_plan(common, rank.rank) : remote_plan(remote, rank.rank);
       Pipe status = make_pipe("the exec status of a rank");
       Pipe out, err;
       if (options_.tag_output) {
@@ -596,8 +659,11 @@ class Job {
 }  // namespace
 
 int launch_job(const LaunchOptions& options) {
+  // With hosts, this machine starts the remote shell; the program is found on each host.
+  const std::string& program =
+      options.hosts.empty() ? options.command.at(0) : options.remote_shell.at(0);
   std::string resolve_error;
-  std::optional<std::string> path = resolve_program(options.command.at(0), &resolve_error);
+  std::optional<std::string> path = resolve_program(program, &resolve_error);
   if (!path) {
     report("error: " + resolve_error);
     return kExitCannotStart;
@@ -610,8 +676,16 @@ int launch_job(const LaunchOptions& options) {
   ShmSweeper sweeper(job_id);
   FlightDumps dumps(job_id);
   SignalRouting signals;
-  TcpStoreServer server("127.0.0.1", 0, secret);
-  std::string store_addr = "127.0.0.1:" + std::to_string(server.port());
+  // One machine: loopback only. Several: where --store-bind says (all addresses by default), and
+  // the ranks are told that address, or this machine's name.
+  std::string bind = "127.0.0.1";
+  std::string advertised = bind;
+  if (!options.hosts.empty()) {
+    bind = options.store_bind.empty() ? "0.0.0.0" : options.store_bind;
+    advertised = bind == "0.0.0.0" ? host_name() : bind;
+  }
+  TcpStoreServer server(bind, 0, secret);
+  std::string store_addr = advertised + ":" + std::to_string(server.port());
   Job job(options, *path, dumps);
   return job.run(store_addr, secret, job_id, signals);
 }

@@ -1,4 +1,5 @@
-// The engine of `tpf run`: starts N ranks of a program on this machine, serves their rendezvous
+// The engine of `tpf run`: starts N ranks of a program on this machine (or, with hosts, on several
+// machines through a remote shell, as mpirun does), serves their rendezvous
 // store, relays their output, forwards signals, and tears the job down when a rank fails. Before
 // it stops ranks that are still running (a rank failed and the grace is over, or --job-timeout),
 // and on SIGUSR2, it asks them for their flight recorders and prints one summary of where every
@@ -29,12 +30,22 @@ struct LaunchOptions {
   // (TPF_RUN_DUMP_WAIT_S).
   std::chrono::milliseconds dump_wait{5000};
   std::vector<std::string> command;  // program and its arguments; command[0] is the program
+  // --hosts: ranks on these hosts, in this order (host 0 gets ranks 0 .. ranks-1, ...), each
+  // started as REMOTE_SHELL... HOST env VARIABLES... PROGRAM ARGS. Empty: every rank here.
+  struct HostSlots {
+    std::string host;
+    int ranks = 0;
+  };
+  std::vector<HostSlots> hosts;
+  std::vector<std::string> remote_shell{"ssh"};
+  // Where the store listens (with hosts): an address the ranks can reach, which they are given.
+  std::string store_bind;
 };
 
 // Exit codes of `tpf run` beyond kExitOk / kExitUsage.
 inline constexpr int kExitRankFailed = 1;  // a rank exited non-zero or was killed by a signal
 inline constexpr int kExitCannotStart =
-    127;  // the program could not be executed (shell convention)
+    127;                                     // the program could not be executed (shell convention)
 inline constexpr int kExitJobTimeout = 124;  // the job ran past --job-timeout (as timeout(1))
 // 128 + S: tpf run itself received signal S (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and forwarded it.
 

@@ -38,6 +38,13 @@ constexpr const char* kDescription =
     "for the dumps (TPF_RUN_DUMP_WAIT_S, default 5 s) and prints one summary: where each rank is\n"
     "and which rank everyone waits for. The directory is kept if it holds a dump.\n"
     "\n"
+    "Several machines: --hosts h0:2,h1:2 starts ranks 0-1 on h0 and 2-3 on h1, each as\n"
+    "  REMOTE_SHELL HOST env VARIABLES... PROGRAM ARGS (--rsh, default ssh), as mpirun does.\n"
+    "  They get the variables above (TPF_LOCAL_* per host) and the launcher's own TPF_* and\n"
+    "  UCX_* settings; PROGRAM is found on each host. The store listens on --store-bind (default:\n"
+    "  every address, and the ranks are given this machine's name). The job's secret is on the\n"
+    "  remote shell's command line. Ranks are not pinned; signals reach the remote shell.\n"
+    "\n"
     "exit status: 0 all ranks succeeded; 1 a rank exited non-zero or was killed; 2 bad command\n"
     "line; 124 the job ran past --job-timeout; 127 the program could not be started; 128+S tpf\n"
     "run received signal S.";
@@ -45,6 +52,9 @@ constexpr const char* kDescription =
 // The command line as given; converted (and checked) by launch_options().
 struct RunFlags {
   std::optional<std::string> world_size;
+  std::optional<std::string> hosts;
+  std::optional<std::string> remote_shell;
+  std::optional<std::string> store_bind;
   std::optional<std::string> bind;
   std::optional<std::string> timeout;
   std::optional<std::string> job_timeout;
@@ -86,6 +96,51 @@ BindPolicy parse_bind(const std::string& text) {
   }
 }
 
+// "h0:2,h1:2" (a host without ":N" holds one rank).
+std::vector<LaunchOptions::HostSlots> parse_hosts(const std::string& text) {
+  std::vector<LaunchOptions::HostSlots> hosts;
+  size_t begin = 0;
+  long total = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    const size_t colon = item.rfind(':');
+    LaunchOptions::HostSlots slots{item.substr(0, colon), 1};
+    if (colon != std::string::npos) {
+      const std::string count = item.substr(colon + 1);
+      char* stop = nullptr;
+      errno = 0;
+      const long n = std::strtol(count.c_str(), &stop, 10);
+      if (count.empty() || *stop != '\0' || errno != 0 || n < 1 || n > kMaxRanks) {
+        throw UsageError("--hosts: '" + item + "' should be HOST:N with N between 1 and " +
+                         std::to_string(kMaxRanks));
+      }
+      slots.ranks = static_cast<int>(n);
+    }
+    const bool blank = slots.host.empty() || slots.host.find_first_of(" \t\n") != std::string::npos;
+    if (blank) throw UsageError("--hosts: '" + item + "' names no host (HOST:N,HOST:N,...)");
+    total += slots.ranks;
+    if (total > kMaxRanks) {
+      throw UsageError("--hosts: more than " + std::to_string(kMaxRanks) + " ranks in all");
+    }
+    hosts.push_back(slots);
+    begin = end + 1;
+  }
+  return hosts;
+}
+
+// "ssh -p 2222" -> {"ssh", "-p", "2222"}.
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  size_t at = 0;
+  while ((at = text.find_first_not_of(" \t", at)) != std::string::npos) {
+    const size_t end = std::min(text.find_first_of(" \t", at), text.size());
+    words.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  return words;
+}
+
 // Ranks spread over distinct cores run best pinned; with more ranks than cores, pinning would
 // stack several on one core while others idle, so the kernel's scheduler does better.
 BindPolicy default_bind(int world_size) {
@@ -107,14 +162,35 @@ std::string without_equals_sign(std::string value) {
 LaunchOptions launch_options(const RunFlags& flags) {
   LaunchOptions options;
   if (flags.world_size) options.world_size = parse_world_size(*flags.world_size);
+  if (flags.hosts) {
+    options.hosts = parse_hosts(*flags.hosts);
+    int total = 0;
+    for (const LaunchOptions::HostSlots& h : options.hosts) total += h.ranks;
+    if (flags.world_size && options.world_size != total) {
+      throw UsageError("-n " + std::to_string(options.world_size) +
+                       " disagrees with --hosts, which places " + std::to_string(total) + " ranks");
+    }
+    options.world_size = total;
+    if (flags.bind)
+      throw UsageError("--bind pins ranks on this machine; with --hosts ranks are not pinned");
+    if (flags.remote_shell) {
+      options.remote_shell = split_words(*flags.remote_shell);
+      if (options.remote_shell.empty()) throw UsageError("--rsh names no command");
+    }
+    if (flags.store_bind) options.store_bind = *flags.store_bind;
+  } else if (flags.remote_shell || flags.store_bind) {
+    throw UsageError(std::string(flags.remote_shell ? "--rsh" : "--store-bind") +
+                     " only applies with --hosts");
+  }
   if (flags.bind) options.bind = parse_bind(*flags.bind);
   if (flags.timeout) options.timeout_s = parse_timeout(*flags.timeout);
   if (flags.job_timeout) options.job_timeout = parse_job_timeout(*flags.job_timeout);
-  if (options.world_size == 0) throw UsageError("missing -n N (the number of ranks)");
+  if (options.world_size == 0) throw UsageError("missing -n N (the number of ranks) or --hosts");
   if (flags.command.empty()) {
     throw UsageError("missing the program to run (tpf run -n N -- PROGRAM ARGS...)");
   }
-  if (!flags.bind) options.bind = default_bind(options.world_size);
+  if (!flags.bind)
+    options.bind = options.hosts.empty() ? default_bind(options.world_size) : BindPolicy::none;
   options.tag_output = flags.tag_output;
   options.command = flags.command;
   options.grace = base::env_seconds("TPF_RUN_GRACE_S").value_or(std::chrono::seconds(3));
@@ -125,12 +201,27 @@ LaunchOptions launch_options(const RunFlags& flags) {
 }  // namespace
 
 void add_run_command(CLI::App& tpf) {
-  CLI::App& run = *tpf.add_subcommand("run", "launch N ranks of a program on this machine");
+  CLI::App& run =
+      *tpf.add_subcommand("run", "launch N ranks of a program, here or on several hosts");
   run.footer(kDescription);
   auto flags = std::make_shared<RunFlags>();
-  run.add_option("-n,--nproc", flags->world_size, "number of ranks (required, 1..4096)")
+  run.add_option("-n,--nproc", flags->world_size,
+                 "number of ranks (1..4096; required without --hosts)")
       ->type_name("N")
       ->transform(without_equals_sign);
+  run.add_option("--hosts", flags->hosts,
+                 "ranks on other machines: HOST:N,HOST:N,... (ranks in that order),\n"
+                 "started through --rsh; -n may be left out")
+      ->type_name("LIST");
+  run.add_option("--rsh", flags->remote_shell,
+                 "with --hosts: the command that runs a command on HOST, as\n"
+                 "'RSH HOST COMMAND...' (default ssh; e.g. 'ssh -p 2222', or\n"
+                 "'ip netns exec' for emulated hosts)")
+      ->type_name("CMD");
+  run.add_option("--store-bind", flags->store_bind,
+                 "with --hosts: the address the rendezvous store listens on and the\n"
+                 "ranks connect to (default: every address; ranks get this machine's name)")
+      ->type_name("ADDR");
   run.add_option("--bind", flags->bind,
                  "core: rank r on its share of the cores (cores/N consecutive cores,\n"
                  "at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"

@@ -143,21 +143,22 @@ struct UcxNetwork::Ucx {
       settle(slot.pending);
     }
     for (void* request : beats_out) settle(request);
-    // Beats that arrived after the last look: take them, or UCX warns about each one unmatched.
-    for (;;) {
-      ucp_tag_recv_info_t info{};
-      ucp_tag_message_h message =
-          ucp_tag_probe_nb(worker, kBeatTag, (uint64_t{1} << kTagBits) - 1, 1, &info);
-      if (message == nullptr) break;
-      char buffer[1];
-      ucp_request_param_t param{};
-      ucs_status_ptr_t request =
-          ucp_tag_msg_recv_nbx(worker, buffer, sizeof buffer, message, &param);
-      if (request != nullptr && !UCS_PTR_IS_ERR(request)) settle(request);
-    }
     // After a failure a flush may wait on a peer that is gone or cut off: close at once.
     for (size_t p = 0; p < endpoints.size(); ++p)
       close(static_cast<int>(p), failed || failures[p] != UCS_OK);
+    // Messages nobody will receive any more (beats and goodbyes of peers, which may arrive until
+    // the endpoints are closed): take them, or UCX warns about each one at shutdown.
+    std::vector<std::vector<char>> drained;  // outlives the worker: a receive given up on
+    for (;;) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h message = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+      if (message == nullptr) break;
+      std::vector<char>& buffer = drained.emplace_back(info.length);
+      ucp_request_param_t param{};
+      ucs_status_ptr_t request =
+          ucp_tag_msg_recv_nbx(worker, buffer.data(), buffer.size(), message, &param);
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) settle(request);
+    }
     if (worker != nullptr) ucp_worker_destroy(worker);
     if (context != nullptr) ucp_cleanup(context);
   }

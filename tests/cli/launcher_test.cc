@@ -74,6 +74,41 @@ TEST(Launcher, RanksGetTheirEnvironment) {
   EXPECT_EQ(jobs.size(), 1u) << "all ranks share one job id";
 }
 
+// --hosts starts every rank through the remote shell as RSH HOST env VARIABLES... PROGRAM: here a
+// stand-in that records HOST and runs the rest on this machine.
+TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
+  char dir_template[] = "/tmp/tpf-rsh-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string rsh = std::string(dir_template) + "/fake-ssh";
+  {
+    FILE* f = std::fopen(rsh.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("#!/bin/sh\nhost=$1\nshift\nexec env AGENT_HOST=\"$host\" \"$@\"\n", f);
+    std::fclose(f);
+    ASSERT_EQ(::chmod(rsh.c_str(), 0755), 0);
+  }
+  Outcome r = run_tpf({"run", "--hosts", "alpha:2,beta:1", "--rsh", rsh, "--store-bind",
+                       "127.0.0.1", "--timeout", "9", "--", "sh", "-c",
+                       "echo rank=$TPF_RANK host=$AGENT_HOST local=$TPF_LOCAL_RANK "
+                       "lsize=$TPF_LOCAL_WORLD_SIZE size=$TPF_WORLD_SIZE store=$TPF_STORE_ADDR "
+                       "timeout=$TPF_TIMEOUT setting=$TPF_NODE_ID"},
+                      {"TPF_NODE_ID=passed-on"});
+  std::remove(rsh.c_str());
+  ::rmdir(dir_template);
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<int, std::string> lines;
+  for (const std::string& line : lines_of(r.out)) lines[std::stoi(line.substr(5))] = line;
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_TRUE(contains(lines[0], "host=alpha local=0 lsize=2 size=3")) << lines[0];
+  EXPECT_TRUE(contains(lines[1], "host=alpha local=1 lsize=2 size=3")) << lines[1];
+  EXPECT_TRUE(contains(lines[2], "host=beta local=0 lsize=1 size=3")) << lines[2];
+  for (const auto& [rank, line] : lines) {
+    EXPECT_TRUE(contains(line, "store=127.0.0.1:")) << line;
+    EXPECT_TRUE(contains(line, "timeout=9 setting=passed-on")) << line;
+  }
+}
+
 TEST(Launcher, EachJobGetsAFreshSecretAndJobId) {
   std::vector<std::string> cmd = {
       "run", "-n", "1", "--", "sh", "-c", "echo $TPF_JOB_SECRET $TPF_JOB_ID"};
@@ -231,6 +266,14 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
       {{"run", "-n", "2", "--bind", "socket", "true"}, "--bind expects"},
       {{"run", "-n", "2", "--timeout", "soon", "true"}, "--timeout expects"},
       {{"run", "-n", "2", "--frobnicate", "true"}, "unknown option"},
+      {{"run", "--hosts", "a:0", "true"}, "HOST:N with N between 1 and"},
+      {{"run", "--hosts", "a:2,:1", "true"}, "':1' names no host"},
+      {{"run", "--hosts", "a:two", "true"}, "'a:two' should be HOST:N"},
+      {{"run", "-n", "3", "--hosts", "a:2", "true"}, "-n 3 disagrees with --hosts"},
+      {{"run", "--hosts", "a:1", "--bind", "core", "true"}, "with --hosts ranks are not pinned"},
+      {{"run", "-n", "2", "--rsh", "ssh", "true"}, "--rsh only applies with --hosts"},
+      {{"run", "-n", "2", "--store-bind", "0.0.0.0", "true"}, "--store-bind only applies"},
+      {{"run", "--hosts", "a:1", "--rsh", " ", "true"}, "--rsh names no command"},
       {{"frobnicate"}, "unknown command 'frobnicate'"},
       {{"frobnicate", "--help"}, "unknown command 'frobnicate'"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},

@@ -10,7 +10,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/expect_error.h"
@@ -140,6 +142,34 @@ TEST(EmulatedHosts, ARankKilledOnTheOtherHostIsNamed) {
       options);
   EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
+}
+
+// The output and exit status of a shell command.
+std::pair<std::string, int> shell(const std::string& command) {
+  std::string text;
+  FILE* out = ::popen((command + " 2>&1").c_str(), "r");
+  if (out == nullptr) return {"popen failed", -1};
+  char chunk[4096];
+  size_t n = 0;
+  while ((n = std::fread(chunk, 1, sizeof chunk, out)) > 0) text.append(chunk, n);
+  return {text, ::pclose(out)};
+}
+
+// `tpf run --hosts` with `ip netns exec` as the remote shell: the launcher on host 0 serves the
+// store on host 0's address, two ranks start on each emulated host, and they are two hosts.
+TEST(EmulatedHosts, TpfRunStartsRanksOnEveryHostThroughTheRemoteShell) {
+  EmulatedCluster cluster(2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  const std::string& n = cluster.name();
+  const std::string run = "UCX_NET_DEVICES=eth0 timeout 120 ip netns exec " + n + "-h0 " +
+                          TPF_BINARY + " run --hosts " + n + "-h0:2," + n +
+                          "-h1:2 --rsh 'ip netns exec' --store-bind 127.100.0.1 -- " + TPF_BINARY;
+  const auto [bench, status] = shell(run + " bench all_reduce -b 4M -e 4M -n 2 -w 1");
+  EXPECT_EQ(status, 0) << bench;
+  EXPECT_NE(bench.find("Out of bounds values : 0 OK"), std::string::npos) << bench;
+  const std::vector<std::string> keys = host_keys_printed_by(run + " settings");
+  ASSERT_EQ(keys.size(), 4u);
+  EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), 2u) << keys[0] << keys[2];
 }
 
 // A host that drops off the network gives UCX over TCP nothing to report for minutes: each side's
