@@ -398,17 +398,28 @@ class HostCollective {
       copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
   }
 
-  // In segments, pipelined: segment s is reduced inside the host (to the leader) while segment
-  // s-1 crosses the network and segment s-2 is broadcast inside the host. Between the leaders,
-  // each segment is reduce-scattered and all-gathered: host h's leader combines slice h of it
-  // from every host, in host order, as the slices arrive, and returns it to the others at once.
-  // Segments are as many as keep each slice at least kMinChunkBytes (one segment when small).
-  // Running the local reduce further ahead was slower (4 hosts x 2 ranks: 0.95 of the link with
-  // three segments ahead, 0.98 with one).
-  void all_reduce() {
+  void all_reduce() { reduce_in_slices(/*to_everyone=*/true); }
+  void reduce() { reduce_in_slices(/*to_everyone=*/false); }
+
+  // all_reduce, and reduce to a root, in segments, pipelined: segment s is reduced inside the
+  // host (to its representative: the root on the root's host, the leader elsewhere) while
+  // segment s-1 crosses the network and (all_reduce) segment s-2 is broadcast inside the host.
+  // Between the representatives, each segment is reduce-scattered: host h's representative
+  // combines slice h of it from every host, in host order, as the slices arrive, and sends the
+  // result at once to every other host (all_reduce) or to the root (reduce: the root's link then
+  // carries 2(H-1)/H of the data instead of (H-1) times all of it). Segments are as many as keep
+  // each slice at least kMinChunkBytes (one segment when small). Running the local reduce further
+  // ahead was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98 with
+  // one).
+  void reduce_in_slices(bool to_everyone) {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int hcount = hosts();
+    const int root_host = to_everyone ? -1 : g_.hosts.host_of(d_.root);
+    auto rep = [&](int h) { return h == root_host ? d_.root : leader(h); };
+    const int local_root = g_.hosts.local_rank(rep(host_));
+    const bool on_network = me_ == rep(host_);
+    const bool has_result = to_everyone || me_ == d_.root;
     const size_t segments = std::clamp<size_t>(
         bytes(n) / (kMinChunkBytes * static_cast<size_t>(hcount)), 1, kMaxChunks);
     // Slice h of segment s starts at slice_begin(s, h); slice_begin(s, H) = slice_begin(s + 1, 0).
@@ -418,91 +429,73 @@ class HostCollective {
       return first + length * static_cast<size_t>(h) / static_cast<size_t>(hcount);
     };
     auto slice_length = [&](size_t s, int h) { return slice_begin(s, h + 1) - slice_begin(s, h); };
+    // The host's partial result at its representative (the caller's input itself when the host
+    // has one rank), and where the combined slices go: the caller's output where it has one,
+    // else scratch (a representative that is not the root of a reduce).
+    void* result = has_result ? d_.recv : on_network ? scratch(kCombined, n) : nullptr;
+    const void* partial = alone() ? d_.send : result;
     auto segment = [&](size_t s, OpKind kind) {  // this host's part of segment s
       const size_t first = slice_begin(s, 0);
       const size_t count = slice_begin(s + 1, 0) - first;
+      std::byte* out = result == nullptr ? nullptr : at(result, first);
       if (kind == OpKind::reduce) {
-        local(local_desc(kind, count, 0, at(d_.send, first), at(d_.recv, first), partial_op()));
+        local(local_desc(kind, count, local_root, at(d_.send, first), out, partial_op()));
       } else {
-        local(local_desc(kind, count, 0, at(d_.recv, first), at(d_.recv, first)));
+        local(local_desc(kind, count, local_root, out, out));
       }
     };
-    // The host's partial result: the caller's input itself when the host has one rank.
-    const void* partial = alone() ? d_.send : d_.recv;
     InFlight flight(g_.network, ctx_);
-    // The leader's receives, all posted at once: slice host_ of every segment from every other
-    // leader (into scratch, at offset `mine[s]`), and each other slice's result. A result lands
-    // where this host's part of that slice was: it cannot arrive before its leader has that part.
+    // The representative's receives, all posted at once: slice host_ of every segment from every
+    // other host (into scratch, at offset `mine[s]`), and each other slice's result where this
+    // rank has the output. A result lands where this host's part of that slice was: it cannot
+    // arrive before its sender has that part.
     std::vector<size_t> mine(segments + 1, 0);
     std::vector<std::byte*> from(hcount, nullptr);
     std::vector<size_t> arrivals(static_cast<size_t>(hcount) * segments);  // [s * H + h]
     std::vector<size_t> results(static_cast<size_t>(hcount) * segments);
-    if (is_leader()) {
+    if (on_network) {
       for (size_t s = 0; s < segments; ++s) mine[s + 1] = mine[s] + slice_length(s, host_);
       for (int h = 0; h < hcount; ++h) {
         if (h == host_) continue;
         from[h] = scratch(from_slot(h), mine[segments]);
         for (size_t s = 0; s < segments; ++s) {
-          arrivals[s * hcount + h] = flight.recv(leader(h), tag(kFirst, s), at(from[h], mine[s]),
+          arrivals[s * hcount + h] = flight.recv(rep(h), tag(kFirst, s), at(from[h], mine[s]),
                                                  bytes(slice_length(s, host_)));
-          results[s * hcount + h] =
-              flight.recv(leader(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)),
-                          bytes(slice_length(s, h)));
+          if (!has_result) continue;
+          results[s * hcount + h] = flight.recv(
+              rep(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)), bytes(slice_length(s, h)));
         }
       }
     }
+    const std::vector<int> others = on_network ? others_from_next() : std::vector<int>{};
     std::vector<const void*> parts(hcount);
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce segment `step` inside the host and send its slices
         const size_t s = step;
         if (!alone()) segment(s, OpKind::reduce);
-        for (int h : is_leader() ? others_from_next() : std::vector<int>{}) {
-          flight.send(leader(h), tag(kFirst, s), at(partial, slice_begin(s, h)),
+        for (int h : others) {
+          flight.send(rep(h), tag(kFirst, s), at(partial, slice_begin(s, h)),
                       bytes(slice_length(s, h)));
         }
       }
-      if (is_leader() && step >= 1 && step <= segments) {  // combine segment step-1's slice
+      if (on_network && step >= 1 && step <= segments) {  // combine segment step-1's slice
         const size_t s = step - 1;
         for (int h = 0; h < hcount; ++h) {
           if (h != host_) flight.wait(arrivals[s * hcount + h]);
           parts[h] = h == host_ ? at(partial, slice_begin(s, host_)) : at(from[h], mine[s]);
         }
-        void* combined = at(d_.recv, slice_begin(s, host_));
+        void* combined = at(result, slice_begin(s, host_));
         combine_hosts(combined, parts, slice_length(s, host_));
-        for (int h : others_from_next()) {
-          flight.send(leader(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
+        for (int h : others) {
+          if (!to_everyone && h != root_host) continue;
+          flight.send(rep(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
         }
       }
-      if (step >= 2) {  // segment step-2 is complete at the leader: broadcast it inside the host
+      if (to_everyone && step >= 2) {  // segment step-2 is complete: broadcast it inside the host
         const size_t s = step - 2;
-        for (int h = 0; is_leader() && h < hcount; ++h)
-          if (h != host_) flight.wait(results[s * hcount + h]);
+        for (int h : others) flight.wait(results[s * hcount + h]);
         if (!alone()) segment(s, OpKind::broadcast);
       }
-    }
-    flight.wait_all();
-  }
-
-  // Reduce inside each host to its representative, which sends the host's result to the root;
-  // the root combines them in host order as they arrive.
-  void reduce() {
-    compare_fingerprints_across_hosts();
-    const size_t n = d_.count;
-    const int root_host = g_.hosts.host_of(d_.root);
-    const int rep = representative_local_rank(host_);
-    const void* partial = d_.send;  // the host's partial result, at its representative
-    if (!alone()) {
-      void* into = me_ == d_.root ? d_.recv : local_rank_ == rep ? scratch(kHostData, n) : d_.recv;
-      local(local_desc(OpKind::reduce, n, rep, d_.send, into, partial_op()));
-      partial = into;
-    }
-    InFlight flight(g_.network, ctx_);
-    if (me_ == d_.root) {
-      const Arrivals arrivals = expect_parts(flight, n);
-      for (size_t c = 0; c < arrivals.chunks.number; ++c)
-        combine_arrived(flight, arrivals, c, partial, d_.recv);
-    } else if (local_rank_ == rep && host_ != root_host) {
-      post_send(flight, d_.root, kFirst, partial, n);
     }
     flight.wait_all();
   }
