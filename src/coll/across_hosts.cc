@@ -39,7 +39,9 @@ constexpr uint64_t kSequenceMask =
 enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
 constexpr size_t kMaxChunks = size_t{1} << kChunkBits;
 // Small enough that the first chunk's combine starts early, large enough that a message's fixed
-// cost (tens of microseconds over TCP) stays below 1 % at 1 Gb/s.
+// cost (tens of microseconds over TCP) stays below 1 % at 1 Gb/s. Measured on all_reduce (2 hosts
+// x 1 rank, 1 Gb/s, 64 MiB, before the send windows): slices of 512 KiB 0.99 of the link, 1 MiB
+// 0.96, 2 MiB 0.90, 4 MiB 0.79.
 constexpr size_t kMinChunkBytes = size_t{1} << 19;
 
 // Scratch slots (HostScratch): fixed ones, then two per host.

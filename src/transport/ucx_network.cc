@@ -149,7 +149,7 @@ struct UcxNetwork::Ucx {
     // Messages nobody will receive any more (beats and goodbyes of peers, which may arrive until
     // the endpoints are closed): take them, or UCX warns about each one at shutdown.
     std::vector<std::vector<char>> drained;  // outlives the worker: a receive given up on
-    for (;;) {
+    while (worker != nullptr) {  // none if the constructor failed before making it
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h message = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
       if (message == nullptr) break;
