@@ -276,23 +276,20 @@ class HostCollective {
   // Posts a transfer of `count` elements at `data` to or from `peer`, chunk by chunk; returns the
   // index of its first chunk's request (the others follow).
   size_t post_send(InFlight& flight, int peer, Stage stage, const void* data, size_t count) {
-    const Chunks chunks = chunks_of(count);
-    size_t first = 0;
-    for (size_t c = 0; c < chunks.number; ++c) {
-      const size_t i =
-          flight.send(peer, tag(stage, c), at(data, chunks.begin(c)), bytes(chunks.length(c)));
-      if (c == 0) first = i;
-    }
-    return first;
+    return post_chunks(count, [&](size_t c, size_t begin, size_t length) {
+      return flight.send(peer, tag(stage, c), at(data, begin), bytes(length));
+    });
   }
   size_t post_recv(InFlight& flight, int peer, Stage stage, void* data, size_t count) {
+    return post_chunks(count, [&](size_t c, size_t begin, size_t length) {
+      return flight.recv(peer, tag(stage, c), at(data, begin), bytes(length));
+    });
+  }
+  template <class Start>
+  size_t post_chunks(size_t count, Start&& start) {
     const Chunks chunks = chunks_of(count);
-    size_t first = 0;
-    for (size_t c = 0; c < chunks.number; ++c) {
-      const size_t i =
-          flight.recv(peer, tag(stage, c), at(data, chunks.begin(c)), bytes(chunks.length(c)));
-      if (c == 0) first = i;
-    }
+    const size_t first = start(0, chunks.begin(0), chunks.length(0));
+    for (size_t c = 1; c < chunks.number; ++c) start(c, chunks.begin(c), chunks.length(c));
     return first;
   }
 
