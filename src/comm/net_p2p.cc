@@ -34,10 +34,22 @@ std::string NetP2p::label(const coll::OpDesc& desc) const {
 
 transport::NetRequest NetP2p::post_locked(const coll::OpDesc& desc) {
   const size_t bytes = desc.count * dtype_size(desc.dtype);
+  const uint64_t dtype = static_cast<uint64_t>(desc.dtype) << kIndexBits;
   if (desc.kind == coll::OpKind::send) {
-    return network_.send(desc.peer, kTagBit | sent_[desc.peer]++, desc.send, bytes);
+    return network_.send(desc.peer, kTagBit | dtype | sent_[desc.peer]++, desc.send, bytes);
   }
-  return network_.recv(desc.peer, kTagBit | received_[desc.peer]++, desc.recv, bytes);
+  return network_.recv(desc.peer, kTagBit | dtype | received_[desc.peer]++, desc.recv, bytes,
+                       kDTypeBits);
+}
+
+void NetP2p::check_dtype(const coll::OpDesc& desc, const transport::NetRequest& done) const {
+  if (desc.kind != coll::OpKind::recv) return;
+  const auto sent = static_cast<DType>((done.received_tag & kDTypeBits) >> kIndexBits);
+  if (sent == desc.dtype) return;
+  throw Error(ErrorCode::mismatch, label(desc) + ": rank " + std::to_string(desc.peer) + " sent " +
+                                       dtype_name(sent) + " data where " + dtype_name(desc.dtype) +
+                                       " was expected (" + std::to_string(done.bytes) +
+                                       " bytes either way)");
 }
 
 void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
@@ -51,6 +63,7 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   try {
     network_.wait_all(std::span<transport::NetRequest>(&request, 1),
                       transport::WaitContext::with_deadline(deadline, [&] { return what; }));
+    check_dtype(desc, request);
   } catch (...) {
     const std::exception_ptr error = std::current_exception();
     on_failure_(error);
@@ -66,7 +79,7 @@ Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
     state->complete(failure_);
     return Work(state);
   }
-  pending_.push_back({post_locked(desc), state, deadline, label(desc)});
+  pending_.push_back({desc, post_locked(desc), state, deadline, label(desc)});
   if (!thread_.joinable()) thread_ = std::thread([this] { progress_loop(); });
   lock.unlock();
   cv_.notify_all();
@@ -102,6 +115,7 @@ void NetP2p::progress_loop() {
         const auto progress =
             network_.advance(std::span<transport::NetRequest>(&it->request, 1), ctx);
         if (progress.done) {
+          check_dtype(it->desc, it->request);
           it->state->complete(nullptr);
           it = pending_.erase(it);
           completed = true;

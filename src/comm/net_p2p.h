@@ -27,8 +27,12 @@ namespace tpf::detail {
 
 class NetP2p {
  public:
-  // The point-to-point half of the network's tags (collectives use the other half).
+  // The point-to-point half of the network's tags (collectives use the other half): below its
+  // bit, the message's dtype and its index among the pair's messages in that direction. A receive
+  // matches any dtype and then compares (a dtype of the same size would otherwise go unnoticed).
   static constexpr uint64_t kTagBit = uint64_t{1} << (transport::UcxNetwork::kTagBits - 1);
+  static constexpr int kIndexBits = transport::UcxNetwork::kTagBits - 1 - 4;
+  static constexpr uint64_t kDTypeBits = uint64_t{15} << kIndexBits;
   // Records a transfer's failure as the communicator's (first failure wins) and returns the error
   // every other transfer then fails with.
   using FailureSink = std::function<std::exception_ptr(std::exception_ptr)>;
@@ -47,12 +51,15 @@ class NetP2p {
 
  private:
   struct Pending {
+    coll::OpDesc desc;
     transport::NetRequest request;
     std::shared_ptr<WorkState> state;
     Clock::time_point deadline;
     std::string label;
   };
   transport::NetRequest post_locked(const coll::OpDesc& desc);  // mu_ held: takes its index
+  // Throws Error(mismatch) if a completed receive's sender sent another dtype.
+  void check_dtype(const coll::OpDesc& desc, const transport::NetRequest& done) const;
   std::string label(const coll::OpDesc& desc) const;
   void fail_pending_locked(std::exception_ptr error);
   void progress_loop();

@@ -149,7 +149,7 @@ struct UcxNetwork::Ucx {
     // Messages nobody will receive any more (beats and goodbyes of peers, which may arrive until
     // the endpoints are closed): take them, or UCX warns about each one at shutdown.
     std::vector<std::vector<char>> drained;  // outlives the worker: a receive given up on
-    while (worker != nullptr) {  // none if the constructor failed before making it
+    while (worker != nullptr) {              // none if the constructor failed before making it
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h message = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
       if (message == nullptr) break;
@@ -405,7 +405,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   return request;
 }
 
-NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes) {
+NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, uint64_t any_bits) {
   check_peer(peer, "receive from");
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, false, bytes};
@@ -414,7 +414,7 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   ucs_status_ptr_t started =
-      ucp_tag_recv_nbx(ucx_->worker, data, bytes, ucx_tag(peer, tag), ~uint64_t{0}, &param);
+      ucp_tag_recv_nbx(ucx_->worker, data, bytes, ucx_tag(peer, tag), ~any_bits, &param);
   if (UCS_PTR_IS_ERR(started)) {
     const ucs_status_t status = UCS_PTR_STATUS(started);
     if (status == UCS_ERR_MESSAGE_TRUNCATED) throw truncated(peer, bytes);
@@ -483,6 +483,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     }
     ucp_request_free(r.pending);
     r.pending = nullptr;
+    if (!r.is_send) r.received_tag = info.sender_tag & kMaxTag;
     progress.completed = true;
     if (status == UCS_ERR_MESSAGE_TRUNCATED) fail(truncated(r.peer, r.bytes));
     if (status != UCS_OK) {

@@ -54,6 +54,7 @@ struct NetRequest {
   int peer = -1;
   bool is_send = false;
   size_t bytes = 0;
+  uint64_t received_tag = 0;  // a completed receive: the tag the sender gave (below the rank bits)
 };
 
 class UcxNetwork {
@@ -73,7 +74,9 @@ class UcxNetwork {
 
   // Start a transfer; `data` must stay valid until wait_all returns for it.
   NetRequest send(int peer, uint64_t tag, const void* data, size_t bytes);
-  NetRequest recv(int peer, uint64_t tag, void* data, size_t bytes);
+  // `any_bits`: tag bits a message may differ in and still match (the caller checks them in
+  // received_tag once the receive is complete).
+  NetRequest recv(int peer, uint64_t tag, void* data, size_t bytes, uint64_t any_bits = 0);
   // Progresses until every request is complete. Throws Error(peer_died) naming the peer whose
   // connection failed, Error(timeout) at the deadline naming the peers whose transfers did not
   // finish, Error(mismatch) if a message's size differs from the receive's. On any error the

@@ -315,6 +315,33 @@ TEST(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRank)
   expect_all_ok(outcomes);
 }
 
+// A dtype of the same byte size is no size mismatch, but the receive still names it: blocking,
+// and on the progress thread of an asynchronous receive.
+TEST(AcrossHostsFailures, ARecvOfAnotherDTypeOfTheSameSizeIsAMismatch) {
+  for (bool blocking : {true, false}) {
+    auto outcomes = run_on_hosts(kTwoHostsOfOne, [&](Communicator& comm) {
+      if (comm.rank() == 0) {
+        const std::vector<float> values = {1, 2, 3, 4};
+        comm.send(values.data(), values.size(), DType::f32, 1);
+        return;
+      }
+      std::vector<int32_t> got(4);
+      const Error e = expect_error("recv of i32 from an f32 send", [&] {
+        if (blocking) {
+          comm.recv(got.data(), got.size(), DType::i32, 0);
+        } else {
+          comm.recv_async(got.data(), got.size(), DType::i32, 0).wait();
+        }
+      });
+      TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+      TPF_CHILD_CHECK(std::string(e.what()).find("rank 0 sent f32 data where i32 was expected") !=
+                          std::string::npos,
+                      e.what());
+    });
+    expect_all_ok(outcomes);
+  }
+}
+
 TEST(AcrossHostsFailures, ARankKilledOnAnotherHostIsNamed) {
   auto outcomes = run_on_hosts(kTwoHostsOfOne, [](Communicator& comm) {
     if (comm.rank() == 1) ::raise(SIGKILL);
