@@ -322,7 +322,13 @@ TEST(AcrossHostsFailures, ARecvOfAnotherDTypeOfTheSameSizeIsAMismatch) {
     auto outcomes = run_on_hosts(kTwoHostsOfOne, [&](Communicator& comm) {
       if (comm.rank() == 0) {
         const std::vector<float> values = {1, 2, 3, 4};
-        comm.send(values.data(), values.size(), DType::f32, 1);
+        try {  // the receiver's failure notice may reach this wait before its completion does
+          comm.send(values.data(), values.size(), DType::f32, 1);
+        } catch (const Error& e) {
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          TPF_CHILD_CHECK(
+              std::string(e.what()).find("sent f32 data where i32") != std::string::npos, e.what());
+        }
         return;
       }
       std::vector<int32_t> got(4);
