@@ -74,27 +74,46 @@ TEST(Launcher, RanksGetTheirEnvironment) {
   EXPECT_EQ(jobs.size(), 1u) << "all ranks share one job id";
 }
 
-// --hosts starts every rank through the remote shell as RSH HOST env VARIABLES... PROGRAM: here a
-// stand-in that records HOST and runs the rest on this machine.
-TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
-  char dir_template[] = "/tmp/tpf-rsh-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir_template), nullptr);
-  const std::string rsh = std::string(dir_template) + "/fake-ssh";
-  {
-    FILE* f = std::fopen(rsh.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs("#!/bin/sh\nhost=$1\nshift\nexec env AGENT_HOST=\"$host\" \"$@\"\n", f);
-    std::fclose(f);
-    ASSERT_EQ(::chmod(rsh.c_str(), 0755), 0);
+// A stand-in for ssh in a temporary directory: `PATH HOST COMMAND...` runs COMMAND here with
+// AGENT_HOST=HOST, except for the host "down", which it cannot reach (exit 255, as ssh).
+class FakeRemoteShell {
+ public:
+  FakeRemoteShell() {
+    char dir[] = "/tmp/tpf-rsh-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return;
+    dir_ = dir;
+    path_ = dir_ + "/fake-ssh";
+    FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr) return;
+    std::fputs(
+        "#!/bin/sh\n"
+        "if [ \"$1\" = down ]; then echo \"fake-ssh: cannot reach $1\" >&2; exit 255; fi\n"
+        "host=$1\nshift\nexec env AGENT_HOST=\"$host\" \"$@\"\n",
+        f);
+    ok_ = std::fclose(f) == 0 && ::chmod(path_.c_str(), 0755) == 0;
   }
-  Outcome r = run_tpf({"run", "--hosts", "alpha:2,beta:1", "--rsh", rsh, "--store-bind",
+  ~FakeRemoteShell() {
+    std::remove(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+  bool ok_ = false;
+};
+
+// --hosts starts every rank through the remote shell as RSH HOST env VARIABLES... PROGRAM.
+TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
+  FakeRemoteShell rsh;
+  ASSERT_TRUE(rsh.ok());
+  Outcome r = run_tpf({"run", "--hosts", "alpha:2,beta:1", "--rsh", rsh.path(), "--store-bind",
                        "127.0.0.1", "--timeout", "9", "--", "sh", "-c",
                        "echo rank=$TPF_RANK host=$AGENT_HOST local=$TPF_LOCAL_RANK "
                        "lsize=$TPF_LOCAL_WORLD_SIZE size=$TPF_WORLD_SIZE store=$TPF_STORE_ADDR "
                        "timeout=$TPF_TIMEOUT setting=$TPF_NODE_ID"},
                       {"TPF_NODE_ID=passed-on"});
-  std::remove(rsh.c_str());
-  ::rmdir(dir_template);
   ASSERT_FALSE(r.timed_out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<int, std::string> lines;
@@ -107,6 +126,20 @@ TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
     EXPECT_TRUE(contains(line, "store=127.0.0.1:")) << line;
     EXPECT_TRUE(contains(line, "timeout=9 setting=passed-on")) << line;
   }
+}
+
+// A host the remote shell cannot reach fails its rank with the shell's status; the others are
+// stopped after the grace, as for any failed rank.
+TEST(Launcher, AnUnreachableHostFailsItsRanks) {
+  FakeRemoteShell rsh;
+  ASSERT_TRUE(rsh.ok());
+  Outcome r = run_tpf({"run", "--hosts", "up:1,down:1", "--rsh", rsh.path(), "--store-bind",
+                       "127.0.0.1", "--", "sleep", "30"},
+                      {"TPF_RUN_GRACE_S=0.2"});
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "fake-ssh: cannot reach down")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 exited with code 255")) << r.err;
 }
 
 TEST(Launcher, EachJobGetsAFreshSecretAndJobId) {
