@@ -43,6 +43,9 @@ constexpr size_t kMaxChunks = size_t{1} << kChunkBits;
 // x 1 rank, 1 Gb/s, 64 MiB, before the send windows): slices of 512 KiB 0.99 of the link, 1 MiB
 // 0.96, 2 MiB 0.90, 4 MiB 0.79.
 constexpr size_t kMinChunkBytes = size_t{1} << 19;
+// An all_reduce whose every leader sends at most this much ((H-1) x the buffer) goes in one round
+// (all_reduce_one_shot): at that size a round's latency outweighs the extra bytes.
+constexpr size_t kOneShotBytes = size_t{64} << 10;
 
 // Scratch slots (HostScratch): fixed ones, then two per host.
 enum Slot : size_t { kHostData = 0, kOwnPart = 1, kCombined = 2, kCombineTemp = 3, kPerHost = 4 };
@@ -311,23 +314,39 @@ class HostCollective {
   // calls on different hosts fail as a mismatch instead of waiting for messages never sent.
   void compare_fingerprints_across_hosts() {
     if (!is_leader()) return;
-    const transport::Fingerprint mine = collective_fingerprint(d_, sequence_);
-    std::vector<transport::Fingerprint> theirs(hosts());
     InFlight flight(g_.network, ctx_);
+    Fingerprints fingerprints = post_fingerprints(flight);
+    check_fingerprints(flight, fingerprints);
+  }
+  // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
+  // send its data along with its fingerprint (all_reduce_one_shot). Leaders only.
+  struct Fingerprints {
+    transport::Fingerprint mine;
+    std::vector<transport::Fingerprint> theirs;
+    std::vector<size_t> received;  // per host: the request of its fingerprint
+  };
+  Fingerprints post_fingerprints(InFlight& flight) {
+    Fingerprints f{collective_fingerprint(d_, sequence_),
+                   std::vector<transport::Fingerprint>(hosts()), std::vector<size_t>(hosts())};
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
-      flight.recv(leader(h), tag(kFingerprint), &theirs[h], sizeof mine);
-      flight.send(leader(h), tag(kFingerprint), &mine, sizeof mine);
+      f.received[h] = flight.recv(leader(h), tag(kFingerprint), &f.theirs[h], sizeof f.mine);
+      flight.send(leader(h), tag(kFingerprint), &f.mine, sizeof f.mine);
     }
-    flight.wait_all();
+    return f;
+  }
+  // Waits for every other leader's fingerprint (not for the sends) and throws on a difference.
+  void check_fingerprints(InFlight& flight, const Fingerprints& f) {
     for (int h = 0; h < hosts(); ++h) {
-      if (h == host_ || theirs[h] == mine) continue;
+      if (h == host_) continue;
+      flight.wait(f.received[h]);
+      if (f.theirs[h] == f.mine) continue;
       throw Error(ErrorCode::mismatch,
                   ctx_.op_label() + ": ranks called different collectives: rank " +
                       std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') called " +
-                      describe_fingerprint(mine) + ", rank " + std::to_string(leader(h)) +
+                      describe_fingerprint(f.mine) + ", rank " + std::to_string(leader(h)) +
                       " (host '" + g_.hosts.key(h) + "') called " +
-                      describe_fingerprint(theirs[h]));
+                      describe_fingerprint(f.theirs[h]));
     }
   }
 
@@ -397,7 +416,45 @@ class HostCollective {
       copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
   }
 
-  void all_reduce() { reduce_in_slices(/*to_everyone=*/true); }
+  void all_reduce() {
+    if (bytes(d_.count) * static_cast<size_t>(hosts() - 1) <= kOneShotBytes) {
+      return all_reduce_one_shot();
+    }
+    reduce_in_slices(/*to_everyone=*/true);
+  }
+
+  // Small all_reduce in one network round: each leader sends its host's partial result, with its
+  // fingerprint, to every other leader, and combines all of them in host order (every leader the
+  // same bits). The data lands in scratch and is combined only once the fingerprints agree, so a
+  // mismatch touches no caller's buffer. One round instead of three (fingerprints, reduce-scatter,
+  // all-gather): measured 8 B on 2 emulated hosts, 212 us before.
+  void all_reduce_one_shot() {
+    const size_t n = d_.count;
+    const void* partial = d_.send;
+    if (!alone()) {
+      local(local_desc(OpKind::reduce, n, 0, d_.send, d_.recv, partial_op()));
+      partial = d_.recv;
+    }
+    if (is_leader()) {
+      InFlight flight(g_.network, ctx_);
+      const Fingerprints fingerprints = post_fingerprints(flight);
+      std::vector<const void*> parts(hosts());
+      for (int h = 0; h < hosts(); ++h) {
+        if (h == host_) {
+          parts[h] = partial;
+          continue;
+        }
+        std::byte* from = scratch(from_slot(h), n);
+        flight.recv(leader(h), tag(kFirst), from, bytes(n));
+        parts[h] = from;
+      }
+      for (int h : others_from_next()) flight.send(leader(h), tag(kFirst), partial, bytes(n));
+      check_fingerprints(flight, fingerprints);
+      flight.wait_all();
+      combine_hosts(d_.recv, parts, n);
+    }
+    if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
+  }
   void reduce() { reduce_in_slices(/*to_everyone=*/false); }
 
   // all_reduce, and reduce to a root, in segments, pipelined: segment s is reduced inside the

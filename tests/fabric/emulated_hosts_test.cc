@@ -194,8 +194,12 @@ TEST(EmulatedHosts, AHostCutOffTheNetworkIsNamedOnBothSides) {
               wait_until([&] { return shared.counter(0).load() == 3; }, std::chrono::seconds(50)),
               "the other ranks did not leave the barrier");
           TPF_CHILD_CHECK(cluster.cut(1), "ip link set down failed");
-        } else {
+          shared.counter(1).store(1);
+        } else {  // and start the all_reduce only once the link is down: nothing crosses
           shared.counter(0).fetch_add(1);
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(50)),
+              "rank 0 did not cut the link");
         }
         int64_t value = 1, out = 0;
         const Error e = expect_error("all_reduce across a cut link", [&] {
