@@ -472,7 +472,10 @@ class HostCollective {
     const size_t n = d_.count;
     const int hcount = hosts();
     const int root_host = to_everyone ? -1 : g_.hosts.host_of(d_.root);
-    auto rep = [&](int h) { return h == root_host ? d_.root : leader(h); };
+    // all_reduce goes between the leaders; reduce between the representatives.
+    auto rep = [&](int h) {
+      return to_everyone ? leader(h) : ranks_on(h)[representative_local_rank(h)];
+    };
     const int local_root = g_.hosts.local_rank(rep(host_));
     const bool on_network = me_ == rep(host_);
     const bool has_result = to_everyone || me_ == d_.root;
