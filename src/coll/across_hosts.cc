@@ -317,6 +317,10 @@ class HostCollective {
     InFlight flight(g_.network, ctx_);
     Fingerprints fingerprints = post_fingerprints(flight);
     check_fingerprints(flight, fingerprints);
+    // And the sends: a send still in flight when `flight` goes would be cancelled, which closes
+    // its connection. (A send completes once its buffer is free: a tagged one mostly at once,
+    // a put one after its flush, no later than the other leader's fingerprint arrives here.)
+    flight.wait_all();
   }
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
   // send its data along with its fingerprint (all_reduce_one_shot). Leaders only.

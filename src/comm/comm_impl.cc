@@ -95,6 +95,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.label = comm_label;
     net.setup_timeout = setup_.settings.setup_timeout;
     net.transports = setup_.settings.net_transports;
+    net.protocol = setup_.settings.net_protocol;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     net_p2p_ = std::make_unique<NetP2p>(*network_, setup_.size, setup_.name,
                                         [this](std::exception_ptr e) { return record_failure(e); });

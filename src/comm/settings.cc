@@ -53,6 +53,9 @@ constexpr SettingInfo kCatalog[] = {
      "network and IPC namespaces, /dev/shm and hostname)"},
     {"TPF_NET_TRANSPORTS", "communicator",
      "UCX transports between hosts (UCX_TLS syntax; default: all but shared memory)"},
+    {"TPF_NET_PROTOCOL", "communicator",
+     "how data crosses between hosts: tag (tagged messages), put (put + signal into registered "
+     "slots) or auto (put where UCX has RDMA, else tag; the default)"},
     {"TPF_HOST_LOST_S", "communicator",
      "seconds without a heartbeat after which a rank on another host is named stopped or "
      "unreachable"},
@@ -157,6 +160,14 @@ std::optional<coll::AllReduceAlgorithm> env_all_reduce_algorithm() {
               "TPF_ALLREDUCE_ALGO='" + *text + "': expected one_shot or two_shot");
 }
 
+std::optional<transport::NetProtocol> env_net_protocol() {
+  auto text = base::env_string("TPF_NET_PROTOCOL");
+  if (!text) return std::nullopt;
+  if (auto protocol = transport::parse_net_protocol(*text)) return protocol;
+  throw Error(ErrorCode::invalid_argument,
+              "TPF_NET_PROTOCOL='" + *text + "': expected tag, put or auto");
+}
+
 std::optional<size_t> env_flight_recorder_size() {
   auto text = base::env_string("TPF_FLIGHT_RECORDER_SIZE");
   if (!text) return std::nullopt;
@@ -256,6 +267,9 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
                                std::string(transport::kNetworkTransports),
                                [](const std::string& tls) { return tls; });
+  s.net_protocol = read.take(
+      "TPF_NET_PROTOCOL", env_net_protocol(), transport::NetProtocol::automatic,
+      [](transport::NetProtocol p) { return std::string(transport::net_protocol_name(p)); });
   s.host_lost_after = read.take("TPF_HOST_LOST_S", base::env_seconds("TPF_HOST_LOST_S"),
                                 kDefaultHostLostAfter, ms_text);
   if (launch_env_present()) {

@@ -15,6 +15,7 @@
 
 #include "coll/algorithms.h"
 #include "tpf/comm.h"
+#include "transport/net_protocol.h"
 
 namespace tpf::detail {
 
@@ -39,6 +40,7 @@ struct CommSettings {
   int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
   std::string host_key;               // this rank's host (topo/hosts.h)
   std::string net_transports;         // UCX transports between hosts (UCX_TLS syntax)
+  transport::NetProtocol net_protocol = transport::NetProtocol::automatic;
   // A rank on another host not heard from for this long is named lost (comm/heartbeat.h).
   std::chrono::milliseconds host_lost_after{0};
   std::vector<SettingReport> report;  // every value above with its source

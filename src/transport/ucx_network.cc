@@ -1,6 +1,7 @@
 #include "transport/ucx_network.h"
 
 #include <poll.h>
+#include <sys/mman.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <map>
 
 #include "tpf/error.h"
+#include "transport/put_protocol.h"
 #include "transport/shm_layout.h"
 
 namespace tpf::transport {
@@ -59,9 +61,81 @@ uint64_t ucx_tag(int sender, uint64_t tag) {
   return static_cast<uint64_t>(sender) << UcxNetwork::kTagBits | tag;
 }
 
+// Whether UCX found an RDMA transport: its context lists each resource as
+// "resource N : md M dev D flags -- <transport>/<device>" (UCX 1.13's print format; a format
+// it does not recognise reads as TCP only, the safe choice).
+bool has_rdma_transport(ucp_context_h context) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) return false;
+  ucp_context_print_info(context, stream);
+  std::fclose(stream);
+  const std::string info(text, length);
+  std::free(text);
+  static constexpr std::string_view kMarker = "flags -- ";
+  for (size_t at = info.find(kMarker); at != std::string::npos; at = info.find(kMarker, at + 1)) {
+    const std::string_view name = std::string_view(info).substr(at + kMarker.size(), 3);
+    if (name.starts_with("rc") || name.starts_with("dc") || name.starts_with("ud")) return true;
+  }
+  return false;
+}
+
+// What a rank using put + signal publishes: its region's address, its remote key and where each
+// peer's block is. Little-endian fields: base (8), key length (4), key, peers (4), then per
+// peer its rank (4) and block offset (8).
+struct PutPublication {
+  uint64_t base = 0;
+  std::vector<unsigned char> rkey;
+  std::vector<std::pair<int32_t, uint64_t>> blocks;
+};
+
+std::string encode(const PutPublication& p) {
+  std::string out;
+  auto put = [&](const void* data, size_t bytes) {
+    out.append(static_cast<const char*>(data), bytes);
+  };
+  const auto key_bytes = static_cast<uint32_t>(p.rkey.size());
+  const auto peers = static_cast<uint32_t>(p.blocks.size());
+  put(&p.base, 8);
+  put(&key_bytes, 4);
+  put(p.rkey.data(), p.rkey.size());
+  put(&peers, 4);
+  for (const auto& [rank, offset] : p.blocks) {
+    put(&rank, 4);
+    put(&offset, 8);
+  }
+  return to_hex(out.data(), out.size());
+}
+
+std::optional<PutPublication> decode(const std::string& text) {
+  const std::vector<unsigned char> bytes = from_hex(text);
+  size_t at = 0;
+  auto take = [&](void* into, size_t n) {
+    if (at + n > bytes.size()) return false;
+    std::memcpy(into, bytes.data() + at, n);
+    at += n;
+    return true;
+  };
+  PutPublication p;
+  uint32_t key_bytes = 0, peers = 0;
+  if (!take(&p.base, 8) || !take(&key_bytes, 4) || key_bytes > bytes.size()) return std::nullopt;
+  p.rkey.resize(key_bytes);
+  if (!take(p.rkey.data(), key_bytes) || !take(&peers, 4) || peers > bytes.size())
+    return std::nullopt;
+  for (uint32_t i = 0; i < peers; ++i) {
+    int32_t rank = 0;
+    uint64_t offset = 0;
+    if (!take(&rank, 4) || !take(&offset, 8)) return std::nullopt;
+    p.blocks.emplace_back(rank, offset);
+  }
+  if (at != bytes.size()) return std::nullopt;
+  return p;
+}
+
 }  // namespace
 
-struct UcxNetwork::Ucx {
+struct UcxNetwork::Ucx final : RemoteWriter {
   struct ErrorSink {
     Ucx* ucx;
     int rank;
@@ -89,6 +163,55 @@ struct UcxNetwork::Ucx {
   std::map<int, BeatSlot> beats_in;
   std::vector<void*> beats_out;  // sends in flight
   bool failed = false;           // the communicator failed (notify_failure)
+  // Put + signal (see put_protocol.h): this rank's registered region, and per rank whether the
+  // pair uses it, the peer's remote key and the address of this rank's block in its region.
+  std::string label;
+  void* region = nullptr;
+  size_t region_bytes = 0;
+  ucp_mem_h region_memory = nullptr;
+  std::vector<bool> via_put;
+  std::vector<ucp_rkey_h> rkeys;
+  std::vector<uint64_t> remote_bases;   // where the peer's region starts, in its process
+  std::vector<uint64_t> remote_blocks;  // where this rank's block is in the peer's region
+  std::unique_ptr<PutProtocol> put_protocol;
+
+  Error put_failure(int peer, ucs_status_t status) const {
+    return Error(ErrorCode::peer_died, label + ": writing into rank " + std::to_string(peer) +
+                                           "'s memory failed: " + status_text(status) +
+                                           " (its process exited or its connection failed)");
+  }
+  void* put(int peer, uint64_t offset, const void* source, size_t bytes) override {
+    if (endpoints[peer] == nullptr) throw put_failure(peer, UCS_ERR_NOT_CONNECTED);
+    ucp_request_param_t param{};
+    ucs_status_ptr_t started = ucp_put_nbx(endpoints[peer], source, bytes,
+                                           remote_bases[peer] + offset, rkeys[peer], &param);
+    if (UCS_PTR_IS_ERR(started)) throw put_failure(peer, UCS_PTR_STATUS(started));
+    return started;
+  }
+  void* flush(int peer) override {
+    if (endpoints[peer] == nullptr) throw put_failure(peer, UCS_ERR_NOT_CONNECTED);
+    ucp_request_param_t param{};
+    ucs_status_ptr_t started = ucp_ep_flush_nbx(endpoints[peer], &param);
+    if (UCS_PTR_IS_ERR(started)) throw put_failure(peer, UCS_PTR_STATUS(started));
+    return started;
+  }
+  bool complete(int peer, void* handle) override {
+    if (handle == nullptr) return true;
+    const ucs_status_t status = ucp_request_check_status(handle);
+    if (status == UCS_INPROGRESS) return false;
+    ucp_request_free(handle);
+    if (status != UCS_OK) throw put_failure(peer, status);
+    return true;
+  }
+  void abandon(int peer, void* handle) override {
+    if (handle == nullptr) return;
+    // A put cannot be cancelled: closing the endpoint ends it (the network is failed anyway).
+    if (ucp_request_check_status(handle) == UCS_INPROGRESS) close(peer, true);
+    const auto give_up = Clock::now() + kCancelLimit;
+    while (ucp_request_check_status(handle) == UCS_INPROGRESS && Clock::now() < give_up) progress();
+    ucp_request_free(handle);
+  }
+  void release(void* handle) override { ucp_request_free(handle); }
 
   static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* sink = static_cast<ErrorSink*>(arg);
@@ -123,7 +246,10 @@ struct UcxNetwork::Ucx {
     ucp_request_free(request);
   }
 
-  ~Ucx() {
+  ~Ucx() override {
+    put_protocol.reset();  // lets its last signals and credits go on: the closes flush them
+    for (ucp_rkey_h rkey : rkeys)
+      if (rkey != nullptr) ucp_rkey_destroy(rkey);
     for (NoticeSlot& slot : notices_in) {
       if (slot.pending != nullptr) ucp_request_cancel(worker, slot.pending);
     }
@@ -160,7 +286,9 @@ struct UcxNetwork::Ucx {
       if (request != nullptr && !UCS_PTR_IS_ERR(request)) settle(request);
     }
     if (worker != nullptr) ucp_worker_destroy(worker);
+    if (region_memory != nullptr) ucp_mem_unmap(context, region_memory);
     if (context != nullptr) ucp_cleanup(context);
+    if (region != nullptr) ::munmap(region, region_bytes);
   }
 };
 
@@ -170,6 +298,11 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   u.endpoints.assign(n, nullptr);
   u.failures.assign(n, UCS_OK);
   u.sinks.resize(n);
+  u.label = config_.label;
+  u.via_put.assign(n, false);
+  u.rkeys.assign(n, nullptr);
+  u.remote_bases.assign(n, 0);
+  u.remote_blocks.assign(n, 0);
   auto check = [&](ucs_status_t status, const char* call) {
     if (status != UCS_OK) {
       throw Error(ErrorCode::bootstrap,
@@ -191,10 +324,14 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  if (config_.protocol != NetProtocol::tag) params.features |= UCP_FEATURE_RMA;
   params.estimated_num_eps = config_.peers.size();
   const ucs_status_t init = ucp_init(&params, ucx_config, &u.context);
   ucp_config_release(ucx_config);
   check(init, "ucp_init");
+  const bool wants_put =
+      config_.protocol == NetProtocol::put ||
+      (config_.protocol == NetProtocol::automatic && has_rdma_transport(u.context));
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -208,6 +345,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   const std::string published = to_hex(address, address_bytes);
   ucp_worker_release_address(u.worker, address);
   Store& store = *config_.store;
+  store.set("netput/" + std::to_string(config_.rank), wants_put ? publish_region() : "");
   store.set("net/" + std::to_string(config_.rank), published);
 
   const auto deadline = Clock::now() + config_.setup_timeout;
@@ -239,7 +377,10 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
                                             " over the network (UCX " + config_.transports +
                                             "): " + status_text(created));
     }
+    // Published before its address: there by now.
+    if (wants_put) use_put_with(p, store.get("netput/" + std::to_string(p), left));
   }
+  if (wants_put) start_put_protocol();
   // A first empty message each way: every connection works before the communicator is used.
   std::vector<NetRequest> hello;
   for (int p : config_.peers) {
@@ -260,6 +401,77 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
                                                ucx_tag(p, kNoticeTag), ~uint64_t{0}, &param);
     if (!UCS_PTR_IS_ERR(posted)) slot.pending = posted;
   }
+}
+
+std::string UcxNetwork::publish_region() {
+  Ucx& u = *ucx_;
+  u.region_bytes = std::max<size_t>(config_.peers.size(), 1) * SlotLayout::block_bytes();
+  void* region = ::mmap(nullptr, u.region_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // zeroed: no signal yet
+  if (region == MAP_FAILED) {
+    throw Error(ErrorCode::system, config_.label + ": cannot allocate " +
+                                       std::to_string(u.region_bytes) +
+                                       " bytes of network slots: " + std::strerror(errno));
+  }
+  u.region = region;
+  ucp_mem_map_params_t map{};
+  map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  map.address = u.region;
+  map.length = u.region_bytes;
+  auto check = [&](ucs_status_t status, const char* call) {
+    if (status != UCS_OK) {
+      throw Error(ErrorCode::bootstrap, config_.label + ": registering the network slots failed: " +
+                                            call + ": " + status_text(status));
+    }
+  };
+  check(ucp_mem_map(u.context, &map, &u.region_memory), "ucp_mem_map");
+  void* key = nullptr;
+  size_t key_bytes = 0;
+  check(ucp_rkey_pack(u.context, u.region_memory, &key, &key_bytes), "ucp_rkey_pack");
+  PutPublication publication;
+  publication.base = reinterpret_cast<uint64_t>(u.region);
+  publication.rkey.assign(static_cast<unsigned char*>(key),
+                          static_cast<unsigned char*>(key) + key_bytes);
+  ucp_rkey_buffer_release(key);
+  for (size_t i = 0; i < config_.peers.size(); ++i)
+    publication.blocks.emplace_back(config_.peers[i], PutProtocol::block_offset(i));
+  return encode(publication);
+}
+
+void UcxNetwork::use_put_with(int peer, const std::string& published) {
+  Ucx& u = *ucx_;
+  if (published.empty()) return;  // the peer uses tagged messages: so does the pair
+  const std::optional<PutPublication> p = decode(published);
+  const auto mine = p ? std::find_if(p->blocks.begin(), p->blocks.end(),
+                                     [&](const auto& block) { return block.first == config_.rank; })
+                      : decltype(p->blocks.begin()){};
+  if (!p || mine == p->blocks.end()) {
+    throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(peer) +
+                                          " published malformed network slots");
+  }
+  const ucs_status_t unpacked =
+      ucp_ep_rkey_unpack(u.endpoints[peer], p->rkey.data(), &u.rkeys[peer]);
+  if (unpacked != UCS_OK) {
+    throw Error(ErrorCode::bootstrap, config_.label + ": cannot use rank " + std::to_string(peer) +
+                                          "'s network slots: " + status_text(unpacked));
+  }
+  u.remote_bases[peer] = p->base;
+  u.remote_blocks[peer] = mine->second;
+  u.via_put[peer] = true;
+}
+
+void UcxNetwork::start_put_protocol() {
+  Ucx& u = *ucx_;
+  std::vector<uint64_t> blocks;
+  for (int p : config_.peers) blocks.push_back(u.remote_blocks[p]);
+  u.put_protocol =
+      std::make_unique<PutProtocol>(std::span(static_cast<std::byte*>(u.region), u.region_bytes),
+                                    config_.peers, std::move(blocks), u);
+}
+
+bool UcxNetwork::uses_put(int peer) const {
+  check_peer(peer, "ask about the protocol with");
+  return ucx_->via_put[peer];
 }
 
 void UcxNetwork::notify_failure(const FailureRecord& record) {
@@ -395,6 +607,11 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
     throw Error(ErrorCode::internal, config_.label + ": no network endpoint for rank " +
                                          std::to_string(peer) + " (or tag out of range)");
   }
+  if (ucx_->via_put[peer]) {
+    request.via_put = true;
+    request.pending = ucx_->put_protocol->send(peer, tag, data, bytes);
+    return request;
+  }
   ucp_request_param_t param{};
   ucs_status_ptr_t started = ucp_tag_send_nbx(ep, data, bytes, ucx_tag(config_.rank, tag), &param);
   if (UCS_PTR_IS_ERR(started)) {
@@ -409,6 +626,11 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   check_peer(peer, "receive from");
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, false, bytes};
+  if (ucx_->via_put[peer]) {
+    request.via_put = true;
+    request.pending = ucx_->put_protocol->recv(peer, tag, data, bytes, any_bits);
+    return request;
+  }
   // Always a request, never an immediate completion: UCX 1.13 does not report the length of a
   // receive that completes at once (recv_info stays untouched), and the length is checked.
   ucp_request_param_t param{};
@@ -427,6 +649,11 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
 
 void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {
   Ucx& u = *ucx_;
+  for (NetRequest& r : requests) {
+    if (r.pending == nullptr || !r.via_put) continue;
+    u.put_protocol->cancel(static_cast<PutProtocol::Op*>(r.pending));
+    r.pending = nullptr;
+  }
   for (NetRequest& r : requests) {
     if (r.pending == nullptr) continue;
     if (r.is_send) {
@@ -470,9 +697,38 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   if (std::optional<FailureRecord> notice = notice_locked()) {
     fail(RootCauseError(ctx.op_label() + ": a rank on another host failed", *notice));
   }
+  if (u.put_protocol) {
+    try {
+      u.put_protocol->pump();
+    } catch (const Error& e) {
+      fail(Error(e.code(), ctx.op_label() + ": " + e.what()));
+    }
+  }
+  auto wrong_length = [&](const NetRequest& r, size_t length) {
+    return Error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
+                                          " sent " + std::to_string(length) + " bytes where " +
+                                          std::to_string(r.bytes) + " were expected");
+  };
   Progress progress;
   for (NetRequest& r : requests) {
     if (r.pending == nullptr) continue;
+    if (r.via_put) {
+      auto* op = static_cast<PutProtocol::Op*>(r.pending);
+      const PutProtocol::Status status = u.put_protocol->status(op);
+      if (!status.done) {
+        if (u.failures[r.peer] != UCS_OK) fail(peer_failure(r.peer, u.failures[r.peer]));
+        progress.done = false;
+        continue;
+      }
+      u.put_protocol->finish(op);
+      r.pending = nullptr;
+      r.received_tag = status.received_tag;
+      progress.completed = true;
+      if (status.truncated) fail(truncated(r.peer, r.bytes));
+      if (!r.is_send && status.received_bytes != r.bytes)
+        fail(wrong_length(r, status.received_bytes));
+      continue;
+    }
     ucp_tag_recv_info_t info{};
     const ucs_status_t status = r.is_send ? ucp_request_check_status(r.pending)
                                           : ucp_tag_recv_request_test(r.pending, &info);
@@ -489,11 +745,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     if (status != UCS_OK) {
       fail(peer_failure(r.peer, u.failures[r.peer] != UCS_OK ? u.failures[r.peer] : status));
     }
-    if (!r.is_send && info.length != r.bytes) {
-      fail(Error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
-                                          " sent " + std::to_string(info.length) + " bytes where " +
-                                          std::to_string(r.bytes) + " were expected"));
-    }
+    if (!r.is_send && info.length != r.bytes) fail(wrong_length(r, info.length));
   }
   return progress;
 }

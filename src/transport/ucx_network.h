@@ -8,9 +8,16 @@
 // engine (libfabric, say) is one more class with the same interface.
 //
 // Wire-up: each rank publishes its UCX worker address in the communicator's store under
-// "net/<rank>" and connects to the peers it names. Messages carry a 64-bit UCX tag: the sender's
-// rank in the top kRankBits bits, the caller's tag below; a receive names its peer and tag, so it
-// matches only that peer's message.
+// "net/<rank>" and connects to the peers it names.
+//
+// Two protocols carry send() and recv(), chosen per pair of ranks (net_protocol.h):
+// - tagged messages (what TCP serves best): a 64-bit UCX tag holds the sender's rank in the top
+//   kRankBits bits and the caller's tag below; a receive names its peer and tag, so it matches
+//   only that peer's message;
+// - put + signal into registered slots (what RDMA serves best; transport/put_protocol.h): each
+//   rank also publishes its region's address and remote key under "netput/<rank>".
+// Both match messages to receives the same way, so callers cannot tell them apart. Failure
+// notices and heartbeats always travel as tagged messages.
 //
 // Failures: endpoints use UCX's peer error mode, so a peer process that dies is reported within
 // milliseconds; a receive from it would never complete by itself, so the wait cancels it and
@@ -30,6 +37,7 @@
 #include <vector>
 
 #include "tpf/store.h"
+#include "transport/net_protocol.h"
 #include "transport/shm_fabric.h"
 
 namespace tpf::transport {
@@ -46,6 +54,7 @@ struct NetworkConfig {
   std::chrono::milliseconds setup_timeout{30000};
   // UCX_TLS: every transport but the shared-memory ones (RDMA and TCP stay; self is not needed).
   std::string transports = kNetworkTransports;
+  NetProtocol protocol = NetProtocol::automatic;
 };
 
 // One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.
@@ -55,6 +64,7 @@ struct NetRequest {
   bool is_send = false;
   size_t bytes = 0;
   uint64_t received_tag = 0;  // a completed receive: the tag the sender gave (below the rank bits)
+  bool via_put = false;       // put + signal: `pending` is the put protocol's op
 };
 
 class UcxNetwork {
@@ -114,11 +124,18 @@ class UcxNetwork {
   };
   Heard heard_from(int peer);
 
+  // Whether transfers with `peer` use put + signal (else tagged messages).
+  bool uses_put(int peer) const;
+
   // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`.
   std::string describe_lanes(int peer) const;
 
  private:
   struct Ucx;
+  // Put + signal wire-up: register this rank's slots and say where they are; take a peer's.
+  std::string publish_region();
+  void use_put_with(int peer, const std::string& published);
+  void start_put_protocol();
   void check_peer(int peer, const char* what) const;
   void cancel_locked(std::span<NetRequest> requests);
   // The failure a peer announced, if one has (mu_ held).

@@ -75,8 +75,11 @@ TEST(CommSettings, EveryValueSaysWhereItCameFrom) {
     EXPECT_EQ(s.timeout, std::chrono::seconds(300));
     EXPECT_EQ(reported(s, "TPF_TIMEOUT").source, "default");
     EXPECT_EQ(reported(s, "TPF_ALLREDUCE_ALGO").value, "automatic");
+    EXPECT_EQ(s.net_protocol, transport::NetProtocol::automatic);
+    EXPECT_EQ(reported(s, "TPF_NET_PROTOCOL").value, "auto");
   }
   ScopedEnv timeout("TPF_TIMEOUT", "7");
+  ScopedEnv protocol("TPF_NET_PROTOCOL", "put");
   ScopedEnv algorithm("TPF_ALLREDUCE_ALGO", "two_shot");
   ScopedEnv cpus("TPF_CPUS", "3");
   {
@@ -89,6 +92,8 @@ TEST(CommSettings, EveryValueSaysWhereItCameFrom) {
     EXPECT_EQ(s.excess_ranks(5), 2);  // no launcher: the communicator's ranks are the machine's
     EXPECT_EQ(s.excess_ranks(2), 0);
     EXPECT_EQ(reported(s, "TPF_CPUS").value, "3");
+    EXPECT_EQ(s.net_protocol, transport::NetProtocol::put);
+    EXPECT_EQ(reported(s, "TPF_NET_PROTOCOL").source, "TPF_NET_PROTOCOL");
   }
   CommOptions options;  // what the program says wins over the environment
   options.timeout = std::chrono::milliseconds(2500);
@@ -122,6 +127,7 @@ TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
       {"TPF_TIMEOUT", "never"},
       {"TPF_FLIGHT_RECORDER_SIZE", "-3"},
       {"TPF_SHM_BUFFER_BYTES", "2T"},
+      {"TPF_NET_PROTOCOL", "rdma"},
   };
   for (const auto& [name, value] : cases) {
     ScopedEnv env(name, value);
