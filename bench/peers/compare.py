@@ -14,6 +14,8 @@ bus bandwidth against message size, one panel per (collective, N).
   bench/peers/compare.py                       # N = 2 4 8, 8 B .. 256 MiB, factor 4, 3 rounds
   bench/peers/compare.py --quick               # CI smoke: N = 2, up to 1 MiB, 1 round
   bench/peers/compare.py --nranks 2 --collectives all_reduce --rounds 5
+  bench/peers/compare.py --hosts 2 --rate 1gbit --nranks 2   # across 2 emulated hosts (root;
+                                               # bench/peers/emulated.py): adds Open MPI's UCX path
 """
 import argparse
 import datetime
@@ -26,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 
+import emulated
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-IMPLS = ("tpf", "mpi", "gloo", "torch")
+IMPLS = ("tpf", "mpi", "mpiucx", "gloo", "torch")  # mpiucx: across emulated hosts only
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 BUS_FACTOR = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
@@ -36,7 +40,8 @@ BUS_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
 }
-COLORS = {"tpf": "#d62728", "mpi": "#1f77b4", "gloo": "#2ca02c", "torch": "#ff7f0e"}
+COLORS = {"tpf": "#d62728", "mpi": "#1f77b4", "mpiucx": "#9467bd", "gloo": "#2ca02c",
+          "torch": "#ff7f0e"}
 
 
 def human(nbytes):
@@ -65,6 +70,7 @@ class Runner:
         self.gloo_bench = os.path.join(b, "bench", "gloo_bench")
         self.python = find_python_with_torch()
         self.mpirun = shutil.which("mpirun")
+        self.launch = None  # set by main() across emulated hosts
         self.available = {}
         self.why_not = {}
         for impl in args.impls:
@@ -77,7 +83,9 @@ class Runner:
     def _check(self, impl):
         if impl == "tpf":
             return os.access(self.tpf, os.X_OK), "no %s (build the tpf target)" % self.tpf
-        if impl == "mpi":
+        if impl == "mpiucx" and not self.args.hosts:
+            return False, "Open MPI's UCX path is compared across emulated hosts only (--hosts)"
+        if impl in ("mpi", "mpiucx"):
             return (os.access(self.mpi_bench, os.X_OK) and self.mpirun is not None,
                     "no %s or no mpirun (install openmpi-bin, libopenmpi-dev)" % self.mpi_bench)
         if impl == "gloo":
@@ -95,6 +103,8 @@ class Runner:
         """Returns {bytes: (time_us, wrong)} or None if this implementation cannot do it."""
         if impl == "torch" and coll == "reduce_scatter":
             return None  # PyTorch 1.13's gloo backend has no reduce_scatter
+        if self.launch is not None:  # across emulated hosts
+            return emulated.rows_of(impl, coll, self.launch.run(impl, coll, n))
         if impl == "tpf":
             with tempfile.TemporaryDirectory(prefix="compare.") as d:
                 out = os.path.join(d, "tpf.json")
@@ -149,17 +159,20 @@ def print_tables(args, med, wrong):
             sizes = sorted({b for impl in IMPLS for b in med.get((coll, n, impl), {})})
             if not sizes:
                 continue
-            print("\n## %s, N = %d (median of %d rounds; time per call in us)" %
-                  (coll, n, args.rounds))
-            print("%10s | %10s | %10s | %10s | %10s | %s" %
-                  ("size", "tpf us", "mpi us", "gloo us", "torch us", "tpf/best-peer"))
+            where = (" across %d emulated hosts, links capped at %s" % (args.hosts, args.rate)
+                     if args.hosts else "")
+            print("\n## %s, N = %d%s (median of %d rounds; time per call in us)" %
+                  (coll, n, where, args.rounds))
+            impls = [i for i in IMPLS if i in args.impls]
+            print(" | ".join(["%10s" % "size"] + ["%10s" % (i + " us") for i in impls] +
+                             ["tpf/best-peer"]))
             for b in sizes:
                 cells = []
-                for impl in IMPLS:
+                for impl in impls:
                     t = med.get((coll, n, impl), {}).get(b)
                     cells.append("%10.2f" % t if t is not None else "%10s" % "-")
                 tpf = med.get((coll, n, "tpf"), {}).get(b)
-                peers = [med[(coll, n, p)][b] for p in IMPLS[1:]
+                peers = [med[(coll, n, p)][b] for p in impls if p != "tpf"
                          if b in med.get((coll, n, p), {})]
                 ratio = tpf / min(peers) if tpf is not None and peers else None
                 ratios[(coll, n, b)] = ratio
@@ -183,7 +196,7 @@ def svg_chart(args, med):
            '<rect width="100%" height="100%" fill="white"/>',
            '<text x="10" y="18" font-size="14">Bus bandwidth vs message size '
            '(median of %d rounds, higher is better)</text>' % args.rounds]
-    for i, impl in enumerate(IMPLS):  # legend
+    for i, impl in enumerate([i for i in IMPLS if i in args.impls]):  # legend
         out.append('<rect x="%d" y="28" width="12" height="4" fill="%s"/>' % (10 + 80 * i, COLORS[impl]))
         out.append('<text x="%d" y="34">%s</text>' % (26 + 80 * i, impl))
     for k, (coll, n) in enumerate(panels):
@@ -235,7 +248,8 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--nranks", type=int, nargs="+", default=None, help="default 2 4 8")
     p.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES))
-    p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    p.add_argument("--impls", nargs="+", choices=IMPLS, default=None,
+                   help="default: all (mpiucx across emulated hosts only)")
     p.add_argument("--rounds", type=int, default=None, help="default 3")
     p.add_argument("-b", dest="min_bytes", type=parse_size, default=8)
     p.add_argument("-e", dest="max_bytes", type=parse_size, default=None, help="default 256M")
@@ -247,6 +261,9 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"), help="CMake build directory")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    p.add_argument("--hosts", type=int, default=0,
+                   help="run across this many emulated hosts (root; N ranks placed host by host)")
+    p.add_argument("--rate", default="1gbit", help="link cap across emulated hosts (tc tbf rate)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args()
     q = a.quick
@@ -257,8 +274,20 @@ def main():
     a.warmup = a.warmup if a.warmup is not None else (1 if q else 2)
     if a.factor < 2 or a.rounds < 1 or a.min_bytes > a.max_bytes or min(a.nranks) < 1:
         p.error("need -f >= 2, --rounds >= 1, -b <= -e and rank counts >= 1")
+    a.impls = a.impls or [i for i in IMPLS if a.hosts or i != "mpiucx"]
+    if a.hosts and any(n % a.hosts for n in a.nranks):
+        p.error("across %d hosts every rank count must be a multiple of it" % a.hosts)
+    if not a.hosts:
+        return compare(a)
+    with emulated.Cluster(a.hosts, a.rate) as cluster:
+        return compare(a, cluster)
+
+
+def compare(a, cluster=None):
 
     runner = Runner(a)
+    if cluster is not None:
+        runner.launch = emulated.Launch(runner, cluster, port=29400 + os.getpid() % 500)
     samples, wrong, failures = {}, {}, []
     for n in a.nranks:
         for coll in a.collectives:
@@ -298,6 +327,8 @@ def main():
              "wrong": wrong.get((c, n, i), 0)}
             for (c, n, i), per in sorted(samples.items()) for b, ts in sorted(per.items())],
     }
+    if a.hosts:
+        stamp = "hosts%d-%s-%s" % (a.hosts, a.rate, stamp)
     json_path = os.path.join(a.out, "peers-%s.json" % stamp)
     with open(json_path, "w") as f:
         json.dump(doc, f, indent=1)

@@ -9,7 +9,8 @@
 //
 // Processes: `gloo_bench -np N ...` forks the N ranks itself (the rendezvous directory is a fresh
 // temporary directory, removed at the end); without -np it reads RANK, WORLD_SIZE and
-// GLOO_STORE_DIR (e.g. under torchrun) and runs one rank.
+// GLOO_STORE_DIR (e.g. under torchrun) and runs one rank, listening on GLOO_HOSTNAME (default
+// 127.0.0.1).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -112,7 +113,10 @@ double max_over_ranks(const Ctx& ctx, double v) {
 
 int run_rank(const PeerArgs& args, int rank, int n, const std::string& store_dir) {
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  // The address this rank listens on: loopback unless GLOO_HOSTNAME names another (a rank in an
+  // emulated host listens on its host's link, bench/peers/emulated.py).
+  const char* hostname = std::getenv("GLOO_HOSTNAME");
+  attr.hostname = hostname != nullptr ? hostname : "127.0.0.1";
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(store_dir);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);

@@ -314,8 +314,9 @@ class HostCollective {
   // calls on different hosts fail as a mismatch instead of waiting for messages never sent.
   void compare_fingerprints_across_hosts() {
     if (!is_leader()) return;
+    Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
     InFlight flight(g_.network, ctx_);
-    Fingerprints fingerprints = post_fingerprints(flight);
+    post_fingerprints(flight, fingerprints);
     check_fingerprints(flight, fingerprints);
     // And the sends: a send still in flight when `flight` goes would be cancelled, which closes
     // its connection. (A send completes once its buffer is free: a tagged one mostly at once,
@@ -323,21 +324,26 @@ class HostCollective {
     flight.wait_all();
   }
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
-  // send its data along with its fingerprint (all_reduce_one_shot). Leaders only.
+  // send its data along with its fingerprint (all_reduce_one_shot). Leaders only. The sends read
+  // `mine` in place (a send may start later, behind its peer's window) and the receives land in
+  // `theirs`: a Fingerprints stays where it is, and outlives its InFlight; no copies or moves.
   struct Fingerprints {
-    transport::Fingerprint mine;
+    Fingerprints() = default;
+    Fingerprints(const Fingerprints&) = delete;
+    Fingerprints& operator=(const Fingerprints&) = delete;
+    transport::Fingerprint mine{};
     std::vector<transport::Fingerprint> theirs;
     std::vector<size_t> received;  // per host: the request of its fingerprint
   };
-  Fingerprints post_fingerprints(InFlight& flight) {
-    Fingerprints f{collective_fingerprint(d_, sequence_),
-                   std::vector<transport::Fingerprint>(hosts()), std::vector<size_t>(hosts())};
+  void post_fingerprints(InFlight& flight, Fingerprints& f) {
+    f.mine = collective_fingerprint(d_, sequence_);
+    f.theirs.assign(hosts(), {});
+    f.received.assign(hosts(), 0);
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       f.received[h] = flight.recv(leader(h), tag(kFingerprint), &f.theirs[h], sizeof f.mine);
       flight.send(leader(h), tag(kFingerprint), &f.mine, sizeof f.mine);
     }
-    return f;
   }
   // Waits for every other leader's fingerprint (not for the sends) and throws on a difference.
   void check_fingerprints(InFlight& flight, const Fingerprints& f) {
@@ -440,8 +446,9 @@ class HostCollective {
       partial = d_.recv;
     }
     if (is_leader()) {
+      Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
       InFlight flight(g_.network, ctx_);
-      const Fingerprints fingerprints = post_fingerprints(flight);
+      post_fingerprints(flight, fingerprints);
       std::vector<const void*> parts(hosts());
       for (int h = 0; h < hosts(); ++h) {
         if (h == host_) {
