@@ -293,8 +293,6 @@ PutProtocol::Status PutProtocol::status(const Op* op) const {
   return s;
 }
 
-int PutProtocol::peer_of(const Op* op) const { return op->peer; }
-
 void PutProtocol::finish(Op* op) {
   if (op->is_send) std::erase(out_[index_of(op->peer)]->active, op);
   live_.erase(op);

@@ -93,7 +93,6 @@ class PutProtocol {
   // credits back. Throws (from the writer) if a write fails; the ops stay to be cancelled.
   void pump();
   Status status(const Op* op) const;
-  int peer_of(const Op* op) const;
   void finish(Op* op);  // a done op: forget it
   void cancel(Op* op);  // an op in flight: stop it (bounded) and forget it
 

@@ -17,7 +17,9 @@
 // - put + signal into registered slots (what RDMA serves best; transport/put_protocol.h): each
 //   rank also publishes its region's address and remote key under "netput/<rank>".
 // Both match messages to receives the same way, so callers cannot tell them apart. Failure
-// notices and heartbeats always travel as tagged messages.
+// notices and heartbeats always travel as tagged messages. Over TCP, put is for testing: UCX 1.13
+// emulates puts with messages and aborts a process that must acknowledge one on an endpoint that
+// has failed (docs/fabric.md), so `automatic` picks put on RDMA lanes only.
 //
 // Failures: endpoints use UCX's peer error mode, so a peer process that dies is reported within
 // milliseconds; a receive from it would never complete by itself, so the wait cancels it and

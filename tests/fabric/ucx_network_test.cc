@@ -1,8 +1,9 @@
 // The network between hosts (transport/ucx_network.h), on its own: wire-up through the store,
 // messages of every size between every pair, and the failures a wait must name — a peer that
-// dies, a peer that never sends, a message of the wrong size — each with both protocols (tagged
-// messages; put + signal into registered slots). Runs over UCX's TCP transport on loopback (the
-// transport CI has; RDMA lanes are the same ucp calls).
+// dies, a peer that never sends, a message of the wrong size — with both protocols (tagged
+// messages; put + signal into registered slots), the dying peer with tagged messages only (see
+// that test). Runs over UCX's TCP transport on loopback (the transport CI has; RDMA lanes are the
+// same ucp calls).
 #include "transport/ucx_network.h"
 
 #include <gtest/gtest.h>
