@@ -604,6 +604,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   NetRequest request{nullptr, peer, true, bytes};
   ucp_ep_h ep = ucx_->endpoints[peer];
   if (ep == nullptr || tag > kMaxTag) {
+    throw_known_failure_locked("sending to rank " + std::to_string(peer));
     throw Error(ErrorCode::internal, config_.label + ": no network endpoint for rank " +
                                          std::to_string(peer) + " (or tag out of range)");
   }
@@ -615,6 +616,8 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   ucp_request_param_t param{};
   ucs_status_ptr_t started = ucp_tag_send_nbx(ep, data, bytes, ucx_tag(config_.rank, tag), &param);
   if (UCS_PTR_IS_ERR(started)) {
+    // The endpoint failed: often because the peer's communicator failed first and closed it.
+    throw_known_failure_locked("sending to rank " + std::to_string(peer));
     throw Error(ErrorCode::peer_died, config_.label + ": sending to rank " + std::to_string(peer) +
                                           " failed: " + status_text(UCS_PTR_STATUS(started)));
   }
@@ -640,11 +643,22 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   if (UCS_PTR_IS_ERR(started)) {
     const ucs_status_t status = UCS_PTR_STATUS(started);
     if (status == UCS_ERR_MESSAGE_TRUNCATED) throw truncated(peer, bytes);
+    throw_known_failure_locked("receiving from rank " + std::to_string(peer));
     throw Error(ErrorCode::system, config_.label + ": receiving from rank " + std::to_string(peer) +
                                        " failed: " + status_text(status));
   }
   request.pending = started;
   return request;
+}
+
+void UcxNetwork::throw_known_failure_locked(const std::string& what) {
+  ucx_->progress();  // a notice may be waiting to be taken
+  if (own_failure_) {
+    throw RootCauseError(config_.label + ": " + what + ": the communicator failed", *own_failure_);
+  }
+  if (std::optional<FailureRecord> notice = notice_locked()) {
+    throw RootCauseError(config_.label + ": " + what + ": a rank on another host failed", *notice);
+  }
 }
 
 void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {

@@ -142,6 +142,10 @@ class UcxNetwork {
   void cancel_locked(std::span<NetRequest> requests);
   // The failure a peer announced, if one has (mu_ held).
   std::optional<FailureRecord> notice_locked();
+  // Throws the failure this rank recorded or a peer announced, if any, as the root cause of
+  // `what` failing (mu_ held): a connection that failed because its peer's communicator failed
+  // first must not be blamed on that peer.
+  void throw_known_failure_locked(const std::string& what);
   Error truncated(int peer, size_t bytes) const;
   NetworkConfig config_;
   std::unique_ptr<Ucx> ucx_;

@@ -421,6 +421,41 @@ TEST_P(AcrossHostsFailures, AnAbortOnOneHostReachesTheOtherHostsAtOnce) {
   expect_all_ok(outcomes);
 }
 
+// The same, with ranks 0 and 1 starting their all_reduce only once rank 2 (rank 3's host leader)
+// has failed, and so closed its connections: a send to rank 2 then fails at once, and must still
+// name the root cause (rank 3's abort, whose notice is there) rather than rank 2's closed
+// connection ("sending to rank 2 failed: Endpoint timeout", seen in CI before the fix).
+TEST_P(AcrossHostsFailures, RanksThatStartAfterTheCulpritsHostFailedNameTheCulprit) {
+  SharedBlock shared;
+  auto outcomes = run_on_hosts(
+      kTwoHostsOfTwo,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        if (me == 3) {
+          comm.abort();
+        } else {
+          if (me < 2) {
+            TPF_CHILD_CHECK(
+                wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(50)),
+                "rank 2 did not fail");
+          }
+          int64_t value = 1, out = 0;
+          const Error e = expect_error("all_reduce after an abort on another host", [&] {
+            comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum, {std::chrono::minutes(10)});
+          });
+          if (me == 2) shared.counter(1).store(1);
+          TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, e.what());
+          TPF_CHILD_CHECK(std::string(e.what()).find("rank 3") != std::string::npos, e.what());
+        }
+        shared.counter(0).fetch_add(1);
+        TPF_CHILD_CHECK(
+            wait_until([&] { return shared.counter(0).load() == 4; }, std::chrono::seconds(50)),
+            "the other ranks did not finish");
+      },
+      GetParam());
+  expect_all_ok(outcomes);
+}
+
 // A stopped process gives UCX nothing to report: its watcher (the previous host's leader) stops
 // hearing its heartbeat and names it, and every rank fails with that root cause long before its
 // ten-minute deadline: rank 0 in its network wait, rank 1 in shared memory behind rank 0, rank 2
