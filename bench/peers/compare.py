@@ -104,7 +104,7 @@ class Runner:
         if impl == "torch" and coll == "reduce_scatter":
             return None  # PyTorch 1.13's gloo backend has no reduce_scatter
         if self.launch is not None:  # across emulated hosts
-            return emulated.rows_of(impl, coll, self.launch.run(impl, coll, n))
+            return rows_of(impl, coll, self.launch.run(impl, coll, n))
         if impl == "tpf":
             with tempfile.TemporaryDirectory(prefix="compare.") as d:
                 out = os.path.join(d, "tpf.json")
@@ -112,12 +112,7 @@ class Runner:
                        *self.sweep_flags(), "-c", "1", "--json", out]
                 self._exec(cmd)
                 with open(out) as f:
-                    doc = json.load(f)
-                # Like for like: MPI_Bcast and torch's broadcast have a single buffer, so tpf's
-                # broadcast is compared in place; every other collective out of place.
-                mode = "ip" if coll == "broadcast" else "oop"
-                return {r["bytes"]: (r[mode]["time_us"], r[mode]["wrong"] or 0)
-                        for r in doc["rows"]}
+                    return rows_of(impl, coll, f.read())
         if impl == "mpi":
             cmd = [self.mpirun, "--oversubscribe", "--allow-run-as-root", "--mca", "btl",
                    "self,vader", "-np", str(n)]
@@ -129,13 +124,7 @@ class Runner:
         else:
             cmd = [self.python, os.path.join(HERE, "torch_gloo_bench.py"), "--nprocs", str(n),
                    "-c", coll, *self.sweep_flags()]
-        rows = {}
-        for line in self._exec(cmd).splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                r = json.loads(line)
-                rows[r["bytes"]] = (r["time_us"], r.get("wrong") or 0)
-        return rows
+        return rows_of(impl, coll, self._exec(cmd))
 
     def _exec(self, cmd):
         if self.args.verbose:
@@ -145,6 +134,23 @@ class Runner:
             raise RuntimeError("%s exited with %d:\n%s" % (" ".join(cmd), p.returncode,
                                                           p.stderr[-2000:]))
         return p.stdout
+
+
+def rows_of(impl, coll, text):
+    """{bytes: (time_us, wrong)} from tpf's --json document or a peer's JSON lines."""
+    if impl == "tpf":
+        doc = json.loads(text)
+        # Like for like: MPI_Bcast and torch's broadcast have a single buffer, so tpf's broadcast
+        # is compared in place; every other collective out of place.
+        mode = "ip" if coll == "broadcast" else "oop"
+        return {r["bytes"]: (r[mode]["time_us"], r[mode]["wrong"] or 0) for r in doc["rows"]}
+    rows = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            rows[r["bytes"]] = (r["time_us"], r.get("wrong") or 0)
+    return rows
 
 
 def median_table(samples):

@@ -13,7 +13,6 @@ joined by a bridge, links capped with tc tbf, ranks placed host by host (ranks 0
 mpirun starts its remote daemons through a remote shell; here that is `ip netns exec NS sh -c`
 (bench/peers/netns_rsh.sh), the namespace standing for the host name. Needs root and iproute2.
 """
-import json
 import os
 import secrets
 import subprocess
@@ -145,18 +144,3 @@ class Launch:
             raise RuntimeError("\n".join(failed))
         with open(os.path.join(d, "out0")) as f:
             return f.read()
-
-
-def rows_of(impl, coll, text):
-    """{bytes: (time_us, wrong)} from tpf's JSON or a peer's JSON lines."""
-    if impl == "tpf":
-        doc = json.loads(text)
-        mode = "ip" if coll == "broadcast" else "oop"  # as compare.py: like for like
-        return {r["bytes"]: (r[mode]["time_us"], r[mode]["wrong"] or 0) for r in doc["rows"]}
-    rows = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            r = json.loads(line)
-            rows[r["bytes"]] = (r["time_us"], r.get("wrong") or 0)
-    return rows

@@ -61,18 +61,25 @@ uint64_t ucx_tag(int sender, uint64_t tag) {
   return static_cast<uint64_t>(sender) << UcxNetwork::kTagBits | tag;
 }
 
+// What `print(stream)` writes (UCX's *_print_info functions), as a string; empty if no stream.
+template <class Print>
+std::string printed(Print&& print) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* stream = ::open_memstream(&text, &length);
+  if (stream == nullptr) return "";
+  print(stream);
+  std::fclose(stream);
+  std::string out(text, length);
+  std::free(text);
+  return out;
+}
+
 // Whether UCX found an RDMA transport: its context lists each resource as
 // "resource N : md M dev D flags -- <transport>/<device>" (UCX 1.13's print format; a format
 // it does not recognise reads as TCP only, the safe choice).
 bool has_rdma_transport(ucp_context_h context) {
-  char* text = nullptr;
-  size_t length = 0;
-  FILE* stream = ::open_memstream(&text, &length);
-  if (stream == nullptr) return false;
-  ucp_context_print_info(context, stream);
-  std::fclose(stream);
-  const std::string info(text, length);
-  std::free(text);
+  const std::string info = printed([&](FILE* stream) { ucp_context_print_info(context, stream); });
   static constexpr std::string_view kMarker = "flags -- ";
   for (size_t at = info.find(kMarker); at != std::string::npos; at = info.find(kMarker, at + 1)) {
     const std::string_view name = std::string_view(info).substr(at + kMarker.size(), 3);
@@ -163,13 +170,12 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::map<int, BeatSlot> beats_in;
   std::vector<void*> beats_out;  // sends in flight
   bool failed = false;           // the communicator failed (notify_failure)
-  // Put + signal (see put_protocol.h): this rank's registered region, and per rank whether the
-  // pair uses it, the peer's remote key and the address of this rank's block in its region.
+  // Put + signal (see put_protocol.h): this rank's registered region, and per rank the peer's
+  // remote key (set where the pair uses put) and where its region and this rank's block are.
   std::string label;
   void* region = nullptr;
   size_t region_bytes = 0;
   ucp_mem_h region_memory = nullptr;
-  std::vector<bool> via_put;
   std::vector<ucp_rkey_h> rkeys;
   std::vector<uint64_t> remote_bases;   // where the peer's region starts, in its process
   std::vector<uint64_t> remote_blocks;  // where this rank's block is in the peer's region
@@ -212,6 +218,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     ucp_request_free(handle);
   }
   void release(void* handle) override { ucp_request_free(handle); }
+  bool uses_put(int peer) const { return rkeys[peer] != nullptr; }
 
   static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* sink = static_cast<ErrorSink*>(arg);
@@ -299,7 +306,6 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
   u.failures.assign(n, UCS_OK);
   u.sinks.resize(n);
   u.label = config_.label;
-  u.via_put.assign(n, false);
   u.rkeys.assign(n, nullptr);
   u.remote_bases.assign(n, 0);
   u.remote_blocks.assign(n, 0);
@@ -457,7 +463,6 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
   }
   u.remote_bases[peer] = p->base;
   u.remote_blocks[peer] = mine->second;
-  u.via_put[peer] = true;
 }
 
 void UcxNetwork::start_put_protocol() {
@@ -471,7 +476,7 @@ void UcxNetwork::start_put_protocol() {
 
 bool UcxNetwork::uses_put(int peer) const {
   check_peer(peer, "ask about the protocol with");
-  return ucx_->via_put[peer];
+  return ucx_->uses_put(peer);
 }
 
 void UcxNetwork::notify_failure(const FailureRecord& record) {
@@ -571,17 +576,10 @@ UcxNetwork::Heard UcxNetwork::heard_from(int peer) {
 
 std::string UcxNetwork::describe_lanes(int peer) const {
   check_peer(peer, "describe the lanes to");
-  char* text = nullptr;
-  size_t length = 0;
-  FILE* stream = ::open_memstream(&text, &length);
-  if (stream == nullptr) return "";
-  std::unique_lock lock(mu_);
-  if (ucx_->endpoints[peer] != nullptr) ucp_ep_print_info(ucx_->endpoints[peer], stream);
-  lock.unlock();
-  std::fclose(stream);
-  std::string out(text, length);
-  std::free(text);
-  return out;
+  return printed([&](FILE* stream) {
+    std::lock_guard lock(mu_);
+    if (ucx_->endpoints[peer] != nullptr) ucp_ep_print_info(ucx_->endpoints[peer], stream);
+  });
 }
 
 Error UcxNetwork::truncated(int peer, size_t bytes) const {
@@ -608,7 +606,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
     throw Error(ErrorCode::internal, config_.label + ": no network endpoint for rank " +
                                          std::to_string(peer) + " (or tag out of range)");
   }
-  if (ucx_->via_put[peer]) {
+  if (ucx_->uses_put(peer)) {
     request.via_put = true;
     request.pending = ucx_->put_protocol->send(peer, tag, data, bytes);
     return request;
@@ -629,7 +627,7 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   check_peer(peer, "receive from");
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, false, bytes};
-  if (ucx_->via_put[peer]) {
+  if (ucx_->uses_put(peer)) {
     request.via_put = true;
     request.pending = ucx_->put_protocol->recv(peer, tag, data, bytes, any_bits);
     return request;
@@ -651,14 +649,17 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   return request;
 }
 
+std::optional<RootCauseError> UcxNetwork::known_failure_locked(const std::string& context) {
+  if (own_failure_) return RootCauseError(context + ": the communicator failed", *own_failure_);
+  if (std::optional<FailureRecord> notice = notice_locked())
+    return RootCauseError(context + ": a rank on another host failed", *notice);
+  return std::nullopt;
+}
+
 void UcxNetwork::throw_known_failure_locked(const std::string& what) {
   ucx_->progress();  // a notice may be waiting to be taken
-  if (own_failure_) {
-    throw RootCauseError(config_.label + ": " + what + ": the communicator failed", *own_failure_);
-  }
-  if (std::optional<FailureRecord> notice = notice_locked()) {
-    throw RootCauseError(config_.label + ": " + what + ": a rank on another host failed", *notice);
-  }
+  if (std::optional<RootCauseError> failure = known_failure_locked(config_.label + ": " + what))
+    throw *failure;
 }
 
 void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {
@@ -706,11 +707,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
   u.progress();
-  if (own_failure_)
-    fail(RootCauseError(ctx.op_label() + ": the communicator failed", *own_failure_));
-  if (std::optional<FailureRecord> notice = notice_locked()) {
-    fail(RootCauseError(ctx.op_label() + ": a rank on another host failed", *notice));
-  }
+  if (std::optional<RootCauseError> failure = known_failure_locked(ctx.op_label())) fail(*failure);
   if (u.put_protocol) {
     try {
       u.put_protocol->pump();

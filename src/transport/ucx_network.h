@@ -142,9 +142,12 @@ class UcxNetwork {
   void cancel_locked(std::span<NetRequest> requests);
   // The failure a peer announced, if one has (mu_ held).
   std::optional<FailureRecord> notice_locked();
-  // Throws the failure this rank recorded or a peer announced, if any, as the root cause of
-  // `what` failing (mu_ held): a connection that failed because its peer's communicator failed
-  // first must not be blamed on that peer.
+  // The failure this rank recorded or a peer announced, if any, as the root cause of what
+  // `context` names (mu_ held).
+  std::optional<RootCauseError> known_failure_locked(const std::string& context);
+  // Throws it, after taking any notice that arrived, for `what` failing at once (mu_ held): a
+  // connection that failed because its peer's communicator failed first must not be blamed on
+  // that peer.
   void throw_known_failure_locked(const std::string& what);
   Error truncated(int peer, size_t bytes) const;
   NetworkConfig config_;
