@@ -9,8 +9,9 @@
 #   scripts/emulated-hosts.sh down NAME        removes every namespace NAME-* it made
 #   scripts/emulated-hosts.sh run NAME HOSTS [RATE] -- COMMAND...
 #                                              up, COMMAND (with NAME and HOSTS exported as
-#                                              TPF_EMULATED_NAME / TPF_EMULATED_HOSTS), then down,
-#                                              whatever COMMAND does
+#                                              TPF_EMULATED_NAME / TPF_EMULATED_HOSTS, and the
+#                                              cap as TPF_NET_GBPS for the cost model unless set),
+#                                              then down, whatever COMMAND does
 #
 # A rank enters host h with `ip netns exec NAME-h<h> ...` (or setns on /run/netns/NAME-h<h>).
 # tpfabric tells the hosts apart by their network namespaces (src/topo/hosts.h) and crosses the
@@ -73,6 +74,12 @@ case "${1:-}" in
     shift
     trap 'down "$name"' EXIT INT TERM
     up "$name" "$hosts" "$rate"
+    # The cost model's link rate in GB/s (coll/network_cost.h), from tc's kbit/mbit/gbit.
+    if [[ -z ${TPF_NET_GBPS:-} && $rate =~ ^([0-9.]+)(k|m|g)bit$ ]]; then
+      export TPF_NET_GBPS
+      TPF_NET_GBPS=$(awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[2]}" \
+        'BEGIN { print n * (u == "k" ? 1e3 : u == "m" ? 1e6 : 1e9) / 8e9 }')
+    fi
     TPF_EMULATED_NAME=$name TPF_EMULATED_HOSTS=$hosts "$@"
     ;;
   *) usage ;;

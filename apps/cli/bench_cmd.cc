@@ -20,6 +20,7 @@
 #include "cli/bench_table.h"
 #include "cli/commands.h"
 #include "coll/cost_model.h"
+#include "coll/network_cost.h"
 #include "comm/settings.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
@@ -210,6 +211,10 @@ int run_bench(const BenchOptions& opt) {
   const detail::CommSettings settings = detail::resolve_comm_settings();
   if (settings.tuning.forced_all_reduce) {
     report.algorithm = coll::all_reduce_algorithm_name(*settings.tuning.forced_all_reduce);
+  }
+  report.hosts = comm.host_count();
+  if (settings.tuning.forced_network) {
+    report.network_algorithm = coll::network_algorithm_name(*settings.tuning.forced_network);
   }
   report.slot_bytes = settings.slot_bytes;
   report.cpus = settings.job_cpus;

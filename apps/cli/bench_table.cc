@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "coll/network_cost.h"
+
 namespace tpf::cli {
 namespace {
 
@@ -81,6 +83,11 @@ void print_table_header(std::FILE* out, const BenchReport& r) {
   std::fprintf(out, "# tpf bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d\n",
                collective_name(r.collective), r.nranks, r.dtype.c_str(), r.op.c_str(), r.root,
                r.iters, r.warmup);
+  if (r.hosts > 1) {
+    std::fprintf(
+        out, "# across %d hosts, network algorithm %s\n", r.hosts,
+        coll::has_network_choice(r.collective) ? r.network_algorithm.c_str() : "pipelined");
+  }
   std::fprintf(out, "#\n");
   std::fprintf(out, "# %48s  %-33s  %s\n", "", "out-of-place", "in-place");
   std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %8s %7s %7s %6s  %8s %7s %7s %6s\n", "size",
@@ -139,6 +146,10 @@ std::string report_to_json(const BenchReport& r) {
      << ",\"dtype\":\"" << r.dtype << "\",\"op\":\"" << r.op << "\",\"root\":" << r.root
      << ",\"iters\":" << r.iters << ",\"warmup\":" << r.warmup;
   if (r.collective == Collective::all_reduce) os << ",\"algorithm\":\"" << r.algorithm << "\"";
+  os << ",\"hosts\":" << r.hosts;
+  if (r.hosts > 1 && coll::has_network_choice(r.collective)) {
+    os << ",\"network_algorithm\":\"" << r.network_algorithm << "\"";
+  }
   os << ",\"slot_bytes\":" << r.slot_bytes << ",\"cpus\":" << r.cpus
      << ",\"excess_ranks\":" << r.excess_ranks
      << ",\"oversubscribed\":" << (r.excess_ranks > 0 ? "true" : "false");

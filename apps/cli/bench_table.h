@@ -35,10 +35,14 @@ struct BenchReport {
   int iters = 0;
   int warmup = 0;
   // How the fabric was set up (rank 0's communicator settings), so that `tpf plan calibrate` can
-  // read a result without help: the all-reduce algorithm ("one_shot", "two_shot" where
-  // TPF_ALLREDUCE_ALGO forced one, else "automatic"), the staging slot, the cores, the ranks
+  // read a result without help: the all-reduce algorithm inside a host ("one_shot", "two_shot"
+  // where TPF_ALLREDUCE_ALGO forced one, else "automatic"), the staging slot, the cores, the ranks
   // beyond them, and the load average when the run started (-1 where unknown).
   std::string algorithm = "automatic";
+  // Across hosts: how many, and the network algorithm of all_reduce and broadcast ("one_shot",
+  // "pipelined" where TPF_NET_ALGO forced one, else "automatic"; coll/network_cost.h).
+  int hosts = 1;
+  std::string network_algorithm = "automatic";
   size_t slot_bytes = 0;
   int cpus = 0;
   int excess_ranks = 0;

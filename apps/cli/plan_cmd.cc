@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/option_values.h"
 #include "cli/plan_calibrate_cmd.h"
+#include "cli/plan_calibrate_network_cmd.h"
 #include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
@@ -394,6 +395,7 @@ void add_plan_command(CLI::App& tpf) {
   set_action(plan, [flags] { return plan_layouts(*flags); });
   add_collective_command(plan);
   add_plan_calibrate_command(plan);
+  add_plan_calibrate_network_command(plan);
   add_show_commands(plan);
   plan.footer(kPlanDescription);  // after the subcommands: they would inherit it
 }

@@ -7,6 +7,12 @@
 #
 #   bench/net/emulated_hosts_bench.sh [-H HOSTS] [-r RANKS] [-R RATE] [-t TPF] -- BENCH_ARGS...
 #   e.g. bench/net/emulated_hosts_bench.sh -H 2 -r 1 -R 1gbit -- all_reduce -b 1M -e 256M -f 4
+#
+# Where every rank can have a core, rank r runs on core r: the emulated hosts share this machine's
+# cores, and ranks that sleep in their waits get woken onto one core by the kernel (wake-affine
+# placement) for their first few hundred calls: measured on 2 x 1 ranks, an 8 B all_reduce at
+# ~60 us unpinned against 12 us pinned. Separate machines do not share cores. With more ranks than
+# cores the scheduler places them.
 set -euo pipefail
 hosts=2 ranks=1 rate=1gbit tpf=build/tpf
 while getopts "H:r:R:t:" opt; do
@@ -24,6 +30,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 world=$((hosts * ranks))
+pinned=0  # 1: every rank has a core of its own
+(( world <= $(nproc) )) && pinned=1
 # Rate in bits per second, for the fraction of the cap (tc's units: kbit, mbit, gbit).
 rate_bps=$(awk -v r="$rate" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
   m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1; print n * m }')
@@ -32,9 +40,11 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, 
   pids=()
   for (( r = 0; r < '"$world"'; r++ )); do
     h=$(( r / '"$ranks"' ))
+    pin=""
+    (( '"$pinned"' )) && pin="taskset -c $r"
     ip netns exec '"$name"'-h$h env RANK=$r WORLD_SIZE='"$world"' LOCAL_RANK=$(( r % '"$ranks"' )) \
       LOCAL_WORLD_SIZE='"$ranks"' MASTER_ADDR=127.100.0.1 MASTER_PORT=29655 \
-      TPF_JOB_SECRET='"$secret"' UCX_NET_DEVICES=eth0 '"$tpf"' bench "$@" > '"$out"'/rank$r.log 2>&1 &
+      TPF_JOB_SECRET='"$secret"' UCX_NET_DEVICES=eth0 $pin '"$tpf"' bench "$@" > '"$out"'/rank$r.log 2>&1 &
     pids+=($!)
   done
   status=0

@@ -1,6 +1,7 @@
 // The communicator: a group of ranks (processes, on one machine or several) that run collectives
-// over the in-memory fabric inside a host and the network between hosts (docs/fabric.md). Every rank of a communicator must issue the same collectives in the same
-// order; a mismatch is detected and reported (Error(mismatch)) instead of corrupting data.
+// over the in-memory fabric inside a host and the network between hosts (docs/fabric.md). Every
+// rank of a communicator must issue the same collectives in the same order; a mismatch is detected
+// and reported (Error(mismatch)) instead of corrupting data.
 //
 // Threading and ordering:
 // - A Communicator may be used from several threads; calls are serialized in the order they enter
@@ -99,6 +100,8 @@ class Communicator {
   int rank() const;
   int size() const;
   const std::string& name() const;
+  // The hosts this communicator's ranks are on (1 when they all share memory; docs/fabric.md).
+  int host_count() const;
 
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
   // by key then by rank. A negative color returns an invalid Communicator.

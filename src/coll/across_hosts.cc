@@ -4,6 +4,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -37,15 +39,11 @@ constexpr int kStageBits = 4;
 constexpr uint64_t kSequenceMask =
     (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kStageBits - kChunkBits)) - 1;
 enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
-constexpr size_t kMaxChunks = size_t{1} << kChunkBits;
-// Small enough that the first chunk's combine starts early, large enough that a message's fixed
-// cost (tens of microseconds over TCP) stays below 1 % at 1 Gb/s. Measured on all_reduce (2 hosts
-// x 1 rank, 1 Gb/s, 64 MiB, before the send windows): slices of 512 KiB 0.99 of the link, 1 MiB
-// 0.96, 2 MiB 0.90, 4 MiB 0.79.
-constexpr size_t kMinChunkBytes = size_t{1} << 19;
-// An all_reduce whose every leader sends at most this much ((H-1) x the buffer) goes in one round
-// (all_reduce_one_shot): at that size a round's latency outweighs the extra bytes.
-constexpr size_t kOneShotBytes = size_t{64} << 10;
+// A one-shot all_reduce of at most this much per leader sends its data in its fingerprint's message
+// instead of a message of its own: UCX sends messages up to about this size eagerly over TCP.
+constexpr size_t kPackedPayloadBytes = size_t{8} << 10;
+// Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
+static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 
 // Scratch slots (HostScratch): fixed ones, then two per host.
 enum Slot : size_t { kHostData = 0, kOwnPart = 1, kCombined = 2, kCombineTemp = 3, kPerHost = 4 };
@@ -247,6 +245,14 @@ class HostCollective {
   int representative_local_rank(int host) const {
     return host == g_.hosts.host_of(d_.root) ? g_.hosts.local_rank(d_.root) : 0;
   }
+  // The cost model's choice for all_reduce or broadcast (coll/network_cost.h), made by every rank
+  // from the same size and host count; remembered for the fingerprint, so that leaders whose
+  // settings differ find out.
+  NetworkAlgorithm choose_network(Collective op) {
+    network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
+                                        tuning_.network_cost);
+    return *network_;
+  }
   // Reductions across several steps add; an average divides once at the end.
   ReduceOp partial_op() const { return d_.op == ReduceOp::avg ? ReduceOp::sum : d_.op; }
   uint64_t tag(Stage stage, size_t chunk = 0) const {
@@ -261,11 +267,9 @@ class HostCollective {
   }
   std::byte* scratch(size_t slot, size_t count) const { return g_.scratch.get(slot, bytes(count)); }
 
-  // Chunks of at least kMinChunkBytes, and few enough that each has a tag of its own. Sender and
-  // receiver cut a transfer alike: the cut depends on its element count only.
+  // How a transfer is cut (network_cost.h: the cost model counts the same chunks).
   Chunks chunks_of(size_t count) const {
-    const size_t per =
-        std::max({kMinChunkBytes / elem_, (count + kMaxChunks - 1) / kMaxChunks, size_t{1}});
+    const size_t per = network_chunk_elems(count, elem_);
     return {count, per, count == 0 ? 1 : (count + per - 1) / per};
   }
   // Calls piece(first, last) for consecutive runs of chunks [first, last) of at least
@@ -327,29 +331,57 @@ class HostCollective {
   // send its data along with its fingerprint (all_reduce_one_shot). Leaders only. The sends read
   // `mine` in place (a send may start later, behind its peer's window) and the receives land in
   // `theirs`: a Fingerprints stays where it is, and outlives its InFlight; no copies or moves.
+  // With a payload, each message is the fingerprint followed by the payload (packed in scratch),
+  // and `carried[h]` is where host h's payload landed.
   struct Fingerprints {
     Fingerprints() = default;
     Fingerprints(const Fingerprints&) = delete;
     Fingerprints& operator=(const Fingerprints&) = delete;
     transport::Fingerprint mine{};
     std::vector<transport::Fingerprint> theirs;
-    std::vector<size_t> received;  // per host: the request of its fingerprint
+    std::vector<size_t> received;      // per host: the request of its fingerprint
+    std::vector<std::byte*> landed;    // per host, with a payload: its whole message
+    std::vector<const void*> carried;  // per host, with a payload: its payload
   };
-  void post_fingerprints(InFlight& flight, Fingerprints& f) {
+  void post_fingerprints(InFlight& flight, Fingerprints& f) { post_messages(flight, f, false, {}); }
+  // The same with `payload` after each fingerprint.
+  void post_fingerprints_carrying(InFlight& flight, Fingerprints& f,
+                                  std::span<const std::byte> payload) {
+    post_messages(flight, f, true, payload);
+  }
+  void post_messages(InFlight& flight, Fingerprints& f, bool carrying,
+                     std::span<const std::byte> payload) {
     f.mine = collective_fingerprint(d_, sequence_);
+    if (network_) f.mine = with_network_algorithm(f.mine, *network_);
     f.theirs.assign(hosts(), {});
     f.received.assign(hosts(), 0);
+    const size_t message = sizeof f.mine + payload.size();
+    const void* out = &f.mine;
+    if (carrying) {
+      std::byte* packed = g_.scratch.get(to_slot(host_), message);
+      std::memcpy(packed, &f.mine, sizeof f.mine);
+      copy_bytes(packed + sizeof f.mine, payload.data(), payload.size());
+      out = packed;
+      f.landed.assign(hosts(), nullptr);
+      f.carried.assign(hosts(), payload.data());
+    }
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
-      f.received[h] = flight.recv(leader(h), tag(kFingerprint), &f.theirs[h], sizeof f.mine);
-      flight.send(leader(h), tag(kFingerprint), &f.mine, sizeof f.mine);
+      void* in = &f.theirs[h];
+      if (carrying) {
+        in = f.landed[h] = g_.scratch.get(from_slot(h), message);
+        f.carried[h] = f.landed[h] + sizeof f.mine;
+      }
+      f.received[h] = flight.recv(leader(h), tag(kFingerprint), in, message);
+      flight.send(leader(h), tag(kFingerprint), out, message);
     }
   }
   // Waits for every other leader's fingerprint (not for the sends) and throws on a difference.
-  void check_fingerprints(InFlight& flight, const Fingerprints& f) {
+  void check_fingerprints(InFlight& flight, Fingerprints& f) {
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       flight.wait(f.received[h]);
+      if (!f.landed.empty()) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
       if (f.theirs[h] == f.mine) continue;
       throw Error(ErrorCode::mismatch,
                   ctx_.op_label() + ": ranks called different collectives: rank " +
@@ -427,17 +459,18 @@ class HostCollective {
   }
 
   void all_reduce() {
-    if (bytes(d_.count) * static_cast<size_t>(hosts() - 1) <= kOneShotBytes) {
+    if (choose_network(Collective::all_reduce) == NetworkAlgorithm::one_shot) {
       return all_reduce_one_shot();
     }
     reduce_in_slices(/*to_everyone=*/true);
   }
 
-  // Small all_reduce in one network round: each leader sends its host's partial result, with its
-  // fingerprint, to every other leader, and combines all of them in host order (every leader the
-  // same bits). The data lands in scratch and is combined only once the fingerprints agree, so a
-  // mismatch touches no caller's buffer. One round instead of three (fingerprints, reduce-scatter,
-  // all-gather): measured 8 B on 2 emulated hosts, 212 us before.
+  // all_reduce in one network round (the cost model picks it for small messages; chunked as every
+  // transfer): each leader sends its host's partial result, with its fingerprint, to every other
+  // leader, and combines all of them in host order (every leader the same bits). The data lands in
+  // scratch and is combined only once the fingerprints agree, so a mismatch touches no caller's
+  // buffer. One round instead of three (fingerprints, reduce-scatter, all-gather): measured 8 B on
+  // 2 emulated hosts, 212 us before.
   void all_reduce_one_shot() {
     const size_t n = d_.count;
     const void* partial = d_.send;
@@ -445,7 +478,16 @@ class HostCollective {
       local(local_desc(OpKind::reduce, n, 0, d_.send, d_.recv, partial_op()));
       partial = d_.recv;
     }
-    if (is_leader()) {
+    if (is_leader() && bytes(n) <= kPackedPayloadBytes) {
+      // Small: the data rides in the fingerprint's message (one message per pair of leaders).
+      Fingerprints fingerprints;
+      InFlight flight(g_.network, ctx_);
+      post_fingerprints_carrying(flight, fingerprints,
+                                 {static_cast<const std::byte*>(partial), bytes(n)});
+      check_fingerprints(flight, fingerprints);
+      flight.wait_all();
+      combine_hosts(d_.recv, fingerprints.carried, n);
+    } else if (is_leader()) {
       Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
       InFlight flight(g_.network, ctx_);
       post_fingerprints(flight, fingerprints);
@@ -456,10 +498,10 @@ class HostCollective {
           continue;
         }
         std::byte* from = scratch(from_slot(h), n);
-        flight.recv(leader(h), tag(kFirst), from, bytes(n));
+        post_recv(flight, leader(h), kFirst, from, n);
         parts[h] = from;
       }
-      for (int h : others_from_next()) flight.send(leader(h), tag(kFirst), partial, bytes(n));
+      for (int h : others_from_next()) post_send(flight, leader(h), kFirst, partial, n);
       check_fingerprints(flight, fingerprints);
       flight.wait_all();
       combine_hosts(d_.recv, parts, n);
@@ -475,9 +517,9 @@ class HostCollective {
   // combines slice h of it from every host, in host order, as the slices arrive, and sends the
   // result at once to every other host (all_reduce) or to the root (reduce: the root's link then
   // carries 2(H-1)/H of the data instead of (H-1) times all of it). Segments are as many as keep
-  // each slice at least kMinChunkBytes (one segment when small). Running the local reduce further
-  // ahead was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98 with
-  // one).
+  // each slice at least kNetworkMinChunkBytes (one segment when small). Running the local reduce
+  // further ahead was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98
+  // with one).
   void reduce_in_slices(bool to_everyone) {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
@@ -490,8 +532,7 @@ class HostCollective {
     const int local_root = g_.hosts.local_rank(rep(host_));
     const bool on_network = me_ == rep(host_);
     const bool has_result = to_everyone || me_ == d_.root;
-    const size_t segments = std::clamp<size_t>(
-        bytes(n) / (kMinChunkBytes * static_cast<size_t>(hcount)), 1, kMaxChunks);
+    const size_t segments = all_reduce_segments(bytes(n), hcount);
     // Slice h of segment s starts at slice_begin(s, h); slice_begin(s, H) = slice_begin(s + 1, 0).
     auto slice_begin = [&](size_t s, int h) {
       const size_t first = n * s / segments;
@@ -575,7 +616,9 @@ class HostCollective {
   // ones are still coming (every link carries the data once, so the per-link rate does not drop
   // with the number of hosts); then each host broadcasts from its representative.
   void broadcast() {
-    if (bytes(d_.count) <= kOneShotBytes) return broadcast_one_round();
+    if (choose_network(Collective::broadcast) == NetworkAlgorithm::one_shot) {
+      return broadcast_one_round();
+    }
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
@@ -604,10 +647,11 @@ class HostCollective {
     local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
   }
 
-  // Small broadcast in one network round: the root sends its data to every other host's leader
-  // while the leaders exchange fingerprints; a leader copies the data (landed in scratch) into the
-  // caller's buffer only once the fingerprints agree, then each host broadcasts from its
-  // representative. One network latency instead of two (fingerprints, then the chain).
+  // broadcast in one network round (the cost model picks it for small messages): the root sends its
+  // data to every other host's leader while the leaders exchange fingerprints; a leader copies the
+  // data (landed in scratch) into the caller's buffer only once the fingerprints agree, then each
+  // host broadcasts from its representative. One network latency instead of two (fingerprints, then
+  // the chain).
   void broadcast_one_round() {
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
@@ -617,10 +661,10 @@ class HostCollective {
     std::byte* landed = nullptr;
     if (is_leader() && host_ != root_host) {
       landed = scratch(kHostData, n);
-      flight.recv(d_.root, tag(kFirst), landed, bytes(n));
+      post_recv(flight, d_.root, kFirst, landed, n);
     }
     if (me_ == d_.root) {
-      for (int h : others_from_next()) flight.send(leader(h), tag(kFirst), d_.send, bytes(n));
+      for (int h : others_from_next()) post_send(flight, leader(h), kFirst, d_.send, n);
     }
     if (is_leader()) check_fingerprints(flight, fingerprints);
     flight.wait_all();
@@ -948,6 +992,7 @@ class HostCollective {
   const int me_;
   const int host_;
   const int local_rank_;
+  std::optional<NetworkAlgorithm> network_;  // set by choose_network (all_reduce, broadcast)
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "coll/cost_model.h"
+#include "coll/network_cost.h"
 #include "coll/op_desc.h"
 #include "transport/shm_fabric.h"
 
@@ -19,6 +20,9 @@ struct CollectiveTuning {
   size_t eager_max_bytes = transport::ShmFabric::kEagerCapacity;
   std::optional<AllReduceAlgorithm> forced_all_reduce;  // where it applies
   ShmLinkCost link_cost;                                // prices the automatic choice
+  // Across hosts (across_hosts.cc): the network algorithm of all_reduce and broadcast.
+  std::optional<NetworkAlgorithm> forced_network;  // TPF_NET_ALGO
+  NetworkLinkCost network_cost;                    // prices the automatic choice
 };
 
 // Runs the collective `desc` (already validated) as operation number `sequence` of the

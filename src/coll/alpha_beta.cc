@@ -132,6 +132,12 @@ StepTraffic traffic_of(Collective op, Algorithm algorithm, double bytes, int nra
   return *traffic;
 }
 
+double traffic_us(const StepTraffic& traffic, const LinkClass& link) {
+  return traffic.steps * link.alpha_us + transfer_us(traffic.staged_bytes, link.stage_gbps) +
+         transfer_us(traffic.wire_bytes, link.port_gbps) +
+         transfer_us(traffic.reduced_bytes, link.reduce_gbps);
+}
+
 std::optional<double> predict_us(Collective op, Algorithm algorithm, double bytes, int nranks,
                                  const LinkClass& link, double pipeline_chunks) {
   if (nranks < 1 || !(bytes >= 0)) {
@@ -142,9 +148,7 @@ std::optional<double> predict_us(Collective op, Algorithm algorithm, double byte
   auto traffic =
       traffic_or_none(op, algorithm, bytes, nranks, link.stage_gbps > 0, pipeline_chunks);
   if (!traffic) return std::nullopt;
-  return traffic->steps * link.alpha_us + transfer_us(traffic->staged_bytes, link.stage_gbps) +
-         transfer_us(traffic->wire_bytes, link.port_gbps) +
-         transfer_us(traffic->reduced_bytes, link.reduce_gbps);
+  return traffic_us(*traffic, link);
 }
 
 std::vector<AlgorithmTime> rank_algorithms(Collective op, double bytes, int nranks,

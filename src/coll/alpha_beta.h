@@ -52,6 +52,9 @@ struct StepTraffic {
 StepTraffic traffic_of(Collective op, Algorithm algorithm, double bytes, int nranks, bool staged,
                        double pipeline_chunks = 1);
 
+// Microseconds for `traffic` over `link`: steps * alpha plus each byte count at its rate.
+double traffic_us(const StepTraffic& traffic, const LinkClass& link);
+
 // Microseconds for `op` with `algorithm` on `nranks` ranks joined by `link`; nullopt where the
 // algorithm does not implement the op (e.g. tree all-gather).
 std::optional<double> predict_us(Collective op, Algorithm algorithm, double bytes, int nranks,

@@ -45,6 +45,13 @@ transport::Fingerprint collective_fingerprint(const OpDesc& desc, uint64_t seque
   return fp;
 }
 
+// Bits 24..31 of words[2]: 0 where no network algorithm applies, else the algorithm + 1.
+transport::Fingerprint with_network_algorithm(transport::Fingerprint fp,
+                                              NetworkAlgorithm algorithm) {
+  fp.words[2] |= (static_cast<uint64_t>(algorithm) + 1) << 24;
+  return fp;
+}
+
 transport::Fingerprint message_fingerprint(DType dtype, size_t count, uint64_t chunk) {
   transport::Fingerprint fp;
   fp.words[0] = chunk;
@@ -57,6 +64,7 @@ std::string describe_fingerprint(const transport::Fingerprint& fp) {
   auto kind = static_cast<OpKind>(fp.words[2] & 0xff);
   uint64_t dtype = (fp.words[2] >> 8) & 0xff;
   uint64_t op = (fp.words[2] >> 16) & 0xff;
+  uint64_t network = (fp.words[2] >> 24) & 0xff;
   uint64_t root = fp.words[2] >> 32;
   if (kind == OpKind::send) {  // only point-to-point messages carry the send kind
     return "send(count=" + std::to_string(fp.words[1]) +
@@ -68,6 +76,10 @@ std::string describe_fingerprint(const transport::Fingerprint& fp) {
     if (dtype != 0) text += std::string(", dtype=") + dtype_name(static_cast<DType>(dtype - 1));
     if (op != 0) text += std::string(", op=") + reduce_op_name(static_cast<ReduceOp>(op - 1));
     if (root != 0) text += ", root=" + std::to_string(root - 1);
+    if (network != 0) {
+      text += std::string(", network algorithm ") +
+              network_algorithm_name(static_cast<NetworkAlgorithm>(network - 1));
+    }
   }
   return text + ") at sequence " + std::to_string(fp.words[0]);
 }

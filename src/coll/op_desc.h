@@ -7,6 +7,7 @@
 #include <string>
 
 #include "coll/collective_kinds.h"
+#include "coll/network_cost.h"
 #include "tpf/dtype.h"
 #include "transport/shm_fabric.h"
 
@@ -42,5 +43,11 @@ transport::Fingerprint collective_fingerprint(const OpDesc& desc, uint64_t seque
 transport::Fingerprint message_fingerprint(DType dtype, size_t count, uint64_t chunk);
 // "all_reduce(count=10, dtype=f32, op=sum) at sequence 3"
 std::string describe_fingerprint(const transport::Fingerprint& fp);
+
+// The fingerprint of a collective across hosts that chose `algorithm` for its network part: the
+// leaders compare it, so leaders whose settings (TPF_NET_*) made them choose differently fail with
+// a mismatch naming both choices instead of exchanging messages that do not fit each other.
+transport::Fingerprint with_network_algorithm(transport::Fingerprint fp,
+                                              NetworkAlgorithm algorithm);
 
 }  // namespace tpf::coll

@@ -56,6 +56,14 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_PROTOCOL", "communicator",
      "how data crosses between hosts: tag (tagged messages), put (put + signal into registered "
      "slots) or auto (put where UCX has RDMA, else tag; the default)"},
+    {"TPF_NET_ALGO", "communicator",
+     "force one_shot or pipelined all_reduce and broadcast between hosts"},
+    {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
+    {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
+    {"TPF_NET_GBPS", "communicator",
+     "cost model: each host's network link, GB/s per direction (default 12.5: 100 Gb/s)"},
+    {"TPF_NET_REDUCE_GBPS", "communicator",
+     "cost model: combining the hosts' partial results, GB/s"},
     {"TPF_HOST_LOST_S", "communicator",
      "seconds without a heartbeat after which a rank on another host is named stopped or "
      "unreachable"},
@@ -160,6 +168,14 @@ std::optional<coll::AllReduceAlgorithm> env_all_reduce_algorithm() {
               "TPF_ALLREDUCE_ALGO='" + *text + "': expected one_shot or two_shot");
 }
 
+std::optional<coll::NetworkAlgorithm> env_network_algorithm() {
+  auto text = base::env_string("TPF_NET_ALGO");
+  if (!text) return std::nullopt;
+  if (auto algorithm = coll::parse_network_algorithm(*text)) return algorithm;
+  throw Error(ErrorCode::invalid_argument,
+              "TPF_NET_ALGO='" + *text + "': expected one_shot or pipelined");
+}
+
 std::optional<transport::NetProtocol> env_net_protocol() {
   auto text = base::env_string("TPF_NET_PROTOCOL");
   if (!text) return std::nullopt;
@@ -194,6 +210,20 @@ coll::ShmLinkCost link_cost(Reader& read) {
   cost.copy_gbps = read.take("TPF_SHM_COPY_GBPS", env_positive_number("TPF_SHM_COPY_GBPS"),
                              defaults.copy_gbps, number_text);
   cost.reduce_gbps = read.take("TPF_SHM_REDUCE_GBPS", env_positive_number("TPF_SHM_REDUCE_GBPS"),
+                               defaults.reduce_gbps, number_text);
+  return cost;
+}
+
+coll::NetworkLinkCost network_cost(Reader& read) {
+  const coll::NetworkLinkCost defaults;
+  coll::NetworkLinkCost cost;
+  cost.call_us = read.take("TPF_NET_CALL_US", env_positive_number("TPF_NET_CALL_US"),
+                           defaults.call_us, number_text);
+  cost.step_us = read.take("TPF_NET_STEP_US", env_positive_number("TPF_NET_STEP_US"),
+                           defaults.step_us, number_text);
+  cost.link_gbps = read.take("TPF_NET_GBPS", env_positive_number("TPF_NET_GBPS"),
+                             defaults.link_gbps, number_text);
+  cost.reduce_gbps = read.take("TPF_NET_REDUCE_GBPS", env_positive_number("TPF_NET_REDUCE_GBPS"),
                                defaults.reduce_gbps, number_text);
   return cost;
 }
@@ -245,6 +275,13 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
                           : "automatic",
                       s.tuning.forced_all_reduce ? "TPF_ALLREDUCE_ALGO" : "default"});
   s.tuning.link_cost = link_cost(read);
+  s.tuning.forced_network = env_network_algorithm();
+  s.report.push_back({"TPF_NET_ALGO",
+                      s.tuning.forced_network
+                          ? coll::network_algorithm_name(*s.tuning.forced_network)
+                          : "automatic",
+                      s.tuning.forced_network ? "TPF_NET_ALGO" : "default"});
+  s.tuning.network_cost = network_cost(read);
 
   s.asymmetric_fences = read.take("TPF_ASYMMETRIC_FENCES", env_switch("TPF_ASYMMETRIC_FENCES"),
                                   true, [](bool on) { return std::string(on ? "1" : "0"); });

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coll/cost_model.h"
@@ -57,6 +58,31 @@ double median(std::vector<double> values);
 // median keeps the typical one.
 std::vector<ShmMeasurement> median_of_repeats(const std::vector<ShmMeasurement>& runs);
 
+// The same for any measurement type with `measured_us` and `source`: `same_point(a, b)` says
+// whether two runs measured one point.
+template <class Measurement, class SamePoint>
+std::vector<Measurement> median_of_repeats_by(const std::vector<Measurement>& runs,
+                                              SamePoint&& same_point) {
+  std::vector<Measurement> out;
+  std::vector<std::vector<double>> times;
+  for (const Measurement& m : runs) {
+    size_t i = 0;
+    while (i < out.size() && !same_point(out[i], m)) ++i;  // a few hundred points at most
+    if (i == out.size()) {
+      out.push_back(m);
+      times.emplace_back();
+    }
+    times[i].push_back(m.measured_us);
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (times[i].size() > 1) {
+      out[i].measured_us = median(times[i]);
+      out[i].source += " (median of " + std::to_string(times[i].size()) + " runs)";
+    }
+  }
+  return out;
+}
+
 // The ShmLinkCost parameters in the order of the fit.
 enum class ShmParameter { step_us, step_us_per_excess_rank, copy_gbps, reduce_gbps };
 const char* to_string(ShmParameter parameter);
@@ -86,18 +112,47 @@ struct ShmFit {
 ShmFit fit_shm_link_cost(const std::vector<ShmMeasurement>& training, size_t slot_bytes,
                          const coll::ShmLinkCost& prior = {});
 
-struct PointError {
-  ShmMeasurement measurement;
+// A model's prediction of one measurement (of any link class).
+template <class Measurement>
+struct PointErrorOf {
+  Measurement measurement;
   double predicted_us = 0;
   double rel_error = 0;  // (predicted - measured) / measured, signed
 };
 
-struct Evaluation {
-  std::vector<PointError> points;   // in the order of the measurements
-  double median_abs_rel_error = 0;  // 0 when there are no points
+template <class Measurement>
+struct EvaluationOf {
+  std::vector<PointErrorOf<Measurement>> points;  // in the order of the measurements
+  double median_abs_rel_error = 0;                // 0 when there are no points
   double max_abs_rel_error = 0;
   size_t max_index = 0;  // the point with the largest |rel_error|
 };
+
+// `predict(m)` (microseconds) against each measurement's `measured_us`.
+template <class Measurement, class Predict>
+EvaluationOf<Measurement> evaluate_with(const std::vector<Measurement>& measurements,
+                                        Predict&& predict) {
+  EvaluationOf<Measurement> e;
+  std::vector<double> abs_errors;
+  for (const Measurement& m : measurements) {
+    PointErrorOf<Measurement> p;
+    p.measurement = m;
+    p.predicted_us = predict(m);
+    p.rel_error = (p.predicted_us - m.measured_us) / m.measured_us;
+    const double a = p.rel_error < 0 ? -p.rel_error : p.rel_error;
+    if (e.points.empty() || a > e.max_abs_rel_error) {
+      e.max_abs_rel_error = a;
+      e.max_index = e.points.size();
+    }
+    abs_errors.push_back(a);
+    e.points.push_back(std::move(p));
+  }
+  e.median_abs_rel_error = median(std::move(abs_errors));
+  return e;
+}
+
+using PointError = PointErrorOf<ShmMeasurement>;
+using Evaluation = EvaluationOf<ShmMeasurement>;
 
 Evaluation evaluate(const coll::ShmLinkCost& cost, const std::vector<ShmMeasurement>& measurements,
                     size_t slot_bytes);

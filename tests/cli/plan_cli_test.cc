@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "formats/json.h"
 #include "support/run_tpf.h"
@@ -143,6 +144,40 @@ TEST(PlanCommand, BadInputIsNamed) {
     EXPECT_EQ(out.exit_code, c.exit_code) << c.message << "\n" << out.err;
     EXPECT_TRUE(contains(out.err, c.message)) << "expected '" << c.message << "' in:\n" << out.err;
   }
+}
+
+// `tpf plan calibrate-network` on the runs saved from this machine: the fitted settings, the
+// held-out error by group and the choice check; and its bad input named.
+TEST(PlanCommand, CalibrateNetworkFitsTheSavedRunsAndNamesBadInput) {
+  const std::string runs = std::string(TPF_SOURCE_DIR) + "/docs/results/calibration-network/";
+  std::vector<std::string> args = {"plan", "calibrate-network", "--train-hosts", "2", "--bench"};
+  for (const char* name : {"all_reduce-2x1-1gbit-latency-one_shot-r1.json",
+                           "all_reduce-2x1-1gbit-latency-pipelined-r1.json",
+                           "all_reduce-2x1-1gbit-bandwidth-one_shot-r1.json",
+                           "all_reduce-2x1-1gbit-bandwidth-pipelined-r1.json",
+                           "all_reduce-4x1-1gbit-bandwidth-pipelined-r1.json"}) {
+    args.push_back(runs + name);
+  }
+  const Outcome out = run_tpf(args);
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_TRUE(contains(out.out, "fitted constants")) << out.out;
+  EXPECT_TRUE(contains(out.out, "TPF_NET_GBPS=0.1")) << out.out;  // the 1 Gb/s cap, 0.125 GB/s
+  EXPECT_TRUE(contains(out.out, "hosts=4 all_reduce pipelined")) << out.out;
+  EXPECT_TRUE(contains(out.out, "picks the faster algorithm at")) << out.out;
+
+  ScratchDir dir;
+  std::ofstream(dir / "auto.json") << "{\"collective\":\"all_reduce\",\"nranks\":2,\"hosts\":2,"
+                                      "\"network_algorithm\":\"automatic\",\"rows\":[]}";
+  const Outcome automatic = run_tpf({"plan", "calibrate-network", "--bench", dir / "auto.json"});
+  EXPECT_EQ(automatic.exit_code, 1) << automatic.err;
+  EXPECT_TRUE(contains(automatic.err, "TPF_NET_ALGO")) << automatic.err;
+  const Outcome none = run_tpf({"plan", "calibrate-network"});
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  EXPECT_TRUE(contains(none.err, "--bench")) << none.err;
+  const Outcome hosts =
+      run_tpf({"plan", "calibrate-network", "--train-hosts", "1", "--bench", runs + "x.json"});
+  EXPECT_EQ(hosts.exit_code, 2) << hosts.err;
+  EXPECT_TRUE(contains(hosts.err, "--train-hosts")) << hosts.err;
 }
 
 }  // namespace

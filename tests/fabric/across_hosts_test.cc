@@ -31,7 +31,8 @@ using HostKeys = std::vector<std::string>;
 // A run whose rank r says it is on host keys[r], its data between hosts carried by `protocol`.
 std::vector<RankOutcome> run_on_hosts(
     const HostKeys& keys, const std::function<void(Communicator&)>& body,
-    transport::NetProtocol protocol = transport::NetProtocol::automatic) {
+    transport::NetProtocol protocol = transport::NetProtocol::automatic,
+    const char* network_algorithm = nullptr) {
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
   return run_ranks_raw(
@@ -39,6 +40,7 @@ std::vector<RankOutcome> run_on_hosts(
       [&](const RankContext& ctx) {
         ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
         ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
+        if (network_algorithm != nullptr) ::setenv("TPF_NET_ALGO", network_algorithm, 1);
         Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
                                                  ctx.comm_options);
         body(comm);
@@ -311,6 +313,32 @@ TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
   }));
 }
 
+// Each network algorithm forced at every size class: the cost model picks one per size
+// (coll/network_cost.h), so both must be right at all of them, on an even and an uneven layout.
+class AcrossHostsNetworkAlgorithm : public ::testing::TestWithParam<std::tuple<int, const char*>> {
+ protected:
+  const HostKeys& keys() const { return kLayouts[std::get<0>(GetParam())].keys; }
+  std::vector<RankOutcome> run(const std::function<void(Communicator&)>& body) const {
+    return run_on_hosts(keys(), body, transport::NetProtocol::tag, std::get<1>(GetParam()));
+  }
+};
+
+TEST_P(AcrossHostsNetworkAlgorithm, ReductionsAndBroadcastsMatchTheReference) {
+  const topo::HostMap hosts(keys());
+  expect_all_ok(run([&](Communicator& comm) {
+    reductions(comm, hosts);
+    data_movement(comm);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, AcrossHostsNetworkAlgorithm,
+                         ::testing::Combine(::testing::Values(1, 2),  // TwoHostsOfTwo, uneven
+                                            ::testing::Values("one_shot", "pipelined")),
+                         [](const auto& info) {
+                           return std::string(kLayouts[std::get<0>(info.param)].name) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, AcrossHosts,
     ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kLayouts))),
@@ -336,6 +364,39 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
       },
       GetParam());
   expect_all_ok(outcomes);
+}
+
+// Hosts whose settings choose different network algorithms for the same call fail with a
+// mismatch naming both, not with messages that do not fit (or, worse, that do). Below 8 KiB a
+// one-shot all_reduce carries its data in the fingerprint's message: that message then has the
+// wrong size, also a mismatch (naming the size).
+TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch) {
+  for (const size_t count : {size_t{100000}, size_t{1000}}) {
+    RunOptions options;
+    options.comm_options.timeout = std::chrono::milliseconds(30000);
+    auto outcomes = run_ranks_raw(
+        4,
+        [count](const RankContext& ctx) {
+          ::setenv("TPF_NODE_ID", kTwoHostsOfTwo[ctx.rank].c_str(), 1);
+          ::setenv("TPF_NET_PROTOCOL", "tag", 1);
+          ::setenv("TPF_NET_ALGO", ctx.rank < 2 ? "one_shot" : "pipelined", 1);
+          Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
+                                                   ctx.secret, ctx.comm_options);
+          std::vector<float> data(count, 1.0f);
+          const Error e = expect_error("different network algorithms", [&] {
+            comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          if (count == 100000 && (ctx.rank == 0 || ctx.rank == 2)) {  // the leaders name both
+            const std::string what = e.what();
+            TPF_CHILD_CHECK(what.find("network algorithm one_shot") != std::string::npos &&
+                                what.find("network algorithm pipelined") != std::string::npos,
+                            what);
+          }
+        },
+        options);
+    expect_all_ok(outcomes);
+  }
 }
 
 // A dtype of the same byte size is no size mismatch, but the receive still names it: blocking,

@@ -128,6 +128,9 @@ TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
       {"TPF_FLIGHT_RECORDER_SIZE", "-3"},
       {"TPF_SHM_BUFFER_BYTES", "2T"},
       {"TPF_NET_PROTOCOL", "rdma"},
+      {"TPF_NET_ALGO", "ring"},
+      {"TPF_NET_GBPS", "fast"},
+      {"TPF_NET_STEP_US", "0"},
   };
   for (const auto& [name, value] : cases) {
     ScopedEnv env(name, value);

@@ -1,0 +1,94 @@
+#include "coll/network_cost.h"
+
+#include <algorithm>
+#include <string>
+
+#include "tpf/error.h"
+
+namespace tpf::coll {
+
+LinkClass NetworkLinkCost::link_class() const {
+  LinkClass link;
+  link.name = "network";
+  link.alpha_us = step_us;
+  link.port_gbps = link_gbps;
+  link.stage_gbps = 0;  // sends read and receives write the buffers themselves (or scratch)
+  link.reduce_gbps = reduce_gbps;
+  return link;
+}
+
+const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept {
+  return algorithm == NetworkAlgorithm::one_shot ? "one_shot" : "pipelined";
+}
+
+std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept {
+  for (NetworkAlgorithm a : {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined}) {
+    if (name == network_algorithm_name(a)) return a;
+  }
+  return std::nullopt;
+}
+
+bool has_network_choice(Collective op) noexcept {
+  return op == Collective::all_reduce || op == Collective::broadcast;
+}
+
+size_t all_reduce_segments(size_t bytes, int hosts) {
+  return std::clamp<size_t>(bytes / (kNetworkMinChunkBytes * static_cast<size_t>(hosts)), 1,
+                            kNetworkMaxChunks);
+}
+
+size_t network_chunk_elems(size_t count, size_t elem_bytes) {
+  return std::max({kNetworkMinChunkBytes / elem_bytes,
+                   (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
+}
+
+StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts) {
+  if (!has_network_choice(op) || hosts < 2) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("no network cost of ") + collective_name(op) + " on " +
+                    std::to_string(hosts) + " hosts (all_reduce or broadcast, >= 2 hosts)");
+  }
+  const double b = static_cast<double>(bytes);
+  const double h = hosts;
+  if (algorithm == NetworkAlgorithm::one_shot) {
+    if (op == Collective::all_reduce) {
+      return traffic_of(Collective::all_reduce, Algorithm::one_shot, b, hosts, /*staged=*/false);
+    }
+    // The root pushes the buffer to every other leader: its own link carries H-1 copies (the
+    // textbook one-shot broadcast has every rank read the root's memory, one copy per port).
+    return {1, 0, (h - 1) * b, 0};
+  }
+  StepTraffic t;
+  if (op == Collective::all_reduce) {
+    const double segments = static_cast<double>(all_reduce_segments(bytes, hosts));
+    t = traffic_of(Collective::all_reduce, Algorithm::two_shot, b, hosts, false, segments);
+  } else {
+    const size_t per_chunk = network_chunk_elems(bytes, 1);
+    const double chunks =
+        static_cast<double>(std::max<size_t>(1, (bytes + per_chunk - 1) / per_chunk));
+    t = traffic_of(Collective::broadcast, Algorithm::ring, b, hosts, false, chunks);
+  }
+  t.steps += 1;  // the fingerprint round (the one-shot forms carry fingerprints with the data)
+  return t;
+}
+
+double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
+                          const NetworkLinkCost& cost) {
+  return cost.call_us + traffic_us(network_traffic(op, algorithm, bytes, hosts), cost.link_class());
+}
+
+NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
+                                          std::optional<NetworkAlgorithm> forced,
+                                          const NetworkLinkCost& cost) {
+  if (!has_network_choice(op) || hosts < 2) return NetworkAlgorithm::pipelined;
+  const size_t landed =
+      op == Collective::all_reduce ? bytes * static_cast<size_t>(hosts - 1) : bytes;
+  if (landed > kMaxOneShotBytes) return NetworkAlgorithm::pipelined;
+  if (forced) return *forced;
+  return predict_network_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost) <=
+                 predict_network_us(op, NetworkAlgorithm::pipelined, bytes, hosts, cost)
+             ? NetworkAlgorithm::one_shot
+             : NetworkAlgorithm::pipelined;
+}
+
+}  // namespace tpf::coll

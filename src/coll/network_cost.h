@@ -1,0 +1,77 @@
+// The network's link class and the algorithm choices of the collectives across hosts
+// (coll/across_hosts.cc). The formulas are the generic alpha-beta ones of coll/alpha_beta.h, the
+// ones the shared-memory fabric and the planner use (one source of truth); `tpf plan calibrate
+// --network` refits the constants from `tpf bench` runs across hosts.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "coll/alpha_beta.h"
+#include "coll/collective_kinds.h"
+
+namespace tpf::coll {
+
+// Data crosses between hosts in chunks of at least this many bytes, each its own message: small
+// enough that the first chunk's combine starts early, large enough that a message's fixed cost
+// (tens of microseconds over TCP) stays below 1 % at 1 Gb/s. Measured on all_reduce (2 hosts x 1
+// rank, 1 Gb/s, 64 MiB): chunks of 512 KiB 0.99 of the link, 1 MiB 0.96, 2 MiB 0.90, 4 MiB 0.79.
+inline constexpr size_t kNetworkMinChunkBytes = size_t{1} << 19;
+// At most this many chunks per transfer, so each has a tag of its own (12 tag bits).
+inline constexpr size_t kNetworkMaxChunks = size_t{1} << 12;
+
+// Costs of the network between host leaders. TPF_NET_CALL_US, TPF_NET_STEP_US, TPF_NET_GBPS and
+// TPF_NET_REDUCE_GBPS override them (comm/settings.cc). call_us and step_us are the fit of `tpf
+// plan calibrate-network` on the runs in docs/results/calibration-network (2 emulated hosts x 1
+// rank, UCX over TCP, links capped at 1 Gb/s: 3.7 and 10.7 us; docs/fabric.md), rounded. The
+// runtime cannot know a link's rate, so link_gbps assumes a 100 Gb/s NIC unless told (the
+// emulated-hosts script sets it from its cap). Combining is hidden behind a 1 Gb/s link (the fit
+// finds it no bottleneck), so reduce_gbps is one core streaming H inputs from memory.
+struct NetworkLinkCost {
+  double call_us = 4.0;       // a collective's fixed cost across hosts, whatever its algorithm
+  double step_us = 11.0;      // one round between leaders: a message's latency and software cost
+  double link_gbps = 12.5;    // each host's link, per direction
+  double reduce_gbps = 10.0;  // combining hosts' partial results that landed in memory
+  LinkClass link_class() const;
+};
+
+// How a collective crosses the network (the leaders' part; the shared-memory steps inside each
+// host come before and after):
+// - one_shot: one round. all_reduce: each leader sends its host's partial result to every other
+//   leader ((H-1) x the buffer out of each link) and combines all H. broadcast: the root sends the
+//   buffer to every other host's leader ((H-1) x the buffer out of the root's link).
+// - pipelined: a fingerprint round, then chunks of at least kNetworkMinChunkBytes. all_reduce: a
+//   reduce-scatter and all-gather between the leaders in segments (2 (H-1) / H of the buffer
+//   through each link). broadcast: a chain from the root's host (the buffer once per link).
+enum class NetworkAlgorithm { one_shot, pipelined };
+const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
+std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
+
+// The collectives whose network algorithm is chosen by the model (the others are pipelined).
+bool has_network_choice(Collective op) noexcept;
+
+// Segments of a pipelined all_reduce of `bytes` across `hosts` hosts: as many as keep each
+// host's slice of a segment at least kNetworkMinChunkBytes.
+size_t all_reduce_segments(size_t bytes, int hosts);
+// Elements per chunk of a pipelined transfer of `count` elements of `elem_bytes` each: at least
+// kNetworkMinChunkBytes, and at most kNetworkMaxChunks chunks. Sender and receiver cut a transfer
+// alike: the cut depends on its element count only.
+size_t network_chunk_elems(size_t count, size_t elem_bytes);
+
+// What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
+// its microseconds: call_us plus the traffic over the network link class. Throw
+// tpf::Error(invalid_argument) for another collective or fewer than 2 hosts.
+StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts);
+double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
+                          const NetworkLinkCost& cost);
+
+// The cheaper algorithm under `cost`, or `forced` (TPF_NET_ALGO). A one-shot all_reduce holds
+// every other host's buffer in scratch at once, so it is never chosen above kMaxOneShotBytes
+// received per leader.
+inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
+NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
+                                          std::optional<NetworkAlgorithm> forced,
+                                          const NetworkLinkCost& cost);
+
+}  // namespace tpf::coll

@@ -1,0 +1,206 @@
+// The network link class (coll/network_cost.h) and its calibration (plan/network_calibration.h):
+// the formulas against hand counts, the algorithm choice, exact recovery of known constants from
+// runs on 2 hosts and prediction at other host counts, bench JSON errors, and the fit on the runs
+// saved from this machine (docs/results/calibration-network).
+#include "plan/network_calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "coll/network_cost.h"
+#include "support/expect_tpf_error.h"
+#include "tpf/error.h"
+
+namespace tpf::plan {
+namespace {
+
+using coll::Collective;
+using coll::NetworkAlgorithm;
+using coll::NetworkLinkCost;
+
+NetworkLinkCost known_cost() {
+  NetworkLinkCost c;
+  c.call_us = 5;
+  c.step_us = 10;
+  c.link_gbps = 1;
+  c.reduce_gbps = 10;
+  return c;
+}
+
+// Hand counts: 5 us per call, one round (10 us) per step, 1 kB per us on the link, 10 kB per us
+// combined.
+TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
+  const NetworkLinkCost c = known_cost();
+  // one_shot all_reduce on 4 hosts: 1 step, 3 buffers out of each link, 4 combined.
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 1'000'000, 4, c),
+      5 + 10 + 3000 + 400);
+  // pipelined all_reduce: fingerprints, then one segment (2 steps), 2 (H-1)/H of the buffer.
+  EXPECT_DOUBLE_EQ(coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::pipelined,
+                                            1'000'000, 4, c),
+                   5 + 30 + 1500 + 100);
+  // one_shot broadcast on 3 hosts: the root's link carries 2 copies.
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::one_shot, 1'000'000, 3, c),
+      5 + 10 + 2000);
+  // pipelined broadcast: fingerprints, then a chain of 2 links with 2 chunks of 512 KiB.
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 3, c),
+      5 + 40 + 1000);
+  // Segments keep each host's slice at least 512 KiB.
+  EXPECT_EQ(coll::all_reduce_segments(size_t{4} << 20, 2), 4u);
+  EXPECT_EQ(coll::all_reduce_segments(1000, 8), 1u);
+  EXPECT_TPF_ERROR(
+      coll::predict_network_us(Collective::all_gather, NetworkAlgorithm::one_shot, 8, 2, c),
+      ErrorCode::invalid_argument, "all_gather");
+  EXPECT_TPF_ERROR(
+      coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 8, 1, c),
+      ErrorCode::invalid_argument, "1 hosts");
+}
+
+TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
+  for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
+    for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
+      for (int hosts : {2, 3, 4, 8, 64}) {
+        EXPECT_EQ(coll::choose_network_algorithm(op, 8, hosts, std::nullopt, c),
+                  NetworkAlgorithm::one_shot);
+        EXPECT_EQ(coll::choose_network_algorithm(op, size_t{256} << 20, hosts, std::nullopt, c),
+                  NetworkAlgorithm::pipelined);
+        // One crossover: once pipelined wins, it wins at every larger size.
+        bool pipelined = false;
+        for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 2) {
+          const NetworkAlgorithm a =
+              coll::choose_network_algorithm(op, bytes, hosts, std::nullopt, c);
+          if (pipelined) {
+            EXPECT_EQ(a, NetworkAlgorithm::pipelined) << bytes << " B, " << hosts;
+          }
+          pipelined = pipelined || a == NetworkAlgorithm::pipelined;
+        }
+      }
+    }
+  }
+  const NetworkLinkCost c = known_cost();
+  // Forced where it applies; never a one-shot that would hold more than kMaxOneShotBytes.
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, size_t{8} << 20, 4,
+                                           NetworkAlgorithm::one_shot, c),
+            NetworkAlgorithm::one_shot);
+  EXPECT_EQ(
+      coll::choose_network_algorithm(Collective::all_reduce, 8, 4, NetworkAlgorithm::pipelined, c),
+      NetworkAlgorithm::pipelined);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, coll::kMaxOneShotBytes, 3,
+                                           NetworkAlgorithm::one_shot, c),
+            NetworkAlgorithm::pipelined);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_gather, 8, 4, std::nullopt, c),
+            NetworkAlgorithm::pipelined);
+}
+
+// Runs of both collectives and algorithms on `hosts` hosts, timed by the model itself.
+std::vector<NetworkMeasurement> synthetic(const NetworkLinkCost& cost, int hosts) {
+  std::vector<NetworkMeasurement> out;
+  for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
+    for (NetworkAlgorithm a : {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined}) {
+      for (size_t bytes = 8; bytes <= (size_t{8} << 20); bytes *= 4) {
+        NetworkMeasurement m;
+        m.collective = op;
+        m.algorithm = a;
+        m.hosts = hosts;
+        m.bytes = bytes;
+        m.measured_us = coll::predict_network_us(op, a, bytes, hosts, cost);
+        m.source = "synthetic";
+        out.push_back(m);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(NetworkCalibration, RecoversKnownConstantsAndPredictsOtherHostCounts) {
+  const NetworkLinkCost truth = known_cost();
+  const NetworkFit fit = fit_network_link_cost(synthetic(truth, 2), NetworkLinkCost{});
+  EXPECT_NEAR(fit.cost.call_us, truth.call_us, 1e-6 * truth.call_us);
+  EXPECT_NEAR(fit.cost.step_us, truth.step_us, 1e-6 * truth.step_us);
+  EXPECT_NEAR(fit.cost.link_gbps, truth.link_gbps, 1e-6 * truth.link_gbps);
+  EXPECT_NEAR(fit.cost.reduce_gbps, truth.reduce_gbps, 1e-6 * truth.reduce_gbps);
+  EXPECT_EQ(fit.fitted.size(), 4u);
+  EXPECT_LT(fit.train_max_rel_error, 1e-9);
+  for (int hosts : {3, 4, 16}) {
+    EXPECT_LT(evaluate(fit.cost, synthetic(truth, hosts)).max_abs_rel_error, 1e-9) << hosts;
+  }
+  // A mis-set prior does not leak into fitted constants, and a wrong model shows as error.
+  NetworkLinkCost slow = truth;
+  slow.link_gbps = 0.5;
+  EXPECT_GT(evaluate(slow, synthetic(truth, 2)).max_abs_rel_error, 0.5);
+}
+
+TEST(NetworkCalibration, PointsThatCannotSeparateTheConstantsAreAClearError) {
+  std::vector<NetworkMeasurement> one_size;
+  for (const NetworkMeasurement& m : synthetic(known_cost(), 2)) {
+    if (m.bytes == 8 * 4 * 4 && m.collective == Collective::broadcast) one_size.push_back(m);
+  }
+  EXPECT_TPF_ERROR(fit_network_link_cost(one_size), ErrorCode::invalid_argument, "cannot separate");
+  EXPECT_TPF_ERROR(fit_network_link_cost({}), ErrorCode::invalid_argument, "no training");
+}
+
+std::string bench_json(const std::string& collective, int nranks, int hosts,
+                       const std::string& algorithm) {
+  std::string s = "{\"collective\":\"" + collective + "\",\"nranks\":" + std::to_string(nranks) +
+                  ",\"hosts\":" + std::to_string(hosts);
+  if (!algorithm.empty()) s += ",\"network_algorithm\":\"" + algorithm + "\"";
+  s += ",\"rows\":[{\"bytes\":0,\"count\":0,\"oop\":{\"time_us\":5,\"wrong\":0},\"ip\":null},"
+       "{\"bytes\":1024,\"count\":256,\"oop\":{\"time_us\":40.5,\"wrong\":0},"
+       "\"ip\":{\"time_us\":41,\"wrong\":null}}]}";
+  return s;
+}
+
+TEST(NetworkCalibration, ReadsBenchFilesAndNamesWhatIsWrong) {
+  const auto points =
+      parse_network_bench_json(bench_json("all_reduce", 3, 3, "pipelined"), "f.json");
+  ASSERT_EQ(points.size(), 2u);  // the empty row is skipped
+  EXPECT_EQ(points[0].hosts, 3);
+  EXPECT_EQ(points[0].algorithm, NetworkAlgorithm::pipelined);
+  EXPECT_EQ(points[0].bytes, 1024u);
+  EXPECT_DOUBLE_EQ(points[0].measured_us, 40.5);
+  EXPECT_TRUE(points[1].in_place);
+  EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, "automatic"), "f.json"),
+                   ErrorCode::invalid_argument, "TPF_NET_ALGO");
+  EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, ""), "f.json"),
+                   ErrorCode::invalid_argument, "network_algorithm");
+  EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 4, 2, "one_shot"), "f.json"),
+                   ErrorCode::invalid_argument, "one rank on each");
+  EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_gather", 2, 2, "one_shot"), "f.json"),
+                   ErrorCode::invalid_argument, "all_reduce and broadcast");
+  EXPECT_TPF_ERROR(parse_network_bench_json("[1]", "f.json"), ErrorCode::invalid_argument,
+                   "f.json");
+}
+
+// The runs saved from this machine (bench/net/network_calibration.sh): fitted on 2 hosts, the
+// model must predict the 2-host runs and the bandwidth-bound runs (>= 128 KiB) on 3 and 4 hosts
+// within the errors stated in docs/fabric.md (median 4 %; the worst, -21 %, a 4-host one-shot
+// all_reduce that reached 0.81 of the link with 4 ranks on 2 cores).
+TEST(NetworkCalibration, FitOnTheSavedRunsPredictsThemWithinTheStatedError) {
+  const std::filesystem::path dir =
+      std::filesystem::path(TPF_SOURCE_DIR) / "docs/results/calibration-network";
+  std::vector<NetworkMeasurement> training, large_elsewhere;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    for (const NetworkMeasurement& m : read_network_bench_file(entry.path().string())) {
+      if (m.hosts == 2) training.push_back(m);
+      if (m.hosts != 2 && m.bytes >= (size_t{128} << 10)) large_elsewhere.push_back(m);
+    }
+  }
+  ASSERT_GE(training.size(), 40u) << "bench/net/network_calibration.sh writes them";
+  ASSERT_FALSE(large_elsewhere.empty());
+  const NetworkFit fit = fit_network_link_cost(median_of_repeats(training));
+  EXPECT_LT(fit.train_median_rel_error, 0.10);
+  const NetworkEvaluation held = evaluate(fit.cost, median_of_repeats(large_elsewhere));
+  EXPECT_LT(held.median_abs_rel_error, 0.08);
+  EXPECT_LT(held.max_abs_rel_error, 0.25);
+}
+
+}  // namespace
+}  // namespace tpf::plan
