@@ -39,8 +39,9 @@ constexpr int kStageBits = 4;
 constexpr uint64_t kSequenceMask =
     (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kStageBits - kChunkBits)) - 1;
 enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
-// A one-shot all_reduce of at most this much per leader sends its data in its fingerprint's message
-// instead of a message of its own: UCX sends messages up to about this size eagerly over TCP.
+// A one-shot all_reduce or broadcast of at most this much sends its data in its fingerprint's
+// message instead of a message of its own: UCX sends messages up to about this size eagerly over
+// TCP.
 constexpr size_t kPackedPayloadBytes = size_t{8} << 10;
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
@@ -331,8 +332,8 @@ class HostCollective {
   // send its data along with its fingerprint (all_reduce_one_shot). Leaders only. The sends read
   // `mine` in place (a send may start later, behind its peer's window) and the receives land in
   // `theirs`: a Fingerprints stays where it is, and outlives its InFlight; no copies or moves.
-  // With a payload, each message is the fingerprint followed by the payload (packed in scratch),
-  // and `carried[h]` is where host h's payload landed.
+  // Messages may carry a payload after the fingerprint (packed in scratch); `carried[h]` is where
+  // host h's payload is (this host's: the caller's).
   struct Fingerprints {
     Fingerprints() = default;
     Fingerprints(const Fingerprints&) = delete;
@@ -340,40 +341,48 @@ class HostCollective {
     transport::Fingerprint mine{};
     std::vector<transport::Fingerprint> theirs;
     std::vector<size_t> received;      // per host: the request of its fingerprint
-    std::vector<std::byte*> landed;    // per host, with a payload: its whole message
-    std::vector<const void*> carried;  // per host, with a payload: its payload
+    std::vector<std::byte*> landed;    // per host whose message carries a payload: the message
+    std::vector<const void*> carried;  // per host whose message carries a payload: the payload
   };
-  void post_fingerprints(InFlight& flight, Fingerprints& f) { post_messages(flight, f, false, {}); }
-  // The same with `payload` after each fingerprint.
+  void post_fingerprints(InFlight& flight, Fingerprints& f) {
+    post_messages(flight, f, std::nullopt, [](int) { return std::optional<size_t>(); });
+  }
+  // The same, every message carrying `payload` (the same size from every leader).
   void post_fingerprints_carrying(InFlight& flight, Fingerprints& f,
                                   std::span<const std::byte> payload) {
-    post_messages(flight, f, true, payload);
+    post_messages(flight, f, payload, [&](int) { return std::optional(payload.size()); });
   }
-  void post_messages(InFlight& flight, Fingerprints& f, bool carrying,
-                     std::span<const std::byte> payload) {
+  // This leader's messages carry `out` where given; host h's carry in_bytes(h) bytes where given.
+  template <class InBytes>
+  void post_messages(InFlight& flight, Fingerprints& f,
+                     std::optional<std::span<const std::byte>> out, InBytes&& in_bytes) {
     f.mine = collective_fingerprint(d_, sequence_);
     if (network_) f.mine = with_network_algorithm(f.mine, *network_);
     f.theirs.assign(hosts(), {});
     f.received.assign(hosts(), 0);
-    const size_t message = sizeof f.mine + payload.size();
-    const void* out = &f.mine;
-    if (carrying) {
-      std::byte* packed = g_.scratch.get(to_slot(host_), message);
+    f.landed.assign(hosts(), nullptr);
+    f.carried.assign(hosts(), nullptr);
+    const void* message = &f.mine;
+    size_t message_bytes = sizeof f.mine;
+    if (out) {
+      message_bytes += out->size();
+      std::byte* packed = g_.scratch.get(to_slot(host_), message_bytes);
       std::memcpy(packed, &f.mine, sizeof f.mine);
-      copy_bytes(packed + sizeof f.mine, payload.data(), payload.size());
-      out = packed;
-      f.landed.assign(hosts(), nullptr);
-      f.carried.assign(hosts(), payload.data());
+      copy_bytes(packed + sizeof f.mine, out->data(), out->size());
+      message = packed;
+      f.carried[host_] = out->data();
     }
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       void* in = &f.theirs[h];
-      if (carrying) {
-        in = f.landed[h] = g_.scratch.get(from_slot(h), message);
+      size_t in_message = sizeof f.mine;
+      if (const std::optional<size_t> payload = in_bytes(h)) {
+        in_message += *payload;
+        in = f.landed[h] = g_.scratch.get(from_slot(h), in_message);
         f.carried[h] = f.landed[h] + sizeof f.mine;
       }
-      f.received[h] = flight.recv(leader(h), tag(kFingerprint), in, message);
-      flight.send(leader(h), tag(kFingerprint), out, message);
+      f.received[h] = flight.recv(leader(h), tag(kFingerprint), in, in_message);
+      flight.send(leader(h), tag(kFingerprint), message, message_bytes);
     }
   }
   // Waits for every other leader's fingerprint (not for the sends) and throws on a difference.
@@ -381,7 +390,7 @@ class HostCollective {
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       flight.wait(f.received[h]);
-      if (!f.landed.empty()) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
+      if (f.landed[h] != nullptr) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
       if (f.theirs[h] == f.mine) continue;
       throw Error(ErrorCode::mismatch,
                   ctx_.op_label() + ": ranks called different collectives: rank " +
@@ -655,20 +664,33 @@ class HostCollective {
   void broadcast_one_round() {
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
+    // Small, from a host leader: the data rides in the root's fingerprint messages (one message
+    // from the root to each leader instead of two).
+    const bool carried = d_.root == leader(root_host) && bytes(n) <= kPackedPayloadBytes;
+    const bool receives = is_leader() && host_ != root_host;  // the data, from the root
     Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
     InFlight flight(g_.network, ctx_);
-    if (is_leader()) post_fingerprints(flight, fingerprints);
     std::byte* landed = nullptr;
-    if (is_leader() && host_ != root_host) {
-      landed = scratch(kHostData, n);
-      post_recv(flight, d_.root, kFirst, landed, n);
+    if (carried && is_leader()) {
+      std::optional<std::span<const std::byte>> out;
+      if (me_ == d_.root) out.emplace(static_cast<const std::byte*>(d_.send), bytes(n));
+      post_messages(flight, fingerprints, out, [&](int h) -> std::optional<size_t> {
+        if (receives && h == root_host) return bytes(n);
+        return std::nullopt;
+      });
+    } else if (is_leader()) {
+      post_fingerprints(flight, fingerprints);
+      if (receives) {
+        landed = scratch(kHostData, n);
+        post_recv(flight, d_.root, kFirst, landed, n);
+      }
     }
-    if (me_ == d_.root) {
+    if (!carried && me_ == d_.root) {
       for (int h : others_from_next()) post_send(flight, leader(h), kFirst, d_.send, n);
     }
     if (is_leader()) check_fingerprints(flight, fingerprints);
     flight.wait_all();
-    if (landed != nullptr) copy_bytes(d_.recv, landed, bytes(n));
+    if (receives) copy_bytes(d_.recv, carried ? fingerprints.carried[root_host] : landed, bytes(n));
     if (alone()) {
       if (me_ == d_.root) copy_bytes(d_.recv, d_.send, bytes(n));
       return;
