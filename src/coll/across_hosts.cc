@@ -270,8 +270,7 @@ class HostCollective {
 
   // How a transfer is cut (network_cost.h: the cost model counts the same chunks).
   Chunks chunks_of(size_t count) const {
-    const size_t per = network_chunk_elems(count, elem_);
-    return {count, per, count == 0 ? 1 : (count + per - 1) / per};
+    return {count, network_chunk_elems(count, elem_), network_chunk_count(count, elem_)};
   }
   // Calls piece(first, last) for consecutive runs of chunks [first, last) of at least
   // kMinPieceBytes: the unit of the shared-memory steps pipelined with the network.

@@ -42,6 +42,11 @@ size_t network_chunk_elems(size_t count, size_t elem_bytes) {
                    (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
 }
 
+size_t network_chunk_count(size_t count, size_t elem_bytes) {
+  const size_t per = network_chunk_elems(count, elem_bytes);
+  return count == 0 ? 1 : (count + per - 1) / per;
+}
+
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts) {
   if (!has_network_choice(op) || hosts < 2) {
     throw Error(ErrorCode::invalid_argument,
@@ -63,9 +68,7 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
     const double segments = static_cast<double>(all_reduce_segments(bytes, hosts));
     t = traffic_of(Collective::all_reduce, Algorithm::two_shot, b, hosts, false, segments);
   } else {
-    const size_t per_chunk = network_chunk_elems(bytes, 1);
-    const double chunks =
-        static_cast<double>(std::max<size_t>(1, (bytes + per_chunk - 1) / per_chunk));
+    const double chunks = static_cast<double>(network_chunk_count(bytes, 1));
     t = traffic_of(Collective::broadcast, Algorithm::ring, b, hosts, false, chunks);
   }
   t.steps += 1;  // the fingerprint round (the one-shot forms carry fingerprints with the data)

@@ -58,6 +58,8 @@ size_t all_reduce_segments(size_t bytes, int hosts);
 // kNetworkMinChunkBytes, and at most kNetworkMaxChunks chunks. Sender and receiver cut a transfer
 // alike: the cut depends on its element count only.
 size_t network_chunk_elems(size_t count, size_t elem_bytes);
+// How many chunks that makes (an empty transfer is one empty message).
+size_t network_chunk_count(size_t count, size_t elem_bytes);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. Throw
