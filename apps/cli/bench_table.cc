@@ -85,8 +85,9 @@ void print_table_header(std::FILE* out, const BenchReport& r) {
                r.iters, r.warmup);
   if (r.hosts > 1) {
     std::fprintf(
-        out, "# across %d hosts, network algorithm %s\n", r.hosts,
-        coll::has_network_choice(r.collective) ? r.network_algorithm.c_str() : "pipelined");
+        out, "# across %d hosts, network algorithm %s (one round up to %zu KiB a message)\n",
+        r.hosts, coll::has_network_choice(r.collective) ? r.network_algorithm.c_str() : "pipelined",
+        coll::kNetworkPackedBytes >> 10);
   }
   std::fprintf(out, "#\n");
   std::fprintf(out, "# %48s  %-33s  %s\n", "", "out-of-place", "in-place");

@@ -39,10 +39,6 @@ constexpr int kStageBits = 4;
 constexpr uint64_t kSequenceMask =
     (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kStageBits - kChunkBits)) - 1;
 enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
-// A one-shot all_reduce or broadcast of at most this much sends its data in its fingerprint's
-// message instead of a message of its own: UCX sends messages up to about this size eagerly over
-// TCP.
-constexpr size_t kPackedPayloadBytes = size_t{8} << 10;
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 
@@ -241,6 +237,9 @@ class HostCollective {
   }
   // This host has one rank: its shared-memory phases are identities and are skipped.
   bool alone() const { return ranks_on(host_).size() == 1; }
+  // The root of a rooted collective leads its host: it is then the host's representative and
+  // talks to the other leaders itself.
+  bool root_leads() const { return g_.hosts.local_rank(d_.root) == 0; }
   // The rank of a rooted collective that talks to the network for its host: the root on the
   // root's host (so its data needs no extra hop), the leader elsewhere.
   int representative_local_rank(int host) const {
@@ -328,11 +327,11 @@ class HostCollective {
     flight.wait_all();
   }
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
-  // send its data along with its fingerprint (all_reduce_one_shot). Leaders only. The sends read
-  // `mine` in place (a send may start later, behind its peer's window) and the receives land in
-  // `theirs`: a Fingerprints stays where it is, and outlives its InFlight; no copies or moves.
-  // Messages may carry a payload after the fingerprint (packed in scratch); `carried[h]` is where
-  // host h's payload is (this host's: the caller's).
+  // send its data along with its fingerprint (exchange_packed, broadcast_one_round). Leaders
+  // only. The sends read `mine` or scratch in place (a send may start later, behind its peer's
+  // window) and the receives land in `theirs` or scratch: a Fingerprints stays where it is, and
+  // outlives its InFlight; no copies or moves. A message may carry a payload after the
+  // fingerprint; `carried[h]` is where host h's payload landed.
   struct Fingerprints {
     Fingerprints() = default;
     Fingerprints(const Fingerprints&) = delete;
@@ -344,44 +343,39 @@ class HostCollective {
     std::vector<const void*> carried;  // per host whose message carries a payload: the payload
   };
   void post_fingerprints(InFlight& flight, Fingerprints& f) {
-    post_messages(flight, f, std::nullopt, [](int) { return std::optional<size_t>(); });
+    auto nothing = [](int) { return size_t{0}; };
+    auto no_fill = [](int, std::byte*, size_t) {};
+    post_messages(flight, f, nothing, no_fill, nothing);
   }
-  // The same, every message carrying `payload` (the same size from every leader).
-  void post_fingerprints_carrying(InFlight& flight, Fingerprints& f,
-                                  std::span<const std::byte> payload) {
-    post_messages(flight, f, payload, [&](int) { return std::optional(payload.size()); });
-  }
-  // This leader's messages carry `out` where given; host h's carry in_bytes(h) bytes where given.
-  template <class InBytes>
-  void post_messages(InFlight& flight, Fingerprints& f,
-                     std::optional<std::span<const std::byte>> out, InBytes&& in_bytes) {
+  // This leader's message to host h carries out_bytes(h) bytes that fill(h, where, bytes) writes;
+  // host h's message carries in_bytes(h) bytes (0: the fingerprint alone).
+  template <class OutBytes, class Fill, class InBytes>
+  void post_messages(InFlight& flight, Fingerprints& f, OutBytes&& out_bytes, Fill&& fill,
+                     InBytes&& in_bytes) {
     f.mine = collective_fingerprint(d_, sequence_);
     if (network_) f.mine = with_network_algorithm(f.mine, *network_);
     f.theirs.assign(hosts(), {});
     f.received.assign(hosts(), 0);
     f.landed.assign(hosts(), nullptr);
     f.carried.assign(hosts(), nullptr);
-    const void* message = &f.mine;
-    size_t message_bytes = sizeof f.mine;
-    if (out) {
-      message_bytes += out->size();
-      std::byte* packed = g_.scratch.get(to_slot(host_), message_bytes);
-      std::memcpy(packed, &f.mine, sizeof f.mine);
-      copy_bytes(packed + sizeof f.mine, out->data(), out->size());
-      message = packed;
-      f.carried[host_] = out->data();
-    }
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
+      const size_t in_payload = in_bytes(h);
       void* in = &f.theirs[h];
-      size_t in_message = sizeof f.mine;
-      if (const std::optional<size_t> payload = in_bytes(h)) {
-        in_message += *payload;
-        in = f.landed[h] = g_.scratch.get(from_slot(h), in_message);
+      if (in_payload > 0) {
+        in = f.landed[h] = g_.scratch.get(from_slot(h), sizeof f.mine + in_payload);
         f.carried[h] = f.landed[h] + sizeof f.mine;
       }
-      f.received[h] = flight.recv(leader(h), tag(kFingerprint), in, in_message);
-      flight.send(leader(h), tag(kFingerprint), message, message_bytes);
+      f.received[h] = flight.recv(leader(h), tag(kFingerprint), in, sizeof f.mine + in_payload);
+      const size_t out_payload = out_bytes(h);
+      const void* message = &f.mine;
+      if (out_payload > 0) {
+        std::byte* packed = g_.scratch.get(to_slot(h), sizeof f.mine + out_payload);
+        std::memcpy(packed, &f.mine, sizeof f.mine);
+        fill(h, packed + sizeof f.mine, out_payload);
+        message = packed;
+      }
+      flight.send(leader(h), tag(kFingerprint), message, sizeof f.mine + out_payload);
     }
   }
   // Waits for every other leader's fingerprint (not for the sends) and throws on a difference.
@@ -400,10 +394,51 @@ class HostCollective {
     }
   }
 
+  // Small collectives in one network round: every leader's message to every other leader carries
+  // its fingerprint and the data that leader needs (post_messages' out_bytes, fill, in_bytes),
+  // one message per pair of leaders instead of a fingerprint round before the data. Returns once
+  // every message arrived and the fingerprints agree; f.carried[h] holds host h's data (in
+  // scratch, so a mismatch touches no caller's buffer). Leaders only.
+  template <class OutBytes, class Fill, class InBytes>
+  void exchange_packed(Fingerprints& f, OutBytes&& out_bytes, Fill&& fill, InBytes&& in_bytes) {
+    InFlight flight(g_.network, ctx_);  // ends before `f`, which it may still write into
+    post_messages(flight, f, out_bytes, fill, in_bytes);
+    check_fingerprints(flight, f);
+    flight.wait_all();
+  }
+  // Sizes and fills for exchange_packed: the same number of bytes to or from every host; a copy
+  // of the same data to every host.
+  static auto same_for_all(size_t bytes) {
+    return [bytes](int) { return bytes; };
+  }
+  static auto copy_of(const void* data) {
+    return [data](int, std::byte* to, size_t bytes) { copy_bytes(to, data, bytes); };
+  }
+  // A fill for exchange_packed: host h's ranks' blocks of `full` (one block per communicator
+  // rank), in local order.
+  auto blocks_for_host(const void* full, size_t block) const {
+    return [this, full, block](int h, std::byte* to, size_t) {
+      const std::vector<int>& theirs = ranks_on(h);
+      for (size_t i = 0; i < theirs.size(); ++i)
+        copy_bytes(at(to, i * block), at(full, theirs[i] * block), bytes(block));
+    };
+  }
+  // Whether a collective whose largest message between leaders carries `bytes` of data goes in
+  // one round (exchange_packed). Every rank decides from the same call and host layout; hosts
+  // that still disagree (different counts) see a message of the wrong size: a mismatch.
+  static bool packs(size_t bytes) { return bytes <= kNetworkPackedBytes; }
+  // The number of ranks on the largest host.
+  size_t largest_host() const {
+    size_t largest = 0;
+    for (int h = 0; h < hosts(); ++h) largest = std::max(largest, ranks_on(h).size());
+    return largest;
+  }
+
   // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order). dst may be
   // any of the parts.
   void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count) {
-    bool clash = false;  // reduce_n lets dst alias the first part only
+    if (count == 0) return;  // the parts of an empty call may be null
+    bool clash = false;      // reduce_n lets dst alias the first part only
     for (size_t h = 1; h < parts.size(); ++h)
       clash |= overlap(dst, bytes(count), parts[h], bytes(count));
     void* out = clash ? scratch(kCombineTemp, count) : dst;
@@ -486,15 +521,13 @@ class HostCollective {
       local(local_desc(OpKind::reduce, n, 0, d_.send, d_.recv, partial_op()));
       partial = d_.recv;
     }
-    if (is_leader() && bytes(n) <= kPackedPayloadBytes) {
-      // Small: the data rides in the fingerprint's message (one message per pair of leaders).
+    if (is_leader() && packs(bytes(n))) {
       Fingerprints fingerprints;
-      InFlight flight(g_.network, ctx_);
-      post_fingerprints_carrying(flight, fingerprints,
-                                 {static_cast<const std::byte*>(partial), bytes(n)});
-      check_fingerprints(flight, fingerprints);
-      flight.wait_all();
-      combine_hosts(d_.recv, fingerprints.carried, n);
+      exchange_packed(fingerprints, same_for_all(bytes(n)), copy_of(partial),
+                      same_for_all(bytes(n)));
+      std::vector<const void*> parts = fingerprints.carried;
+      parts[host_] = partial;
+      combine_hosts(d_.recv, parts, n);
     } else if (is_leader()) {
       Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
       InFlight flight(g_.network, ctx_);
@@ -663,33 +696,32 @@ class HostCollective {
   void broadcast_one_round() {
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
-    // Small, from a host leader: the data rides in the root's fingerprint messages (one message
-    // from the root to each leader instead of two).
-    const bool carried = d_.root == leader(root_host) && bytes(n) <= kPackedPayloadBytes;
     const bool receives = is_leader() && host_ != root_host;  // the data, from the root
-    Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
-    InFlight flight(g_.network, ctx_);
-    std::byte* landed = nullptr;
-    if (carried && is_leader()) {
-      std::optional<std::span<const std::byte>> out;
-      if (me_ == d_.root) out.emplace(static_cast<const std::byte*>(d_.send), bytes(n));
-      post_messages(flight, fingerprints, out, [&](int h) -> std::optional<size_t> {
-        if (receives && h == root_host) return bytes(n);
-        return std::nullopt;
-      });
-    } else if (is_leader()) {
-      post_fingerprints(flight, fingerprints);
+    if (root_leads() && packs(bytes(n))) {
+      // Small, from a host leader: the data rides in the root's fingerprint messages.
+      if (is_leader()) {
+        Fingerprints fingerprints;
+        exchange_packed(
+            fingerprints, [&](int) { return me_ == d_.root ? bytes(n) : 0; }, copy_of(d_.send),
+            [&](int h) { return receives && h == root_host ? bytes(n) : 0; });
+        if (receives) copy_bytes(d_.recv, fingerprints.carried[root_host], bytes(n));
+      }
+    } else {
+      Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
+      InFlight flight(g_.network, ctx_);
+      std::byte* landed = nullptr;
+      if (is_leader()) post_fingerprints(flight, fingerprints);
       if (receives) {
         landed = scratch(kHostData, n);
         post_recv(flight, d_.root, kFirst, landed, n);
       }
+      if (me_ == d_.root) {
+        for (int h : others_from_next()) post_send(flight, leader(h), kFirst, d_.send, n);
+      }
+      if (is_leader()) check_fingerprints(flight, fingerprints);
+      flight.wait_all();
+      if (receives) copy_bytes(d_.recv, landed, bytes(n));
     }
-    if (!carried && me_ == d_.root) {
-      for (int h : others_from_next()) post_send(flight, leader(h), kFirst, d_.send, n);
-    }
-    if (is_leader()) check_fingerprints(flight, fingerprints);
-    flight.wait_all();
-    if (receives) copy_bytes(d_.recv, carried ? fingerprints.carried[root_host] : landed, bytes(n));
     if (alone()) {
       if (me_ == d_.root) copy_bytes(d_.recv, d_.send, bytes(n));
       return;
@@ -701,15 +733,32 @@ class HostCollective {
   // Gather inside each host to the leader, leaders exchange their hosts' blocks, broadcast inside:
   // where every host's ranks are consecutive, each host's blocks are broadcast inside the host as
   // their chunks arrive (this host's first, then the others in host order from the next one).
+  // Small: the hosts' blocks ride in the fingerprint messages.
   void all_gather() {
-    compare_fingerprints_across_hosts();
     const size_t block = d_.count;
+    const bool small = packs(bytes(block * largest_host()));
+    if (!small) compare_fingerprints_across_hosts();
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_blocks = d_.send;  // this host's blocks in local order, at its leader
     if (!alone()) {
       void* into = is_leader() ? scratch(kHostData, mine.size() * block) : nullptr;
       local(local_desc(OpKind::gather, block, 0, d_.send, into));
       host_blocks = into;
+    }
+    if (small) {
+      if (is_leader()) {
+        Fingerprints fingerprints;
+        exchange_packed(fingerprints, same_for_all(bytes(mine.size() * block)),
+                        copy_of(host_blocks),
+                        [&](int h) { return bytes(ranks_on(h).size() * block); });
+        place_blocks(d_.recv, host_blocks, mine, block);
+        for (int h = 0; h < hosts(); ++h)
+          if (h != host_) place_blocks(d_.recv, fingerprints.carried[h], ranks_on(h), block);
+      }
+      if (!alone()) {
+        local(local_desc(OpKind::broadcast, block * g_.hosts.ranks(), 0, d_.recv, d_.recv));
+      }
+      return;
     }
     InFlight flight(g_.network, ctx_);
     std::vector<void*> landed(hosts());
@@ -754,10 +803,14 @@ class HostCollective {
   // Where every host's ranks are consecutive (each host's blocks lie together), the reduction
   // inside the host goes chunk by chunk: the other hosts' blocks first, each chunk sent as soon as
   // it is reduced, this host's last, each chunk combined as soon as it is here.
+  // Small: the blocks ride in the fingerprint messages.
   void reduce_scatter() {
-    compare_fingerprints_across_hosts();
-    if (!alone() && hosts_consecutive()) return reduce_scatter_pipelined();
     const size_t block = d_.count;
+    const bool small = packs(bytes(block * largest_host()));
+    if (!small) {
+      compare_fingerprints_across_hosts();
+      if (!alone() && hosts_consecutive()) return reduce_scatter_pipelined();
+    }
     const size_t total = block * static_cast<size_t>(g_.hosts.ranks());
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_sum = d_.send;  // the host's partial sums of every block, at its leader
@@ -769,7 +822,15 @@ class HostCollective {
     void* result = alone()       ? d_.recv
                    : is_leader() ? scratch(kCombined, mine.size() * block)
                                  : nullptr;
-    if (is_leader()) {
+    if (is_leader() && small) {
+      Fingerprints fingerprints;
+      exchange_packed(
+          fingerprints, [&](int h) { return bytes(ranks_on(h).size() * block); },
+          blocks_for_host(host_sum, block), same_for_all(bytes(mine.size() * block)));
+      std::vector<const void*> parts = fingerprints.carried;
+      parts[host_] = blocks_of(host_sum, mine, block, kOwnPart);
+      combine_hosts(result, parts, mine.size() * block);
+    } else if (is_leader()) {
       InFlight flight(g_.network, ctx_);
       const Arrivals arrivals = expect_parts(flight, mine.size() * block);
       for (int h : others_from_next()) {
@@ -823,9 +884,13 @@ class HostCollective {
   }
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
+  // Small, one rank per host: the blocks ride in the fingerprint messages. (Not with several
+  // ranks on a host: a rank that only gives its block to its leader would then return before the
+  // leaders compared fingerprints, and miss a mismatch that every rank must see.)
   void gather() {
-    compare_fingerprints_across_hosts();
     const size_t block = d_.count;
+    const bool small = largest_host() == 1 && packs(bytes(block));
+    if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
     const int rep = representative_local_rank(host_);
     const std::vector<int>& mine = ranks_on(host_);
@@ -834,6 +899,19 @@ class HostCollective {
       void* into = local_rank_ == rep ? scratch(kHostData, mine.size() * block) : nullptr;
       local(local_desc(OpKind::gather, block, rep, d_.send, into));
       host_blocks = into;
+    }
+    if (small) {
+      if (!is_leader()) return;
+      Fingerprints fingerprints;
+      exchange_packed(
+          fingerprints, [&](int h) { return h == root_host ? bytes(mine.size() * block) : 0; },
+          copy_of(host_blocks),
+          [&](int h) { return me_ == d_.root ? bytes(ranks_on(h).size() * block) : 0; });
+      if (me_ != d_.root) return;
+      place_blocks(d_.recv, host_blocks, mine, block);
+      for (int h = 0; h < hosts(); ++h)
+        if (h != root_host) place_blocks(d_.recv, fingerprints.carried[h], ranks_on(h), block);
+      return;
     }
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
@@ -855,14 +933,27 @@ class HostCollective {
 
   // The root sends every other host's leader the blocks of its ranks; each host scatters them
   // from its representative.
+  // Small, from a root that leads its host: the blocks ride in the fingerprint messages.
   void scatter() {
-    compare_fingerprints_across_hosts();
     const size_t block = d_.count;
+    const bool small = root_leads() && packs(bytes(block * largest_host()));
+    if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_blocks = nullptr;  // this host's blocks in local order, at its representative
     InFlight flight(g_.network, ctx_);
-    if (me_ == d_.root) {
+    if (small) {
+      if (is_leader()) {
+        Fingerprints fingerprints;
+        exchange_packed(
+            fingerprints,
+            [&](int h) { return me_ == d_.root ? bytes(ranks_on(h).size() * block) : 0; },
+            blocks_for_host(d_.send, block),
+            [&](int h) { return h == root_host ? bytes(mine.size() * block) : 0; });
+        host_blocks = me_ == d_.root ? blocks_of(d_.send, mine, block, kHostData)
+                                     : fingerprints.carried[root_host];
+      }
+    } else if (me_ == d_.root) {
       for (int h = 0; h < hosts(); ++h) {
         if (h == root_host) continue;
         post_send(flight, leader(h), kFirst, blocks_of(d_.send, ranks_on(h), block, to_slot(h)),
@@ -875,8 +966,8 @@ class HostCollective {
       host_blocks = into;
     }
     flight.wait_all();
-    if (alone()) {
-      if (me_ == d_.root) copy_bytes(d_.recv, host_blocks, bytes(block));
+    if (alone()) {  // a copy unless the data came straight into the caller's buffer
+      copy_bytes(d_.recv, host_blocks, bytes(block));
       return;
     }
     local(
@@ -886,10 +977,15 @@ class HostCollective {
   // Through the leaders: gather every local rank's send buffer, exchange between leaders the
   // blocks that cross hosts, arrange every local rank's receive buffer, scatter. A host of one
   // rank sends from and receives into the caller's buffers where the blocks lie together.
+  // Small: the blocks ride in the fingerprint messages.
   void all_to_all() {
-    compare_fingerprints_across_hosts();
-    if (!alone() && hosts_consecutive()) return all_to_all_pipelined();
     const size_t block = d_.count;
+    const size_t largest = largest_host();
+    const bool small = packs(bytes(block * largest * largest));
+    if (!small) {
+      compare_fingerprints_across_hosts();
+      if (!alone() && hosts_consecutive()) return all_to_all_pipelined();
+    }
     const std::vector<int>& mine = ranks_on(host_);
     const size_t local_n = mine.size();
     const size_t row = block * static_cast<size_t>(g_.hosts.ranks());  // one rank's whole buffer
@@ -905,32 +1001,44 @@ class HostCollective {
     if (is_leader()) {
       auto received_block = [&](size_t t, int i) { return at(receives, t * row + i * block); };
       auto sent_block = [&](size_t s, int j) { return at(sends, s * row + j * block); };
+      // To h: for each local rank s, its blocks for h's ranks, in local order.
+      auto to_bytes = [&](int h) { return bytes(local_n * ranks_on(h).size() * block); };
+      auto pack_for = [&](int h, std::byte* packed, size_t) {
+        const std::vector<int>& theirs = ranks_on(h);
+        for (size_t s = 0; s < local_n; ++s)
+          for (size_t j = 0; j < theirs.size(); ++j)
+            copy_bytes(at(packed, (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
+                       bytes(block));
+      };
+      // From h: for each of h's ranks s, its blocks for this host's local ranks t.
+      auto from_bytes = [&](int h) { return bytes(ranks_on(h).size() * local_n * block); };
+      Fingerprints fingerprints;  // outlives `flight`
       InFlight flight(g_.network, ctx_);
-      std::vector<void*> landed(hosts());
-      for (int h = 0; h < hosts(); ++h) {
-        if (h == host_) continue;
-        const std::vector<int>& theirs = ranks_on(h);
-        // From h: for each of h's ranks s, its blocks for this host's local ranks t.
-        landed[h] = direct && consecutive(theirs)
-                        ? received_block(0, theirs[0])
-                        : scratch(from_slot(h), theirs.size() * local_n * block);
-        post_recv(flight, leader(h), kFirst, landed[h], theirs.size() * local_n * block);
-      }
-      for (int h : others_from_next()) {
-        const std::vector<int>& theirs = ranks_on(h);
-        // To h: for each local rank s, its blocks for h's ranks, in local order.
-        const void* out = nullptr;
-        if (alone()) {
-          out = blocks_of(sends, theirs, block, to_slot(h));
-        } else {
-          std::byte* packed = scratch(to_slot(h), local_n * theirs.size() * block);
-          for (size_t s = 0; s < local_n; ++s)
-            for (size_t j = 0; j < theirs.size(); ++j)
-              copy_bytes(at(packed, (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
-                         bytes(block));
-          out = packed;
+      std::vector<const void*> from(hosts());
+      if (small) {
+        exchange_packed(fingerprints, to_bytes, pack_for, from_bytes);
+        from = fingerprints.carried;
+      } else {
+        for (int h = 0; h < hosts(); ++h) {
+          if (h == host_) continue;
+          const std::vector<int>& theirs = ranks_on(h);
+          void* into = direct && consecutive(theirs)
+                           ? received_block(0, theirs[0])
+                           : scratch(from_slot(h), theirs.size() * local_n * block);
+          post_recv(flight, leader(h), kFirst, into, theirs.size() * local_n * block);
+          from[h] = into;
         }
-        post_send(flight, leader(h), kFirst, out, local_n * theirs.size() * block);
+        for (int h : others_from_next()) {
+          const void* out = nullptr;
+          if (alone()) {
+            out = blocks_of(sends, ranks_on(h), block, to_slot(h));
+          } else {
+            std::byte* packed = scratch(to_slot(h), local_n * ranks_on(h).size() * block);
+            pack_for(h, packed, to_bytes(h));
+            out = packed;
+          }
+          post_send(flight, leader(h), kFirst, out, local_n * ranks_on(h).size() * block);
+        }
       }
       for (size_t t = 0; t < local_n; ++t)
         for (size_t s = 0; s < local_n; ++s)
@@ -941,7 +1049,7 @@ class HostCollective {
         const std::vector<int>& theirs = ranks_on(h);
         for (size_t s = 0; s < theirs.size(); ++s)  // copies onto themselves are skipped
           for (size_t t = 0; t < local_n; ++t)
-            copy_bytes(received_block(t, theirs[s]), at(landed[h], (s * local_n + t) * block),
+            copy_bytes(received_block(t, theirs[s]), at(from[h], (s * local_n + t) * block),
                        bytes(block));
       }
     }

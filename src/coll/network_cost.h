@@ -20,6 +20,10 @@ namespace tpf::coll {
 inline constexpr size_t kNetworkMinChunkBytes = size_t{1} << 19;
 // At most this many chunks per transfer, so each has a tag of its own (12 tag bits).
 inline constexpr size_t kNetworkMaxChunks = size_t{1} << 12;
+// A collective whose messages between host leaders carry at most this much data each sends the
+// data in its fingerprint's message, in one round (coll/across_hosts.cc): UCX sends messages up to
+// about this size eagerly over TCP.
+inline constexpr size_t kNetworkPackedBytes = size_t{8} << 10;
 
 // Costs of the network between host leaders. TPF_NET_CALL_US, TPF_NET_STEP_US, TPF_NET_GBPS and
 // TPF_NET_REDUCE_GBPS override them (comm/settings.cc). call_us and step_us are the fit of `tpf
@@ -48,7 +52,9 @@ enum class NetworkAlgorithm { one_shot, pipelined };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
 
-// The collectives whose network algorithm is chosen by the model (the others are pipelined).
+// The collectives whose network algorithm is chosen by the model. The others have one each:
+// pipelined in chunks after a fingerprint round, or, where every message between leaders carries
+// at most kNetworkPackedBytes, one round with the data in the fingerprint messages.
 bool has_network_choice(Collective op) noexcept;
 
 // Segments of a pipelined all_reduce of `bytes` across `hosts` hosts: as many as keep each

@@ -366,6 +366,61 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
   expect_all_ok(outcomes);
 }
 
+// Small collectives carry their data in the fingerprint messages between leaders (one round), so
+// two hosts in different small collectives exchange messages of different sizes or different
+// fingerprints: every rank must fail with a mismatch, whichever pair it is, in either order
+// (each collective against the next in the list, and that pair reversed).
+TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
+  constexpr size_t kCount = 3;  // per block: every message well under the packed limit
+  using Call = std::function<void(Communicator&, std::vector<int32_t>&, std::vector<int32_t>&)>;
+  const std::vector<std::pair<const char*, Call>> calls = {
+      {"all_reduce",
+       [](auto& c, auto& in, auto& out) {
+         c.all_reduce(in.data(), out.data(), kCount, DType::i32, ReduceOp::sum);
+       }},
+      {"broadcast", [](auto& c, auto& in,
+                       auto& out) { c.broadcast(in.data(), out.data(), kCount, DType::i32, 0); }},
+      {"all_gather", [](auto& c, auto& in,
+                        auto& out) { c.all_gather(in.data(), out.data(), kCount, DType::i32); }},
+      {"reduce_scatter",
+       [](auto& c, auto& in, auto& out) {
+         c.reduce_scatter(in.data(), out.data(), kCount, DType::i32, ReduceOp::sum);
+       }},
+      {"all_to_all", [](auto& c, auto& in,
+                        auto& out) { c.all_to_all(in.data(), out.data(), kCount, DType::i32); }},
+      {"gather", [](auto& c, auto& in,
+                    auto& out) { c.gather(in.data(), out.data(), kCount, DType::i32, 0); }},
+      {"scatter", [](auto& c, auto& in,
+                     auto& out) { c.scatter(in.data(), out.data(), kCount, DType::i32, 0); }},
+      {"reduce",
+       [](auto& c, auto& in, auto& out) {
+         c.reduce(in.data(), out.data(), kCount, DType::i32, ReduceOp::sum, 0);
+       }},
+      {"barrier", [](auto& c, auto&, auto&) { c.barrier(); }},
+  };
+  for (const HostKeys& keys : {kTwoHostsOfTwo, kTwoHostsOfOne}) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      for (const bool reversed : {false, true}) {
+        const auto& [a_name, a_call] = calls[reversed ? (i + 1) % calls.size() : i];
+        const auto& [b_name, b_call] = calls[reversed ? i : (i + 1) % calls.size()];
+        SCOPED_TRACE(std::to_string(keys.size()) + " ranks; host-a: " + a_name +
+                     ", host-b: " + b_name);
+        auto outcomes = run_on_hosts(
+            keys,
+            [&](Communicator& comm) {
+              std::vector<int32_t> in(kCount * 4, comm.rank()), out(kCount * 4, 0);
+              const Error e = expect_error("different small collectives", [&] {
+                (keys[comm.rank()] == "host-a" ? a_call : b_call)(comm, in, out);
+              });
+              TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+            },
+            GetParam());
+        expect_all_ok(outcomes);
+      }
+    }
+  }
+}
+
 // Hosts whose settings choose different network algorithms for the same call fail with a
 // mismatch naming both, not with messages that do not fit (or, worse, that do). Below 8 KiB a
 // one-shot all_reduce carries its data in the fingerprint's message: that message then has the
