@@ -21,6 +21,7 @@
 #include "cli/flight_dumps.h"
 #include "cli/line_prefixer.h"
 #include "cli/process_util.h"
+#include "cli/remote_sweep.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
 
@@ -174,18 +175,30 @@ class RankSet {
   std::vector<Rank> ranks_;
 };
 
-// Removes /dev/shm/tpf-<uid>-<jobid>-* when the job is over. The fabric unlinks its segments as
-// soon as every rank has mapped them; this only catches what a rank killed during setup left.
-// Runs remove_job_shm_segments when the job is over, whichever way launch_job leaves.
+// Removes /dev/shm/tpf-<uid>-<jobid>-* when the job is over, here and (--hosts) on every host
+// through the remote shell. The fabric unlinks its segments as soon as every rank has mapped
+// them; this only catches what a rank killed during setup left. Runs when the job is over,
+// whichever way launch_job leaves.
 class ShmSweeper {
  public:
-  explicit ShmSweeper(std::string job_id) : job_id_(std::move(job_id)) {}
-  ~ShmSweeper() { remove_job_shm_segments(job_id_); }
+  ShmSweeper(std::string job_id, const LaunchOptions& options)
+      : job_id_(std::move(job_id)), options_(options) {}
+  ~ShmSweeper() {
+    remove_job_shm_segments(job_id_);
+    if (options_.hosts.empty()) return;
+    std::vector<std::string> hosts;
+    for (const LaunchOptions::HostSlots& slots : options_.hosts) hosts.push_back(slots.host);
+    sweep_remote_shm(options_.remote_shell, hosts, job_id_, kRemoteSweepDeadline);
+  }
   ShmSweeper(const ShmSweeper&) = delete;
   ShmSweeper& operator=(const ShmSweeper&) = delete;
 
  private:
+  // An ssh that cannot reach its host waits for its own connect timeout: the job's end does
+  // not wait that long for a cleanup.
+  static constexpr std::chrono::milliseconds kRemoteSweepDeadline{10000};
   std::string job_id_;
+  const LaunchOptions& options_;
 };
 
 std::string host_name() {
@@ -673,7 +686,7 @@ int launch_job(const LaunchOptions& options) {
 
   // Order matters: the mask must be in place before the store server starts its thread, or that
   // thread could take SIGCHLD/SIGTERM with the default action; the sweeper must outlive the job.
-  ShmSweeper sweeper(job_id);
+  ShmSweeper sweeper(job_id, options);
   FlightDumps dumps(job_id);
   SignalRouting signals;
   // One machine: loopback only. Several: where --store-bind says (all addresses by default), and

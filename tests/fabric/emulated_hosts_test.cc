@@ -156,7 +156,8 @@ std::pair<std::string, int> shell(const std::string& command) {
 }
 
 // `tpf run --hosts` with `ip netns exec` as the remote shell: the launcher on host 0 serves the
-// store on host 0's address, two ranks start on each emulated host, and they are two hosts.
+// store on host 0's address, two ranks start on each emulated host, they are two hosts, and
+// the launcher sweeps both hosts' /dev/shm afterwards.
 TEST(EmulatedHosts, TpfRunStartsRanksOnEveryHostThroughTheRemoteShell) {
   EmulatedCluster cluster(2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
@@ -167,6 +168,8 @@ TEST(EmulatedHosts, TpfRunStartsRanksOnEveryHostThroughTheRemoteShell) {
   const auto [bench, status] = shell(run + " bench all_reduce -b 4M -e 4M -n 2 -w 1");
   EXPECT_EQ(status, 0) << bench;
   EXPECT_NE(bench.find("Out of bounds values : 0 OK"), std::string::npos) << bench;
+  // After the job the launcher sweeps each host's /dev/shm through the same remote shell.
+  EXPECT_EQ(bench.find("warning: the sweep"), std::string::npos) << bench;
   const std::vector<std::string> keys = host_keys_printed_by(run + " settings");
   ASSERT_EQ(keys.size(), 4u);
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), 2u) << keys[0] << keys[2];
