@@ -42,6 +42,9 @@ enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 
+// reduce goes along the chain of hosts from this size (HostCollective::reduces_by_chain).
+constexpr size_t kReduceChainMinBytes = size_t{1} << 20;
+
 // Scratch slots (HostScratch): fixed ones, then two per host.
 enum Slot : size_t { kHostData = 0, kOwnPart = 1, kCombined = 2, kCombineTemp = 3, kPerHost = 4 };
 size_t from_slot(int host) { return kPerHost + 2 * static_cast<size_t>(host); }
@@ -436,14 +439,16 @@ class HostCollective {
 
   // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order). dst may be
   // any of the parts.
-  void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count) {
+  // `finished`: the last step of the reduction (an average divides there).
+  void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count,
+                     bool finished = true) {
     if (count == 0) return;  // the parts of an empty call may be null
     bool clash = false;      // reduce_n lets dst alias the first part only
     for (size_t h = 1; h < parts.size(); ++h)
       clash |= overlap(dst, bytes(count), parts[h], bytes(count));
     void* out = clash ? scratch(kCombineTemp, count) : dst;
     reduce_n(d_.dtype, partial_op(), out, parts.data(), static_cast<int>(parts.size()), count);
-    if (d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
+    if (finished && d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
     copy_bytes(dst, out, bytes(count));
   }
 
@@ -549,7 +554,91 @@ class HostCollective {
     }
     if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
-  void reduce() { reduce_in_slices(/*to_everyone=*/false); }
+  void reduce() {
+    if (reduces_by_chain()) return reduce_by_chain();
+    reduce_in_slices(/*to_everyone=*/false);
+  }
+
+  // Whether reduce goes along the chain of hosts (reduce_by_chain): where its root's link would
+  // otherwise carry 2 (H-1) / H of the data (reduce_in_slices), at least 3 hosts, and the root on
+  // the first or the last host (elsewhere its link would carry the data twice). Only where
+  // combining two parts at a time gives the bits of combining all H at once: not f16 / bf16,
+  // which add in f32 and round once per combine. From 1 MiB: the cost model's formulas
+  // (network_cost.h) with its default constants put the crossing near 1 MiB on a 100 Gb/s link
+  // and below 16 KiB at 1 Gb/s. A fixed size, not the settings' constants, so that every host
+  // chooses alike whatever its settings (the choice is not in the fingerprint).
+  bool reduces_by_chain() const {
+    const int root_host = g_.hosts.host_of(d_.root);
+    return hosts() >= 3 && (root_host == 0 || root_host == hosts() - 1) && d_.dtype != DType::f16 &&
+           d_.dtype != DType::bf16 && bytes(d_.count) >= kReduceChainMinBytes;
+  }
+
+  // reduce along a pipelined chain in host order: host 0's representative sends its host's
+  // partial result, chunk by chunk, to host 1's, which combines each chunk with its own as it
+  // arrives (previous hosts' first: the documented order) and sends it on, and so on; the last
+  // host's combine finishes the result, at the root there or sent on to the root on host 0.
+  // Every link carries the data once each way (reduce_in_slices: the root's 2 (H-1) / H). Inside
+  // each host the partial result is reduced piece by piece ahead of the chain.
+  void reduce_by_chain() {
+    compare_fingerprints_across_hosts();
+    const size_t n = d_.count;
+    const int root_host = g_.hosts.host_of(d_.root);
+    const int last = hosts() - 1;
+    const int local_root = representative_local_rank(host_);
+    const bool on_network = local_rank_ == local_root;
+    auto rep = [&](int h) { return ranks_on(h)[representative_local_rank(h)]; };
+    // This host's partial result at its representative (the caller's input on a host of one).
+    const void* partial = d_.send;
+    std::byte* reduced = nullptr;
+    if (!alone()) {
+      reduced = on_network ? scratch(kHostData, n) : nullptr;
+      partial = reduced;
+    }
+    // What this host's combine writes: the result at the root on the last host, else scratch.
+    void* combined = me_ == d_.root ? d_.recv : on_network ? scratch(kCombined, n) : nullptr;
+    const Chunks chunks = chunks_of(n);
+    InFlight flight(g_.network, ctx_);
+    size_t from_previous = 0;  // the request of the first chunk from the previous host
+    std::byte* arriving = nullptr;
+    if (on_network && host_ > 0) {
+      arriving = scratch(from_slot(host_ - 1), n);
+      from_previous = post_recv(flight, rep(host_ - 1), kFirst, arriving, n);
+    }
+    // The root on host 0 gets the result from the last host: into scratch where its own input,
+    // still being sent, is where the result goes (an in-place call on a host of one).
+    void* result_landing = nullptr;
+    if (me_ == d_.root && host_ == 0) {
+      result_landing =
+          overlap(partial, bytes(n), d_.recv, bytes(n)) ? scratch(kCombined, n) : d_.recv;
+      post_recv(flight, rep(last), kSecond, result_landing, n);
+    }
+    // Where this host's chunks go: the next host, or from the last one the root on host 0.
+    const int next = host_ < last ? rep(host_ + 1) : root_host == 0 ? d_.root : -1;
+    for_each_piece(chunks, [&](size_t first, size_t end) {
+      if (!alone()) {
+        const size_t begin = chunks.begin(first);
+        local(local_desc(OpKind::reduce, chunks.span_length(first, end), local_root,
+                         at(d_.send, begin), reduced == nullptr ? nullptr : at(reduced, begin),
+                         partial_op()));
+      }
+      if (!on_network) return;
+      for (size_t c = first; c < end; ++c) {
+        const size_t begin = chunks.begin(c), length = chunks.length(c);
+        const void* out = at(partial, begin);
+        if (host_ > 0) {
+          flight.wait(from_previous + c);
+          combine_hosts(at(combined, begin), {at(arriving, begin), at(partial, begin)}, length,
+                        /*finished=*/host_ == last);
+          out = at(combined, begin);
+        }
+        if (next >= 0)
+          flight.send(next, tag(host_ == last ? kSecond : kFirst, c), out, bytes(length));
+      }
+      flight.progress();
+    });
+    flight.wait_all();
+    if (result_landing != nullptr) copy_bytes(d_.recv, result_landing, bytes(n));
+  }
 
   // all_reduce, and reduce to a root, in segments, pipelined: segment s is reduced inside the
   // host (to its representative: the root on the root's host, the leader elsewhere) while

@@ -123,12 +123,24 @@ void reductions(Communicator& comm, const topo::HostMap& hosts) {
              [&] { comm.all_reduce(in_place.data(), in_place.data(), count, dt, op); });
         check(log, "all_reduce in place " + what, dt, in_place.data(), want.data(), count);
         if (!out.guards_intact()) log.add("all_reduce " + what + ": wrote outside its buffer");
-        // reduce to a root that moves round the ranks.
-        const int root = static_cast<int>(salt % static_cast<uint64_t>(n));
-        GuardedBuffer reduced(count * es);
-        call("reduce " + what,
-             [&] { comm.reduce(inputs[me].data(), reduced.data(), count, dt, op, root); });
-        if (me == root) check(log, "reduce " + what, dt, reduced.data(), want.data(), count);
+        // reduce to a root that moves round the ranks; the large size to every root (a root on
+        // the first or last of 3 or more hosts takes the chain of hosts, the others the slices).
+        std::vector<int> roots = {static_cast<int>(salt % static_cast<uint64_t>(n))};
+        if (count > 4099) {
+          roots.clear();
+          for (int r = 0; r < n; ++r) roots.push_back(r);
+        }
+        for (const int root : roots) {
+          GuardedBuffer reduced(count * es);
+          const std::string to = "reduce to " + std::to_string(root) + " " + what;
+          call(to, [&] { comm.reduce(inputs[me].data(), reduced.data(), count, dt, op, root); });
+          if (me == root) check(log, to, dt, reduced.data(), want.data(), count);
+          if (!reduced.guards_intact()) log.add(to + ": wrote outside its buffer");
+          std::vector<uint8_t> in_place = inputs[me];
+          call(to + " in place",
+               [&] { comm.reduce(in_place.data(), in_place.data(), count, dt, op, root); });
+          if (me == root) check(log, to + " in place", dt, in_place.data(), want.data(), count);
+        }
         // reduce_scatter: rank r gets block r of the reduction of the whole buffers (the large
         // size spread over the ranks, still several chunks per host), out of place and in place.
         const size_t block_count = count > 4099 ? count / n + 1 : count;
