@@ -213,6 +213,7 @@ int run_bench(const BenchOptions& opt) {
     report.algorithm = coll::all_reduce_algorithm_name(*settings.tuning.forced_all_reduce);
   }
   report.hosts = comm.host_count();
+  report.network_min_slice_bytes = coll::all_reduce_min_slice_bytes(settings.tuning.network_cost);
   if (settings.tuning.forced_network) {
     report.network_algorithm = coll::network_algorithm_name(*settings.tuning.forced_network);
   }

@@ -149,7 +149,8 @@ std::string report_to_json(const BenchReport& r) {
   if (r.collective == Collective::all_reduce) os << ",\"algorithm\":\"" << r.algorithm << "\"";
   os << ",\"hosts\":" << r.hosts;
   if (r.hosts > 1 && coll::has_network_choice(r.collective)) {
-    os << ",\"network_algorithm\":\"" << r.network_algorithm << "\"";
+    os << ",\"network_algorithm\":\"" << r.network_algorithm << "\""
+       << ",\"network_min_slice_bytes\":" << r.network_min_slice_bytes;
   }
   os << ",\"slot_bytes\":" << r.slot_bytes << ",\"cpus\":" << r.cpus
      << ",\"excess_ranks\":" << r.excess_ranks

@@ -43,6 +43,9 @@ struct BenchReport {
   // "pipelined" where TPF_NET_ALGO forced one, else "automatic"; coll/network_cost.h).
   int hosts = 1;
   std::string network_algorithm = "automatic";
+  // Across hosts: the smallest slice of a pipelined all_reduce, from the settings
+  // (coll::all_reduce_min_slice_bytes), so that tpf plan calibrate-network models what ran.
+  size_t network_min_slice_bytes = 0;
   size_t slot_bytes = 0;
   int cpus = 0;
   int excess_ranks = 0;

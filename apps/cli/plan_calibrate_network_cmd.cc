@@ -60,7 +60,8 @@ void print_points(const char* title, const plan::NetworkEvaluation& e) {
 const char* bound_of(const plan::NetworkPointError& p, const coll::NetworkLinkCost& cost) {
   const plan::NetworkMeasurement& m = p.measurement;
   const double link_us =
-      coll::network_traffic(m.collective, m.algorithm, m.bytes, m.hosts).wire_bytes /
+      coll::network_traffic(m.collective, m.algorithm, m.bytes, m.hosts, m.min_slice_bytes)
+          .wire_bytes /
       (cost.link_gbps * 1e3);
   return link_us >= 0.5 * p.predicted_us ? "link" : "latency";
 }

@@ -647,9 +647,9 @@ class HostCollective {
   // combines slice h of it from every host, in host order, as the slices arrive, and sends the
   // result at once to every other host (all_reduce) or to the root (reduce: the root's link then
   // carries 2(H-1)/H of the data instead of (H-1) times all of it). Segments are as many as keep
-  // each slice at least kNetworkMinChunkBytes (one segment when small). Running the local reduce
-  // further ahead was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98
-  // with one).
+  // each slice at least all_reduce_min_slice_bytes (one segment when small). Running the local
+  // reduce further ahead was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead,
+  // 0.98 with one).
   void reduce_in_slices(bool to_everyone) {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
@@ -662,7 +662,8 @@ class HostCollective {
     const int local_root = g_.hosts.local_rank(rep(host_));
     const bool on_network = me_ == rep(host_);
     const bool has_result = to_everyone || me_ == d_.root;
-    const size_t segments = all_reduce_segments(bytes(n), hcount);
+    const size_t segments =
+        all_reduce_segments(bytes(n), hcount, all_reduce_min_slice_bytes(tuning_.network_cost));
     // Slice h of segment s starts at slice_begin(s, h); slice_begin(s, H) = slice_begin(s + 1, 0).
     auto slice_begin = [&](size_t s, int h) {
       const size_t first = n * s / segments;

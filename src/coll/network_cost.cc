@@ -32,8 +32,13 @@ bool has_network_choice(Collective op) noexcept {
   return op == Collective::all_reduce || op == Collective::broadcast;
 }
 
-size_t all_reduce_segments(size_t bytes, int hosts) {
-  return std::clamp<size_t>(bytes / (kNetworkMinChunkBytes * static_cast<size_t>(hosts)), 1,
+size_t all_reduce_min_slice_bytes(const NetworkLinkCost& cost) {
+  const double busy = kSliceSteps * cost.step_us * cost.link_gbps * 1e3;  // bytes
+  return std::clamp(static_cast<size_t>(busy), kNetworkMinSliceBytes, kNetworkMinChunkBytes);
+}
+
+size_t all_reduce_segments(size_t bytes, int hosts, size_t min_slice_bytes) {
+  return std::clamp<size_t>(bytes / (min_slice_bytes * static_cast<size_t>(hosts)), 1,
                             kNetworkMaxChunks);
 }
 
@@ -47,7 +52,8 @@ size_t network_chunk_count(size_t count, size_t elem_bytes) {
   return count == 0 ? 1 : (count + per - 1) / per;
 }
 
-StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts) {
+StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
+                            size_t min_slice_bytes) {
   if (!has_network_choice(op) || hosts < 2) {
     throw Error(ErrorCode::invalid_argument,
                 std::string("no network cost of ") + collective_name(op) + " on " +
@@ -65,7 +71,7 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
   }
   StepTraffic t;
   if (op == Collective::all_reduce) {
-    const double segments = static_cast<double>(all_reduce_segments(bytes, hosts));
+    const double segments = static_cast<double>(all_reduce_segments(bytes, hosts, min_slice_bytes));
     t = traffic_of(Collective::all_reduce, Algorithm::two_shot, b, hosts, false, segments);
   } else {
     const double chunks = static_cast<double>(network_chunk_count(bytes, 1));
@@ -77,7 +83,13 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
 
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                           const NetworkLinkCost& cost) {
-  return cost.call_us + traffic_us(network_traffic(op, algorithm, bytes, hosts), cost.link_class());
+  return predict_network_us(op, algorithm, bytes, hosts, cost, all_reduce_min_slice_bytes(cost));
+}
+
+double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
+                          const NetworkLinkCost& cost, size_t min_slice_bytes) {
+  const StepTraffic traffic = network_traffic(op, algorithm, bytes, hosts, min_slice_bytes);
+  return cost.call_us + traffic_us(traffic, cost.link_class());
 }
 
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,

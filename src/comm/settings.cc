@@ -61,7 +61,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_GBPS", "communicator",
-     "cost model: each host's network link, GB/s per direction (default 12.5: 100 Gb/s)"},
+     "cost model: each host's network link, GB/s per direction (default 12.5: 100 Gb/s); also "
+     "sizes all_reduce's slices between hosts: set it alike on every host"},
     {"TPF_NET_REDUCE_GBPS", "communicator",
      "cost model: combining the hosts' partial results, GB/s"},
     {"TPF_HOST_LOST_S", "communicator",

@@ -22,7 +22,8 @@ enum Column { kCall = 0, kStep = 1, kLink = 2, kReduce = 3, kColumns = 4 };
 const char* const kColumnNames[kColumns] = {"call_us", "step_us", "link_gbps", "reduce_gbps"};
 
 std::vector<double> design_row(const NetworkMeasurement& m) {
-  const coll::StepTraffic t = coll::network_traffic(m.collective, m.algorithm, m.bytes, m.hosts);
+  const coll::StepTraffic t =
+      coll::network_traffic(m.collective, m.algorithm, m.bytes, m.hosts, m.min_slice_bytes);
   return {1.0, t.steps, t.wire_bytes * 1e-3, t.reduced_bytes * 1e-3};
 }
 
@@ -65,6 +66,15 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
          "': expected one_shot or pipelined (forced with TPF_NET_ALGO; the fit must know which "
          "algorithm ran)");
   }
+  size_t min_slice_bytes = coll::kNetworkMinChunkBytes;
+  if (root.find("network_min_slice_bytes") != nullptr) {
+    const int64_t value = get_int(root, "network_min_slice_bytes", top, path);
+    if (value <= 0) {
+      fail(path + ": 'network_min_slice_bytes' is " + std::to_string(value) +
+           ", expected a positive byte count");
+    }
+    min_slice_bytes = static_cast<size_t>(value);
+  }
   std::vector<NetworkMeasurement> out;
   const json::Array& rows = rows_of(root, path);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -80,6 +90,7 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
     m.algorithm = *algorithm;
     m.hosts = static_cast<int>(hosts);
     m.bytes = static_cast<size_t>(bytes);
+    m.min_slice_bytes = min_slice_bytes;
     m.measured_us = row_time_us(member(rows[r], "oop", where, path), where + ".oop", path);
     m.source = path + " " + where + " oop";
     out.push_back(m);
@@ -150,7 +161,8 @@ NetworkFit fit_network_link_cost(const std::vector<NetworkMeasurement>& training
 NetworkEvaluation evaluate(const coll::NetworkLinkCost& cost,
                            const std::vector<NetworkMeasurement>& measurements) {
   return evaluate_with(measurements, [&](const NetworkMeasurement& m) {
-    return coll::predict_network_us(m.collective, m.algorithm, m.bytes, m.hosts, cost);
+    return coll::predict_network_us(m.collective, m.algorithm, m.bytes, m.hosts, cost,
+                                    m.min_slice_bytes);
   });
 }
 

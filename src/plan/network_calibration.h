@@ -24,6 +24,9 @@ struct NetworkMeasurement {
   size_t bytes = 0;
   bool in_place = false;
   double measured_us = 0;
+  // The smallest all_reduce slice the run used ("network_min_slice_bytes"; runs that do not
+  // record it predate its dependence on the settings and used kNetworkMinChunkBytes).
+  size_t min_slice_bytes = coll::kNetworkMinChunkBytes;
   std::string source;  // "FILE row K oop", for tables and messages
 };
 

@@ -32,7 +32,7 @@ using HostKeys = std::vector<std::string>;
 std::vector<RankOutcome> run_on_hosts(
     const HostKeys& keys, const std::function<void(Communicator&)>& body,
     transport::NetProtocol protocol = transport::NetProtocol::automatic,
-    const char* network_algorithm = nullptr) {
+    const char* network_algorithm = nullptr, const char* link_gbps = nullptr) {
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
   return run_ranks_raw(
@@ -41,6 +41,7 @@ std::vector<RankOutcome> run_on_hosts(
         ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
         ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
         if (network_algorithm != nullptr) ::setenv("TPF_NET_ALGO", network_algorithm, 1);
+        if (link_gbps != nullptr) ::setenv("TPF_NET_GBPS", link_gbps, 1);
         Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
                                                  ctx.comm_options);
         body(comm);
@@ -327,11 +328,15 @@ TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
 
 // Each network algorithm forced at every size class: the cost model picks one per size
 // (coll/network_cost.h), so both must be right at all of them, on an even and an uneven layout.
+// The pipelined runs say the link is 500 Mb/s: the smallest slices (128 KiB), the most segments.
 class AcrossHostsNetworkAlgorithm : public ::testing::TestWithParam<std::tuple<int, const char*>> {
  protected:
   const HostKeys& keys() const { return kLayouts[std::get<0>(GetParam())].keys; }
   std::vector<RankOutcome> run(const std::function<void(Communicator&)>& body) const {
-    return run_on_hosts(keys(), body, transport::NetProtocol::tag, std::get<1>(GetParam()));
+    const char* algorithm = std::get<1>(GetParam());
+    const bool pipelined = std::string(algorithm) == "pipelined";
+    return run_on_hosts(keys(), body, transport::NetProtocol::tag, algorithm,
+                        pipelined ? "0.0625" : nullptr);
   }
 };
 
@@ -464,6 +469,31 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
         options);
     expect_all_ok(outcomes);
   }
+}
+
+// The smallest all_reduce slice follows the link rate the settings give (TPF_NET_GBPS): hosts
+// told different rates cut a large all_reduce into different segments, and must fail with a
+// mismatch (slices of other sizes), not hang or combine misaligned slices.
+TEST(AcrossHostsSettings, HostsWhoseSettingsGiveDifferentSlicesAreAMismatch) {
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(30000);
+  auto outcomes = run_ranks_raw(
+      4,
+      [](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", kTwoHostsOfTwo[ctx.rank].c_str(), 1);
+        ::setenv("TPF_NET_PROTOCOL", "tag", 1);
+        ::setenv("TPF_NET_ALGO", "pipelined", 1);
+        ::setenv("TPF_NET_GBPS", ctx.rank < 2 ? "0.0625" : "12.5", 1);  // 128 KiB vs 512 KiB
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        std::vector<float> data(size_t{1} << 20, 1.0f);  // 4 MiB: 16 segments against 4
+        const Error e = expect_error("different slices", [&] {
+          comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+      },
+      options);
+  expect_all_ok(outcomes);
 }
 
 // A dtype of the same byte size is no size mismatch, but the receive still names it: blocking,

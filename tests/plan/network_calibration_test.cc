@@ -52,9 +52,17 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
   EXPECT_DOUBLE_EQ(
       coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 3, c),
       5 + 40 + 1000);
-  // Segments keep each host's slice at least 512 KiB.
-  EXPECT_EQ(coll::all_reduce_segments(size_t{4} << 20, 2), 4u);
-  EXPECT_EQ(coll::all_reduce_segments(1000, 8), 1u);
+  // Segments keep each host's slice at least the smallest slice: four rounds' worth of the link,
+  // 512 KiB at most (the default 100 Gb/s link: 4 x 11 us x 12.5 GB/s = 550 kB), 128 KiB at least.
+  EXPECT_EQ(coll::all_reduce_min_slice_bytes(NetworkLinkCost{}), size_t{512} << 10);
+  NetworkLinkCost link;
+  link.link_gbps = 0.0625;  // 500 Mb/s
+  EXPECT_EQ(coll::all_reduce_min_slice_bytes(link), size_t{128} << 10);
+  link.link_gbps = 3.125;  // 25 Gb/s: 4 x 11 us x 3.125 GB/s
+  EXPECT_EQ(coll::all_reduce_min_slice_bytes(link), 137'500u);
+  EXPECT_EQ(coll::all_reduce_segments(size_t{4} << 20, 2, size_t{512} << 10), 4u);
+  EXPECT_EQ(coll::all_reduce_segments(size_t{4} << 20, 2, size_t{128} << 10), 16u);
+  EXPECT_EQ(coll::all_reduce_segments(1000, 8, size_t{128} << 10), 1u);
   EXPECT_TPF_ERROR(
       coll::predict_network_us(Collective::all_gather, NetworkAlgorithm::one_shot, 8, 2, c),
       ErrorCode::invalid_argument, "all_gather");
@@ -110,6 +118,7 @@ std::vector<NetworkMeasurement> synthetic(const NetworkLinkCost& cost, int hosts
         m.algorithm = a;
         m.hosts = hosts;
         m.bytes = bytes;
+        m.min_slice_bytes = coll::all_reduce_min_slice_bytes(cost);  // what such a run records
         m.measured_us = coll::predict_network_us(op, a, bytes, hosts, cost);
         m.source = "synthetic";
         out.push_back(m);
@@ -166,6 +175,15 @@ TEST(NetworkCalibration, ReadsBenchFilesAndNamesWhatIsWrong) {
   EXPECT_EQ(points[0].bytes, 1024u);
   EXPECT_DOUBLE_EQ(points[0].measured_us, 40.5);
   EXPECT_TRUE(points[1].in_place);
+  // A run that does not record its slice predates its dependence on the settings: 512 KiB.
+  EXPECT_EQ(points[0].min_slice_bytes, size_t{512} << 10);
+  std::string with_slice = bench_json("all_reduce", 3, 3, "pipelined");
+  with_slice.insert(1, "\"network_min_slice_bytes\":131072,");
+  EXPECT_EQ(parse_network_bench_json(with_slice, "f.json")[0].min_slice_bytes, 131072u);
+  std::string bad_slice = bench_json("all_reduce", 3, 3, "pipelined");
+  bad_slice.insert(1, "\"network_min_slice_bytes\":0,");
+  EXPECT_TPF_ERROR(parse_network_bench_json(bad_slice, "f.json"), ErrorCode::invalid_argument,
+                   "'network_min_slice_bytes' is 0");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, "automatic"), "f.json"),
                    ErrorCode::invalid_argument, "TPF_NET_ALGO");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, ""), "f.json"),
