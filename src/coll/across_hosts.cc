@@ -42,6 +42,10 @@ enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 
+// Messages between leaders that carry the fingerprint alone (post_messages' sizes and fill).
+constexpr auto kNoPayload = [](int) { return size_t{0}; };
+constexpr auto kNoFill = [](int, std::byte*, size_t) {};
+
 // reduce goes along the chain of hosts from this size (HostCollective::reduces_by_chain).
 constexpr size_t kReduceChainMinBytes = size_t{1} << 20;
 
@@ -248,6 +252,9 @@ class HostCollective {
   int representative_local_rank(int host) const {
     return host == g_.hosts.host_of(d_.root) ? g_.hosts.local_rank(d_.root) : 0;
   }
+  // That rank as a communicator rank.
+  int representative(int host) const { return ranks_on(host)[representative_local_rank(host)]; }
+
   // The cost model's choice for all_reduce or broadcast (coll/network_cost.h), made by every rank
   // from the same size and host count; remembered for the fingerprint, so that leaders whose
   // settings differ find out.
@@ -320,14 +327,8 @@ class HostCollective {
   // calls on different hosts fail as a mismatch instead of waiting for messages never sent.
   void compare_fingerprints_across_hosts() {
     if (!is_leader()) return;
-    Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
-    InFlight flight(g_.network, ctx_);
-    post_fingerprints(flight, fingerprints);
-    check_fingerprints(flight, fingerprints);
-    // And the sends: a send still in flight when `flight` goes would be cancelled, which closes
-    // its connection. (A send completes once its buffer is free: a tagged one mostly at once,
-    // a put one after its flush, no later than the other leader's fingerprint arrives here.)
-    flight.wait_all();
+    Fingerprints fingerprints;
+    exchange_packed(fingerprints, kNoPayload, kNoFill, kNoPayload);
   }
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
   // send its data along with its fingerprint (exchange_packed, broadcast_one_round). Leaders
@@ -346,9 +347,7 @@ class HostCollective {
     std::vector<const void*> carried;  // per host whose message carries a payload: the payload
   };
   void post_fingerprints(InFlight& flight, Fingerprints& f) {
-    auto nothing = [](int) { return size_t{0}; };
-    auto no_fill = [](int, std::byte*, size_t) {};
-    post_messages(flight, f, nothing, no_fill, nothing);
+    post_messages(flight, f, kNoPayload, kNoFill, kNoPayload);
   }
   // This leader's message to host h carries out_bytes(h) bytes that fill(h, where, bytes) writes;
   // host h's message carries in_bytes(h) bytes (0: the fingerprint alone).
@@ -407,6 +406,9 @@ class HostCollective {
     InFlight flight(g_.network, ctx_);  // ends before `f`, which it may still write into
     post_messages(flight, f, out_bytes, fill, in_bytes);
     check_fingerprints(flight, f);
+    // And the sends: a send still in flight when `flight` goes would be cancelled, which closes
+    // its connection. (A send completes once its buffer is free: a tagged one mostly at once,
+    // a put one after its flush, no later than the other leader's message arrives here.)
     flight.wait_all();
   }
   // Sizes and fills for exchange_packed: the same number of bytes to or from every host; a copy
@@ -562,15 +564,16 @@ class HostCollective {
   // Whether reduce goes along the chain of hosts (reduce_by_chain): where its root's link would
   // otherwise carry 2 (H-1) / H of the data (reduce_in_slices), at least 3 hosts, and the root on
   // the first or the last host (elsewhere its link would carry the data twice). Only where
-  // combining two parts at a time gives the bits of combining all H at once: not f16 / bf16,
-  // which add in f32 and round once per combine. From 1 MiB: the cost model's formulas
-  // (network_cost.h) with its default constants put the crossing near 1 MiB on a 100 Gb/s link
-  // and below 16 KiB at 1 Gb/s. A fixed size, not the settings' constants, so that every host
-  // chooses alike whatever its settings (the choice is not in the fingerprint).
+  // combining two parts at a time gives the bits of combining all H at once
+  // (reduces_in_storage_type: not f16 / bf16, which add in f32 and round once per combine). From 1
+  // MiB: the cost model's formulas (network_cost.h) with its default constants put the crossing
+  // near 1 MiB on a 100 Gb/s link and below 16 KiB at 1 Gb/s. A fixed size, not the settings'
+  // constants, so that every host chooses alike whatever its settings (the choice is not in the
+  // fingerprint).
   bool reduces_by_chain() const {
     const int root_host = g_.hosts.host_of(d_.root);
-    return hosts() >= 3 && (root_host == 0 || root_host == hosts() - 1) && d_.dtype != DType::f16 &&
-           d_.dtype != DType::bf16 && bytes(d_.count) >= kReduceChainMinBytes;
+    return hosts() >= 3 && (root_host == 0 || root_host == hosts() - 1) &&
+           reduces_in_storage_type(d_.dtype) && bytes(d_.count) >= kReduceChainMinBytes;
   }
 
   // reduce along a pipelined chain in host order: host 0's representative sends its host's
@@ -586,7 +589,6 @@ class HostCollective {
     const int last = hosts() - 1;
     const int local_root = representative_local_rank(host_);
     const bool on_network = local_rank_ == local_root;
-    auto rep = [&](int h) { return ranks_on(h)[representative_local_rank(h)]; };
     // This host's partial result at its representative (the caller's input on a host of one).
     const void* partial = d_.send;
     std::byte* reduced = nullptr;
@@ -602,7 +604,7 @@ class HostCollective {
     std::byte* arriving = nullptr;
     if (on_network && host_ > 0) {
       arriving = scratch(from_slot(host_ - 1), n);
-      from_previous = post_recv(flight, rep(host_ - 1), kFirst, arriving, n);
+      from_previous = post_recv(flight, representative(host_ - 1), kFirst, arriving, n);
     }
     // The root on host 0 gets the result from the last host: into scratch where its own input,
     // still being sent, is where the result goes (an in-place call on a host of one).
@@ -610,10 +612,10 @@ class HostCollective {
     if (me_ == d_.root && host_ == 0) {
       result_landing =
           overlap(partial, bytes(n), d_.recv, bytes(n)) ? scratch(kCombined, n) : d_.recv;
-      post_recv(flight, rep(last), kSecond, result_landing, n);
+      post_recv(flight, representative(last), kSecond, result_landing, n);
     }
     // Where this host's chunks go: the next host, or from the last one the root on host 0.
-    const int next = host_ < last ? rep(host_ + 1) : root_host == 0 ? d_.root : -1;
+    const int next = host_ < last ? representative(host_ + 1) : root_host == 0 ? d_.root : -1;
     for_each_piece(chunks, [&](size_t first, size_t end) {
       if (!alone()) {
         const size_t begin = chunks.begin(first);
@@ -656,9 +658,7 @@ class HostCollective {
     const int hcount = hosts();
     const int root_host = to_everyone ? -1 : g_.hosts.host_of(d_.root);
     // all_reduce goes between the leaders; reduce between the representatives.
-    auto rep = [&](int h) {
-      return to_everyone ? leader(h) : ranks_on(h)[representative_local_rank(h)];
-    };
+    auto rep = [&](int h) { return to_everyone ? leader(h) : representative(h); };
     const int local_root = g_.hosts.local_rank(rep(host_));
     const bool on_network = me_ == rep(host_);
     const bool has_result = to_everyone || me_ == d_.root;

@@ -33,8 +33,10 @@ bool has_network_choice(Collective op) noexcept {
 }
 
 size_t all_reduce_min_slice_bytes(const NetworkLinkCost& cost) {
-  const double busy = kSliceSteps * cost.step_us * cost.link_gbps * 1e3;  // bytes
-  return std::clamp(static_cast<size_t>(busy), kNetworkMinSliceBytes, kNetworkMinChunkBytes);
+  constexpr double kBusyRounds = 4;
+  constexpr size_t kSmallest = size_t{128} << 10;  // the smallest measured (docs/fabric.md)
+  const double busy = kBusyRounds * cost.step_us * cost.link_gbps * 1e3;  // bytes
+  return std::clamp(static_cast<size_t>(busy), kSmallest, kNetworkMinChunkBytes);
 }
 
 size_t all_reduce_segments(size_t bytes, int hosts, size_t min_slice_bytes) {

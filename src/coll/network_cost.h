@@ -58,16 +58,14 @@ std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) n
 bool has_network_choice(Collective op) noexcept;
 
 // The smallest slice (one host's part of a segment) of a pipelined all_reduce or reduce: enough
-// bytes to keep the link busy for kSliceSteps rounds (4 x step_us x link), so a segment's fixed
-// cost stays small beside its transfer, between 128 KiB and kNetworkMinChunkBytes. More segments
+// bytes to keep the link busy for four rounds (4 x step_us x link), so a segment's fixed cost
+// stays small beside its transfer, between 128 KiB and kNetworkMinChunkBytes. More segments
 // keep every link busy between the reduce-scatter and all-gather halves: measured on 4 emulated
 // hosts at 500 Mb/s, slices of 128 KiB instead of 512 KiB took a 4 MiB all_reduce from 0.85 to
 // 0.99 of the link (4 x 2: 0.90-0.94 to 0.97-1.0; 64 MiB 0.97 to 0.99; 2 x 1 at 1 Gb/s
 // unchanged); at the default 100 Gb/s link it is 512 KiB, what it always was. It depends on the
 // settings: hosts whose settings give different slices send slices of other sizes than the
 // receivers expect, a mismatch naming the sizes (tested).
-inline constexpr double kSliceSteps = 4;
-inline constexpr size_t kNetworkMinSliceBytes = size_t{128} << 10;
 size_t all_reduce_min_slice_bytes(const NetworkLinkCost& cost);
 // Segments of a pipelined all_reduce of `bytes` across `hosts` hosts: as many as keep each
 // host's slice of a segment at least `min_slice_bytes` (at most kNetworkMaxChunks).

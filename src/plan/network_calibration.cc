@@ -66,7 +66,7 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
          "': expected one_shot or pipelined (forced with TPF_NET_ALGO; the fit must know which "
          "algorithm ran)");
   }
-  size_t min_slice_bytes = coll::kNetworkMinChunkBytes;
+  size_t min_slice_bytes = NetworkMeasurement{}.min_slice_bytes;  // runs that predate the key
   if (root.find("network_min_slice_bytes") != nullptr) {
     const int64_t value = get_int(root, "network_min_slice_bytes", top, path);
     if (value <= 0) {

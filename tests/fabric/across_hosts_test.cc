@@ -28,11 +28,14 @@ namespace {
 
 using HostKeys = std::vector<std::string>;
 
+// Sets rank r's own settings (environment) before it creates its communicator.
+using RankSettings = std::function<void(int rank)>;
+
 // A run whose rank r says it is on host keys[r], its data between hosts carried by `protocol`.
 std::vector<RankOutcome> run_on_hosts(
     const HostKeys& keys, const std::function<void(Communicator&)>& body,
     transport::NetProtocol protocol = transport::NetProtocol::automatic,
-    const char* network_algorithm = nullptr, const char* link_gbps = nullptr) {
+    const RankSettings& settings = {}) {
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
   return run_ranks_raw(
@@ -40,8 +43,7 @@ std::vector<RankOutcome> run_on_hosts(
       [&](const RankContext& ctx) {
         ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
         ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
-        if (network_algorithm != nullptr) ::setenv("TPF_NET_ALGO", network_algorithm, 1);
-        if (link_gbps != nullptr) ::setenv("TPF_NET_GBPS", link_gbps, 1);
+        if (settings) settings(ctx.rank);
         Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
                                                  ctx.comm_options);
         body(comm);
@@ -334,9 +336,10 @@ class AcrossHostsNetworkAlgorithm : public ::testing::TestWithParam<std::tuple<i
   const HostKeys& keys() const { return kLayouts[std::get<0>(GetParam())].keys; }
   std::vector<RankOutcome> run(const std::function<void(Communicator&)>& body) const {
     const char* algorithm = std::get<1>(GetParam());
-    const bool pipelined = std::string(algorithm) == "pipelined";
-    return run_on_hosts(keys(), body, transport::NetProtocol::tag, algorithm,
-                        pipelined ? "0.0625" : nullptr);
+    return run_on_hosts(keys(), body, transport::NetProtocol::tag, [algorithm](int) {
+      ::setenv("TPF_NET_ALGO", algorithm, 1);
+      if (std::string(algorithm) == "pipelined") ::setenv("TPF_NET_GBPS", "0.0625", 1);
+    });
   }
 };
 
@@ -444,29 +447,23 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
 // wrong size, also a mismatch (naming the size).
 TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch) {
   for (const size_t count : {size_t{100000}, size_t{1000}}) {
-    RunOptions options;
-    options.comm_options.timeout = std::chrono::milliseconds(30000);
-    auto outcomes = run_ranks_raw(
-        4,
-        [count](const RankContext& ctx) {
-          ::setenv("TPF_NODE_ID", kTwoHostsOfTwo[ctx.rank].c_str(), 1);
-          ::setenv("TPF_NET_PROTOCOL", "tag", 1);
-          ::setenv("TPF_NET_ALGO", ctx.rank < 2 ? "one_shot" : "pipelined", 1);
-          Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
-                                                   ctx.secret, ctx.comm_options);
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfTwo,
+        [count](Communicator& comm) {
           std::vector<float> data(count, 1.0f);
           const Error e = expect_error("different network algorithms", [&] {
             comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
           });
           TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-          if (count == 100000 && (ctx.rank == 0 || ctx.rank == 2)) {  // the leaders name both
+          if (count == 100000 && (comm.rank() == 0 || comm.rank() == 2)) {  // leaders name both
             const std::string what = e.what();
             TPF_CHILD_CHECK(what.find("network algorithm one_shot") != std::string::npos &&
                                 what.find("network algorithm pipelined") != std::string::npos,
                             what);
           }
         },
-        options);
+        transport::NetProtocol::tag,
+        [](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? "one_shot" : "pipelined", 1); });
     expect_all_ok(outcomes);
   }
 }
@@ -475,24 +472,20 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
 // told different rates cut a large all_reduce into different segments, and must fail with a
 // mismatch (slices of other sizes), not hang or combine misaligned slices.
 TEST(AcrossHostsSettings, HostsWhoseSettingsGiveDifferentSlicesAreAMismatch) {
-  RunOptions options;
-  options.comm_options.timeout = std::chrono::milliseconds(30000);
-  auto outcomes = run_ranks_raw(
-      4,
-      [](const RankContext& ctx) {
-        ::setenv("TPF_NODE_ID", kTwoHostsOfTwo[ctx.rank].c_str(), 1);
-        ::setenv("TPF_NET_PROTOCOL", "tag", 1);
-        ::setenv("TPF_NET_ALGO", "pipelined", 1);
-        ::setenv("TPF_NET_GBPS", ctx.rank < 2 ? "0.0625" : "12.5", 1);  // 128 KiB vs 512 KiB
-        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                 ctx.comm_options);
+  auto outcomes = run_on_hosts(
+      kTwoHostsOfTwo,
+      [](Communicator& comm) {
         std::vector<float> data(size_t{1} << 20, 1.0f);  // 4 MiB: 16 segments against 4
         const Error e = expect_error("different slices", [&] {
           comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
         });
         TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
       },
-      options);
+      transport::NetProtocol::tag,
+      [](int rank) {
+        ::setenv("TPF_NET_ALGO", "pipelined", 1);
+        ::setenv("TPF_NET_GBPS", rank < 2 ? "0.0625" : "12.5", 1);  // 128 KiB vs 512 KiB
+      });
   expect_all_ok(outcomes);
 }
 
