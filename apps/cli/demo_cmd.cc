@@ -166,8 +166,11 @@ int run_demo() {
   uint64_t total = 0;
   for (const auto& r : results) total += r.wrong;
   if (rank == 0) {
-    std::printf("tpf demo: %d ranks, %zu elements per collective, %d timed iterations each\n\n", n,
-                kElems, kTimedIters);
+    const int hosts = comm.host_count();
+    std::printf(
+        "tpf demo: %d ranks on %d host%s, %zu elements per collective, %d timed "
+        "iterations each\n\n",
+        n, hosts, hosts == 1 ? "" : "s", kElems, kTimedIters);
     std::printf("  %-20s %-5s %10s  %-12s %10s %10s\n", "collective", "type", "bytes", "result",
                 "time (us)", "busbw GB/s");
     for (size_t k = 0; k < cases.size(); ++k) {

@@ -21,6 +21,10 @@ struct LaunchEnv {
   bool rank0_hosts_store = false;  // torchrun/mpirun/srun: rank 0 serves the store
   std::string secret;              // job secret (TPF_JOB_SECRET), may be empty
   std::string job_id;              // unique per job; names shared-memory segments
+  // torchrun across hosts with the elastic agent's store (TORCHELASTIC_USE_AGENT_STORE=True):
+  // store_host:store_port is that store, which the agent owns, so rank 0 serves the tpf store on a
+  // free port and announces the port there under this key. Empty otherwise.
+  std::string torch_store_key;
 };
 
 // Throws Error(bootstrap) naming the variables that are missing or malformed.

@@ -194,6 +194,32 @@ void read_torchrun(LaunchEnv& env) {
   }
 }
 
+// torchrun's MASTER_ADDR:MASTER_PORT belong to torch: the elastic agent serves its store there
+// (static rendezvous: TORCHELASTIC_USE_AGENT_STORE=True), or worker rank 0's torch.distributed
+// store will (--standalone, c10d rendezvous). So on one host rank 0 binds a free loopback port and
+// publishes it in a file; across hosts it announces a free port through the agent's store
+// (torch_store_key, set once the job id is final), and only without an agent store binds
+// MASTER_PORT, as torch's own rank 0 would.
+void resolve_torchrun_store(LaunchEnv& env) {
+  resolve_rank0_store("torchrun", env);
+  if (env.local_world_size >= env.world_size) {
+    env.store_host = "127.0.0.1";
+    env.store_port = 0;
+  }
+}
+
+// The key under which rank 0 announces its store's port in torchrun's agent store: per job and
+// per restart of the workers (the agent's store outlives them, so an earlier attempt's port
+// must not be read as this one's). The leading "/" is what torch's own clients add.
+std::string torch_store_key(const LaunchEnv& env) {
+  if (env.launcher != "torchrun" || env.store_port == 0 ||
+      env_value("TORCHELASTIC_USE_AGENT_STORE").value_or("") != "True") {
+    return "";
+  }
+  const int attempt = optional_int("torchrun", "TORCHELASTIC_RESTART_COUNT", 0).value_or(0);
+  return "/tpf/" + env.job_id + "/attempt_" + std::to_string(attempt) + "/store_port";
+}
+
 void validate(const std::string& launcher, const LaunchEnv& env, const char* rank_var,
               const char* local_var) {
   if (env.rank >= env.world_size) {
@@ -238,7 +264,7 @@ LaunchEnv detect_launch_env() {
     env.launcher = "torchrun";
     read_torchrun(env);
     validate("torchrun", env, "RANK", "LOCAL_RANK");
-    resolve_rank0_store("torchrun", env);
+    resolve_torchrun_store(env);
   } else {
     throw Error(ErrorCode::bootstrap,
                 "detect_launch_env: no launcher environment found; start the job with "
@@ -250,6 +276,7 @@ LaunchEnv detect_launch_env() {
   if (const auto id = env_nonempty("TPF_JOB_ID")) env.job_id = *id;
   env.job_id = sanitize_job_id(env.launcher, env.job_id);
   env.secret = env_value("TPF_JOB_SECRET").value_or("");
+  env.torch_store_key = torch_store_key(env);
   return env;
 }
 

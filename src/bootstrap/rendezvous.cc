@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <optional>
 #include <thread>
 
 #include "bootstrap/socket.h"
+#include "bootstrap/torch_store.h"
 #include "tpf/error.h"
 
 namespace tpf::bootstrap {
@@ -55,15 +57,19 @@ std::string export_hint(const std::string& launcher) {
 }
 
 [[noreturn]] void throw_network_secret_error(const LaunchEnv& env, const std::string& problem) {
-  throw Error(ErrorCode::bootstrap,
-              "rendezvous (" + env.launcher + ", rank " + std::to_string(env.rank) + "): rank 0 " +
-                  "would serve the rendezvous store on 0.0.0.0:" + std::to_string(env.store_port) +
-                  " (MASTER_PORT), reachable from other hosts, " + "and " + problem +
-                  "; anyone who reaches that port could read and write the " +
-                  "job's keys. Set TPF_JOB_SECRET to the same random value of at least " +
-                  std::to_string(kMinNetworkSecretChars) + " characters on every rank, e.g. " +
-                  "`export TPF_JOB_SECRET=$(openssl rand -hex 16)` " + export_hint(env.launcher) +
-                  "; keep it out of shared scripts and logs");
+  throw Error(
+      ErrorCode::bootstrap,
+      "rendezvous (" + env.launcher + ", rank " + std::to_string(env.rank) + "): rank 0 " +
+          "would serve the rendezvous store on " +
+          (env.torch_store_key.empty()
+               ? "0.0.0.0:" + std::to_string(env.store_port) + " (MASTER_PORT)"
+               : std::string("a free port of 0.0.0.0 announced in torchrun's agent store")) +
+          ", reachable from other hosts, and " + problem +
+          "; anyone who reaches that port could read and write the " +
+          "job's keys. Set TPF_JOB_SECRET to the same random value of at least " +
+          std::to_string(kMinNetworkSecretChars) + " characters on every rank, e.g. " +
+          "`export TPF_JOB_SECRET=$(openssl rand -hex 16)` " + export_hint(env.launcher) +
+          "; keep it out of shared scripts and logs");
 }
 
 std::chrono::milliseconds remaining(Deadline deadline) {
@@ -164,6 +170,43 @@ Published wait_for_port_file(const LaunchEnv& env, Deadline deadline,
   }
 }
 
+// Rank 0's store: on every interface for a job across hosts, else on loopback. Under torchrun a
+// taken MASTER_PORT is torch's (see resolve_torchrun_store): say so.
+std::unique_ptr<TcpStoreServer> serve_store(const LaunchEnv& env, bool over_network, uint16_t port,
+                                            const std::string& secret) {
+  StoreServerLimits limits;
+  limits.host_rank = 0;
+  try {
+    return std::make_unique<TcpStoreServer>(over_network ? "0.0.0.0" : "127.0.0.1", port, secret,
+                                            limits);
+  } catch (const Error& e) {
+    if (env.launcher != "torchrun" || port == 0 || e.code() != ErrorCode::resource) throw;
+    throw Error(ErrorCode::resource,
+                std::string(e.what()) +
+                    ". Under torchrun's c10d rendezvous MASTER_PORT is for worker rank 0's "
+                    "torch.distributed store, which holds it once init_process_group ran: create "
+                    "the tpf communicator first, or start torchrun with its static rendezvous "
+                    "(--master_addr/--master_port), whose agent store tpf announces its own port "
+                    "through");
+  }
+}
+
+// The port rank 0 announced in torchrun's agent store, for a rank on another host.
+uint16_t announced_port(const LaunchEnv& env, Deadline deadline) {
+  const std::string text =
+      TorchStoreClient(env.store_host, env.store_port, deadline).get(env.torch_store_key, deadline);
+  unsigned port = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || port == 0 ||
+      port > 65535) {
+    throw Error(ErrorCode::bootstrap, "rendezvous (torchrun, rank " + std::to_string(env.rank) +
+                                          "): '" + env.torch_store_key +
+                                          "' in torchrun's agent store holds '" + text +
+                                          "', not rank 0's store port");
+  }
+  return static_cast<uint16_t>(port);
+}
+
 }  // namespace
 
 std::string port_file_path(const std::string& job_id) {
@@ -189,6 +232,8 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
     // and MASTER_PORT it listens where the other hosts' ranks can reach it.
     const bool single_host = env.local_world_size >= env.world_size;
     const bool over_network = env.store_port != 0 && !env.secret.empty();
+    // torchrun's agent owns MASTER_PORT: the port goes through its store instead (launch_env.h).
+    const bool via_torch = !env.torch_store_key.empty();
     if (env.secret.empty() && !single_host) {
       throw_network_secret_error(
           env, "TPF_JOB_SECRET is not set (the job spans several hosts: local world size " +
@@ -201,20 +246,22 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
     }
     if (env.rank == 0) {
       if (secret.empty()) secret = random_secret();
-      StoreServerLimits limits;
-      limits.host_rank = 0;
-      out.server = std::make_unique<TcpStoreServer>(over_network ? "0.0.0.0" : "127.0.0.1",
-                                                    env.store_port, secret, limits);
+      out.server = serve_store(env, over_network, via_torch ? 0 : env.store_port, secret);
       port = out.server->port();
       host = "127.0.0.1";
       if (!over_network) {
         port_file.emplace(port_file_path(env.job_id), port, env.secret.empty() ? secret : "");
+      } else if (via_torch) {
+        TorchStoreClient(env.store_host, env.store_port, deadline)
+            .set(env.torch_store_key, std::to_string(port), deadline);
       }
     } else if (!over_network) {
       const Published published = wait_for_port_file(env, deadline, timeout);
       host = "127.0.0.1";
       port = published.port;
       if (secret.empty()) secret = published.secret;
+    } else if (via_torch) {
+      port = announced_port(env, deadline);
     }
   } else if (port == 0) {
     throw Error(ErrorCode::bootstrap, "rendezvous: no store port for rank " +

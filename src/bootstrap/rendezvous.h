@@ -1,9 +1,12 @@
 // Rendezvous: turns a LaunchEnv into a connected store. Rank 0 serves the store itself when the
 // launcher does not (mpirun, srun, torchrun). The store is never open to strangers:
 //  - with TPF_JOB_SECRET and MASTER_PORT, rank 0 listens on 0.0.0.0:MASTER_PORT and every rank
-//    connects to MASTER_ADDR presenting the secret (at least 16 characters);
+//    connects to MASTER_ADDR presenting the secret (at least 16 characters); under torchrun with
+//    the elastic agent's store on MASTER_PORT, rank 0 listens on a free port instead and
+//    announces it in the agent's store (LaunchEnv::torch_store_key);
 //  - otherwise all ranks must be on this host (else Error(bootstrap) saying how to set
-//    TPF_JOB_SECRET): rank 0 listens on 127.0.0.1 (MASTER_PORT, or a free port), and tells the
+//    TPF_JOB_SECRET): rank 0 listens on 127.0.0.1 (MASTER_PORT, or a free port; always
+//    a free port under torchrun, whose MASTER_PORT is torch's), and tells the
 //    other ranks the port, and a secret it made up when TPF_JOB_SECRET is unset, through a file
 //    named after the job that only this user can read.
 // Every rank's store client declares its job rank, so the store reports a rank that dies.

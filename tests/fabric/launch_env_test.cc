@@ -42,7 +42,9 @@ const char* const kLauncherVars[] = {"TPF_RANK",
                                      "LOCAL_WORLD_SIZE",
                                      "MASTER_ADDR",
                                      "MASTER_PORT",
-                                     "TORCHELASTIC_RUN_ID"};
+                                     "TORCHELASTIC_RUN_ID",
+                                     "TORCHELASTIC_USE_AGENT_STORE",
+                                     "TORCHELASTIC_RESTART_COUNT"};
 
 // Clears every launcher variable for the test and puts the originals back afterwards, so the
 // tests pass inside mpirun/srun/torchrun too.
@@ -262,8 +264,11 @@ TEST_F(LaunchEnvTest, Torchrun) {
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.local_world_size, 4);
   EXPECT_TRUE(env.rank0_hosts_store);
+  // MASTER_PORT is torch's (its agent's store, or worker rank 0's): on one host rank 0 binds a
+  // free loopback port and publishes it in a file.
   EXPECT_EQ(env.store_host, "127.0.0.1");
-  EXPECT_EQ(env.store_port, 29500);
+  EXPECT_EQ(env.store_port, 0);
+  EXPECT_EQ(env.torch_store_key, "");
   EXPECT_EQ(env.job_id, "torchrun-run_abc");
   // torchrun's default run id "none" is shared by unrelated jobs: use the master address.
   set({{"TORCHELASTIC_RUN_ID", "none"}});
@@ -277,6 +282,31 @@ TEST_F(LaunchEnvTest, Torchrun) {
   set({{"RANK", "0"}});
   ::unsetenv("WORLD_SIZE");
   expect_error({"WORLD_SIZE is missing"});
+}
+
+// Across hosts, the store's port goes through torchrun's agent store where there is one, per
+// restart of the workers; without one rank 0 binds MASTER_PORT as torch's rank 0 would.
+TEST_F(LaunchEnvTest, TorchrunAcrossHosts) {
+  set({{"RANK", "1"},
+       {"WORLD_SIZE", "4"},
+       {"LOCAL_RANK", "1"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "node0"},
+       {"MASTER_PORT", "29501"},
+       {"TORCHELASTIC_RUN_ID", "job7"},
+       {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  LaunchEnv env = detect_launch_env();
+  EXPECT_EQ(env.store_host, "node0");
+  EXPECT_EQ(env.store_port, 29501);
+  EXPECT_EQ(env.torch_store_key, "/tpf/torchrun-job7/attempt_0/store_port");
+  set({{"TORCHELASTIC_RESTART_COUNT", "2"}});
+  EXPECT_EQ(detect_launch_env().torch_store_key, "/tpf/torchrun-job7/attempt_2/store_port");
+  set({{"TORCHELASTIC_RESTART_COUNT", "x"}});
+  expect_error({"TORCHELASTIC_RESTART_COUNT='x'"});
+  set({{"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  env = detect_launch_env();
+  EXPECT_EQ(env.store_port, 29501);
+  EXPECT_EQ(env.torch_store_key, "");
 }
 
 TEST_F(LaunchEnvTest, Precedence) {
