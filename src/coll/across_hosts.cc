@@ -645,13 +645,17 @@ class HostCollective {
   // all_reduce, and reduce to a root, in segments, pipelined: segment s is reduced inside the
   // host (to its representative: the root on the root's host, the leader elsewhere) while
   // segment s-1 crosses the network and (all_reduce) segment s-2 is broadcast inside the host.
-  // Between the representatives, each segment is reduce-scattered: host h's representative
-  // combines slice h of it from every host, in host order, as the slices arrive, and sends the
-  // result at once to every other host (all_reduce) or to the root (reduce: the root's link then
-  // carries 2(H-1)/H of the data instead of (H-1) times all of it). Segments are as many as keep
-  // each slice at least all_reduce_min_slice_bytes (one segment when small). Running the local
-  // reduce further ahead was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead,
-  // 0.98 with one).
+  // Between the representatives, each segment is reduce-scattered over the slice owners: owner
+  // k's representative combines slice k from every host, in host order, as the slices arrive,
+  // and sends the result at once to every other host (all_reduce) or to the root (reduce).
+  // all_reduce's owners are all H hosts (each link carries 2 (H-1) / H of the data each way).
+  // reduce's, from 3 hosts on, are the H-1 hosts other than the root's, which only sends its
+  // partial result and receives the result: every link carries the data once each way, wherever
+  // the root is (were the root's host an owner too, its link would receive 2 (H-1) / H: 0.66 of
+  // the link on 4 hosts, measured); on 2 hosts both own a slice (the root's link then receives
+  // the data once either way). Segments are as many as keep each slice at least
+  // all_reduce_min_slice_bytes (one segment when small). Running the local reduce further ahead
+  // was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98 with one).
   void reduce_in_slices(bool to_everyone) {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
@@ -662,15 +666,26 @@ class HostCollective {
     const int local_root = g_.hosts.local_rank(rep(host_));
     const bool on_network = me_ == rep(host_);
     const bool has_result = to_everyone || me_ == d_.root;
-    const size_t segments =
-        all_reduce_segments(bytes(n), hcount, all_reduce_min_slice_bytes(tuning_.network_cost));
-    // Slice h of segment s starts at slice_begin(s, h); slice_begin(s, H) = slice_begin(s + 1, 0).
-    auto slice_begin = [&](size_t s, int h) {
+    // Which host combines which slice: owners[k] combines slice k; slice_of[h] = k, or -1.
+    std::vector<int> owners;
+    std::vector<int> slice_of(hcount, -1);
+    for (int h = 0; h < hcount; ++h) {
+      if (h == root_host && hcount > 2) continue;
+      slice_of[h] = static_cast<int>(owners.size());
+      owners.push_back(h);
+    }
+    const int owner_count = static_cast<int>(owners.size());
+    const int my_slice = slice_of[host_];
+    const size_t segments = all_reduce_segments(bytes(n), owner_count,
+                                                all_reduce_min_slice_bytes(tuning_.network_cost));
+    // Slice k of segment s starts at slice_begin(s, k); slice_begin(s, owners) is where segment
+    // s + 1 starts.
+    auto slice_begin = [&](size_t s, int k) {
       const size_t first = n * s / segments;
       const size_t length = n * (s + 1) / segments - first;
-      return first + length * static_cast<size_t>(h) / static_cast<size_t>(hcount);
+      return first + length * static_cast<size_t>(k) / static_cast<size_t>(owner_count);
     };
-    auto slice_length = [&](size_t s, int h) { return slice_begin(s, h + 1) - slice_begin(s, h); };
+    auto slice_length = [&](size_t s, int k) { return slice_begin(s, k + 1) - slice_begin(s, k); };
     // The host's partial result at its representative (the caller's input itself when the host
     // has one rank), and where the combined slices go: the caller's output where it has one,
     // else scratch (a representative that is not the root of a reduce).
@@ -678,7 +693,7 @@ class HostCollective {
     const void* partial = alone() ? d_.send : result;
     auto segment = [&](size_t s, OpKind kind) {  // this host's part of segment s
       const size_t first = slice_begin(s, 0);
-      const size_t count = slice_begin(s + 1, 0) - first;
+      const size_t count = slice_begin(s, owner_count) - first;
       std::byte* out = result == nullptr ? nullptr : at(result, first);
       if (kind == OpKind::reduce) {
         local(local_desc(kind, count, local_root, at(d_.send, first), out, partial_op()));
@@ -687,55 +702,69 @@ class HostCollective {
       }
     };
     InFlight flight(g_.network, ctx_);
-    // The representative's receives, all posted at once: slice host_ of every segment from every
-    // other host (into scratch, at offset `mine[s]`), and each other slice's result where this
-    // rank has the output. A result lands where this host's part of that slice was: it cannot
-    // arrive before its sender has that part.
+    // The representative's receives, all posted at once: where this host owns a slice, that
+    // slice of every segment from every other host (into scratch, at offset `mine[s]`); where
+    // this rank has the output, each slice's result from its owner. A result lands where this
+    // host's part of that slice was: it cannot arrive before its owner has that part.
     std::vector<size_t> mine(segments + 1, 0);
     std::vector<std::byte*> from(hcount, nullptr);
-    std::vector<size_t> arrivals(static_cast<size_t>(hcount) * segments);  // [s * H + h]
-    std::vector<size_t> results(static_cast<size_t>(hcount) * segments);
+    std::vector<size_t> arrivals(static_cast<size_t>(hcount) * segments);      // [s * H + h]
+    std::vector<size_t> results(static_cast<size_t>(owner_count) * segments);  // [s * K + k]
     if (on_network) {
-      for (size_t s = 0; s < segments; ++s) mine[s + 1] = mine[s] + slice_length(s, host_);
-      for (int h = 0; h < hcount; ++h) {
+      for (size_t s = 0; s < segments && my_slice >= 0; ++s) {
+        mine[s + 1] = mine[s] + slice_length(s, my_slice);
+      }
+      for (int h = 0; h < hcount && my_slice >= 0; ++h) {
         if (h == host_) continue;
         from[h] = scratch(from_slot(h), mine[segments]);
         for (size_t s = 0; s < segments; ++s) {
           arrivals[s * hcount + h] = flight.recv(rep(h), tag(kFirst, s), at(from[h], mine[s]),
-                                                 bytes(slice_length(s, host_)));
-          if (!has_result) continue;
-          results[s * hcount + h] = flight.recv(
-              rep(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)), bytes(slice_length(s, h)));
+                                                 bytes(slice_length(s, my_slice)));
+        }
+      }
+      for (int k = 0; k < owner_count && has_result; ++k) {
+        if (k == my_slice) continue;
+        for (size_t s = 0; s < segments; ++s) {
+          results[s * owner_count + k] =
+              flight.recv(rep(owners[k]), tag(kSecond, s), at(d_.recv, slice_begin(s, k)),
+                          bytes(slice_length(s, k)));
         }
       }
     }
+    // The other hosts from the next one on, so that the hosts do not all send to one first.
     const std::vector<int> others = on_network ? others_from_next() : std::vector<int>{};
+    std::vector<int> other_owners;
+    for (int h : others) {
+      if (slice_of[h] >= 0) other_owners.push_back(h);
+    }
     std::vector<const void*> parts(hcount);
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce segment `step` inside the host and send its slices
         const size_t s = step;
         if (!alone()) segment(s, OpKind::reduce);
-        for (int h : others) {
-          flight.send(rep(h), tag(kFirst, s), at(partial, slice_begin(s, h)),
-                      bytes(slice_length(s, h)));
+        for (int h : other_owners) {
+          flight.send(rep(h), tag(kFirst, s), at(partial, slice_begin(s, slice_of[h])),
+                      bytes(slice_length(s, slice_of[h])));
         }
       }
-      if (on_network && step >= 1 && step <= segments) {  // combine segment step-1's slice
-        const size_t s = step - 1;
+      if (on_network && my_slice >= 0 && step >= 1 && step <= segments) {
+        const size_t s = step - 1;  // combine segment step-1's slice and send it on
         for (int h = 0; h < hcount; ++h) {
           if (h != host_) flight.wait(arrivals[s * hcount + h]);
-          parts[h] = h == host_ ? at(partial, slice_begin(s, host_)) : at(from[h], mine[s]);
+          parts[h] = h == host_ ? at(partial, slice_begin(s, my_slice)) : at(from[h], mine[s]);
         }
-        void* combined = at(result, slice_begin(s, host_));
-        combine_hosts(combined, parts, slice_length(s, host_));
+        void* combined = at(result, slice_begin(s, my_slice));
+        combine_hosts(combined, parts, slice_length(s, my_slice));
         for (int h : others) {
           if (!to_everyone && h != root_host) continue;
-          flight.send(rep(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
+          flight.send(rep(h), tag(kSecond, s), combined, bytes(slice_length(s, my_slice)));
         }
       }
       if (to_everyone && step >= 2) {  // segment step-2 is complete: broadcast it inside the host
         const size_t s = step - 2;
-        for (int h : others) flight.wait(results[s * hcount + h]);
+        for (int k = 0; k < owner_count && on_network; ++k) {
+          if (k != my_slice) flight.wait(results[s * owner_count + k]);
+        }
         if (!alone()) segment(s, OpKind::broadcast);
       }
     }

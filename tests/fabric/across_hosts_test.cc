@@ -127,7 +127,8 @@ void reductions(Communicator& comm, const topo::HostMap& hosts) {
         check(log, "all_reduce in place " + what, dt, in_place.data(), want.data(), count);
         if (!out.guards_intact()) log.add("all_reduce " + what + ": wrote outside its buffer");
         // reduce to a root that moves round the ranks; the large size to every root (a root on
-        // the first or last of 3 or more hosts takes the chain of hosts, the others the slices).
+        // the first or last of 3 or more hosts takes the chain of hosts, the others the slices,
+        // which from 3 hosts on go to the hosts other than the root's).
         std::vector<int> roots = {static_cast<int>(salt % static_cast<uint64_t>(n))};
         if (count > 4099) {
           roots.clear();
