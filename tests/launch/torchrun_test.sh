@@ -6,8 +6,11 @@
 #     torch.distributed.init_process_group first (worker rank 0's store then holds MASTER_PORT)
 #     and runs `tpf demo` inside the same job;
 #  3. two torchrun agents as two hosts (--nnodes 2, TPF_NODE_ID per agent, loopback addresses):
-#     rank 0 serves the tpf store on a free port and announces it through the agent's store.
-# Each case runs `tpf demo`, which checks every element of five collectives on every rank.
+#     rank 0 serves the tpf store on a free port and announces it through the agent's store;
+#  4. the same with the c10d rendezvous, which has no agent store: rank 0 binds MASTER_PORT, which
+#     torchrun keeps for worker rank 0's store;
+#  5. a rank on another host told a bad port, or none, by torch's store: a clear error in time.
+# Cases 1-4 run `tpf demo`, which checks every element of five collectives on every rank.
 # Usage: torchrun_test.sh TPF_BINARY. PYTHON names the interpreter with torch (default
 # /usr/bin/python3). Exit 77 (a skip) when it has no torch, except under CI=true, where that fails.
 set -euo pipefail
@@ -74,11 +77,30 @@ for node in 0 1; do
   wait "${pids[$node]}" || echo "torchrun exited $?" >> "$work/node$node.log"
 done
 expect_demo "$work/node0.log" 2
-if ! grep -q "exited" "$work/node1.log"; then :; else
+if grep -q "torchrun exited" "$work/node1.log"; then
   echo "FAILED: the second agent's workers:"; tail -40 "$work/node1.log"; failed=1
 fi
 
-echo "== 4. a rank on another host, torch's store holding a bad port or none"
+echo "== 4. two agents as two hosts, c10d rendezvous (no agent store): rank 0 binds MASTER_PORT"
+port=$(free_port)
+pids=()
+for node in 0 1; do
+  TPF_NODE_ID="torchrun-test-node$node" torchrun --nnodes 2 --nproc_per_node 2 \
+    --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "tpf-test-$port" \
+    --no_python "$tpf" demo > "$work/c10d$node.log" 2>&1 &
+  pids+=($!)
+done
+for node in 0 1; do
+  wait "${pids[$node]}" || echo "torchrun exited $?" >> "$work/c10d$node.log"
+done
+# Which agent's workers hold rank 0 is the rendezvous' choice: one log has the table.
+cat "$work/c10d0.log" "$work/c10d1.log" > "$work/c10d.log"
+expect_demo "$work/c10d.log" 2
+if grep -q "torchrun exited" "$work/c10d.log"; then
+  echo "FAILED: an agent's workers failed:"; tail -40 "$work/c10d.log"; failed=1
+fi
+
+echo "== 5. a rank on another host, torch's store holding a bad port or none"
 # torch.distributed.TCPStore in Python plays the agent's store; a key it sets as "k" is "/k" on the
 # wire, which is also what tpf's announcement is read back as.
 store_port=$(free_port)
