@@ -147,10 +147,11 @@ int run_rank(const PeerArgs& args, int rank, int n, const std::string& store_dir
 
       prepare(base, r);
       run_op(base, r);
-      // The halving-doubling reduce-scatter leaves rank r's block at offset r * count in place.
-      const float* out = c == Collective::reduce_scatter
-                             ? r.send.data() + static_cast<size_t>(rank) * shape->count
-                             : r.recv.data();
+      // The halving-doubling reduce-scatter's last (distribution) phase copies rank r's block to
+      // the start of the buffer (gloo/reduce_scatter.h, run()). Reading it at r * count instead
+      // happened to work on 2 ranks only (the block also stays there) and counted every element
+      // of most blocks wrong on 3 and 4 ranks, which earlier notes took for Gloo's error.
+      const float* out = c == Collective::reduce_scatter ? r.send.data() : r.recv.data();
       const size_t out_elems = c == Collective::all_gather ? shape->recv_elems : shape->count;
       const double wrong =
           static_cast<double>(peer_count_wrong(c, rank, n, shape->count, out, out_elems));
