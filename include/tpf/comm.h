@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,18 @@ class Communicator {
   // send and recv hold size() * count elements; block j of rank i's send lands in block i of rank j.
   void all_to_all(const void* send, void* recv, size_t count, DType dtype,
                   const CallOptions& call = {});
+  // All-to-all with a count per pair (MPI_Alltoallv; torch's all_to_all_single with splits): block
+  // j of this rank's send, send_counts[j] elements at send + send_displs[j], lands on rank j at
+  // recv + recv_displs[i] (i this rank), where rank j's recv_counts[i] must equal it. Each array
+  // holds size() entries; displacements are in elements; the receive blocks must not overlap one
+  // another (they may overlap the send blocks). Counts that disagree, or any rank's invalid
+  // arguments, fail every rank with the same Error naming the pair or the rank. It runs as one
+  // all_to_all of the largest block (docs/fabric.md): its time follows the largest pair, and it
+  // holds 2 x size() x that block in scratch while it runs. Blocking only.
+  void all_to_allv(const void* send, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_displs, void* recv,
+                   std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                   DType dtype, const CallOptions& call = {});
   // recv (root only) holds size() * send_count elements.
   void gather(const void* send, void* recv, size_t send_count, DType dtype, int root,
               const CallOptions& call = {});

@@ -56,6 +56,12 @@ tpf_status tpf_broadcast(tpf_comm_t comm, const void* send, void* recv, int64_t 
 tpf_status tpf_all_gather(tpf_comm_t comm, const void* send, void* recv, int64_t send_count, int dtype);
 tpf_status tpf_reduce_scatter(tpf_comm_t comm, const void* send, void* recv, int64_t recv_count, int dtype, int op);
 tpf_status tpf_all_to_all(tpf_comm_t comm, const void* send, void* recv, int64_t count, int dtype);
+/* A count per pair (MPI_Alltoallv): each array holds one entry per rank, displacements in
+   elements; recv_counts[i] on rank j must equal send_counts[j] on rank i. Disagreeing counts, or
+   any rank's invalid arguments, fail every rank with the same error. */
+tpf_status tpf_all_to_allv(tpf_comm_t comm, const void* send, const int64_t* send_counts,
+                           const int64_t* send_displs, void* recv, const int64_t* recv_counts,
+                           const int64_t* recv_displs, int dtype);
 tpf_status tpf_gather(tpf_comm_t comm, const void* send, void* recv, int64_t send_count, int dtype, int root);
 tpf_status tpf_scatter(tpf_comm_t comm, const void* send, void* recv, int64_t recv_count, int dtype, int root);
 tpf_status tpf_send(tpf_comm_t comm, const void* buf, int64_t count, int dtype, int peer);

@@ -4,7 +4,9 @@
 
 #include <new>
 #include <string>
+#include <vector>
 
+#include "comm/all_to_allv.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 
@@ -165,6 +167,38 @@ tpf_status tpf_all_to_all(tpf_comm_t comm, const void* send, void* recv, int64_t
   return guarded("tpf_all_to_all", [&] {
     check_handle(comm, "tpf_all_to_all");
     comm->comm.all_to_all(send, recv, checked_count(count, "tpf_all_to_all"), as_dtype(dtype), comm->call);
+  });
+}
+
+tpf_status tpf_all_to_allv(tpf_comm_t comm, const void* send, const int64_t* send_counts,
+                           const int64_t* send_displs, void* recv, const int64_t* recv_counts,
+                           const int64_t* recv_displs, int dtype) {
+  return guarded("tpf_all_to_allv", [&] {
+    check_handle(comm, "tpf_all_to_allv");
+    const size_t n = static_cast<size_t>(comm->comm.size());
+    // NULL arrays and negative entries are this rank's problem; the C++ call tells every rank.
+    std::string problem;
+    auto convert = [&](const int64_t* values, const char* name) {
+      std::vector<size_t> out(n, 0);
+      if (values == nullptr) {
+        if (problem.empty()) problem = std::string(name) + " is NULL";
+        return out;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (values[i] < 0 && problem.empty()) {
+          problem = std::string(name) + "[" + std::to_string(i) + "] = " +
+                    std::to_string(values[i]) + " is negative";
+        }
+        out[i] = values[i] < 0 ? 0 : static_cast<size_t>(values[i]);
+      }
+      return out;
+    };
+    const auto sc = convert(send_counts, "send_counts");
+    const auto sd = convert(send_displs, "send_displs");
+    const auto rc = convert(recv_counts, "recv_counts");
+    const auto rd = convert(recv_displs, "recv_displs");
+    tpf::detail::all_to_allv(comm->comm, send, sc, sd, recv, rc, rd, as_dtype(dtype), comm->call,
+                             problem);
   });
 }
 

@@ -54,6 +54,33 @@ TEST_F(CApi, UnknownDtypeAndOpAndNullsAreInvalidArguments) {
   EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, TPF_F32, TPF_SUM), TPF_OK) << tpf_last_error();
 }
 
+TEST_F(CApi, AllToAllVCopiesTheOwnBlockAndRefusesNegativeOrNullCounts) {
+  const int32_t in[4] = {7, 8, 9, 10};
+  int32_t out[5] = {0, 0, 0, 0, 0};
+  const int64_t send_count[1] = {3}, send_displ[1] = {1}, recv_count[1] = {3}, recv_displ[1] = {2};
+  ASSERT_EQ(tpf_all_to_allv(comm_, in, send_count, send_displ, out, recv_count, recv_displ,
+                            TPF_I32),
+            TPF_OK)
+      << tpf_last_error();
+  EXPECT_EQ(out[1], 0);
+  EXPECT_EQ(out[2], 8);
+  EXPECT_EQ(out[4], 10);
+  const int64_t negative[1] = {-2};
+  EXPECT_EQ(tpf_all_to_allv(comm_, in, send_count, send_displ, out, negative, recv_displ, TPF_I32),
+            TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("recv_counts[0] = -2 is negative"),
+            std::string::npos)
+      << tpf_last_error();
+  EXPECT_EQ(tpf_all_to_allv(comm_, in, send_count, nullptr, out, recv_count, recv_displ, TPF_I32),
+            TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("send_displs is NULL"), std::string::npos)
+      << tpf_last_error();
+  // The counts of the one rank disagree with themselves: a mismatch.
+  const int64_t two[1] = {2};
+  EXPECT_EQ(tpf_all_to_allv(comm_, in, send_count, send_displ, out, two, recv_displ, TPF_I32),
+            TPF_ERR_MISMATCH);
+}
+
 TEST_F(CApi, LastErrorIsPerThread) {
   float x = 0;
   EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, -7, TPF_F32, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
