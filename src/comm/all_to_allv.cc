@@ -47,7 +47,10 @@ std::string argument_problem(int n, const void* send, std::span<const size_t> se
   } catch (const Error& e) {
     return e.what();
   }
-  const size_t max_elements = std::numeric_limits<size_t>::max() / element;
+  // Counts travel as int64 in the exchange below.
+  const size_t max_elements =
+      std::min<size_t>(std::numeric_limits<size_t>::max() / element,
+                       static_cast<size_t>(std::numeric_limits<int64_t>::max()));
   auto block_problem = [&](const char* side, std::span<const size_t> counts,
                            std::span<const size_t> displs, const void* buffer) -> std::string {
     for (size_t j = 0; j < un; ++j) {
