@@ -3,9 +3,10 @@
 
 #include "bootstrap/torch_store.h"
 
-#include <cstring>
+#include <string_view>
 #include <utility>
 
+#include "bootstrap/store_protocol.h"
 #include "tpf/error.h"
 
 namespace tpf::bootstrap {
@@ -17,17 +18,13 @@ constexpr uint8_t kStopWaiting = 0;  // WaitResponseType::STOP_WAITING
 // A port announced by rank 0 is a few bytes; anything longer is not the value we set.
 constexpr uint64_t kMaxValueBytes = 1 << 16;
 
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+// torch's lengths are 8 little-endian bytes: the encoding of the tpf store's int64 fields.
+void put_length(std::string& out, size_t n) {
+  store_protocol::put_i64(out, static_cast<int64_t>(n));
 }
 void put_string(std::string& out, const std::string& s) {
-  put_u64(out, s.size());
+  put_length(out, s.size());
   out += s;
-}
-uint64_t read_u64(const unsigned char (&bytes)[8]) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | bytes[i];
-  return v;
 }
 
 }  // namespace
@@ -75,7 +72,7 @@ void TorchStoreClient::set(const std::string& key, const std::string& value, Dea
 std::string TorchStoreClient::get(const std::string& key, Deadline deadline) {
   const std::string what = "wait for '" + key + "'";
   std::string wait(1, static_cast<char>(TorchQuery::wait));
-  put_u64(wait, 1);
+  put_length(wait, 1);
   put_string(wait, key);
   send_or_throw(wait, deadline, what);
   uint8_t answer = 0xff;
@@ -87,9 +84,10 @@ std::string TorchStoreClient::get(const std::string& key, Deadline deadline) {
   std::string get(1, static_cast<char>(TorchQuery::get));
   put_string(get, key);
   send_or_throw(get, deadline, "get '" + key + "'");
-  unsigned char length[8];
+  char length[8];
   recv_or_throw(length, sizeof(length), deadline, "get '" + key + "'");
-  const uint64_t n = read_u64(length);
+  const auto n = static_cast<uint64_t>(
+      *store_protocol::Reader(std::string_view(length, sizeof(length))).i64());
   if (n > kMaxValueBytes) {
     throw Error(ErrorCode::bootstrap, "get '" + key + "': " + where() + " announced a value of " +
                                           std::to_string(n) + " bytes");

@@ -561,14 +561,15 @@ class HostCollective {
     reduce_in_slices(/*to_everyone=*/false);
   }
 
-  // Whether reduce goes along the chain of hosts (reduce_by_chain): where its root's link would
-  // otherwise carry 2 (H-1) / H of the data (reduce_in_slices), at least 3 hosts, and the root on
-  // the first or the last host (elsewhere its link would carry the data twice). Only where
-  // combining two parts at a time gives the bits of combining all H at once
-  // (reduces_in_storage_type: not f16 / bf16, which add in f32 and round once per combine). From 1
-  // MiB: the cost model's formulas (network_cost.h) with its default constants put the crossing
-  // near 1 MiB on a 100 Gb/s link and below 16 KiB at 1 Gb/s. A fixed size, not the settings'
-  // constants, so that every host chooses alike whatever its settings (the choice is not in the
+  // Whether reduce goes along the chain of hosts (reduce_by_chain): at least 3 hosts, and the root
+  // on the first or the last host (elsewhere its link would carry the data twice). Both it and
+  // reduce_in_slices carry the data once per link each way there, but the chain's one flow per
+  // link measured 0.96-0.99 of the link against the slices' 0.83-0.93 (4 emulated hosts,
+  // docs/fabric.md). Only where combining two parts at a time gives the bits of combining all H
+  // at once (reduces_in_storage_type: not f16 / bf16, which add in f32 and round once per
+  // combine). From 1 MiB: below, the slices' two network hops beat the chain's H - 1 (the size was
+  // set against the earlier slices and not re-fitted). A fixed size, not the settings' constants,
+  // so that every host chooses alike whatever its settings (the choice is not in the
   // fingerprint).
   bool reduces_by_chain() const {
     const int root_host = g_.hosts.host_of(d_.root);
@@ -580,8 +581,8 @@ class HostCollective {
   // partial result, chunk by chunk, to host 1's, which combines each chunk with its own as it
   // arrives (previous hosts' first: the documented order) and sends it on, and so on; the last
   // host's combine finishes the result, at the root there or sent on to the root on host 0.
-  // Every link carries the data once each way (reduce_in_slices: the root's 2 (H-1) / H). Inside
-  // each host the partial result is reduced piece by piece ahead of the chain.
+  // Every link carries the data once each way, one flow per link. Inside each host the partial
+  // result is reduced piece by piece ahead of the chain.
   void reduce_by_chain() {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
