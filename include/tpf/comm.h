@@ -131,7 +131,7 @@ class Communicator {
   // another (they may overlap the send blocks). Counts that disagree, or any rank's invalid
   // arguments, fail every rank with the same Error naming the pair or the rank. It runs as one
   // all_to_all of the largest block (docs/fabric.md): its time follows the largest pair, and it
-  // holds 2 x size() x that block in scratch while it runs. Blocking only.
+  // holds 2 x size() x that block in scratch while it runs.
   void all_to_allv(const void* send, std::span<const size_t> send_counts,
                    std::span<const size_t> send_displs, void* recv,
                    std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
@@ -160,6 +160,13 @@ class Communicator {
                             ReduceOp op, const CallOptions& call = {});
   Work all_to_all_async(const void* send, void* recv, size_t count, DType dtype,
                         const CallOptions& call = {});
+  // The count arrays are copied: only the buffers must outlive the Work. Errors in the arguments
+  // (any rank's) and counts that disagree come from the Work, on every rank alike.
+  Work all_to_allv_async(const void* send, std::span<const size_t> send_counts,
+                         std::span<const size_t> send_displs, void* recv,
+                         std::span<const size_t> recv_counts,
+                         std::span<const size_t> recv_displs, DType dtype,
+                         const CallOptions& call = {});
   Work gather_async(const void* send, void* recv, size_t send_count, DType dtype, int root,
                     const CallOptions& call = {});
   Work scatter_async(const void* send, void* recv, size_t recv_count, DType dtype, int root,

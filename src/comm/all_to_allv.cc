@@ -103,9 +103,22 @@ void all_to_allv(Communicator& comm, const void* send, std::span<const size_t> s
                  std::span<const size_t> send_displs, void* recv,
                  std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                  DType dtype, const CallOptions& call, const std::string& caller_problem) {
-  const int n = comm.size();
-  const int me = comm.rank();
-  const std::string where = "all_to_allv on communicator '" + comm.name() + "'";
+  const AllToAllvSteps steps{[&](const int64_t* mine, int64_t* table, size_t row) {
+                               comm.all_gather(mine, table, row, DType::i64, call);
+                             },
+                             [&](const void* out, void* in, size_t count) {
+                               comm.all_to_all(out, in, count, dtype, call);
+                             }};
+  all_to_allv(comm.rank(), comm.size(), "communicator '" + comm.name() + "'", send, send_counts,
+              send_displs, recv, recv_counts, recv_displs, dtype, steps, caller_problem);
+}
+
+void all_to_allv(int me, int n, const std::string& label, const void* send,
+                 std::span<const size_t> send_counts, std::span<const size_t> send_displs,
+                 void* recv, std::span<const size_t> recv_counts,
+                 std::span<const size_t> recv_displs, DType dtype, const AllToAllvSteps& steps,
+                 const std::string& caller_problem) {
+  const std::string where = "all_to_allv on " + label;
   const std::string problem = !caller_problem.empty()
                                   ? caller_problem
                                   : argument_problem(n, send, send_counts, send_displs, recv,
@@ -121,7 +134,7 @@ void all_to_allv(Communicator& comm, const void* send, std::span<const size_t> s
     }
   }
   std::vector<int64_t> table(row * static_cast<size_t>(n));
-  comm.all_gather(mine.data(), table.data(), row, DType::i64, call);
+  steps.gather_rows(mine.data(), table.data(), row);
   auto at = [&](int r, size_t column) { return table[static_cast<size_t>(r) * row + column]; };
   for (int r = 0; r < n; ++r) {
     if (at(r, kValid) != 0) continue;
@@ -162,7 +175,7 @@ void all_to_allv(Communicator& comm, const void* send, std::span<const size_t> s
     std::memcpy(out.data() + static_cast<size_t>(j) * block_bytes,
                 send_bytes + send_displs[j] * element, send_counts[j] * element);
   }
-  comm.all_to_all(out.data(), in.data(), static_cast<size_t>(largest), dtype, call);
+  steps.exchange(out.data(), in.data(), static_cast<size_t>(largest));
   auto* recv_bytes = static_cast<std::byte*>(recv);
   for (int i = 0; i < n; ++i) {
     if (recv_counts[i] == 0) continue;

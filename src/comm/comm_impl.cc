@@ -124,9 +124,9 @@ CommImpl::~CommImpl() {
   p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
   net_p2p_.reset();
   for (Task& task : queue_) {
+    const char* name = task.composite ? task.composite_name : coll::op_kind_name(task.desc.kind);
     task.state->complete(std::make_exception_ptr(
-        Error(ErrorCode::aborted, std::string(coll::op_kind_name(task.desc.kind)) +
-                                      " on communicator '" + setup_.name +
+        Error(ErrorCode::aborted, std::string(name) + " on communicator '" + setup_.name +
                                       "': the communicator was destroyed before it started")));
   }
 }
@@ -241,6 +241,37 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
   return Work(state);
 }
 
+Work CommImpl::submit_composite(const char* name, std::function<void(const RunCollective&)> body,
+                                const CallOptions& call) {
+  coll::OpDesc named;  // only for timeout_of's error message
+  named.kind = coll::OpKind::all_to_all;
+  auto state = std::make_shared<WorkState>();
+  state->deadline = Clock::now() + timeout_of(named, call);
+  gate_.add_claim();
+  std::unique_lock lock(mu_);
+  Task task{named, state};
+  task.composite_name = name;
+  task.composite = std::move(body);
+  queue_.push_back(std::move(task));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  lock.unlock();
+  cv_.notify_all();
+  return Work(state);
+}
+
+std::exception_ptr CommImpl::run_composite(const Task& task) {
+  try {
+    task.composite([&](const coll::OpDesc& desc) {
+      validate(desc);
+      if (auto failure = run(desc, take_sequence(), task.state->deadline, {}))
+        std::rethrow_exception(failure);
+    });
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   const std::chrono::milliseconds timeout = timeout_of(desc, call);
@@ -288,7 +319,9 @@ void CommImpl::worker_loop() {
     running_ = true;
     lock.unlock();
     if (!owner_out) gate_.wait_owner_out();
-    task.state->complete(run(task.desc, take_sequence(), task.state->deadline, {}));
+    task.state->complete(task.composite
+                             ? run_composite(task)
+                             : run(task.desc, take_sequence(), task.state->deadline, {}));
     owner_out = !gate_.release_claim();
     lock.lock();
     running_ = false;

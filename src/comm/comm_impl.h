@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -57,6 +58,13 @@ class CommImpl {
   // Validates and runs the operation on the calling thread when nothing is queued (no hand-off,
   // no allocation: the small-message latency path); otherwise queues it and waits.
   void run_blocking(const coll::OpDesc& desc, const CallOptions& call);
+  // Runs one collective now, on the progress thread, under the queued operation's deadline.
+  using RunCollective = std::function<void(const coll::OpDesc&)>;
+  // Queues several collectives as one operation (all_to_allv: its counts, then its data), in
+  // issue order with the rest; `body` runs them through the RunCollective it is given. `name`
+  // names the operation in errors.
+  Work submit_composite(const char* name, std::function<void(const RunCollective&)> body,
+                        const CallOptions& call);
   std::unique_ptr<CommImpl> split(int color, int key, const CommOptions& options);
   void abort();
 
@@ -64,6 +72,9 @@ class CommImpl {
   struct Task {
     coll::OpDesc desc;
     std::shared_ptr<WorkState> state;
+    // Set for a composite operation (desc unused): its name and its collectives.
+    const char* composite_name = nullptr;
+    std::function<void(const RunCollective&)> composite = {};
   };
   // The next sequence number. Numbers are taken when an operation starts; operations start in
   // issue order (FIFO queue; the owner runs inline only when nothing is queued).
@@ -75,6 +86,7 @@ class CommImpl {
                          std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout_of(const coll::OpDesc& desc, const CallOptions& call) const;
   void worker_loop();
+  std::exception_ptr run_composite(const Task& task);
   void validate(const coll::OpDesc& desc) const;
   // Several hosts: whether `peer` shares this rank's host, and a send/recv in the host's numbering.
   bool same_host(int peer) const;

@@ -1,8 +1,10 @@
 // The public Communicator: creation from a launcher's environment or an explicit address, and the
 // collective calls, which only describe the operation and hand it to CommImpl.
 #include <charconv>
+#include <vector>
 
 #include "bootstrap/rendezvous.h"
+#include "comm/all_to_allv.h"
 #include "comm/comm_impl.h"
 #include "comm/settings.h"
 #include "tpf/comm.h"
@@ -65,10 +67,9 @@ Communicator Communicator::create(int rank, int size, const std::string& store_a
     throw Error(ErrorCode::invalid_argument,
                 "store address '" + store_address + "' is not of the form host:port");
   }
-  auto store =
-      std::make_shared<TcpStoreClient>(store_address.substr(0, colon), static_cast<uint16_t>(port),
-                                       secret,
-                                       detail::resolve_comm_settings(options).setup_timeout, rank);
+  auto store = std::make_shared<TcpStoreClient>(
+      store_address.substr(0, colon), static_cast<uint16_t>(port), secret,
+      detail::resolve_comm_settings(options).setup_timeout, rank);
   return create(rank, size, store, "world", options);
 }
 
@@ -130,6 +131,32 @@ Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, 
                                     const CallOptions& call) {
   return checked(impl_).submit_async(make(OpKind::all_to_all, send, recv, count, dtype), call);
 }
+Work Communicator::all_to_allv_async(const void* send, std::span<const size_t> send_counts,
+                                     std::span<const size_t> send_displs, void* recv,
+                                     std::span<const size_t> recv_counts,
+                                     std::span<const size_t> recv_displs, DType dtype,
+                                     const CallOptions& call) {
+  detail::CommImpl& impl = checked(impl_);
+  // Copies: the caller's count arrays need not outlive this call.
+  auto body = [&impl, send, recv, dtype,
+               send_counts = std::vector(send_counts.begin(), send_counts.end()),
+               send_displs = std::vector(send_displs.begin(), send_displs.end()),
+               recv_counts = std::vector(recv_counts.begin(), recv_counts.end()),
+               recv_displs = std::vector(recv_displs.begin(), recv_displs.end())](
+                  const detail::CommImpl::RunCollective& run_now) {
+    const detail::AllToAllvSteps steps{
+        [&](const int64_t* mine, int64_t* table, size_t row) {
+          run_now(make(OpKind::all_gather, mine, table, row, DType::i64));
+        },
+        [&](const void* out, void* in, size_t count) {
+          run_now(make(OpKind::all_to_all, out, in, count, dtype));
+        }};
+    detail::all_to_allv(impl.rank(), impl.size(), "communicator '" + impl.name() + "'", send,
+                        send_counts, send_displs, recv, recv_counts, recv_displs, dtype, steps, "");
+  };
+  return impl.submit_composite("all_to_allv", std::move(body), call);
+}
+
 Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DType dtype,
                                 int root, const CallOptions& call) {
   return checked(impl_).submit_async(

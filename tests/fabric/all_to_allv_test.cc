@@ -46,15 +46,15 @@ Layout layout_of(int me, int n) {
   return l;
 }
 
-void exchange_and_check(Communicator& comm) {
-  const int me = comm.rank(), n = comm.size();
-  const Layout l = layout_of(me, n);
-  std::vector<int32_t> send(l.send_elems, kUntouched), recv(l.recv_elems, kUntouched);
+std::vector<int32_t> send_buffer(int me, int n, const Layout& l) {
+  std::vector<int32_t> send(l.send_elems, kUntouched);
   for (int j = 0; j < n; ++j) {
     for (size_t k = 0; k < l.send_counts[j]; ++k) send[l.send_displs[j] + k] = value(me, j, k);
   }
-  comm.all_to_allv(send.data(), l.send_counts, l.send_displs, recv.data(), l.recv_counts,
-                   l.recv_displs, DType::i32);
+  return send;
+}
+
+void check_received(int me, int n, const Layout& l, const std::vector<int32_t>& recv) {
   std::vector<int32_t> want(l.recv_elems, kUntouched);  // the gaps stay as they were
   for (int i = 0; i < n; ++i) {
     for (size_t k = 0; k < l.recv_counts[i]; ++k) want[l.recv_displs[i] + k] = value(i, me, k);
@@ -64,6 +64,16 @@ void exchange_and_check(Communicator& comm) {
                                             std::to_string(e) + ": got " + std::to_string(recv[e]) +
                                             ", want " + std::to_string(want[e]));
   }
+}
+
+void exchange_and_check(Communicator& comm) {
+  const int me = comm.rank(), n = comm.size();
+  const Layout l = layout_of(me, n);
+  const std::vector<int32_t> send = send_buffer(me, n, l);
+  std::vector<int32_t> recv(l.recv_elems, kUntouched);
+  comm.all_to_allv(send.data(), l.send_counts, l.send_displs, recv.data(), l.recv_counts,
+                   l.recv_displs, DType::i32);
+  check_received(me, n, l, recv);
 }
 
 TEST(AllToAllV, UnevenBlocksWithGapsMatchTheDefinition) {
@@ -138,6 +148,45 @@ TEST(AllToAllV, OneRanksInvalidArgumentsFailEveryRank) {
     TPF_CHILD_CHECK(std::string(short_list.what()).find(want_short) != std::string::npos,
                     short_list.what());
     exchange_and_check(comm);
+  }));
+}
+
+// The async form: queued in issue order between other async collectives, with count arrays that
+// are gone before it runs (it copies them), and its errors delivered by the Work on every rank.
+TEST(AllToAllV, AsyncFormRunsInIssueOrderAndReportsThroughItsWork) {
+  expect_all_ok(run_ranks(3, [](Communicator& comm) {
+    const int me = comm.rank(), n = comm.size();
+    const Layout l = layout_of(me, n);
+    const std::vector<int32_t> send = send_buffer(me, n, l);
+    std::vector<int32_t> recv(l.recv_elems, kUntouched);
+    double before = me + 1.0, after = 10.0 * (me + 1);
+    Work first = comm.all_reduce_async(&before, &before, 1, DType::f64, ReduceOp::sum);
+    Work exchange;
+    {
+      Layout copy = l;  // destroyed before the exchange is waited for
+      exchange =
+          comm.all_to_allv_async(send.data(), copy.send_counts, copy.send_displs, recv.data(),
+                                 copy.recv_counts, copy.recv_displs, DType::i32);
+    }
+    Work last = comm.all_reduce_async(&after, &after, 1, DType::f64, ReduceOp::sum);
+    last.wait();
+    exchange.wait();
+    first.wait();
+    TPF_CHILD_CHECK(before == 6.0 && after == 60.0, "the all_reduces around it");
+    check_received(me, n, l, recv);
+
+    Layout bad = l;
+    if (me == 0) bad.recv_counts[2] += 1;  // rank 2 sends pair_count(2, 0) = 6 to rank 0
+    std::vector<int32_t> wide(l.recv_elems + 1);
+    Work mismatched =
+        comm.all_to_allv_async(send.data(), bad.send_counts, bad.send_displs, wide.data(),
+                               bad.recv_counts, bad.recv_displs, DType::i32);
+    const Error e = expect_error("mismatched async all_to_allv", [&] { mismatched.wait(); });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+    TPF_CHILD_CHECK(
+        std::string(e.what()).find("rank 2 sends 6 elements to rank 0") != std::string::npos,
+        e.what());
+    exchange_and_check(comm);  // still usable, still in step
   }));
 }
 
