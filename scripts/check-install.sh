@@ -5,7 +5,8 @@
 #   - tests/consumer built with find_package(tpfabric) against the shared and the static library;
 #   - the same main.cc built with plain g++ and pkg-config, shared and static (--static);
 #   - each consumer run (prints "bf16"); the static ones also query the topology (hwloc linked);
-#   - the installed `tpf run` launching the shared consumer on 2 ranks for an all-reduce.
+#   - the installed `tpf run` launching the shared consumer on 2 ranks for an all-reduce;
+#   - the installed Python package (where the build has one) under the installed `tpf run`.
 #
 # Usage: scripts/check-install.sh [BUILD_DIR] [--keep]
 #   BUILD_DIR  a configured and built tree (default: build)
@@ -145,4 +146,27 @@ for rank in 0 1; do
 done
 echo "  ok  installed tpf run -n 2 -- consumer --world"
 
+# --- the installed Python package, where the build has one ------------------------------------
+if grep -q '^TPF_PYTHON_INSTALL_DIR:' "$build_dir/CMakeCache.txt"; then
+  python_dir=$prefix/$(sed -n 's/^TPF_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
+  # The interpreter the package was built for.
+  python=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
+  [[ -e "$python_dir/tpfabric/__init__.py" ]] ||
+    fail "not installed: ${python_dir#"$prefix/"}/tpfabric"
+  cat > "$work/python_world.py" <<'PY'
+import array, tpfabric
+comm = tpfabric.Communicator.from_env()
+x = array.array("d", [comm.rank + 1.0])
+comm.all_reduce(x)
+print(f"python rank {comm.rank}/{comm.size}: sum={x[0]:g}")
+PY
+  out=$(cd "$work" && PYTHONPATH=$python_dir timeout 120 "$prefix/bin/tpf" run -n 2 -- \
+        "${python:-python3}" "$work/python_world.py") ||
+    fail "the installed Python package under tpf run -n 2 exited with $?: $out"
+  for rank in 0 1; do
+    grep -q "python rank $rank/2: sum=3" <<<"$out" ||
+      fail "installed Python package: no correct line from rank $rank in: $out"
+  done
+  echo "  ok  installed Python package (PYTHONPATH=${python_dir#"$prefix/"}) under tpf run -n 2"
+fi
 echo "check-install.sh: PASS"

@@ -5,7 +5,8 @@
 #
 # Usage: scripts/install-deps.sh [--with-tests] [--with-peers] [--dry-run]
 #   --with-tests  also install what the whole test suite needs beyond the build: PyTorch + NumPy
-#                 for the independent float64 reference (tests/reference/), iproute2 for the
+#                 for the independent float64 reference (tests/reference/) and the Python
+#                 package's tests (tests/python/), iproute2 for the
 #                 emulated hosts; scripts/test.sh, the CI command, passes it
 #   --with-peers  also install the peers the benchmark comparisons run against
 #                 (Open MPI, Gloo, PyTorch + NumPy)
@@ -22,12 +23,14 @@ readonly kBasePackages=(
   libcli11-dev                       # the `tpf` command line (CLI11, header-only)
   libsimgrid-dev                     # independent flow-level reference the planner is tested against
   fortunes                           # English text the training demo learns from
+  python3-dev pybind11-dev libdlpack-dev  # the Python package (python/; pybind11, DLPack)
   libgtest-dev libgmock-dev          # tests
   libbenchmark-dev                   # kernel benchmarks
 )
 # Debian's python3-torch installs into /usr/bin/python3, the interpreter the reference tests use.
 readonly kTestPackages=(
-  python3-torch python3-numpy        # float64 GPT-2 reference (tests/reference/gpt_reference.py)
+  python3-torch python3-numpy        # float64 GPT-2 reference (tests/reference/gpt_reference.py);
+                                     # tests of the Python package and its torch backend
   iproute2                           # emulated hosts: network namespaces (scripts/emulated-hosts.sh)
 )
 readonly kPeerPackages=(

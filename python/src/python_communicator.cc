@@ -1,0 +1,127 @@
+#include "python_communicator.h"
+
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "tpf/error.h"
+
+namespace tpf::python {
+
+CallOptions call_options(std::optional<double> timeout_seconds) {
+  CallOptions options;
+  if (timeout_seconds) {
+    if (!std::isfinite(*timeout_seconds) || *timeout_seconds < 0) {
+      throw Error(ErrorCode::invalid_argument,
+                  "tpfabric: timeout must be a finite number of seconds >= 0, not " +
+                      std::to_string(*timeout_seconds));
+    }
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_seconds * 1000.0));
+  }
+  return options;
+}
+
+PythonWork::PythonWork(Work work, std::shared_ptr<std::vector<std::shared_ptr<BufferLease>>> leases,
+                       py::object result)
+    : work_(std::move(work)), leases_(std::move(leases)), result_(std::move(result)) {}
+
+py::object PythonWork::wait(std::optional<double> timeout_seconds) {
+  bool done = false;
+  {
+    py::gil_scoped_release nogil;
+    if (timeout_seconds) {
+      auto timeout = call_options(timeout_seconds).timeout.value();
+      done = work_.wait_for(timeout);
+    } else {
+      work_.wait();
+      done = true;
+    }
+  }
+  if (!done) return py::none();
+  return result_;
+}
+
+bool PythonWork::is_completed() { return work_.test(); }
+
+PythonCommunicator::PythonCommunicator(Communicator* comm, std::shared_ptr<void> owner)
+    : comm_(comm), owner_(std::move(owner)) {}
+
+PythonCommunicator::PythonCommunicator(PythonCommunicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, nullptr)),
+      owner_(std::move(other.owner_)),
+      outstanding_(std::move(other.outstanding_)) {}
+
+PythonCommunicator PythonCommunicator::owning(Communicator comm) {
+  auto owned = std::make_shared<Communicator>(std::move(comm));
+  Communicator* raw = owned.get();
+  return PythonCommunicator(raw, std::move(owned));
+}
+
+PythonCommunicator::~PythonCommunicator() {
+  // pybind11 destroys objects with the GIL held; a moved-from object holds nothing.
+  if (comm_ != nullptr) close();
+}
+
+Communicator& PythonCommunicator::comm() {
+  if (comm_ == nullptr) {
+    throw Error(ErrorCode::invalid_argument, "tpfabric: the communicator is closed");
+  }
+  return *comm_;
+}
+
+void PythonCommunicator::close() {
+  if (comm_ == nullptr) return;
+  std::vector<Outstanding> outstanding = std::move(outstanding_);
+  outstanding_.clear();
+  {
+    py::gil_scoped_release nogil;
+    // Every wait inside an operation is bounded by its deadline, so this ends; a failure was
+    // the business of whoever held the Work.
+    for (Outstanding& entry : outstanding) {
+      try {
+        entry.work.wait();
+      } catch (const Error&) {
+      }
+    }
+    comm_ = nullptr;
+    owner_.reset();  // may destroy the communicator: joins its threads, never needs the GIL
+  }
+  outstanding.clear();  // the leases, with the GIL held
+}
+
+void PythonCommunicator::forget_completed() {
+  std::erase_if(outstanding_, [](Outstanding& entry) {
+    try {
+      return entry.work.test();
+    } catch (const Error&) {
+      return true;  // failed: done with its buffers
+    }
+  });
+}
+
+py::object PythonCommunicator::run(PreparedCall call, std::optional<double> timeout_seconds) {
+  Communicator& communicator = comm();
+  const CallOptions options = call_options(timeout_seconds);
+  forget_completed();
+  {
+    py::gil_scoped_release nogil;
+    call.blocking(communicator, options);
+  }
+  return call.result;  // the leases go with `call`, the GIL held
+}
+
+PythonWork PythonCommunicator::start(PreparedCall call, std::optional<double> timeout_seconds) {
+  Communicator& communicator = comm();
+  const CallOptions options = call_options(timeout_seconds);
+  forget_completed();
+  Work work;
+  {
+    py::gil_scoped_release nogil;
+    work = call.async(communicator, options);
+  }
+  auto leases = std::make_shared<std::vector<std::shared_ptr<BufferLease>>>(std::move(call.leases));
+  outstanding_.push_back({work, leases});
+  return PythonWork(std::move(work), std::move(leases), std::move(call.result));
+}
+
+}  // namespace tpf::python

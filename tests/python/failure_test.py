@@ -1,0 +1,69 @@
+"""Failures reach Python as exceptions naming their cause (run by run.sh under `tpf run -n 3`,
+once per case, since the fabric ties a later failure to an earlier one in the same process):
+  mismatch  ranks that call different collectives all get tpfabric.MismatchError naming both
+  death     a rank that dies makes the survivors' next collective raise tpfabric.PeerDiedError
+            naming it (the deadline is 120 s; the fabric's own detection must come first)
+  abort     rank 1 aborts while the others wait in a collective: they get tpfabric.AbortedError
+            naming rank 1, and rank 1's own next call fails too."""
+
+import os
+import sys
+
+import numpy as np
+
+import tpfabric as tpf
+
+world = tpf.Communicator.from_env(timeout=120)
+rank = world.rank
+assert world.size == 3, world.size
+
+
+def expect(error_type, fn, *fragments):
+    try:
+        fn()
+    except error_type as e:
+        for fragment in fragments:
+            if fragment not in str(e):
+                sys.exit(f"rank {rank}: '{fragment}' not in {type(e).__name__}: {e}")
+        return e
+    except tpf.Error as e:
+        sys.exit(f"rank {rank}: expected {error_type.__name__}, got {type(e).__name__}: {e}")
+    sys.exit(f"rank {rank}: expected {error_type.__name__}, nothing was raised")
+
+
+case = sys.argv[1]
+if case == "mismatch":  # rank 2 gathers while ranks 0 and 1 reduce
+    if rank == 2:
+        e = expect(tpf.MismatchError, lambda: world.all_gather(np.ones(4), np.ones(12)),
+                   "all_reduce", "all_gather")
+    else:
+        e = expect(tpf.MismatchError, lambda: world.all_reduce(np.ones(4)), "all_reduce",
+                   "all_gather")
+    assert e.code == tpf.ErrorCode.mismatch, e.code
+    print(f"rank {rank}: mismatch named: {e}")
+    print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
+    sys.exit(0)
+if case == "abort":
+    world.barrier()
+    if rank == 1:
+        world.abort()
+        e = expect(tpf.AbortedError, lambda: world.all_reduce(np.ones(4)), "aborted")
+    else:
+        e = expect(tpf.AbortedError, lambda: world.all_reduce(np.ones(4)), "rank 1 aborted the communicator")
+    assert e.code == tpf.ErrorCode.aborted, e.code
+    print(f"rank {rank}: abort named: {e}")
+    print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
+    sys.exit(0)
+assert case == "death", case
+
+# Rank 2 dies (without closing anything) once everyone holds the communicator.
+doomed = world.split(0)
+doomed.barrier()
+if rank == 2:
+    sys.stdout.flush()
+    os._exit(0)
+e = expect(tpf.PeerDiedError, lambda: doomed.all_reduce(np.ones(1 << 16, np.float32)), "rank 2")
+assert e.code == tpf.ErrorCode.peer_died, e.code
+print(f"rank {rank}: death named: {e}")
+print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
+os._exit(0)  # the world communicator still counts rank 2: leave without its goodbye

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs a test of the Python package on 3 ranks, as users start them:
+#   run.sh package TPF_BINARY   package_test.py under `tpf run -n 3`
+#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3`, a job per case
+#   run.sh torch TPF_BINARY     torch_backend_test.py under a real torchrun (--standalone)
+# PYTHONPATH must hold the built package (build/python); PYTHON names the interpreter with torch
+# and numpy (default /usr/bin/python3), which both tests use for their references. Exit 77 (a
+# skip) when it has no torch, except under CI=true, where that fails.
+set -euo pipefail
+
+mode=${1:?usage: run.sh package|failures|torch TPF_BINARY}
+tpf=${2:?usage: run.sh package|failures|torch TPF_BINARY}
+python=${PYTHON:-/usr/bin/python3}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if ! "$python" -c 'import torch, numpy' 2>/dev/null; then
+  echo "run.sh: $python cannot import torch and numpy (apt install python3-torch python3-numpy)"
+  [[ "${CI:-}" == true ]] && exit 1
+  exit 77
+fi
+# The bound keeps a wedged job finite; ctest's own timeout is larger.
+case "$mode" in
+  package) exec timeout 240 "$tpf" run -n 3 "$python" "$here/package_test.py" ;;
+  failures)
+    for case in mismatch abort death; do
+      echo "== $case"
+      timeout 120 "$tpf" run -n 3 "$python" "$here/failure_test.py" "$case"
+    done ;;
+  torch)
+    # Debian's torchrun on Python 3.11 needs --redirects/--tee.
+    exec timeout 400 "$python" -m torch.distributed.run --redirects 1 --tee 1 --standalone \
+      --nproc_per_node 3 "$here/torch_backend_test.py" ;;
+  *) echo "run.sh: unknown mode '$mode'" >&2; exit 2 ;;
+esac
