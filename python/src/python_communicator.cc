@@ -1,5 +1,6 @@
 #include "python_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -16,7 +17,11 @@ CallOptions call_options(std::optional<double> timeout_seconds) {
                   "tpfabric: timeout must be a finite number of seconds >= 0, not " +
                       std::to_string(*timeout_seconds));
     }
-    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeout_seconds * 1000.0));
+    // Clamped before the conversion (a huge float would overflow it); the fabric clamps again to
+    // its own longest deadline.
+    constexpr double kLongestMs = 1e12;
+    options.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::min(*timeout_seconds * 1000.0, kLongestMs)));
   }
   return options;
 }
@@ -26,12 +31,12 @@ PythonWork::PythonWork(Work work, std::shared_ptr<std::vector<std::shared_ptr<Bu
     : work_(std::move(work)), leases_(std::move(leases)), result_(std::move(result)) {}
 
 py::object PythonWork::wait(std::optional<double> timeout_seconds) {
+  const std::optional<std::chrono::milliseconds> timeout = call_options(timeout_seconds).timeout;
   bool done = false;
   {
     py::gil_scoped_release nogil;
-    if (timeout_seconds) {
-      auto timeout = call_options(timeout_seconds).timeout.value();
-      done = work_.wait_for(timeout);
+    if (timeout) {
+      done = work_.wait_for(*timeout);
     } else {
       work_.wait();
       done = true;
