@@ -15,6 +15,7 @@ Usage: /usr/bin/python3 bench/python/compare.py [--nprocs 2 4] [--dtypes f32 bf1
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -56,8 +57,12 @@ def tpf_bench(n, dtype, path):
 
 
 def torch_bench(n, dtype, path):
+    with socket.socket() as probe:  # a free port: --standalone's fixed 29400 may be taken
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     run([sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-         "--standalone", "--nproc_per_node", str(n),
+         "--nnodes", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+         "--nproc_per_node", str(n),
          os.path.join(ROOT, "bench", "python", "torch_backend_bench.py"), "--dtype", dtype,
          "--max-bytes", str(args.max_bytes), "--json", path])
     with open(path) as f:
