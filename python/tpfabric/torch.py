@@ -80,6 +80,19 @@ def _one(tensors, what):
     return tensors[0]
 
 
+def _pack(tensors):
+    """The tensors of a list one after another in one flat tensor (what tpfabric sends)."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+def _unpack(flat, outputs):
+    """Copies consecutive pieces of `flat` into the tensors of a list, in order."""
+    offset = 0
+    for out in outputs:
+        out.copy_(flat[offset:offset + out.numel()].view_as(out))
+        offset += out.numel()
+
+
 def _done(result):
     """A work that completed when it was made (the collectives run at once). It is torch's own
     future-backed work: C++ callers (DDP) wait on C++ works, which a Python subclass cannot
@@ -154,7 +167,7 @@ class ProcessGroupTpf(dist.ProcessGroup):
         output = _one(output_tensors, "reduce_scatter")
         inputs = _one(input_tensors, "reduce_scatter")
         self._check_list(inputs, output, "reduce_scatter's input list")
-        send = torch.cat([t.detach().reshape(-1) for t in inputs])
+        send = _pack(inputs)
         self._comm.reduce_scatter(send, _flat(output, "output"), _reduce_op(opts),
                                   timeout=_timeout(opts))
         return _done(output_tensors)
@@ -177,8 +190,7 @@ class ProcessGroupTpf(dist.ProcessGroup):
         self._check_list(outputs, input, "allgather's output list")
         gathered = torch.empty(self.size() * input.numel(), dtype=input.dtype)
         self._comm.all_gather(input, gathered, timeout=_timeout(opts))
-        for rank, out in enumerate(outputs):
-            out.copy_(gathered[rank * input.numel():(rank + 1) * input.numel()].view_as(out))
+        _unpack(gathered, outputs)
         return _done(output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
@@ -210,15 +222,12 @@ class ProcessGroupTpf(dist.ProcessGroup):
             raise _tpf.InvalidArgumentError(
                 f"tpfabric.torch: alltoall takes {self.size()} input and output tensors, got "
                 f"{len(input_tensors)} and {len(output_tensors)}")
-        send = torch.cat([t.detach().reshape(-1) for t in input_tensors])
+        send = _pack(input_tensors)
         recv = torch.empty(sum(t.numel() for t in output_tensors), dtype=send.dtype)
         self._comm.all_to_allv(send, [t.numel() for t in input_tensors], recv,
                                [t.numel() for t in output_tensors],
                                timeout=_timeout(opts))
-        offset = 0
-        for out in output_tensors:
-            out.copy_(recv[offset:offset + out.numel()].view_as(out))
-            offset += out.numel()
+        _unpack(recv, output_tensors)
         return _done(output_tensors)
 
     def gather(self, output_tensors, input_tensors, opts=None):
@@ -231,8 +240,7 @@ class ProcessGroupTpf(dist.ProcessGroup):
             gathered = torch.empty(self.size() * input.numel(), dtype=input.dtype)
         self._comm.gather(input, gathered, root, timeout=_timeout(opts))
         if gathered is not None:
-            for rank, out in enumerate(outputs):
-                out.copy_(gathered[rank * input.numel():(rank + 1) * input.numel()].view_as(out))
+            _unpack(gathered, outputs)
         return _done(output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -242,7 +250,7 @@ class ProcessGroupTpf(dist.ProcessGroup):
         if self.rank() == root:
             inputs = _one(input_tensors, "scatter")
             self._check_list(inputs, output, "scatter's input list")
-            send = torch.cat([t.detach().reshape(-1) for t in inputs])
+            send = _pack(inputs)
         self._comm.scatter(send, output, root, timeout=_timeout(opts))
         return _done(output_tensors)
 

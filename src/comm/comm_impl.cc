@@ -124,9 +124,8 @@ CommImpl::~CommImpl() {
   p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
   net_p2p_.reset();
   for (Task& task : queue_) {
-    const char* name = task.composite ? task.composite_name : coll::op_kind_name(task.desc.kind);
     task.state->complete(std::make_exception_ptr(
-        Error(ErrorCode::aborted, std::string(name) + " on communicator '" + setup_.name +
+        Error(ErrorCode::aborted, std::string(task.name) + " on communicator '" + setup_.name +
                                       "': the communicator was destroyed before it started")));
   }
 }
@@ -209,14 +208,12 @@ void CommImpl::validate(const coll::OpDesc& d) const {
     fail("the recv buffer is null but count is " + std::to_string(d.count));
 }
 
-std::chrono::milliseconds CommImpl::timeout_of(const coll::OpDesc& desc,
-                                               const CallOptions& call) const {
+std::chrono::milliseconds CommImpl::timeout_of(const char* what, const CallOptions& call) const {
   // Clamped so that now + timeout cannot overflow (e.g. milliseconds::max() for "no deadline").
   constexpr std::chrono::milliseconds kLongestTimeout = std::chrono::hours(24 * 30);
   auto timeout = std::min(call.timeout.value_or(default_timeout_), kLongestTimeout);
   if (timeout.count() < 0) {
-    throw Error(ErrorCode::invalid_argument, std::string(coll::op_kind_name(desc.kind)) +
-                                                 ": negative timeout " +
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": negative timeout " +
                                                  std::to_string(timeout.count()) + " ms");
   }
   return timeout;
@@ -225,38 +222,31 @@ std::chrono::milliseconds CommImpl::timeout_of(const coll::OpDesc& desc,
 Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
   if (coll::is_point_to_point(desc.kind)) {
-    const Clock::time_point deadline = Clock::now() + timeout_of(desc, call);
+    const Clock::time_point deadline =
+        Clock::now() + timeout_of(coll::op_kind_name(desc.kind), call);
     if (!network_) return p2p_->submit(desc, deadline);
     if (!same_host(desc.peer)) return net_p2p_->submit(desc, deadline);
     return p2p_->submit(on_this_host(desc), deadline);
   }
-  auto state = std::make_shared<WorkState>();
-  state->deadline = Clock::now() + timeout_of(desc, call);
-  gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
-  std::unique_lock lock(mu_);
-  queue_.push_back(Task{desc, state});
-  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-  lock.unlock();
-  cv_.notify_all();
-  return Work(state);
+  return enqueue(Task{desc, nullptr, coll::op_kind_name(desc.kind)}, call);
 }
 
 Work CommImpl::submit_composite(const char* name, std::function<void(const RunCollective&)> body,
                                 const CallOptions& call) {
-  coll::OpDesc named;  // only for timeout_of's error message
-  named.kind = coll::OpKind::all_to_all;
-  auto state = std::make_shared<WorkState>();
-  state->deadline = Clock::now() + timeout_of(named, call);
-  gate_.add_claim();
+  return enqueue(Task{coll::OpDesc{}, nullptr, name, std::move(body)}, call);
+}
+
+Work CommImpl::enqueue(Task task, const CallOptions& call) {
+  task.state = std::make_shared<WorkState>();
+  task.state->deadline = Clock::now() + timeout_of(task.name, call);
+  Work work(task.state);
+  gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
   std::unique_lock lock(mu_);
-  Task task{named, state};
-  task.composite_name = name;
-  task.composite = std::move(body);
   queue_.push_back(std::move(task));
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
   lock.unlock();
   cv_.notify_all();
-  return Work(state);
+  return work;
 }
 
 std::exception_ptr CommImpl::run_composite(const Task& task) {
@@ -274,7 +264,7 @@ std::exception_ptr CommImpl::run_composite(const Task& task) {
 
 void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
   validate(desc);
-  const std::chrono::milliseconds timeout = timeout_of(desc, call);
+  const std::chrono::milliseconds timeout = timeout_of(coll::op_kind_name(desc.kind), call);
   if (coll::is_point_to_point(desc.kind)) {
     const Clock::time_point deadline = Clock::now() + timeout;
     if (!network_) return p2p_->run(desc, deadline);

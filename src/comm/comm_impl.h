@@ -70,12 +70,13 @@ class CommImpl {
 
  private:
   struct Task {
-    coll::OpDesc desc;
+    coll::OpDesc desc;  // unused by a composite operation
     std::shared_ptr<WorkState> state;
-    // Set for a composite operation (desc unused): its name and its collectives.
-    const char* composite_name = nullptr;
-    std::function<void(const RunCollective&)> composite = {};
+    const char* name;                                          // the operation, in errors
+    std::function<void(const RunCollective&)> composite = {};  // set for a composite operation
   };
+  // Gives the task its state and deadline and queues it for the progress thread.
+  Work enqueue(Task task, const CallOptions& call);
   // The next sequence number. Numbers are taken when an operation starts; operations start in
   // issue order (FIFO queue; the owner runs inline only when nothing is queued).
   uint64_t take_sequence() noexcept;
@@ -84,7 +85,8 @@ class CommImpl {
   std::exception_ptr run(const coll::OpDesc& desc, uint64_t sequence,
                          std::optional<Clock::time_point> deadline,
                          std::chrono::milliseconds timeout);
-  std::chrono::milliseconds timeout_of(const coll::OpDesc& desc, const CallOptions& call) const;
+  // The call's timeout, else the communicator's; `what` names the operation in errors.
+  std::chrono::milliseconds timeout_of(const char* what, const CallOptions& call) const;
   void worker_loop();
   std::exception_ptr run_composite(const Task& task);
   void validate(const coll::OpDesc& desc) const;
