@@ -198,11 +198,15 @@ class HostCollective {
         d_(desc),
         sequence_(sequence),
         ctx_(ctx),
+        local_ctx_(ctx),
         tuning_(tuning),
         elem_(dtype_size(desc.dtype)),
         me_(group.rank),
         host_(group.hosts.host_of(group.rank)),
-        local_rank_(group.hosts.local_rank(group.rank)) {}
+        local_rank_(group.hosts.local_rank(group.rank)) {
+    // One deadline for the network and the shared-memory waits: the clock starts now.
+    local_ctx_.fixed_deadline = ctx.deadline();
+  }
 
   void run() {
     switch (d_.kind) {
@@ -259,8 +263,9 @@ class HostCollective {
   // from the same size and host count; remembered for the fingerprint, so that leaders whose
   // settings differ find out.
   NetworkAlgorithm choose_network(Collective op) {
+    const int rails = g_.hosts.uniform() ? static_cast<int>(ranks_on(0).size()) : 1;
     network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
-                                        tuning_.network_cost);
+                                        tuning_.network_cost, rails);
     return *network_;
   }
   // Reductions across several steps add; an average divides once at the end.
@@ -310,7 +315,22 @@ class HostCollective {
   }
 
   // A collective on this host's shared memory, described in local ranks.
-  void local(const OpDesc& desc) { run_operation(g_.local, desc, sequence_, ctx_, tuning_); }
+  void local(const OpDesc& desc) { run_operation(g_.local, desc, sequence_, local_ctx_, tuning_); }
+  // While it lives, this collective's shared-memory steps move `flight`'s transfers on as they
+  // wait: where every rank of a host talks to the network (per rail), a rank that waits for its
+  // host's slowest would otherwise stall its own flows, and with them its peers on other hosts.
+  class ProgressInsideHost {
+   public:
+    ProgressInsideHost(HostCollective& c, InFlight& flight) : c_(c) {
+      c_.local_ctx_.between_polls = [&flight] { flight.progress(); };
+    }
+    ~ProgressInsideHost() { c_.local_ctx_.between_polls = nullptr; }
+    ProgressInsideHost(const ProgressInsideHost&) = delete;
+    ProgressInsideHost& operator=(const ProgressInsideHost&) = delete;
+
+   private:
+    HostCollective& c_;
+  };
   OpDesc local_desc(OpKind kind, size_t count, int root, const void* send, void* recv,
                     ReduceOp op = ReduceOp::sum) const {
     OpDesc desc = d_;
@@ -509,10 +529,115 @@ class HostCollective {
   }
 
   void all_reduce() {
-    if (choose_network(Collective::all_reduce) == NetworkAlgorithm::one_shot) {
-      return all_reduce_one_shot();
+    switch (choose_network(Collective::all_reduce)) {
+      case NetworkAlgorithm::one_shot: return all_reduce_one_shot();
+      case NetworkAlgorithm::per_rail: return all_reduce_per_rail();
+      case NetworkAlgorithm::pipelined: return reduce_in_slices(/*to_everyone=*/true);
     }
-    reduce_in_slices(/*to_everyone=*/true);
+  }
+
+  // all_reduce per rail (every host has L >= 2 ranks; network_cost.h), in segments, pipelined
+  // like reduce_in_slices: segment s is reduce-scattered inside the host (local rank l gets the
+  // host's partial result of part l, in the caller's output) while part l of segment s-1 crosses
+  // the network between the ranks of rail l and segment s-2 is all-gathered inside the host.
+  // Between the ranks of a rail, host k's rank combines slice k of the rail's part from every host
+  // in host order and sends the result to the others. The reduction order is the leaders' (local
+  // order inside each host, then host order), so the bits are those of the other algorithms.
+  // Segments start at multiples of L so that each splits into L equal parts; the last segment's
+  // n % L trailing elements go with the last rail (a reduce to it, a broadcast from it, inside
+  // the host). The fingerprint round stays between the leaders: ranks of other rails that called
+  // something else fail in the host's first shared-memory step, which their leader left.
+  void all_reduce_per_rail() {
+    compare_fingerprints_across_hosts();
+    const size_t n = d_.count;
+    const int hcount = hosts();
+    const size_t rails = ranks_on(host_).size();
+    const size_t rail = static_cast<size_t>(local_rank_);
+    const size_t whole = n / rails;  // elements per rail outside the tail
+    const size_t tail = n - whole * rails;
+    const size_t segments =
+        all_reduce_segments(bytes(whole), hcount, all_reduce_min_slice_bytes(tuning_.network_cost));
+    auto per_part = [&](size_t s) { return whole * (s + 1) / segments - whole * s / segments; };
+    auto segment_begin = [&](size_t s) { return rails * (whole * s / segments); };
+    // Rail l's part of segment s: [part_begin(s, l), + part_length(s, l)).
+    auto part_begin = [&](size_t s, size_t l) { return segment_begin(s) + l * per_part(s); };
+    auto part_length = [&](size_t s, size_t l) {
+      return per_part(s) + (s + 1 == segments && l + 1 == rails ? tail : 0);
+    };
+    // Slice k of this rail's part of segment s.
+    auto slice_begin = [&](size_t s, int k) {
+      const size_t length = part_length(s, rail);
+      return part_begin(s, rail) + length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
+    };
+    auto slice_length = [&](size_t s, int k) {
+      const size_t length = part_length(s, rail);
+      return length * static_cast<size_t>(k + 1) / static_cast<size_t>(hcount) -
+             length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
+    };
+    auto peer = [&](int h) { return ranks_on(h)[rail]; };
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    // This rank's slice of every segment from every other host (into scratch, at offset mine[s]),
+    // and every other slice's result from its owner (where this host's partial of it was: it
+    // cannot arrive before the owner has that partial).
+    std::vector<size_t> mine(segments + 1, 0);
+    for (size_t s = 0; s < segments; ++s) mine[s + 1] = mine[s] + slice_length(s, host_);
+    std::vector<std::byte*> from(hcount, nullptr);
+    std::vector<size_t> arrivals(static_cast<size_t>(hcount) * segments);  // [s * H + h]
+    std::vector<size_t> results(static_cast<size_t>(hcount) * segments);   // [s * H + k]
+    for (int h = 0; h < hcount; ++h) {
+      if (h == host_) continue;
+      from[h] = scratch(from_slot(h), mine[segments]);
+      for (size_t s = 0; s < segments; ++s) {
+        arrivals[s * hcount + h] = flight.recv(peer(h), tag(kFirst, s), at(from[h], mine[s]),
+                                               bytes(slice_length(s, host_)));
+        results[s * hcount + h] = flight.recv(
+            peer(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)), bytes(slice_length(s, h)));
+      }
+    }
+    const std::vector<int> others = others_from_next();
+    const int last_rail = static_cast<int>(rails) - 1;
+    std::vector<const void*> parts(hcount);
+    for (size_t step = 0; step < segments + 2; ++step) {
+      if (step < segments) {  // reduce-scatter segment `step` inside the host, send its slices
+        const size_t s = step;
+        local(local_desc(OpKind::reduce_scatter, per_part(s), 0, at(d_.send, segment_begin(s)),
+                         at(d_.recv, part_begin(s, rail)), partial_op()));
+        if (s + 1 == segments && tail > 0) {
+          local(local_desc(OpKind::reduce, tail, last_rail, at(d_.send, n - tail),
+                           rail + 1 == rails ? at(d_.recv, n - tail) : nullptr, partial_op()));
+        }
+        for (int h : others) {
+          flight.send(peer(h), tag(kFirst, s), at(d_.recv, slice_begin(s, h)),
+                      bytes(slice_length(s, h)));
+        }
+      }
+      if (step >= 1 && step <= segments) {  // combine segment step-1's slice and send it on
+        const size_t s = step - 1;
+        for (int h = 0; h < hcount; ++h) {
+          if (h != host_) flight.wait(arrivals[s * hcount + h]);
+          parts[h] = h == host_ ? at(d_.recv, slice_begin(s, host_)) : at(from[h], mine[s]);
+        }
+        void* combined = at(d_.recv, slice_begin(s, host_));
+        combine_hosts(combined, parts, slice_length(s, host_));
+        for (int h : others) {
+          flight.send(peer(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
+        }
+      }
+      if (step >= 2) {  // segment step-2 is complete on this rail: all-gather it inside the host
+        const size_t s = step - 2;
+        for (int h = 0; h < hcount; ++h) {
+          if (h != host_) flight.wait(results[s * hcount + h]);
+        }
+        local(local_desc(OpKind::all_gather, per_part(s), 0, at(d_.recv, part_begin(s, rail)),
+                         at(d_.recv, segment_begin(s))));
+        if (s + 1 == segments && tail > 0) {
+          local(local_desc(OpKind::broadcast, tail, last_rail, at(d_.recv, n - tail),
+                           at(d_.recv, n - tail)));
+        }
+      }
+    }
+    flight.wait_all();
   }
 
   // all_reduce in one network round (the cost model picks it for small messages; chunked as every
@@ -1236,6 +1361,7 @@ class HostCollective {
   const OpDesc& d_;
   const uint64_t sequence_;
   const transport::WaitContext& ctx_;
+  transport::WaitContext local_ctx_;  // ctx_, for shared-memory steps (ProgressInsideHost)
   const CollectiveTuning& tuning_;
   const size_t elem_;
   const int me_;

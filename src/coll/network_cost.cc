@@ -18,11 +18,17 @@ LinkClass NetworkLinkCost::link_class() const {
 }
 
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept {
-  return algorithm == NetworkAlgorithm::one_shot ? "one_shot" : "pipelined";
+  switch (algorithm) {
+    case NetworkAlgorithm::one_shot: return "one_shot";
+    case NetworkAlgorithm::pipelined: return "pipelined";
+    case NetworkAlgorithm::per_rail: return "per_rail";
+  }
+  return "?";
 }
 
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept {
-  for (NetworkAlgorithm a : {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined}) {
+  for (NetworkAlgorithm a :
+       {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined, NetworkAlgorithm::per_rail}) {
     if (name == network_algorithm_name(a)) return a;
   }
   return std::nullopt;
@@ -56,10 +62,11 @@ size_t network_chunk_count(size_t count, size_t elem_bytes) {
 
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                             size_t min_slice_bytes) {
-  if (!has_network_choice(op) || hosts < 2) {
+  if (!has_network_choice(op) || hosts < 2 || algorithm == NetworkAlgorithm::per_rail) {
     throw Error(ErrorCode::invalid_argument,
-                std::string("no network cost of ") + collective_name(op) + " on " +
-                    std::to_string(hosts) + " hosts (all_reduce or broadcast, >= 2 hosts)");
+                std::string("no network cost of ") + collective_name(op) + " " +
+                    network_algorithm_name(algorithm) + " on " + std::to_string(hosts) +
+                    " hosts (all_reduce or broadcast, one_shot or pipelined, >= 2 hosts)");
   }
   const double b = static_cast<double>(bytes);
   const double h = hosts;
@@ -96,16 +103,22 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,
-                                          const NetworkLinkCost& cost) {
+                                          const NetworkLinkCost& cost, int rails) {
   if (!has_network_choice(op) || hosts < 2) return NetworkAlgorithm::pipelined;
+  // The pipelined form, per rail where the layout has rails and the collective is all_reduce.
+  const NetworkAlgorithm pipelined = op == Collective::all_reduce && rails >= 2
+                                         ? NetworkAlgorithm::per_rail
+                                         : NetworkAlgorithm::pipelined;
+  if (forced == NetworkAlgorithm::pipelined) return NetworkAlgorithm::pipelined;
+  if (forced == NetworkAlgorithm::per_rail) return pipelined;
   const size_t landed =
       op == Collective::all_reduce ? bytes * static_cast<size_t>(hosts - 1) : bytes;
-  if (landed > kMaxOneShotBytes) return NetworkAlgorithm::pipelined;
-  if (forced) return *forced;
+  if (landed > kMaxOneShotBytes) return pipelined;
+  if (forced == NetworkAlgorithm::one_shot) return NetworkAlgorithm::one_shot;
   return predict_network_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost) <=
                  predict_network_us(op, NetworkAlgorithm::pipelined, bytes, hosts, cost)
              ? NetworkAlgorithm::one_shot
-             : NetworkAlgorithm::pipelined;
+             : pipelined;
 }
 
 }  // namespace tpf::coll

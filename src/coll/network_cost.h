@@ -48,7 +48,14 @@ struct NetworkLinkCost {
 // - pipelined: a fingerprint round, then chunks of at least kNetworkMinChunkBytes. all_reduce: a
 //   reduce-scatter and all-gather between the leaders in segments (2 (H-1) / H of the buffer
 //   through each link). broadcast: a chain from the root's host (the buffer once per link).
-enum class NetworkAlgorithm { one_shot, pipelined };
+// - per_rail (all_reduce, hosts with the same number L >= 2 of ranks each): a reduce-scatter
+//   inside each host leaves local rank l with the host's partial result of part l of every
+//   segment; the ranks of local rank l on all hosts (rail l) all-reduce that part between them as
+//   pipelined does between the leaders; an all-gather inside each host. Each host's traffic is
+//   pipelined's, cut into L flows started by L processes: on a host with a NIC per rail (the
+//   usual GPU server) the flows take L links, and everywhere the combining and the network's
+//   software cost are spread over the host's ranks instead of falling on its leader.
+enum class NetworkAlgorithm { one_shot, pipelined, per_rail };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
 
@@ -79,7 +86,8 @@ size_t network_chunk_count(size_t count, size_t elem_bytes);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. Throw
-// tpf::Error(invalid_argument) for another collective or fewer than 2 hosts.
+// tpf::Error(invalid_argument) for another collective, fewer than 2 hosts, or per_rail (its
+// traffic through a host's link is pipelined's, spread over rails the model does not know).
 // `min_slice_bytes`: the slice the pipelined all_reduce ran with (all_reduce_min_slice_bytes of
 // the run's settings).
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
@@ -93,10 +101,13 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 
 // The cheaper algorithm under `cost`, or `forced` (TPF_NET_ALGO). A one-shot all_reduce holds
 // every other host's buffer in scratch at once, so it is never chosen above kMaxOneShotBytes
-// received per leader.
+// received per leader. `rails`: the ranks on each host where every host has as many, else 1.
+// An all_reduce that crosses the network in pipelined form runs per_rail where rails >= 2 (the
+// same bytes through each host's link, the work spread over its ranks; docs/fabric.md has the
+// measurements); per_rail forced where rails < 2 runs pipelined (one rail is the leaders').
 inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,
-                                          const NetworkLinkCost& cost);
+                                          const NetworkLinkCost& cost, int rails = 1);
 
 }  // namespace tpf::coll

@@ -174,7 +174,7 @@ std::optional<coll::NetworkAlgorithm> env_network_algorithm() {
   if (!text) return std::nullopt;
   if (auto algorithm = coll::parse_network_algorithm(*text)) return algorithm;
   throw Error(ErrorCode::invalid_argument,
-              "TPF_NET_ALGO='" + *text + "': expected one_shot or pipelined");
+              "TPF_NET_ALGO='" + *text + "': expected one_shot, pipelined or per_rail");
 }
 
 std::optional<transport::NetProtocol> env_net_protocol() {

@@ -61,7 +61,7 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
   }
   const std::string name = get_string(root, "network_algorithm", top, path, why);
   const std::optional<coll::NetworkAlgorithm> algorithm = coll::parse_network_algorithm(name);
-  if (!algorithm) {
+  if (!algorithm || *algorithm == coll::NetworkAlgorithm::per_rail) {
     fail(path + ": 'network_algorithm' is '" + name +
          "': expected one_shot or pipelined (forced with TPF_NET_ALGO; the fit must know which "
          "algorithm ran)");

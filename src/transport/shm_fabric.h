@@ -59,6 +59,10 @@ struct WaitContext {
   std::string op_label() const { return describe_op ? describe_op() : std::string("operation"); }
 
   std::function<std::string()> describe_op;  // e.g. "all_reduce (sequence 7) on communicator 'w'"
+  // Called while a shared-memory wait is past its spin phase, and the wait then sleeps in short
+  // slices: a collective across hosts moves its network transfers on while it waits inside its
+  // host (UCX over TCP sends only while someone progresses it). Empty: nothing to move.
+  std::function<void()> between_polls;
   Clock::duration timeout{};
   mutable std::optional<Clock::time_point> fixed_deadline;
 };

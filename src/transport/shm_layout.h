@@ -20,6 +20,9 @@ inline constexpr uint64_t kMagic = 0x7470666162726963ULL;  // "tpfabric"
 inline constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2;
 inline constexpr size_t kReasonBytes = 2048;  // a root cause's message, whole in practice
 inline constexpr std::chrono::microseconds kMaxSleep{2000};
+// The longest sleep of a wait with WaitContext::between_polls, which has network transfers to
+// move on: between two calls only the socket's buffered bytes keep the link busy.
+inline constexpr std::chrono::microseconds kPolledSleep{100};
 
 inline size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
 
@@ -109,6 +112,10 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
     Backoff::Stage stage = backoff.next();
     if (ready()) return;
     if (stage == Backoff::Stage::spin) continue;
+    if (ctx.between_polls) {
+      ctx.between_polls();
+      if (ready()) return;
+    }
     if (aborted()) {
       throw Error(ErrorCode::aborted,
                   ctx.op_label() + ": the communicator was aborted on this rank");
@@ -142,7 +149,8 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
     }
     if (stage == Backoff::Stage::sleep) {
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline() - now);
-      sleep_on(bell, std::min(left + std::chrono::microseconds(1), kMaxSleep), light_posts_, ready);
+      const auto longest = ctx.between_polls ? kPolledSleep : kMaxSleep;
+      sleep_on(bell, std::min(left + std::chrono::microseconds(1), longest), light_posts_, ready);
     }
   }
 }

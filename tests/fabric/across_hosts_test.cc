@@ -101,6 +101,20 @@ std::vector<size_t> counts_for(DType dt) {
   return counts;
 }
 
+// all_reduce of rank `me`'s input, out of place and in place, against `want`.
+void check_all_reduce(Communicator& comm, FailureLog& log, DType dt, ReduceOp op,
+                      const std::vector<uint8_t>& input, const std::vector<uint8_t>& want,
+                      size_t count, const std::string& what) {
+  GuardedBuffer out(count * element_size(dt));
+  call("all_reduce " + what, [&] { comm.all_reduce(input.data(), out.data(), count, dt, op); });
+  check(log, "all_reduce " + what, dt, out.data(), want.data(), count);
+  std::vector<uint8_t> in_place = input;
+  call("all_reduce in place " + what,
+       [&] { comm.all_reduce(in_place.data(), in_place.data(), count, dt, op); });
+  check(log, "all_reduce in place " + what, dt, in_place.data(), want.data(), count);
+  if (!out.guards_intact()) log.add("all_reduce " + what + ": wrote outside its buffer");
+}
+
 void reductions(Communicator& comm, const topo::HostMap& hosts) {
   const int n = comm.size(), me = comm.rank();
   FailureLog log;
@@ -116,16 +130,7 @@ void reductions(Communicator& comm, const topo::HostMap& hosts) {
         const std::string what = std::string(dtype_name(dt)) + " op " +
                                  std::to_string(static_cast<int>(op)) + " count " +
                                  std::to_string(count);
-        // all_reduce, out of place and in place.
-        GuardedBuffer out(count * es);
-        call("all_reduce " + what,
-             [&] { comm.all_reduce(inputs[me].data(), out.data(), count, dt, op); });
-        check(log, "all_reduce " + what, dt, out.data(), want.data(), count);
-        std::vector<uint8_t> in_place = inputs[me];
-        call("all_reduce in place " + what,
-             [&] { comm.all_reduce(in_place.data(), in_place.data(), count, dt, op); });
-        check(log, "all_reduce in place " + what, dt, in_place.data(), want.data(), count);
-        if (!out.guards_intact()) log.add("all_reduce " + what + ": wrote outside its buffer");
+        check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
         // reduce to a root that moves round the ranks; the large size to every root (a root on
         // the first or last of 3 or more hosts takes the chain of hosts, the others the slices,
         // which from 3 hosts on go to the hosts other than the root's).
@@ -354,7 +359,7 @@ TEST_P(AcrossHostsNetworkAlgorithm, ReductionsAndBroadcastsMatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Forced, AcrossHostsNetworkAlgorithm,
                          ::testing::Combine(::testing::Values(1, 2),  // TwoHostsOfTwo, uneven
-                                            ::testing::Values("one_shot", "pipelined")),
+                                            ::testing::Values("one_shot", "pipelined", "per_rail")),
                          [](const auto& info) {
                            return std::string(kLayouts[std::get<0>(info.param)].name) + "_" +
                                   std::get<1>(info.param);
@@ -368,6 +373,48 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(kLayouts[std::get<0>(info.param)].name) + "_" +
              transport::net_protocol_name(std::get<1>(info.param));
     });
+
+// all_reduce per rail on layouts of its own: three hosts of two (three ranks combine each slice),
+// and two hosts of two interleaved (a rail's ranks are not the hosts' first ranks, and the
+// leaders are ranks 0 and 1). Every dtype and op, sizes from empty to several segments with a
+// tail (the large count is odd: n % 2 trailing elements go with the last rail), out of place and
+// in place, against the documented order; the same bits as the leaders' algorithm, forced here
+// per call by settings would need two communicators, so the reference stands for both.
+TEST(AcrossHostsPerRail, AllReduceMatchesTheReferenceOnUniformLayouts) {
+  const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
+  const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-b"};
+  for (const HostKeys& keys : {three_of_two, interleaved}) {
+    const topo::HostMap hosts(keys);
+    SCOPED_TRACE(hosts.describe());
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          const int n = comm.size(), me = comm.rank();
+          FailureLog log;
+          uint64_t salt = 900;
+          for (DType dt : kAllDTypes) {
+            for (ReduceOp op : kAllOps) {
+              for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{300001}}) {
+                ++salt;
+                std::vector<std::vector<uint8_t>> inputs;
+                for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
+                const auto want = hierarchical_reduce(dt, op, hosts, inputs, 0, count);
+                const std::string what = std::string(dtype_name(dt)) + " op " +
+                                         std::to_string(static_cast<int>(op)) + " count " +
+                                         std::to_string(count);
+                check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
+              }
+            }
+          }
+          log.throw_if_any("rank " + std::to_string(me));
+        },
+        transport::NetProtocol::tag,
+        [](int) {
+          ::setenv("TPF_NET_ALGO", "per_rail", 1);
+          ::setenv("TPF_NET_GBPS", "0.0625", 1);  // 128 KiB slices: several segments
+        }));
+  }
+}
 
 TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
   auto outcomes = run_on_hosts(
@@ -446,26 +493,35 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
 // mismatch naming both, not with messages that do not fit (or, worse, that do). Below 8 KiB a
 // one-shot all_reduce carries its data in the fingerprint's message: that message then has the
 // wrong size, also a mismatch (naming the size).
+// Per rail against the leaders' algorithm: the ranks of the second rail, which talk to the
+// network only per rail, must fail too (in their host's first shared-memory step), not hang.
 TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch) {
-  for (const size_t count : {size_t{100000}, size_t{1000}}) {
-    auto outcomes = run_on_hosts(
-        kTwoHostsOfTwo,
-        [count](Communicator& comm) {
-          std::vector<float> data(count, 1.0f);
-          const Error e = expect_error("different network algorithms", [&] {
-            comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-          if (count == 100000 && (comm.rank() == 0 || comm.rank() == 2)) {  // leaders name both
-            const std::string what = e.what();
-            TPF_CHILD_CHECK(what.find("network algorithm one_shot") != std::string::npos &&
-                                what.find("network algorithm pipelined") != std::string::npos,
-                            what);
-          }
-        },
-        transport::NetProtocol::tag,
-        [](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? "one_shot" : "pipelined", 1); });
-    expect_all_ok(outcomes);
+  const std::pair<const char*, const char*> pairs[] = {{"one_shot", "pipelined"},
+                                                       {"per_rail", "pipelined"}};
+  for (const auto& [first, second] : pairs) {
+    for (const size_t count : {size_t{100000}, size_t{1000}}) {
+      SCOPED_TRACE(std::string(first) + " against " + second + ", count " + std::to_string(count));
+      auto outcomes = run_on_hosts(
+          kTwoHostsOfTwo,
+          [&](Communicator& comm) {
+            std::vector<float> data(count, 1.0f);
+            const Error e = expect_error("different network algorithms", [&] {
+              comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
+            });
+            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+            const bool packed = std::string(first) == "one_shot" && count == 1000;
+            if (!packed && (comm.rank() == 0 || comm.rank() == 2)) {  // leaders name both
+              const std::string what = e.what();
+              TPF_CHILD_CHECK(
+                  what.find(std::string("network algorithm ") + first) != std::string::npos &&
+                      what.find(std::string("network algorithm ") + second) != std::string::npos,
+                  what);
+            }
+          },
+          transport::NetProtocol::tag,
+          [&](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? first : second, 1); });
+      expect_all_ok(outcomes);
+    }
   }
 }
 
@@ -473,21 +529,25 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
 // told different rates cut a large all_reduce into different segments, and must fail with a
 // mismatch (slices of other sizes), not hang or combine misaligned slices.
 TEST(AcrossHostsSettings, HostsWhoseSettingsGiveDifferentSlicesAreAMismatch) {
-  auto outcomes = run_on_hosts(
-      kTwoHostsOfTwo,
-      [](Communicator& comm) {
-        std::vector<float> data(size_t{1} << 20, 1.0f);  // 4 MiB: 16 segments against 4
-        const Error e = expect_error("different slices", [&] {
-          comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
+  for (const char* algorithm : {"pipelined", "per_rail"}) {
+    SCOPED_TRACE(algorithm);
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfTwo,
+        [](Communicator& comm) {
+          // 4 MiB: 16 segments against 4 between the leaders, 8 against 2 per rail.
+          std::vector<float> data(size_t{1} << 20, 1.0f);
+          const Error e = expect_error("different slices", [&] {
+            comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        },
+        transport::NetProtocol::tag,
+        [algorithm](int rank) {
+          ::setenv("TPF_NET_ALGO", algorithm, 1);
+          ::setenv("TPF_NET_GBPS", rank < 2 ? "0.0625" : "12.5", 1);  // 128 KiB vs 512 KiB
         });
-        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-      },
-      transport::NetProtocol::tag,
-      [](int rank) {
-        ::setenv("TPF_NET_ALGO", "pipelined", 1);
-        ::setenv("TPF_NET_GBPS", rank < 2 ? "0.0625" : "12.5", 1);  // 128 KiB vs 512 KiB
-      });
-  expect_all_ok(outcomes);
+    expect_all_ok(outcomes);
+  }
 }
 
 // A dtype of the same byte size is no size mismatch, but the receive still names it: blocking,

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,16 +28,19 @@ namespace {
 // Creates the namespaces for one test and always removes them.
 class EmulatedCluster {
  public:
-  explicit EmulatedCluster(int hosts) : name_("tpfe" + std::to_string(::getpid())) {
+  // `nics` links per host (rails), uncapped.
+  explicit EmulatedCluster(int hosts, int nics = 1) : name_("tpfe" + std::to_string(::getpid())) {
     script_ = std::string(TPF_SOURCE_DIR) + "/scripts/emulated-hosts.sh";
-    ok_ = std::system((script_ + " up " + name_ + " " + std::to_string(hosts)).c_str()) == 0;
+    const std::string up = script_ + " up " + name_ + " " + std::to_string(hosts) +
+                           (nics > 1 ? " '' " + std::to_string(nics) : "");
+    ok_ = std::system(up.c_str()) == 0;
   }
   ~EmulatedCluster() { std::system((script_ + " down " + name_).c_str()); }
   bool ok() const { return ok_; }
   const std::string& name() const { return name_; }
-  // Cuts host h off the bridge: its link goes down at the switch.
+  // Cuts host h off the bridge: its link (NIC 0) goes down at the switch.
   bool cut(int host) const {
-    const std::string port = "p" + std::to_string(host);
+    const std::string port = "p" + std::to_string(host) + "-0";
     return std::system(("ip -n " + name_ + "-sw link set " + port + " down").c_str()) == 0;
   }
   std::string netns(int host) const { return "/run/netns/" + name_ + "-h" + std::to_string(host); }
@@ -47,15 +51,46 @@ class EmulatedCluster {
 };
 
 // The rank's store connection is made first, in the machine's namespace (where the harness
-// serves the store); then the rank moves to its host.
-std::shared_ptr<Store> connect_then_enter(const RankContext& ctx, const std::string& netns) {
+// serves the store); then the rank moves to its host, where it uses link `device`. Like `ip netns
+// exec`, it mounts a sysfs of the host's namespace on /sys in a mount namespace of its own: UCX
+// finds its devices in /sys/class/net, which otherwise lists the machine's (its eth0, no eth1).
+std::shared_ptr<Store> connect_then_enter(const RankContext& ctx, const std::string& netns,
+                                          const std::string& device = "eth0") {
   auto store = connect_to_store(ctx, ctx.rank);
   const int fd = ::open(netns.c_str(), O_RDONLY | O_CLOEXEC);
   TPF_CHILD_CHECK(fd >= 0, "open " + netns + ": " + std::strerror(errno));
   TPF_CHILD_CHECK(::setns(fd, CLONE_NEWNET) == 0, std::string("setns: ") + std::strerror(errno));
   ::close(fd);
-  ::setenv("UCX_NET_DEVICES", "eth0", 1);  // the link, not the namespace's loopback
+  auto sys_call = [](bool ok, const char* what) {
+    TPF_CHILD_CHECK(ok, std::string(what) + ": " + std::strerror(errno));
+  };
+  sys_call(::unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS)");
+  sys_call(::mount(nullptr, "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0, "mount / rslave");
+  sys_call(::umount2("/sys", MNT_DETACH) == 0, "umount /sys");
+  sys_call(::mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0, "mount sysfs");
+  ::setenv("UCX_NET_DEVICES", device.c_str(), 1);  // a link, not the namespace's loopback
   return store;
+}
+
+// Bytes sent through `device` in this process's network namespace (/proc/self/net/dev follows
+// the namespace; /sys/class/net shows the one sysfs was mounted in). -1 if it is not there.
+long long tx_bytes(const std::string& device) {
+  FILE* dev = std::fopen("/proc/self/net/dev", "r");
+  if (dev == nullptr) return -1;
+  char line[512];
+  long long bytes = -1;
+  while (std::fgets(line, sizeof line, dev) != nullptr) {
+    char name[64];
+    long long fields[9];
+    if (std::sscanf(line, " %63[^:]: %lld %lld %lld %lld %lld %lld %lld %lld %lld", name,
+                    &fields[0], &fields[1], &fields[2], &fields[3], &fields[4], &fields[5],
+                    &fields[6], &fields[7], &fields[8]) == 10 &&
+        device == name) {
+      bytes = fields[8];  // receive: 8 fields; then transmit bytes
+    }
+  }
+  std::fclose(dev);
+  return bytes;
 }
 
 TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
@@ -85,6 +120,55 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
       },
       options);
   expect_all_ok(outcomes);
+}
+
+// Two hosts of two ranks with a link per rail (rank l of each host on link eth<l>): all_reduce per
+// rail sends half of its traffic through each link; the leaders' algorithm sends all of it through
+// the leaders' link and nothing through the second. Counted with the links' byte counters, and
+// the result checked; 4 MiB, each rail's share 2 MiB each way (2 hosts: 2 (H-1) / H of its half).
+TEST(EmulatedHosts, AllReducePerRailUsesEveryRailsLink) {
+  EmulatedCluster cluster(2, /*nics=*/2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  for (const char* algorithm : {"per_rail", "pipelined"}) {
+    SCOPED_TRACE(algorithm);
+    RunOptions options;
+    options.comm_options.timeout = std::chrono::milliseconds(30000);
+    auto outcomes = run_ranks_raw(
+        4,
+        [&](const RankContext& ctx) {
+          const std::string device = "eth" + std::to_string(ctx.rank % 2);
+          auto store = connect_then_enter(ctx, cluster.netns(ctx.rank / 2), device);
+          ::setenv("TPF_NET_ALGO", algorithm, 1);
+          Communicator comm =
+              Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+          const size_t count = (size_t{4} << 20) / sizeof(float) + 3;
+          std::vector<float> in(count), out(count);
+          for (size_t i = 0; i < count; ++i)
+            in[i] = static_cast<float>((i % 1000) * (ctx.rank + 1));
+          const long long before = tx_bytes(device);
+          TPF_CHILD_CHECK(before >= 0, "no " + device + " in /proc/self/net/dev");
+          comm.all_reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum);
+          const long long sent = tx_bytes(device) - before;
+          comm.barrier();  // nobody leaves while another still counts
+          for (size_t i = 0; i < count; i += 997) {
+            TPF_CHILD_CHECK(out[i] == static_cast<float>((i % 1000) * 10),
+                            "element " + std::to_string(i));
+          }
+          TPF_CHILD_CHECK(out[count - 1] == static_cast<float>(((count - 1) % 1000) * 10),
+                          "the last element (the tail of the last rail)");
+          const long long share = (2LL << 20) * 9 / 10;  // 2 MiB, less framing slack
+          const bool second_rail = ctx.rank % 2 == 1;
+          if (std::string(algorithm) == "per_rail") {
+            TPF_CHILD_CHECK(sent >= share, device + " sent " + std::to_string(sent) + " bytes");
+          } else if (second_rail) {
+            TPF_CHILD_CHECK(sent < share / 8, device + " sent " + std::to_string(sent) + " bytes");
+          } else {
+            TPF_CHILD_CHECK(sent >= 2 * share, device + " sent " + std::to_string(sent));
+          }
+        },
+        options);
+    expect_all_ok(outcomes);
+  }
 }
 
 // The TPF_NODE_ID lines `tpf settings` prints for `command`.

@@ -107,6 +107,49 @@ TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
             NetworkAlgorithm::pipelined);
 }
 
+// Hosts of L >= 2 ranks each run all_reduce's pipelined form per rail; one rank per host, an
+// uneven layout (rails = 1) and broadcast never do; forcing names the form.
+TEST(NetworkCost, AllReduceGoesPerRailWhereEveryHostHasSeveralRanks) {
+  const NetworkLinkCost c = known_cost();
+  const size_t large = size_t{256} << 20;
+  for (int rails : {2, 8}) {
+    EXPECT_EQ(
+        coll::choose_network_algorithm(Collective::all_reduce, large, 4, std::nullopt, c, rails),
+        NetworkAlgorithm::per_rail);
+    EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, 8, 4, std::nullopt, c, rails),
+              NetworkAlgorithm::one_shot);
+    EXPECT_EQ(
+        coll::choose_network_algorithm(Collective::broadcast, large, 4, std::nullopt, c, rails),
+        NetworkAlgorithm::pipelined);
+    EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, 8, 4,
+                                             NetworkAlgorithm::per_rail, c, rails),
+              NetworkAlgorithm::per_rail);
+    EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, large, 4,
+                                             NetworkAlgorithm::pipelined, c, rails),
+              NetworkAlgorithm::pipelined);
+    // The crossover is the leaders' (per rail moves the same bytes through each host's link).
+    for (size_t bytes = 8; bytes <= large; bytes *= 2) {
+      const bool one_shot =
+          coll::choose_network_algorithm(Collective::all_reduce, bytes, 4, std::nullopt, c) ==
+          NetworkAlgorithm::one_shot;
+      EXPECT_EQ(
+          coll::choose_network_algorithm(Collective::all_reduce, bytes, 4, std::nullopt, c, rails),
+          one_shot ? NetworkAlgorithm::one_shot : NetworkAlgorithm::per_rail)
+          << bytes;
+    }
+  }
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, large, 4, std::nullopt, c, 1),
+            NetworkAlgorithm::pipelined);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, large, 4,
+                                           NetworkAlgorithm::per_rail, c, 1),
+            NetworkAlgorithm::pipelined);
+  EXPECT_EQ(coll::parse_network_algorithm("per_rail"), NetworkAlgorithm::per_rail);
+  EXPECT_STREQ(coll::network_algorithm_name(NetworkAlgorithm::per_rail), "per_rail");
+  EXPECT_TPF_ERROR(
+      coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::per_rail, large, 4, c),
+      ErrorCode::invalid_argument, "per_rail");
+}
+
 // Runs of both collectives and algorithms on `hosts` hosts, timed by the model itself.
 std::vector<NetworkMeasurement> synthetic(const NetworkLinkCost& cost, int hosts) {
   std::vector<NetworkMeasurement> out;
@@ -188,6 +231,8 @@ TEST(NetworkCalibration, ReadsBenchFilesAndNamesWhatIsWrong) {
                    ErrorCode::invalid_argument, "TPF_NET_ALGO");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, ""), "f.json"),
                    ErrorCode::invalid_argument, "network_algorithm");
+  EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, "per_rail"), "f.json"),
+                   ErrorCode::invalid_argument, "expected one_shot or pipelined");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 4, 2, "one_shot"), "f.json"),
                    ErrorCode::invalid_argument, "one rank on each");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_gather", 2, 2, "one_shot"), "f.json"),
