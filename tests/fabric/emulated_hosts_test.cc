@@ -148,8 +148,10 @@ TEST(EmulatedHosts, AllReducePerRailUsesEveryRailsLink) {
           const long long before = tx_bytes(device);
           TPF_CHILD_CHECK(before >= 0, "no " + device + " in /proc/self/net/dev");
           comm.all_reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum);
+          // After the barrier every byte of the all_reduce has arrived, so it has left its link
+          // (a completed send may still sit in the socket's buffer).
+          comm.barrier();
           const long long sent = tx_bytes(device) - before;
-          comm.barrier();  // nobody leaves while another still counts
           for (size_t i = 0; i < count; i += 997) {
             TPF_CHILD_CHECK(out[i] == static_cast<float>((i % 1000) * 10),
                             "element " + std::to_string(i));
