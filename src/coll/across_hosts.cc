@@ -482,16 +482,21 @@ class HostCollective {
     std::vector<const std::byte*> from;  // per host
     std::vector<size_t> first;           // per host: the request of its first chunk
   };
-  Arrivals expect_parts(InFlight& flight, size_t count) {
+  // `sender(h)`: the rank of host h that sends (its leader, unless per rail).
+  template <class Sender>
+  Arrivals expect_parts(InFlight& flight, size_t count, Sender&& sender) {
     Arrivals arrivals{chunks_of(count), std::vector<const std::byte*>(hosts()),
                       std::vector<size_t>(hosts())};
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       std::byte* into = scratch(from_slot(h), count);
       arrivals.from[h] = into;
-      arrivals.first[h] = post_recv(flight, leader(h), kFirst, into, count);
+      arrivals.first[h] = post_recv(flight, sender(h), kFirst, into, count);
     }
     return arrivals;
+  }
+  Arrivals expect_parts(InFlight& flight, size_t count) {
+    return expect_parts(flight, count, [this](int h) { return leader(h); });
   }
   // Waits for chunk c from every host and combines it, in host order with this host's own part
   // (`own`, the whole part), into `dst` (the whole result).
@@ -979,9 +984,25 @@ class HostCollective {
   // where every host's ranks are consecutive, each host's blocks are broadcast inside the host as
   // their chunks arrive (this host's first, then the others in host order from the next one).
   // Small: the hosts' blocks ride in the fingerprint messages.
+  // Whether a (not small) all_gather or reduce_scatter crosses per rail: every host has the same
+  // number L >= 2 of ranks, consecutive (each host's blocks lie together), and TPF_NET_ALGO does
+  // not force the leaders' algorithm (`pipelined`). Where it could, the choice is remembered for
+  // the fingerprint, so hosts whose settings differ find out.
+  bool blocks_per_rail() {
+    if (!g_.hosts.uniform() || alone() || !hosts_consecutive()) return false;
+    network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
+                                                                     : NetworkAlgorithm::per_rail;
+    return network_ == NetworkAlgorithm::per_rail;
+  }
+  // The rank on host h with this rank's local rank: its peer on its rail.
+  int rail_peer(int h) const { return ranks_on(h)[local_rank_]; }
+  // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
+  size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
+
   void all_gather() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
+    if (!small && blocks_per_rail()) return all_gather_per_rail();
     if (!small) compare_fingerprints_across_hosts();
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_blocks = d_.send;  // this host's blocks in local order, at its leader
@@ -1049,9 +1070,63 @@ class HostCollective {
   // inside the host goes chunk by chunk: the other hosts' blocks first, each chunk sent as soon as
   // it is reduced, this host's last, each chunk combined as soon as it is here.
   // Small: the blocks ride in the fingerprint messages.
+  // all_gather per rail: each rank sends its block to its rail's rank on every other host and
+  // receives theirs into place; as host h's blocks arrive (this host's first, then the others
+  // from the next one on), the host's ranks all-gather them in shared memory, in place. Each
+  // host's link carries what the leaders' form carries, in L flows (one per rail).
+  void all_gather_per_rail() {
+    compare_fingerprints_across_hosts();
+    const size_t block = d_.count;
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    std::vector<size_t> first(hosts());  // the request of each host's first chunk
+    for (int h = 0; h < hosts(); ++h) {
+      if (h != host_) {
+        first[h] =
+            post_recv(flight, rail_peer(h), kFirst, at(d_.recv, rail_peer(h) * block), block);
+      }
+    }
+    for (int h : others_from_next()) post_send(flight, rail_peer(h), kFirst, d_.send, block);
+    local(local_desc(OpKind::all_gather, block, 0, d_.send, at(d_.recv, host_start(host_, block))));
+    for (int h : others_from_next()) {
+      const Chunks chunks = chunks_of(block);
+      for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
+      void* host_blocks = at(d_.recv, host_start(h, block));
+      local(
+          local_desc(OpKind::all_gather, block, 0, at(d_.recv, rail_peer(h) * block), host_blocks));
+    }
+    flight.wait_all();
+  }
+
+  // reduce_scatter per rail: for every other host h (from the next one on), the host's ranks
+  // reduce-scatter h's blocks in shared memory, so that each rank holds its host's partial of the
+  // block of its rail's rank on h, and send it there at once; then this host's own blocks, and
+  // each rank combines its block from every host in host order, chunk by chunk as they arrive.
+  void reduce_scatter_per_rail() {
+    compare_fingerprints_across_hosts();
+    const size_t block = d_.count;
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    const Arrivals arrivals = expect_parts(flight, block, [this](int h) { return rail_peer(h); });
+    for (int h : others_from_next()) {
+      std::byte* partial = scratch(to_slot(h), block);  // read by its send until that completes
+      local(local_desc(OpKind::reduce_scatter, block, 0, at(d_.send, host_start(h, block)), partial,
+                       partial_op()));
+      post_send(flight, rail_peer(h), kFirst, partial, block);
+      flight.progress();
+    }
+    std::byte* own = scratch(kOwnPart, block);
+    local(local_desc(OpKind::reduce_scatter, block, 0, at(d_.send, host_start(host_, block)), own,
+                     partial_op()));
+    for (size_t c = 0; c < arrivals.chunks.number; ++c)
+      combine_arrived(flight, arrivals, c, own, d_.recv);
+    flight.wait_all();
+  }
+
   void reduce_scatter() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
+    if (!small && blocks_per_rail()) return reduce_scatter_per_rail();
     if (!small) {
       compare_fingerprints_across_hosts();
       if (!alone() && hosts_consecutive()) return reduce_scatter_pipelined();

@@ -12,8 +12,9 @@
 // once more across hosts (inside a host: once).
 //
 // The data crosses the network between host representatives (the leader, or the root on the
-// root's host), except a large all_reduce where every host has the same number of ranks, which
-// crosses per rail (local rank l of every host carries 1/L of it; network_cost.h). Transfers
+// root's host), except large all_reduce, all_gather and reduce_scatter where every host has the
+// same number of ranks, which cross per rail (local rank l of every host carries its share;
+// network_cost.h). Transfers
 // between them go in chunks of at least 512 KiB, each its own message, at most 2 in flight per
 // peer; all_reduce, reduce_scatter, all_gather and all_to_all overlap their shared-memory steps
 // with the network (docs/fabric.md, "Collectives across hosts"). A host with one rank skips its

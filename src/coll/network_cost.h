@@ -54,7 +54,9 @@ struct NetworkLinkCost {
 //   pipelined does between the leaders; an all-gather inside each host. Each host's traffic is
 //   pipelined's, cut into L flows started by L processes: on a host with a NIC per rail (the
 //   usual GPU server) the flows take L links, and everywhere the combining and the network's
-//   software cost are spread over the host's ranks instead of falling on its leader.
+//   software cost are spread over the host's ranks instead of falling on its leader. Large
+//   all_gather and reduce_scatter also go per rail where the hosts' ranks are consecutive, unless
+//   pipelined is forced (coll/across_hosts.cc).
 enum class NetworkAlgorithm { one_shot, pipelined, per_rail };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;

@@ -374,13 +374,14 @@ INSTANTIATE_TEST_SUITE_P(
              transport::net_protocol_name(std::get<1>(info.param));
     });
 
-// all_reduce per rail on layouts of its own: three hosts of two (three ranks combine each slice),
-// and two hosts of two interleaved (a rail's ranks are not the hosts' first ranks, and the
-// leaders are ranks 0 and 1). Every dtype and op, sizes from empty to several segments with a
+// Per rail on layouts of its own: three hosts of two (three ranks combine each slice), and two
+// hosts of two interleaved (a rail's ranks are not the hosts' first ranks, and the leaders are
+// ranks 0 and 1). all_reduce at every dtype and op, sizes from empty to several segments with a
 // tail (the large count is odd: n % 2 trailing elements go with the last rail), out of place and
-// in place, against the documented order; the same bits as the leaders' algorithm, forced here
-// per call by settings would need two communicators, so the reference stands for both.
-TEST(AcrossHostsPerRail, AllReduceMatchesTheReferenceOnUniformLayouts) {
+// in place, against the documented order (the same bits as the leaders' algorithms, which the
+// other suites check against the same reference); then every collective. (TwoHostsOfTwo runs per
+// rail in the Forced and Layouts suites.)
+TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
   const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-b"};
   for (const HostKeys& keys : {three_of_two, interleaved}) {
@@ -407,6 +408,10 @@ TEST(AcrossHostsPerRail, AllReduceMatchesTheReferenceOnUniformLayouts) {
             }
           }
           log.throw_if_any("rank " + std::to_string(me));
+          // And every collective on these layouts: all_gather and reduce_scatter go per rail on
+          // the three hosts of two, between the leaders on the interleaved hosts.
+          reductions(comm, hosts);
+          data_movement(comm);
         },
         transport::NetProtocol::tag,
         [](int) {
@@ -522,6 +527,31 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
           [&](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? first : second, 1); });
       expect_all_ok(outcomes);
     }
+  }
+}
+
+// all_gather and reduce_scatter go per rail unless TPF_NET_ALGO=pipelined keeps them between the
+// leaders: hosts that differ there fail with a mismatch on every rank too.
+TEST(AcrossHostsSettings, HostsThatDifferOnPerRailGathersAreAMismatch) {
+  for (const bool gather : {true, false}) {
+    SCOPED_TRACE(gather ? "all_gather" : "reduce_scatter");
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfTwo,
+        [gather](Communicator& comm) {
+          const size_t block = 100000;  // well above the one-round size
+          std::vector<float> in(block * 4, 1.0f), out(block * 4, 0.0f);
+          const Error e = expect_error("per rail against the leaders", [&] {
+            if (gather) {
+              comm.all_gather(in.data(), out.data(), block, DType::f32);
+            } else {
+              comm.reduce_scatter(in.data(), out.data(), block, DType::f32, ReduceOp::sum);
+            }
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        },
+        transport::NetProtocol::tag,
+        [](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? "per_rail" : "pipelined", 1); });
+    expect_all_ok(outcomes);
   }
 }
 
