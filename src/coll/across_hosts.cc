@@ -980,10 +980,6 @@ class HostCollective {
     local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
   }
 
-  // Gather inside each host to the leader, leaders exchange their hosts' blocks, broadcast inside:
-  // where every host's ranks are consecutive, each host's blocks are broadcast inside the host as
-  // their chunks arrive (this host's first, then the others in host order from the next one).
-  // Small: the hosts' blocks ride in the fingerprint messages.
   // Whether a (not small) all_gather or reduce_scatter crosses per rail: every host has the same
   // number L >= 2 of ranks, consecutive (each host's blocks lie together), and TPF_NET_ALGO does
   // not force the leaders' algorithm (`pipelined`). Where it could, the choice is remembered for
@@ -999,6 +995,39 @@ class HostCollective {
   // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
   size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
 
+  // all_gather per rail: each rank sends its block to its rail's rank on every other host and
+  // receives theirs into place; as host h's blocks arrive (this host's first, then the others
+  // from the next one on), the host's ranks all-gather them in shared memory, in place. Each
+  // host's link carries what the leaders' form carries, in L flows (one per rail).
+  void all_gather_per_rail() {
+    compare_fingerprints_across_hosts();
+    const size_t block = d_.count;
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    std::vector<size_t> first(hosts());  // the request of each host's first chunk
+    for (int h = 0; h < hosts(); ++h) {
+      if (h != host_) {
+        first[h] =
+            post_recv(flight, rail_peer(h), kFirst, at(d_.recv, rail_peer(h) * block), block);
+      }
+    }
+    const std::vector<int> others = others_from_next();
+    for (int h : others) post_send(flight, rail_peer(h), kFirst, d_.send, block);
+    local(local_desc(OpKind::all_gather, block, 0, d_.send, at(d_.recv, host_start(host_, block))));
+    for (int h : others) {
+      const Chunks chunks = chunks_of(block);
+      for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
+      void* host_blocks = at(d_.recv, host_start(h, block));
+      local(
+          local_desc(OpKind::all_gather, block, 0, at(d_.recv, rail_peer(h) * block), host_blocks));
+    }
+    flight.wait_all();
+  }
+
+  // Gather inside each host to the leader, leaders exchange their hosts' blocks, broadcast inside:
+  // where every host's ranks are consecutive, each host's blocks are broadcast inside the host as
+  // their chunks arrive (this host's first, then the others in host order from the next one).
+  // Small: the hosts' blocks ride in the fingerprint messages.
   void all_gather() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
@@ -1064,40 +1093,6 @@ class HostCollective {
     }
   }
 
-  // Reduce inside each host, send every other host's leader the blocks of its ranks, combine
-  // this host's blocks from every host in host order as they arrive, scatter inside the host.
-  // Where every host's ranks are consecutive (each host's blocks lie together), the reduction
-  // inside the host goes chunk by chunk: the other hosts' blocks first, each chunk sent as soon as
-  // it is reduced, this host's last, each chunk combined as soon as it is here.
-  // Small: the blocks ride in the fingerprint messages.
-  // all_gather per rail: each rank sends its block to its rail's rank on every other host and
-  // receives theirs into place; as host h's blocks arrive (this host's first, then the others
-  // from the next one on), the host's ranks all-gather them in shared memory, in place. Each
-  // host's link carries what the leaders' form carries, in L flows (one per rail).
-  void all_gather_per_rail() {
-    compare_fingerprints_across_hosts();
-    const size_t block = d_.count;
-    InFlight flight(g_.network, ctx_);
-    const ProgressInsideHost progress_inside(*this, flight);
-    std::vector<size_t> first(hosts());  // the request of each host's first chunk
-    for (int h = 0; h < hosts(); ++h) {
-      if (h != host_) {
-        first[h] =
-            post_recv(flight, rail_peer(h), kFirst, at(d_.recv, rail_peer(h) * block), block);
-      }
-    }
-    for (int h : others_from_next()) post_send(flight, rail_peer(h), kFirst, d_.send, block);
-    local(local_desc(OpKind::all_gather, block, 0, d_.send, at(d_.recv, host_start(host_, block))));
-    for (int h : others_from_next()) {
-      const Chunks chunks = chunks_of(block);
-      for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
-      void* host_blocks = at(d_.recv, host_start(h, block));
-      local(
-          local_desc(OpKind::all_gather, block, 0, at(d_.recv, rail_peer(h) * block), host_blocks));
-    }
-    flight.wait_all();
-  }
-
   // reduce_scatter per rail: for every other host h (from the next one on), the host's ranks
   // reduce-scatter h's blocks in shared memory, so that each rank holds its host's partial of the
   // block of its rail's rank on h, and send it there at once; then this host's own blocks, and
@@ -1123,6 +1118,12 @@ class HostCollective {
     flight.wait_all();
   }
 
+  // Reduce inside each host, send every other host's leader the blocks of its ranks, combine
+  // this host's blocks from every host in host order as they arrive, scatter inside the host.
+  // Where every host's ranks are consecutive (each host's blocks lie together), the reduction
+  // inside the host goes chunk by chunk: the other hosts' blocks first, each chunk sent as soon as
+  // it is reduced, this host's last, each chunk combined as soon as it is here.
+  // Small: the blocks ride in the fingerprint messages.
   void reduce_scatter() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
