@@ -57,7 +57,8 @@ constexpr SettingInfo kCatalog[] = {
      "how data crosses between hosts: tag (tagged messages), put (put + signal into registered "
      "slots) or auto (put where UCX has RDMA, else tag; the default)"},
     {"TPF_NET_ALGO", "communicator",
-     "force one_shot or pipelined all_reduce and broadcast between hosts"},
+     "force one_shot, pipelined (between host leaders) or per_rail all_reduce and broadcast "
+     "between hosts; pipelined also keeps large all_gather and reduce_scatter off the rails"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_GBPS", "communicator",
