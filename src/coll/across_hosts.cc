@@ -248,6 +248,11 @@ class HostCollective {
   }
   // This host has one rank: its shared-memory phases are identities and are skipped.
   bool alone() const { return ranks_on(host_).size() == 1; }
+  // The layout's rails: the ranks on each host where every host has as many, else 1 (the
+  // leaders' one rail).
+  int rails() const { return g_.hosts.uniform() ? static_cast<int>(ranks_on(0).size()) : 1; }
+  // The rank on host h with this rank's local rank: its peer on its rail.
+  int rail_peer(int h) const { return ranks_on(h)[local_rank_]; }
   // The root of a rooted collective leads its host: it is then the host's representative and
   // talks to the other leaders itself.
   bool root_leads() const { return g_.hosts.local_rank(d_.root) == 0; }
@@ -263,9 +268,8 @@ class HostCollective {
   // from the same size and host count; remembered for the fingerprint, so that leaders whose
   // settings differ find out.
   NetworkAlgorithm choose_network(Collective op) {
-    const int rails = g_.hosts.uniform() ? static_cast<int>(ranks_on(0).size()) : 1;
     network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
-                                        tuning_.network_cost, rails);
+                                        tuning_.network_cost, rails());
     return *network_;
   }
   // Reductions across several steps add; an average divides once at the end.
@@ -556,7 +560,7 @@ class HostCollective {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int hcount = hosts();
-    const size_t rails = ranks_on(host_).size();
+    const size_t rails = static_cast<size_t>(this->rails());
     const size_t rail = static_cast<size_t>(local_rank_);
     const size_t whole = n / rails;  // elements per rail outside the tail
     const size_t tail = n - whole * rails;
@@ -579,7 +583,6 @@ class HostCollective {
       return length * static_cast<size_t>(k + 1) / static_cast<size_t>(hcount) -
              length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
     };
-    auto peer = [&](int h) { return ranks_on(h)[rail]; };
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
     // This rank's slice of every segment from every other host (into scratch, at offset mine[s]),
@@ -594,10 +597,11 @@ class HostCollective {
       if (h == host_) continue;
       from[h] = scratch(from_slot(h), mine[segments]);
       for (size_t s = 0; s < segments; ++s) {
-        arrivals[s * hcount + h] = flight.recv(peer(h), tag(kFirst, s), at(from[h], mine[s]),
+        arrivals[s * hcount + h] = flight.recv(rail_peer(h), tag(kFirst, s), at(from[h], mine[s]),
                                                bytes(slice_length(s, host_)));
-        results[s * hcount + h] = flight.recv(
-            peer(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)), bytes(slice_length(s, h)));
+        results[s * hcount + h] =
+            flight.recv(rail_peer(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)),
+                        bytes(slice_length(s, h)));
       }
     }
     const std::vector<int> others = others_from_next();
@@ -613,7 +617,7 @@ class HostCollective {
                            rail + 1 == rails ? at(d_.recv, n - tail) : nullptr, partial_op()));
         }
         for (int h : others) {
-          flight.send(peer(h), tag(kFirst, s), at(d_.recv, slice_begin(s, h)),
+          flight.send(rail_peer(h), tag(kFirst, s), at(d_.recv, slice_begin(s, h)),
                       bytes(slice_length(s, h)));
         }
       }
@@ -626,7 +630,7 @@ class HostCollective {
         void* combined = at(d_.recv, slice_begin(s, host_));
         combine_hosts(combined, parts, slice_length(s, host_));
         for (int h : others) {
-          flight.send(peer(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
+          flight.send(rail_peer(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
         }
       }
       if (step >= 2) {  // segment step-2 is complete on this rail: all-gather it inside the host
@@ -985,13 +989,11 @@ class HostCollective {
   // not force the leaders' algorithm (`pipelined`). Where it could, the choice is remembered for
   // the fingerprint, so hosts whose settings differ find out.
   bool blocks_per_rail() {
-    if (!g_.hosts.uniform() || alone() || !hosts_consecutive()) return false;
+    if (rails() < 2 || !hosts_consecutive()) return false;
     network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
                                                                      : NetworkAlgorithm::per_rail;
     return network_ == NetworkAlgorithm::per_rail;
   }
-  // The rank on host h with this rank's local rank: its peer on its rail.
-  int rail_peer(int h) const { return ranks_on(h)[local_rank_]; }
   // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
   size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
 
@@ -1014,8 +1016,8 @@ class HostCollective {
     const std::vector<int> others = others_from_next();
     for (int h : others) post_send(flight, rail_peer(h), kFirst, d_.send, block);
     local(local_desc(OpKind::all_gather, block, 0, d_.send, at(d_.recv, host_start(host_, block))));
+    const Chunks chunks = chunks_of(block);
     for (int h : others) {
-      const Chunks chunks = chunks_of(block);
       for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
       void* host_blocks = at(d_.recv, host_start(h, block));
       local(
