@@ -96,6 +96,24 @@ struct Chunks {
 // with every segment posted ahead against 0.96 with one).
 constexpr size_t kSendWindow = 2;
 
+// How the per-rail forms of all_reduce and broadcast cut `count` elements over `rails` rails, in
+// `segments` segments: each segment starts at a multiple of the rail count and splits into one
+// equal part per rail; the count % rails trailing elements (the tail) go with the last rail's part
+// of the last segment, right after it.
+struct RailSegments {
+  size_t count, rails, segments;
+  size_t whole() const { return count / rails; }  // elements per rail outside the tail
+  size_t tail() const { return count - whole() * rails; }
+  bool last(size_t s) const { return s + 1 == segments; }
+  size_t per_part(size_t s) const { return whole() * (s + 1) / segments - whole() * s / segments; }
+  size_t segment_begin(size_t s) const { return rails * (whole() * s / segments); }
+  // Rail l's part of segment s: [part_begin(s, l), + part_length(s, l)).
+  size_t part_begin(size_t s, size_t l) const { return segment_begin(s) + l * per_part(s); }
+  size_t part_length(size_t s, size_t l) const {
+    return per_part(s) + (last(s) && l + 1 == rails ? tail() : 0);
+  }
+};
+
 // The transfers of one collective: receives start at once, sends through a window per peer
 // (kSendWindow), refilled whenever the collective waits or calls progress(). If the collective
 // leaves by an exception, cancels what is still in flight, so the network touches none of its
@@ -251,6 +269,14 @@ class HostCollective {
   // The layout's rails: the ranks on each host where every host has as many, else 1 (the
   // leaders' one rail).
   int rails() const { return g_.hosts.uniform() ? static_cast<int>(ranks_on(0).size()) : 1; }
+  // The rails the per-rail forms may take: the layout's where each has links of its own (each
+  // rank's network devices its own) or TPF_NET_ALGO=per_rail says so, else the leaders' one.
+  // Measured with one link per host, per rail was 0.77-1.19x the leaders' speed (docs/fabric.md):
+  // its gain is the links.
+  int usable_rails() const {
+    const bool told = tuning_.forced_network == NetworkAlgorithm::per_rail;
+    return told || g_.hosts.rails_have_own_links() ? rails() : 1;
+  }
   // The rank on host h with this rank's local rank: its peer on its rail.
   int rail_peer(int h) const { return ranks_on(h)[local_rank_]; }
   // The root of a rooted collective leads its host: it is then the host's representative and
@@ -269,7 +295,7 @@ class HostCollective {
   // settings differ find out.
   NetworkAlgorithm choose_network(Collective op) {
     network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
-                                        tuning_.network_cost, rails());
+                                        tuning_.network_cost, usable_rails());
     return *network_;
   }
   // Reductions across several steps add; an average divides once at the end.
@@ -545,6 +571,22 @@ class HostCollective {
     }
   }
 
+  // The smallest slice of a pipelined all_reduce under these settings (network_cost.h).
+  size_t min_slice_bytes() const { return all_reduce_min_slice_bytes(tuning_.network_cost); }
+  // Segment s of `cut`, each rail's part of it in place on the rail's rank, reaches every rank of
+  // the host: an all-gather in shared memory, in place, and in the last segment a broadcast of the
+  // tail from the last rail.
+  void gather_rails_inside(const RailSegments& cut, size_t s) {
+    local(local_desc(OpKind::all_gather, cut.per_part(s), 0,
+                     at(d_.recv, cut.part_begin(s, static_cast<size_t>(local_rank_))),
+                     at(d_.recv, cut.segment_begin(s))));
+    if (cut.last(s) && cut.tail() > 0) {
+      const size_t tail_begin = cut.count - cut.tail();
+      local(local_desc(OpKind::broadcast, cut.tail(), static_cast<int>(cut.rails) - 1,
+                       at(d_.recv, tail_begin), at(d_.recv, tail_begin)));
+    }
+  }
+
   // all_reduce per rail (every host has L >= 2 ranks; network_cost.h), in segments, pipelined
   // like reduce_in_slices: segment s is reduce-scattered inside the host (local rank l gets the
   // host's partial result of part l, in the caller's output) while part l of segment s-1 crosses
@@ -562,24 +604,17 @@ class HostCollective {
     const int hcount = hosts();
     const size_t rails = static_cast<size_t>(this->rails());
     const size_t rail = static_cast<size_t>(local_rank_);
-    const size_t whole = n / rails;  // elements per rail outside the tail
-    const size_t tail = n - whole * rails;
-    const size_t segments =
-        all_reduce_segments(bytes(whole), hcount, all_reduce_min_slice_bytes(tuning_.network_cost));
-    auto per_part = [&](size_t s) { return whole * (s + 1) / segments - whole * s / segments; };
-    auto segment_begin = [&](size_t s) { return rails * (whole * s / segments); };
-    // Rail l's part of segment s: [part_begin(s, l), + part_length(s, l)).
-    auto part_begin = [&](size_t s, size_t l) { return segment_begin(s) + l * per_part(s); };
-    auto part_length = [&](size_t s, size_t l) {
-      return per_part(s) + (s + 1 == segments && l + 1 == rails ? tail : 0);
-    };
+    const RailSegments cut{n, rails,
+                           all_reduce_segments(bytes(n / rails), hcount, min_slice_bytes())};
+    const size_t segments = cut.segments, tail = cut.tail();
     // Slice k of this rail's part of segment s.
     auto slice_begin = [&](size_t s, int k) {
-      const size_t length = part_length(s, rail);
-      return part_begin(s, rail) + length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
+      const size_t length = cut.part_length(s, rail);
+      return cut.part_begin(s, rail) +
+             length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
     };
     auto slice_length = [&](size_t s, int k) {
-      const size_t length = part_length(s, rail);
+      const size_t length = cut.part_length(s, rail);
       return length * static_cast<size_t>(k + 1) / static_cast<size_t>(hcount) -
              length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
     };
@@ -610,9 +645,10 @@ class HostCollective {
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce-scatter segment `step` inside the host, send its slices
         const size_t s = step;
-        local(local_desc(OpKind::reduce_scatter, per_part(s), 0, at(d_.send, segment_begin(s)),
-                         at(d_.recv, part_begin(s, rail)), partial_op()));
-        if (s + 1 == segments && tail > 0) {
+        local(local_desc(OpKind::reduce_scatter, cut.per_part(s), 0,
+                         at(d_.send, cut.segment_begin(s)), at(d_.recv, cut.part_begin(s, rail)),
+                         partial_op()));
+        if (cut.last(s) && tail > 0) {
           local(local_desc(OpKind::reduce, tail, last_rail, at(d_.send, n - tail),
                            rail + 1 == rails ? at(d_.recv, n - tail) : nullptr, partial_op()));
         }
@@ -638,12 +674,7 @@ class HostCollective {
         for (int h = 0; h < hcount; ++h) {
           if (h != host_) flight.wait(results[s * hcount + h]);
         }
-        local(local_desc(OpKind::all_gather, per_part(s), 0, at(d_.recv, part_begin(s, rail)),
-                         at(d_.recv, segment_begin(s))));
-        if (s + 1 == segments && tail > 0) {
-          local(local_desc(OpKind::broadcast, tail, last_rail, at(d_.recv, n - tail),
-                           at(d_.recv, n - tail)));
-        }
+        gather_rails_inside(cut, s);
       }
     }
     flight.wait_all();
@@ -811,8 +842,7 @@ class HostCollective {
     }
     const int owner_count = static_cast<int>(owners.size());
     const int my_slice = slice_of[host_];
-    const size_t segments = all_reduce_segments(bytes(n), owner_count,
-                                                all_reduce_min_slice_bytes(tuning_.network_cost));
+    const size_t segments = all_reduce_segments(bytes(n), owner_count, min_slice_bytes());
     // Slice k of segment s starts at slice_begin(s, k); slice_begin(s, owners) is where segment
     // s + 1 starts.
     auto slice_begin = [&](size_t s, int k) {
@@ -911,8 +941,10 @@ class HostCollective {
   // ones are still coming (every link carries the data once, so the per-link rate does not drop
   // with the number of hosts); then each host broadcasts from its representative.
   void broadcast() {
-    if (choose_network(Collective::broadcast) == NetworkAlgorithm::one_shot) {
-      return broadcast_one_round();
+    switch (choose_network(Collective::broadcast)) {
+      case NetworkAlgorithm::one_shot: return broadcast_one_round();
+      case NetworkAlgorithm::per_rail: return broadcast_per_rail();
+      case NetworkAlgorithm::pipelined: break;
     }
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
@@ -940,6 +972,48 @@ class HostCollective {
     }
     const void* source = me_ == d_.root ? d_.send : d_.recv;
     local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
+  }
+
+  // broadcast per rail (every host has L >= 2 ranks; network_cost.h): rail l carries part l of
+  // every segment along the chain of hosts from the root's, so a host's L links carry the data
+  // once between them. On the root's host, segment s is broadcast in shared memory from the root
+  // and local rank l sends part l on to its rail's rank on the next host; down the chain, rank l
+  // forwards part l as it arrives, and once every rail's part of segment s is in, the host
+  // all-gathers it in place. The shared-memory steps overlap the transfers of other segments.
+  void broadcast_per_rail() {
+    compare_fingerprints_across_hosts();
+    const int hcount = hosts();
+    const int position = (host_ - g_.hosts.host_of(d_.root) + hcount) % hcount;  // along the chain
+    const int next = position + 1 < hcount ? rail_peer((host_ + 1) % hcount) : -1;
+    const int previous = position > 0 ? rail_peer((host_ - 1 + hcount) % hcount) : -1;
+    const size_t rails = static_cast<size_t>(this->rails());
+    const size_t rail = static_cast<size_t>(local_rank_);
+    const RailSegments cut{d_.count, rails,
+                           all_reduce_segments(bytes(d_.count / rails), 1, min_slice_bytes())};
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    std::vector<size_t> arrivals(cut.segments);
+    for (size_t s = 0; previous >= 0 && s < cut.segments; ++s) {
+      arrivals[s] = flight.recv(previous, tag(kFirst, s), at(d_.recv, cut.part_begin(s, rail)),
+                                bytes(cut.part_length(s, rail)));
+    }
+    const int local_root = g_.hosts.local_rank(d_.root);
+    for (size_t s = 0; s < cut.segments; ++s) {
+      if (previous < 0) {  // the root's host: the whole segment, tail included, from the root
+        const size_t begin = cut.segment_begin(s);
+        const size_t end = cut.last(s) ? cut.count : cut.segment_begin(s + 1);
+        const void* source = at(me_ == d_.root ? d_.send : d_.recv, begin);
+        local(local_desc(OpKind::broadcast, end - begin, local_root, source, at(d_.recv, begin)));
+      } else {
+        flight.wait(arrivals[s]);
+      }
+      if (next >= 0) {
+        flight.send(next, tag(kFirst, s), at(d_.recv, cut.part_begin(s, rail)),
+                    bytes(cut.part_length(s, rail)));
+      }
+      if (previous >= 0) gather_rails_inside(cut, s);
+    }
+    flight.wait_all();
   }
 
   // broadcast in one network round (the cost model picks it for small messages): the root sends its
@@ -985,11 +1059,12 @@ class HostCollective {
   }
 
   // Whether a (not small) all_gather or reduce_scatter crosses per rail: every host has the same
-  // number L >= 2 of ranks, consecutive (each host's blocks lie together), and TPF_NET_ALGO does
-  // not force the leaders' algorithm (`pipelined`). Where it could, the choice is remembered for
-  // the fingerprint, so hosts whose settings differ find out.
+  // number L >= 2 of ranks, consecutive (each host's blocks lie together), usable as rails (links
+  // of their own, or TPF_NET_ALGO=per_rail), and TPF_NET_ALGO does not force the leaders'
+  // algorithm (`pipelined`). Where it could, the choice is remembered for the fingerprint, so
+  // hosts whose settings differ find out.
   bool blocks_per_rail() {
-    if (rails() < 2 || !hosts_consecutive()) return false;
+    if (usable_rails() < 2 || !hosts_consecutive()) return false;
     network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
                                                                      : NetworkAlgorithm::per_rail;
     return network_ == NetworkAlgorithm::per_rail;

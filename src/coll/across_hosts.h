@@ -12,12 +12,13 @@
 // once more across hosts (inside a host: once).
 //
 // The data crosses the network between host representatives (the leader, or the root on the
-// root's host), except large all_reduce, all_gather and reduce_scatter where every host has the
-// same number of ranks, which cross per rail (local rank l of every host carries its share;
-// network_cost.h). Transfers
-// between them go in chunks of at least 512 KiB, each its own message, at most 2 in flight per
-// peer; all_reduce, reduce_scatter, all_gather and all_to_all overlap their shared-memory steps
-// with the network (docs/fabric.md, "Collectives across hosts"). A host with one rank skips its
+// root's host), except large all_reduce, all_gather, reduce_scatter and broadcast where every
+// host has the same number of ranks and each rank has network devices of its own
+// (topo::HostMap), which cross per rail (local rank l of every host carries its share;
+// network_cost.h). Transfers between them go in chunks of at least 512 KiB, each its own message,
+// at most 2 in flight per peer; all_reduce, reduce_scatter, all_gather, all_to_all and per-rail
+// broadcast overlap their shared-memory steps with the network (docs/fabric.md, "Collectives
+// across hosts"). A host with one rank skips its
 // shared-memory steps and sends from and receives into the caller's buffers.
 #pragma once
 

@@ -105,18 +105,21 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
                                           std::optional<NetworkAlgorithm> forced,
                                           const NetworkLinkCost& cost, int rails) {
   if (!has_network_choice(op) || hosts < 2) return NetworkAlgorithm::pipelined;
-  // The pipelined form, per rail where the layout has rails and the collective is all_reduce.
-  const NetworkAlgorithm pipelined = op == Collective::all_reduce && rails >= 2
-                                         ? NetworkAlgorithm::per_rail
-                                         : NetworkAlgorithm::pipelined;
+  // The pipelined form, per rail where the layout has rails to use.
+  const NetworkAlgorithm pipelined =
+      rails >= 2 ? NetworkAlgorithm::per_rail : NetworkAlgorithm::pipelined;
   if (forced == NetworkAlgorithm::pipelined) return NetworkAlgorithm::pipelined;
   if (forced == NetworkAlgorithm::per_rail) return pipelined;
   const size_t landed =
       op == Collective::all_reduce ? bytes * static_cast<size_t>(hosts - 1) : bytes;
   if (landed > kMaxOneShotBytes) return pipelined;
   if (forced == NetworkAlgorithm::one_shot) return NetworkAlgorithm::one_shot;
+  // Per rail, each of the L rails carries 1/L of the buffer through a link of its own: the
+  // leaders' pipelined form of a buffer L times smaller (the shared-memory steps, overlapped with
+  // the transfers, are not priced).
+  const size_t carried = rails >= 2 ? bytes / static_cast<size_t>(rails) : bytes;
   return predict_network_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost) <=
-                 predict_network_us(op, NetworkAlgorithm::pipelined, bytes, hosts, cost)
+                 predict_network_us(op, NetworkAlgorithm::pipelined, carried, hosts, cost)
              ? NetworkAlgorithm::one_shot
              : pipelined;
 }

@@ -48,15 +48,19 @@ struct NetworkLinkCost {
 // - pipelined: a fingerprint round, then chunks of at least kNetworkMinChunkBytes. all_reduce: a
 //   reduce-scatter and all-gather between the leaders in segments (2 (H-1) / H of the buffer
 //   through each link). broadcast: a chain from the root's host (the buffer once per link).
-// - per_rail (all_reduce, hosts with the same number L >= 2 of ranks each): a reduce-scatter
+// - per_rail (hosts with the same number L >= 2 of ranks each). all_reduce: a reduce-scatter
 //   inside each host leaves local rank l with the host's partial result of part l of every
 //   segment; the ranks of local rank l on all hosts (rail l) all-reduce that part between them as
-//   pipelined does between the leaders; an all-gather inside each host. Each host's traffic is
+//   pipelined does between the leaders; an all-gather inside each host. broadcast: rail l carries
+//   part l of every segment along the chain of hosts; each host all-gathers the segments inside
+//   as their parts arrive. Each host's traffic is
 //   pipelined's, cut into L flows started by L processes: on a host with a NIC per rail (the
-//   usual GPU server) the flows take L links, and everywhere the combining and the network's
-//   software cost are spread over the host's ranks instead of falling on its leader. Large
-//   all_gather and reduce_scatter also go per rail where the hosts' ranks are consecutive, unless
-//   pipelined is forced (coll/across_hosts.cc).
+//   usual GPU server) the flows take L links, and the combining and the network's software cost
+//   are spread over the host's ranks instead of falling on its leader. Chosen where each rank
+//   has network devices of its own (topo::HostMap::rails_have_own_links); through one shared
+//   link it measured 0.77-1.19x the leaders' speed. Large all_gather and reduce_scatter also go
+//   per rail there where the hosts' ranks are consecutive, unless pipelined is forced
+//   (coll/across_hosts.cc).
 enum class NetworkAlgorithm { one_shot, pipelined, per_rail };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
@@ -103,10 +107,12 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 
 // The cheaper algorithm under `cost`, or `forced` (TPF_NET_ALGO). A one-shot all_reduce holds
 // every other host's buffer in scratch at once, so it is never chosen above kMaxOneShotBytes
-// received per leader. `rails`: the ranks on each host where every host has as many, else 1.
-// An all_reduce that crosses the network in pipelined form runs per_rail where rails >= 2 (the
-// same bytes through each host's link, the work spread over its ranks; docs/fabric.md has the
-// measurements); per_rail forced where rails < 2 runs pipelined (one rail is the leaders').
+// received per leader. `rails`: the rails that may carry it (the ranks on each host where every
+// host has as many and each has links of its own, or per_rail is forced; else 1). The pipelined
+// forms of all_reduce and broadcast run per_rail where rails >= 2, priced as the leaders' form of
+// a buffer `rails` times smaller (each rail carries its share through a link of its own;
+// docs/fabric.md has the measurements); per_rail forced where rails < 2 runs pipelined (one rail
+// is the leaders').
 inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,

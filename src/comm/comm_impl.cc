@@ -73,7 +73,7 @@ CommImpl::CommImpl(CommSetup setup)
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
   const std::string comm_label = "communicator '" + setup_.name + "'";
   hosts_ = discover_hosts(*scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
-                          setup_.settings.setup_timeout, comm_label);
+                          setup_.settings.net_devices, setup_.settings.setup_timeout, comm_label);
   transport::FabricConfig config = fabric_config(setup_, generation, scoped_store);
   if (!hosts_.single_host()) {
     // Shared memory joins this host's ranks only (numbered by local rank, with keys and segment

@@ -16,11 +16,33 @@ std::chrono::milliseconds left_until(SetupClock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(0));
 }
 
+// A rank's entry in the store: its host key (printable, no tabs: TPF_NODE_ID has no spaces, the
+// derived key none but spaces), a tab, its devices (control characters and spaces made '?', so
+// the entry stays one line of the list).
+std::string entry_of(const std::string& host_key, std::string devices) {
+  for (char& c : devices)
+    if (static_cast<unsigned char>(c) <= ' ') c = '?';
+  return host_key + "\t" + devices;
+}
+
+// The HostMap of the entries of every rank, in rank order.
+topo::HostMap host_map_of(const std::vector<std::string>& entries) {
+  std::vector<std::string> keys, devices;
+  for (const std::string& entry : entries) {
+    const size_t tab = entry.rfind('\t');
+    keys.push_back(entry.substr(0, tab));
+    devices.push_back(tab == std::string::npos ? "all" : entry.substr(tab + 1));
+  }
+  return topo::HostMap(std::move(keys), std::move(devices));
+}
+
 }  // namespace
 
 topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string& host_key,
-                             std::chrono::milliseconds timeout, const std::string& label) {
+                             const std::string& net_devices, std::chrono::milliseconds timeout,
+                             const std::string& label) {
   if (size == 1) return topo::HostMap({host_key});
+  const std::string mine = entry_of(host_key, net_devices);
   const auto deadline = SetupClock::now() + timeout;
   auto failed = [&](const Error& e, const std::string& waiting_for) {
     const std::string context = label + ": learning every rank's host (waiting for " + waiting_for +
@@ -28,27 +50,27 @@ topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string
     return Error(e.code(), context);
   };
   if (rank != 0) {
-    store.set("host/" + std::to_string(rank), host_key);
+    store.set("host/" + std::to_string(rank), mine);
     std::string list;
     try {
       list = store.get("hosts", left_until(deadline));
     } catch (const Error& e) {
       throw failed(e, "rank 0's list of hosts");
     }
-    std::vector<std::string> keys;
+    std::vector<std::string> entries;
     std::istringstream lines(list);
-    for (std::string key; std::getline(lines, key);) keys.push_back(key);
-    if (static_cast<int>(keys.size()) != size) {
+    for (std::string entry; std::getline(lines, entry);) entries.push_back(entry);
+    if (static_cast<int>(entries.size()) != size) {
       throw Error(ErrorCode::bootstrap, label + ": rank 0 listed the hosts of " +
-                                            std::to_string(keys.size()) + " ranks, not " +
+                                            std::to_string(entries.size()) + " ranks, not " +
                                             std::to_string(size));
     }
-    return topo::HostMap(std::move(keys));
+    return host_map_of(entries);
   }
-  std::vector<std::string> keys{host_key};
+  std::vector<std::string> entries{mine};
   for (int p = 1; p < size; ++p) {
     try {
-      keys.push_back(store.get("host/" + std::to_string(p), left_until(deadline)));
+      entries.push_back(store.get("host/" + std::to_string(p), left_until(deadline)));
     } catch (const Error& e) {
       if (e.code() != ErrorCode::timeout) throw failed(e, "rank " + std::to_string(p));
       std::vector<int> missing;
@@ -62,9 +84,9 @@ topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string
     }
   }
   std::string list;
-  for (const std::string& key : keys) list += key + "\n";
+  for (const std::string& entry : entries) list += entry + "\n";
   store.set("hosts", list);
-  return topo::HostMap(std::move(keys));
+  return host_map_of(entries);
 }
 
 }  // namespace tpf::detail

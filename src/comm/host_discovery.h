@@ -1,6 +1,7 @@
 // Learns which host every rank of a new communicator is on, through its store: each rank
-// publishes its host key, rank 0 collects them in rank order and publishes the list, and every
-// rank builds its HostMap from that one list (so all ranks agree even if a key were to change).
+// publishes its host key and the network devices it was given (UCX_NET_DEVICES), rank 0 collects
+// them in rank order and publishes the list, and every rank builds its HostMap from that one list
+// (so all ranks agree even if a key were to change).
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@ namespace tpf::detail {
 // `store` is the communicator's own (prefixed) store; `label` names the communicator in errors.
 // Bounded by `timeout`: a rank that does not publish its key is named.
 topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string& host_key,
-                             std::chrono::milliseconds timeout, const std::string& label);
+                             const std::string& net_devices, std::chrono::milliseconds timeout,
+                             const std::string& label);
 
 }  // namespace tpf::detail

@@ -58,7 +58,13 @@ constexpr SettingInfo kCatalog[] = {
      "slots) or auto (put where UCX has RDMA, else tag; the default)"},
     {"TPF_NET_ALGO", "communicator",
      "force one_shot, pipelined (between host leaders) or per_rail all_reduce and broadcast "
-     "between hosts; pipelined also keeps large all_gather and reduce_scatter off the rails"},
+     "between hosts (per_rail is the default only where each rank has network devices of its "
+     "own, UCX_NET_DEVICES); pipelined also keeps large all_gather and reduce_scatter off the "
+     "rails, per_rail puts them on"},
+    {"UCX_NET_DEVICES", "communicator",
+     "UCX's setting: the network devices this rank uses (default all); where each rank of a "
+     "host names devices of its own, its rail has links of its own and large collectives cross "
+     "per rail"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_GBPS", "communicator",
@@ -303,6 +309,12 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.report.push_back(
       {"TPF_NODE_ID", s.host_key,
        node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces, /dev/shm)"});
+  // UCX's own setting, read by UCX; the hosts' map learns from it whether rails have links of
+  // their own (topo::HostMap::rails_have_own_links).
+  const std::optional<std::string> net_devices = base::env_string("UCX_NET_DEVICES");
+  s.net_devices = net_devices.value_or("all");
+  s.report.push_back({"UCX_NET_DEVICES", s.net_devices,
+                      net_devices ? "UCX_NET_DEVICES" : "UCX's default (every device)"});
   s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
                                std::string(transport::kNetworkTransports),
                                [](const std::string& tls) { return tls; });

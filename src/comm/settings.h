@@ -33,13 +33,14 @@ struct CommSettings {
   std::chrono::milliseconds setup_timeout{0};  // joining the store and mapping the peers
   size_t slot_bytes = 0;  // staging slot per rank (two each): whole cache lines, at least 4 KiB
   coll::CollectiveTuning tuning;
-  bool asymmetric_fences = true;      // membarrier-based fences where the kernel has them
-  std::string job_id;                 // names this job's shared-memory segments
-  size_t flight_recorder_size = 0;    // records kept per communicator; 0 = off
-  int job_cpus = 1;                   // cores this job may use on this machine
-  int local_world_size = 0;           // the launcher's ranks on this machine; 0 = no launcher
-  std::string host_key;               // this rank's host (topo/hosts.h)
-  std::string net_transports;         // UCX transports between hosts (UCX_TLS syntax)
+  bool asymmetric_fences = true;    // membarrier-based fences where the kernel has them
+  std::string job_id;               // names this job's shared-memory segments
+  size_t flight_recorder_size = 0;  // records kept per communicator; 0 = off
+  int job_cpus = 1;                 // cores this job may use on this machine
+  int local_world_size = 0;         // the launcher's ranks on this machine; 0 = no launcher
+  std::string host_key;             // this rank's host (topo/hosts.h)
+  std::string net_devices;          // the network devices UCX uses here (UCX_NET_DEVICES)
+  std::string net_transports;       // UCX transports between hosts (UCX_TLS syntax)
   transport::NetProtocol net_protocol = transport::NetProtocol::automatic;
   // A rank on another host not heard from for this long is named lost (comm/heartbeat.h).
   std::chrono::milliseconds host_lost_after{0};

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "tpf/error.h"
 
@@ -41,6 +42,22 @@ std::string hostname() {
   return name;
 }
 
+// The devices of a UCX_NET_DEVICES list, or nullopt where it does not name them all ("all", a
+// wildcard, an exclusion or an empty entry).
+std::optional<std::vector<std::string>> named_devices(const std::string& list) {
+  std::vector<std::string> devices;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    std::string device = list.substr(start, comma - start);
+    if (device.empty() || device == "all" || device.find_first_of("^*") != std::string::npos)
+      return std::nullopt;
+    devices.push_back(std::move(device));
+    if (comma == list.size()) return devices;
+    start = comma + 1;
+  }
+}
+
 }  // namespace
 
 std::string local_host_key(const std::optional<std::string>& node_id) {
@@ -49,7 +66,7 @@ std::string local_host_key(const std::optional<std::string>& node_id) {
          namespace_id("ipc") + ", shm " + shm_id() + "]";
 }
 
-HostMap::HostMap(std::vector<std::string> key_of_rank) {
+HostMap::HostMap(std::vector<std::string> key_of_rank, std::vector<std::string> devices_of_rank) {
   if (key_of_rank.empty()) throw Error(ErrorCode::internal, "a host map of no ranks");
   host_of_.resize(key_of_rank.size());
   local_rank_.resize(key_of_rank.size());
@@ -64,6 +81,17 @@ HostMap::HostMap(std::vector<std::string> key_of_rank) {
     local_rank_[r] = static_cast<int>(ranks_on_[host].size());
     ranks_on_[host].push_back(static_cast<int>(r));
   }
+  if (devices_of_rank.size() != key_of_rank.size() || !uniform() || ranks_on_[0].size() < 2) return;
+  for (const std::vector<int>& ranks : ranks_on_) {
+    std::set<std::string> taken;
+    for (int r : ranks) {
+      const auto devices = named_devices(devices_of_rank[r]);
+      if (!devices) return;
+      for (const std::string& device : *devices)
+        if (!taken.insert(device).second) return;
+    }
+  }
+  rails_have_own_links_ = true;
 }
 
 bool HostMap::uniform() const noexcept {

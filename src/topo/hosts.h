@@ -22,7 +22,10 @@ std::string local_host_key(const std::optional<std::string>& node_id);
 class HostMap {
  public:
   HostMap() : HostMap(std::vector<std::string>{""}) {}
-  explicit HostMap(std::vector<std::string> key_of_rank);
+  // `devices_of_rank`: the network devices each rank was given (UCX_NET_DEVICES: a comma-separated
+  // list, or "all"); empty = "all" for every rank.
+  explicit HostMap(std::vector<std::string> key_of_rank,
+                   std::vector<std::string> devices_of_rank = {});
 
   int ranks() const noexcept { return static_cast<int>(host_of_.size()); }
   int hosts() const noexcept { return static_cast<int>(ranks_on_.size()); }
@@ -34,6 +37,11 @@ class HostMap {
   const std::string& key(int host) const { return key_of_host_.at(host); }
   // Every host has the same number of ranks.
   bool uniform() const noexcept;
+  // Each rail has network links of its own: every host has the same number (>= 2) of ranks, and
+  // each rank was given its network devices by name, none of them given to another rank of its
+  // host (as on a GPU server whose launcher gives each local rank the NIC next to its GPU). "all"
+  // (UCX's default) or a list shared inside a host means the host's ranks share its links.
+  bool rails_have_own_links() const noexcept { return rails_have_own_links_; }
   // "host 'a' (ranks 0, 1); host 'b' (ranks 2, 3)".
   std::string describe() const;
 
@@ -42,6 +50,7 @@ class HostMap {
   std::vector<int> local_rank_;
   std::vector<std::vector<int>> ranks_on_;
   std::vector<std::string> key_of_host_;
+  bool rails_have_own_links_ = false;
 };
 
 }  // namespace tpf::topo

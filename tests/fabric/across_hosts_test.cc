@@ -530,27 +530,68 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
   }
 }
 
-// all_gather and reduce_scatter go per rail unless TPF_NET_ALGO=pipelined keeps them between the
-// leaders: hosts that differ there fail with a mismatch on every rank too.
+// all_gather, reduce_scatter and broadcast go per rail unless TPF_NET_ALGO=pipelined keeps them
+// between the leaders: hosts that differ there fail with a mismatch on every rank too (broadcast
+// from a rank of the second rail, so that every rank but the root waits on the network first).
 TEST(AcrossHostsSettings, HostsThatDifferOnPerRailGathersAreAMismatch) {
-  for (const bool gather : {true, false}) {
-    SCOPED_TRACE(gather ? "all_gather" : "reduce_scatter");
+  for (const std::string collective : {"all_gather", "reduce_scatter", "broadcast"}) {
+    SCOPED_TRACE(collective);
     auto outcomes = run_on_hosts(
         kTwoHostsOfTwo,
-        [gather](Communicator& comm) {
+        [&collective](Communicator& comm) {
           const size_t block = 100000;  // well above the one-round size
           std::vector<float> in(block * 4, 1.0f), out(block * 4, 0.0f);
           const Error e = expect_error("per rail against the leaders", [&] {
-            if (gather) {
+            if (collective == "all_gather") {
               comm.all_gather(in.data(), out.data(), block, DType::f32);
-            } else {
+            } else if (collective == "reduce_scatter") {
               comm.reduce_scatter(in.data(), out.data(), block, DType::f32, ReduceOp::sum);
+            } else {
+              comm.broadcast(in.data(), out.data(), block * 4, DType::f32, 3);
             }
           });
           TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
         },
         transport::NetProtocol::tag,
         [](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? "per_rail" : "pipelined", 1); });
+    expect_all_ok(outcomes);
+  }
+}
+
+// Per rail is the default only where each rank has network devices of its own (the positive case,
+// a link per rail, is EmulatedHosts.PerRailCollectivesUseEveryRailsLink). Where a host's ranks
+// share their devices (UCX's default, all, or the same one named) the leaders carry the data.
+// Seen in the fingerprints: hosts that call all_reduce with different counts fail with a mismatch
+// naming each host's call and its network algorithm, on every rank; forced per rail, the same
+// message names per_rail (so the check can fail).
+TEST(AcrossHostsSettings, RanksThatShareTheirHostsDevicesLeaveTheDataToTheLeaders) {
+  const std::pair<const char*, const char*> cases[] = {{"", ""}, {"lo", ""}, {"", "per_rail"}};
+  for (const auto& [devices, forced] : cases) {
+    SCOPED_TRACE(std::string("UCX_NET_DEVICES='") + devices + "', TPF_NET_ALGO='" + forced + "'");
+    const bool per_rail = *forced != '\0';
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfTwo,
+        [per_rail](Communicator& comm) {
+          const size_t count = size_t{1} << 20;  // 4 MiB: the pipelined form between two hosts
+          std::vector<float> data(count + 4, 1.0f);
+          const Error e = expect_error("different counts", [&] {
+            comm.all_reduce(data.data(), data.data(), comm.rank() < 2 ? count : count + 4,
+                            DType::f32, ReduceOp::sum);
+          });
+          const std::string what = e.what();
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, what);
+          TPF_CHILD_CHECK(what.find("network algorithm") != std::string::npos, what);
+          TPF_CHILD_CHECK((what.find("per_rail") != std::string::npos) == per_rail, what);
+        },
+        transport::NetProtocol::tag,
+        [&](int) {
+          if (*devices != '\0') {
+            ::setenv("UCX_NET_DEVICES", devices, 1);
+          } else {
+            ::unsetenv("UCX_NET_DEVICES");
+          }
+          if (per_rail) ::setenv("TPF_NET_ALGO", forced, 1);
+        });
     expect_all_ok(outcomes);
   }
 }

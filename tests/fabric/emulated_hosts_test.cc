@@ -123,16 +123,18 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
   expect_all_ok(outcomes);
 }
 
-// Two hosts of two ranks with a link per rail (rank l of each host on link eth<l>): per rail, each
-// rank sends its share of all_reduce, all_gather and reduce_scatter through its own link; the
-// leaders' forms send all of it through the leaders' link and nothing through the second. Counted
-// with the links' byte counters, results checked. Per rank per rail: all_reduce of 4 MiB, 2 MiB
-// (2 (H-1) / H of its half); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB block.
+// Two hosts of two ranks with a link per rail (rank l of each host on link eth<l>, so each rank
+// has a device of its own): per rail, the default there, each rank sends its share of all_reduce,
+// all_gather, reduce_scatter and broadcast through its own link; the leaders' forms
+// (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and nothing through the
+// second. Counted with the links' byte counters, results checked. Per rank per rail: all_reduce of
+// 4 MiB, 2 MiB (2 (H-1) / H of its half); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB
+// block; broadcasts of 4 MiB from each host's leader, its 2 MiB half once.
 TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
-  for (const char* algorithm : {"per_rail", "pipelined"}) {
-    SCOPED_TRACE(algorithm);
+  for (const char* algorithm : {"", "pipelined"}) {  // "": the default
+    SCOPED_TRACE(std::string("TPF_NET_ALGO='") + algorithm + "'");
     RunOptions options;
     options.comm_options.timeout = std::chrono::milliseconds(30000);
     auto outcomes = run_ranks_raw(
@@ -140,7 +142,7 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
         [&](const RankContext& ctx) {
           const std::string device = "eth" + std::to_string(ctx.rank % 2);
           auto store = connect_then_enter(ctx, cluster.netns(ctx.rank / 2), device);
-          ::setenv("TPF_NET_ALGO", algorithm, 1);
+          if (*algorithm != '\0') ::setenv("TPF_NET_ALGO", algorithm, 1);
           Communicator comm =
               Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
           // What one collective sent through this rank's link: counted after a barrier, by which
@@ -156,7 +158,7 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
             const long long least = share * 9 / 10;  // framing aside, the share itself
             const std::string said =
                 std::string(what) + ": " + device + " sent " + std::to_string(sent) + " bytes";
-            if (std::string(algorithm) == "per_rail") {
+            if (*algorithm == '\0') {  // per rail
               TPF_CHILD_CHECK(sent >= least, said);
             } else if (ctx.rank % 2 == 1) {  // the second rail: not a leader
               TPF_CHILD_CHECK(sent < least / 8, said);
@@ -193,6 +195,20 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
             TPF_CHILD_CHECK(out[i] == static_cast<float>((at % 1000) * 10),
                             "reduce_scatter element " + std::to_string(i));
           }
+          // broadcast from each host's leader: each host sends the buffer once, per rail a half
+          // through each of its links, else all of it through the leader's.
+          std::vector<float> first(count), second(count);
+          expect_rail_traffic("broadcast", 2LL << 20, [&] {
+            comm.broadcast(in.data(), first.data(), count, DType::f32, 0);
+            comm.broadcast(in.data(), second.data(), count, DType::f32, 2);
+          });
+          for (size_t i = 0; i < count; i += 997) {
+            TPF_CHILD_CHECK(first[i] == static_cast<float>(i % 1000) &&
+                                second[i] == static_cast<float>((i % 1000) * 3),
+                            "broadcast element " + std::to_string(i));
+          }
+          TPF_CHILD_CHECK(second[count - 1] == static_cast<float>(((count - 1) % 1000) * 3),
+                          "broadcast's last element (the tail of the last rail)");
         },
         options);
     expect_all_ok(outcomes);

@@ -51,6 +51,28 @@ TEST(HostMap, OneKeyIsOneUniformHost) {
   EXPECT_EQ(map.ranks_on(0).size(), 3u);
 }
 
+// Rails have links of their own only where every rank of a host names devices no other rank of
+// that host names; the same device on two hosts is no overlap (each host has its own eth0).
+TEST(HostMap, RailsHaveLinksOfTheirOwnWhereEachRankOfAHostNamesItsOwnDevices) {
+  using Keys = std::vector<std::string>;
+  const Keys two_of_two = {"a", "a", "b", "b"};
+  const auto own_links = [](const Keys& keys, const Keys& devices) {
+    return topo::HostMap(keys, devices).rails_have_own_links();
+  };
+  EXPECT_TRUE(own_links(two_of_two, {"eth0", "eth1", "eth0", "eth1"}));
+  EXPECT_TRUE(own_links(two_of_two, {"mlx5_0:1", "mlx5_1:1,mlx5_2:1", "mlx5_1:1", "mlx5_0:1"}));
+  EXPECT_TRUE(own_links({"a", "b", "a", "b"}, {"eth0", "eth0", "eth1", "eth1"}));  // interleaved
+  EXPECT_FALSE(topo::HostMap(two_of_two).rails_have_own_links());  // no devices known: "all"
+  EXPECT_FALSE(own_links(two_of_two, {"all", "all", "all", "all"}));
+  EXPECT_FALSE(own_links(two_of_two, {"eth0", "eth0", "eth0", "eth1"}));       // shared
+  EXPECT_FALSE(own_links(two_of_two, {"eth0,eth1", "eth1", "eth0", "eth1"}));  // overlap
+  EXPECT_FALSE(own_links(two_of_two, {"eth0", "all", "eth0", "eth1"}));        // all
+  EXPECT_FALSE(own_links(two_of_two, {"eth0", "eth1,", "eth0", "eth1"}));      // empty entry
+  EXPECT_FALSE(own_links(two_of_two, {"eth0", "^eth0", "eth0", "eth1"}));      // exclusion
+  EXPECT_FALSE(own_links({"a", "a", "b"}, {"eth0", "eth1", "eth0"}));          // not uniform
+  EXPECT_FALSE(own_links({"a", "b"}, {"eth0", "eth1"}));                       // one rank each
+}
+
 TEST(HostKey, NodeIdWinsAndTheDerivedKeyIsStableAndReadable) {
   EXPECT_EQ(topo::local_host_key(std::string("node-7")), "node-7");
   const std::string derived = topo::local_host_key(std::nullopt);

@@ -107,9 +107,10 @@ TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
             NetworkAlgorithm::pipelined);
 }
 
-// Hosts of L >= 2 ranks each run all_reduce's pipelined form per rail; one rank per host, an
-// uneven layout (rails = 1) and broadcast never do; forcing names the form.
-TEST(NetworkCost, AllReduceGoesPerRailWhereEveryHostHasSeveralRanks) {
+// Where every host's L >= 2 ranks are usable rails, all_reduce's and broadcast's pipelined forms
+// run per rail; one rank per host, an uneven layout or rails sharing links (rails = 1) never do;
+// forcing names the form.
+TEST(NetworkCost, PipelinedFormsGoPerRailWhereTheLayoutHasRailsToUse) {
   const NetworkLinkCost c = known_cost();
   const size_t large = size_t{256} << 20;
   for (int rails : {2, 8}) {
@@ -120,26 +121,43 @@ TEST(NetworkCost, AllReduceGoesPerRailWhereEveryHostHasSeveralRanks) {
               NetworkAlgorithm::one_shot);
     EXPECT_EQ(
         coll::choose_network_algorithm(Collective::broadcast, large, 4, std::nullopt, c, rails),
-        NetworkAlgorithm::pipelined);
+        NetworkAlgorithm::per_rail);
+    EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, 8, 4, std::nullopt, c, rails),
+              NetworkAlgorithm::one_shot);
     EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, 8, 4,
                                              NetworkAlgorithm::per_rail, c, rails),
               NetworkAlgorithm::per_rail);
     EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, large, 4,
                                              NetworkAlgorithm::pipelined, c, rails),
               NetworkAlgorithm::pipelined);
-    // The crossover is the leaders' (per rail moves the same bytes through each host's link).
-    for (size_t bytes = 8; bytes <= large; bytes *= 2) {
-      const bool one_shot =
-          coll::choose_network_algorithm(Collective::all_reduce, bytes, 4, std::nullopt, c) ==
-          NetworkAlgorithm::one_shot;
-      EXPECT_EQ(
-          coll::choose_network_algorithm(Collective::all_reduce, bytes, 4, std::nullopt, c, rails),
-          one_shot ? NetworkAlgorithm::one_shot : NetworkAlgorithm::per_rail)
-          << bytes;
+    // Per rail is priced as the leaders' pipelined form of 1/rails of the buffer (each rail
+    // carries its share through a link of its own).
+    for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
+      for (size_t bytes = 8; bytes <= large; bytes *= 2) {
+        const size_t landed = op == Collective::all_reduce ? 3 * bytes : bytes;
+        const bool one_shot =
+            landed <= coll::kMaxOneShotBytes &&
+            coll::predict_network_us(op, NetworkAlgorithm::one_shot, bytes, 4, c) <=
+                coll::predict_network_us(op, NetworkAlgorithm::pipelined,
+                                         bytes / static_cast<size_t>(rails), 4, c);
+        EXPECT_EQ(coll::choose_network_algorithm(op, bytes, 4, std::nullopt, c, rails),
+                  one_shot ? NetworkAlgorithm::one_shot : NetworkAlgorithm::per_rail)
+            << coll::collective_name(op) << " " << bytes;
+      }
     }
   }
   EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, large, 4, std::nullopt, c, 1),
             NetworkAlgorithm::pipelined);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, large, 4, std::nullopt, c, 1),
+            NetworkAlgorithm::pipelined);
+  // A broadcast between two hosts: one round moves what the chain moves through the one link, in
+  // fewer rounds, so the leaders send it in one round up to its limit; two rails, each carrying
+  // half through a link of its own, beat it.
+  const size_t mid = size_t{16} << 20;
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, mid, 2, std::nullopt, c, 1),
+            NetworkAlgorithm::one_shot);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, mid, 2, std::nullopt, c, 2),
+            NetworkAlgorithm::per_rail);
   EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, large, 4,
                                            NetworkAlgorithm::per_rail, c, 1),
             NetworkAlgorithm::pipelined);
