@@ -1058,9 +1058,9 @@ class HostCollective {
     local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
   }
 
-  // Whether a (not small) all_gather or reduce_scatter crosses per rail: every host has the same
-  // number L >= 2 of ranks, consecutive (each host's blocks lie together), usable as rails (links
-  // of their own, or TPF_NET_ALGO=per_rail), and TPF_NET_ALGO does not force the leaders'
+  // Whether a (not small) all_gather, reduce_scatter or all_to_all crosses per rail: every host has
+  // the same number L >= 2 of ranks, consecutive (each host's blocks lie together), usable as rails
+  // (links of their own, or TPF_NET_ALGO=per_rail), and TPF_NET_ALGO does not force the leaders'
   // algorithm (`pipelined`). Where it could, the choice is remembered for the fingerprint, so
   // hosts whose settings differ find out.
   bool blocks_per_rail() {
@@ -1381,7 +1381,9 @@ class HostCollective {
     const size_t largest = largest_host();
     const bool small = packs(bytes(block * largest * largest));
     if (!small) {
+      const bool per_rail = blocks_per_rail();  // before the fingerprints, which carry it
       compare_fingerprints_across_hosts();
+      if (per_rail) return all_to_all_per_rail();
       if (!alone() && hosts_consecutive()) return all_to_all_pipelined();
     }
     const std::vector<int>& mine = ranks_on(host_);
@@ -1501,6 +1503,42 @@ class HostCollective {
       local(local_desc(OpKind::scatter, count, 0, arranged, at(d_.recv, ranks_on(h)[0] * block)));
     }
     flight.wait_all();
+  }
+
+  // all_to_all per rail, as NCCL's PXN routes it: the blocks that this host's ranks send to local
+  // rank m of host h are first brought together on this host's local rank m (an all-to-all in
+  // shared memory of the L blocks each rank has for h), which sends them to its rail's rank on h
+  // in one message; they arrive in the order of this host's ranks, which is where they belong in
+  // the receiver's buffer (hosts consecutive), so they land in place. Each rank's link carries
+  // 1/L of its host's traffic; hosts are taken from the next one on, the all-to-all for the next
+  // host running while the last one's message travels.
+  void all_to_all_per_rail() {
+    const size_t block = d_.count;
+    const size_t rails = static_cast<size_t>(this->rails());
+    const size_t row = block * static_cast<size_t>(g_.hosts.ranks());  // one rank's whole buffer
+    // In place, the blocks for h must be read before h's blocks arrive over them: into scratch.
+    const bool in_place = overlap(d_.send, bytes(row), d_.recv, bytes(row));
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    const std::vector<int> others = others_from_next();
+    std::vector<void*> landing(hosts());
+    for (int h : others) {
+      landing[h] = in_place ? static_cast<void*>(scratch(from_slot(h), rails * block))
+                            : at(d_.recv, host_start(h, block));
+      post_recv(flight, rail_peer(h), kFirst, landing[h], rails * block);
+    }
+    for (int h : others) {
+      std::byte* for_peer = scratch(to_slot(h), rails * block);
+      local(local_desc(OpKind::all_to_all, block, 0, at(d_.send, host_start(h, block)), for_peer));
+      post_send(flight, rail_peer(h), kFirst, for_peer, rails * block);
+    }
+    const size_t own = host_start(host_, block);
+    local(local_desc(OpKind::all_to_all, block, 0, at(d_.send, own), at(d_.recv, own)));
+    flight.wait_all();
+    if (in_place) {
+      for (int h : others)
+        copy_bytes(at(d_.recv, host_start(h, block)), landing[h], bytes(rails * block));
+    }
   }
 
   // Everyone on each host arrives, the leaders meet, and release their hosts.

@@ -223,9 +223,15 @@ void data_movement(Communicator& comm) {
       GuardedBuffer exchanged(count * n * es);
       call("all_to_all " + what,
            [&] { comm.all_to_all(inputs[me].data(), exchanged.data(), count, dt); });
-      for (int r = 0; r < n; ++r)  // block me of rank r's send lands in block r
+      std::vector<uint8_t> swapped = inputs[me];
+      call("all_to_all in place " + what,
+           [&] { comm.all_to_all(swapped.data(), swapped.data(), count, dt); });
+      for (int r = 0; r < n; ++r) {  // block me of rank r's send lands in block r
         check(log, "all_to_all block " + std::to_string(r) + " " + what, dt,
               exchanged.data() + r * count * es, inputs[r].data() + me * count * es, count);
+        check(log, "all_to_all in place block " + std::to_string(r) + " " + what, dt,
+              swapped.data() + r * count * es, inputs[r].data() + me * count * es, count);
+      }
       if (!all.guards_intact() || !exchanged.guards_intact()) log.add(what + ": wrote outside");
       call("barrier " + what, [&] { comm.barrier(); });
     }
@@ -380,7 +386,7 @@ INSTANTIATE_TEST_SUITE_P(
 // tail (the large count is odd: n % 2 trailing elements go with the last rail), out of place and
 // in place, against the documented order (the same bits as the leaders' algorithms, which the
 // other suites check against the same reference); then every collective. (TwoHostsOfTwo runs per
-// rail in the Forced and Layouts suites.)
+// rail in the Forced suite over tagged messages, and below over put.)
 TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
   const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-b"};
@@ -408,8 +414,9 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
             }
           }
           log.throw_if_any("rank " + std::to_string(me));
-          // And every collective on these layouts: all_gather and reduce_scatter go per rail on
-          // the three hosts of two, between the leaders on the interleaved hosts.
+          // And every collective on these layouts: broadcast goes per rail on both; all_gather,
+          // reduce_scatter and all_to_all on the three hosts of two, between the leaders on the
+          // interleaved hosts.
           reductions(comm, hosts);
           data_movement(comm);
         },
@@ -419,6 +426,23 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
           ::setenv("TPF_NET_GBPS", "0.0625", 1);  // 128 KiB slices: several segments
         }));
   }
+}
+
+// Per rail over the put protocol (the suites above run it over tagged messages; on loopback, where
+// the ranks of a host share their devices, nothing goes per rail unless forced).
+TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
+  const topo::HostMap hosts(kTwoHostsOfTwo);
+  expect_all_ok(run_on_hosts(
+      kTwoHostsOfTwo,
+      [&](Communicator& comm) {
+        reductions(comm, hosts);
+        data_movement(comm);
+      },
+      transport::NetProtocol::put,
+      [](int) {
+        ::setenv("TPF_NET_ALGO", "per_rail", 1);
+        ::setenv("TPF_NET_GBPS", "0.0625", 1);  // 128 KiB slices: several segments
+      }));
 }
 
 TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
@@ -530,11 +554,12 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
   }
 }
 
-// all_gather, reduce_scatter and broadcast go per rail unless TPF_NET_ALGO=pipelined keeps them
-// between the leaders: hosts that differ there fail with a mismatch on every rank too (broadcast
-// from a rank of the second rail, so that every rank but the root waits on the network first).
+// all_gather, reduce_scatter, broadcast and all_to_all go per rail unless TPF_NET_ALGO=pipelined
+// keeps them between the leaders: hosts that differ there fail with a mismatch on every rank too
+// (broadcast from a rank of the second rail, so that every rank but the root waits on the network
+// first).
 TEST(AcrossHostsSettings, HostsThatDifferOnPerRailGathersAreAMismatch) {
-  for (const std::string collective : {"all_gather", "reduce_scatter", "broadcast"}) {
+  for (const std::string collective : {"all_gather", "reduce_scatter", "broadcast", "all_to_all"}) {
     SCOPED_TRACE(collective);
     auto outcomes = run_on_hosts(
         kTwoHostsOfTwo,
@@ -546,8 +571,10 @@ TEST(AcrossHostsSettings, HostsThatDifferOnPerRailGathersAreAMismatch) {
               comm.all_gather(in.data(), out.data(), block, DType::f32);
             } else if (collective == "reduce_scatter") {
               comm.reduce_scatter(in.data(), out.data(), block, DType::f32, ReduceOp::sum);
-            } else {
+            } else if (collective == "broadcast") {
               comm.broadcast(in.data(), out.data(), block * 4, DType::f32, 3);
+            } else {
+              comm.all_to_all(in.data(), out.data(), block, DType::f32);
             }
           });
           TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());

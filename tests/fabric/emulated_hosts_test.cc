@@ -125,11 +125,12 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
 
 // Two hosts of two ranks with a link per rail (rank l of each host on link eth<l>, so each rank
 // has a device of its own): per rail, the default there, each rank sends its share of all_reduce,
-// all_gather, reduce_scatter and broadcast through its own link; the leaders' forms
+// all_gather, reduce_scatter, broadcast and all_to_all through its own link; the leaders' forms
 // (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and nothing through the
 // second. Counted with the links' byte counters, results checked. Per rank per rail: all_reduce of
 // 4 MiB, 2 MiB (2 (H-1) / H of its half); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB
-// block; broadcasts of 4 MiB from each host's leader, its 2 MiB half once.
+// block; broadcasts of 4 MiB from each host's leader, its 2 MiB half once; all_to_all of 1 MiB
+// blocks, the two blocks its host's ranks send to its rail's rank on the other host.
 TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
@@ -209,6 +210,13 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
           }
           TPF_CHILD_CHECK(second[count - 1] == static_cast<float>(((count - 1) % 1000) * 3),
                           "broadcast's last element (the tail of the last rail)");
+          expect_rail_traffic("all_to_all", 2LL << 20,
+                              [&] { comm.all_to_all(in.data(), out.data(), block, DType::f32); });
+          for (size_t i = 0; i < 4 * block; i += 997) {  // block r: rank r's block for this rank
+            const size_t r = i / block, at = ctx.rank * block + i % block;
+            TPF_CHILD_CHECK(out[i] == static_cast<float>((at % 1000) * (r + 1)),
+                            "all_to_all element " + std::to_string(i));
+          }
         },
         options);
     expect_all_ok(outcomes);
