@@ -32,6 +32,7 @@ struct PlanFlags {
   std::optional<std::string> layout;
   std::optional<std::string> global_batch;
   bool search = false;
+  bool allow_batch_rounding = false;
   std::optional<std::string> top;
   std::optional<std::string> svg;
   bool json = false;
@@ -49,7 +50,8 @@ struct CollectiveFlags {
 };
 
 struct ShowFlags {
-  std::string name;  // a preset or a file
+  std::string name;                   // a preset or a file, given as the argument
+  std::optional<std::string> option;  // or as --cluster / --model, as `tpf plan` takes it
   std::optional<std::string> gpus;
 };
 
@@ -103,15 +105,22 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 int show(const ShowFlags& flags, bool cluster) {
-  if (flags.name.empty()) {
-    throw UsageError(cluster ? "show-cluster needs a preset name or file"
-                             : "show-model needs a preset name or file");
+  const char* option = cluster ? "--cluster" : "--model";
+  if (flags.option && !flags.name.empty() && *flags.option != flags.name) {
+    throw UsageError(std::string("give the ") + (cluster ? "cluster" : "model") +
+                     " once: as the argument ('" + flags.name + "') or as " + option + " ('" +
+                     *flags.option + "')");
+  }
+  const std::string& name = flags.option ? *flags.option : flags.name;
+  if (name.empty()) {
+    throw UsageError(std::string(cluster ? "show-cluster" : "show-model") +
+                     " needs a preset name or file (as its argument or " + option + ")");
   }
   if (cluster) {
     const int gpus = bounded_int(flags.gpus, "--gpus", 0, 0, plan::kMaxClusterGpus);
-    std::fputs(plan::cluster_to_yaml(plan::load_cluster(flags.name, gpus)).c_str(), stdout);
+    std::fputs(plan::cluster_to_yaml(plan::load_cluster(name, gpus)).c_str(), stdout);
   } else {
-    std::fputs(plan::model_to_yaml(plan::load_model(flags.name)).c_str(), stdout);
+    std::fputs(plan::model_to_yaml(plan::load_model(name)).c_str(), stdout);
   }
   return kExitOk;
 }
@@ -232,6 +241,9 @@ int plan_collective(const CollectiveFlags& flags) {
 int plan_layouts(const PlanFlags& flags) {
   const bool search = flags.search;
   if (search == flags.layout.has_value()) throw UsageError("give either --layout or --search");
+  if (!search && flags.allow_batch_rounding) {
+    throw UsageError("--allow-batch-rounding applies to --search (a --layout runs its own batch)");
+  }
   const plan::ModelSpec model = plan::load_model(required(flags.model, "--model"));
   const int global_batch = bounded_int(flags.global_batch, "--global-batch", 0, 1, 1'000'000'000);
   const bool json_out = flags.json;
@@ -241,8 +253,11 @@ int plan_layouts(const PlanFlags& flags) {
     layout = plan::parse_layout(*flags.layout);
     if (global_batch > 0) layout.global_batch = global_batch;
     if (gpus == 0) gpus = static_cast<int>(layout.gpus());  // parse_layout bounds it
-  } else if (gpus == 0 && !flags.cluster) {
-    throw UsageError("--search needs --gpus (or a cluster file that says how many nodes)");
+  } else if (gpus == 0 && !(flags.cluster && plan::is_cluster_file(*flags.cluster))) {
+    // A preset has no size of its own: planning its one-node default would answer another
+    // question than the user's.
+    throw UsageError("--search needs --gpus (or a cluster file that says how many nodes)" +
+                     (flags.cluster ? "; '" + *flags.cluster + "' is a preset" : std::string()));
   }
   const plan::ClusterSpec cluster = plan::load_cluster(required(flags.cluster, "--cluster"), gpus);
   plan::CollectivePlanner planner(cluster);
@@ -268,6 +283,7 @@ int plan_layouts(const PlanFlags& flags) {
   }
   plan::SearchOptions options;
   options.global_batch = global_batch;
+  options.allow_batch_rounding = flags.allow_batch_rounding;
   const plan::SearchResult result = plan::search_layouts(model, planner, options);
   const size_t rows = static_cast<size_t>(bounded_int(flags.top, "--top", 15, 1, 1'000'000));
   if (flags.svg) {
@@ -289,13 +305,22 @@ int plan_layouts(const PlanFlags& flags) {
               plan::describe_model(model).c_str());
   std::printf("%d layouts predicted, %d fit in memory (%d impossible combinations skipped)\n",
               result.evaluated, result.fitting, result.rejected);
+  std::printf("global batch: %d sequences (%s)", result.asked_batch,
+              global_batch > 0 ? "--global-batch" : "the model's");
   if (result.rounded_up > 0) {
     std::printf(
-        "global batch: %d sequences asked; %d layouts run more, rounded up to a multiple "
-        "of dp (a larger batch shrinks the bubble and the exposed DP time: compare at one "
-        "batch with --global-batch)\n",
-        result.asked_batch, result.rounded_up);
+        "; %d layouts run more, rounded up to a multiple of dp (--allow-batch-rounding: a "
+        "larger batch shrinks the bubble and the exposed DP time, so they are not compared at "
+        "one batch)",
+        result.rounded_up);
   }
+  if (result.batch_skipped > 0) {
+    std::printf(
+        "; %d layouts skipped because dp x micro-batch does not divide it "
+        "(--allow-batch-rounding runs them at a larger batch)",
+        result.batch_skipped);
+  }
+  std::printf("\n");
   std::printf("\n");
   std::printf("%s\n", plan::search_table(result, rows).c_str());
   for (const std::string& line : result.why_best) std::printf("- %s\n", line.c_str());
@@ -355,6 +380,8 @@ void add_show_commands(CLI::App& plan) {
       *plan.add_subcommand("show-cluster", "print a cluster as YAML (a starting point)");
   auto cluster_flags = std::make_shared<ShowFlags>();
   cluster.add_option("name", cluster_flags->name, "a preset or a YAML file")->type_name("C");
+  cluster.add_option("--cluster", cluster_flags->option, "the same, as `tpf plan` takes it")
+      ->type_name("C");
   cluster.add_option("--gpus", cluster_flags->gpus, "size a preset (a multiple of 8)")
       ->type_name("N");
   set_action(cluster, [cluster_flags] { return show(*cluster_flags, true); });
@@ -362,6 +389,8 @@ void add_show_commands(CLI::App& plan) {
   CLI::App& model = *plan.add_subcommand("show-model", "print a model as YAML");
   auto model_flags = std::make_shared<ShowFlags>();
   model.add_option("name", model_flags->name, "a preset or a YAML file")->type_name("M");
+  model.add_option("--model", model_flags->option, "the same, as `tpf plan` takes it")
+      ->type_name("M");
   set_action(model, [model_flags] { return show(*model_flags, false); });
 }
 
@@ -383,10 +412,13 @@ void add_plan_command(CLI::App& tpf) {
                   "[,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]")
       ->type_name("L");
   plan.add_option("--global-batch", flags->global_batch,
-                  "sequences per step (default: the model's; --search rounds it up to\n"
-                  "a multiple of dp x micro-batch for each layout)")
+                  "sequences per step (default: the model's); --search runs every layout\n"
+                  "at it (see --allow-batch-rounding)")
       ->type_name("B");
   plan.add_flag("--search", flags->search, "rank every layout that multiplies to --gpus");
+  plan.add_flag("--allow-batch-rounding", flags->allow_batch_rounding,
+                "--search: run a layout whose dp x micro-batch does not divide the batch at\n"
+                "the batch rounded up to a multiple of dp (default: skip it)");
   plan.add_option("--top", flags->top, "rows of the ranking to print and draw (default 15)")
       ->type_name("K");
   plan.add_option("--svg", flags->svg, "draw the ranking with each layout's breakdown")

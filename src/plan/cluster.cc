@@ -240,11 +240,16 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
   return c;
 }
 
+bool is_cluster_file(const std::string& name_or_path) {
+  std::error_code ignored;
+  return std::filesystem::exists(name_or_path, ignored);
+}
+
 ClusterSpec load_cluster(const std::string& name_or_path, int gpus) {
   // A name that is no file is a preset's; an existing file that cannot be read is an error.
-  std::error_code ignored;
-  if (!std::filesystem::exists(name_or_path, ignored)) return cluster_preset(name_or_path, gpus);
-  ClusterSpec cluster = parse_cluster_yaml(read_text_file(name_or_path, "cluster file"), name_or_path);
+  if (!is_cluster_file(name_or_path)) return cluster_preset(name_or_path, gpus);
+  ClusterSpec cluster =
+      parse_cluster_yaml(read_text_file(name_or_path, "cluster file"), name_or_path);
   if (gpus > 0) {
     if (gpus % cluster.gpus_per_node != 0) {
       invalid("--gpus " + std::to_string(gpus) + ": " + name_or_path + " has " +

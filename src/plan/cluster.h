@@ -90,6 +90,9 @@ ClusterSpec cluster_preset(const std::string& name, int gpus);
 
 // Parses YAML text; `origin` names the file in error messages. Unknown keys are errors.
 ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origin);
+// Whether `name_or_path` is a cluster file (it exists) rather than a preset's name. A file says
+// how many nodes the cluster has; a preset is sized by the caller.
+bool is_cluster_file(const std::string& name_or_path);
 // `name_or_path`: a preset name or a YAML file. `gpus` > 0 resizes (nodes = gpus / gpus_per_node).
 ClusterSpec load_cluster(const std::string& name_or_path, int gpus);
 // The YAML form of a cluster (what `tpf plan show-cluster` prints); parses back to the same spec.

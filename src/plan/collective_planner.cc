@@ -25,7 +25,8 @@ const std::vector<coll::Algorithm> kNetworkAlgorithms = {coll::Algorithm::ring,
 CollectivePlanner::CollectivePlanner(const ClusterSpec& cluster)
     : cluster_(cluster), topology_(std::make_unique<FabricTopology>(cluster)) {
   capacity_.reserve(topology_->links().size());
-  for (const FabricLink& link : topology_->links()) capacity_.push_back(link.failed ? 0 : link.gbps);
+  for (const FabricLink& link : topology_->links())
+    capacity_.push_back(link.failed ? 0 : link.gbps);
 }
 
 coll::LinkClass CollectivePlanner::scale_up_link() const {

@@ -312,17 +312,22 @@ int FabricTopology::pod_down_trunk(int plane, int pod) const {
 }
 
 std::string FabricTopology::summary() const {
+  // "1 NIC", "2 NICs": every count with its noun in the right number.
+  auto count = [](int n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
   std::ostringstream out;
   out << tiers_ << "-tier " << (rail_optimized_ ? "rail-optimized " : "")
-      << (tiers_ == 2 ? "leaf-spine" : "fat-tree") << ", " << planes_ << " plane"
-      << (planes_ > 1 ? "s" : "") << ": " << nics_ << " NICs, " << leaves_ << " leaves ("
-      << leaf_down_ << " down / " << leaf_up_ << " up), ";
+      << (tiers_ == 2 ? "leaf-spine" : "fat-tree") << ", " << count(planes_, "plane", "planes")
+      << ": " << count(nics_, "NIC", "NICs") << ", " << count(leaves_, "leaf", "leaves")
+      << " (each with " << leaf_down_ << " ports down, " << leaf_up_ << " up), ";
   if (tiers_ == 2) {
-    out << uppers_ << " spines";
+    out << count(uppers_, "spine", "spines");
   } else {
-    out << pods_ << " pods, " << uppers_ << " aggregation and " << cores_ << " core switches";
+    out << count(pods_, "pod", "pods") << ", " << uppers_ << " aggregation and " << cores_
+        << " core switches";
   }
-  out << " per plane; " << failed_link_count() / 2 << " failed cables";
+  out << " per plane; " << count(failed_link_count() / 2, "failed cable", "failed cables");
   return out.str();
 }
 

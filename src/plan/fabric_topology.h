@@ -32,7 +32,7 @@ class FabricTopology {
 
   int tiers() const { return tiers_; }
   int planes() const { return planes_; }
-  int nic_count() const { return nics_; }  // nodes * nics_per_node
+  int nic_count() const { return nics_; }     // nodes * nics_per_node
   int leaf_count() const { return leaves_; }  // per plane
   bool rail_optimized() const { return rail_optimized_; }
   // Rail-optimized: nodes whose NIC i share leaf i (a rail group); their traffic on one rail

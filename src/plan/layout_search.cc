@@ -67,18 +67,19 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
   SearchResult result;
   result.asked_batch = wanted_batch;
   std::vector<StepEstimate> fitting, too_big;
+  std::vector<int> dp_sizes;  // those the TP and PP degrees that fit the model leave
   for (int tp : divisors(gpus)) {
     if (tp > max_tp || model.heads % tp != 0) continue;
     for (int pp : divisors(gpus / tp)) {
       if (pp > model.layers || model.layers % pp != 0) continue;
       const int dp = gpus / tp / pp;
+      if (std::find(dp_sizes.begin(), dp_sizes.end(), dp) == dp_sizes.end()) dp_sizes.push_back(dp);
       for (int mb : options.micro_batches) {
-        // The batch must split into whole micro-batches on every DP rank. Without an explicit
-        // --global-batch, the model's is rounded up to a multiple of DP (the same for every
-        // micro-batch size, so those compare fairly).
-        const int batch = options.global_batch > 0 ? wanted_batch : round_up(wanted_batch, dp);
+        // The batch must split into whole micro-batches on every DP rank. Rounded, it goes up to
+        // a multiple of DP (the same for every micro-batch size, so those compare fairly).
+        const int batch = options.allow_batch_rounding ? round_up(wanted_batch, dp) : wanted_batch;
         if (batch % (dp * mb) != 0) {
-          ++result.rejected;
+          ++result.batch_skipped;
           continue;
         }
         for (int vp : options.virtual_stages) {
@@ -117,6 +118,21 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
         }
       }
     }
+  }
+  if (result.evaluated == 0 && result.batch_skipped > 0) {
+    std::sort(dp_sizes.begin(), dp_sizes.end());
+    std::string sizes;
+    for (int dp : dp_sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(dp);
+    throw Error(ErrorCode::invalid_argument,
+                "no layout of " + model.name + " on " + std::to_string(gpus) +
+                    " GPUs splits the global batch of " + std::to_string(wanted_batch) +
+                    " sequences: the data-parallel sizes the GPU count leaves (with TP dividing "
+                    "the heads and PP the layers) are " +
+                    sizes + ", and none of them divides it (times a micro-batch of " +
+                    std::to_string(options.micro_batches.front()) +
+                    " or more); ask for a batch one of them divides (--global-batch), another "
+                    "GPU count, or --allow-batch-rounding to run each layout at the batch "
+                    "rounded up to a multiple of its DP size");
   }
   if (result.evaluated == 0) {
     throw Error(ErrorCode::invalid_argument,

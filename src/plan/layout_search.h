@@ -14,7 +14,11 @@
 namespace tpf::plan {
 
 struct SearchOptions {
-  int global_batch = 0;  // sequences per step; 0 = the model's, rounded up to a multiple of DP
+  int global_batch = 0;  // sequences per step; 0 = the model's
+  // Run each layout at the batch rounded up to a multiple of its DP size where DP x micro-batch
+  // does not divide it. Off: such layouts are skipped (counted), so the winner trains the batch
+  // asked for, not a larger one whose smaller bubble and DP share flatter it.
+  bool allow_batch_rounding = false;
   std::vector<int> micro_batches = {1, 2, 4, 8};
   std::vector<int> virtual_stages = {1, 2, 4};
   int max_tp = 0;  // 0 = twice the GPUs per node (TP across nodes is shown, rarely wins)
@@ -27,11 +31,13 @@ struct SearchResult {
   int rejected = 0;                   // impossible combinations skipped (divisibility)
   int asked_batch = 0;                // the global batch asked for (sequences)
   int rounded_up = 0;                 // layouts that run a larger batch (rounded up to DP)
+  int batch_skipped = 0;              // layouts skipped: DP x micro-batch does not divide it
   std::vector<std::string> why_best;  // sentences, best first
 };
 
-// Throws Error(invalid_argument) if no layout at all is possible (e.g. a prime GPU count above
-// the layer count).
+// Throws Error(invalid_argument) if no layout at all is possible, naming why: no TP and PP
+// degrees fit the model and the GPU count (e.g. a prime GPU count above the layer count), or no
+// data-parallel size they leave splits the global batch.
 SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                             const SearchOptions& options);
 

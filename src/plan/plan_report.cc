@@ -10,6 +10,8 @@ namespace tpf::plan {
 namespace {
 
 std::string describe_collective(const char* what, const CollectiveEstimate& e) {
+  // A group of one GPU (dp = 1, tp = 1) has nothing to exchange: no algorithm, no time.
+  if (e.algorithm.empty()) return format("  %-22s none (a group of one GPU)\n", what);
   std::string text =
       format("  %-22s %s, %.1f us, busbw %.1f GB/s", what, e.algorithm.c_str(), e.us, e.busbw_gbps);
   if (e.crosses_network) {
@@ -172,6 +174,7 @@ json::Value search_json(const SearchResult& result, size_t rows) {
   v.set("rejected", result.rejected);
   v.set("asked_global_batch", result.asked_batch);
   v.set("layouts_with_larger_batch", result.rounded_up);
+  v.set("layouts_skipped_for_the_batch", result.batch_skipped);
   json::Value why = json::Array{};
   for (const std::string& line : result.why_best) why.push_back(line);
   v.set("why_best", std::move(why));

@@ -243,8 +243,7 @@ StageTime Estimator::stage_time(bool first, bool last) {
     // (all-reduce backward; with SP all-gather forward, reduce-scatter backward).
     const double ar = d.sp ? 0 : collective_us(Collective::all_reduce, bytes, ParallelDim::tp);
     const double ag = d.sp ? collective_us(Collective::all_gather, bytes, ParallelDim::tp) : 0;
-    const double rs =
-        d.sp ? collective_us(Collective::reduce_scatter, bytes, ParallelDim::tp) : 0;
+    const double rs = d.sp ? collective_us(Collective::reduce_scatter, bytes, ParallelDim::tp) : 0;
     if (first) {
       st.tp_f += (d.sp ? rs : ar) * 1e-6;
       st.tp_b += ag * 1e-6;

@@ -131,6 +131,26 @@ TEST(PlanCommand, BadInputIsNamed) {
        1,
        "multiple"},
       {{"plan", "--cluster", "dgx-h100", "--model", "gpt-7b"}, 2, "--layout or --search"},
+      // A preset has no size: --search must not silently plan its one-node default.
+      {{"plan", "--cluster", "dgx-h100", "--model", "gpt-7b", "--search"},
+       2,
+       "--search needs --gpus (or a cluster file that says how many nodes); 'dgx-h100' is a "
+       "preset"},
+      {{"plan", "--cluster", "dgx-h100", "--model", "gpt-7b", "--layout", "tp=8",
+        "--allow-batch-rounding"},
+       2,
+       "--allow-batch-rounding applies to --search"},
+      // On 1,000 GPUs every DP size gpt-175b leaves (125 .. 1000) misses 1536: said, not "TP
+      // must divide the heads".
+      {{"plan", "--cluster", "dgx-h100", "--gpus", "1000", "--model", "gpt-175b", "--search",
+        "--global-batch", "1536"},
+       1,
+       "splits the global batch of 1536 sequences: the data-parallel sizes the GPU count leaves "
+       "(with TP dividing the heads and PP the layers) are 125, 250, 500, 1000"},
+      {{"plan", "show-cluster", "dgx-h100", "--cluster", "dgx-a100"},
+       2,
+       "give the cluster once: as the argument ('dgx-h100') or as --cluster ('dgx-a100')"},
+      {{"plan", "show-model"}, 2, "show-model needs a preset name or file"},
       {{"plan", "collective", "--cluster", "dgx-h100", "--ranks", "8", "--bytes", "1Q"},
        2,
        "--bytes"},
@@ -144,6 +164,68 @@ TEST(PlanCommand, BadInputIsNamed) {
     EXPECT_EQ(out.exit_code, c.exit_code) << c.message << "\n" << out.err;
     EXPECT_TRUE(contains(out.err, c.message)) << "expected '" << c.message << "' in:\n" << out.err;
   }
+}
+
+// show-cluster and show-model take the name as `tpf plan` does (--cluster, --model) too.
+TEST(PlanCommand, ShowCommandsTakeTheNameAsAnOptionToo) {
+  const Outcome positional = run_tpf({"plan", "show-cluster", "dgx-a100", "--gpus", "16"});
+  const Outcome named = run_tpf({"plan", "show-cluster", "--cluster", "dgx-a100", "--gpus", "16"});
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_EQ(named.out, positional.out);
+  EXPECT_TRUE(contains(named.out, "nodes: 2")) << named.out;
+  const Outcome model = run_tpf({"plan", "show-model", "--model", "gpt-7b"});
+  ASSERT_EQ(model.exit_code, 0) << model.err;
+  EXPECT_EQ(model.out, run_tpf({"plan", "show-model", "gpt-7b"}).out);
+}
+
+// The search runs every layout at the batch asked for (the model's or --global-batch) unless
+// --allow-batch-rounding: gpt-175b on 1,024 GPUs at 1536 sequences, where DP 1024 (tp=1, pp=1)
+// does not divide the batch. Without the flag no layout runs another batch and the skipped ones
+// are counted and said; with it, some run a larger one, as the output says.
+TEST(PlanCommand, SearchKeepsTheBatchUnlessAskedToRoundIt) {
+  const std::vector<std::string> search = {"plan",  "--cluster", "dgx-h100", "--gpus",
+                                           "1024",  "--model",   "gpt-175b", "--search",
+                                           "--top", "1000",      "--json"};
+  const Outcome kept = run_tpf(search);
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  const json::Value v = json::parse(kept.out, "tpf plan --search --json");
+  const json::Value& result = v.at("search");
+  EXPECT_EQ(result.at("asked_global_batch").as_int(), 1536);
+  EXPECT_EQ(result.at("layouts_with_larger_batch").as_int(), 0);
+  EXPECT_GT(result.at("layouts_skipped_for_the_batch").as_int(), 0);
+  const json::Value& ranked = result.at("ranked");
+  ASSERT_GT(ranked.size(), 10u);
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const std::string layout = ranked.at(i).at("layout").as_string();
+    EXPECT_TRUE(contains(layout, ",gb=1536,")) << layout;
+  }
+
+  std::vector<std::string> rounding = search;
+  rounding.push_back("--allow-batch-rounding");
+  const Outcome rounded = run_tpf(rounding);
+  ASSERT_EQ(rounded.exit_code, 0) << rounded.err;
+  const json::Value rounded_json = json::parse(rounded.out, "tpf plan --search --json, rounded");
+  const json::Value& r = rounded_json.at("search");
+  EXPECT_GT(r.at("layouts_with_larger_batch").as_int(), 0);
+  EXPECT_GT(r.at("evaluated").as_int(), result.at("evaluated").as_int());
+
+  std::vector<std::string> table(search.begin(), search.end() - 1);  // no --json
+  const Outcome text = run_tpf(table);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "global batch: 1536 sequences (the model's); ")) << text.out;
+  EXPECT_TRUE(contains(text.out, "layouts skipped because dp x micro-batch does not divide it"))
+      << text.out;
+}
+
+// A group of one GPU has no collective to describe; counts take their noun in the right number.
+TEST(PlanCommand, OneGpuGroupsAndSingleSwitchesReadRight) {
+  const Outcome out =
+      run_tpf({"plan", "--cluster", "dgx-h100", "--model", "gpt-7b", "--layout", "tp=8,pp=1,dp=1"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_TRUE(contains(out.out, "DP gradients           none (a group of one GPU)")) << out.out;
+  EXPECT_FALSE(contains(out.out, "DP gradients           ,")) << out.out;
+  EXPECT_TRUE(contains(out.out, "8 NICs, 8 leaves (each with 32 ports down, 32 up), 32 spines"))
+      << out.out;
 }
 
 // `tpf plan calibrate-network` on the runs saved from this machine: the fitted settings, the

@@ -116,6 +116,20 @@ TEST(FabricTopology, PresetsPickTiersAndSwitchCounts) {
   EXPECT_EQ(FabricTopology(huge).tiers(), 3);
 }
 
+// The summary counts with nouns in the right number: one NIC is "1 NIC, 1 leaf".
+TEST(FabricTopology, TheSummaryReadsRightForOneNic) {
+  ClusterSpec c = leaf_spine(1, 64, false);
+  c.gpus_per_node = 1;
+  c.nics_per_node = 1;
+  const std::string summary = FabricTopology(c).summary();
+  EXPECT_NE(summary.find("1 plane: 1 NIC, 1 leaf (each with 32 ports down, 32 up)"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("; 0 failed cables"), std::string::npos) << summary;
+  const std::string many = FabricTopology(cluster_preset("dgx-h100", 1024)).summary();
+  EXPECT_NE(many.find("1024 NICs, 32 leaves"), std::string::npos) << many;
+}
+
 TEST(FabricTopology, TooManyNicsForTheRadixIsANamedError) {
   ClusterSpec c = leaf_spine(4096, 16, true);
   try {
