@@ -481,6 +481,10 @@ bool UcxNetwork::uses_put(int peer) const {
 
 void UcxNetwork::notify_failure(const FailureRecord& record) {
   std::lock_guard lock(mu_);
+  notify_failure_locked(record);
+}
+
+void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   Ucx& u = *ucx_;
   if (!own_failure_) own_failure_ = record;
   u.failed = true;
@@ -696,8 +700,17 @@ void UcxNetwork::cancel(std::span<NetRequest> requests) {
 UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const WaitContext& ctx) {
   std::lock_guard lock(mu_);
   Ucx& u = *ucx_;
-  // Every failure first stops what is still in flight, so no buffer is used once we throw.
+  // Every failure first stops what is still in flight, so no buffer is used once we throw. A
+  // tagged send in flight is stopped by closing its endpoint, which would also cut the peer off
+  // from the failure notice the communicator sends next (measured under load: the peer then
+  // blamed this rank's exit, not the cause). Where that is about to happen, a failure found here
+  // (not one another rank reported) is notified first; the pair is broken either way.
   auto fail = [&](const Error& error) {
+    const bool cuts_a_send = std::any_of(requests.begin(), requests.end(), [](const NetRequest& r) {
+      return r.pending != nullptr && r.is_send && !r.via_put;
+    });
+    if (cuts_a_send && dynamic_cast<const RootCauseError*>(&error) == nullptr)
+      notify_failure_locked({error.code(), error.what()});
     cancel_locked(requests);
     throw error;
   };

@@ -140,6 +140,7 @@ class UcxNetwork {
   void start_put_protocol();
   void check_peer(int peer, const char* what) const;
   void cancel_locked(std::span<NetRequest> requests);
+  void notify_failure_locked(const FailureRecord& record);
   // The failure a peer announced, if one has (mu_ held).
   std::optional<FailureRecord> notice_locked();
   // The failure this rank recorded or a peer announced, if any, as the root cause of what

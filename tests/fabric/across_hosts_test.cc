@@ -38,6 +38,9 @@ std::vector<RankOutcome> run_on_hosts(
     const RankSettings& settings = {}) {
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
+  // A hang guard, not a time limit: the per-rail suites' six ranks took 40 s under the sanitizers
+  // on an idle machine and ran past the default 60 s beside another heavy job.
+  options.deadline = std::chrono::seconds(300);
   return run_ranks_raw(
       static_cast<int>(keys.size()),
       [&](const RankContext& ctx) {
