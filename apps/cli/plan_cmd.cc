@@ -33,6 +33,7 @@ struct PlanFlags {
   std::optional<std::string> global_batch;
   bool search = false;
   bool allow_batch_rounding = false;
+  std::optional<std::string> framework;
   std::optional<std::string> top;
   std::optional<std::string> svg;
   bool json = false;
@@ -244,6 +245,9 @@ int plan_layouts(const PlanFlags& flags) {
   if (!search && flags.allow_batch_rounding) {
     throw UsageError("--allow-batch-rounding applies to --search (a --layout runs its own batch)");
   }
+  if (!search && flags.framework) {
+    throw UsageError("--with applies to --search (a --layout takes the same keys itself)");
+  }
   const plan::ModelSpec model = plan::load_model(required(flags.model, "--model"));
   const int global_batch = bounded_int(flags.global_batch, "--global-batch", 0, 1, 1'000'000'000);
   const bool json_out = flags.json;
@@ -284,6 +288,7 @@ int plan_layouts(const PlanFlags& flags) {
   plan::SearchOptions options;
   options.global_batch = global_batch;
   options.allow_batch_rounding = flags.allow_batch_rounding;
+  if (flags.framework) options.framework = plan::parse_framework_options(*flags.framework);
   const plan::SearchResult result = plan::search_layouts(model, planner, options);
   const size_t rows = static_cast<size_t>(bounded_int(flags.top, "--top", 15, 1, 1'000'000));
   if (flags.svg) {
@@ -405,11 +410,13 @@ void add_plan_command(CLI::App& tpf) {
                       "size a preset (a multiple of 8); with --layout, defaults to tp*pp*dp");
   plan.add_option("--model", flags->model,
                   "a preset (gpt-1.3b, gpt-7b, gpt-22b, gpt-70b, gpt-175b, gpt-530b,\n"
-                  "gpt-1t, ...) or a YAML file")
+                  "gpt-1t, llama3-8b, llama3-70b, llama3-405b) or a YAML file")
       ->type_name("M");
   plan.add_option("--layout", flags->layout,
                   "tp=8,pp=8,dp=16[,mb=1][,gb=1536][,sp=1][,vp=2]\n"
-                  "[,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]")
+                  "[,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]\n"
+                  "[,precision=bf16|fp8][,attention=flash|materialized]\n"
+                  "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]")
       ->type_name("L");
   plan.add_option("--global-batch", flags->global_batch,
                   "sequences per step (default: the model's); --search runs every layout\n"
@@ -419,6 +426,10 @@ void add_plan_command(CLI::App& tpf) {
   plan.add_flag("--allow-batch-rounding", flags->allow_batch_rounding,
                 "--search: run a layout whose dp x micro-batch does not divide the batch at\n"
                 "the batch rounded up to a multiple of dp (default: skip it)");
+  plan.add_option("--with", flags->framework,
+                  "--search: what the framework does, for every layout:\n"
+                  "precision=..., attention=..., overlap=... (as in --layout)")
+      ->type_name("OPTS");
   plan.add_option("--top", flags->top, "rows of the ranking to print and draw (default 15)")
       ->type_name("K");
   plan.add_option("--svg", flags->svg, "draw the ranking with each layout's breakdown")

@@ -1,6 +1,7 @@
 #include "plan/cluster.h"
 
 #include <filesystem>
+#include <utility>
 
 #include "formats/text_files.h"
 #include "plan/invalid_input.h"
@@ -21,20 +22,29 @@ RoutingMode parse_routing_mode(const std::string& text, const YamlFields& fields
   fields.fail("mode", "'" + text + "': expected ecmp, spray or adaptive");
 }
 
-// The GEMM efficiency curve, calibrated on one published point: Narayanan et al. 2021, Table 1,
-// the 1.7B model on 32 A100s (137 TFLOP/s per GPU); with it the other nine rows of that table
-// come out 2-13 % low (tests/plan/plan_step_model_test.cc). No H100 point is calibrated: the H100
-// preset assumes the same fraction of its peak.
-constexpr double kGemmEfficiency = 0.658;
-constexpr double kGemmHalfWidth = 128;
+// A100-SXM 80 GB: BF16 GEMMs 271.2 of 312 TFLOP/s at their best shape (86.9 %, the same
+// benchmark as H100's in cluster.h); fused attention about 50 % of peak (FlashAttention-2,
+// read approximately from the paper's figures); no FP8 tensor cores.
+AcceleratorSpec a100_sxm_80gb() {
+  AcceleratorSpec gpu;
+  gpu.name = "A100-SXM-80GB";
+  gpu.peak_tflops = 312;
+  gpu.fp8_peak_tflops = 0;
+  gpu.memory_gb = 80;
+  gpu.hbm_gbps = 2039;
+  gpu.max_gemm_efficiency = 0.869 * kInTrainingFraction;
+  gpu.max_fp8_gemm_efficiency = 1;  // unused without an FP8 peak
+  gpu.attention_efficiency = 0.50 * kInTrainingFraction;
+  return gpu;
+}
 
-// DGX-H100: 8 x H100-SXM (989 dense BF16 TFLOP/s, 80 GB HBM3 at 3.35 TB/s), NVLink 4 through
-// NVSwitch at 450 GB/s per direction, 8 x 400 Gb/s ConnectX-7 NDR InfiniBand, rail-optimized
-// fat-tree of 64-port NDR switches (NVIDIA's DGX SuperPOD reference architecture).
+// DGX-H100: 8 x H100-SXM (989 dense BF16 and 1979 FP8 TFLOP/s, 80 GB HBM3 at 3.35 TB/s), NVLink 4
+// through NVSwitch at 450 GB/s per direction, 8 x 400 Gb/s ConnectX-7 NDR InfiniBand,
+// rail-optimized fat-tree of 64-port NDR switches (NVIDIA's DGX SuperPOD reference architecture).
 ClusterSpec dgx_h100() {
   ClusterSpec c;
   c.name = "dgx-h100";
-  c.gpu = {"H100-SXM", 989, 80, 3350, kGemmEfficiency, kGemmHalfWidth};
+  c.gpu = AcceleratorSpec{};  // an H100-SXM
   c.scale_up = {"nvlink4", 450, 2.0, 0.85};
   c.nics_per_node = 8;
   c.nic_gbits = 400;
@@ -47,7 +57,7 @@ ClusterSpec dgx_h100() {
 ClusterSpec dgx_a100() {
   ClusterSpec c;
   c.name = "dgx-a100";
-  c.gpu = {"A100-SXM-80GB", 312, 80, 2039, kGemmEfficiency, kGemmHalfWidth};
+  c.gpu = a100_sxm_80gb();
   c.scale_up = {"nvlink3", 300, 2.0, 0.85};
   c.nics_per_node = 8;
   c.nic_gbits = 200;
@@ -97,9 +107,16 @@ void validate(const ClusterSpec& c) {
   require_positive(c.gpu.peak_tflops, "node.gpu.peak_tflops");
   require_positive(c.gpu.memory_gb, "node.gpu.memory_gb");
   require_positive(c.gpu.hbm_gbps, "node.gpu.hbm_gbps");
-  require_positive(c.gpu.half_efficiency_width, "node.gpu.half_efficiency_width");
-  if (!(c.gpu.max_gemm_efficiency > 0 && c.gpu.max_gemm_efficiency <= 1)) {
-    invalid("cluster: node.gpu.max_gemm_efficiency must be in (0, 1]");
+  if (!(c.gpu.fp8_peak_tflops >= 0)) invalid("cluster: node.gpu.fp8_peak_tflops must be >= 0");
+  if (!(c.gpu.gemm_overhead_us >= 0)) invalid("cluster: node.gpu.gemm_overhead_us must be >= 0");
+  const std::pair<double, const char*> fractions[] = {
+      {c.gpu.max_gemm_efficiency, "max_gemm_efficiency"},
+      {c.gpu.max_fp8_gemm_efficiency, "max_fp8_gemm_efficiency"},
+      {c.gpu.attention_efficiency, "attention_efficiency"}};
+  for (const auto& [value, field] : fractions) {
+    if (!(value > 0 && value <= 1)) {
+      invalid(std::string("cluster: node.gpu.") + field + " must be in (0, 1]");
+    }
   }
   require_positive(c.scale_up.bandwidth_gbps, "node.scale_up.bandwidth_gbps");
   if (!(c.scale_up.latency_us >= 0)) invalid("cluster: node.scale_up.latency_us must be >= 0");
@@ -180,14 +197,19 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
     node.read("nic_gbits", c.nic_gbits);
     node.read("nic_latency_us", c.nic_latency_us);
     if (node.has("gpu")) {
-      YamlFields gpu = node.child("gpu", {"name", "peak_tflops", "memory_gb", "hbm_gbps",
-                                          "max_gemm_efficiency", "half_efficiency_width"});
+      YamlFields gpu =
+          node.child("gpu", {"name", "peak_tflops", "fp8_peak_tflops", "memory_gb", "hbm_gbps",
+                             "max_gemm_efficiency", "max_fp8_gemm_efficiency", "gemm_overhead_us",
+                             "attention_efficiency"});
       gpu.read("name", c.gpu.name);
       gpu.read("peak_tflops", c.gpu.peak_tflops);
+      gpu.read("fp8_peak_tflops", c.gpu.fp8_peak_tflops);
       gpu.read("memory_gb", c.gpu.memory_gb);
       gpu.read("hbm_gbps", c.gpu.hbm_gbps);
       gpu.read("max_gemm_efficiency", c.gpu.max_gemm_efficiency);
-      gpu.read("half_efficiency_width", c.gpu.half_efficiency_width);
+      gpu.read("max_fp8_gemm_efficiency", c.gpu.max_fp8_gemm_efficiency);
+      gpu.read("gemm_overhead_us", c.gpu.gemm_overhead_us);
+      gpu.read("attention_efficiency", c.gpu.attention_efficiency);
     }
     if (node.has("scale_up")) {
       YamlFields up =
@@ -271,10 +293,13 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   out << YAML::Key << "gpu" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << c.gpu.name;
   out << YAML::Key << "peak_tflops" << YAML::Value << c.gpu.peak_tflops;
+  out << YAML::Key << "fp8_peak_tflops" << YAML::Value << c.gpu.fp8_peak_tflops;
   out << YAML::Key << "memory_gb" << YAML::Value << c.gpu.memory_gb;
   out << YAML::Key << "hbm_gbps" << YAML::Value << c.gpu.hbm_gbps;
   out << YAML::Key << "max_gemm_efficiency" << YAML::Value << c.gpu.max_gemm_efficiency;
-  out << YAML::Key << "half_efficiency_width" << YAML::Value << c.gpu.half_efficiency_width;
+  out << YAML::Key << "max_fp8_gemm_efficiency" << YAML::Value << c.gpu.max_fp8_gemm_efficiency;
+  out << YAML::Key << "gemm_overhead_us" << YAML::Value << c.gpu.gemm_overhead_us;
+  out << YAML::Key << "attention_efficiency" << YAML::Value << c.gpu.attention_efficiency;
   out << YAML::EndMap;
   out << YAML::Key << "scale_up" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << c.scale_up.name;

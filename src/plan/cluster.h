@@ -12,14 +12,31 @@ namespace tpf::plan {
 // The largest cluster the planner accepts (its fabric then has about 6 million links).
 inline constexpr long long kMaxClusterGpus = 1'000'000;
 
+// Kernels inside a training step run slower than the same kernels alone at their best shape
+// (sustained clocks, other kernels' memory traffic, gaps between kernels). This factor is the
+// planner's one number fitted to end-to-end runs: on Narayanan et al. 2021, Table 1 (in-sample;
+// PlanStepValidation.NarayananWeakScalingOnA100 fits it again and checks this value).
+inline constexpr double kInTrainingFraction = 0.81;
+
+// An accelerator's memory and achieved kernel rates (ComputeModel). The defaults are an
+// H100-SXM's: each rate is a published kernel benchmark times kInTrainingFraction. Large GEMMs:
+// the best torch.matmul throughput over a sweep of shapes ("Maximum Achievable Matmul FLOPS", S.
+// Bekman, ml-engineering): H100-SXM BF16 794.5 of 989 TFLOP/s (80.3 %), FP8 1402.6 of 1979
+// (70.9 %). Fused attention, forward + backward over its model FLOPs: about 42 % of the BF16
+// peak for FlashAttention-3-class kernels (read approximately from the paper's figures).
 struct AcceleratorSpec {
   std::string name = "H100-SXM";
-  double peak_tflops = 989;  // dense 16-bit tensor FLOP/s, in TFLOP/s
-  double memory_gb = 80;     // HBM capacity (1e9 bytes)
-  double hbm_gbps = 3350;    // HBM bandwidth, GB/s
-  // Achieved GEMM efficiency: max_efficiency * k / (k + half_k), k = the per-GPU GEMM width.
-  double max_gemm_efficiency = 0.658;
-  double half_efficiency_width = 128;
+  double peak_tflops = 989;       // dense BF16/FP16 tensor FLOP/s, in TFLOP/s
+  double fp8_peak_tflops = 1979;  // dense FP8 tensor FLOP/s; 0 = no FP8 tensor cores
+  double memory_gb = 80;          // HBM capacity (1e9 bytes)
+  double hbm_gbps = 3350;         // HBM bandwidth, GB/s
+  // Fractions of peak_tflops and fp8_peak_tflops a large GEMM achieves in training.
+  double max_gemm_efficiency = 0.803 * kInTrainingFraction;
+  double max_fp8_gemm_efficiency = 0.709 * kInTrainingFraction;
+  double gemm_overhead_us = 5;  // fixed cost of one GEMM kernel (launch, tail wave)
+  // Fused causal attention (FlashAttention), forward and backward, as a fraction of
+  // peak_tflops over its model FLOPs.
+  double attention_efficiency = 0.42 * kInTrainingFraction;
 };
 
 // The scale-up domain: every accelerator of a node reaches every other at `bandwidth_gbps` per

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "plan/invalid_input.h"
@@ -39,7 +40,44 @@ std::vector<std::string> split(const std::string& text, char separator) {
   }
 }
 
-const char* kKeys = "tp pp dp mb gb sp vp recompute order zero1";
+const char* kKeys =
+    "tp pp dp mb gb sp vp recompute order zero1 precision attention overlap first last";
+
+// overlap= names, each with the flag it sets.
+constexpr std::pair<const char*, bool Overlap::*> kOverlapParts[] = {
+    {"tp", &Overlap::tp},
+    {"pp", &Overlap::pp},
+    {"dp_grads", &Overlap::dp_grads},
+    {"dp_params", &Overlap::dp_params},
+};
+
+Overlap parse_overlap(const std::string& value) {
+  Overlap overlap;
+  for (const auto& [name, flag] : kOverlapParts) overlap.*flag = false;
+  if (value == "none") return overlap;
+  for (const std::string& part : split(value, '+')) {
+    bool known = false;
+    for (const auto& [name, flag] : kOverlapParts) {
+      if (part == name) {
+        overlap.*flag = true;
+        known = true;
+      }
+    }
+    if (!known) {
+      invalid("layout: overlap=" + value + ": '" + part +
+              "' is not one of tp, pp, dp_grads, dp_params (join them with '+', or none)");
+    }
+  }
+  return overlap;
+}
+
+std::string overlap_text(const Overlap& overlap) {
+  std::string text;
+  for (const auto& [name, flag] : kOverlapParts) {
+    if (overlap.*flag) text += (text.empty() ? "" : "+") + std::string(name);
+  }
+  return text.empty() ? "none" : text;
+}
 
 int parse_int(const std::string& key, const std::string& value, int minimum) {
   int out = 0;
@@ -59,6 +97,20 @@ bool parse_flag(const std::string& key, const std::string& value) {
   if (value == "1" || value == "true" || value == "on") return true;
   if (value == "0" || value == "false" || value == "off") return false;
   invalid("layout: " + key + "=" + value + ": expected 0 or 1");
+}
+
+Precision parse_precision(const std::string& value) {
+  for (Precision p : {Precision::bf16, Precision::fp8}) {
+    if (value == to_string(p)) return p;
+  }
+  invalid("layout: precision=" + value + ": expected bf16 or fp8");
+}
+
+AttentionKernel parse_attention(const std::string& value) {
+  for (AttentionKernel a : {AttentionKernel::flash, AttentionKernel::materialized}) {
+    if (value == to_string(a)) return a;
+  }
+  invalid("layout: attention=" + value + ": expected flash or materialized");
 }
 
 Recompute parse_recompute(const std::string& value) {
@@ -104,6 +156,14 @@ const char* to_string(Recompute recompute) {
   return "?";
 }
 
+const char* to_string(AttentionKernel attention) {
+  switch (attention) {
+    case AttentionKernel::flash: return "flash";
+    case AttentionKernel::materialized: return "materialized";
+  }
+  return "?";
+}
+
 // Mixed-radix rank numbering with order[0] fastest: GPU g has coordinate
 // (g / stride(d)) % degree(d) in dimension d, where stride(order[0]) = 1 and each next
 // dimension's stride is the product of the degrees before it.
@@ -140,6 +200,11 @@ std::string Layout::to_string() const {
   }
   add("order", dims);
   add("zero1", distributed_optimizer ? "1" : "0");
+  add("precision", plan::to_string(precision));
+  add("attention", plan::to_string(attention));
+  add("overlap", overlap_text(overlap));
+  if (first_stage_layers > 0) add("first", std::to_string(first_stage_layers));
+  if (last_stage_layers > 0) add("last", std::to_string(last_stage_layers));
   return text;
 }
 
@@ -175,6 +240,16 @@ Layout parse_layout(const std::string& text) {
       layout.order = parse_order(value);
     } else if (key == "zero1") {
       layout.distributed_optimizer = parse_flag(key, value);
+    } else if (key == "precision") {
+      layout.precision = parse_precision(value);
+    } else if (key == "attention") {
+      layout.attention = parse_attention(value);
+    } else if (key == "overlap") {
+      layout.overlap = parse_overlap(value);
+    } else if (key == "first") {
+      layout.first_stage_layers = parse_int(key, value, 1);
+    } else if (key == "last") {
+      layout.last_stage_layers = parse_int(key, value, 1);
     } else {
       invalid("layout: unknown key '" + key + "' in '" + text + "' (keys: " + kKeys + ")");
     }

@@ -6,14 +6,29 @@
 #include <string>
 
 #include "plan/collective_planner.h"
+#include "plan/compute_model.h"
 
 namespace tpf::plan {
 
 enum class Recompute { none, selective, full };
 const char* to_string(Recompute recompute);
 
+// How the attention core runs: fused (FlashAttention: no s x s tensor in memory, the default of
+// every current framework) or materialized (scores, softmax and dropout as separate kernels with
+// s x s tensors, as Megatron-LM ran before 2022).
+enum class AttentionKernel { flash, materialized };
+const char* to_string(AttentionKernel attention);
+
 // Which dimension varies fastest over consecutive GPUs (Megatron's default: tp, then dp, then pp).
 enum class ParallelDim { tp, dp, pp };
+
+// Which communication runs beside computation, as a framework schedules it.
+struct Overlap {
+  bool tp = false;         // TP all-gathers / reduce-scatters beside GEMMs (tp-comm-overlap; SP)
+  bool pp = false;         // pipeline sends beside the next chunk's compute (overlap_p2p_comm)
+  bool dp_grads = true;    // gradient buckets beside the last backward pass (overlap_grad_reduce)
+  bool dp_params = false;  // parameter all-gather beside the first forward (overlap_param_gather)
+};
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
@@ -23,16 +38,25 @@ struct Layout {
   int virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank
   Recompute recompute = Recompute::none;
   bool distributed_optimizer = false;  // optimizer state sharded over DP (ZeRO-1)
+  Precision precision = Precision::bf16;
+  AttentionKernel attention = AttentionKernel::flash;
+  Overlap overlap;
+  // Layers of the first and last pipeline stages when they differ from the others' (Megatron's
+  // decoder_first/last_pipeline_num_layers; Llama 3 gives them one layer less for the embedding
+  // and the output layer). 0 = the even share.
+  int first_stage_layers = 0, last_stage_layers = 0;
   std::array<ParallelDim, 3> order = {ParallelDim::tp, ParallelDim::dp, ParallelDim::pp};
 
   long long gpus() const { return static_cast<long long>(tp) * pp * dp; }
   // The GroupShape of each dimension's groups under `order`.
   GroupShape group_of(ParallelDim dim) const;
-  // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero1=0"
+  // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero1=0,
+  // precision=bf16,attention=flash,overlap=dp_grads", then first= and last= where they are set.
   std::string to_string() const;
 };
 
-// Parses "key=value,..." (keys: tp pp dp mb gb sp vp recompute order zero1). Throws
+// Parses "key=value,..." (keys: tp pp dp mb gb sp vp recompute order zero1 precision attention
+// overlap first last; overlap= takes tp, pp, dp_grads, dp_params joined by '+', or none). Throws
 // Error(invalid_argument) naming the key for unknown keys and bad values.
 Layout parse_layout(const std::string& text);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "plan/invalid_input.h"
 #include "plan/text_format.h"
 #include "tpf/error.h"
 
@@ -19,6 +20,20 @@ std::vector<int> divisors(int n) {
 }
 
 int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Layers of each end stage where pp does not divide the layers: the end stages, which also hold
+// the embedding and the output layer, get the most layers k < L/pp that leaves the other stages
+// an even share (Llama 3: 126 layers on 16 stages as 7, 14 x 8, 7). 0 where pp divides L, -1
+// where no such split exists.
+int end_stage_layers(int layers, int pp) {
+  if (layers % pp == 0) return 0;
+  if (pp < 3) return -1;
+  for (int k = layers / pp; k >= 1; --k) {
+    const int rest = layers - 2 * k;
+    if (rest >= pp - 2 && rest % (pp - 2) == 0 && rest / (pp - 2) > k) return k;
+  }
+  return -1;
+}
 
 // Why `best` beats `other`: the parts of the step that differ most, per token (batches differ).
 std::string compare(const StepEstimate& best, const StepEstimate& other, const std::string& choice,
@@ -57,10 +72,27 @@ std::string compare(const StepEstimate& best, const StepEstimate& other, const s
 
 }  // namespace
 
+Layout parse_framework_options(const std::string& text) {
+  const Layout parsed = parse_layout(text);
+  Layout framework;
+  framework.precision = parsed.precision;
+  framework.attention = parsed.attention;
+  framework.overlap = parsed.overlap;
+  framework.global_batch = parsed.global_batch;  // compared below, so gb= is reported too
+  if (parsed.to_string() != framework.to_string()) {
+    invalid("'" + text +
+            "': the search's framework options are precision, attention and "
+            "overlap only (it chooses the rest)");
+  }
+  return framework;
+}
+
 SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                             const SearchOptions& options) {
   validate(model);
   const ClusterSpec& cluster = planner.cluster();
+  // An FP8 search needs an FP8 peak: the error a layout gets, before any layout is tried.
+  const ComputeModel precision_check(cluster.gpu, options.framework.precision);
   const int gpus = cluster.total_gpus();
   const int max_tp = options.max_tp > 0 ? options.max_tp : 2 * cluster.gpus_per_node;
   const int wanted_batch = options.global_batch > 0 ? options.global_batch : model.global_batch;
@@ -69,9 +101,11 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
   std::vector<StepEstimate> fitting, too_big;
   std::vector<int> dp_sizes;  // those the TP and PP degrees that fit the model leave
   for (int tp : divisors(gpus)) {
-    if (tp > max_tp || model.heads % tp != 0) continue;
+    if (tp > max_tp || model.heads % tp != 0 || model.query_groups() % tp != 0) continue;
     for (int pp : divisors(gpus / tp)) {
-      if (pp > model.layers || model.layers % pp != 0) continue;
+      if (pp > model.layers) continue;
+      const int end_layers = end_stage_layers(model.layers, pp);
+      if (end_layers < 0) continue;
       const int dp = gpus / tp / pp;
       if (std::find(dp_sizes.begin(), dp_sizes.end(), dp) == dp_sizes.end()) dp_sizes.push_back(dp);
       for (int mb : options.micro_batches) {
@@ -83,15 +117,25 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
           continue;
         }
         for (int vp : options.virtual_stages) {
-          if (vp > 1 && (pp == 1 || model.layers % (pp * vp) != 0 || (batch / dp / mb) % pp != 0)) {
+          if (vp > 1 && (pp == 1 || (batch / dp / mb) % pp != 0 ||
+                         (end_layers == 0 && model.layers % (pp * vp) != 0) ||
+                         (end_layers > 0 && end_layers < vp))) {
             continue;
           }
           for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+            // With fused attention selective recomputation has nothing to drop: as none.
+            if (recompute == Recompute::selective &&
+                options.framework.attention == AttentionKernel::flash) {
+              continue;
+            }
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               for (bool zero1 : {false, true}) {
                 if (zero1 && dp == 1) continue;
                 Layout layout;
+                layout.precision = options.framework.precision;
+                layout.attention = options.framework.attention;
+                layout.overlap = options.framework.overlap;
                 layout.tp = tp;
                 layout.pp = pp;
                 layout.dp = dp;
@@ -101,6 +145,7 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                 layout.recompute = recompute;
                 layout.sequence_parallel = sp;
                 layout.distributed_optimizer = zero1;
+                layout.first_stage_layers = layout.last_stage_layers = end_layers;
                 try {
                   validate_layout(model, layout, cluster);
                 } catch (const Error&) {
@@ -127,7 +172,7 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                 "no layout of " + model.name + " on " + std::to_string(gpus) +
                     " GPUs splits the global batch of " + std::to_string(wanted_batch) +
                     " sequences: the data-parallel sizes the GPU count leaves (with TP dividing "
-                    "the heads and PP the layers) are " +
+                    "the heads and PP splitting the layers) are " +
                     sizes + ", and none of them divides it (times a micro-batch of " +
                     std::to_string(options.micro_batches.front()) +
                     " or more); ask for a batch one of them divides (--global-batch), another "
@@ -138,8 +183,10 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
     throw Error(ErrorCode::invalid_argument,
                 "no layout of " + model.name + " runs on " + std::to_string(gpus) +
                     " GPUs: TP must divide the heads (" + std::to_string(model.heads) +
-                    "), PP the layers (" + std::to_string(model.layers) +
-                    "), and TP x PP x DP must equal the GPU count");
+                    ") and key/value heads, PP must split the layers (" +
+                    std::to_string(model.layers) +
+                    ") evenly or with lighter end stages, and TP x PP x DP must equal the GPU "
+                    "count");
   }
   auto faster = [](const StepEstimate& a, const StepEstimate& b) {
     return a.tokens_per_s > b.tokens_per_s;

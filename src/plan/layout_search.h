@@ -22,7 +22,14 @@ struct SearchOptions {
   std::vector<int> micro_batches = {1, 2, 4, 8};
   std::vector<int> virtual_stages = {1, 2, 4};
   int max_tp = 0;  // 0 = twice the GPUs per node (TP across nodes is shown, rarely wins)
+  // What the framework does, the same for every layout: its precision, attention kernel and
+  // overlap are copied into each one (the rest of `framework` is ignored).
+  Layout framework;
 };
+
+// The framework options `text` ("precision=fp8,overlap=tp+dp_grads", layout syntax) sets, on a
+// default layout. Throws Error(invalid_argument) naming any other key.
+Layout parse_framework_options(const std::string& text);
 
 struct SearchResult {
   std::vector<StepEstimate> ranked;  // fitting layouts by tokens/s, then those that do not fit

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <array>
 #include <filesystem>
 
 #include "formats/text_files.h"
@@ -23,6 +24,21 @@ ModelSpec make(const char* name, int layers, int hidden, int heads, int ffn_hidd
   m.seq_len = seq_len;
   m.vocab = vocab;
   m.global_batch = global_batch;
+  return m;
+}
+
+// Llama 3 (Dubey et al. 2024, Table 3): 8 key/value heads, SwiGLU, RMSNorm, no biases, rotary
+// positions, untied output layer, 8192-token context; the vocabulary of the released tokenizer
+// (128,256; the table rounds it to 128,000). Batch: the 16M tokens (2048 sequences) of the 405B
+// model's Table 4 runs, used for all three sizes.
+ModelSpec llama3(const char* name, int layers, int hidden, int heads, int ffn_hidden) {
+  ModelSpec m = make(name, layers, hidden, heads, ffn_hidden, 8192, 128256, 2048);
+  m.kv_heads = 8;
+  m.gated_mlp = true;
+  m.rms_norm = true;
+  m.biases = false;
+  m.learned_positions = false;
+  m.tied_embeddings = false;
   return m;
 }
 
@@ -59,28 +75,60 @@ std::vector<ModelSpec> presets() {
       make("gpt-530b", 105, 20480, 128, 0, 2048, kMegatronVocab, 1920),
       // Narayanan et al. 2021, Table 1: 128 x 25600, 160 heads, batch 3072.
       make("gpt-1t", 128, 25600, 160, 0, 2048, kMegatronVocab, 3072),
+      llama3("llama3-8b", 32, 4096, 32, 14336),
+      llama3("llama3-70b", 80, 8192, 64, 28672),
+      llama3("llama3-405b", 126, 16384, 128, 53248),
   };
+}
+
+// A key that names one of two choices; true for the second. Absent: `current`.
+bool read_choice(const YamlFields& fields, const char* key, std::array<const char*, 2> choices,
+                 bool current) {
+  if (!fields.has(key)) return current;
+  std::string text;
+  fields.read(key, text);
+  if (text == choices[0]) return false;
+  if (text == choices[1]) return true;
+  fields.fail(key, "'" + text + "': expected " + choices[0] + " or " + choices[1]);
 }
 
 }  // namespace
 
-// Narayanan et al. 2021, eq. (2): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), i.e. per layer
-// QKV (3h^2 + 3h), projection (h^2 + h), MLP (8h^2 + 5h), two LayerNorms (4h); plus token and
-// position embeddings. With an MLP of width f the layer has 4h^2 + 2hf + 9h + f. The final
-// LayerNorm (2h) is left out, as in the paper.
+// QKV h x (h + 2 kv), projection h x h, MLP 2 (3 gated) h x f.
+double ModelSpec::layer_gemm_weights() const {
+  const double h = hidden, f = ffn();
+  return h * (h + 2 * kv_width()) + h * h + (gated_mlp ? 3 : 2) * h * f;
+}
+
+// Narayanan et al. 2021, eq. (2) for a GPT: per layer QKV (3h^2 + 3h), projection (h^2 + h),
+// MLP (8h^2 + 5h), two LayerNorms (4h): 4h^2 + 2hf + 9h + f with an MLP of width f, of which the
+// projection and second MLP biases and the norms (6h) are replicated over TP.
+LayerParameters ModelSpec::layer_parameters() const {
+  const double h = hidden, f = ffn();
+  LayerParameters p;
+  p.sharded = layer_gemm_weights();
+  if (biases) p.sharded += (h + 2 * kv_width()) + (gated_mlp ? 2 : 1) * f;
+  p.replicated = (biases ? 2 * h : 0) + 2 * (rms_norm ? h : 2 * h);
+  return p;
+}
+
+// Layers plus token embedding (twice when untied) and learned positions; with GPT's choices
+// 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), Narayanan et al. 2021, eq. (2).
 double ModelSpec::parameters() const {
-  const double h = hidden, f = ffn(), l = layers;
-  const double per_layer = 4 * h * h + 2 * h * f + 9 * h + f;
-  return l * per_layer + (static_cast<double>(vocab) + seq_len) * h;
+  const LayerParameters layer = layer_parameters();
+  const double h = hidden;
+  return layers * (layer.sharded + layer.replicated) +
+         static_cast<double>(vocab) * h * (tied_embeddings ? 1 : 2) +
+         (learned_positions ? seq_len * h : 0);
 }
 
 // Narayanan et al. 2021 (appendix; eq. (3) without the recomputed forward pass): per token and
-// layer the forward GEMMs take 2 * (4h^2 + 2hf) FLOPs (QKV, projection, MLP) and attention
-// 4 s h (scores and values); the logits 2 h V. Backward is twice the forward. With f = 4h this is
+// layer the forward GEMMs take 2 FLOPs per weight and attention 4 s h (scores and values); the
+// logits 2 h V. Backward is twice the forward. For a GPT (f = 4h) this is
 // 72 B s l h^2 (1 + s/(6h) + V/(12 h l)).
 double ModelSpec::step_flops(double sequences) const {
-  const double h = hidden, f = ffn(), s = seq_len, l = layers, v = vocab;
-  const double layer_forward = 2 * (4 * h * h + 2 * h * f) + 4 * s * h;
+  const double h = hidden, s = seq_len, l = layers, v = vocab;
+  const double layer_forward = 2 * layer_gemm_weights() + 4 * s * h;
   const double forward_per_token = l * layer_forward + 2 * h * v;
   return 3 * sequences * s * forward_per_token;
 }
@@ -104,6 +152,10 @@ void validate(const ModelSpec& m) {
     invalid(who + "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" +
             std::to_string(m.heads) + ")");
   }
+  if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
+    invalid(who + "kv_heads (" + std::to_string(m.kv_heads) +
+            ") must be 0 (one per head) or divide heads (" + std::to_string(m.heads) + ")");
+  }
 }
 
 std::vector<std::string> model_preset_names() {
@@ -123,9 +175,9 @@ ModelSpec model_preset(const std::string& name) {
 
 ModelSpec parse_model_yaml(const std::string& text, const std::string& origin) {
   const YAML::Node root = parse_yaml_document(text, origin);
-  YamlFields top(
-      root, origin, "",
-      {"name", "layers", "hidden", "heads", "ffn_hidden", "seq_len", "vocab", "global_batch"});
+  YamlFields top(root, origin, "",
+                 {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
+                  "global_batch", "mlp", "norm", "biases", "positions", "tied_embeddings"});
   // The sizes that define a model have no sensible default.
   for (const char* key : {"layers", "hidden", "heads"}) {
     if (!top.has(key)) top.fail(key, "missing (a model file must give layers, hidden and heads)");
@@ -135,10 +187,16 @@ ModelSpec parse_model_yaml(const std::string& text, const std::string& origin) {
   top.read("layers", m.layers);
   top.read("hidden", m.hidden);
   top.read("heads", m.heads);
+  top.read("kv_heads", m.kv_heads);
   top.read("ffn_hidden", m.ffn_hidden);
   top.read("seq_len", m.seq_len);
   top.read("vocab", m.vocab);
   top.read("global_batch", m.global_batch);
+  m.gated_mlp = read_choice(top, "mlp", {"gelu", "swiglu"}, m.gated_mlp);
+  m.rms_norm = read_choice(top, "norm", {"layernorm", "rmsnorm"}, m.rms_norm);
+  m.learned_positions = !read_choice(top, "positions", {"learned", "rope"}, !m.learned_positions);
+  top.read("biases", m.biases);
+  top.read("tied_embeddings", m.tied_embeddings);
   try {
     validate(m);
   } catch (const Error& e) {
@@ -161,10 +219,16 @@ std::string model_to_yaml(const ModelSpec& m) {
   out << YAML::Key << "layers" << YAML::Value << m.layers;
   out << YAML::Key << "hidden" << YAML::Value << m.hidden;
   out << YAML::Key << "heads" << YAML::Value << m.heads;
+  out << YAML::Key << "kv_heads" << YAML::Value << m.kv_heads;
   out << YAML::Key << "ffn_hidden" << YAML::Value << m.ffn_hidden;
   out << YAML::Key << "seq_len" << YAML::Value << m.seq_len;
   out << YAML::Key << "vocab" << YAML::Value << m.vocab;
   out << YAML::Key << "global_batch" << YAML::Value << m.global_batch;
+  out << YAML::Key << "mlp" << YAML::Value << (m.gated_mlp ? "swiglu" : "gelu");
+  out << YAML::Key << "norm" << YAML::Value << (m.rms_norm ? "rmsnorm" : "layernorm");
+  out << YAML::Key << "biases" << YAML::Value << m.biases;
+  out << YAML::Key << "positions" << YAML::Value << (m.learned_positions ? "learned" : "rope");
+  out << YAML::Key << "tied_embeddings" << YAML::Value << m.tied_embeddings;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -36,30 +36,36 @@ constexpr double kBucketParamsPerDpRank = 1e6;
 constexpr double kReserveBytes = 2e9;
 constexpr double kGB = 1e9;
 
-// The sizes everything below is written in, following Korthikanti et al. 2022's notation.
+// The sizes everything below is written in, following Korthikanti et al. 2022's notation; r is
+// the width of K (and V) over h (1 for multi-head attention, kv_heads / heads for GQA).
 struct Dims {
-  double s, b, h, a, f, v, l, t;
-  bool sp;
+  double s, b, h, a, f, v, l, t, r;
+  bool sp, gated, flash;
+  double head_size() const { return h / a; }
 };
 
 // Activation bytes one transformer layer keeps per micro-batch on one GPU (Korthikanti et al.
-// 2022, Section 4 and Table 2), generalized to an MLP of width f: attention 11sbh + 5as^2b,
-// MLP 3sbh + 4sbf (19sbh at f = 4h), LayerNorms 4sbh. Tensor parallelism splits all but 10sbh
-// (LayerNorm inputs, the inputs of the QKV and first MLP GEMMs, two dropout masks); sequence
-// parallelism splits those too.
+// 2022, Section 4 and Table 2), generalized to an MLP of width f, GQA and gated MLPs: attention
+// 11sbh + 5as^2b (QKV input 2sbh, Q 2sbh, K and V 2rsbh each, projection input 2sbh, dropout mask
+// sbh), MLP 3sbh + 4sbf (gated: 3sbh + 6sbf, the gate and up outputs and their product),
+// LayerNorms 4sbh. Tensor parallelism splits all but 10sbh (LayerNorm inputs, the inputs of the
+// QKV and first MLP GEMMs, two dropout masks); sequence parallelism splits those too. Fused
+// attention keeps no s x s tensor, only the softmax statistics (fp32, a per token).
 struct LayerActivations {
   double linear;     // bytes that grow with s
-  double attention;  // the 5as^2b score/softmax/dropout bytes
+  double attention;  // the 5as^2b score/softmax/dropout bytes (0 with fused attention)
   double total() const { return linear + attention; }
 };
 
 LayerActivations layer_activations(const Dims& d) {
   const double sbh = d.s * d.b * d.h;
-  const double split_linear = 8 * sbh + 4 * d.s * d.b * d.f;  // Q, K, V, projection input, MLP
+  const double mlp = (d.gated ? 6 : 4) * d.s * d.b * d.f;
+  const double split_linear = (4 + 4 * d.r) * sbh + mlp;  // Q, K, V, projection input, MLP
   const double replicated = 10 * sbh;
-  const double attention = 5 * d.a * d.s * d.s * d.b / d.t;
-  if (d.sp) return {(replicated + split_linear) / d.t, attention};
-  return {replicated + split_linear / d.t, attention};
+  const double softmax_stats = d.flash ? 4 * d.a * d.s * d.b / d.t : 0;
+  const double attention = d.flash ? 0 : 5 * d.a * d.s * d.s * d.b / d.t;
+  if (d.sp) return {(replicated + split_linear) / d.t + softmax_stats, attention};
+  return {replicated + split_linear / d.t + softmax_stats, attention};
 }
 
 // What recomputation leaves stored per layer (Korthikanti et al. 2022, Table 2): selective drops
@@ -84,10 +90,26 @@ struct StageTime {
   double total() const { return forward() + backward(); }
 };
 
+// Seconds of one layer's compute per micro-batch on one GPU.
+constexpr int kLayerGemms = 4;  // QKV, projection, MLP up (and gate), MLP down
+
+struct LayerCompute {
+  double gemm_f = 0, gemm_b = 0;  // the weight GEMMs
+  double gemm_f_each[kLayerGemms] = {}, gemm_b_each[kLayerGemms] = {};
+  double attention_f = 0, attention_b = 0;  // the attention core (scores and values)
+  double elementwise_f = 0, elementwise_b = 0;
+  double gemm_efficiency = 0;  // achieved by the forward weight GEMMs
+};
+
 class Estimator {
  public:
   Estimator(const ModelSpec& model, const Layout& layout, CollectivePlanner& planner)
-      : model_(model), layout_(layout), planner_(planner), cluster_(planner.cluster()) {}
+      : model_(model),
+        layout_(layout),
+        planner_(planner),
+        cluster_(planner.cluster()),
+        layer_compute_model_(cluster_.gpu, layout.precision),
+        bf16_compute_model_(cluster_.gpu, Precision::bf16) {}
 
   StepEstimate run();
 
@@ -97,30 +119,75 @@ class Estimator {
   const CollectiveEstimate& collective(Collective op, double bytes, ParallelDim dim);
   double collective_us(Collective op, double bytes, ParallelDim dim);
   CollectiveEstimate tp_pair();  // one activation all-reduce or all-gather + reduce-scatter
-  StageTime stage_time(bool first, bool last);
-  double stage_parameters(bool first, bool last) const;
+  LayerCompute layer_compute() const;
+  StageTime stage_time(int stage);
+  double stage_parameters(int stage) const;
   MemoryEstimate stage_memory(int stage) const;
-  void data_parallel(double params, double backward_s, StepEstimate& out);
+  // The stage's forward and backward seconds of one micro-batch, which the reduction can hide
+  // behind.
+  void data_parallel(double params, double forward_s, double backward_s, StepEstimate& out);
 
   const ModelSpec& model_;
   Layout layout_;
   CollectivePlanner& planner_;
   const ClusterSpec& cluster_;
+  // The transformer layers' GEMMs run in the layout's precision; the output layer stays in BF16
+  // (Transformer Engine's FP8 covers the layers' linear modules only).
+  ComputeModel layer_compute_model_;
+  ComputeModel bf16_compute_model_;
   Dims d_{};
-  int m_ = 1;                   // micro-batches per step
-  double rate_ = 0;             // achieved GEMM FLOP/s
+  int m_ = 1;  // micro-batches per step
+  std::vector<int> stage_layers_;
+  LayerCompute layer_;          // what layer_compute() returns, for every stage
   CollectiveEstimate tp_pair_;  // what tp_pair() returns, for every stage
   std::map<std::tuple<int, double, int>, CollectiveEstimate> cache_;
 };
 
 }  // namespace
 
+std::vector<int> layers_per_stage(const ModelSpec& model, const Layout& y) {
+  const std::string where = "layout " + y.to_string() + ": ";
+  const int p = y.pp, v = y.virtual_stages;
+  if (y.first_stage_layers == 0 && y.last_stage_layers == 0) {
+    if (model.layers % (p * v) != 0) {
+      invalid(where + "the model's layers (" + str(model.layers) +
+              ") are not divisible into pp x vp = " + str(p * v) +
+              " model chunks (first= and last= give the end stages other layer counts)");
+    }
+    return std::vector<int>(p, model.layers / p);
+  }
+  if (p < 2) invalid(where + "first= and last= need pp >= 2");
+  const int first = y.first_stage_layers, last = y.last_stage_layers;
+  const int middle_stages = p - (first > 0) - (last > 0);
+  const int rest = model.layers - first - last;
+  if (rest < middle_stages || (middle_stages == 0 && rest != 0) ||
+      (middle_stages > 0 && rest % middle_stages != 0)) {
+    invalid(where + "the model's " + str(model.layers) + " layers less first=" + str(first) +
+            " and last=" + str(last) + " leave " + str(rest) + ", which " +
+            (middle_stages == 0
+                 ? std::string("no other stage takes")
+                 : "do not split evenly over the other " + str(middle_stages) + " stages"));
+  }
+  std::vector<int> layers(p, middle_stages > 0 ? rest / middle_stages : 0);
+  if (first > 0) layers.front() = first;
+  if (last > 0) layers.back() = last;
+  // Uneven stages may have uneven chunks (Llama 3 interleaves stages of 7 and 8 layers), but
+  // every chunk needs a layer.
+  for (int stage = 0; stage < p; ++stage) {
+    if (layers[stage] < v) {
+      invalid(where + "pipeline stage " + str(stage) + " has " + str(layers[stage]) +
+              " layers, fewer than vp = " + str(v) + " model chunks");
+    }
+  }
+  return layers;
+}
+
 int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& cluster) {
   validate(model);
   const std::string where = "layout " + y.to_string() + ": ";
   if (y.tp < 1 || y.pp < 1 || y.dp < 1 || y.micro_batch < 1 || y.virtual_stages < 1 ||
-      y.global_batch < 0) {
-    invalid(where + "tp, pp, dp, mb and vp must be at least 1 (gb at least 0)");
+      y.global_batch < 0 || y.first_stage_layers < 0 || y.last_stage_layers < 0) {
+    invalid(where + "tp, pp, dp, mb and vp must be at least 1 (gb, first and last at least 0)");
   }
   if (y.gpus() != cluster.total_gpus()) {
     invalid(where + "tp x pp x dp = " + str(y.tp) + " x " + str(y.pp) + " x " + str(y.dp) + " = " +
@@ -129,6 +196,10 @@ int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& 
   if (model.heads % y.tp != 0) {
     invalid(where + "the model's heads (" + str(model.heads) + ") are not divisible by tp");
   }
+  if (model.query_groups() % y.tp != 0) {
+    invalid(where + "the model's key/value heads (" + str(model.query_groups()) +
+            ") are not divisible by tp");
+  }
   if (model.ffn() % y.tp != 0) {
     invalid(where + "the model's MLP width (" + str(model.ffn()) + ") is not divisible by tp");
   }
@@ -136,11 +207,15 @@ int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& 
     invalid(where + "sequence parallelism needs seq_len (" + str(model.seq_len) +
             ") divisible by tp");
   }
-  if (model.layers % (y.pp * y.virtual_stages) != 0) {
-    invalid(where + "the model's layers (" + str(model.layers) +
-            ") are not divisible into pp x vp = " + str(y.pp * y.virtual_stages) + " model chunks");
-  }
   if (y.virtual_stages > 1 && y.pp < 2) invalid(where + "vp > 1 (interleaving) needs pp >= 2");
+  if (y.overlap.tp && y.tp > 1 && !y.sequence_parallel) {
+    invalid(where + "overlap=tp needs sp=1 (it overlaps SP's all-gathers and reduce-scatters)");
+  }
+  layers_per_stage(model, y);
+  if (y.precision == Precision::fp8 && !(cluster.gpu.fp8_peak_tflops > 0)) {
+    invalid(where + "precision=fp8, but the cluster's " + cluster.gpu.name +
+            " has no FP8 peak (node.gpu.fp8_peak_tflops is 0)");
+  }
   const int gb = y.global_batch > 0 ? y.global_batch : model.global_batch;
   if (gb % (y.dp * y.micro_batch) != 0) {
     invalid(where + "the global batch (" + str(gb) +
@@ -160,6 +235,7 @@ namespace {
 void Estimator::check() {
   layout_.global_batch = validate_layout(model_, layout_, cluster_);
   m_ = layout_.global_batch / (layout_.dp * layout_.micro_batch);
+  stage_layers_ = layers_per_stage(model_, layout_);
 }
 
 const CollectiveEstimate& Estimator::collective(Collective op, double bytes, ParallelDim dim) {
@@ -194,39 +270,78 @@ CollectiveEstimate Estimator::tp_pair() {
   return gather;
 }
 
-StageTime Estimator::stage_time(bool first, bool last) {
+// Compute (Narayanan et al. 2021, appendix): the forward weight GEMMs (QKV, projection, MLP) with
+// m = bs tokens, their output or input width split over TP; backward, the input- and
+// weight-gradient GEMMs of each. The attention core (4bs^2h/t FLOPs forward) fused, or as
+// batched GEMMs of a/t heads with the s x s scores in memory. Element-wise work (norms,
+// activation functions, dropout, softmax when materialized, residual adds) is memory-bound: each
+// activation byte of Korthikanti et al.'s count is written once and read once in the forward
+// pass, and the backward pass moves twice that (saved input and gradient in, gradient out).
+// Without SP the 10sbh replicated part is repeated on every TP rank.
+LayerCompute Estimator::layer_compute() const {
   const Dims& d = d_;
-  const double layers = d.l / layout_.pp;
-  const double hbm = cluster_.gpu.hbm_gbps * 1e9;
-  StageTime st;
-
-  // Compute (Narayanan et al. 2021, appendix): forward GEMMs 2bs(4h^2 + 2hf) and attention
-  // 4bs^2h FLOPs per layer, split over TP; backward twice the forward. Full recomputation repeats
-  // the forward, selective recomputation the attention core (Korthikanti et al. 2022, Section 5).
-  const double gemm_f = 2 * d.b * d.s * (4 * d.h * d.h + 2 * d.h * d.f) / d.t;
-  const double attention_f = 4 * d.b * d.s * d.s * d.h / d.t;
-  const double flops_f = gemm_f + attention_f;
-  double flops_b = 2 * flops_f;
-  if (layout_.recompute == Recompute::full) flops_b += flops_f;
-  if (layout_.recompute == Recompute::selective) flops_b += attention_f;
-  // Element-wise work (LayerNorm, GeLU, dropout, softmax, residual adds) is memory-bound: each
-  // activation byte of Korthikanti et al.'s count is written once and read once in the forward
-  // pass, and the backward pass moves twice that (saved input and gradient in, gradient out).
-  // Without SP the 10sbh replicated part is repeated on every TP rank.
+  const ComputeModel& gpu = layer_compute_model_;
+  const double tokens = d.b * d.s;
+  const GemmShape gemms[kLayerGemms] = {
+      {tokens, (d.h + 2 * d.r * d.h) / d.t, d.h},    // QKV
+      {tokens, d.h, d.h / d.t},                      // projection
+      {tokens, (d.gated ? 2 : 1) * d.f / d.t, d.h},  // MLP up (and gate)
+      {tokens, d.h, d.f / d.t},                      // MLP down
+  };
+  LayerCompute c;
+  double flops = 0;
+  for (int i = 0; i < kLayerGemms; ++i) {
+    c.gemm_f_each[i] = gpu.gemm_s(gemms[i]);
+    c.gemm_b_each[i] = gpu.gemm_backward_s(gemms[i]);
+    c.gemm_f += c.gemm_f_each[i];
+    c.gemm_b += c.gemm_b_each[i];
+    flops += gemms[i].flops();
+  }
+  c.gemm_efficiency = flops / (c.gemm_f * gpu.gemm_peak());
+  const double attention_flops = 4 * d.b * d.s * d.s * d.h / d.t;
+  if (d.flash) {
+    c.attention_f = gpu.flash_attention_s(attention_flops);
+    c.attention_b = gpu.flash_attention_s(2 * attention_flops);
+  } else {
+    // Attention GEMMs stay in BF16 under FP8 too.
+    const ComputeModel& bf16 = bf16_compute_model_;
+    const double heads = d.b * d.a / d.t;
+    const GemmShape scores{d.s, d.s, d.head_size(), heads};
+    const GemmShape values{d.s, d.head_size(), d.s, heads};
+    c.attention_f = bf16.gemm_s(scores) + bf16.gemm_s(values);
+    c.attention_b = bf16.gemm_backward_s(scores) + bf16.gemm_backward_s(values);
+  }
   const LayerActivations act = layer_activations(d);
-  const double elementwise_f = 2 * act.total();
-  double elementwise_b = 2 * elementwise_f;
-  if (layout_.recompute == Recompute::full) elementwise_b += elementwise_f;
-  if (layout_.recompute == Recompute::selective) elementwise_b += 2 * act.attention;
-  st.compute_f = layers * (flops_f / rate_ + elementwise_f / hbm);
-  st.compute_b = layers * (flops_b / rate_ + elementwise_b / hbm);
+  c.elementwise_f = gpu.memory_s(2 * act.total());
+  c.elementwise_b = 2 * c.elementwise_f;
+  return c;
+}
+
+StageTime Estimator::stage_time(int stage) {
+  const Dims& d = d_;
+  const int p = layout_.pp;
+  const bool first = stage == 0, last = stage == p - 1;
+  const double layers = stage_layers_[stage];
+  const LayerCompute& c = layer_;
+  StageTime st;
+  // Full recomputation repeats the forward pass in the backward one; selective recomputation
+  // the attention core (Korthikanti et al. 2022, Section 5), which a fused kernel never stores.
+  const double forward = c.gemm_f + c.attention_f + c.elementwise_f;
+  double backward = c.gemm_b + c.attention_b + c.elementwise_b;
+  if (layout_.recompute == Recompute::full) backward += forward;
+  if (layout_.recompute == Recompute::selective && !d.flash) {
+    backward += c.attention_f + layer_compute_model_.memory_s(2 * layer_activations(d).attention);
+  }
+  st.compute_f = layers * forward;
+  st.compute_b = layers * backward;
   if (last) {
-    // Output layer: logits GEMM 2bshV / t (vocab-parallel), never recomputed, and the fp32
-    // softmax/cross-entropy over the logits.
-    const double logits_f = 2 * d.b * d.s * d.h * d.v / d.t;
+    // Output layer: logits GEMM bs x V/t x h (vocab-parallel, BF16), never recomputed, and the
+    // fp32 softmax/cross-entropy over the logits.
+    const ComputeModel& bf16 = bf16_compute_model_;
+    const GemmShape logits{d.b * d.s, d.v / d.t, d.h};
     const double logit_bytes = d.b * d.s * d.v / d.t * kLogitBytes;
-    st.compute_f += logits_f / rate_ + 2 * logit_bytes / hbm;
-    st.compute_b += 2 * logits_f / rate_ + 4 * logit_bytes / hbm;
+    st.compute_f += bf16.gemm_s(logits) + bf16.memory_s(2 * logit_bytes);
+    st.compute_b += bf16.gemm_backward_s(logits) + bf16.memory_s(4 * logit_bytes);
   }
 
   // TP collectives, on the critical path (Shoeybi et al. 2019, Figure 4): per layer 2 all-reduces
@@ -234,10 +349,25 @@ StageTime Estimator::stage_time(bool first, bool last) {
   // reduce-scatter in place of each with SP); full recomputation repeats the forward ones.
   if (d.t > 1) {
     const double bytes = d.s * d.b * d.h * kActivationBytes;
-    const double pair = tp_pair_.us;
-    const double recompute_pairs = layout_.recompute == Recompute::full ? 2 : 0;
-    st.tp_f = layers * 2 * pair * 1e-6;
-    st.tp_b = layers * (2 + recompute_pairs) * pair * 1e-6;
+    const double pair = tp_pair_.us * 1e-6;
+    double layer_tp_f = 2 * pair, layer_tp_b = 2 * pair;
+    if (layout_.overlap.tp) {
+      // Megatron's tp-comm-overlap (SP only): each all-gather runs in chunks beside the GEMM
+      // that consumes it, each reduce-scatter beside the GEMM that produces it (forward; in the
+      // backward pass beside the input- and weight-gradient GEMMs); only what the GEMM does not
+      // cover is exposed. The GEMMs' slowdown from sharing the SMs is not modelled.
+      const double ag = collective_us(Collective::all_gather, bytes, ParallelDim::tp) * 1e-6;
+      const double rs = collective_us(Collective::reduce_scatter, bytes, ParallelDim::tp) * 1e-6;
+      const double comm[kLayerGemms] = {ag, rs, ag, rs};  // QKV, projection, MLP up, MLP down
+      layer_tp_f = layer_tp_b = 0;
+      for (int i = 0; i < kLayerGemms; ++i) {
+        layer_tp_f += std::max(0.0, comm[i] - c.gemm_f_each[i]);
+        layer_tp_b += std::max(0.0, comm[i] - c.gemm_b_each[i]);
+      }
+    }
+    if (layout_.recompute == Recompute::full) layer_tp_b += layer_tp_f;
+    st.tp_f = layers * layer_tp_f;
+    st.tp_b = layers * layer_tp_b;
     // The vocab-parallel embedding reduces its output (g: all-reduce forward; with SP a
     // reduce-scatter forward and an all-gather backward); the output layer's input is f
     // (all-reduce backward; with SP all-gather forward, reduce-scatter backward).
@@ -263,30 +393,36 @@ StageTime Estimator::stage_time(bool first, bool last) {
     double p2p = collective_us(Collective::send_recv, full / d.t, ParallelDim::pp) * 1e-6;
     if (d.t > 1 && !d.sp)
       p2p += collective_us(Collective::all_gather, full, ParallelDim::tp) * 1e-6;
-    st.p2p_f = layout_.virtual_stages * p2p;
-    st.p2p_b = layout_.virtual_stages * p2p;
+    // Overlapped (Megatron's overlap_p2p_comm), a transfer hides behind the chunk computed
+    // meanwhile; what it does not cover is exposed.
+    const double chunks = layout_.virtual_stages;
+    if (layout_.overlap.pp) {
+      st.p2p_f = chunks * std::max(0.0, p2p - st.forward() / chunks);
+      st.p2p_b = chunks * std::max(0.0, p2p - st.backward() / chunks);
+    } else {
+      st.p2p_f = st.p2p_b = chunks * p2p;
+    }
   }
   return st;
 }
 
-// Parameters held by one GPU of a stage: the layer GEMM weights and their column-parallel biases
-// are split over TP, row-parallel biases and LayerNorms (6h per layer) are not; the first stage
-// holds the vocab-parallel token embedding and the positions, the last the output layer (tied to
-// the embedding: a second copy when pp > 1, as Megatron keeps).
-double Estimator::stage_parameters(bool first, bool last) const {
-  const Dims& d = d_;
-  const double layer = (4 * d.h * d.h + 2 * d.h * d.f + 3 * d.h + d.f) / d.t + 6 * d.h;
-  double params = d.l / layout_.pp * layer;
-  if (first) params += d.v * d.h / d.t + model_.seq_len * d.h;
-  if (last && !first) params += d.v * d.h / d.t;
+// Parameters held by one GPU of a stage: the layers' TP-split and replicated parameters; the
+// first stage holds the vocab-parallel token embedding and learned positions, the last the
+// output layer (tied to the embedding: a second copy when pp > 1, as Megatron keeps).
+double Estimator::stage_parameters(int stage) const {
+  const bool first = stage == 0, last = stage == layout_.pp - 1;
+  const LayerParameters layer = model_.layer_parameters();
+  double params = stage_layers_[stage] * (layer.sharded / d_.t + layer.replicated);
+  if (first) params += d_.v * d_.h / d_.t + (model_.learned_positions ? model_.seq_len * d_.h : 0);
+  if (last && (!first || !model_.tied_embeddings)) params += d_.v * d_.h / d_.t;
   return params;
 }
 
 MemoryEstimate Estimator::stage_memory(int stage) const {
   const Dims& d = d_;
   const int p = layout_.pp, v = layout_.virtual_stages;
-  const bool first = stage == 0, last = stage == p - 1;
-  const double params = stage_parameters(first, last);
+  const bool last = stage == p - 1;
+  const double params = stage_parameters(stage);
   MemoryEstimate mem;
   mem.weights_gb = params * kWeightBytes / kGB;
   mem.gradients_gb = params * kGradBytes / kGB;
@@ -294,16 +430,17 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
       params * kOptimizerBytes / (layout_.distributed_optimizer ? layout_.dp : 1) / kGB;
 
   // Layers whose activations are held at the peak: in 1F1B, stage i has min(m, p - i)
-  // micro-batches in flight, each over L/p layers (stage 0: L layers' worth, Korthikanti et al.
+  // micro-batches in flight, each over its layers (stage 0: L layers' worth, Korthikanti et al.
   // 2022, Section 4.2.3); in Megatron's interleaved schedule stage i warms up with
-  // 2(p - i - 1) + (v - 1)p chunk passes plus the one in progress, each of L/(pv) layers (stage 0:
-  // L (1 + (p - 1)/(pv))).
+  // 2(p - i - 1) + (v - 1)p chunk passes plus the one in progress, each of a v-th of its layers
+  // (stage 0: L (1 + (p - 1)/(pv))).
+  const double layers = stage_layers_[stage];
   double layers_held = 0;
   if (v == 1) {
-    layers_held = std::min(m_, p - stage) * d.l / p;
+    layers_held = std::min(m_, p - stage) * layers;
   } else {
     const double chunks = std::min(m_ * v, 2 * (p - stage - 1) + (v - 1) * p + 1);
-    layers_held = chunks * d.l / (p * v);
+    layers_held = chunks * layers / v;
   }
   double act = layers_held * stored_layer_activations(d, layout_.recompute);
   // Recomputation rebuilds what it dropped, one layer at a time, in the backward pass.
@@ -316,12 +453,14 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
   return mem;
 }
 
-// Gradient reduction over DP, bucketed like Megatron's DistributedDataParallel and overlapped with
-// the backward pass of the last micro-batch: bucket i (of n) is ready (i + 1)/n of the way through
-// that pass, buckets go one after another, and what ends after the pass is exposed. With the
-// distributed optimizer the buckets are reduce-scattered and, after the optimizer step, the bf16
-// parameters all-gathered (not overlapped: Megatron's overlap_param_gather is off by default).
-void Estimator::data_parallel(double params, double backward_s, StepEstimate& out) {
+// Gradient reduction over DP, bucketed like Megatron's DistributedDataParallel and (overlap
+// dp_grads, the default) overlapped with the backward pass of the last micro-batch: bucket i (of
+// n) is ready (i + 1)/n of the way through that pass, buckets go one after another, and what ends
+// after the pass is exposed. With the distributed optimizer the buckets are reduce-scattered and,
+// after the optimizer step, the bf16 parameters all-gathered: exposed, or (dp_params) beside the
+// next step's first forward pass.
+void Estimator::data_parallel(double params, double forward_s, double backward_s,
+                              StepEstimate& out) {
   const int dp = layout_.dp;
   if (dp <= 1) return;
   const GroupShape group = layout_.group_of(ParallelDim::dp);
@@ -334,7 +473,8 @@ void Estimator::data_parallel(double params, double backward_s, StepEstimate& ou
   for (int i = 0; i < buckets; ++i) {
     const double n = i + 1 < buckets ? bucket : last_bucket;
     const double us = collective_us(op, n * kGradBytes, ParallelDim::dp);
-    const double ready = backward_s * (i + 1) / buckets;
+    // Not overlapped, every bucket waits for the whole backward pass.
+    const double ready = layout_.overlap.dp_grads ? backward_s * (i + 1) / buckets : backward_s;
     end = std::max(end, ready) + us * 1e-6;
     total += us * 1e-6;
   }
@@ -345,7 +485,8 @@ void Estimator::data_parallel(double params, double backward_s, StepEstimate& ou
       const double n = i + 1 < buckets ? bucket : last_bucket;
       gather += collective_us(Collective::all_gather, n * kWeightBytes, ParallelDim::dp) * 1e-6;
     }
-    exposed += gather;
+    // Overlapped, the next step's first forward pass covers what it can.
+    exposed += layout_.overlap.dp_params ? std::max(0.0, gather - forward_s) : gather;
     total += gather;
   }
   out.breakdown.dp_exposed_s = exposed;
@@ -372,22 +513,24 @@ StepEstimate Estimator::run() {
   d_.v = model_.vocab;
   d_.l = model_.layers;
   d_.t = layout_.tp;
+  d_.r = model_.kv_width() / model_.hidden;
   d_.sp = layout_.sequence_parallel && layout_.tp > 1;
+  d_.gated = model_.gated_mlp;
+  d_.flash = layout_.attention == AttentionKernel::flash;
   StepEstimate out;
   out.layout = layout_;
-  // Achieved GEMM efficiency grows with the per-GPU GEMM width k = h / t.
-  const double k = d_.h / d_.t;
-  out.gemm_efficiency = gpu.max_gemm_efficiency * k / (k + gpu.half_efficiency_width);
-  rate_ = gpu.peak_tflops * 1e12 * out.gemm_efficiency;
+  layer_ = layer_compute();
+  out.gemm_efficiency = layer_.gemm_efficiency;
   tp_pair_ = tp_pair();
   out.tp_all_reduce = tp_pair_;
 
   // The pipeline runs at the pace of its slowest stage (the first holds the embedding, the last
-  // the output layer; all hold L/p layers).
+  // the output layer, the stages between them are alike).
   const int p = layout_.pp, v = layout_.virtual_stages;
-  StageTime slowest = stage_time(true, p == 1);
-  if (p > 1) {
-    for (const StageTime& st : {stage_time(false, false), stage_time(false, true)}) {
+  StageTime slowest = stage_time(0);
+  for (int stage : {1, p - 1}) {
+    if (stage < p) {
+      const StageTime st = stage_time(stage);
       if (st.total() > slowest.total()) slowest = st;
     }
   }
@@ -398,7 +541,7 @@ StepEstimate Estimator::run() {
   bd.tp_comm_s = m_ * (slowest.tp_f + slowest.tp_b);
   bd.pp_comm_s = m_ * (slowest.p2p_f + slowest.p2p_b);
   bd.pp_bubble_s = (p - 1) * slowest.total() / v;
-  if (p > 1) {
+  if (p > 1 && model_.tied_embeddings) {
     // The tied embedding's gradient is all-reduced between the first and last stage once a step
     // (fp32, V h / t per GPU); modelled as a pipeline send of that size.
     bd.pp_comm_s +=
@@ -417,8 +560,9 @@ StepEstimate Estimator::run() {
     }
   }
 
-  const double params = std::max(stage_parameters(true, p == 1), stage_parameters(false, true));
-  data_parallel(params, slowest.backward(), out);
+  double params = 0;
+  for (int stage = 0; stage < p; ++stage) params = std::max(params, stage_parameters(stage));
+  data_parallel(params, slowest.forward(), slowest.backward(), out);
   const double optimizer_params = params / (layout_.distributed_optimizer ? layout_.dp : 1);
   bd.optimizer_s = optimizer_params * kOptimizerTrafficBytes / (gpu.hbm_gbps * 1e9);
 
@@ -426,6 +570,7 @@ StepEstimate Estimator::run() {
                bd.optimizer_s;
   const double gb = layout_.global_batch;
   out.tokens_per_s = gb * model_.seq_len / out.step_s;
+  // Against the BF16 peak in either precision, as MFU is usually quoted.
   out.mfu = model_.step_flops(gb) / (out.step_s * layout_.gpus() * gpu.peak_tflops * 1e12);
   out.fits = out.memory.total_gb() <= gpu.memory_gb;
 

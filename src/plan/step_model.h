@@ -1,8 +1,9 @@
 // The time and memory of one training step of a model under a layout on a cluster: compute per
-// layer from FLOPs and a GEMM efficiency curve, TP collectives on the critical path, pipeline
-// bubbles of 1F1B and interleaved schedules, p2p activations between stages, data-parallel
-// gradient reduction bucketed and overlapped with the last backward pass, optimizer, and memory
-// per GPU (weights, gradients, optimizer state, activations per Korthikanti et al. 2022).
+// layer from each GEMM's shape and the attention kernel (ComputeModel), TP collectives on the
+// critical path, pipeline bubbles of 1F1B and interleaved schedules, p2p activations between
+// stages, data-parallel gradient reduction bucketed and overlapped with the last backward pass,
+// optimizer, and memory per GPU (weights, gradients, optimizer state, activations per Korthikanti
+// et al. 2022).
 #pragma once
 
 #include <string>
@@ -66,6 +67,11 @@ struct StepEstimate {
 // degrees not matching the GPU count, heads or layers not divisible, a global batch not
 // divisible into micro-batches, interleaving without enough micro-batches, ...
 int validate_layout(const ModelSpec& model, const Layout& layout, const ClusterSpec& cluster);
+
+// Layers of each pipeline stage: L / pp each (in vp equal chunks), or first= and last= for the
+// end stages and the rest split evenly (at least vp layers each). Throws Error(invalid_argument)
+// where they do not divide.
+std::vector<int> layers_per_stage(const ModelSpec& model, const Layout& layout);
 
 // Throws Error(invalid_argument) naming the problem when the layout is impossible for the model
 // and cluster: degrees not matching the GPU count, heads or layers not divisible, a global batch

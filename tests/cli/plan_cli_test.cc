@@ -136,17 +136,30 @@ TEST(PlanCommand, BadInputIsNamed) {
        2,
        "--search needs --gpus (or a cluster file that says how many nodes); 'dgx-h100' is a "
        "preset"},
+      {{"plan", "--cluster", "dgx-h100", "--gpus", "64", "--model", "gpt-7b", "--search", "--with",
+        "precision=fp8,pp=2"},
+       1,
+       "the search's framework options are precision, attention and overlap only"},
+      {{"plan", "--cluster", "dgx-a100", "--gpus", "64", "--model", "gpt-7b", "--search", "--with",
+        "precision=fp8"},
+       1,
+       "precision=fp8: the accelerator A100-SXM-80GB has no FP8 peak"},
+      {{"plan", "--cluster", "dgx-h100", "--model", "gpt-7b", "--layout", "tp=8", "--with",
+        "precision=fp8"},
+       2,
+       "--with applies to --search"},
       {{"plan", "--cluster", "dgx-h100", "--model", "gpt-7b", "--layout", "tp=8",
         "--allow-batch-rounding"},
        2,
        "--allow-batch-rounding applies to --search"},
-      // On 1,000 GPUs every DP size gpt-175b leaves (125 .. 1000) misses 1536: said, not "TP
+      // On 1,000 GPUs every DP size gpt-175b leaves (5 .. 1000) misses 1536: said, not "TP
       // must divide the heads".
       {{"plan", "--cluster", "dgx-h100", "--gpus", "1000", "--model", "gpt-175b", "--search",
         "--global-batch", "1536"},
        1,
        "splits the global batch of 1536 sequences: the data-parallel sizes the GPU count leaves "
-       "(with TP dividing the heads and PP the layers) are 125, 250, 500, 1000"},
+       "(with TP dividing the heads and PP splitting the layers) are 5, 10, 20, 25, 40, 50, 100, "
+       "125, 200, 250, 500, 1000"},
       {{"plan", "show-cluster", "dgx-h100", "--cluster", "dgx-a100"},
        2,
        "give the cluster once: as the argument ('dgx-h100') or as --cluster ('dgx-a100')"},

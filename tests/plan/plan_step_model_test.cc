@@ -48,6 +48,10 @@ TEST(PlanModelSpec, PresetParameterCountsMatchPublishedOnes) {
       {"gpt-175b", 174.6e9, 0.001, "Narayanan et al. 2021 Table 2"},
       {"gpt-530b", 529.6e9, 0.001, "Narayanan et al. 2021 Table 1"},
       {"gpt-1t", 1008.0e9, 0.001, "Narayanan et al. 2021 Table 1"},
+      // Meta's model cards (the final RMSNorm, h parameters, is left out here).
+      {"llama3-8b", 8.030e9, 0.001, "Llama 3 8B, 8,030,261,248"},
+      {"llama3-70b", 70.554e9, 0.001, "Llama 3 70B, 70,553,706,496"},
+      {"llama3-405b", 405.853e9, 0.001, "Llama 3.1 405B, 405,853,388,800"},
   };
   for (const Published& p : published) {
     const ModelSpec model = model_preset(p.preset);
@@ -145,12 +149,27 @@ TEST(PlanLayout, ParsesAndRoundTrips) {
   EXPECT_TRUE(y.distributed_optimizer);
   EXPECT_EQ(y.gpus(), 512);
   EXPECT_EQ(y.to_string(),
-            "tp=8,pp=4,dp=16,mb=2,gb=1536,sp=1,vp=2,recompute=selective,order=tp-pp-dp,zero1=1");
+            "tp=8,pp=4,dp=16,mb=2,gb=1536,sp=1,vp=2,recompute=selective,order=tp-pp-dp,zero1=1,"
+            "precision=bf16,attention=flash,overlap=dp_grads");
   EXPECT_EQ(parse_layout(y.to_string()).to_string(), y.to_string());
   // Keys may come in any order and be left out.
   const Layout d = parse_layout("dp=2,tp=4");
   EXPECT_EQ(d.to_string(),
-            "tp=4,pp=1,dp=2,mb=1,gb=0,sp=0,vp=1,recompute=none,order=tp-dp-pp,zero1=0");
+            "tp=4,pp=1,dp=2,mb=1,gb=0,sp=0,vp=1,recompute=none,order=tp-dp-pp,zero1=0,"
+            "precision=bf16,attention=flash,overlap=dp_grads");
+  // The compute and schedule options, and uneven end stages.
+  const Layout e = parse_layout(
+      "tp=8,pp=16,precision=fp8,attention=materialized,overlap=tp+pp+dp_params,first=7,last=7");
+  EXPECT_EQ(e.precision, Precision::fp8);
+  EXPECT_EQ(e.attention, AttentionKernel::materialized);
+  EXPECT_TRUE(e.overlap.tp && e.overlap.pp && e.overlap.dp_params);
+  EXPECT_FALSE(e.overlap.dp_grads);
+  EXPECT_EQ(e.first_stage_layers, 7);
+  EXPECT_EQ(e.last_stage_layers, 7);
+  EXPECT_EQ(parse_layout(e.to_string()).to_string(), e.to_string());
+  const Layout none = parse_layout("overlap=none");
+  EXPECT_FALSE(none.overlap.tp || none.overlap.pp || none.overlap.dp_grads ||
+               none.overlap.dp_params);
   EXPECT_EQ(parse_layout("").gpus(), 1);
 }
 
@@ -168,6 +187,10 @@ TEST(PlanLayout, RejectsBadKeysAndValuesByName) {
   EXPECT_INVALID(parse_layout("order=tp-tp-pp"), "order=tp-tp-pp");
   EXPECT_INVALID(parse_layout("tp=2,tp=4"), "tp is given twice");
   EXPECT_INVALID(parse_layout("gb=-1"), "gb=-1");
+  EXPECT_INVALID(parse_layout("precision=fp4"), "precision=fp4", "bf16 or fp8");
+  EXPECT_INVALID(parse_layout("attention=sparse"), "attention=sparse", "flash or materialized");
+  EXPECT_INVALID(parse_layout("overlap=tp+ep"), "overlap=tp+ep", "'ep'", "dp_params");
+  EXPECT_INVALID(parse_layout("first=0"), "first=0", "at least 1");
 }
 
 TEST(PlanLayout, GroupStridesFollowTheOrder) {
@@ -237,8 +260,10 @@ TEST(PlanStepModel, MemoryFollowsKorthikantiFormulas) {
   EXPECT_DOUBLE_EQ(5 * a * s / h, 80);
   const double t = 8, p = 8, b = 1, sbh = s * b * h;
   const double logits = b * s * v / t * 4;
+  // Korthikanti et al. count materialized attention (the s x s scores in memory).
   auto activations = [&](const std::string& options) {
-    return estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,gb=64," + options, 64).memory.activations_gb *
+    return estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,gb=64,attention=materialized," + options, 64)
+               .memory.activations_gb *
            1e9;
   };
   // The first stage holds p micro-batches of L/p layers: L layers' worth (Section 4.2.3).
@@ -261,14 +286,39 @@ TEST(PlanStepModel, MemoryFollowsKorthikantiFormulas) {
               l * (1 + (p - 1) / (p * vp)) * sbh / t * 34 + 5 * a * s * s * b / t, 1e3);
   // One micro-batch per step: every stage holds one micro-batch of L/p layers; the first stage
   // (whose embedding makes it the largest) is the one reported.
-  const StepEstimate one =
-      estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,gb=1,sp=1,recompute=selective", 64);
+  const StepEstimate one = estimate(
+      "gpt-175b", "tp=8,pp=8,dp=1,mb=1,gb=1,sp=1,recompute=selective,attention=materialized", 64);
   EXPECT_NEAR(one.memory.activations_gb * 1e9, l / p * sbh / t * 34 + 5 * a * s * s * b / t, 1e3);
   // Without a pipeline the one stage also holds the fp32 logits, b s V / t * 4 bytes.
-  const StepEstimate flat =
-      estimate("gpt-175b", "tp=8,pp=1,dp=1,mb=1,gb=8,sp=1,recompute=selective", 8);
+  const StepEstimate flat = estimate(
+      "gpt-175b", "tp=8,pp=1,dp=1,mb=1,gb=8,sp=1,recompute=selective,attention=materialized", 8);
   EXPECT_NEAR(flat.memory.activations_gb * 1e9, l * sbh / t * 34 + 5 * a * s * s * b / t + logits,
               1e3);
+  // Fused attention keeps no s x s tensor, only the fp32 softmax statistics (4 bytes per head and
+  // token); selective recomputation has nothing left to drop.
+  const double flash =
+      estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,gb=64,sp=1", 64).memory.activations_gb * 1e9;
+  EXPECT_NEAR(flash, l * (sbh / t * 34 + 4 * a * s * b / t), 1e3);
+  EXPECT_DOUBLE_EQ(estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,gb=64,sp=1,recompute=selective", 64)
+                           .memory.activations_gb *
+                       1e9,
+                   flash);
+}
+
+// Grouped-query attention and a gated MLP change the stored activations as they change the
+// tensors: K and V are r = kv_heads/heads as wide, the MLP keeps gate, up and their product.
+TEST(PlanStepModel, ActivationsOfGqaAndGatedMlp) {
+  const ModelSpec m = model_preset("llama3-70b");
+  const double s = m.seq_len, h = m.hidden, f = m.ffn(), a = m.heads, t = 8;
+  const double r = 8.0 / 64, sbh = s * h;
+  CollectivePlanner planner(cluster_preset("dgx-h100", 64));
+  const StepEstimate e = estimate_step(m, parse_layout("tp=8,pp=8,dp=1,mb=1,gb=1,sp=1"), planner);
+  // One micro-batch: every stage holds its 10 layers once; the per-layer count with SP is
+  // (10 sbh + (4 + 4r) sbh + 6 sbf) / t plus the softmax statistics. The last stage, with the
+  // untied output layer and the fp32 logits (s V / t * 4 bytes), needs the most.
+  const double layer = (10 * sbh + (4 + 4 * r) * sbh + 6 * s * f) / t + 4 * a * s / t;
+  const double logits = s * m.vocab / t * 4;
+  EXPECT_NEAR(e.memory.activations_gb * 1e9, 10 * layer + logits, 1e3);
 }
 
 TEST(PlanStepModel, WeightGradientAndOptimizerBytes) {
@@ -292,7 +342,7 @@ TEST(PlanStepModel, MonotoneInTheObviousDirections) {
   EXPECT_LT(pp8.memory.weights_gb, pp4.memory.weights_gb);
   EXPECT_LT(pp8.memory.optimizer_gb, pp4.memory.optimizer_gb);
   // Full recomputation: less activation memory, more compute.
-  const std::string base = "tp=8,pp=8,dp=1,mb=1,sp=1,recompute=";
+  const std::string base = "tp=8,pp=8,dp=1,mb=1,sp=1,attention=materialized,recompute=";
   const StepEstimate none = estimate("gpt-175b", base + "none", 64);
   const StepEstimate sel = estimate("gpt-175b", base + "selective", 64);
   const StepEstimate full = estimate("gpt-175b", base + "full", 64);
@@ -302,8 +352,13 @@ TEST(PlanStepModel, MonotoneInTheObviousDirections) {
   EXPECT_GT(sel.breakdown.compute_s, none.breakdown.compute_s);
   EXPECT_GT(full.breakdown.tp_comm_s, sel.breakdown.tp_comm_s);  // the forward's collectives again
   EXPECT_LT(full.mfu, none.mfu);
+  // Fused attention: less memory and less time than materialized.
+  const StepEstimate flash = estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,sp=1", 64);
+  EXPECT_LT(flash.memory.activations_gb, none.memory.activations_gb);
+  EXPECT_LT(flash.breakdown.compute_s, none.breakdown.compute_s);
   // Sequence parallelism: less activation memory and less element-wise work, same bytes moved.
-  const StepEstimate no_sp = estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,sp=0", 64);
+  const StepEstimate no_sp =
+      estimate("gpt-175b", "tp=8,pp=8,dp=1,mb=1,sp=0,attention=materialized", 64);
   EXPECT_LT(none.memory.activations_gb, no_sp.memory.activations_gb);
   EXPECT_LT(none.breakdown.compute_s, no_sp.breakdown.compute_s);
   // Interleaving shrinks the bubble and adds p2p traffic.
@@ -368,7 +423,11 @@ ClusterSpec dgx2h(int gpus, double max_gemm_efficiency) {
   c.name = "dgx-2h-" + std::to_string(gpus);
   c.nodes = 1;
   c.gpus_per_node = gpus;  // the GPUs of one TP group; all on the node's NVSwitch
-  c.gpu = {"V100-SXM3-32GB", 125, 32, 900, max_gemm_efficiency, 128};
+  c.gpu.name = "V100-SXM3-32GB";
+  c.gpu.peak_tflops = 125;
+  c.gpu.memory_gb = 32;
+  c.gpu.hbm_gbps = 900;
+  c.gpu.max_gemm_efficiency = max_gemm_efficiency;
   c.scale_up = {"nvlink2-nvswitch", 150, 5.0, 0.80};
   c.nics_per_node = 1;
   c.nic_gbits = 100;
@@ -478,7 +537,7 @@ TEST(PlanStepValidation, NarayananWeakScalingOnA100) {
       {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
   };
   constexpr double kTolerance = 0.15;  // relative
-  auto predict = [](const Row& r, double max_eff) {
+  auto predict = [](const Row& r, double scale = 1.0) {
     ModelSpec m;
     m.name = "narayanan-" + std::to_string(r.billions);
     m.layers = r.layers;
@@ -486,30 +545,32 @@ TEST(PlanStepValidation, NarayananWeakScalingOnA100) {
     m.heads = r.heads;
     m.global_batch = r.batch;
     ClusterSpec cluster = cluster_preset("dgx-a100", r.gpus);
-    cluster.gpu.max_gemm_efficiency = max_eff;
-    cluster.gpu.half_efficiency_width = 128;
+    cluster.gpu.max_gemm_efficiency *= scale;
     CollectivePlanner planner(cluster);
     const int vp = r.pp > 1 && r.layers % (2 * r.pp) == 0 ? 2 : 1;
     const Layout layout =
         parse_layout("tp=" + std::to_string(r.tp) + ",pp=" + std::to_string(r.pp) +
                      ",dp=" + std::to_string(r.gpus / (r.tp * r.pp)) +
-                     ",mb=1,vp=" + std::to_string(vp) + ",recompute=full");
+                     ",mb=1,vp=" + std::to_string(vp) + ",recompute=full,attention=materialized");
     const StepEstimate e = estimate_step(m, layout, planner);
     EXPECT_TRUE(e.fits) << m.name << ": " << (e.notes.empty() ? "" : e.notes[0]);
     return std::make_pair(executed_flops(m) / e.step_s / r.gpus / 1e12, e);
   };
-  double lo = 0.05, hi = 1.0;
-  for (int i = 0; i < 60; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (predict(rows[0], mid).first < rows[0].tflops ? lo : hi) = mid;
+  {
+    double lo = 0.5, hi = 1.0;
+    for (int i = 0; i < 30; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      double log_error = 0;
+      for (const Row& r : rows) log_error += std::log(predict(r, mid).first / r.tflops);
+      (log_error > 0 ? hi : lo) = mid;
+    }
+    std::printf("fitted scale %.4f\n", lo);
   }
-  const double max_eff = 0.5 * (lo + hi);
-  std::printf("calibrated on the 1.7B row: max_gemm_efficiency = %.3f\n", max_eff);
-  std::printf("params   tp  pp  GPUs  TFLOP/s/GPU predicted  published  error\n");
+  std::printf("params   tp  pp  GPUs  TFLOP/s/GPU predicted  published  error  gemm eff\n");
   for (const Row& r : rows) {
-    const auto [tflops, e] = predict(r, max_eff);
-    std::printf("%7.1fB %3d %3d %5d %21.1f %10.0f %5.0f%%\n", r.billions, r.tp, r.pp, r.gpus,
-                tflops, r.tflops, 100 * (tflops / r.tflops - 1));
+    const auto [tflops, e] = predict(r);
+    std::printf("%7.1fB %3d %3d %5d %21.1f %10.0f %5.0f%% %8.2f\n", r.billions, r.tp, r.pp, r.gpus,
+                tflops, r.tflops, 100 * (tflops / r.tflops - 1), e.gemm_efficiency);
     EXPECT_NEAR(tflops, r.tflops, kTolerance * r.tflops) << r.billions << "B";
   }
 }

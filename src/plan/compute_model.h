@@ -1,0 +1,51 @@
+// How fast one accelerator runs the kernels of a training step: a GEMM of a given shape in a
+// given precision (a roofline of the large-GEMM rate and HBM traffic plus a fixed per-kernel
+// cost, so efficiency keeps growing with every dimension), FlashAttention-style fused attention,
+// and memory-bound element-wise work at HBM speed. The step model asks it; nothing else does.
+#pragma once
+
+#include "plan/cluster.h"
+
+namespace tpf::plan {
+
+// The number format of the GEMMs' inputs (Transformer Engine's FP8 keeps attention, element-wise
+// work and the optimizer in 16 bits).
+enum class Precision { bf16, fp8 };
+const char* to_string(Precision precision);
+
+// `count` independent GEMMs (heads of a batched GEMM) of an m x k by k x n product.
+struct GemmShape {
+  double m = 0, n = 0, k = 0;
+  double count = 1;
+  double flops() const { return 2 * m * n * k * count; }
+};
+
+class ComputeModel {
+ public:
+  // Throws Error(invalid_argument) for fp8 on an accelerator without an FP8 peak.
+  ComputeModel(const AcceleratorSpec& gpu, Precision precision);
+
+  // Seconds of the GEMMs: max(FLOPs at the large-GEMM rate, bytes at HBM speed) plus the fixed
+  // cost of one kernel (launch, prologue, the last partial wave of tiles).
+  double gemm_s(const GemmShape& gemm) const;
+  // The forward GEMM and the two backward ones (input and weight gradient), which have the same
+  // FLOPs and the transposed shapes.
+  double gemm_backward_s(const GemmShape& gemm) const;
+  // Achieved fraction of the precision's peak over `gemm`.
+  double gemm_efficiency(const GemmShape& gemm) const;
+  // Fused causal attention (FlashAttention) of `flops` model FLOPs (the full s x s count;
+  // the kernel skips the masked half), at the accelerator's attention efficiency of BF16 peak.
+  double flash_attention_s(double flops) const;
+  // Memory-bound work that moves `bytes` through HBM.
+  double memory_s(double bytes) const;
+  // The peak the GEMMs run against, FLOP/s.
+  double gemm_peak() const { return peak_; }
+
+ private:
+  const AcceleratorSpec& gpu_;
+  double peak_;            // FLOP/s of the GEMMs' precision
+  double large_gemm_eff_;  // achieved fraction of peak_ by a large GEMM
+  double input_bytes_;     // per element of A and B
+};
+
+}  // namespace tpf::plan
