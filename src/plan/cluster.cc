@@ -222,12 +222,13 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
   }
   if (top.has("network")) {
     YamlFields net =
-        top.child("network", {"tiers", "switch_radix", "oversubscription", "rail_optimized",
+        top.child("network", {"tiers", "switch_radix", "oversubscription", "rail_optimized", "pxn",
                               "planes", "link_latency_us", "efficiency"});
     net.read("tiers", c.network.tiers);
     net.read("switch_radix", c.network.switch_radix);
     net.read("oversubscription", c.network.oversubscription);
     net.read("rail_optimized", c.network.rail_optimized);
+    net.read("pxn", c.network.pxn);
     net.read("planes", c.network.planes);
     net.read("link_latency_us", c.network.link_latency_us);
     net.read("efficiency", c.network.efficiency);
@@ -316,6 +317,7 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   out << YAML::Key << "switch_radix" << YAML::Value << c.network.switch_radix;
   out << YAML::Key << "oversubscription" << YAML::Value << c.network.oversubscription;
   out << YAML::Key << "rail_optimized" << YAML::Value << c.network.rail_optimized;
+  out << YAML::Key << "pxn" << YAML::Value << c.network.pxn;
   out << YAML::Key << "planes" << YAML::Value << c.network.planes;
   out << YAML::Key << "link_latency_us" << YAML::Value << c.network.link_latency_us;
   out << YAML::Key << "efficiency" << YAML::Value << c.network.efficiency;

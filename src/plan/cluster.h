@@ -73,9 +73,12 @@ struct NetworkSpec {
   int switch_radix = 64;          // ports per switch
   double oversubscription = 1.0;  // leaf downlinks per uplink (1 = non-blocking)
   bool rail_optimized = true;     // NIC i of every node in a group goes to leaf i of the group
-  int planes = 1;                 // independent copies of the fabric; NIC ports split over them
-  double link_latency_us = 1.0;   // per switch hop, including the switch
-  double efficiency = 0.94;       // achievable fraction of link bandwidth (headers, protocol)
+  // PXN (NCCL >= 2.12): a transfer to a GPU on another rail first crosses NVLink to the sending
+  // node's GPU on the receiver's rail and leaves through that GPU's NIC, staying on one rail.
+  bool pxn = true;
+  int planes = 1;                // independent copies of the fabric; NIC ports split over them
+  double link_latency_us = 1.0;  // per switch hop, including the switch
+  double efficiency = 0.94;      // achievable fraction of link bandwidth (headers, protocol)
 };
 
 struct ClusterSpec {

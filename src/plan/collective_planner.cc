@@ -119,6 +119,11 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
       out.push_back(node * nics + local / (gpn / nics));
     }
   };
+  // PXN: a GPU sends through its node's NIC on the receiver's rail (reached over NVLink), where
+  // rails are what the network is built of, unless another transfer of this step already leaves
+  // through that NIC and its own is free (NCCL then keeps the GPU's own NIC, across rails).
+  const bool pxn = cluster_.network.pxn && topology_->rail_optimized() && nics >= gpn;
+  std::vector<int> sends_from_nic(pxn ? topology_->nic_count() : 0, 0);
   std::vector<Transfer> transfers;
   std::vector<int> src_nics, dst_nics;
   auto add = [&](long long src, long long dst) {
@@ -126,7 +131,14 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
     nics_of(src, src_nics);
     nics_of(dst, dst_nics);
     for (size_t i = 0; i < src_nics.size(); ++i) {
-      transfers.push_back({src_nics[i], dst_nics[i % dst_nics.size()], 1.0});
+      const int receiver = dst_nics[i % dst_nics.size()];
+      int sender = src_nics[i];
+      if (pxn) {
+        const int on_rail = static_cast<int>(src / gpn * nics + receiver % nics);
+        if (sends_from_nic[on_rail] == 0 || sends_from_nic[sender] > 0) sender = on_rail;
+        ++sends_from_nic[sender];
+      }
+      transfers.push_back({sender, receiver, 1.0});
     }
   };
   const int per_node = where.per_node;

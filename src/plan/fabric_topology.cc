@@ -150,7 +150,13 @@ void FabricTopology::build_plane(int plane) {
 }
 
 std::string FabricTopology::end_name(End kind, int plane, int index) const {
-  std::string prefix = planes_ > 1 ? "p" + std::to_string(plane) + ":" : "";
+  // Appended piece by piece: GCC 12 gives a false -Wrestrict for "p" + to_string(...) + ":".
+  std::string prefix;
+  if (planes_ > 1) {
+    prefix = "p";
+    prefix += std::to_string(plane);
+    prefix += ':';
+  }
   switch (kind) {
     case End::nic:
       return prefix + "nic" + std::to_string(index / nics_per_node_) + "." +

@@ -74,7 +74,9 @@ Overlap parse_overlap(const std::string& value) {
 std::string overlap_text(const Overlap& overlap) {
   std::string text;
   for (const auto& [name, flag] : kOverlapParts) {
-    if (overlap.*flag) text += (text.empty() ? "" : "+") + std::string(name);
+    if (!(overlap.*flag)) continue;
+    if (!text.empty()) text += '+';
+    text += name;
   }
   return text.empty() ? "none" : text;
 }

@@ -5,13 +5,19 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <vector>
 
 #include "coll/alpha_beta.h"
 #include "coll/cost_model.h"
 #include "comm/settings.h"
 #include "plan/cluster.h"
 #include "plan/collective_planner.h"
+#include "plan/layout.h"
 #include "plan/layout_search.h"
+#include "plan/model_spec.h"
+#include "plan/routing.h"
+#include "plan/step_model.h"
 #include "tpf/error.h"
 
 namespace tpf::plan {
@@ -78,8 +84,7 @@ TEST(AlphaBeta, RingAllReduceBusBandwidthIsThePortBandwidth) {
   coll::LinkClass link{"test", 0.0, 100.0, 0.0, 0.0};
   for (int n : {2, 8, 64}) {
     const double us = *coll::predict_us(Collective::all_reduce, Algorithm::ring, kGiB, n, link);
-    const double busbw =
-        kGiB / (us * 1e3) * coll::bus_bandwidth_factor(Collective::all_reduce, n);
+    const double busbw = kGiB / (us * 1e3) * coll::bus_bandwidth_factor(Collective::all_reduce, n);
     EXPECT_NEAR(busbw, 100.0, 1e-9);
   }
   EXPECT_FALSE(coll::predict_us(Collective::all_gather, Algorithm::tree, 1e6, 8, link));
@@ -109,8 +114,7 @@ TEST(PublishedFigures, NetworkEfficiencyGivesNcclBusBandwidthPerNicAcrossNodes) 
   // bandwidth per NIC at large sizes (a ring through every NIC: busbw / 8 per node).
   for (int nodes : {2, 4, 16}) {
     CollectivePlanner planner(cluster_preset("dgx-h100", 8 * nodes));
-    const CollectiveEstimate e =
-        planner.estimate(Collective::all_reduce, 8 * kGiB, {8 * nodes, 1});
+    const CollectiveEstimate e = planner.estimate(Collective::all_reduce, 8 * kGiB, {8 * nodes, 1});
     const double per_nic = e.busbw_gbps / 8;
     std::printf("%d nodes all_reduce 8 GiB: %s, busbw %.1f GB/s = %.1f GB/s per NIC\n", nodes,
                 e.algorithm.c_str(), e.busbw_gbps, per_nic);
@@ -167,6 +171,57 @@ TEST(CollectivePlanner, GroupsStraddlingNodesCrossTheNetwork) {
   EXPECT_GT(planner.network_phase({10, 1}).transfers, 0);
 }
 
+// Data-parallel groups whose pipeline stages cut nodes (2,016 GPUs, tp 4, pp 8: a stage is 31.5
+// nodes) have one member on the boundary nodes. NCCL keeps their hops on rails (PXN: over NVLink
+// to the GPU on the receiver's rail, out through its NIC) and so does the planner; the group is
+// then slower only by what the boundary nodes' one NIC per copy (against two elsewhere) costs.
+TEST(CollectivePlanner, GroupsThatCutNodesStayOnRailsAndCostOnlyWhatTheirNicsCost) {
+  const GroupShape irregular{63, 4};
+  ClusterSpec cluster = cluster_preset("dgx-h100", 2016);
+  CollectivePlanner pxn(cluster);
+  EXPECT_FALSE(pxn.placement(irregular).regular);
+  // A hop leaves its rail only where the node's NIC on the receiver's rail already sends for
+  // another hop of the step and its own NIC is free; no NIC sends twice.
+  const std::vector<Transfer> hops = pxn.phase_transfers(irregular, PhaseKind::ring);
+  std::map<int, int> sends;
+  for (const Transfer& t : hops) ++sends[t.src_nic];
+  int on_rail = 0;
+  for (const Transfer& t : hops) {
+    EXPECT_EQ(sends[t.src_nic], 1) << "NIC " << t.src_nic;
+    if (t.src_nic % 8 == t.dst_nic % 8) {
+      ++on_rail;
+    } else {
+      EXPECT_EQ(sends.count(t.src_nic / 8 * 8 + t.dst_nic % 8), 1u) << "NIC " << t.src_nic;
+    }
+  }
+  EXPECT_GT(on_rail, 0.9 * hops.size());
+  const NetworkPhase& phase = pxn.network_phase(irregular);
+  EXPECT_DOUBLE_EQ(phase.min_rate_gbps, phase.nic_gbps);  // no NIC or link shared
+  cluster.network.pxn = false;
+  CollectivePlanner no_pxn(cluster);
+  int crossing = 0;
+  for (const Transfer& t : no_pxn.phase_transfers(irregular, PhaseKind::ring)) {
+    crossing += t.src_nic % 8 != t.dst_nic % 8;
+  }
+  EXPECT_GT(crossing, 0);
+  EXPECT_LT(no_pxn.network_phase(irregular).min_rate_gbps, phase.min_rate_gbps);
+
+  // A step at 2,016 GPUs against 2,048 (stages of exactly 32 nodes): the DP reduction at most
+  // doubles (one NIC per copy on the boundary nodes instead of two) and nothing else grows.
+  auto step = [](int gpus) {
+    CollectivePlanner planner(cluster_preset("dgx-h100", gpus));
+    const int dp = gpus / 32;
+    return estimate_step(model_preset("gpt-175b"),
+                         parse_layout("tp=4,pp=8,dp=" + std::to_string(dp) +
+                                      ",gb=" + std::to_string(8 * dp) + ",sp=1,zero1=1"),
+                         planner);
+  };
+  const StepEstimate cut = step(2016), whole = step(2048);
+  EXPECT_LE(cut.dp_comm_s, 2.05 * whole.dp_comm_s);
+  EXPECT_GT(cut.dp_comm_s, 1.5 * whole.dp_comm_s);
+  EXPECT_LE(cut.step_s, whole.step_s + 1.05 * whole.dp_comm_s);
+}
+
 TEST(CollectivePlanner, AlgorithmsAcrossNodesAreRingsAndTreesOnly) {
   // One-shot and two-shot need mapped peer memory: not across the network, not even as the
   // inter-node step of the hierarchical algorithm.
@@ -188,8 +243,7 @@ TEST(CollectivePlanner, RailOptimizedNetworksOfferAThreeLevelHierarchy) {
   EXPECT_EQ(where.nodes, 128);
   EXPECT_EQ(where.nodes_per_rail_group, 32);
   bool three_level = false;
-  for (const CollectiveEstimate& e :
-       planner.estimate_all(Collective::all_reduce, 1e9, {1024, 1})) {
+  for (const CollectiveEstimate& e : planner.estimate_all(Collective::all_reduce, 1e9, {1024, 1})) {
     three_level = three_level || e.algorithm.rfind("hierarchical-3(", 0) == 0;
   }
   EXPECT_TRUE(three_level);
