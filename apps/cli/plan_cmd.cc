@@ -267,7 +267,7 @@ int plan_layouts(const PlanFlags& flags) {
   plan::CollectivePlanner planner(cluster);
   if (!search) {
     if (layout.gpus() != cluster.total_gpus()) {
-      throw UsageError("--layout uses tp*pp*dp = " + std::to_string(layout.gpus()) +
+      throw UsageError("--layout uses tp*cp*pp*dp = " + std::to_string(layout.gpus()) +
                        " GPUs but the cluster has " + std::to_string(cluster.total_gpus()));
     }
     const plan::StepEstimate estimate = plan::estimate_step(model, layout, planner);
@@ -407,13 +407,13 @@ void add_plan_command(CLI::App& tpf) {
   plan.require_subcommand(0, 1);
   auto flags = std::make_shared<PlanFlags>();
   add_cluster_options(plan, flags->cluster, flags->gpus,
-                      "size a preset (a multiple of 8); with --layout, defaults to tp*pp*dp");
+                      "size a preset (a multiple of 8); with --layout, defaults to tp*cp*pp*dp");
   plan.add_option("--model", flags->model,
                   "a preset (gpt-1.3b, gpt-7b, gpt-22b, gpt-70b, gpt-175b, gpt-530b,\n"
                   "gpt-1t, llama3-8b, llama3-70b, llama3-405b) or a YAML file")
       ->type_name("M");
   plan.add_option("--layout", flags->layout,
-                  "tp=8,pp=8,dp=16[,mb=1][,gb=1536][,sp=1][,vp=2]\n"
+                  "tp=8,pp=8,dp=16[,cp=2][,mb=1][,gb=1536][,sp=1][,vp=2]\n"
                   "[,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]\n"
                   "[,precision=bf16|fp8][,attention=flash|materialized]\n"
                   "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]")

@@ -14,15 +14,18 @@ namespace {
 const char* dim_name(ParallelDim dim) {
   switch (dim) {
     case ParallelDim::tp: return "tp";
+    case ParallelDim::cp: return "cp";
     case ParallelDim::dp: return "dp";
     case ParallelDim::pp: return "pp";
   }
   return "?";
 }
 
+// The ranks one position of the order spans: tp's spans CP's ranks too.
 int degree_of(const Layout& layout, ParallelDim dim) {
   switch (dim) {
-    case ParallelDim::tp: return layout.tp;
+    case ParallelDim::tp: return layout.tp * layout.cp;
+    case ParallelDim::cp: return layout.cp;
     case ParallelDim::dp: return layout.dp;
     case ParallelDim::pp: return layout.pp;
   }
@@ -41,7 +44,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 const char* kKeys =
-    "tp pp dp mb gb sp vp recompute order zero1 precision attention overlap first last";
+    "tp cp pp dp mb gb sp vp recompute order zero1 precision attention overlap first last";
 
 // overlap= names, each with the flag it sets.
 constexpr std::pair<const char*, bool Overlap::*> kOverlapParts[] = {
@@ -172,10 +175,23 @@ const char* to_string(AttentionKernel attention) {
 GroupShape Layout::group_of(ParallelDim dim) const {
   int stride = 1;
   for (ParallelDim d : order) {
+    if (d == ParallelDim::tp && dim == ParallelDim::tp) return GroupShape{tp, stride};
+    if (d == ParallelDim::tp && dim == ParallelDim::cp) return GroupShape{cp, stride * tp};
     if (d == dim) return GroupShape{degree_of(*this, d), stride};
     stride *= degree_of(*this, d);
   }
   return GroupShape{degree_of(*this, dim), stride};
+}
+
+GroupShape Layout::gradient_group() const {
+  if (cp == 1) return group_of(ParallelDim::dp);
+  const GroupShape cp_group = group_of(ParallelDim::cp), dp_group = group_of(ParallelDim::dp);
+  if (dp_group.size > 1 && dp_group.stride != cp_group.stride * cp) {
+    invalid("layout " + to_string() +
+            ": with cp > 1, dp must come right after tp in the order (the gradients reduce "
+            "over DP x CP as one group, as in Megatron's tp-cp-dp-pp)");
+  }
+  return GroupShape{cp * dp, cp_group.stride};
 }
 
 std::string Layout::to_string() const {
@@ -205,6 +221,7 @@ std::string Layout::to_string() const {
   add("precision", plan::to_string(precision));
   add("attention", plan::to_string(attention));
   add("overlap", overlap_text(overlap));
+  if (cp > 1) add("cp", std::to_string(cp));
   if (first_stage_layers > 0) add("first", std::to_string(first_stage_layers));
   if (last_stage_layers > 0) add("last", std::to_string(last_stage_layers));
   return text;
@@ -226,6 +243,8 @@ Layout parse_layout(const std::string& text) {
       layout.tp = parse_int(key, value, 1);
     } else if (key == "pp") {
       layout.pp = parse_int(key, value, 1);
+    } else if (key == "cp") {
+      layout.cp = parse_int(key, value, 1);
     } else if (key == "dp") {
       layout.dp = parse_int(key, value, 1);
     } else if (key == "mb") {

@@ -20,7 +20,9 @@ enum class AttentionKernel { flash, materialized };
 const char* to_string(AttentionKernel attention);
 
 // Which dimension varies fastest over consecutive GPUs (Megatron's default: tp, then dp, then pp).
-enum class ParallelDim { tp, dp, pp };
+// Context parallelism has no place of its own in the order: its ranks sit right outside TP's, as
+// in Megatron's tp-cp-dp-pp.
+enum class ParallelDim { tp, cp, dp, pp };
 
 // Which communication runs beside computation, as a framework schedules it.
 struct Overlap {
@@ -32,6 +34,9 @@ struct Overlap {
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
+  // Context parallelism (ring attention, Megatron's context_parallel_size): each sequence split
+  // over cp ranks, keys and values passed around them.
+  int cp = 1;
   int micro_batch = 1;
   int global_batch = 0;  // 0 = the model's
   bool sequence_parallel = false;
@@ -47,17 +52,21 @@ struct Layout {
   int first_stage_layers = 0, last_stage_layers = 0;
   std::array<ParallelDim, 3> order = {ParallelDim::tp, ParallelDim::dp, ParallelDim::pp};
 
-  long long gpus() const { return static_cast<long long>(tp) * pp * dp; }
+  long long gpus() const { return static_cast<long long>(tp) * cp * pp * dp; }
   // The GroupShape of each dimension's groups under `order`.
   GroupShape group_of(ParallelDim dim) const;
+  // The ranks that hold the same weights and reduce their gradients together: DP, or with
+  // context parallelism DP x CP (Megatron reduces over both). Throws Error(invalid_argument)
+  // where they do not form one group (cp > 1 and dp not right after tp in the order).
+  GroupShape gradient_group() const;
   // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero1=0,
-  // precision=bf16,attention=flash,overlap=dp_grads", then first= and last= where they are set.
+  // precision=bf16,attention=flash,overlap=dp_grads", then cp=, first= and last= where set.
   std::string to_string() const;
 };
 
-// Parses "key=value,..." (keys: tp pp dp mb gb sp vp recompute order zero1 precision attention
-// overlap first last; overlap= takes tp, pp, dp_grads, dp_params joined by '+', or none). Throws
-// Error(invalid_argument) naming the key for unknown keys and bad values.
+// Parses "key=value,..." (keys: tp cp pp dp mb gb sp vp recompute order zero1 precision
+// attention overlap first last; overlap= takes tp, pp, dp_grads, dp_params joined by '+', or none).
+// Throws Error(invalid_argument) naming the key for unknown keys and bad values.
 Layout parse_layout(const std::string& text);
 
 }  // namespace tpf::plan

@@ -98,6 +98,7 @@ json::Value step_json(const StepEstimate& e) {
   json::Value breakdown = json::Object{};
   breakdown.set("compute_s", e.breakdown.compute_s);
   breakdown.set("tp_comm_s", e.breakdown.tp_comm_s);
+  breakdown.set("cp_comm_s", e.breakdown.cp_comm_s);
   breakdown.set("pp_comm_s", e.breakdown.pp_comm_s);
   breakdown.set("pp_bubble_s", e.breakdown.pp_bubble_s);
   breakdown.set("dp_exposed_s", e.breakdown.dp_exposed_s);

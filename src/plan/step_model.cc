@@ -37,9 +37,11 @@ constexpr double kReserveBytes = 2e9;
 constexpr double kGB = 1e9;
 
 // The sizes everything below is written in, following Korthikanti et al. 2022's notation; r is
-// the width of K (and V) over h (1 for multi-head attention, kv_heads / heads for GQA).
+// the width of K (and V) over h (1 for multi-head attention, kv_heads / heads for GQA). With
+// context parallelism s is a rank's share of the sequence, `context` the whole of it (the keys a
+// query attends to).
 struct Dims {
-  double s, b, h, a, f, v, l, t, r;
+  double s, context, b, h, a, f, v, l, t, r, c;
   bool sp, gated, flash;
   double head_size() const { return h / a; }
 };
@@ -84,9 +86,10 @@ double stored_layer_activations(const Dims& d, Recompute recompute) {
 struct StageTime {
   double compute_f = 0, compute_b = 0;  // b includes recomputation
   double tp_f = 0, tp_b = 0;
+  double cp_f = 0, cp_b = 0;
   double p2p_f = 0, p2p_b = 0;
-  double forward() const { return compute_f + tp_f + p2p_f; }
-  double backward() const { return compute_b + tp_b + p2p_b; }
+  double forward() const { return compute_f + tp_f + cp_f + p2p_f; }
+  double backward() const { return compute_b + tp_b + cp_b + p2p_b; }
   double total() const { return forward() + backward(); }
 };
 
@@ -115,13 +118,19 @@ class Estimator {
 
  private:
   void check();
-  // One collective of `dim`'s groups, estimated once per (op, bytes, dim).
+  // One collective of a group shape (or of `dim`'s groups), estimated once per (op, bytes, shape).
+  const CollectiveEstimate& collective(Collective op, double bytes, const GroupShape& group);
   const CollectiveEstimate& collective(Collective op, double bytes, ParallelDim dim);
+  double collective_us(Collective op, double bytes, const GroupShape& group);
   double collective_us(Collective op, double bytes, ParallelDim dim);
   CollectiveEstimate tp_pair();  // one activation all-reduce or all-gather + reduce-scatter
   LayerCompute layer_compute() const;
   StageTime stage_time(int stage);
   double stage_parameters(int stage) const;
+  // The distributed optimizer shards its state over the gradient group (DP x CP).
+  int optimizer_shards() const {
+    return layout_.distributed_optimizer ? layout_.dp * layout_.cp : 1;
+  }
   MemoryEstimate stage_memory(int stage) const;
   // The stage's forward and backward seconds of one micro-batch, which the reduction can hide
   // behind.
@@ -140,7 +149,7 @@ class Estimator {
   std::vector<int> stage_layers_;
   LayerCompute layer_;          // what layer_compute() returns, for every stage
   CollectiveEstimate tp_pair_;  // what tp_pair() returns, for every stage
-  std::map<std::tuple<int, double, int>, CollectiveEstimate> cache_;
+  std::map<std::tuple<int, double, int, int>, CollectiveEstimate> cache_;
 };
 
 }  // namespace
@@ -189,9 +198,21 @@ int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& 
       y.global_batch < 0 || y.first_stage_layers < 0 || y.last_stage_layers < 0) {
     invalid(where + "tp, pp, dp, mb and vp must be at least 1 (gb, first and last at least 0)");
   }
+  if (y.cp < 1) invalid(where + "cp must be at least 1");
   if (y.gpus() != cluster.total_gpus()) {
-    invalid(where + "tp x pp x dp = " + str(y.tp) + " x " + str(y.pp) + " x " + str(y.dp) + " = " +
-            str(y.gpus()) + " GPUs, but the cluster has " + str(cluster.total_gpus()));
+    invalid(where + "tp x cp x pp x dp = " + str(y.tp) + " x " + str(y.cp) + " x " + str(y.pp) +
+            " x " + str(y.dp) + " = " + str(y.gpus()) + " GPUs, but the cluster has " +
+            str(cluster.total_gpus()));
+  }
+  if (y.cp > 1) {
+    if (model.seq_len % (2 * y.cp) != 0) {
+      invalid(where + "context parallelism needs seq_len (" + str(model.seq_len) +
+              ") divisible by 2 x cp (each rank takes two balanced chunks of the causal mask)");
+    }
+    if (y.attention != AttentionKernel::flash) {
+      invalid(where + "context parallelism needs attention=flash (ring attention is fused)");
+    }
+    y.gradient_group();  // the gradients must reduce over DP x CP as one group
   }
   if (model.heads % y.tp != 0) {
     invalid(where + "the model's heads (" + str(model.heads) + ") are not divisible by tp");
@@ -238,18 +259,25 @@ void Estimator::check() {
   stage_layers_ = layers_per_stage(model_, layout_);
 }
 
-const CollectiveEstimate& Estimator::collective(Collective op, double bytes, ParallelDim dim) {
-  const auto key = std::make_tuple(static_cast<int>(op), bytes, static_cast<int>(dim));
+const CollectiveEstimate& Estimator::collective(Collective op, double bytes,
+                                                const GroupShape& group) {
+  const auto key = std::make_tuple(static_cast<int>(op), bytes, group.size, group.stride);
   auto it = cache_.find(key);
-  if (it == cache_.end()) {
-    it = cache_.emplace(key, planner_.estimate(op, bytes, layout_.group_of(dim))).first;
-  }
+  if (it == cache_.end()) it = cache_.emplace(key, planner_.estimate(op, bytes, group)).first;
   return it->second;
 }
 
+const CollectiveEstimate& Estimator::collective(Collective op, double bytes, ParallelDim dim) {
+  return collective(op, bytes, layout_.group_of(dim));
+}
+
+double Estimator::collective_us(Collective op, double bytes, const GroupShape& group) {
+  if (group.size <= 1 && op != Collective::send_recv) return 0;
+  return collective(op, bytes, group).us;
+}
+
 double Estimator::collective_us(Collective op, double bytes, ParallelDim dim) {
-  if (layout_.group_of(dim).size <= 1 && op != Collective::send_recv) return 0;
-  return collective(op, bytes, dim).us;
+  return collective_us(op, bytes, layout_.group_of(dim));
 }
 
 CollectiveEstimate Estimator::tp_pair() {
@@ -298,7 +326,7 @@ LayerCompute Estimator::layer_compute() const {
     flops += gemms[i].flops();
   }
   c.gemm_efficiency = flops / (c.gemm_f * gpu.gemm_peak());
-  const double attention_flops = 4 * d.b * d.s * d.s * d.h / d.t;
+  const double attention_flops = 4 * d.b * d.s * d.context * d.h / d.t;
   if (d.flash) {
     c.attention_f = gpu.flash_attention_s(attention_flops);
     c.attention_b = gpu.flash_attention_s(2 * attention_flops);
@@ -384,6 +412,19 @@ StageTime Estimator::stage_time(int stage) {
     }
   }
 
+  // Context parallelism (ring attention): per layer, cp - 1 steps pass a rank's K and V chunk
+  // to the next CP rank (backward: K and V again and their gradients), each beside the
+  // attention of the block in hand; exposed where the transfers outlast the attention.
+  if (d.c > 1) {
+    const double kv_bytes = 2 * d.b * d.s * d.r * d.h / d.t * kActivationBytes;
+    const double step = collective_us(Collective::send_recv, kv_bytes, ParallelDim::cp) * 1e-6;
+    const double layer_f = std::max(0.0, (d.c - 1) * step - c.attention_f);
+    double layer_b = std::max(0.0, 2 * (d.c - 1) * step - c.attention_b);
+    if (layout_.recompute == Recompute::full) layer_b += layer_f;
+    st.cp_f = layers * layer_f;
+    st.cp_b = layers * layer_b;
+  }
+
   // Pipeline p2p: each of the stage's vp chunks receives bsh activations forward and sends their
   // gradient backward per micro-batch. With TP only a 1/t shard travels between stages: with SP
   // the activations are sharded already; without it Megatron scatters them and all-gathers them
@@ -426,8 +467,7 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
   MemoryEstimate mem;
   mem.weights_gb = params * kWeightBytes / kGB;
   mem.gradients_gb = params * kGradBytes / kGB;
-  mem.optimizer_gb =
-      params * kOptimizerBytes / (layout_.distributed_optimizer ? layout_.dp : 1) / kGB;
+  mem.optimizer_gb = params * kOptimizerBytes / optimizer_shards() / kGB;
 
   // Layers whose activations are held at the peak: in 1F1B, stage i has min(m, p - i)
   // micro-batches in flight, each over its layers (stage 0: L layers' worth, Korthikanti et al.
@@ -461,9 +501,9 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
 // next step's first forward pass.
 void Estimator::data_parallel(double params, double forward_s, double backward_s,
                               StepEstimate& out) {
-  const int dp = layout_.dp;
+  const GroupShape group = layout_.gradient_group();
+  const int dp = group.size;  // DP x CP ranks hold the same weights
   if (dp <= 1) return;
-  const GroupShape group = layout_.group_of(ParallelDim::dp);
   const bool zero1 = layout_.distributed_optimizer;
   const Collective op = zero1 ? Collective::reduce_scatter : Collective::all_reduce;
   const double bucket = std::max(kBucketParams, kBucketParamsPerDpRank * dp);
@@ -472,7 +512,7 @@ void Estimator::data_parallel(double params, double forward_s, double backward_s
   double end = 0, total = 0;
   for (int i = 0; i < buckets; ++i) {
     const double n = i + 1 < buckets ? bucket : last_bucket;
-    const double us = collective_us(op, n * kGradBytes, ParallelDim::dp);
+    const double us = collective_us(op, n * kGradBytes, group);
     // Not overlapped, every bucket waits for the whole backward pass.
     const double ready = layout_.overlap.dp_grads ? backward_s * (i + 1) / buckets : backward_s;
     end = std::max(end, ready) + us * 1e-6;
@@ -483,7 +523,7 @@ void Estimator::data_parallel(double params, double forward_s, double backward_s
     double gather = 0;
     for (int i = 0; i < buckets; ++i) {
       const double n = i + 1 < buckets ? bucket : last_bucket;
-      gather += collective_us(Collective::all_gather, n * kWeightBytes, ParallelDim::dp) * 1e-6;
+      gather += collective_us(Collective::all_gather, n * kWeightBytes, group) * 1e-6;
     }
     // Overlapped, the next step's first forward pass covers what it can.
     exposed += layout_.overlap.dp_params ? std::max(0.0, gather - forward_s) : gather;
@@ -505,7 +545,9 @@ void Estimator::data_parallel(double params, double forward_s, double backward_s
 StepEstimate Estimator::run() {
   check();
   const AcceleratorSpec& gpu = cluster_.gpu;
-  d_.s = model_.seq_len;
+  d_.c = layout_.cp;
+  d_.context = model_.seq_len;
+  d_.s = model_.seq_len / d_.c;
   d_.b = layout_.micro_batch;
   d_.h = model_.hidden;
   d_.a = model_.heads;
@@ -539,6 +581,7 @@ StepEstimate Estimator::run() {
   StepBreakdown& bd = out.breakdown;
   bd.compute_s = m_ * (slowest.compute_f + slowest.compute_b);
   bd.tp_comm_s = m_ * (slowest.tp_f + slowest.tp_b);
+  bd.cp_comm_s = m_ * (slowest.cp_f + slowest.cp_b);
   bd.pp_comm_s = m_ * (slowest.p2p_f + slowest.p2p_b);
   bd.pp_bubble_s = (p - 1) * slowest.total() / v;
   if (p > 1 && model_.tied_embeddings) {
@@ -563,11 +606,11 @@ StepEstimate Estimator::run() {
   double params = 0;
   for (int stage = 0; stage < p; ++stage) params = std::max(params, stage_parameters(stage));
   data_parallel(params, slowest.forward(), slowest.backward(), out);
-  const double optimizer_params = params / (layout_.distributed_optimizer ? layout_.dp : 1);
+  const double optimizer_params = params / optimizer_shards();
   bd.optimizer_s = optimizer_params * kOptimizerTrafficBytes / (gpu.hbm_gbps * 1e9);
 
-  out.step_s = bd.compute_s + bd.tp_comm_s + bd.pp_comm_s + bd.pp_bubble_s + bd.dp_exposed_s +
-               bd.optimizer_s;
+  out.step_s = bd.compute_s + bd.tp_comm_s + bd.cp_comm_s + bd.pp_comm_s + bd.pp_bubble_s +
+               bd.dp_exposed_s + bd.optimizer_s;
   const double gb = layout_.global_batch;
   out.tokens_per_s = gb * model_.seq_len / out.step_s;
   // Against the BF16 peak in either precision, as MFU is usually quoted.

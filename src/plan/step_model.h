@@ -26,6 +26,7 @@ struct MemoryEstimate {
 struct StepBreakdown {
   double compute_s = 0;     // GEMMs and element-wise work of the busiest stage, all micro-batches
   double tp_comm_s = 0;     // TP collectives on the critical path
+  double cp_comm_s = 0;     // context-parallel K/V passing not hidden behind attention
   double pp_comm_s = 0;     // activations and gradients between stages
   double pp_bubble_s = 0;   // pipeline fill and drain
   double dp_exposed_s = 0;  // gradient reduction not hidden behind the backward pass
@@ -41,6 +42,7 @@ struct BreakdownPart {
 inline constexpr BreakdownPart kBreakdownParts[] = {
     {"compute", "#4e79a7", &StepBreakdown::compute_s},
     {"TP comm", "#f28e2b", &StepBreakdown::tp_comm_s},
+    {"CP comm", "#b07aa1", &StepBreakdown::cp_comm_s},
     {"PP comm", "#edc948", &StepBreakdown::pp_comm_s},
     {"PP bubble", "#e15759", &StepBreakdown::pp_bubble_s},
     {"exposed DP comm", "#76b7b2", &StepBreakdown::dp_exposed_s},

@@ -194,6 +194,52 @@ TEST(PlanLayoutTerms, OverlapHidesWhatTheComputationCovers) {
   EXPECT_LT(pp.step_s, tp.step_s);
 }
 
+// Context parallelism: CP ranks sit right outside TP's; gradients reduce over DP x CP; each
+// rank holds and computes a cp-th of every sequence (attending to all of it).
+TEST(PlanLayoutTerms, ContextParallelismSplitsTheSequence) {
+  const Layout y = parse_layout("tp=8,cp=2,pp=4,dp=4");
+  EXPECT_EQ(y.gpus(), 256);
+  EXPECT_EQ(y.group_of(ParallelDim::tp).stride, 1);
+  EXPECT_EQ(y.group_of(ParallelDim::cp).size, 2);
+  EXPECT_EQ(y.group_of(ParallelDim::cp).stride, 8);
+  EXPECT_EQ(y.group_of(ParallelDim::dp).stride, 16);
+  EXPECT_EQ(y.group_of(ParallelDim::pp).stride, 64);
+  EXPECT_EQ(y.gradient_group().size, 8);
+  EXPECT_EQ(y.gradient_group().stride, 8);
+  EXPECT_EQ(parse_layout(y.to_string()).to_string(), y.to_string());
+  EXPECT_INVALID(parse_layout("tp=8,cp=2,dp=4,order=dp-tp-pp").gradient_group(),
+                 "dp must come right after tp");
+
+  const ModelSpec m = model_preset("llama3-8b");
+  const ClusterSpec eight = cluster_preset("dgx-h100", 8);
+  EXPECT_INVALID(validate_layout(m, parse_layout("tp=8,cp=3,gb=6"), cluster_preset("dgx-h100", 24)),
+                 "seq_len (8192) divisible by 2 x cp");
+  EXPECT_INVALID(validate_layout(m, parse_layout("tp=4,cp=2,attention=materialized"), eight),
+                 "attention=flash");
+
+  // One sequence on 8 GPUs against the same sequence split over two groups of 8: half the
+  // activations (all of them grow with the tokens a rank holds, with fused attention) and about
+  // half the compute (the GEMMs see half the tokens, attention half the queries).
+  const StepEstimate whole = estimate(m, "tp=8,pp=1,dp=1,mb=1,gb=1,sp=1", 8);
+  const StepEstimate split = estimate(m, "tp=8,cp=2,pp=1,dp=1,mb=1,gb=1,sp=1", 16);
+  EXPECT_NEAR(split.memory.activations_gb, whole.memory.activations_gb / 2, 1e-9);
+  EXPECT_NEAR(split.breakdown.compute_s, whole.breakdown.compute_s / 2,
+              0.1 * whole.breakdown.compute_s);
+  EXPECT_EQ(whole.breakdown.cp_comm_s, 0);
+  // The ring's K/V transfers (8 key/value heads: 1/4 of h) hide behind attention at 8192 tokens
+  // over NVLink; across nodes at 1024 tokens (cp = 16, 64 tokens per rank) they do not.
+  EXPECT_EQ(split.breakdown.cp_comm_s, 0);
+  ModelSpec short_seq = m;
+  short_seq.seq_len = 1024;
+  const StepEstimate exposed = estimate(short_seq, "tp=8,cp=16,pp=1,dp=1,mb=1,gb=1,sp=1", 128);
+  EXPECT_GT(exposed.breakdown.cp_comm_s, 0);
+  EXPECT_NEAR(exposed.step_s,
+              exposed.breakdown.compute_s + exposed.breakdown.tp_comm_s +
+                  exposed.breakdown.cp_comm_s + exposed.breakdown.optimizer_s +
+                  exposed.breakdown.dp_exposed_s,
+              1e-12);
+}
+
 TEST(PlanLayoutTerms, SearchSplitsLayersWithLighterEndStagesAndKeepsTheFrameworkOptions) {
   CollectivePlanner planner(cluster_preset("dgx-h100", 1024));
   SearchOptions options;

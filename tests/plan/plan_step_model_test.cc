@@ -391,7 +391,8 @@ TEST(PlanStepModel, ReportsWhatDoesNotFit) {
 }
 
 TEST(PlanStepModel, RejectsImpossibleLayoutsByName) {
-  EXPECT_INVALID(estimate("gpt-1.3b", "tp=2,pp=1,dp=2", 8), "2 x 1 x 2 = 4 GPUs", "cluster has 8");
+  EXPECT_INVALID(estimate("gpt-1.3b", "tp=2,pp=1,dp=2", 8), "2 x 1 x 1 x 2 = 4 GPUs",
+                 "cluster has 8");
   EXPECT_INVALID(estimate("gpt-175b", "tp=8,pp=5,dp=1,gb=64", 40), "layers (96)", "pp x vp = 5");
   EXPECT_INVALID(estimate("gpt-1.3b", "tp=3,pp=1,dp=8", 24), "heads (16)", "not divisible by tp");
   EXPECT_INVALID(estimate("gpt-1.3b", "tp=1,pp=1,dp=8,mb=3", 8), "global batch (512)",

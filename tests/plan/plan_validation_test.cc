@@ -41,6 +41,15 @@ ModelSpec llama2_70b() {
   return m;
 }
 
+// Llama 3 405B's long-context stage (Dubey et al. 2024, Table 4): 131,072 tokens, 16M-token
+// batches (128 sequences).
+ModelSpec llama3_405b_long() {
+  ModelSpec m = model_preset("llama3-405b");
+  m.seq_len = 131072;
+  m.global_batch = 128;
+  return m;
+}
+
 // BLOOM (BigScience tr11-176B-ml): 70 x 14336, 112 heads, vocabulary padded to 250,880; ALiBi
 // (no position weights), GeLU, LayerNorm, tied embeddings.
 ModelSpec bloom() {
@@ -159,7 +168,11 @@ std::vector<PublishedRun> a100_runs() {
 // - Llama 3 (Dubey et al. 2024, Table 4): 405B, BF16, no recomputation; 126 layers as 7 on the
 //   end stages and 8 on the others (the paper's text); mb = 1 and no interleaving assumed.
 // - NeMo 24.07 performance summary: FP8, layouts as printed.
-// - Megatron-Bridge 25.11 performance summary: Llama 3 70B, FP8, layout as printed.
+// - Megatron-Bridge 25.11 performance summary: Llama 3 70B and 3.1 405B, FP8, layouts as
+//   printed (the 405B's 126 layers on 8 stages as 15 on the end stages and 16 on the others, the
+//   search's split; assumed).
+// - Context parallelism: Llama 3's 131k-token stage (Table 4, cp 16), NeMo's Llama 3 8B and 70B
+//   and Megatron-Bridge's 405B (cp 2).
 std::vector<PublishedRun> h100_runs() {
   const char* megatron = "Megatron-LM README, H100 table";
   auto megatron_row = [&](const char* what, int heads, int hidden, int layers, int tp, int pp,
@@ -203,6 +216,16 @@ std::vector<PublishedRun> h100_runs() {
       {"Llama 3 70B FP8, 64 GPUs", "Megatron-Bridge 25.11 performance summary",
        model_preset("llama3-70b"), "dgx-h100", 64, "tp=4,pp=8,dp=2,mb=1,gb=128,vp=5" + fp8,
        Metric::model_tflops, 719},
+      // Context parallelism.
+      {"Llama 3 405B, 131k tokens", "Dubey et al. 2024, Table 4", llama3_405b_long(), "dgx-h100",
+       16384, "tp=8,cp=16,pp=16,dp=8,mb=1,gb=128,sp=1,first=7,last=7", Metric::model_tflops, 380},
+      {"Llama 3 8B FP8, CP 2", nemo, model_preset("llama3-8b"), "dgx-h100", 8,
+       "tp=1,cp=2,pp=1,dp=4,mb=1,gb=128,zero1=1,precision=fp8", Metric::model_tflops, 697},
+      {"Llama 3 70B FP8, CP 2", nemo, model_preset("llama3-70b"), "dgx-h100", 64,
+       "tp=4,cp=2,pp=4,dp=2,mb=1,gb=128,vp=5" + fp8, Metric::model_tflops, 738},
+      {"Llama 3.1 405B FP8, CP 2", "Megatron-Bridge 25.11 performance summary",
+       model_preset("llama3-405b"), "dgx-h100", 1024,
+       "tp=8,cp=2,pp=8,dp=8,mb=1,gb=512,vp=8,first=15,last=15" + fp8, Metric::model_tflops, 737},
   };
 }
 
