@@ -81,7 +81,10 @@ CommImpl::CommImpl(CommSetup setup)
     const int host = hosts_.host_of(setup_.rank);
     config.rank = hosts_.local_rank(setup_.rank);
     config.size = static_cast<int>(hosts_.ranks_on(host).size());
-    config.segment_prefix += "h" + std::to_string(host) + "-";
+    // Appended piece by piece: GCC 12 gives a false -Wrestrict for "h" + to_string(...) + "-".
+    config.segment_prefix += 'h';
+    config.segment_prefix += std::to_string(host);
+    config.segment_prefix += '-';
     config.store = std::make_shared<PrefixStore>("host" + std::to_string(host), scoped_store);
     config.label += " on host '" + hosts_.key(host) + "'";
     config.comm_ranks = hosts_.ranks_on(host);

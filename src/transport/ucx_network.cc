@@ -161,6 +161,10 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::vector<NoticeSlot> notices_in;  // by rank
   std::string notice_out;
   std::vector<void*> notices_out;  // sends in flight
+  // Acknowledgements: of this rank's notice, by rank (a receive posted per peer told), and those
+  // this rank sent for notices it took.
+  std::map<int, void*> acks_in;
+  std::vector<void*> acks_out;
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
   struct BeatSlot {
     char buffer[1] = {};  // empty: a beat; one byte: goodbye
@@ -253,7 +257,21 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     ucp_request_free(request);
   }
 
+  // After this rank sent a failure notice: until every peer told either acknowledged it or lost
+  // its connection (bounded), progressing meanwhile, which also reads what peers still send.
+  void await_notice_acks() {
+    const auto give_up = Clock::now() + kCancelLimit;
+    auto waiting = [&] {
+      return std::any_of(acks_in.begin(), acks_in.end(), [&](const auto& entry) {
+        return ucp_request_check_status(entry.second) == UCS_INPROGRESS &&
+               failures[entry.first] == UCS_OK && endpoints[entry.first] != nullptr;
+      });
+    };
+    while (waiting() && Clock::now() < give_up) progress();
+  }
+
   ~Ucx() override {
+    await_notice_acks();
     put_protocol.reset();  // lets its last signals and credits go on: the closes flush them
     for (ucp_rkey_h rkey : rkeys)
       if (rkey != nullptr) ucp_rkey_destroy(rkey);
@@ -270,6 +288,11 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     for (NoticeSlot& slot : notices_in)
       if (slot.pending != nullptr) settle(slot.pending);
     for (void* request : notices_out) settle(request);
+    for (auto& [rank, request] : acks_in) {
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker, request);
+      settle(request);
+    }
+    for (void* request : acks_out) settle(request);
     for (auto& [rank, slot] : beats_in) {
       if (slot.pending == nullptr) continue;
       ucp_request_cancel(worker, slot.pending);
@@ -499,6 +522,11 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
         ucp_tag_send_nbx(u.endpoints[p], u.notice_out.data(), u.notice_out.size(),
                          ucx_tag(config_.rank, kNoticeTag), &param);
     if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.notices_out.push_back(sent);
+    ucp_request_param_t ack{};
+    ack.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t posted =
+        ucp_tag_recv_nbx(u.worker, nullptr, 0, ucx_tag(p, kNoticeAckTag), ~uint64_t{0}, &ack);
+    if (!UCS_PTR_IS_ERR(posted)) u.acks_in[p] = posted;
   }
   // Push them out now: the caller may be about to exit.
   const auto give_up = Clock::now() + kCancelLimit;
@@ -521,6 +549,13 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
     ucp_request_free(slot.pending);
     slot.pending = nullptr;
     if (status != UCS_OK || info.length < sizeof(int32_t)) continue;
+    // Tells the sender it may close its connections now (see notify_failure).
+    if (u.endpoints[p] != nullptr && u.failures[p] == UCS_OK) {
+      ucp_request_param_t param{};
+      ucs_status_ptr_t sent = ucp_tag_send_nbx(u.endpoints[p], nullptr, 0,
+                                               ucx_tag(config_.rank, kNoticeAckTag), &param);
+      if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.acks_out.push_back(sent);
+    }
     int32_t code = 0;
     std::memcpy(&code, slot.buffer.data(), sizeof code);
     received_notice_ =

@@ -77,6 +77,7 @@ class UcxNetwork {
   static constexpr uint64_t kMaxTag = (uint64_t{1} << kTagBits) - 1;  // the hello
   static constexpr uint64_t kNoticeTag = kMaxTag - 1;                 // failure notices
   static constexpr uint64_t kBeatTag = kMaxTag - 2;                   // heartbeats
+  static constexpr uint64_t kNoticeAckTag = kMaxTag - 3;              // "your notice arrived"
   static constexpr size_t kMaxNoticeBytes = 1024;
 
   explicit UcxNetwork(NetworkConfig config);
@@ -113,7 +114,10 @@ class UcxNetwork {
   // Tells every peer that this rank's communicator failed (once; later calls do nothing): their
   // waits then fail at once with this record as the root cause (RootCauseError), instead of at
   // their deadlines. Best effort, bounded: a peer that cannot be reached still has its deadline.
-  // This rank's own waits in progress (other threads) fail the same way.
+  // This rank's own waits in progress (other threads) fail the same way. Each peer acknowledges
+  // the notice when it takes it, and the destructor waits (bounded) for those acknowledgements
+  // before closing the connections: closing a TCP connection with data still unread resets it,
+  // and the reset can discard the notice at the peer, which would then blame this rank's exit.
   void notify_failure(const FailureRecord& record);
 
   // Heartbeats (comm/heartbeat.h): an empty message to `peer` (or, `goodbye`, one saying this
