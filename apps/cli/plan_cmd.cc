@@ -414,7 +414,7 @@ void add_plan_command(CLI::App& tpf) {
       ->type_name("M");
   plan.add_option("--layout", flags->layout,
                   "tp=8,pp=8,dp=16[,cp=2][,mb=1][,gb=1536][,sp=1][,vp=2]\n"
-                  "[,recompute=none|selective|full][,zero1=1][,order=tp-dp-pp]\n"
+                  "[,recompute=none|selective|full][,zero=0..3][,order=tp-dp-pp]\n"
                   "[,precision=bf16|fp8][,attention=flash|materialized]\n"
                   "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]")
       ->type_name("L");

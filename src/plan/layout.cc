@@ -44,7 +44,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 const char* kKeys =
-    "tp cp pp dp mb gb sp vp recompute order zero1 precision attention overlap first last";
+    "tp cp pp dp mb gb sp vp recompute order zero precision attention overlap first last";
 
 // overlap= names, each with the flag it sets.
 constexpr std::pair<const char*, bool Overlap::*> kOverlapParts[] = {
@@ -217,7 +217,7 @@ std::string Layout::to_string() const {
     dims += dim_name(dim);
   }
   add("order", dims);
-  add("zero1", distributed_optimizer ? "1" : "0");
+  add("zero", std::to_string(zero));
   add("precision", plan::to_string(precision));
   add("attention", plan::to_string(attention));
   add("overlap", overlap_text(overlap));
@@ -259,8 +259,11 @@ Layout parse_layout(const std::string& text) {
       layout.recompute = parse_recompute(value);
     } else if (key == "order") {
       layout.order = parse_order(value);
-    } else if (key == "zero1") {
-      layout.distributed_optimizer = parse_flag(key, value);
+    } else if (key == "zero") {
+      layout.zero = parse_int(key, value, 0);
+      if (layout.zero > 3) invalid("layout: zero=" + value + ": expected 0, 1, 2 or 3");
+    } else if (key == "zero1") {  // the key before ZeRO-2 and -3
+      layout.zero = parse_flag(key, value) ? 1 : 0;
     } else if (key == "precision") {
       layout.precision = parse_precision(value);
     } else if (key == "attention") {

@@ -42,7 +42,9 @@ struct Layout {
   bool sequence_parallel = false;
   int virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank
   Recompute recompute = Recompute::none;
-  bool distributed_optimizer = false;  // optimizer state sharded over DP (ZeRO-1)
+  // ZeRO stage over DP (x CP): 1 shards the optimizer state (Megatron's distributed optimizer),
+  // 2 the gradients too, 3 the parameters too (FSDP full sharding).
+  int zero = 0;
   Precision precision = Precision::bf16;
   AttentionKernel attention = AttentionKernel::flash;
   Overlap overlap;
@@ -59,14 +61,15 @@ struct Layout {
   // context parallelism DP x CP (Megatron reduces over both). Throws Error(invalid_argument)
   // where they do not form one group (cp > 1 and dp not right after tp in the order).
   GroupShape gradient_group() const;
-  // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero1=0,
+  // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero=1,
   // precision=bf16,attention=flash,overlap=dp_grads", then cp=, first= and last= where set.
   std::string to_string() const;
 };
 
-// Parses "key=value,..." (keys: tp cp pp dp mb gb sp vp recompute order zero1 precision
-// attention overlap first last; overlap= takes tp, pp, dp_grads, dp_params joined by '+', or none).
-// Throws Error(invalid_argument) naming the key for unknown keys and bad values.
+// Parses "key=value,..." (keys: tp cp pp dp mb gb sp vp recompute order zero precision
+// attention overlap first last; zero1=0|1 is read as zero=0|1; overlap= takes tp, pp, dp_grads,
+// dp_params joined by '+', or none). Throws Error(invalid_argument) naming the key for unknown keys
+// and bad values.
 Layout parse_layout(const std::string& text);
 
 }  // namespace tpf::plan

@@ -130,8 +130,8 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
             }
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
-              for (bool zero1 : {false, true}) {
-                if (zero1 && dp == 1) continue;
+              for (int zero : {0, 1}) {  // 2 and 3 trade traffic for memory; given by --layout
+                if (zero > 0 && dp == 1) continue;
                 Layout layout;
                 layout.precision = options.framework.precision;
                 layout.attention = options.framework.attention;
@@ -144,7 +144,7 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                 layout.virtual_stages = vp;
                 layout.recompute = recompute;
                 layout.sequence_parallel = sp;
-                layout.distributed_optimizer = zero1;
+                layout.zero = zero;
                 layout.first_stage_layers = layout.last_stage_layers = end_layers;
                 try {
                   validate_layout(model, layout, cluster);
@@ -228,8 +228,7 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
       {"interleaving", [](const Layout& l) { return std::to_string(l.virtual_stages); }},
       {"recomputation", [](const Layout& l) { return std::string(to_string(l.recompute)); }},
       {"sequence parallelism", [](const Layout& l) { return std::to_string(l.sequence_parallel); }},
-      {"sharded optimizer",
-       [](const Layout& l) { return std::to_string(l.distributed_optimizer); }},
+      {"sharded optimizer", [](const Layout& l) { return std::to_string(l.zero); }},
   };
   auto same_except = [&](const Layout& a, const Layout& b, size_t skip) {
     for (size_t i = 0; i < std::size(choices); ++i) {

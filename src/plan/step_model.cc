@@ -127,14 +127,13 @@ class Estimator {
   LayerCompute layer_compute() const;
   StageTime stage_time(int stage);
   double stage_parameters(int stage) const;
-  // The distributed optimizer shards its state over the gradient group (DP x CP).
-  int optimizer_shards() const {
-    return layout_.distributed_optimizer ? layout_.dp * layout_.cp : 1;
-  }
+  // How many ways ZeRO stage `stage` and above shard their state: over the gradient group
+  // (DP x CP), or not at all below that stage.
+  int shards_from(int stage) const { return layout_.zero >= stage ? layout_.dp * layout_.cp : 1; }
   MemoryEstimate stage_memory(int stage) const;
-  // The stage's forward and backward seconds of one micro-batch, which the reduction can hide
+  // `micro_batch`: the slowest stage's time for one micro-batch, which the reduction can hide
   // behind.
-  void data_parallel(double params, double forward_s, double backward_s, StepEstimate& out);
+  void data_parallel(double params, const StageTime& micro_batch, StepEstimate& out);
 
   const ModelSpec& model_;
   Layout layout_;
@@ -465,9 +464,14 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
   const bool last = stage == p - 1;
   const double params = stage_parameters(stage);
   MemoryEstimate mem;
-  mem.weights_gb = params * kWeightBytes / kGB;
-  mem.gradients_gb = params * kGradBytes / kGB;
-  mem.optimizer_gb = params * kOptimizerBytes / optimizer_shards() / kGB;
+  mem.weights_gb = params * kWeightBytes / shards_from(3) / kGB;
+  if (layout_.zero == 3) {
+    // FSDP holds the layer in hand and the next one gathered.
+    const LayerParameters layer = model_.layer_parameters();
+    mem.weights_gb += 2 * (layer.sharded / d.t + layer.replicated) * kWeightBytes / kGB;
+  }
+  mem.gradients_gb = params * kGradBytes / shards_from(2) / kGB;
+  mem.optimizer_gb = params * kOptimizerBytes / shards_from(1) / kGB;
 
   // Layers whose activations are held at the peak: in 1F1B, stage i has min(m, p - i)
   // micro-batches in flight, each over its layers (stage 0: L layers' worth, Korthikanti et al.
@@ -493,38 +497,58 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
   return mem;
 }
 
-// Gradient reduction over DP, bucketed like Megatron's DistributedDataParallel and (overlap
-// dp_grads, the default) overlapped with the backward pass of the last micro-batch: bucket i (of
-// n) is ready (i + 1)/n of the way through that pass, buckets go one after another, and what ends
-// after the pass is exposed. With the distributed optimizer the buckets are reduce-scattered and,
-// after the optimizer step, the bf16 parameters all-gathered: exposed, or (dp_params) beside the
-// next step's first forward pass.
-void Estimator::data_parallel(double params, double forward_s, double backward_s,
-                              StepEstimate& out) {
+// Gradient reduction over DP (x CP), bucketed like Megatron's DistributedDataParallel and
+// (overlap dp_grads, the default) overlapped with the backward pass of the last micro-batch:
+// bucket i (of n) is ready (i + 1)/n of the way through that pass, buckets go one after
+// another, and what ends after the pass is exposed. ZeRO stages:
+// - 1 (Megatron's distributed optimizer): the buckets are reduce-scattered and, after the
+//   optimizer step, the bf16 parameters all-gathered: exposed, or (dp_params) beside the next
+//   step's first forward pass.
+// - 2: gradients are sharded too, so every micro-batch's gradients are reduce-scattered, not
+//   just the last one's: those of the m - 1 earlier ones run beside the following micro-batch's
+//   work, exposed where they outlast it.
+// - 3 (FSDP full sharding): parameters are sharded as well and all-gathered for every
+//   micro-batch's forward and again for its backward (one layer ahead, beside the layer in
+//   hand); no all-gather after the step.
+void Estimator::data_parallel(double params, const StageTime& micro_batch, StepEstimate& out) {
   const GroupShape group = layout_.gradient_group();
   const int dp = group.size;  // DP x CP ranks hold the same weights
   if (dp <= 1) return;
-  const bool zero1 = layout_.distributed_optimizer;
-  const Collective op = zero1 ? Collective::reduce_scatter : Collective::all_reduce;
+  const int zero = layout_.zero;
+  const double forward_s = micro_batch.forward(), backward_s = micro_batch.backward();
+  const Collective op = zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
   const double bucket = std::max(kBucketParams, kBucketParamsPerDpRank * dp);
   const int buckets = std::max(1, static_cast<int>(std::ceil(params / bucket)));
   const double last_bucket = params - (buckets - 1) * bucket;
-  double end = 0, total = 0;
+  auto bucketed = [&](Collective collective_op, double bytes_per_param) {
+    double seconds = 0;
+    for (int i = 0; i < buckets; ++i) {
+      const double n = i + 1 < buckets ? bucket : last_bucket;
+      seconds += collective_us(collective_op, n * bytes_per_param, group) * 1e-6;
+    }
+    return seconds;
+  };
+  double end = 0, reduction = 0;
   for (int i = 0; i < buckets; ++i) {
     const double n = i + 1 < buckets ? bucket : last_bucket;
     const double us = collective_us(op, n * kGradBytes, group);
     // Not overlapped, every bucket waits for the whole backward pass.
     const double ready = layout_.overlap.dp_grads ? backward_s * (i + 1) / buckets : backward_s;
     end = std::max(end, ready) + us * 1e-6;
-    total += us * 1e-6;
+    reduction += us * 1e-6;
   }
   double exposed = std::max(0.0, end - backward_s);
-  if (zero1) {
-    double gather = 0;
-    for (int i = 0; i < buckets; ++i) {
-      const double n = i + 1 < buckets ? bucket : last_bucket;
-      gather += collective_us(Collective::all_gather, n * kWeightBytes, group) * 1e-6;
-    }
+  double total = reduction;
+  if (zero >= 2) {
+    // The parameters of each micro-batch's forward and backward (FSDP), then its gradients.
+    const double gathers = zero == 3 ? 2 * bucketed(Collective::all_gather, kWeightBytes) : 0;
+    const double per_micro_batch = gathers + reduction;
+    exposed += (m_ - 1) * std::max(0.0, per_micro_batch - micro_batch.total());
+    exposed += std::max(0.0, gathers - forward_s);  // the last micro-batch's
+    total = m_ * per_micro_batch;
+  }
+  if (zero == 1 || zero == 2) {
+    const double gather = bucketed(Collective::all_gather, kWeightBytes);
     // Overlapped, the next step's first forward pass covers what it can.
     exposed += layout_.overlap.dp_params ? std::max(0.0, gather - forward_s) : gather;
     total += gather;
@@ -532,7 +556,7 @@ void Estimator::data_parallel(double params, double forward_s, double backward_s
   out.breakdown.dp_exposed_s = exposed;
   out.dp_comm_s = total;
   out.dp_reduction = planner_.estimate(op, params * kGradBytes, group);
-  if (zero1) {
+  if (zero >= 1) {
     const CollectiveEstimate gather =
         planner_.estimate(Collective::all_gather, params * kWeightBytes, group);
     out.dp_reduction.us += gather.us;
@@ -605,8 +629,8 @@ StepEstimate Estimator::run() {
 
   double params = 0;
   for (int stage = 0; stage < p; ++stage) params = std::max(params, stage_parameters(stage));
-  data_parallel(params, slowest.forward(), slowest.backward(), out);
-  const double optimizer_params = params / optimizer_shards();
+  data_parallel(params, slowest, out);
+  const double optimizer_params = params / shards_from(1);
   bd.optimizer_s = optimizer_params * kOptimizerTrafficBytes / (gpu.hbm_gbps * 1e9);
 
   out.step_s = bd.compute_s + bd.tp_comm_s + bd.cp_comm_s + bd.pp_comm_s + bd.pp_bubble_s +

@@ -213,7 +213,7 @@ TEST(CollectivePlanner, GroupsThatCutNodesStayOnRailsAndCostOnlyWhatTheirNicsCos
     const int dp = gpus / 32;
     return estimate_step(model_preset("gpt-175b"),
                          parse_layout("tp=4,pp=8,dp=" + std::to_string(dp) +
-                                      ",gb=" + std::to_string(8 * dp) + ",sp=1,zero1=1"),
+                                      ",gb=" + std::to_string(8 * dp) + ",sp=1,zero=1"),
                          planner);
   };
   const StepEstimate cut = step(2016), whole = step(2048);

@@ -164,7 +164,7 @@ TEST(PlanLayoutTerms, ImpossibleCombinationsAreNamed) {
 
 TEST(PlanLayoutTerms, OverlapHidesWhatTheComputationCovers) {
   const ModelSpec m = model_preset("gpt-175b");
-  const std::string base = "tp=8,pp=8,dp=16,mb=1,sp=1,zero1=1,vp=2";
+  const std::string base = "tp=8,pp=8,dp=16,mb=1,sp=1,zero=1,vp=2";
   const StepEstimate plain = estimate(m, base + ",overlap=none", 1024);
   const StepEstimate grads = estimate(m, base + ",overlap=dp_grads", 1024);
   const StepEstimate params = estimate(m, base + ",overlap=dp_grads+dp_params", 1024);
@@ -238,6 +238,36 @@ TEST(PlanLayoutTerms, ContextParallelismSplitsTheSequence) {
                   exposed.breakdown.cp_comm_s + exposed.breakdown.optimizer_s +
                   exposed.breakdown.dp_exposed_s,
               1e-12);
+}
+
+// ZeRO-2 shards the gradients and reduce-scatters every micro-batch's; ZeRO-3 (FSDP) shards the
+// parameters too and gathers them for every micro-batch's forward and backward.
+TEST(PlanLayoutTerms, ZeroStagesShardStateAndMoveMore) {
+  const ModelSpec m = model_preset("gpt-1.3b");
+  const double params = m.parameters();
+  const LayerParameters layer = m.layer_parameters();
+  auto with_zero = [&](int zero) {
+    return estimate(m, "tp=1,pp=1,dp=8,mb=4,zero=" + std::to_string(zero), 8);
+  };
+  const StepEstimate z1 = with_zero(1), z2 = with_zero(2), z3 = with_zero(3);
+  EXPECT_NEAR(z1.memory.weights_gb * 1e9, 2 * params, 1);
+  EXPECT_NEAR(z1.memory.gradients_gb * 1e9, 4 * params, 1);
+  EXPECT_NEAR(z2.memory.gradients_gb * 1e9, 4 * params / 8, 1);
+  EXPECT_NEAR(z2.memory.optimizer_gb * 1e9, 12 * params / 8, 1);
+  EXPECT_NEAR(z3.memory.weights_gb * 1e9,
+              2 * params / 8 + 2 * 2 * (layer.sharded + layer.replicated), 1);
+  // m = 512 / (8 x 4) = 16 micro-batches. ZeRO-1 moves R (gradients) + G (parameters) a step;
+  // ZeRO-2 16 R + G; ZeRO-3 16 (2 G + R).
+  const double r = (z2.dp_comm_s - z1.dp_comm_s) / 15, g = z1.dp_comm_s - r;
+  EXPECT_GT(r, 0);
+  EXPECT_GT(g, 0);
+  EXPECT_NEAR(z3.dp_comm_s, 16 * (2 * g + r), 1e-9);
+  // Each micro-batch's traffic here hides behind the next micro-batch's work: ZeRO-2 exposes what
+  // ZeRO-1 does (the last reduction's tail and the parameter all-gather after the step), ZeRO-3
+  // less (it has no all-gather after the step).
+  EXPECT_NEAR(z2.breakdown.dp_exposed_s, z1.breakdown.dp_exposed_s, 1e-12);
+  EXPECT_LT(z3.breakdown.dp_exposed_s, z1.breakdown.dp_exposed_s);
+  EXPECT_DOUBLE_EQ(z3.breakdown.compute_s, z1.breakdown.compute_s);
 }
 
 TEST(PlanLayoutTerms, SearchSplitsLayersWithLighterEndStagesAndKeepsTheFrameworkOptions) {

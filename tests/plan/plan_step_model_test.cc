@@ -146,16 +146,16 @@ TEST(PlanLayout, ParsesAndRoundTrips) {
   EXPECT_EQ(y.virtual_stages, 2);
   EXPECT_EQ(y.recompute, Recompute::selective);
   EXPECT_EQ(y.order[1], ParallelDim::pp);
-  EXPECT_TRUE(y.distributed_optimizer);
+  EXPECT_EQ(y.zero, 1);  // zero1=1, the older key, reads as zero=1
   EXPECT_EQ(y.gpus(), 512);
   EXPECT_EQ(y.to_string(),
-            "tp=8,pp=4,dp=16,mb=2,gb=1536,sp=1,vp=2,recompute=selective,order=tp-pp-dp,zero1=1,"
+            "tp=8,pp=4,dp=16,mb=2,gb=1536,sp=1,vp=2,recompute=selective,order=tp-pp-dp,zero=1,"
             "precision=bf16,attention=flash,overlap=dp_grads");
   EXPECT_EQ(parse_layout(y.to_string()).to_string(), y.to_string());
   // Keys may come in any order and be left out.
   const Layout d = parse_layout("dp=2,tp=4");
   EXPECT_EQ(d.to_string(),
-            "tp=4,pp=1,dp=2,mb=1,gb=0,sp=0,vp=1,recompute=none,order=tp-dp-pp,zero1=0,"
+            "tp=4,pp=1,dp=2,mb=1,gb=0,sp=0,vp=1,recompute=none,order=tp-dp-pp,zero=0,"
             "precision=bf16,attention=flash,overlap=dp_grads");
   // The compute and schedule options, and uneven end stages.
   const Layout e = parse_layout(
@@ -182,6 +182,7 @@ TEST(PlanLayout, RejectsBadKeysAndValuesByName) {
   EXPECT_INVALID(parse_layout("tp"), "'tp'", "key=value");
   EXPECT_INVALID(parse_layout("sp=2"), "sp=2", "0 or 1");
   EXPECT_INVALID(parse_layout("zero1=yes"), "zero1=yes");
+  EXPECT_INVALID(parse_layout("zero=4"), "zero=4", "0, 1, 2 or 3");
   EXPECT_INVALID(parse_layout("recompute=some"), "recompute=some", "selective");
   EXPECT_INVALID(parse_layout("order=tp-dp"), "order=tp-dp");
   EXPECT_INVALID(parse_layout("order=tp-tp-pp"), "order=tp-tp-pp");
@@ -233,7 +234,7 @@ TEST(PlanStepModel, BreakdownAddsUpToTheStep) {
   } cases[] = {
       {"gpt-1.3b", "tp=1,pp=1,dp=8,mb=4", 8},
       {"gpt-22b", "tp=8,pp=1,dp=1,mb=4,sp=1,recompute=selective", 8},
-      {"gpt-175b", "tp=8,pp=8,dp=2,mb=1,sp=1,recompute=selective,zero1=1", 128},
+      {"gpt-175b", "tp=8,pp=8,dp=2,mb=1,sp=1,recompute=selective,zero=1", 128},
       {"gpt-175b", "tp=8,pp=8,dp=2,mb=1,vp=3,gb=1536,recompute=full", 128},
       {"gpt-7b", "tp=2,pp=2,dp=16,mb=2,order=tp-pp-dp", 64},
   };

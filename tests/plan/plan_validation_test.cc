@@ -157,7 +157,7 @@ std::vector<PublishedRun> a100_runs() {
       {"MT-NLG 530B, 420 nodes", mtnlg, m530, "dgx-a100", 3360,
        "tp=8,pp=35,dp=12,mb=1,gb=1920" + full, Metric::step_seconds, 44.4},
       {"BLOOM 176B", "BigScience tr11-176B-ml", bloom(), "dgx-a100", 384,
-       "tp=4,pp=12,dp=8,mb=2,gb=2048,zero1=1,first=5,last=5" + full, Metric::step_seconds, 104.7},
+       "tp=4,pp=12,dp=8,mb=2,gb=2048,zero=1,first=5,last=5" + full, Metric::step_seconds, 104.7},
   };
 }
 
@@ -165,8 +165,9 @@ std::vector<PublishedRun> a100_runs() {
 // - Megatron-LM README (weak scaling on H100, Megatron-Core 0.8): BF16, 4096 tokens, 131,072
 //   vocabulary, TP communication, gradient reduction and parameter gathering overlapped (the
 //   README's flags); mb = 1, no interleaving, SP and the distributed optimizer assumed.
-// - Llama 3 (Dubey et al. 2024, Table 4): 405B, BF16, no recomputation; 126 layers as 7 on the
-//   end stages and 8 on the others (the paper's text); mb = 1 and no interleaving assumed.
+// - Llama 3 (Dubey et al. 2024, Table 4): 405B, BF16, no recomputation, FSDP without resharding
+//   after the forward pass (as ZeRO-2); 126 layers as 7 on the end stages and 8 on the others
+//   (the paper's text); mb = 1 and no interleaving assumed.
 // - NeMo 24.07 performance summary: FP8, layouts as printed.
 // - Megatron-Bridge 25.11 performance summary: Llama 3 70B and 3.1 405B, FP8, layouts as
 //   printed (the 405B's 126 layers on 8 stages as 15 on the end stages and 16 on the others, the
@@ -185,12 +186,12 @@ std::vector<PublishedRun> h100_runs() {
                         "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) +
                             ",dp=" + std::to_string(gpus / tp / pp) +
                             ",mb=1,gb=" + std::to_string(batch) + (tp > 1 ? ",sp=1" : "") +
-                            ",zero1=1,overlap=" + (tp > 1 ? "tp+" : "") + "dp_grads+dp_params",
+                            ",zero=1,overlap=" + (tp > 1 ? "tp+" : "") + "dp_grads+dp_params",
                         Metric::model_tflops,
                         tflops};
   };
   const char* nemo = "NeMo 24.07 performance summary";
-  const std::string fp8 = ",sp=1,zero1=1,precision=fp8";
+  const std::string fp8 = ",sp=1,zero=1,precision=fp8";
   return {
       megatron_row("Megatron 1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8),
       megatron_row("Megatron 7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9),
@@ -202,10 +203,10 @@ std::vector<PublishedRun> h100_runs() {
       megatron_row("Megatron 314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
       megatron_row("Megatron 462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
       {"Llama 3 405B, 8192 GPUs", "Dubey et al. 2024, Table 4", model_preset("llama3-405b"),
-       "dgx-h100", 8192, "tp=8,pp=16,dp=64,mb=1,gb=2048,sp=1,first=7,last=7", Metric::model_tflops,
-       430},
+       "dgx-h100", 8192, "tp=8,pp=16,dp=64,mb=1,gb=2048,sp=1,zero=2,first=7,last=7",
+       Metric::model_tflops, 430},
       {"Llama 3 405B, 16384 GPUs", "Dubey et al. 2024, Table 4", model_preset("llama3-405b"),
-       "dgx-h100", 16384, "tp=8,pp=16,dp=128,mb=1,gb=2048,sp=1,first=7,last=7",
+       "dgx-h100", 16384, "tp=8,pp=16,dp=128,mb=1,gb=2048,sp=1,zero=2,first=7,last=7",
        Metric::model_tflops, 400},
       {"GPT-3 175B FP8, 128 GPUs", nemo, gpt("gpt-175b", 96, 12288, 96, 2048, 51200), "dgx-h100",
        128, "tp=4,pp=8,dp=4,mb=1,gb=256,vp=6" + fp8, Metric::model_tflops, 782},
@@ -218,9 +219,10 @@ std::vector<PublishedRun> h100_runs() {
        Metric::model_tflops, 719},
       // Context parallelism.
       {"Llama 3 405B, 131k tokens", "Dubey et al. 2024, Table 4", llama3_405b_long(), "dgx-h100",
-       16384, "tp=8,cp=16,pp=16,dp=8,mb=1,gb=128,sp=1,first=7,last=7", Metric::model_tflops, 380},
+       16384, "tp=8,cp=16,pp=16,dp=8,mb=1,gb=128,sp=1,zero=2,first=7,last=7", Metric::model_tflops,
+       380},
       {"Llama 3 8B FP8, CP 2", nemo, model_preset("llama3-8b"), "dgx-h100", 8,
-       "tp=1,cp=2,pp=1,dp=4,mb=1,gb=128,zero1=1,precision=fp8", Metric::model_tflops, 697},
+       "tp=1,cp=2,pp=1,dp=4,mb=1,gb=128,zero=1,precision=fp8", Metric::model_tflops, 697},
       {"Llama 3 70B FP8, CP 2", nemo, model_preset("llama3-70b"), "dgx-h100", 64,
        "tp=4,cp=2,pp=4,dp=2,mb=1,gb=128,vp=5" + fp8, Metric::model_tflops, 738},
       {"Llama 3.1 405B FP8, CP 2", "Megatron-Bridge 25.11 performance summary",
