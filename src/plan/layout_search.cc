@@ -78,7 +78,6 @@ Layout parse_framework_options(const std::string& text) {
   framework.precision = parsed.precision;
   framework.attention = parsed.attention;
   framework.overlap = parsed.overlap;
-  framework.global_batch = parsed.global_batch;  // compared below, so gb= is reported too
   if (parsed.to_string() != framework.to_string()) {
     invalid("'" + text +
             "': the search's framework options are precision, attention and "

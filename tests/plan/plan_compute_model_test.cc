@@ -292,6 +292,7 @@ TEST(PlanLayoutTerms, SearchSplitsLayersWithLighterEndStagesAndKeepsTheFramework
   EXPECT_TRUE(saw_uneven);
   EXPECT_INVALID(parse_framework_options("precision=fp8,tp=2"), "'precision=fp8,tp=2'",
                  "precision, attention and overlap only");
+  EXPECT_INVALID(parse_framework_options("gb=64"), "'gb=64'", "precision, attention and overlap");
   CollectivePlanner a100(cluster_preset("dgx-a100", 64));
   EXPECT_INVALID(search_layouts(model_preset("gpt-1.3b"), a100, options), "precision=fp8");
 }
