@@ -41,7 +41,7 @@ constexpr double kGB = 1e9;
 // context parallelism s is a rank's share of the sequence, `context` the whole of it (the keys a
 // query attends to).
 struct Dims {
-  double s, context, b, h, a, f, v, l, t, r, c;
+  double s, context, b, h, a, f, v, t, r, c;
   bool sp, gated, flash;
   double head_size() const { return h / a; }
 };
@@ -232,10 +232,7 @@ int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& 
     invalid(where + "overlap=tp needs sp=1 (it overlaps SP's all-gathers and reduce-scatters)");
   }
   layers_per_stage(model, y);
-  if (y.precision == Precision::fp8 && !(cluster.gpu.fp8_peak_tflops > 0)) {
-    invalid(where + "precision=fp8, but the cluster's " + cluster.gpu.name +
-            " has no FP8 peak (node.gpu.fp8_peak_tflops is 0)");
-  }
+  const ComputeModel precision_check(cluster.gpu, y.precision);  // fp8 needs an FP8 peak
   const int gb = y.global_batch > 0 ? y.global_batch : model.global_batch;
   if (gb % (y.dp * y.micro_batch) != 0) {
     invalid(where + "the global batch (" + str(gb) +
@@ -577,7 +574,6 @@ StepEstimate Estimator::run() {
   d_.a = model_.heads;
   d_.f = model_.ffn();
   d_.v = model_.vocab;
-  d_.l = model_.layers;
   d_.t = layout_.tp;
   d_.r = model_.kv_width() / model_.hidden;
   d_.sp = layout_.sequence_parallel && layout_.tp > 1;
