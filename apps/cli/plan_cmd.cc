@@ -18,6 +18,7 @@
 #include "formats/json.h"
 #include "plan/collective_planner.h"
 #include "plan/layout_search.h"
+#include "plan/model_spec.h"
 #include "plan/plan_report.h"
 #include "tpf/error.h"
 
@@ -408,15 +409,18 @@ void add_plan_command(CLI::App& tpf) {
   auto flags = std::make_shared<PlanFlags>();
   add_cluster_options(plan, flags->cluster, flags->gpus,
                       "size a preset (a multiple of 8); with --layout, defaults to tp*cp*pp*dp");
-  plan.add_option("--model", flags->model,
-                  "a preset (gpt-1.3b, gpt-7b, gpt-22b, gpt-70b, gpt-175b, gpt-530b,\n"
-                  "gpt-1t, llama3-8b, llama3-70b, llama3-405b) or a YAML file")
+  std::string presets;
+  for (const std::string& name : plan::model_preset_names()) {
+    presets += (presets.empty() ? "" : ", ") + name;
+  }
+  plan.add_option("--model", flags->model, "a preset (" + presets + ") or a YAML file")
       ->type_name("M");
   plan.add_option("--layout", flags->layout,
-                  "tp=8,pp=8,dp=16[,cp=2][,mb=1][,gb=1536][,sp=1][,vp=2]\n"
+                  "tp=8,pp=8,dp=16[,cp=2][,ep=8][,mb=1][,gb=1536][,sp=1][,vp=2]\n"
                   "[,recompute=none|selective|full][,zero=0..3][,order=tp-dp-pp]\n"
                   "[,precision=bf16|fp8][,attention=flash|materialized]\n"
-                  "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]")
+                  "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]\n"
+                  "[,capacity=1.25] (ep, capacity: mixture-of-experts models)")
       ->type_name("L");
   plan.add_option("--global-batch", flags->global_batch,
                   "sequences per step (default: the model's); --search runs every layout\n"

@@ -22,12 +22,13 @@ median_seconds() {  # runs "$@" $repeat times, prints the median wall time in se
   printf '%s\n' "${times[@]}" | sort -g | awk '{ a[NR] = $1 } END { printf "%.3f", a[int((NR + 1) / 2)] }'
 }
 
-printf '%-8s %-10s %-14s %12s %12s\n' gpus model global_batch "layout (s)" "search (s)"
+printf '%-8s %-13s %-14s %12s %12s\n' gpus model global_batch "layout (s)" "search (s)"
 for case in "1024 gpt-175b 1536 tp=8,pp=8,dp=16" \
             "16384 gpt-175b 16384 tp=8,pp=16,dp=128" \
             "100000 gpt-175b 25000 tp=8,pp=4,dp=3125" \
             "100000 gpt-1t 25000 tp=8,pp=4,dp=3125" \
-            "100000 gpt-7b 100000 tp=1,pp=1,dp=100000"; do
+            "100000 gpt-7b 100000 tp=1,pp=1,dp=100000" \
+            "100000 mixtral-8x7b 25000 tp=8,pp=4,dp=3125,sp=1,ep=8,etp=1"; do
   read -r gpus model batch layout <<< "$case"
   if (( gpus != $(echo "$layout" | tr ',=' ' ' | awk '{ print $2 * $4 * $6 }') )); then
     layout_time="n/a"
@@ -37,5 +38,5 @@ for case in "1024 gpt-175b 1536 tp=8,pp=8,dp=16" \
   fi
   search_time=$(median_seconds "$tpf" plan --cluster dgx-h100 --gpus "$gpus" --model "$model" \
     --global-batch "$batch" --search)
-  printf '%-8s %-10s %-14s %12s %12s\n' "$gpus" "$model" "$batch" "$layout_time" "$search_time"
+  printf '%-8s %-13s %-14s %12s %12s\n' "$gpus" "$model" "$batch" "$layout_time" "$search_time"
 done

@@ -103,8 +103,8 @@ GroupPlacement CollectivePlanner::compute_placement(const GroupShape& group) con
   return result;
 }
 
-std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group,
-                                                         PhaseKind kind) const {
+std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group, PhaseKind kind,
+                                                         int shift) const {
   const GroupPlacement where = placement(group);
   const long long total = cluster_.total_gpus();
   const long long block = static_cast<long long>(group.size) * group.stride;
@@ -161,6 +161,7 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
       }
       case PhaseKind::across_rail_groups:  // same position in the next rail group
         return (b + per_group) % nodes;
+      case PhaseKind::shift: return (b + shift) % nodes;
     }
     return -1;
   };
@@ -191,15 +192,17 @@ coll::LinkClass CollectivePlanner::network_link(const NetworkPhase& phase) const
   return net;
 }
 
-const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, PhaseKind kind) {
-  auto key = std::make_pair(group, kind);
+const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, PhaseKind kind,
+                                                     int shift) {
+  if (kind != PhaseKind::shift) shift = 1;
+  auto key = std::make_tuple(group, kind, shift);
   if (auto found = phases_.find(key); found != phases_.end()) return found->second;
   NetworkPhase phase;
   const int gpn = cluster_.gpus_per_node, nics = cluster_.nics_per_node;
   // What one GPU's transfer would get alone: its NICs (or its share of a shared NIC).
   const double nic_rate = cluster_.nic_gbps() * cluster_.network.efficiency;
   phase.nic_gbps = nics >= gpn ? nic_rate * (nics / gpn) : nic_rate / (gpn / nics);
-  std::vector<Transfer> transfers = phase_transfers(group, kind);
+  std::vector<Transfer> transfers = phase_transfers(group, kind, shift);
   phase.transfers = static_cast<int>(transfers.size());
   if (!transfers.empty()) {
     std::vector<SubFlow> subflows = route_transfers(*topology_, cluster_.routing, transfers);
@@ -248,6 +251,34 @@ const NetworkPhase& CollectivePlanner::network_phase(const GroupShape& group, Ph
   return phases_.emplace(key, phase).first->second;
 }
 
+// Pairwise exchange, as NCCL runs an all-to-all: in step j (of nodes - 1) every node block sends
+// to the block j further on, slot i to slot i (with PXN the data of a node's GPUs for slot i of
+// the destination first gathers over NVLink at its own slot i, so each transfer carries per_node
+// pieces of bytes / n and stays on its rail). Every step is routed and shared max-min like a
+// ring step; beyond kSolvedShifts steps, evenly spaced ones stand for the rest. The pieces for
+// the node's own GPUs go over NVLink meanwhile.
+double CollectivePlanner::network_all_to_all_us(double bytes, const GroupShape& group) {
+  constexpr int kSolvedShifts = 8;
+  const GroupPlacement where = placement(group);
+  const int nodes = where.regular ? where.nodes : group.size;
+  const int per_node = where.regular ? where.per_node : 1;
+  const int steps = nodes - 1;
+  const int solved = std::min(steps, kSolvedShifts);
+  const double piece = bytes * per_node / group.size;
+  double network_us = 0;
+  for (int i = 0; i < solved; ++i) {
+    const int shift = 1 + static_cast<int>(static_cast<long long>(i) * steps / solved);
+    const NetworkPhase& phase = network_phase(group, PhaseKind::shift, shift);
+    if (phase.transfers == 0) continue;  // an irregular group's step that stays in its nodes
+    network_us += phase.latency_us + piece / (phase.min_rate_gbps * 1e3);
+  }
+  network_us *= static_cast<double>(steps) / solved;
+  const coll::LinkClass up = scale_up_link();
+  const double local_us =
+      per_node > 1 ? up.alpha_us + bytes * (per_node - 1) / group.size / (up.port_gbps * 1e3) : 0;
+  return std::max(network_us, local_us);
+}
+
 std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(Collective op, double bytes,
                                                                 const GroupShape& group) {
   if (!(bytes >= 0) || !std::isfinite(bytes)) invalid("collective size must be >= 0 bytes");
@@ -282,9 +313,9 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(Collective op, d
     return estimates;
   }
   if (op == Collective::all_to_all) {
-    invalid(
-        "all_to_all across nodes is not modelled (its spine traffic is not a ring step); "
-        "groups inside one scale-up domain are");
+    add(cluster_.network.pxn ? "pairwise(pxn)" : "pairwise", network_all_to_all_us(bytes, group),
+        true, phase);
+    return estimates;
   }
   // A flat ring or tree over every member runs one channel per member of a node, each through
   // its own NIC: the slowest hop is min(NVLink, channels x one NIC's share).

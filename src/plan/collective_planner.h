@@ -31,8 +31,9 @@ struct GroupShape {
 // Which step of a collective a network phase is: every member sends to the next one of its ring
 // (ring), or not the last to the first (chain: pipeline p2p); or, for the three-level
 // hierarchy of a rail-optimized network, the ring among the nodes of one rail group (leaf-local)
-// or the ring across rail groups (through the spine).
-enum class PhaseKind { ring, chain, within_rail_group, across_rail_groups };
+// or the ring across rail groups (through the spine); or one step of a pairwise all-to-all
+// (every node block sends to the block `shift` further on).
+enum class PhaseKind { ring, chain, within_rail_group, across_rail_groups, shift };
 
 // How the members of a group sit on nodes, the same for every copy or not.
 struct GroupPlacement {
@@ -76,9 +77,12 @@ class CollectivePlanner {
   // The network link class a ring step of `group` sees (bandwidth from the flow model).
   // Routed and solved once per (group, kind), then cached. Throws Error(invalid_argument) if
   // failures leave some transfer no capacity at all.
-  const NetworkPhase& network_phase(const GroupShape& group, PhaseKind kind = PhaseKind::ring);
+  // `shift` is the distance of a PhaseKind::shift step (ignored by the other kinds).
+  const NetworkPhase& network_phase(const GroupShape& group, PhaseKind kind = PhaseKind::ring,
+                                    int shift = 1);
   // The NIC-to-NIC transfers of that step, all copies of the group (what network_phase routes).
-  std::vector<Transfer> phase_transfers(const GroupShape& group, PhaseKind kind) const;
+  std::vector<Transfer> phase_transfers(const GroupShape& group, PhaseKind kind,
+                                        int shift = 1) const;
   GroupPlacement placement(const GroupShape& group) const;
 
   // The cheapest algorithm for `op` of `bytes` (nccl-tests message size) in `group`.
@@ -93,7 +97,9 @@ class CollectivePlanner {
   std::vector<double> capacity_;  // GB/s of every link, 0 where failed: what max-min shares
   coll::LinkClass network_link(const NetworkPhase& phase) const;
   GroupPlacement compute_placement(const GroupShape& group) const;
-  std::map<std::pair<GroupShape, PhaseKind>, NetworkPhase> phases_;
+  // An all-to-all whose group crosses nodes (`phase`: its first step, for the report).
+  double network_all_to_all_us(double bytes, const GroupShape& group);
+  std::map<std::tuple<GroupShape, PhaseKind, int>, NetworkPhase> phases_;
   mutable std::map<GroupShape, GroupPlacement> placements_;  // O(GPUs) each: cached
 };
 

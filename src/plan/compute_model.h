@@ -42,7 +42,7 @@ class ComputeModel {
   double gemm_peak() const { return peak_; }
 
  private:
-  const AcceleratorSpec& gpu_;
+  AcceleratorSpec gpu_;  // a copy: callers pass temporaries
   double peak_;            // FLOP/s of the GEMMs' precision
   double large_gemm_eff_;  // achieved fraction of peak_ by a large GEMM
   double input_bytes_;     // per element of A and B

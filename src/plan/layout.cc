@@ -1,6 +1,8 @@
 #include "plan/layout.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <set>
 #include <utility>
 #include <vector>
@@ -44,7 +46,8 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 const char* kKeys =
-    "tp cp pp dp mb gb sp vp recompute order zero precision attention overlap first last";
+    "tp cp ep etp pp dp mb gb sp vp recompute order zero precision attention overlap first last "
+    "capacity";
 
 // overlap= names, each with the flag it sets.
 constexpr std::pair<const char*, bool Overlap::*> kOverlapParts[] = {
@@ -94,6 +97,17 @@ int parse_int(const std::string& key, const std::string& value, int minimum) {
   }
   if (out < minimum) {
     invalid("layout: " + key + "=" + value + ": must be at least " + std::to_string(minimum));
+  }
+  return out;
+}
+
+double parse_positive_number(const std::string& key, const std::string& value) {
+  double out = 0;
+  const char* first = value.data();
+  const char* last = first + value.size();
+  const auto [end, error] = std::from_chars(first, last, out);
+  if (value.empty() || error != std::errc() || end != last || !(out > 0) || !std::isfinite(out)) {
+    invalid("layout: " + key + "=" + value + ": expected a positive number");
   }
   return out;
 }
@@ -194,6 +208,25 @@ GroupShape Layout::gradient_group() const {
   return GroupShape{cp * dp, cp_group.stride};
 }
 
+GroupShape Layout::expert_group() const {
+  if (folded()) return GroupShape{ep, expert_tp()};
+  return GroupShape{ep, gradient_group().stride};
+}
+
+GroupShape Layout::expert_tp_group() const {
+  if (folded()) return GroupShape{expert_tp(), 1};
+  return group_of(ParallelDim::tp);
+}
+
+GroupShape Layout::expert_gradient_group() const {
+  if (folded()) {
+    const int expert_ranks = expert_tp() * ep;
+    return GroupShape{tp * cp * dp / expert_ranks, expert_ranks};
+  }
+  const GroupShape gradients = gradient_group();
+  return GroupShape{gradients.size / ep, gradients.stride * ep};
+}
+
 std::string Layout::to_string() const {
   // Appended piece by piece: GCC 12 gives a false -Wrestrict for long operator+ chains.
   std::string text;
@@ -222,6 +255,13 @@ std::string Layout::to_string() const {
   add("attention", plan::to_string(attention));
   add("overlap", overlap_text(overlap));
   if (cp > 1) add("cp", std::to_string(cp));
+  if (ep > 1) add("ep", std::to_string(ep));
+  if (folded()) add("etp", std::to_string(etp));
+  if (capacity != 1) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%g", capacity);
+    add("capacity", number);
+  }
   if (first_stage_layers > 0) add("first", std::to_string(first_stage_layers));
   if (last_stage_layers > 0) add("last", std::to_string(last_stage_layers));
   return text;
@@ -245,6 +285,12 @@ Layout parse_layout(const std::string& text) {
       layout.pp = parse_int(key, value, 1);
     } else if (key == "cp") {
       layout.cp = parse_int(key, value, 1);
+    } else if (key == "ep") {
+      layout.ep = parse_int(key, value, 1);
+    } else if (key == "etp") {
+      layout.etp = parse_int(key, value, 1);
+    } else if (key == "capacity") {
+      layout.capacity = parse_positive_number(key, value);
     } else if (key == "dp") {
       layout.dp = parse_int(key, value, 1);
     } else if (key == "mb") {

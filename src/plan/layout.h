@@ -37,6 +37,18 @@ struct Layout {
   // Context parallelism (ring attention, Megatron's context_parallel_size): each sequence split
   // over cp ranks, keys and values passed around them.
   int cp = 1;
+  // Expert parallelism (mixture-of-experts models): each MoE layer's experts split over ep of
+  // the DP (x CP) ranks, tokens sent to their experts and back by all-to-alls. The experts'
+  // gradients reduce over the remaining dp x cp / ep ranks (Megatron's expert data parallelism).
+  int ep = 1;
+  // Expert tensor parallelism: the TP degree of the experts' GEMMs. 0 = tp (Megatron's
+  // default). Otherwise Megatron-Core's "parallel folding": the tp x cp x dp ranks of a pipeline
+  // stage are regrouped for the MoE layers as etp (innermost), then ep, then the expert data
+  // parallelism, so an EP group may sit where the TP ranks of the attention do.
+  int etp = 0;
+  // Tokens an expert processes, as a multiple of the mean (Megatron's moe_expert_capacity_factor
+  // with padding): 1 = perfectly balanced routing.
+  double capacity = 1;
   int micro_batch = 1;
   int global_batch = 0;  // 0 = the model's
   bool sequence_parallel = false;
@@ -61,15 +73,25 @@ struct Layout {
   // context parallelism DP x CP (Megatron reduces over both). Throws Error(invalid_argument)
   // where they do not form one group (cp > 1 and dp not right after tp in the order).
   GroupShape gradient_group() const;
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  bool folded() const { return expert_tp() != tp; }
+  // The ranks of one MoE layer's experts: the innermost ep of the gradient group (Megatron's
+  // tp-cp-ep-dp order) or, folded, ep groups at stride etp; the ranks that split each expert's
+  // GEMMs (TP's, or folded the innermost etp); and those holding the same experts (dp x cp / ep
+  // of them, folded tp x cp x dp / (etp x ep)).
+  GroupShape expert_group() const;
+  GroupShape expert_tp_group() const;
+  GroupShape expert_gradient_group() const;
   // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero=1,
-  // precision=bf16,attention=flash,overlap=dp_grads", then cp=, first= and last= where set.
+  // precision=bf16,attention=flash,overlap=dp_grads", then cp=, ep=, etp=, capacity=, first= and
+  // last= where set.
   std::string to_string() const;
 };
 
-// Parses "key=value,..." (keys: tp cp pp dp mb gb sp vp recompute order zero precision
-// attention overlap first last; zero1=0|1 is read as zero=0|1; overlap= takes tp, pp, dp_grads,
-// dp_params joined by '+', or none). Throws Error(invalid_argument) naming the key for unknown keys
-// and bad values.
+// Parses "key=value,..." (keys: tp cp ep etp pp dp mb gb sp vp recompute order zero precision
+// attention overlap first last capacity; zero1=0|1 is read as zero=0|1; overlap= takes tp, pp,
+// dp_grads, dp_params joined by '+', or none). Throws Error(invalid_argument) naming the key for
+// unknown keys and bad values.
 Layout parse_layout(const std::string& text);
 
 }  // namespace tpf::plan

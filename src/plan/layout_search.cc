@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 
 #include "plan/invalid_input.h"
 #include "plan/text_format.h"
@@ -33,6 +34,19 @@ int end_stage_layers(int layers, int pp) {
     if (rest >= pp - 2 && rest % (pp - 2) == 0 && rest / (pp - 2) > k) return k;
   }
   return -1;
+}
+
+// The (ep, etp) pairs to try: a mixture of experts splits its experts over any ep dividing the
+// experts and dp, with the experts' GEMMs split as the layers' (etp = 0, i.e. tp); where tp > 1
+// also folded, whole experts (etp = 1) over any ep dividing tp x dp. A dense model: (1, 0).
+std::vector<std::pair<int, int>> expert_splits(const ModelSpec& model, int tp, int dp) {
+  if (!model.moe()) return {{1, 0}};
+  std::vector<std::pair<int, int>> splits;
+  for (int ep : divisors(std::gcd(dp, model.experts))) splits.emplace_back(ep, 0);
+  if (tp > 1) {
+    for (int ep : divisors(std::gcd(tp * dp, model.experts))) splits.emplace_back(ep, 1);
+  }
+  return splits;
 }
 
 // Why `best` beats `other`: the parts of the step that differ most, per token (batches differ).
@@ -131,31 +145,35 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
               if (sp && tp == 1) continue;
               for (int zero : {0, 1}) {  // 2 and 3 trade traffic for memory; given by --layout
                 if (zero > 0 && dp == 1) continue;
-                Layout layout;
-                layout.precision = options.framework.precision;
-                layout.attention = options.framework.attention;
-                layout.overlap = options.framework.overlap;
-                layout.tp = tp;
-                layout.pp = pp;
-                layout.dp = dp;
-                layout.micro_batch = mb;
-                layout.global_batch = batch;
-                layout.virtual_stages = vp;
-                layout.recompute = recompute;
-                layout.sequence_parallel = sp;
-                layout.zero = zero;
-                layout.first_stage_layers = layout.last_stage_layers = end_layers;
-                try {
-                  validate_layout(model, layout, cluster);
-                } catch (const Error&) {
-                  ++result.rejected;  // an impossible combination, not a failure
-                  continue;
+                for (const auto& [ep, etp] : expert_splits(model, tp, dp)) {
+                  Layout layout;
+                  layout.ep = ep;
+                  layout.etp = etp;
+                  layout.precision = options.framework.precision;
+                  layout.attention = options.framework.attention;
+                  layout.overlap = options.framework.overlap;
+                  layout.tp = tp;
+                  layout.pp = pp;
+                  layout.dp = dp;
+                  layout.micro_batch = mb;
+                  layout.global_batch = batch;
+                  layout.virtual_stages = vp;
+                  layout.recompute = recompute;
+                  layout.sequence_parallel = sp;
+                  layout.zero = zero;
+                  layout.first_stage_layers = layout.last_stage_layers = end_layers;
+                  try {
+                    validate_layout(model, layout, cluster);
+                  } catch (const Error&) {
+                    ++result.rejected;  // an impossible combination, not a failure
+                    continue;
+                  }
+                  // Anything wrong from here on (a cut-off network, ...) is the user's to see.
+                  StepEstimate estimate = estimate_step(model, layout, planner);
+                  ++result.evaluated;
+                  if (batch != wanted_batch) ++result.rounded_up;
+                  (estimate.fits ? fitting : too_big).push_back(std::move(estimate));
                 }
-                // Anything wrong from here on (a cut-off network, ...) is the user's to see.
-                StepEstimate estimate = estimate_step(model, layout, planner);
-                ++result.evaluated;
-                if (batch != wanted_batch) ++result.rounded_up;
-                (estimate.fits ? fitting : too_big).push_back(std::move(estimate));
               }
             }
           }
@@ -207,16 +225,17 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
                cluster.gpu.memory_gb, best.memory.total_gb()));
     return result;
   }
-  const StepBreakdown& b = best.breakdown;
-  result.why_best.push_back(
-      "Best: " + best.layout.to_string() +
-      format(": %.0f tokens/s, MFU %.1f%%, %.1f GB per GPU.", best.tokens_per_s, 100 * best.mfu,
-             best.memory.total_gb()) +
-      format(" Of its %.3f s step, compute is %.1f%%, TP communication %.1f%%,", best.step_s,
-             100 * b.compute_s / best.step_s, 100 * b.tp_comm_s / best.step_s) +
-      format(" pipeline bubble %.1f%%, exposed DP communication %.1f%%, PP communication %.1f%%.",
-             100 * b.pp_bubble_s / best.step_s, 100 * b.dp_exposed_s / best.step_s,
-             100 * b.pp_comm_s / best.step_s));
+  std::string parts;
+  for (const BreakdownPart& part : kBreakdownParts) {
+    const double seconds = best.breakdown.*part.seconds;
+    if (seconds <= 0) continue;
+    parts += (parts.empty() ? "" : ", ") + std::string(part.name) +
+             format(" %.1f%%", 100 * seconds / best.step_s);
+  }
+  result.why_best.push_back("Best: " + best.layout.to_string() +
+                            format(": %.0f tokens/s, MFU %.1f%%, %.1f GB per GPU.",
+                                   best.tokens_per_s, 100 * best.mfu, best.memory.total_gb()) +
+                            format(" Of its %.3f s step: ", best.step_s) + parts + ".");
   // Against the best layout that differs in one choice only (all else equal), or, where no such
   // layout exists, the best that differs in that choice at all.
   using Key = std::function<std::string(const Layout&)>;
@@ -228,6 +247,8 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
       {"recomputation", [](const Layout& l) { return std::string(to_string(l.recompute)); }},
       {"sequence parallelism", [](const Layout& l) { return std::to_string(l.sequence_parallel); }},
       {"sharded optimizer", [](const Layout& l) { return std::to_string(l.zero); }},
+      {"expert parallelism", [](const Layout& l) { return std::to_string(l.ep); }},
+      {"expert TP", [](const Layout& l) { return std::to_string(l.expert_tp()); }},
   };
   auto same_except = [&](const Layout& a, const Layout& b, size_t skip) {
     for (size_t i = 0; i < std::size(choices); ++i) {

@@ -42,6 +42,20 @@ ModelSpec llama3(const char* name, int layers, int hidden, int heads, int ffn_hi
   return m;
 }
 
+// Mixtral (Jiang et al. 2024, Table 1; 8x22B from its released configuration): Llama-style
+// layers (8 key/value heads, SwiGLU, RMSNorm, no biases, rotary, untied) whose MLP is 8 experts,
+// 2 per token; 32,000-token vocabulary (8x22B: 32,768). Sequence 4096 and batch 256 as in
+// Megatron-Core's Mixtral benchmarks (the model's own context is 32k).
+ModelSpec mixtral(const char* name, int layers, int hidden, int heads, int ffn_hidden) {
+  ModelSpec m = llama3(name, layers, hidden, heads, ffn_hidden);
+  m.vocab = hidden == 4096 ? 32000 : 32768;
+  m.seq_len = 4096;
+  m.global_batch = 256;
+  m.experts = 8;
+  m.top_k = 2;
+  return m;
+}
+
 // Every preset uses Megatron's GPT-2 vocabulary padded to 51,200 (a multiple of 1024, so each of
 // up to 8 TP ranks gets a multiple of 128), as Narayanan et al. 2021 and Korthikanti et al. 2022
 // do, except the LLaMA-2-sized ones (32,000).
@@ -78,6 +92,8 @@ std::vector<ModelSpec> presets() {
       llama3("llama3-8b", 32, 4096, 32, 14336),
       llama3("llama3-70b", 80, 8192, 64, 28672),
       llama3("llama3-405b", 126, 16384, 128, 53248),
+      mixtral("mixtral-8x7b", 32, 4096, 32, 14336),
+      mixtral("mixtral-8x22b", 56, 6144, 48, 16384),
   };
 }
 
@@ -94,32 +110,53 @@ bool read_choice(const YamlFields& fields, const char* key, std::array<const cha
 
 }  // namespace
 
-// QKV h x (h + 2 kv), projection h x h, MLP 2 (3 gated) h x f.
+double ModelSpec::mlp_weights() const { return (gated_mlp ? 3.0 : 2.0) * hidden * ffn(); }
+
+// QKV h x (h + 2 kv), projection h x h, MLP 2 (3 gated) h x f, top_k of them behind a router
+// of h x experts.
 double ModelSpec::layer_gemm_weights() const {
-  const double h = hidden, f = ffn();
-  return h * (h + 2 * kv_width()) + h * h + (gated_mlp ? 3 : 2) * h * f;
+  const double h = hidden;
+  const double router = moe() ? h * experts : 0;
+  return h * (h + 2 * kv_width()) + h * h + router + active_experts() * mlp_weights();
 }
 
 // Narayanan et al. 2021, eq. (2) for a GPT: per layer QKV (3h^2 + 3h), projection (h^2 + h),
 // MLP (8h^2 + 5h), two LayerNorms (4h): 4h^2 + 2hf + 9h + f with an MLP of width f, of which the
 // projection and second MLP biases and the norms (6h) are replicated over TP.
+// A mixture of experts holds `experts` such MLPs (each with its own row-parallel bias, kept with
+// its expert) and a router of h x experts, which Megatron replicates over TP.
 LayerParameters ModelSpec::layer_parameters() const {
   const double h = hidden, f = ffn();
   LayerParameters p;
-  p.sharded = layer_gemm_weights();
-  if (biases) p.sharded += (h + 2 * kv_width()) + (gated_mlp ? 2 : 1) * f;
+  p.sharded = h * (h + 2 * kv_width()) + h * h;
+  double mlp = mlp_weights();
+  if (biases) {
+    p.sharded += h + 2 * kv_width();
+    mlp += (gated_mlp ? 2 : 1) * f;
+  }
   p.replicated = (biases ? 2 * h : 0) + 2 * (rms_norm ? h : 2 * h);
+  if (moe()) {
+    p.experts = experts * (mlp + (biases ? h : 0));
+    p.replicated += h * experts - (biases ? h : 0);
+  } else {
+    p.sharded += mlp;
+  }
   return p;
 }
 
 // Layers plus token embedding (twice when untied) and learned positions; with GPT's choices
 // 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), Narayanan et al. 2021, eq. (2).
 double ModelSpec::parameters() const {
-  const LayerParameters layer = layer_parameters();
   const double h = hidden;
-  return layers * (layer.sharded + layer.replicated) +
+  return layers * layer_parameters().total() +
          static_cast<double>(vocab) * h * (tied_embeddings ? 1 : 2) +
          (learned_positions ? seq_len * h : 0);
+}
+
+double ModelSpec::active_parameters() const {
+  const LayerParameters layer = layer_parameters();
+  const double inactive = moe() ? layer.experts * (experts - active_experts()) / experts : 0;
+  return parameters() - layers * inactive;
 }
 
 // Narayanan et al. 2021 (appendix; eq. (3) without the recomputed forward pass): per token and
@@ -152,6 +189,13 @@ void validate(const ModelSpec& m) {
     invalid(who + "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" +
             std::to_string(m.heads) + ")");
   }
+  if (m.experts < 0)
+    invalid(who + "experts must be 0 or 1 (dense) or more, got " + std::to_string(m.experts));
+  if (m.top_k < 0 || (m.moe() && m.top_k > m.experts) || (!m.moe() && m.top_k > 1)) {
+    invalid(who + "top_k (" + std::to_string(m.top_k) + ") must be 0 (2) or between 1 and " +
+            (m.moe() ? "experts (" + std::to_string(m.experts) + ")"
+                     : std::string("1 for a dense model (experts <= 1)")));
+  }
   if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
     invalid(who + "kv_heads (" + std::to_string(m.kv_heads) +
             ") must be 0 (one per head) or divide heads (" + std::to_string(m.heads) + ")");
@@ -177,7 +221,8 @@ ModelSpec parse_model_yaml(const std::string& text, const std::string& origin) {
   const YAML::Node root = parse_yaml_document(text, origin);
   YamlFields top(root, origin, "",
                  {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
-                  "global_batch", "mlp", "norm", "biases", "positions", "tied_embeddings"});
+                  "global_batch", "mlp", "norm", "biases", "positions", "tied_embeddings",
+                  "experts", "top_k"});
   // The sizes that define a model have no sensible default.
   for (const char* key : {"layers", "hidden", "heads"}) {
     if (!top.has(key)) top.fail(key, "missing (a model file must give layers, hidden and heads)");
@@ -197,6 +242,8 @@ ModelSpec parse_model_yaml(const std::string& text, const std::string& origin) {
   m.learned_positions = !read_choice(top, "positions", {"learned", "rope"}, !m.learned_positions);
   top.read("biases", m.biases);
   top.read("tied_embeddings", m.tied_embeddings);
+  top.read("experts", m.experts);
+  top.read("top_k", m.top_k);
   try {
     validate(m);
   } catch (const Error& e) {
@@ -229,6 +276,8 @@ std::string model_to_yaml(const ModelSpec& m) {
   out << YAML::Key << "biases" << YAML::Value << m.biases;
   out << YAML::Key << "positions" << YAML::Value << (m.learned_positions ? "learned" : "rope");
   out << YAML::Key << "tied_embeddings" << YAML::Value << m.tied_embeddings;
+  out << YAML::Key << "experts" << YAML::Value << m.experts;
+  out << YAML::Key << "top_k" << YAML::Value << m.top_k;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -99,6 +99,7 @@ json::Value step_json(const StepEstimate& e) {
   breakdown.set("compute_s", e.breakdown.compute_s);
   breakdown.set("tp_comm_s", e.breakdown.tp_comm_s);
   breakdown.set("cp_comm_s", e.breakdown.cp_comm_s);
+  breakdown.set("ep_comm_s", e.breakdown.ep_comm_s);
   breakdown.set("pp_comm_s", e.breakdown.pp_comm_s);
   breakdown.set("pp_bubble_s", e.breakdown.pp_bubble_s);
   breakdown.set("dp_exposed_s", e.breakdown.dp_exposed_s);

@@ -40,10 +40,19 @@ constexpr double kGB = 1e9;
 // the width of K (and V) over h (1 for multi-head attention, kv_heads / heads for GQA). With
 // context parallelism s is a rank's share of the sequence, `context` the whole of it (the keys a
 // query attends to).
+// Of a mixture of experts, e experts, k per token, e_local of them per EP rank, et-way expert
+// tensor parallelism, and x = k times the capacity factor: the MLP's tokens per layer token (1
+// for a dense model).
 struct Dims {
   double s, context, b, h, a, f, v, t, r, c;
-  bool sp, gated, flash;
+  double e, e_local, et, x;
+  bool sp, gated, flash, moe;
   double head_size() const { return h / a; }
+  // Tokens of a micro-batch a GPU routes: SP splits them over TP.
+  double routed_tokens() const { return s * b / (sp ? t : 1); }
+  // Tokens through a GPU's expert GEMMs: x per routed token (balanced routing: an EP rank
+  // receives as many as it sends), gathered over the expert-TP group.
+  double expert_tokens() const { return routed_tokens() * x * et; }
 };
 
 // Activation bytes one transformer layer keeps per micro-batch on one GPU (Korthikanti et al.
@@ -61,7 +70,8 @@ struct LayerActivations {
 
 LayerActivations layer_activations(const Dims& d) {
   const double sbh = d.s * d.b * d.h;
-  const double mlp = (d.gated ? 6 : 4) * d.s * d.b * d.f;
+  // A mixture of experts runs the MLP on x times the tokens and keeps their permuted inputs.
+  const double mlp = d.x * (d.gated ? 6 : 4) * d.s * d.b * d.f + (d.moe ? 2 * d.x * sbh : 0);
   const double split_linear = (4 + 4 * d.r) * sbh + mlp;  // Q, K, V, projection input, MLP
   const double replicated = 10 * sbh;
   const double softmax_stats = d.flash ? 4 * d.a * d.s * d.b / d.t : 0;
@@ -87,21 +97,32 @@ struct StageTime {
   double compute_f = 0, compute_b = 0;  // b includes recomputation
   double tp_f = 0, tp_b = 0;
   double cp_f = 0, cp_b = 0;
+  double ep_f = 0, ep_b = 0;
   double p2p_f = 0, p2p_b = 0;
-  double forward() const { return compute_f + tp_f + cp_f + p2p_f; }
-  double backward() const { return compute_b + tp_b + cp_b + p2p_b; }
+  double forward() const { return compute_f + tp_f + cp_f + ep_f + p2p_f; }
+  double backward() const { return compute_b + tp_b + cp_b + ep_b + p2p_b; }
   double total() const { return forward() + backward(); }
 };
 
 // Seconds of one layer's compute per micro-batch on one GPU.
-constexpr int kLayerGemms = 4;  // QKV, projection, MLP up (and gate), MLP down
+constexpr int kLayerGemms = 4;  // QKV, projection, MLP up (and gate), MLP down (of each expert)
 
 struct LayerCompute {
   double gemm_f = 0, gemm_b = 0;  // the weight GEMMs
   double gemm_f_each[kLayerGemms] = {}, gemm_b_each[kLayerGemms] = {};
   double attention_f = 0, attention_b = 0;  // the attention core (scores and values)
   double elementwise_f = 0, elementwise_b = 0;
+  double routing_f = 0, routing_b = 0;  // a mixture of experts' router and token permutations
+  double forward() const { return gemm_f + attention_f + elementwise_f + routing_f; }
+  double backward() const { return gemm_b + attention_b + elementwise_b + routing_b; }
   double gemm_efficiency = 0;  // achieved by the forward weight GEMMs
+};
+
+// Parameters one GPU of a stage holds: those replicated over DP (x CP) and the experts', which
+// expert parallelism splits.
+struct StageParameters {
+  double dense = 0, experts = 0;
+  double total() const { return dense + experts; }
 };
 
 class Estimator {
@@ -123,17 +144,23 @@ class Estimator {
   const CollectiveEstimate& collective(Collective op, double bytes, ParallelDim dim);
   double collective_us(Collective op, double bytes, const GroupShape& group);
   double collective_us(Collective op, double bytes, ParallelDim dim);
-  CollectiveEstimate tp_pair();  // one activation all-reduce or all-gather + reduce-scatter
+  // One activation all-reduce of `bytes` or its all-gather + reduce-scatter (SP).
+  CollectiveEstimate tp_pair(double bytes, const GroupShape& group, bool gather_scatter);
   LayerCompute layer_compute() const;
   StageTime stage_time(int stage);
-  double stage_parameters(int stage) const;
+  StageParameters stage_parameters(int stage) const;
   // How many ways ZeRO stage `stage` and above shard their state: over the gradient group
-  // (DP x CP), or not at all below that stage.
+  // (DP x CP; the experts' over their expert-data-parallel group), or not at all below that
+  // stage.
   int shards_from(int stage) const { return layout_.zero >= stage ? layout_.dp * layout_.cp : 1; }
+  int expert_shards_from(int stage) const {
+    return layout_.zero >= stage ? layout_.expert_gradient_group().size : 1;
+  }
   MemoryEstimate stage_memory(int stage) const;
   // `micro_batch`: the slowest stage's time for one micro-batch, which the reduction can hide
   // behind.
-  void data_parallel(double params, const StageTime& micro_batch, StepEstimate& out);
+  void data_parallel(const StageParameters& params, const StageTime& micro_batch,
+                     StepEstimate& out);
 
   const ModelSpec& model_;
   Layout layout_;
@@ -231,6 +258,39 @@ int validate_layout(const ModelSpec& model, const Layout& y, const ClusterSpec& 
   if (y.overlap.tp && y.tp > 1 && !y.sequence_parallel) {
     invalid(where + "overlap=tp needs sp=1 (it overlaps SP's all-gathers and reduce-scatters)");
   }
+  if (!model.moe() && (y.ep > 1 || y.capacity != 1 || y.folded())) {
+    invalid(where + "ep, etp and capacity apply to mixture-of-experts models; model '" +
+            model.name + "' has no experts");
+  }
+  if (model.moe()) {
+    if (model.experts % y.ep != 0) {
+      invalid(where + "the model's experts (" + str(model.experts) + ") are not divisible by ep");
+    }
+    if (model.ffn() % y.expert_tp() != 0) {
+      invalid(where + "the experts' MLP width (" + str(model.ffn()) +
+              ") is not divisible by the expert TP degree (" + str(y.expert_tp()) + ")");
+    }
+    if (!y.folded() && (y.dp * y.cp) % y.ep != 0) {
+      invalid(where + "ep (" + str(y.ep) + ") must divide dp x cp = " + str(y.dp * y.cp) +
+              ": expert parallelism splits the data-parallel ranks (or give etp= to fold it "
+              "over TP's too)");
+    }
+    if (y.folded()) {
+      const int stage_ranks = y.tp * y.cp * y.dp, expert_ranks = y.ep * y.expert_tp();
+      if (stage_ranks % expert_ranks != 0) {
+        invalid(where + "ep x etp = " + str(expert_ranks) + " must divide tp x cp x dp = " +
+                str(stage_ranks) + " (the ranks of a pipeline stage, which etp= regroups)");
+      }
+      if (y.pp > 1 && y.order.back() != ParallelDim::pp) {
+        invalid(where + "etp= needs pp outermost in the order (it regroups each stage's ranks)");
+      }
+    }
+    if (y.tp > 1 && !y.sequence_parallel) {
+      invalid(where +
+              "a mixture of experts with tp > 1 needs sp=1 (Megatron-Core requires "
+              "sequence parallelism with tensor-parallel experts)");
+    }
+  }
   layers_per_stage(model, y);
   const ComputeModel precision_check(cluster.gpu, y.precision);  // fp8 needs an FP8 peak
   const int gb = y.global_batch > 0 ? y.global_batch : model.global_batch;
@@ -276,14 +336,11 @@ double Estimator::collective_us(Collective op, double bytes, ParallelDim dim) {
   return collective_us(op, bytes, layout_.group_of(dim));
 }
 
-CollectiveEstimate Estimator::tp_pair() {
-  const double bytes = d_.s * d_.b * d_.h * kActivationBytes;
-  const GroupShape group = layout_.group_of(ParallelDim::tp);
+CollectiveEstimate Estimator::tp_pair(double bytes, const GroupShape& group, bool gather_scatter) {
   if (group.size <= 1) return {};
-  if (!d_.sp) return collective(Collective::all_reduce, bytes, ParallelDim::tp);
-  CollectiveEstimate gather = collective(Collective::all_gather, bytes, ParallelDim::tp);
-  const CollectiveEstimate& scatter =
-      collective(Collective::reduce_scatter, bytes, ParallelDim::tp);
+  if (!gather_scatter) return collective(Collective::all_reduce, bytes, group);
+  CollectiveEstimate gather = collective(Collective::all_gather, bytes, group);
+  const CollectiveEstimate& scatter = collective(Collective::reduce_scatter, bytes, group);
   gather.us += scatter.us;
   gather.algorithm =
       "all_gather(" + gather.algorithm + ")+reduce_scatter(" + scatter.algorithm + ")";
@@ -306,11 +363,15 @@ LayerCompute Estimator::layer_compute() const {
   const Dims& d = d_;
   const ComputeModel& gpu = layer_compute_model_;
   const double tokens = d.b * d.s;
+  // Of a mixture of experts, each of a GPU's e_local experts runs as one GEMM of a grouped GEMM
+  // over its share of the GPU's expert tokens, its width split over expert TP.
+  const double mlp_tokens = d.moe ? d.expert_tokens() / d.e_local : tokens;
+  const double mlp_split = d.moe ? d.et : d.t;
   const GemmShape gemms[kLayerGemms] = {
-      {tokens, (d.h + 2 * d.r * d.h) / d.t, d.h},    // QKV
-      {tokens, d.h, d.h / d.t},                      // projection
-      {tokens, (d.gated ? 2 : 1) * d.f / d.t, d.h},  // MLP up (and gate)
-      {tokens, d.h, d.f / d.t},                      // MLP down
+      {tokens, (d.h + 2 * d.r * d.h) / d.t, d.h},                         // QKV
+      {tokens, d.h, d.h / d.t},                                           // projection
+      {mlp_tokens, (d.gated ? 2 : 1) * d.f / mlp_split, d.h, d.e_local},  // MLP up (and gate)
+      {mlp_tokens, d.h, d.f / mlp_split, d.e_local},                      // MLP down
   };
   LayerCompute c;
   double flops = 0;
@@ -338,6 +399,17 @@ LayerCompute Estimator::layer_compute() const {
   const LayerActivations act = layer_activations(d);
   c.elementwise_f = gpu.memory_s(2 * act.total());
   c.elementwise_b = 2 * c.elementwise_f;
+  if (d.moe) {
+    // The router's h x e GEMM (BF16) over the GPU's tokens; permuting them into expert order
+    // reads each token once and writes x copies, and combining them back reads the x copies and
+    // writes one.
+    const ComputeModel& bf16 = bf16_compute_model_;
+    const double routed = d.routed_tokens();
+    const GemmShape router{routed, d.e, d.h};
+    const double permute_bytes = 2 * (1 + d.x) * routed * d.h * kActivationBytes;
+    c.routing_f = bf16.gemm_s(router) + bf16.memory_s(permute_bytes);
+    c.routing_b = bf16.gemm_backward_s(router) + bf16.memory_s(2 * permute_bytes);
+  }
   return c;
 }
 
@@ -350,8 +422,8 @@ StageTime Estimator::stage_time(int stage) {
   StageTime st;
   // Full recomputation repeats the forward pass in the backward one; selective recomputation
   // the attention core (Korthikanti et al. 2022, Section 5), which a fused kernel never stores.
-  const double forward = c.gemm_f + c.attention_f + c.elementwise_f;
-  double backward = c.gemm_b + c.attention_b + c.elementwise_b;
+  const double forward = c.forward();
+  double backward = c.backward();
   if (layout_.recompute == Recompute::full) backward += forward;
   if (layout_.recompute == Recompute::selective && !d.flash) {
     backward += c.attention_f + layer_compute_model_.memory_s(2 * layer_activations(d).attention);
@@ -371,18 +443,30 @@ StageTime Estimator::stage_time(int stage) {
   // TP collectives, on the critical path (Shoeybi et al. 2019, Figure 4): per layer 2 all-reduces
   // forward and 2 backward of bsh activations (Korthikanti et al. 2022: an all-gather and a
   // reduce-scatter in place of each with SP); full recomputation repeats the forward ones.
-  if (d.t > 1) {
+  // A mixture of experts gathers its expert tokens (those routed to the GPU, after the
+  // dispatching all-to-all) over the expert-TP group and scatters the results back.
+  const GroupShape tp_group = layout_.group_of(ParallelDim::tp);
+  const GroupShape mlp_group = d.moe ? layout_.expert_tp_group() : tp_group;
+  if (tp_group.size > 1 || mlp_group.size > 1) {
     const double bytes = d.s * d.b * d.h * kActivationBytes;
+    const double mlp_bytes = d.moe ? d.expert_tokens() * d.h * kActivationBytes : bytes;
     const double pair = tp_pair_.us * 1e-6;
-    double layer_tp_f = 2 * pair, layer_tp_b = 2 * pair;
+    const double mlp_pair = d.moe ? tp_pair(mlp_bytes, mlp_group, true).us * 1e-6 : pair;
+    double layer_tp_f = pair + mlp_pair, layer_tp_b = pair + mlp_pair;
     if (layout_.overlap.tp) {
       // Megatron's tp-comm-overlap (SP only): each all-gather runs in chunks beside the GEMM
       // that consumes it, each reduce-scatter beside the GEMM that produces it (forward; in the
       // backward pass beside the input- and weight-gradient GEMMs); only what the GEMM does not
       // cover is exposed. The GEMMs' slowdown from sharing the SMs is not modelled.
-      const double ag = collective_us(Collective::all_gather, bytes, ParallelDim::tp) * 1e-6;
-      const double rs = collective_us(Collective::reduce_scatter, bytes, ParallelDim::tp) * 1e-6;
-      const double comm[kLayerGemms] = {ag, rs, ag, rs};  // QKV, projection, MLP up, MLP down
+      auto ag = [&](double n, const GroupShape& group) {
+        return collective_us(Collective::all_gather, n, group) * 1e-6;
+      };
+      auto rs = [&](double n, const GroupShape& group) {
+        return collective_us(Collective::reduce_scatter, n, group) * 1e-6;
+      };
+      // QKV, projection, MLP up, MLP down
+      const double comm[kLayerGemms] = {ag(bytes, tp_group), rs(bytes, tp_group),
+                                        ag(mlp_bytes, mlp_group), rs(mlp_bytes, mlp_group)};
       layer_tp_f = layer_tp_b = 0;
       for (int i = 0; i < kLayerGemms; ++i) {
         layer_tp_f += std::max(0.0, comm[i] - c.gemm_f_each[i]);
@@ -421,6 +505,18 @@ StageTime Estimator::stage_time(int stage) {
     st.cp_b = layers * layer_b;
   }
 
+  // Expert parallelism: per MoE layer an all-to-all sends the routed tokens (x per token) to
+  // their experts' GPUs and one brings the results back; the backward pass does the same with
+  // the gradients. Not overlapped (Megatron-Core's batch-level overlap is not modelled).
+  if (d.moe && layout_.ep > 1) {
+    const double bytes = d.routed_tokens() * d.x * d.h * kActivationBytes;
+    const double a2a = collective_us(Collective::all_to_all, bytes, layout_.expert_group()) * 1e-6;
+    double layer_b = 2 * a2a;
+    if (layout_.recompute == Recompute::full) layer_b += 2 * a2a;
+    st.ep_f = layers * 2 * a2a;
+    st.ep_b = layers * layer_b;
+  }
+
   // Pipeline p2p: each of the stage's vp chunks receives bsh activations forward and sends their
   // gradient backward per micro-batch. With TP only a 1/t shard travels between stages: with SP
   // the activations are sharded already; without it Megatron scatters them and all-gathers them
@@ -446,12 +542,16 @@ StageTime Estimator::stage_time(int stage) {
 // Parameters held by one GPU of a stage: the layers' TP-split and replicated parameters; the
 // first stage holds the vocab-parallel token embedding and learned positions, the last the
 // output layer (tied to the embedding: a second copy when pp > 1, as Megatron keeps).
-double Estimator::stage_parameters(int stage) const {
+StageParameters Estimator::stage_parameters(int stage) const {
   const bool first = stage == 0, last = stage == layout_.pp - 1;
   const LayerParameters layer = model_.layer_parameters();
-  double params = stage_layers_[stage] * (layer.sharded / d_.t + layer.replicated);
-  if (first) params += d_.v * d_.h / d_.t + (model_.learned_positions ? model_.seq_len * d_.h : 0);
-  if (last && (!first || !model_.tied_embeddings)) params += d_.v * d_.h / d_.t;
+  StageParameters params;
+  params.dense = stage_layers_[stage] * (layer.sharded / d_.t + layer.replicated);
+  params.experts = stage_layers_[stage] * layer.experts / (d_.et * layout_.ep);
+  if (first) {
+    params.dense += d_.v * d_.h / d_.t + (model_.learned_positions ? model_.seq_len * d_.h : 0);
+  }
+  if (last && (!first || !model_.tied_embeddings)) params.dense += d_.v * d_.h / d_.t;
   return params;
 }
 
@@ -459,16 +559,23 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
   const Dims& d = d_;
   const int p = layout_.pp, v = layout_.virtual_stages;
   const bool last = stage == p - 1;
-  const double params = stage_parameters(stage);
+  const StageParameters params = stage_parameters(stage);
+  // Bytes per parameter times parameters per GPU, ZeRO stage `zero` and above sharding them.
+  auto held_gb = [&](double bytes_per_param, int zero) {
+    return (params.dense / shards_from(zero) + params.experts / expert_shards_from(zero)) *
+           bytes_per_param / kGB;
+  };
   MemoryEstimate mem;
-  mem.weights_gb = params * kWeightBytes / shards_from(3) / kGB;
+  mem.weights_gb = held_gb(kWeightBytes, 3);
   if (layout_.zero == 3) {
     // FSDP holds the layer in hand and the next one gathered.
     const LayerParameters layer = model_.layer_parameters();
-    mem.weights_gb += 2 * (layer.sharded / d.t + layer.replicated) * kWeightBytes / kGB;
+    const double gathered =
+        layer.sharded / d.t + layer.replicated + layer.experts / (d.et * layout_.ep);
+    mem.weights_gb += 2 * gathered * kWeightBytes / kGB;
   }
-  mem.gradients_gb = params * kGradBytes / shards_from(2) / kGB;
-  mem.optimizer_gb = params * kOptimizerBytes / shards_from(1) / kGB;
+  mem.gradients_gb = held_gb(kGradBytes, 2);
+  mem.optimizer_gb = held_gb(kOptimizerBytes, 1);
 
   // Layers whose activations are held at the peak: in 1F1B, stage i has min(m, p - i)
   // micro-batches in flight, each over its layers (stage 0: L layers' worth, Korthikanti et al.
@@ -507,30 +614,47 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
 // - 3 (FSDP full sharding): parameters are sharded as well and all-gathered for every
 //   micro-batch's forward and again for its backward (one layer ahead, beside the layer in
 //   hand); no all-gather after the step.
-void Estimator::data_parallel(double params, const StageTime& micro_batch, StepEstimate& out) {
-  const GroupShape group = layout_.gradient_group();
-  const int dp = group.size;  // DP x CP ranks hold the same weights
-  if (dp <= 1) return;
+void Estimator::data_parallel(const StageParameters& params, const StageTime& micro_batch,
+                              StepEstimate& out) {
+  // Megatron buckets the dense and the expert gradients apart, each kind reducing over its own
+  // group; a bucket is ready when the backward pass has produced its share of its kind.
+  struct Bucket {
+    double params;
+    GroupShape group;
+    double ready;  // fraction of the backward pass
+  };
+  std::vector<Bucket> buckets;
+  auto add_buckets = [&](double n, const GroupShape& group) {
+    if (!(n > 0) || group.size <= 1) return;
+    const double size = std::max(kBucketParams, kBucketParamsPerDpRank * group.size);
+    const int count = std::max(1, static_cast<int>(std::ceil(n / size)));
+    for (int i = 0; i < count; ++i) {
+      buckets.push_back({i + 1 < count ? size : n - (count - 1) * size, group,
+                         static_cast<double>(i + 1) / count});
+    }
+  };
+  const GroupShape dense_group = layout_.gradient_group();
+  const GroupShape expert_group = layout_.expert_gradient_group();
+  add_buckets(params.dense, dense_group);
+  add_buckets(params.experts, expert_group);
+  if (buckets.empty()) return;
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [](const Bucket& x, const Bucket& y) { return x.ready < y.ready; });
+
   const int zero = layout_.zero;
   const double forward_s = micro_batch.forward(), backward_s = micro_batch.backward();
   const Collective op = zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
-  const double bucket = std::max(kBucketParams, kBucketParamsPerDpRank * dp);
-  const int buckets = std::max(1, static_cast<int>(std::ceil(params / bucket)));
-  const double last_bucket = params - (buckets - 1) * bucket;
   auto bucketed = [&](Collective collective_op, double bytes_per_param) {
     double seconds = 0;
-    for (int i = 0; i < buckets; ++i) {
-      const double n = i + 1 < buckets ? bucket : last_bucket;
-      seconds += collective_us(collective_op, n * bytes_per_param, group) * 1e-6;
-    }
+    for (const Bucket& b : buckets)
+      seconds += collective_us(collective_op, b.params * bytes_per_param, b.group) * 1e-6;
     return seconds;
   };
   double end = 0, reduction = 0;
-  for (int i = 0; i < buckets; ++i) {
-    const double n = i + 1 < buckets ? bucket : last_bucket;
-    const double us = collective_us(op, n * kGradBytes, group);
+  for (const Bucket& b : buckets) {
+    const double us = collective_us(op, b.params * kGradBytes, b.group);
     // Not overlapped, every bucket waits for the whole backward pass.
-    const double ready = layout_.overlap.dp_grads ? backward_s * (i + 1) / buckets : backward_s;
+    const double ready = layout_.overlap.dp_grads ? backward_s * b.ready : backward_s;
     end = std::max(end, ready) + us * 1e-6;
     reduction += us * 1e-6;
   }
@@ -552,10 +676,24 @@ void Estimator::data_parallel(double params, const StageTime& micro_batch, StepE
   }
   out.breakdown.dp_exposed_s = exposed;
   out.dp_comm_s = total;
-  out.dp_reduction = planner_.estimate(op, params * kGradBytes, group);
+  // For the report: each collective over all of a GPU's gradients (or parameters) at once, the
+  // dense and the experts' one after the other.
+  auto whole = [&](Collective collective_op, double bytes_per_param) {
+    CollectiveEstimate e;
+    if (dense_group.size > 1)
+      e = planner_.estimate(collective_op, params.dense * bytes_per_param, dense_group);
+    if (params.experts > 0 && expert_group.size > 1) {
+      const CollectiveEstimate experts =
+          planner_.estimate(collective_op, params.experts * bytes_per_param, expert_group);
+      e.us += experts.us;
+      e.algorithm += "+experts:" + experts.algorithm;
+      e.crosses_network = e.crosses_network || experts.crosses_network;
+    }
+    return e;
+  };
+  out.dp_reduction = whole(op, kGradBytes);
   if (zero >= 1) {
-    const CollectiveEstimate gather =
-        planner_.estimate(Collective::all_gather, params * kWeightBytes, group);
+    const CollectiveEstimate gather = whole(Collective::all_gather, kWeightBytes);
     out.dp_reduction.us += gather.us;
     out.dp_reduction.algorithm =
         "reduce_scatter(" + out.dp_reduction.algorithm + ")+all_gather(" + gather.algorithm + ")";
@@ -579,11 +717,17 @@ StepEstimate Estimator::run() {
   d_.sp = layout_.sequence_parallel && layout_.tp > 1;
   d_.gated = model_.gated_mlp;
   d_.flash = layout_.attention == AttentionKernel::flash;
+  d_.moe = model_.moe();
+  d_.e = model_.moe() ? model_.experts : 1;
+  d_.e_local = d_.e / layout_.ep;
+  d_.et = model_.moe() ? layout_.expert_tp() : d_.t;
+  d_.x = model_.moe() ? model_.active_experts() * layout_.capacity : 1;
   StepEstimate out;
   out.layout = layout_;
   layer_ = layer_compute();
   out.gemm_efficiency = layer_.gemm_efficiency;
-  tp_pair_ = tp_pair();
+  tp_pair_ =
+      tp_pair(d_.s * d_.b * d_.h * kActivationBytes, layout_.group_of(ParallelDim::tp), d_.sp);
   out.tp_all_reduce = tp_pair_;
 
   // The pipeline runs at the pace of its slowest stage (the first holds the embedding, the last
@@ -602,6 +746,7 @@ StepEstimate Estimator::run() {
   bd.compute_s = m_ * (slowest.compute_f + slowest.compute_b);
   bd.tp_comm_s = m_ * (slowest.tp_f + slowest.tp_b);
   bd.cp_comm_s = m_ * (slowest.cp_f + slowest.cp_b);
+  bd.ep_comm_s = m_ * (slowest.ep_f + slowest.ep_b);
   bd.pp_comm_s = m_ * (slowest.p2p_f + slowest.p2p_b);
   bd.pp_bubble_s = (p - 1) * slowest.total() / v;
   if (p > 1 && model_.tied_embeddings) {
@@ -623,14 +768,18 @@ StepEstimate Estimator::run() {
     }
   }
 
-  double params = 0;
-  for (int stage = 0; stage < p; ++stage) params = std::max(params, stage_parameters(stage));
+  StageParameters params;
+  for (int stage = 0; stage < p; ++stage) {
+    const StageParameters held = stage_parameters(stage);
+    if (held.total() > params.total()) params = held;
+  }
   data_parallel(params, slowest, out);
-  const double optimizer_params = params / shards_from(1);
+  const double optimizer_params =
+      params.dense / shards_from(1) + params.experts / expert_shards_from(1);
   bd.optimizer_s = optimizer_params * kOptimizerTrafficBytes / (gpu.hbm_gbps * 1e9);
 
-  out.step_s = bd.compute_s + bd.tp_comm_s + bd.cp_comm_s + bd.pp_comm_s + bd.pp_bubble_s +
-               bd.dp_exposed_s + bd.optimizer_s;
+  out.step_s = 0;
+  for (const BreakdownPart& part : kBreakdownParts) out.step_s += bd.*part.seconds;
   const double gb = layout_.global_batch;
   out.tokens_per_s = gb * model_.seq_len / out.step_s;
   // Against the BF16 peak in either precision, as MFU is usually quoted.

@@ -1,9 +1,9 @@
 // The time and memory of one training step of a model under a layout on a cluster: compute per
 // layer from each GEMM's shape and the attention kernel (ComputeModel), TP collectives on the
-// critical path, pipeline bubbles of 1F1B and interleaved schedules, p2p activations between
-// stages, data-parallel gradient reduction bucketed and overlapped with the last backward pass,
-// optimizer, and memory per GPU (weights, gradients, optimizer state, activations per Korthikanti
-// et al. 2022).
+// critical path, expert-parallel all-to-alls, pipeline bubbles of 1F1B and interleaved schedules,
+// p2p activations between stages, data-parallel gradient reduction bucketed and overlapped with the
+// last backward pass, optimizer, and memory per GPU (weights, gradients, optimizer state,
+// activations per Korthikanti et al. 2022).
 #pragma once
 
 #include <string>
@@ -27,6 +27,7 @@ struct StepBreakdown {
   double compute_s = 0;     // GEMMs and element-wise work of the busiest stage, all micro-batches
   double tp_comm_s = 0;     // TP collectives on the critical path
   double cp_comm_s = 0;     // context-parallel K/V passing not hidden behind attention
+  double ep_comm_s = 0;     // expert-parallel all-to-alls (token dispatch and combine)
   double pp_comm_s = 0;     // activations and gradients between stages
   double pp_bubble_s = 0;   // pipeline fill and drain
   double dp_exposed_s = 0;  // gradient reduction not hidden behind the backward pass
@@ -43,6 +44,7 @@ inline constexpr BreakdownPart kBreakdownParts[] = {
     {"compute", "#4e79a7", &StepBreakdown::compute_s},
     {"TP comm", "#f28e2b", &StepBreakdown::tp_comm_s},
     {"CP comm", "#b07aa1", &StepBreakdown::cp_comm_s},
+    {"EP comm", "#9c755f", &StepBreakdown::ep_comm_s},
     {"PP comm", "#edc948", &StepBreakdown::pp_comm_s},
     {"PP bubble", "#e15759", &StepBreakdown::pp_bubble_s},
     {"exposed DP comm", "#76b7b2", &StepBreakdown::dp_exposed_s},

@@ -52,6 +52,9 @@ TEST(PlanModelSpec, PresetParameterCountsMatchPublishedOnes) {
       {"llama3-8b", 8.030e9, 0.001, "Llama 3 8B, 8,030,261,248"},
       {"llama3-70b", 70.554e9, 0.001, "Llama 3 70B, 70,553,706,496"},
       {"llama3-405b", 405.853e9, 0.001, "Llama 3.1 405B, 405,853,388,800"},
+      // Mistral AI (Jiang et al. 2024): 46.7B; 8x22B: 141B.
+      {"mixtral-8x7b", 46.7e9, 0.001, "Mixtral 8x7B"},
+      {"mixtral-8x22b", 141e9, 0.005, "Mixtral 8x22B"},
   };
   for (const Published& p : published) {
     const ModelSpec model = model_preset(p.preset);

@@ -62,6 +62,9 @@ enum class Metric {
   step_seconds,     // seconds per iteration
   model_tflops,     // per GPU, model FLOPs (ModelSpec::step_flops)
   hardware_tflops,  // per GPU, with the recomputed forward pass of full recomputation counted
+  // Per GPU, model FLOPs with the attention scores counted for the causal half only, as
+  // Megatron-LM counts them since March 2025 (commit 8873b55d6a).
+  causal_model_tflops,
 };
 
 struct PublishedRun {
@@ -85,6 +88,10 @@ double predicted_value(const PublishedRun& run, const StepEstimate& e) {
     case Metric::hardware_tflops:
       flops +=
           gb * m.seq_len * m.layers * (2 * m.layer_gemm_weights() + 4.0 * m.seq_len * m.hidden);
+      break;
+    case Metric::causal_model_tflops:
+      // step_flops counts 4 s h per token and layer forward, times 3 with the backward pass.
+      flops -= 0.5 * 3 * gb * m.seq_len * m.layers * 4.0 * m.seq_len * m.hidden;
       break;
   }
   return flops / e.step_s / run.gpus / 1e12;
@@ -231,6 +238,38 @@ std::vector<PublishedRun> h100_runs() {
   };
 }
 
+// Mixtures of experts on H100s (BF16 unless said), model TFLOP/s per GPU counting the two
+// experts a token passes through, as published.
+// - Megatron-Core MoE README (v0.9, November 2024): Mixtral 8x7B at 468 TFLOP/s, full s^2
+//   attention count. The README gives no layout next to the figure; its "reference best
+//   parallel mapping" for 8x7B on 64 GPUs (tp 1, pp 4, vp 8, ep 8, mb 1, batch 256), which the
+//   Megatron-MoE-ModelZoo benchmark configuration repeats, is assumed, with the distributed
+//   optimizer and DP overlap as in the H100 runs above.
+// - Megatron-MoE-ModelZoo, best_practice/Mixtral/run_mixtral_8x22B.sh (commit b09773a8,
+//   December 2025): Mixtral 8x22B with the Llama 2 tokenizer (32,000 tokens) on 128 GPUs, tp 2
+//   with SP and TP overlap, pp 8, vp 7, ep 8, etp 1, mb 1, batch 256, distributed optimizer with
+//   both DP overlaps, causal attention count: ~445 TFLOP/s dropless, ~465 with routing forced
+//   balanced, ~560 forced balanced in FP8 (blockwise scaling, TP overlap off). The figures are
+//   the script's stated expectations, not logs.
+std::vector<PublishedRun> moe_runs() {
+  ModelSpec m8x22b = model_preset("mixtral-8x22b");
+  m8x22b.vocab = 32000;
+  const char* zoo = "Megatron-MoE-ModelZoo, run_mixtral_8x22B.sh";
+  const std::string layout_8x22b =
+      "tp=2,sp=1,pp=8,vp=7,dp=8,ep=8,etp=1,mb=1,gb=256,zero=1,overlap=";
+  return {
+      {"Mixtral 8x7B", "Megatron-Core MoE README, v0.9", model_preset("mixtral-8x7b"), "dgx-h100",
+       64, "tp=1,pp=4,vp=8,dp=16,ep=8,mb=1,gb=256,zero=1,overlap=dp_grads+dp_params",
+       Metric::model_tflops, 468},
+      {"Mixtral 8x22B, dropless", zoo, m8x22b, "dgx-h100", 128,
+       layout_8x22b + "tp+dp_grads+dp_params", Metric::causal_model_tflops, 445},
+      {"Mixtral 8x22B, balanced", zoo, m8x22b, "dgx-h100", 128,
+       layout_8x22b + "tp+dp_grads+dp_params", Metric::causal_model_tflops, 465},
+      {"Mixtral 8x22B, balanced, FP8", zoo, m8x22b, "dgx-h100", 128,
+       layout_8x22b + "dp_grads+dp_params,precision=fp8", Metric::causal_model_tflops, 560},
+  };
+}
+
 // The aim (issue 13): mean |error| <= 10 % and max <= 20 % on held-out A100 Megatron-family runs.
 // Met by the Megatron-LM runs (Korthikanti et al.); not by the whole set, where the two runs on
 // Megatron-DeepSpeed (MT-NLG, BLOOM) come out 16-24 % faster than published: the bounds below are
@@ -249,6 +288,12 @@ TEST(PlanHeldOutValidation, A100MegatronFamilyRuns) {
 // The aim: mean |error| <= 20 % on held-out H100 runs.
 TEST(PlanHeldOutValidation, H100Runs) {
   const Errors errors = check("H100, held out", h100_runs());
+  EXPECT_LE(errors.mean_abs, 0.20);
+}
+
+// The same aim for the mixtures of experts, whose routing the model takes as balanced.
+TEST(PlanHeldOutValidation, H100MixtureOfExpertsRuns) {
+  const Errors errors = check("H100, mixtures of experts, held out", moe_runs());
   EXPECT_LE(errors.mean_abs, 0.20);
 }
 
