@@ -248,7 +248,8 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
       {"sequence parallelism", [](const Layout& l) { return std::to_string(l.sequence_parallel); }},
       {"sharded optimizer", [](const Layout& l) { return std::to_string(l.zero); }},
       {"expert parallelism", [](const Layout& l) { return std::to_string(l.ep); }},
-      {"expert TP", [](const Layout& l) { return std::to_string(l.expert_tp()); }},
+      // "tp" where the experts split as the layers do (always, for a dense model).
+      {"expert TP", [](const Layout& l) { return l.folded() ? std::to_string(l.etp) : "tp"; }},
   };
   auto same_except = [&](const Layout& a, const Layout& b, size_t skip) {
     for (size_t i = 0; i < std::size(choices); ++i) {

@@ -216,6 +216,12 @@ TEST(PlanMixtureOfExperts, SearchTriesExpertParallelismWhereTheModelHasExperts) 
   EXPECT_TRUE(tried_without);
   const SearchResult dense = search_layouts(model_preset("llama3-8b"), planner, {});
   for (const StepEstimate& e : dense.ranked) EXPECT_EQ(e.layout.ep, 1);
+  // Nor does it explain a dense model's best by expert choices.
+  for (const std::string& why : dense.why_best) EXPECT_EQ(why.find("expert"), std::string::npos);
+  bool explains_experts = false;
+  for (const std::string& why : moe.why_best)
+    explains_experts = explains_experts || why.find("expert parallelism") == 0;
+  EXPECT_TRUE(explains_experts);
 }
 
 }  // namespace
