@@ -49,6 +49,21 @@ std::vector<std::pair<int, int>> expert_splits(const ModelSpec& model, int tp, i
   return splits;
 }
 
+// Context-parallel degrees to try among `ranks` (what TP and PP leave): 1, and with fused
+// attention each cp dividing them that leaves every rank at least kMinContextChunk tokens (two
+// balanced chunks) of the sequence: a block's attention grows with the square of its length and
+// its K/V transfer linearly, so shorter chunks hide less of the ring's traffic.
+std::vector<int> context_splits(const ModelSpec& model, int ranks, AttentionKernel attention) {
+  constexpr int kMinContextChunk = 4096;
+  std::vector<int> splits = {1};
+  if (attention != AttentionKernel::flash) return splits;
+  for (int cp : divisors(ranks)) {
+    if (cp > 1 && model.seq_len % (2 * cp) == 0 && model.seq_len / cp >= kMinContextChunk)
+      splits.push_back(cp);
+  }
+  return splits;
+}
+
 // Why `best` beats `other`: the parts of the step that differ most, per token (batches differ).
 std::string compare(const StepEstimate& best, const StepEstimate& other, const std::string& choice,
                     bool all_else_equal) {
@@ -112,68 +127,83 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
   SearchResult result;
   result.asked_batch = wanted_batch;
   std::vector<StepEstimate> fitting, too_big;
-  std::vector<int> dp_sizes;  // those the TP and PP degrees that fit the model leave
+  std::vector<int> dp_sizes;  // those the TP, CP and PP degrees that fit the model leave
+  struct Degrees {
+    int tp, cp, pp, dp, end_layers;
+  };
+  std::vector<Degrees> degrees;
   for (int tp : divisors(gpus)) {
     if (tp > max_tp || model.heads % tp != 0 || model.query_groups() % tp != 0) continue;
     for (int pp : divisors(gpus / tp)) {
       if (pp > model.layers) continue;
       const int end_layers = end_stage_layers(model.layers, pp);
       if (end_layers < 0) continue;
-      const int dp = gpus / tp / pp;
-      if (std::find(dp_sizes.begin(), dp_sizes.end(), dp) == dp_sizes.end()) dp_sizes.push_back(dp);
-      for (int mb : options.micro_batches) {
-        // The batch must split into whole micro-batches on every DP rank. Rounded, it goes up to
-        // a multiple of DP (the same for every micro-batch size, so those compare fairly).
-        const int batch = options.allow_batch_rounding ? round_up(wanted_batch, dp) : wanted_batch;
-        if (batch % (dp * mb) != 0) {
-          ++result.batch_skipped;
+      for (int cp : context_splits(model, gpus / tp / pp, options.framework.attention)) {
+        const int dp = gpus / tp / pp / cp;
+        if (std::find(dp_sizes.begin(), dp_sizes.end(), dp) == dp_sizes.end())
+          dp_sizes.push_back(dp);
+        degrees.push_back({tp, cp, pp, dp, end_layers});
+      }
+    }
+  }
+  for (const auto& [tp, cp, pp, dp, end_layers] : degrees) {
+    for (int mb : options.micro_batches) {
+      // The batch must split into whole micro-batches on every DP rank. Rounded, it goes up to
+      // a multiple of DP (the same for every micro-batch size, so those compare fairly).
+      const int batch = options.allow_batch_rounding ? round_up(wanted_batch, dp) : wanted_batch;
+      if (batch % (dp * mb) != 0) {
+        ++result.batch_skipped;
+        continue;
+      }
+      for (int vp : options.virtual_stages) {
+        if (vp > 1 && (pp == 1 || (batch / dp / mb) % pp != 0 ||
+                       (end_layers == 0 && model.layers % (pp * vp) != 0) ||
+                       (end_layers > 0 && end_layers < vp))) {
           continue;
         }
-        for (int vp : options.virtual_stages) {
-          if (vp > 1 && (pp == 1 || (batch / dp / mb) % pp != 0 ||
-                         (end_layers == 0 && model.layers % (pp * vp) != 0) ||
-                         (end_layers > 0 && end_layers < vp))) {
+        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+          // With fused attention selective recomputation has nothing to drop: as none.
+          if (recompute == Recompute::selective &&
+              options.framework.attention == AttentionKernel::flash) {
             continue;
           }
-          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-            // With fused attention selective recomputation has nothing to drop: as none.
-            if (recompute == Recompute::selective &&
-                options.framework.attention == AttentionKernel::flash) {
-              continue;
-            }
-            for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              for (int zero : {0, 1}) {  // 2 and 3 trade traffic for memory; given by --layout
-                if (zero > 0 && dp == 1) continue;
-                for (const auto& [ep, etp] : expert_splits(model, tp, dp)) {
-                  Layout layout;
-                  layout.ep = ep;
-                  layout.etp = etp;
-                  layout.precision = options.framework.precision;
-                  layout.attention = options.framework.attention;
-                  layout.overlap = options.framework.overlap;
-                  layout.tp = tp;
-                  layout.pp = pp;
-                  layout.dp = dp;
-                  layout.micro_batch = mb;
-                  layout.global_batch = batch;
-                  layout.virtual_stages = vp;
-                  layout.recompute = recompute;
-                  layout.sequence_parallel = sp;
-                  layout.zero = zero;
-                  layout.first_stage_layers = layout.last_stage_layers = end_layers;
-                  try {
-                    validate_layout(model, layout, cluster);
-                  } catch (const Error&) {
-                    ++result.rejected;  // an impossible combination, not a failure
-                    continue;
-                  }
-                  // Anything wrong from here on (a cut-off network, ...) is the user's to see.
-                  StepEstimate estimate = estimate_step(model, layout, planner);
-                  ++result.evaluated;
-                  if (batch != wanted_batch) ++result.rounded_up;
-                  (estimate.fits ? fitting : too_big).push_back(std::move(estimate));
+          for (bool sp : {false, true}) {
+            if (sp && tp == 1) continue;
+            for (const auto& [ep, etp] : expert_splits(model, tp, dp * cp)) {
+              // ZeRO-1 always beside none; 2 and 3 move more for less memory, so only where the
+              // stage below does not fit.
+              bool below_fits = false;
+              for (int zero = 0; zero <= 3; ++zero) {
+                if ((zero > 0 && dp * cp == 1) || (zero >= 2 && below_fits)) break;
+                Layout layout;
+                layout.precision = options.framework.precision;
+                layout.attention = options.framework.attention;
+                layout.overlap = options.framework.overlap;
+                layout.tp = tp;
+                layout.cp = cp;
+                layout.pp = pp;
+                layout.dp = dp;
+                layout.ep = ep;
+                layout.etp = etp;
+                layout.micro_batch = mb;
+                layout.global_batch = batch;
+                layout.virtual_stages = vp;
+                layout.recompute = recompute;
+                layout.sequence_parallel = sp;
+                layout.zero = zero;
+                layout.first_stage_layers = layout.last_stage_layers = end_layers;
+                try {
+                  validate_layout(model, layout, cluster);
+                } catch (const Error&) {
+                  ++result.rejected;  // an impossible combination, not a failure
+                  break;              // (whatever the ZeRO stage)
                 }
+                // Anything wrong from here on (a cut-off network, ...) is the user's to see.
+                StepEstimate estimate = estimate_step(model, layout, planner);
+                ++result.evaluated;
+                if (batch != wanted_batch) ++result.rounded_up;
+                below_fits = estimate.fits;
+                (estimate.fits ? fitting : too_big).push_back(std::move(estimate));
               }
             }
           }
@@ -246,7 +276,8 @@ SearchResult search_layouts(const ModelSpec& model, CollectivePlanner& planner,
       {"interleaving", [](const Layout& l) { return std::to_string(l.virtual_stages); }},
       {"recomputation", [](const Layout& l) { return std::string(to_string(l.recompute)); }},
       {"sequence parallelism", [](const Layout& l) { return std::to_string(l.sequence_parallel); }},
-      {"sharded optimizer", [](const Layout& l) { return std::to_string(l.zero); }},
+      {"context parallelism", [](const Layout& l) { return std::to_string(l.cp); }},
+      {"ZeRO stage", [](const Layout& l) { return std::to_string(l.zero); }},
       {"expert parallelism", [](const Layout& l) { return std::to_string(l.ep); }},
       // "tp" where the experts split as the layers do (always, for a dense model).
       {"expert TP", [](const Layout& l) { return l.folded() ? std::to_string(l.etp) : "tp"; }},

@@ -1,7 +1,8 @@
-// Every layout of a model on a cluster, predicted and ranked: TP, PP and DP degrees that multiply
-// to the GPU count, micro-batch sizes, interleaving, sequence parallelism, recomputation and a
-// sharded optimizer. Ranked by tokens per second, layouts that fit in memory first; the winner is
-// explained against the best layout that differs from it in each choice.
+// Every layout of a model on a cluster, predicted and ranked: TP, CP, PP and DP degrees that
+// multiply to the GPU count, micro-batch sizes, interleaving, sequence parallelism,
+// recomputation, the ZeRO stage and, for a mixture of experts, EP and expert TP. Ranked by tokens
+// per second, layouts that fit in memory first; the winner is explained against the best layout
+// that differs from it in each choice.
 #pragma once
 
 #include <string>

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -295,6 +296,37 @@ TEST(PlanLayoutTerms, SearchSplitsLayersWithLighterEndStagesAndKeepsTheFramework
   EXPECT_INVALID(parse_framework_options("gb=64"), "'gb=64'", "precision, attention and overlap");
   CollectivePlanner a100(cluster_preset("dgx-a100", 64));
   EXPECT_INVALID(search_layouts(model_preset("gpt-1.3b"), a100, options), "precision=fp8");
+}
+
+TEST(PlanLayoutTerms, SearchTriesContextParallelismAndDeeperZeroWhereTheyAreNeeded) {
+  // Llama 3 8B at 64k tokens: activations need the sequence split.
+  ModelSpec long_context = model_preset("llama3-8b");
+  long_context.seq_len = 65536;
+  long_context.global_batch = 64;
+  CollectivePlanner planner(cluster_preset("dgx-h100", 64));
+  SearchOptions options;
+  options.micro_batches = {1};
+  const SearchResult result = search_layouts(long_context, planner, options);
+  ASSERT_GT(result.fitting, 0);
+  EXPECT_GT(result.ranked.front().layout.cp, 1);
+  std::map<std::string, bool> fits;
+  for (const StepEstimate& e : result.ranked) fits[e.layout.to_string()] = e.fits;
+  int deeper = 0;
+  for (const StepEstimate& e : result.ranked) {
+    // CP only where each rank keeps two chunks of at least 2048 tokens: 65536 / cp >= 4096.
+    EXPECT_LE(e.layout.cp, 16);
+    if (e.layout.zero < 2) continue;
+    // ZeRO-2 and -3 only where the stage below did not fit.
+    Layout below = e.layout;
+    --below.zero;
+    ASSERT_TRUE(fits.count(below.to_string())) << e.layout.to_string();
+    EXPECT_FALSE(fits[below.to_string()]) << e.layout.to_string();
+    ++deeper;
+  }
+  EXPECT_GT(deeper, 0);
+  // A 2048-token model is never split.
+  const SearchResult short_context = search_layouts(model_preset("gpt-1.3b"), planner, options);
+  for (const StepEstimate& e : short_context.ranked) EXPECT_EQ(e.layout.cp, 1);
 }
 
 }  // namespace
