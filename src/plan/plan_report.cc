@@ -35,10 +35,15 @@ std::string describe_cluster(const ClusterSpec& c, const FabricTopology& topolog
 }
 
 std::string describe_model(const ModelSpec& m) {
-  return format(
+  std::string text = format(
       "%s: %.2fB parameters, %d layers, hidden %d, %d heads, FFN %d, sequence %d, vocab %d",
       m.name.c_str(), m.parameters() / 1e9, m.layers, m.hidden, m.heads, m.ffn(), m.seq_len,
       m.vocab);
+  if (m.moe()) {
+    text += format("; %d experts, %d per token (%.2fB parameters active)", m.experts,
+                   m.active_experts(), m.active_parameters() / 1e9);
+  }
+  return text;
 }
 
 std::string step_table(const StepEstimate& e, const ClusterSpec& cluster) {
@@ -145,6 +150,9 @@ json::Value model_json(const ModelSpec& m) {
   v.set("ffn_hidden", m.ffn());
   v.set("seq_len", m.seq_len);
   v.set("vocab", m.vocab);
+  v.set("experts", m.moe() ? m.experts : 0);
+  v.set("experts_per_token", m.active_experts());
+  v.set("active_parameters", m.active_parameters());
   return v;
 }
 

@@ -180,6 +180,20 @@ TEST(PlanCommand, BadInputIsNamed) {
 }
 
 // show-cluster and show-model take the name as `tpf plan` does (--cluster, --model) too.
+TEST(PlanCommand, MixturesOfExpertsShowTheirExpertsAndAllToAlls) {
+  const Outcome out = run_tpf({"plan", "--cluster", "dgx-h100", "--model", "mixtral-8x7b",
+                               "--layout", "tp=2,sp=1,pp=1,dp=32,ep=8,etp=1,zero=1"});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  for (const char* part : {"8 experts, 2 per token (12.88B parameters active)", "EP comm",
+                           "ep=8,etp=1", "+experts:"}) {
+    EXPECT_TRUE(contains(out.out, part)) << part << "\n" << out.out;
+  }
+  const Outcome bad = run_tpf(
+      {"plan", "--cluster", "dgx-h100", "--model", "mixtral-8x7b", "--layout", "tp=1,dp=48,ep=6"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.err, "experts (8) are not divisible by ep")) << bad.err;
+}
+
 TEST(PlanCommand, ShowCommandsTakeTheNameAsAnOptionToo) {
   const Outcome positional = run_tpf({"plan", "show-cluster", "dgx-a100", "--gpus", "16"});
   const Outcome named = run_tpf({"plan", "show-cluster", "--cluster", "dgx-a100", "--gpus", "16"});
