@@ -122,7 +122,7 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
   // PXN: a GPU sends through its node's NIC on the receiver's rail (reached over NVLink), where
   // rails are what the network is built of, unless another transfer of this step already leaves
   // through that NIC and its own is free (NCCL then keeps the GPU's own NIC, across rails).
-  const bool pxn = cluster_.network.pxn && topology_->rail_optimized() && nics >= gpn;
+  const bool pxn = pxn_active();
   std::vector<int> sends_from_nic(pxn ? topology_->nic_count() : 0, 0);
   std::vector<Transfer> transfers;
   std::vector<int> src_nics, dst_nics;
@@ -182,6 +182,11 @@ std::vector<Transfer> CollectivePlanner::phase_transfers(const GroupShape& group
     }
   }
   return transfers;
+}
+
+bool CollectivePlanner::pxn_active() const {
+  return cluster_.network.pxn && topology_->rail_optimized() &&
+         cluster_.nics_per_node >= cluster_.gpus_per_node;
 }
 
 coll::LinkClass CollectivePlanner::network_link(const NetworkPhase& phase) const {
@@ -313,7 +318,7 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(Collective op, d
     return estimates;
   }
   if (op == Collective::all_to_all) {
-    add(cluster_.network.pxn ? "pairwise(pxn)" : "pairwise", network_all_to_all_us(bytes, group),
+    add(pxn_active() ? "pairwise(pxn)" : "pairwise", network_all_to_all_us(bytes, group),
         true, phase);
     return estimates;
   }

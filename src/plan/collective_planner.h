@@ -97,6 +97,9 @@ class CollectivePlanner {
   std::vector<double> capacity_;  // GB/s of every link, 0 where failed: what max-min shares
   coll::LinkClass network_link(const NetworkPhase& phase) const;
   GroupPlacement compute_placement(const GroupShape& group) const;
+  // Whether GPUs send through their node's NIC on the receiver's rail (NCCL's PXN): where the
+  // cluster allows it, rails are what the network is built of, and every GPU has a NIC.
+  bool pxn_active() const;
   // An all-to-all whose group crosses nodes (`phase`: its first step, for the report).
   double network_all_to_all_us(double bytes, const GroupShape& group);
   std::map<std::tuple<GroupShape, PhaseKind, int>, NetworkPhase> phases_;
