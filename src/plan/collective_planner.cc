@@ -318,8 +318,8 @@ std::vector<CollectiveEstimate> CollectivePlanner::estimate_all(Collective op, d
     return estimates;
   }
   if (op == Collective::all_to_all) {
-    add(pxn_active() ? "pairwise(pxn)" : "pairwise", network_all_to_all_us(bytes, group),
-        true, phase);
+    add(pxn_active() ? "pairwise(pxn)" : "pairwise", network_all_to_all_us(bytes, group), true,
+        phase);
     return estimates;
   }
   // A flat ring or tree over every member runs one channel per member of a node, each through
