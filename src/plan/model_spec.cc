@@ -46,9 +46,9 @@ ModelSpec llama3(const char* name, int layers, int hidden, int heads, int ffn_hi
 // layers (8 key/value heads, SwiGLU, RMSNorm, no biases, rotary, untied) whose MLP is 8 experts,
 // 2 per token; 32,000-token vocabulary (8x22B: 32,768). Sequence 4096 and batch 256 as in
 // Megatron-Core's Mixtral benchmarks (the model's own context is 32k).
-ModelSpec mixtral(const char* name, int layers, int hidden, int heads, int ffn_hidden) {
+ModelSpec mixtral(const char* name, int layers, int hidden, int heads, int ffn_hidden, int vocab) {
   ModelSpec m = llama3(name, layers, hidden, heads, ffn_hidden);
-  m.vocab = hidden == 4096 ? 32000 : 32768;
+  m.vocab = vocab;
   m.seq_len = 4096;
   m.global_batch = 256;
   m.experts = 8;
@@ -92,8 +92,8 @@ std::vector<ModelSpec> presets() {
       llama3("llama3-8b", 32, 4096, 32, 14336),
       llama3("llama3-70b", 80, 8192, 64, 28672),
       llama3("llama3-405b", 126, 16384, 128, 53248),
-      mixtral("mixtral-8x7b", 32, 4096, 32, 14336),
-      mixtral("mixtral-8x22b", 56, 6144, 48, 16384),
+      mixtral("mixtral-8x7b", 32, 4096, 32, 14336, 32000),
+      mixtral("mixtral-8x22b", 56, 6144, 48, 16384, 32768),
   };
 }
 
@@ -136,8 +136,10 @@ LayerParameters ModelSpec::layer_parameters() const {
   }
   p.replicated = (biases ? 2 * h : 0) + 2 * (rms_norm ? h : 2 * h);
   if (moe()) {
-    p.experts = experts * (mlp + (biases ? h : 0));
-    p.replicated += h * experts - (biases ? h : 0);
+    // The MLP's row-parallel bias (h, counted as replicated above) belongs to each expert.
+    const double down_bias = biases ? h : 0;
+    p.experts = experts * (mlp + down_bias);
+    p.replicated += h * experts - down_bias;
   } else {
     p.sharded += mlp;
   }
@@ -190,11 +192,16 @@ void validate(const ModelSpec& m) {
             std::to_string(m.heads) + ")");
   }
   if (m.experts < 0)
-    invalid(who + "experts must be 0 or 1 (dense) or more, got " + std::to_string(m.experts));
-  if (m.top_k < 0 || (m.moe() && m.top_k > m.experts) || (!m.moe() && m.top_k > 1)) {
-    invalid(who + "top_k (" + std::to_string(m.top_k) + ") must be 0 (2) or between 1 and " +
-            (m.moe() ? "experts (" + std::to_string(m.experts) + ")"
-                     : std::string("1 for a dense model (experts <= 1)")));
+    invalid(who + "experts must be at least 0 (0 or 1: a dense model), got " +
+            std::to_string(m.experts));
+  if (!m.moe() && m.top_k > 1) {
+    invalid(who + "top_k (" + std::to_string(m.top_k) +
+            ") applies to a mixture of experts, and experts (" + std::to_string(m.experts) +
+            ") makes this one dense");
+  }
+  if (m.top_k < 0 || (m.moe() && m.top_k > m.experts)) {
+    invalid(who + "top_k (" + std::to_string(m.top_k) +
+            ") must be 0 (2) or between 1 and experts (" + std::to_string(m.experts) + ")");
   }
   if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0)) {
     invalid(who + "kv_heads (" + std::to_string(m.kv_heads) +

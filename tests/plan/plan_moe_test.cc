@@ -199,7 +199,7 @@ TEST(PlanMixtureOfExperts, ImpossibleLayoutsAndModelsAreNamed) {
       parse_model_yaml("layers: 2\nhidden: 64\nheads: 4\nexperts: 4\ntop_k: 5\n", "m.yaml"),
       "m.yaml", "top_k (5)", "between 1 and experts (4)");
   EXPECT_INVALID(parse_model_yaml("layers: 2\nhidden: 64\nheads: 4\ntop_k: 2\n", "m.yaml"),
-                 "top_k (2)", "dense model");
+                 "top_k (2)", "applies to a mixture of experts", "experts (0)");
   const ModelSpec read = parse_model_yaml(model_to_yaml(m), "round-trip");
   EXPECT_EQ(read.experts, 8);
   EXPECT_EQ(read.active_experts(), 2);
