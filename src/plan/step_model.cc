@@ -22,6 +22,7 @@ std::string str(int value) { return std::to_string(value); }
 // 2 + 4 + 12 = 18 bytes per parameter, or 2 + 4 + 12/dp with the distributed optimizer (ZeRO-1).
 constexpr double kActivationBytes = 2;
 constexpr double kWeightBytes = 2;
+constexpr double kFp8WeightBytes = 1;
 constexpr double kGradBytes = 4;
 constexpr double kOptimizerBytes = 12;
 constexpr double kLogitBytes = 4;  // fp32 logits for the cross-entropy
@@ -46,7 +47,7 @@ constexpr double kGB = 1e9;
 struct Dims {
   double s, context, b, h, a, f, v, t, r, c;
   double e, e_local, et, x;
-  bool sp, gated, flash, moe;
+  bool sp, gated, flash, moe, fp8;
   double head_size() const { return h / a; }
   // Tokens of a micro-batch a GPU routes: SP splits them over TP.
   double routed_tokens() const { return s * b / (sp ? t : 1); }
@@ -80,13 +81,27 @@ LayerActivations layer_activations(const Dims& d) {
   return {replicated + split_linear / d.t + softmax_stats, attention};
 }
 
+// Bytes an FP8 layer keeps less than a BF16 one: Transformer Engine saves the input of each FP8
+// GEMM for its weight gradient in FP8, one byte per element where BF16 keeps two (TE docs,
+// "Performance considerations", memory usage example 2). Those inputs are the QKV input and,
+// dense, the first MLP input (in the 10sbh TP keeps whole without SP); the projection input;
+// of a mixture of experts the permuted expert inputs; and the second MLP GEMM's input, sbf per
+// token through the MLP.
+double fp8_saved_activations(const Dims& d) {
+  if (!d.fp8) return 0;
+  const double sbh = d.s * d.b * d.h;
+  const double whole = (d.moe ? 1 : 2) * sbh;
+  const double split = sbh + (d.moe ? d.x * sbh : 0) + d.x * d.s * d.b * d.f;
+  return whole / (d.sp ? d.t : 1) + split / d.t;
+}
+
 // What recomputation leaves stored per layer (Korthikanti et al. 2022, Table 2): selective drops
-// the attention term; full keeps only the layer input, 2sbh (sharded by SP).
+// the attention term; full keeps only the layer input, 2sbh (sharded by SP), in BF16.
 double stored_layer_activations(const Dims& d, Recompute recompute) {
   const LayerActivations act = layer_activations(d);
   switch (recompute) {
-    case Recompute::none: return act.total();
-    case Recompute::selective: return act.linear;
+    case Recompute::none: return act.total() - fp8_saved_activations(d);
+    case Recompute::selective: return act.linear - fp8_saved_activations(d);
     case Recompute::full: return 2 * d.s * d.b * d.h / (d.sp ? d.t : 1.0);
   }
   return act.total();
@@ -574,6 +589,14 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
         layer.sharded / d.t + layer.replicated + layer.experts / (d.et * layout_.ep);
     mem.weights_gb += 2 * gathered * kWeightBytes / kGB;
   }
+  if (d.fp8) {
+    // Transformer Engine's FP8 copy of every layer GEMM weight it runs, one byte each (the same
+    // TE example): the stage's layers, or under ZeRO-3 the two gathered ones.
+    const LayerParameters layer = model_.layer_parameters();
+    const double per_layer = layer.sharded / d.t + layer.experts / (d.et * layout_.ep);
+    const double layers_copied = layout_.zero == 3 ? 2 : stage_layers_[stage];
+    mem.weights_gb += layers_copied * per_layer * kFp8WeightBytes / kGB;
+  }
   mem.gradients_gb = held_gb(kGradBytes, 2);
   mem.optimizer_gb = held_gb(kOptimizerBytes, 1);
 
@@ -593,7 +616,7 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
   double act = layers_held * stored_layer_activations(d, layout_.recompute);
   // Recomputation rebuilds what it dropped, one layer at a time, in the backward pass.
   const LayerActivations one = layer_activations(d);
-  if (layout_.recompute == Recompute::full) act += one.total();
+  if (layout_.recompute == Recompute::full) act += one.total() - fp8_saved_activations(d);
   if (layout_.recompute == Recompute::selective) act += one.attention;
   if (last) act += d.b * d.s * d.v / d.t * kLogitBytes;
   mem.activations_gb = act / kGB;
@@ -717,6 +740,7 @@ StepEstimate Estimator::run() {
   d_.sp = layout_.sequence_parallel && layout_.tp > 1;
   d_.gated = model_.gated_mlp;
   d_.flash = layout_.attention == AttentionKernel::flash;
+  d_.fp8 = layout_.precision == Precision::fp8;
   d_.moe = model_.moe();
   d_.e = model_.moe() ? model_.experts : 1;
   d_.e_local = d_.e / layout_.ep;

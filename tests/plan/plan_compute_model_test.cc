@@ -298,6 +298,29 @@ TEST(PlanLayoutTerms, SearchSplitsLayersWithLighterEndStagesAndKeepsTheFramework
   EXPECT_INVALID(search_layouts(model_preset("gpt-1.3b"), a100, options), "precision=fp8");
 }
 
+TEST(PlanLayoutTerms, Fp8KeepsGemmInputsAndAWeightCopyInOneByte) {
+  // Llama 3 8B, tp = pp = 1: every GPU holds all 32 layers, one micro-batch of them.
+  const ModelSpec m = model_preset("llama3-8b");
+  const std::string layout = "tp=1,pp=1,dp=8,mb=1,zero=1";
+  const StepEstimate bf16 = estimate(m, layout, 8);
+  const StepEstimate fp8 = estimate(m, layout + ",precision=fp8", 8);
+  const double s = 8192, h = 4096, f = 14336, layers = 32;
+  // The QKV, first-MLP and projection inputs (s h each) and the second MLP input (s f) are kept
+  // in one byte instead of two.
+  EXPECT_NEAR((bf16.memory.activations_gb - fp8.memory.activations_gb) * 1e9,
+              layers * (3 * s * h + s * f), 1);
+  // And every layer weight has a one-byte copy.
+  EXPECT_NEAR((fp8.memory.weights_gb - bf16.memory.weights_gb) * 1e9,
+              layers * m.layer_parameters().sharded, 1);
+  EXPECT_DOUBLE_EQ(fp8.memory.gradients_gb, bf16.memory.gradients_gb);
+  // Full recomputation keeps only the BF16 layer inputs: the same in both, bar the one layer
+  // rebuilt in the backward pass.
+  const StepEstimate full_bf16 = estimate(m, layout + ",recompute=full", 8);
+  const StepEstimate full_fp8 = estimate(m, layout + ",recompute=full,precision=fp8", 8);
+  EXPECT_NEAR((full_bf16.memory.activations_gb - full_fp8.memory.activations_gb) * 1e9,
+              3 * s * h + s * f, 1);
+}
+
 TEST(PlanLayoutTerms, SearchTriesContextParallelismAndDeeperZeroWhereTheyAreNeeded) {
   // Llama 3 8B at 64k tokens: activations need the sequence split.
   ModelSpec long_context = model_preset("llama3-8b");
