@@ -167,7 +167,9 @@ class Estimator {
   // How many ways ZeRO stage `stage` and above shard their state: over the gradient group
   // (DP x CP; the experts' over their expert-data-parallel group), or not at all below that
   // stage.
-  int shards_from(int stage) const { return layout_.zero >= stage ? layout_.dp * layout_.cp : 1; }
+  int shards_from(int stage) const {
+    return layout_.zero >= stage ? layout_.gradient_group().size : 1;
+  }
   int expert_shards_from(int stage) const {
     return layout_.zero >= stage ? layout_.expert_gradient_group().size : 1;
   }
