@@ -1,5 +1,6 @@
-// `tpf train`: trains a GPT with tensor parallelism over the ranks of the job (TP = number of
-// ranks), e.g. `tpf run -n 2 -- tpf train --preset small --data text.txt --out runs/small`.
+// `tpf train`: trains a GPT over the ranks of the job, with tensor parallelism over all of them
+// or the tensor x pipeline x data-parallel layout --layout gives, e.g.
+// `tpf run -n 4 -- tpf train --preset small --layout tp=2,pp=2 --data text.txt --out runs/small`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -27,6 +28,7 @@ struct TrainFlags {
   std::optional<std::string> seed;
   std::string out;
   bool sequence_parallel = false;
+  std::string layout;
   std::optional<std::string> threads;
   bool quiet = false;
 };
@@ -42,6 +44,7 @@ TrainOptions train_options(const TrainFlags& flags) {
   if (flags.preset) options.config = preset_config(*flags.preset);
   if (flags.config) options.config = load_config_file(*flags.config);
   options.sequence_parallel = flags.sequence_parallel;
+  options.layout = flags.layout;
   options.resume = flags.resume.value_or("");
   options.data_path = flags.data;
   options.out_dir = flags.out;
@@ -64,12 +67,12 @@ int run_train(const TrainFlags& flags) {
   const TrainSummary summary = train(world.comm(), options);
   if (world.comm().rank() == 0 && !summary.records.empty()) {
     std::printf(
-        "tpf train: %zu step%s, loss %.4f -> %.4f, %.0f tokens/s at TP=%d (%d BLAS thread%s "
+        "tpf train: %zu step%s, loss %.4f -> %.4f, %.0f tokens/s at %s (%d BLAS thread%s "
         "per rank, OpenBLAS %s kernels), %.1f%% of step time in communication%s\n",
         summary.records.size(), summary.records.size() == 1 ? "" : "s",
         summary.records.front().loss, summary.records.back().loss, summary.tokens_per_s,
-        world.comm().size(), threads, threads == 1 ? "" : "s", blas_kernel_name().c_str(),
-        100.0 * summary.comm_share,
+        summary.layout.to_string().c_str(), threads, threads == 1 ? "" : "s",
+        blas_kernel_name().c_str(), 100.0 * summary.comm_share,
         summary.records.size() == 1 ? " (one step: its rate includes first touches of memory)"
                                     : "");
     if (!options.out_dir.empty()) {
@@ -84,11 +87,11 @@ int run_train(const TrainFlags& flags) {
 }  // namespace
 
 void add_train_command(CLI::App& tpf) {
-  CLI::App& train = *tpf.add_subcommand("train", "train a tensor-parallel GPT on a text file");
+  CLI::App& train = *tpf.add_subcommand("train", "train a parallel GPT on a text file");
   train.footer(
-      "Trains a GPT-2-style byte-level model with tensor parallelism over this job's ranks\n"
-      "(start it with `tpf run -n T -- tpf train ...`; alone it trains at TP=1). Give exactly one\n"
-      "of --preset, --config or --resume.");
+      "Trains a GPT-2-style byte-level model over this job's ranks: tensor parallelism over all\n"
+      "of them, or the layout --layout gives (start it with `tpf run -n N -- tpf train ...`;\n"
+      "alone it trains on one rank). Give exactly one of --preset, --config or --resume.");
   auto flags = std::make_shared<TrainFlags>();
   train.add_option("--preset", flags->preset, "a built-in configuration:" + preset_list())
       ->type_name("NAME");
@@ -116,6 +119,12 @@ void add_train_command(CLI::App& tpf) {
                   "writes config.json, log.jsonl (one record per step), loss.svg and\n"
                   "checkpoints/ (every train.checkpoint_every steps and at the end)")
       ->type_name("DIR");
+  train
+      .add_option("--layout", flags->layout,
+                  "tp=T,pp=P,dp=D with T x P x D = the job's ranks (a missing size is 1;\n"
+                  "default: tp = all ranks): TP innermost, pipeline stages outermost;\n"
+                  "dp splits each step's train.grad_accum micro-batches, pp runs them 1F1B")
+      ->type_name("SIZES");
   train.add_flag("--sequence-parallel", flags->sequence_parallel,
                  "shard LayerNorm/dropout activations along the sequence");
   train

@@ -4,11 +4,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "formats/json.h"
+#include "formats/text_files.h"
 #include "model/parse_number.h"
 #include "model/safetensors.h"
-#include "formats/text_files.h"
 #include "parallel/vocab_parallel.h"
 #include "tpf/error.h"
 
@@ -101,21 +102,106 @@ const GlobalTensor& GlobalCheckpoint::at(const std::string& name) const {
   throw Error(ErrorCode::invalid_argument, "the checkpoint has no tensor '" + name + "'");
 }
 
+namespace {
+
+// Pipeline stages other than the first send their slices to it, so that a checkpoint is the same
+// files at every layout: first a JSON list of the slices (name, global shape, sharding), then each
+// slice's value and moments. The last stage's copy of the tied embedding is not sent.
+struct ReceivedSlice {
+  Slice slice;
+  Tensor value, exp_avg, exp_avg_sq;
+};
+
+std::vector<Slice> own_slices(Gpt& model, AdamW* optimizer) {
+  std::vector<Slice> slices;
+  const auto& params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = *params[i];
+    if (&p == model.tied_embedding_copy()) continue;
+    slices.push_back({p.name, p.global_shape, p.shard, &p.value,
+                      optimizer ? &optimizer->first_moments()[i] : nullptr,
+                      optimizer ? &optimizer->second_moments()[i] : nullptr});
+  }
+  return slices;
+}
+
+void send_slices(Communicator& pipeline, const std::vector<Slice>& slices) {
+  json::Value list = json::Array{};
+  for (const Slice& s : slices) {
+    json::Value info;
+    info.set("name", s.name);
+    info.set("global_shape", shape_json(s.global_shape));
+    info.set("local_shape", shape_json(s.value->shape()));
+    info.set("dim", s.shard.dim);
+    info.set("blocks", s.shard.blocks);
+    list.push_back(std::move(info));
+  }
+  const std::string text = json::dump(list);
+  int64_t length = static_cast<int64_t>(text.size());
+  pipeline.send(&length, 1, DType::i64, 0);
+  pipeline.send(text.data(), text.size(), DType::u8, 0);
+  for (const Slice& s : slices) {
+    for (const Tensor* t : {s.value, s.exp_avg, s.exp_avg_sq}) {
+      if (t != nullptr) pipeline.send(t->data(), static_cast<size_t>(t->numel()), DType::f32, 0);
+    }
+  }
+}
+
+Shape shape_of(const json::Value& a) {
+  Shape shape;
+  for (const json::Value& d : a.as_array()) shape.push_back(d.as_int());
+  return shape;
+}
+
+void receive_slices(Communicator& pipeline, int stage, bool with_moments,
+                    std::vector<std::unique_ptr<ReceivedSlice>>& out) {
+  int64_t length = 0;
+  pipeline.recv(&length, 1, DType::i64, stage);
+  std::string text(static_cast<size_t>(length), '\0');
+  pipeline.recv(text.data(), text.size(), DType::u8, stage);
+  const json::Value list = json::parse(text, "stage " + std::to_string(stage) + "'s slices");
+  for (const json::Value& info : list.as_array()) {
+    auto r = std::make_unique<ReceivedSlice>();
+    const Shape local = shape_of(info.at("local_shape"));
+    r->value = Tensor(local);
+    pipeline.recv(r->value.data(), static_cast<size_t>(r->value.numel()), DType::f32, stage);
+    if (with_moments) {
+      r->exp_avg = Tensor(local);
+      r->exp_avg_sq = Tensor(local);
+      pipeline.recv(r->exp_avg.data(), static_cast<size_t>(r->exp_avg.numel()), DType::f32, stage);
+      pipeline.recv(r->exp_avg_sq.data(), static_cast<size_t>(r->exp_avg_sq.numel()), DType::f32,
+                    stage);
+    }
+    r->slice = {info.at("name").as_string(),
+                shape_of(info.at("global_shape")),
+                ShardSpec{static_cast<int>(info.at("dim").as_int()),
+                          static_cast<int>(info.at("blocks").as_int())},
+                &r->value,
+                with_moments ? &r->exp_avg : nullptr,
+                with_moments ? &r->exp_avg_sq : nullptr};
+    out.push_back(std::move(r));
+  }
+}
+
+}  // namespace
+
 void save_checkpoint(TpGroup& tp, const std::string& dir, const RunConfig& config, uint64_t seed,
-                     Gpt& model, AdamW* optimizer) {
+                     Gpt& model, AdamW* optimizer, Communicator* pipeline) {
+  std::vector<Slice> slices = own_slices(model, optimizer);
+  if (pipeline != nullptr && pipeline->rank() > 0) {
+    send_slices(*pipeline, slices);
+    return;
+  }
+  std::vector<std::unique_ptr<ReceivedSlice>> received;
+  for (int stage = 1; pipeline != nullptr && stage < pipeline->size(); ++stage) {
+    receive_slices(*pipeline, stage, optimizer != nullptr, received);
+  }
+  for (const auto& r : received) slices.push_back(r->slice);
   fs::create_directories(dir);
   GlobalCheckpoint header;
   header.config = config;
   header.seed = seed;
   header.step = optimizer != nullptr ? optimizer->steps_taken() : 0;
-  std::vector<Slice> slices;
-  const auto& params = model.parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Parameter& p = *params[i];
-    slices.push_back({p.name, p.global_shape, p.shard, &p.value,
-                      optimizer ? &optimizer->first_moments()[i] : nullptr,
-                      optimizer ? &optimizer->second_moments()[i] : nullptr});
-  }
   write_rank_file(dir, tp.rank(), tp.size(), header, slices);
   tp.comm->barrier();  // every file is complete before the manifest says so
   if (tp.rank() == 0) {

@@ -44,9 +44,12 @@ struct GlobalCheckpoint {
 };
 
 // Collective over the TP group: every rank writes its own file into dir, then rank 0 writes
-// checkpoint.json. The directory is created if missing.
+// checkpoint.json. The directory is created if missing. With pipeline parallelism, `pipeline` is
+// this rank's pipeline (its ranks are the stages, as in train_layout.h) and the call is collective
+// over it too: the other stages send their slices to the first, which writes the same files as a
+// run without stages would (so a checkpoint loads at any layout).
 void save_checkpoint(TpGroup& tp, const std::string& dir, const RunConfig& config, uint64_t seed,
-                     Gpt& model, AdamW* optimizer);
+                     Gpt& model, AdamW* optimizer, Communicator* pipeline = nullptr);
 
 // Accepts a checkpoint directory or a run's output directory (then its latest checkpoint).
 std::string resolve_checkpoint_dir(const std::string& path);

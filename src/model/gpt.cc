@@ -106,8 +106,30 @@ ParallelTensor GptBlock::forward_cached(TpGroup& tp, const ParallelTensor& x, Kv
   return add(std::move(x1), f, "residual");
 }
 
-Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed)
+namespace {
+
+StageSpan resolved(const StageSpan& span, int64_t layers) {
+  StageSpan s = span;
+  if (s.end_layer < 0) s.end_layer = layers;
+  if (s.first_layer < 0 || s.first_layer >= s.end_layer || s.end_layer > layers) {
+    throw Error(ErrorCode::invalid_argument, "GPT stage: layers [" + std::to_string(s.first_layer) +
+                                                 ", " + std::to_string(s.end_layer) +
+                                                 ") are not a non-empty range of the model's " +
+                                                 std::to_string(layers) + " layers");
+  }
+  if (s.first != (s.first_layer == 0) || s.last != (s.end_layer == layers)) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        "GPT stage: the first stage must start at layer 0 and the last end at the last layer");
+  }
+  return s;
+}
+
+}  // namespace
+
+Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed, StageSpan stage)
     : config_(config),
+      stage_(resolved(stage, config.layers)),
       wte_("wte.weight", config.vocab, config.width, tp_size, kInitStd),
       ln_f_("ln_f", config.width, config.layer_norm_eps) {
   wpe_.name = "wpe.weight";
@@ -115,20 +137,32 @@ Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed)
   wpe_.init = Init::normal;
   wpe_.init_std = kPositionInitStd;
   wpe_.weight_decay = true;
-  for (int64_t i = 0; i < config.layers; ++i) {
+  for (int64_t i = stage_.first_layer; i < stage_.end_layer; ++i) {
     blocks_.push_back(std::make_unique<GptBlock>(config, i, tp_size));
   }
-  wte_.collect(params_);
-  params_.push_back(&wpe_);
+  // The global parameter order (gpt_parameter_shapes), restricted to the stage; the last stage's
+  // tied copy goes last.
+  if (stage_.first) {
+    wte_.collect(params_);
+    params_.push_back(&wpe_);
+  }
   for (auto& b : blocks_) b->collect(params_);
-  ln_f_.collect(params_);
+  if (stage_.last) {
+    ln_f_.collect(params_);
+    if (!stage_.first) wte_.collect(params_);
+  }
   for (Parameter* p : params_) initialize(*p, seed, tp_rank, tp_size);
+  if (!stage_.first && !stage_.last) return;
   // Padded vocabulary rows stay zero: they are never looked up and masked out of the softmax.
   const int64_t width = config.width;
   float* table = wte_.weight.value.f32();
   for (int64_t r = 0; r < wte_.weight.value.dim(0); ++r) {
     if (wte_.first_row(tp_rank) + r >= config.vocab) std::fill_n(table + r * width, width, 0.0f);
   }
+}
+
+Parameter* Gpt::tied_embedding_copy() {
+  return stage_.last && !stage_.first ? &wte_.weight : nullptr;
 }
 
 Parameter& Gpt::parameter(const std::string& name) {
@@ -163,7 +197,13 @@ double Gpt::forward(TpGroup& tp, const std::vector<int32_t>& inputs,
                                                  " tokens do not form a batch of " +
                                                  std::to_string(batch) + " sequences");
   }
-  const int64_t seq = tokens / batch;
+  begin(batch, tokens / batch, dropout_key);
+  return forward_head(tp, forward_blocks(tp, embed(tp, inputs)), targets, loss_scale, logits_out);
+}
+
+void Gpt::backward(TpGroup& tp) { backward_embedding(tp, backward_blocks(tp, backward_head(tp))); }
+
+void Gpt::begin(int64_t batch, int64_t seq, RngKey dropout_key) {
   if (seq > config_.context) {
     throw Error(ErrorCode::invalid_argument, "GPT forward: sequence length " + std::to_string(seq) +
                                                  " exceeds the context " +
@@ -171,17 +211,57 @@ double Gpt::forward(TpGroup& tp, const std::vector<int32_t>& inputs,
   }
   batch_ = batch;
   seq_ = seq;
-  embed_key_ = dropout_key.derive(stream_of(wte_.weight.name));
-  ParallelTensor x = add_positions(tp, wte_.forward(tp, inputs), seq);
+  dropout_key_ = dropout_key;
+}
+
+namespace {
+
+void require_stage(bool holds, const char* what) {
+  if (!holds) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("GPT: ") + what + " is not on this pipeline stage");
+  }
+}
+
+}  // namespace
+
+ParallelTensor Gpt::embed(TpGroup& tp, const std::vector<int32_t>& inputs) {
+  require_stage(stage_.first, "the embedding");
+  if (static_cast<int64_t>(inputs.size()) != batch_ * seq_) {
+    throw Error(ErrorCode::invalid_argument, "GPT forward: " + std::to_string(inputs.size()) +
+                                                 " tokens, expected " + std::to_string(batch_) +
+                                                 " x " + std::to_string(seq_));
+  }
+  embed_key_ = dropout_key_.derive(stream_of(wte_.weight.name));
+  ParallelTensor x = add_positions(tp, wte_.forward(tp, inputs), seq_);
   apply_dropout(tp, x, config_.dropout, embed_key_);
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    x = blocks_[i]->forward(tp, x, batch, seq, dropout_key);
+  return x;
+}
+
+ParallelTensor Gpt::forward_blocks(TpGroup& tp, ParallelTensor x) {
+  for (auto& block : blocks_) x = block->forward(tp, x, batch_, seq_, dropout_key_);
+  return x;
+}
+
+double Gpt::forward_head(TpGroup& tp, const ParallelTensor& x, const std::vector<int32_t>& targets,
+                         double loss_scale, Tensor* logits_out) {
+  require_stage(stage_.last, "the output layer");
   return loss_.forward(tp, ln_f_.forward(tp, x), wte_, targets, loss_scale, logits_out);
 }
 
-void Gpt::backward(TpGroup& tp) {
-  ParallelTensor dx = ln_f_.backward(tp, loss_.backward(tp, wte_));
-  for (size_t i = blocks_.size(); i-- > 0;) dx = blocks_[i]->backward(tp, dx);
+ParallelTensor Gpt::backward_head(TpGroup& tp) {
+  require_stage(stage_.last, "the output layer");
+  return ln_f_.backward(tp, loss_.backward(tp, wte_));
+}
+
+ParallelTensor Gpt::backward_blocks(TpGroup& tp, ParallelTensor dy) {
+  for (size_t i = blocks_.size(); i-- > 0;) dy = blocks_[i]->backward(tp, dy);
+  return dy;
+}
+
+void Gpt::backward_embedding(TpGroup& tp, const ParallelTensor& dx_in) {
+  require_stage(stage_.first, "the embedding");
+  ParallelTensor dx = dx_in;
   apply_dropout(tp, dx, config_.dropout, embed_key_);
   const int64_t rows = dx.local.dim(0), width = dx.local.dim(1);
   const float* g = dx.local.f32();
@@ -198,6 +278,7 @@ void Gpt::start_generation() {
 }
 
 std::vector<float> Gpt::next_logits(TpGroup& tp, int32_t token) {
+  require_stage(stage_.first && stage_.last, "the whole model (generation)");
   if (caches_.empty()) start_generation();
   // One row cannot be split by rows: generation runs without sequence parallelism.
   TpGroup g = tp;

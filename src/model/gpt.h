@@ -47,10 +47,23 @@ class GptBlock {
   RngKey attn_key_, mlp_key_;
 };
 
+// The part of the model a pipeline stage holds: blocks [first_layer, end_layer), the embedding
+// (tokens and positions) on the first stage, the final LayerNorm and the output layer on the last.
+// The output layer is tied to the token embedding, so a last stage that is not also the first keeps
+// its own copy of it; the two copies' gradients are summed before every update (as Megatron-LM's
+// embedding group does), which keeps them identical.
+struct StageSpan {
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;  // -1: the model's last layer
+  bool first = true;
+  bool last = true;
+};
+
 class Gpt {
  public:
-  // Builds this rank's slices of the model initialized from `seed` (the same model at any TP).
-  Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed);
+  // Builds this rank's slices of the model (of the stage's part of it) initialized from `seed`:
+  // every parameter's values depend only on its name, so they are the same at any layout.
+  Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed, StageSpan stage = {});
 
   // One micro-batch: inputs and targets are [batch * seq] token ids (row-major). Returns the mean
   // loss; backward() then accumulates gradients of loss * loss_scale. dropout_key selects the
@@ -59,6 +72,24 @@ class Gpt {
                  const std::vector<int32_t>& targets, int64_t batch, double loss_scale,
                  RngKey dropout_key, Tensor* logits_out = nullptr);
   void backward(TpGroup& tp);
+
+  // The same pass split at the stage's boundaries, for pipeline parallelism: begin() a micro-batch,
+  // then embed() on the first stage, forward_blocks(), forward_head() on the last stage (returns
+  // the loss); backward_head() on the last stage, backward_blocks(), backward_embedding() on the
+  // first. Activations between stages are this rank's [rows, width] slice.
+  void begin(int64_t batch, int64_t seq, RngKey dropout_key);
+  ParallelTensor embed(TpGroup& tp, const std::vector<int32_t>& inputs);
+  ParallelTensor forward_blocks(TpGroup& tp, ParallelTensor x);
+  double forward_head(TpGroup& tp, const ParallelTensor& x, const std::vector<int32_t>& targets,
+                      double loss_scale, Tensor* logits_out = nullptr);
+  ParallelTensor backward_head(TpGroup& tp);
+  ParallelTensor backward_blocks(TpGroup& tp, ParallelTensor dy);
+  void backward_embedding(TpGroup& tp, const ParallelTensor& dx);
+
+  const StageSpan& stage() const { return stage_; }
+  // The last stage's copy of the tied embedding (nullptr where this stage holds the original or
+  // none): its gradient is summed with the first stage's, and it is left out of the norm.
+  Parameter* tied_embedding_copy();
 
   // Generation: feed one token at the next position; returns the logits over the real vocabulary
   // (replicated: identical on every rank).
@@ -76,6 +107,7 @@ class Gpt {
   ParallelTensor add_positions(TpGroup& tp, ParallelTensor x, int64_t seq);
 
   ModelConfig config_;
+  StageSpan stage_;
   VocabParallelEmbedding wte_;
   Parameter wpe_;
   std::vector<std::unique_ptr<GptBlock>> blocks_;
@@ -86,7 +118,7 @@ class Gpt {
   // Saved by forward for backward.
   int64_t batch_ = 0, seq_ = 0;
   int64_t first_row_ = 0;  // global row of the first local activation row
-  RngKey embed_key_;
+  RngKey dropout_key_, embed_key_;
   std::vector<KvCache> caches_;
 };
 

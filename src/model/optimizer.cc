@@ -20,31 +20,39 @@ double learning_rate(const TrainConfig& c, int64_t step) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(kPi * progress));
 }
 
-void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& params) {
-  if (tp.size() == 1) return;
-  // One all-reduce for all of them: they are small (LayerNorms, biases, positions).
+void all_reduce_gradients(Communicator& comm, const std::vector<Parameter*>& params,
+                          const std::function<bool(const Parameter&)>& selected) {
   int64_t total = 0;
   for (const Parameter* p : params) {
-    if (p->grad_summed_over_tp) total += p->grad.numel();
+    if (selected(*p)) total += p->grad.numel();
   }
-  if (total == 0) return;
+  if (total == 0 || comm.size() == 1) return;
   Tensor packed({total});
   int64_t at = 0;
   for (const Parameter* p : params) {
-    if (!p->grad_summed_over_tp) continue;
+    if (!selected(*p)) continue;
     std::copy_n(p->grad.f32(), p->grad.numel(), packed.f32() + at);
     at += p->grad.numel();
   }
-  tp.timed([&] { all_reduce_in_place(*tp.comm, packed); });
+  all_reduce_in_place(comm, packed);
   at = 0;
   for (Parameter* p : params) {
-    if (!p->grad_summed_over_tp) continue;
+    if (!selected(*p)) continue;
     std::copy_n(packed.f32() + at, p->grad.numel(), p->grad.f32());
     at += p->grad.numel();
   }
 }
 
-double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params) {
+void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& params) {
+  if (tp.size() == 1) return;
+  // One all-reduce for all of them: they are small (LayerNorms, biases, positions).
+  tp.timed([&] {
+    all_reduce_gradients(*tp.comm, params,
+                         [](const Parameter& p) { return p.grad_summed_over_tp; });
+  });
+}
+
+double grad_square_sum(TpGroup& tp, const std::vector<Parameter*>& params) {
   double sharded = 0, replicated = 0;
   for (const Parameter* p : params) {
     const float* g = p->grad.f32();
@@ -57,7 +65,11 @@ double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params) {
       tp.comm->all_reduce(&sharded, &sharded, 1, DType::f64, ReduceOp::sum);
     }
   });
-  return std::sqrt(sharded + replicated);
+  return sharded + replicated;
+}
+
+double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params) {
+  return std::sqrt(grad_square_sum(tp, params));
 }
 
 AdamW::AdamW(const std::vector<Parameter*>& params, const TrainConfig& config)

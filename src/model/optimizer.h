@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/gpt_config.h"
@@ -16,12 +17,18 @@ namespace tpf {
 // then a cosine from lr down to min_lr at the last step.
 double learning_rate(const TrainConfig& config, int64_t step);
 
+// Sums the selected parameters' gradients over comm, in one all-reduce of them packed together.
+void all_reduce_gradients(Communicator& comm, const std::vector<Parameter*>& params,
+                          const std::function<bool(const Parameter&)>& selected);
+
 // Sums the gradients that sequence parallelism leaves partial (Parameter::grad_summed_over_tp).
 void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& params);
 
 // The L2 norm of the whole model's gradient: sharded slices are summed over the group, replicated
 // parameters counted once (identical on every rank). Returns the same value on every rank.
 double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params);
+// Its square, before the square root (for sums across pipeline stages).
+double grad_square_sum(TpGroup& tp, const std::vector<Parameter*>& params);
 
 class AdamW {
  public:

@@ -14,8 +14,10 @@
 #include "model/gpt.h"
 #include "model/loss_plot.h"
 #include "model/optimizer.h"
+#include "model/parallel_step.h"
 #include "model/text_data.h"
 #include "tpf/error.h"
+#include "tpf/mesh.h"
 
 namespace tpf {
 
@@ -59,25 +61,28 @@ double physical_memory_bytes() {
 
 // Refuses a model whose weights, gradients, moments and activations certainly do not fit, before
 // anything is allocated: a few characters of configuration must not run the machine out of memory.
-void check_fits_in_memory(const RunConfig& config, int tp_size) {
-  const double need = training_memory_lower_bound(config, tp_size);
+// With pp stages the largest stage holds at least 1/pp of the model and of one micro-batch's
+// activations, so the bound divided by pp is still a lower bound for the fullest rank.
+void check_fits_in_memory(const RunConfig& config, int tp_size, int stages) {
+  const double need = training_memory_lower_bound(config, tp_size) / stages;
   const double have = physical_memory_bytes();
   if (have > 0 && need > have) {
     throw Error(ErrorCode::resource,
                 "configuration: training this model needs at least " + base::format_bytes(need) +
-                    " per rank at TP=" + std::to_string(tp_size) + " (" +
-                    std::to_string(parameter_count(config.model)) +
+                    " per rank at TP=" + std::to_string(tp_size) +
+                    (stages > 1 ? " and " + std::to_string(stages) + " pipeline stages" : "") +
+                    " (" + std::to_string(parameter_count(config.model)) +
                     " parameters with gradients and AdamW moments, and the activations of " +
                     std::to_string(config.train.batch_size) + " x " +
                     std::to_string(config.model.context) + " tokens), but this machine has " +
-                    base::format_bytes(have) + "; use a smaller model.*, train.batch_size or model.context");
+                    base::format_bytes(have) +
+                    "; use a smaller model.*, train.batch_size or model.context");
   }
 }
 
 }  // namespace
 
 TrainSummary train(Communicator& comm, const TrainOptions& options) {
-  TpGroup tp{&comm};
   RunConfig config = options.config;
   uint64_t seed = options.seed;
   GlobalCheckpoint resumed;
@@ -90,6 +95,14 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   if (options.steps >= 0) config.train.steps = options.steps;
   if (options.sequence_parallel) config.train.sequence_parallel = true;
   validate(config);
+  TrainLayout layout;
+  layout.tp = comm.size();
+  if (!options.layout.empty()) layout = parse_train_layout(options.layout);
+  check_train_layout(layout, comm.size(), config);
+  // TP innermost, then DP, pipeline stages outermost (train_layout.h).
+  DeviceMesh mesh(comm, {{"pp", layout.pp}, {"dp", layout.dp}, {"tp", layout.tp}});
+  TrainGroups groups{TpGroup{&mesh.group("tp")}, &mesh.group("pp"), &mesh.group("dp")};
+  TpGroup& tp = groups.tp;
   tp.sequence_parallel = config.train.sequence_parallel;
   const ModelConfig& mc = config.model;
   const TrainConfig& tc = config.train;
@@ -101,13 +114,14 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
                     " and the run ends at step " + std::to_string(tc.steps) +
                     ": nothing to train; give --steps above " + std::to_string(resumed.step));
   }
-  check_fits_in_memory(config, comm.size());
+  check_fits_in_memory(config, layout.tp, layout.pp);
 
   const TextData data(options.data_path, mc.context);
-  Gpt model(mc, comm.rank(), comm.size(), seed);
+  Gpt model(mc, tp.rank(), tp.size(), seed, pipeline_stage(mc, layout.pp, groups.stage()));
   AdamW optimizer(model.parameters(), tc);
-  if (resuming) load_into(resumed, comm.rank(), comm.size(), model, &optimizer);
+  if (resuming) load_into(resumed, tp.rank(), tp.size(), model, &optimizer);
   TrainSummary summary;
+  summary.layout = layout;
   summary.first_step = optimizer.steps_taken();
   resumed = GlobalCheckpoint();  // free the whole-model copy
 
@@ -122,50 +136,57 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   }
   if (comm.rank() == 0 && options.progress) {
     int64_t params = 0;
-    for (const Parameter* p : model.parameters()) params += shape_numel(p->global_shape);
+    for (const ParameterShape& p : gpt_parameter_shapes(mc, padded_vocab(mc.vocab, tp.size())))
+      params += shape_numel(p.shape);
     std::printf(
         "tpf train: %s model (%lld layers, width %lld, %lld heads, context %lld), "
-        "%.2fM parameters, TP=%d%s, %lld steps of %lld x %lld x %lld tokens, data %s (%lld "
+        "%.2fM parameters, %s%s, %lld steps of %lld x %lld x %lld tokens, data %s (%lld "
         "bytes)%s\n",
         config.preset.empty() ? "custom" : config.preset.c_str(), static_cast<long long>(mc.layers),
         static_cast<long long>(mc.width), static_cast<long long>(mc.heads),
-        static_cast<long long>(mc.context), static_cast<double>(params) / 1e6, comm.size(),
-        tc.sequence_parallel ? " with sequence parallelism" : "", static_cast<long long>(tc.steps),
-        static_cast<long long>(tc.grad_accum), static_cast<long long>(tc.batch_size),
-        static_cast<long long>(mc.context), data.source().c_str(),
-        static_cast<long long>(data.size()),
+        static_cast<long long>(mc.context), static_cast<double>(params) / 1e6,
+        layout.to_string().c_str(), tc.sequence_parallel ? " with sequence parallelism" : "",
+        static_cast<long long>(tc.steps), static_cast<long long>(tc.grad_accum),
+        static_cast<long long>(tc.batch_size), static_cast<long long>(mc.context),
+        data.source().c_str(), static_cast<long long>(data.size()),
         resuming ? (" -- resumed at step " + std::to_string(summary.first_step)).c_str() : "");
     std::fflush(stdout);
   }
 
   const int64_t tokens_per_step = tc.grad_accum * tc.batch_size * mc.context;
   const RngKey dropout_root{seed, stream_of("dropout")};
-  std::vector<int32_t> inputs, targets;
   double timed_seconds = 0, timed_comm = 0;
   int64_t timed_steps = 0;
   auto save = [&](int64_t step) {
     if (options.out_dir.empty()) return;
-    save_checkpoint(tp, checkpoint_dir_for_step(options.out_dir, step), config, seed, model,
-                    &optimizer);
+    // DP replicas hold the same model: the first one writes it.
+    if (mesh.coord("dp") == 0) {
+      save_checkpoint(tp, checkpoint_dir_for_step(options.out_dir, step), config, seed, model,
+                      &optimizer, groups.pipeline);
+    }
     if (comm.rank() == 0) mark_latest(options.out_dir, step, /*keep=*/2);
   };
 
   for (int64_t step = summary.first_step; step < tc.steps; ++step) {
     const auto start = Clock::now();
-    const double comm_before = tp.comm_seconds;
+    auto comm_total = [&] {
+      return tp.comm_seconds + groups.pipeline_seconds + groups.data_seconds;
+    };
+    const double comm_before = comm_total();
     model.zero_grad();
-    double loss = 0;
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      data.batch(seed, step, micro, tc.batch_size, inputs, targets);
-      const RngKey key =
-          dropout_root.derive(static_cast<uint64_t>(step)).derive(static_cast<uint64_t>(micro));
-      loss += model.forward(tp, inputs, targets, tc.batch_size,
-                            1.0 / static_cast<double>(tc.grad_accum), key);
-      model.backward(tp);
-    }
-    loss /= static_cast<double>(tc.grad_accum);
-    reduce_sequence_parallel_grads(tp, model.parameters());
-    const double norm = global_grad_norm(tp, model.parameters());
+    auto micro_batch = [&](int64_t index, MicroBatch& out) {
+      data.batch(seed, step, index, tc.batch_size, out.inputs, out.targets);
+      out.dropout_key =
+          dropout_root.derive(static_cast<uint64_t>(step)).derive(static_cast<uint64_t>(index));
+    };
+    const int64_t per_replica = tc.grad_accum / layout.dp;
+    const MicroBatchRange range{mesh.coord("dp") * per_replica, per_replica, tc.batch_size,
+                                mc.context};
+    const double loss_sum =
+        run_pipeline(model, groups, range, 1.0 / static_cast<double>(tc.grad_accum), micro_batch);
+    synchronize_gradients(model, groups);
+    const double loss = step_mean_loss(groups, loss_sum, tc.grad_accum);
+    const double norm = model_grad_norm(model, groups);
     const double scale = tc.clip > 0 && norm > tc.clip ? tc.clip / norm : 1.0;
     const double lr = learning_rate(tc, step);
     optimizer.step(lr, scale);
@@ -176,7 +197,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     r.lr = lr;
     r.grad_norm = norm;
     r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    r.comm_seconds = tp.comm_seconds - comm_before;
+    r.comm_seconds = comm_total() - comm_before;
     r.tokens_per_s = static_cast<double>(tokens_per_step) / r.seconds;
     summary.records.push_back(r);
     if (step > summary.first_step) {  // the first step pays for first touches of memory
@@ -219,6 +240,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     summary.tokens_per_s = only.tokens_per_s;
     summary.comm_share = only.seconds > 0 ? only.comm_seconds / only.seconds : 0.0;
   }
+  if (options.on_finish) options.on_finish(model, groups);
   if (writer) {
     write_loss_svg((fs::path(options.out_dir) / "loss.svg").string(),
                    (fs::path(options.out_dir) / "log.jsonl").string());

@@ -1,4 +1,5 @@
-// The training loop of `tpf train`: data, forward/backward over micro-batches, gradient clipping,
+// The training loop of `tpf train`: data, forward/backward over micro-batches at any tensor x
+// pipeline x data-parallel layout (train_layout.h, parallel_step.h), gradient clipping,
 // AdamW with warm-up + cosine schedule, logging (progress line, JSONL), periodic sharded
 // checkpoints, and resuming from a checkpoint saved at any TP size.
 #pragma once
@@ -9,9 +10,13 @@
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "model/train_layout.h"
 #include "tpf/comm.h"
 
 namespace tpf {
+
+class Gpt;
+struct TrainGroups;
 
 struct TrainOptions {
   RunConfig config;
@@ -21,7 +26,11 @@ struct TrainOptions {
   std::string resume;  // a checkpoint or a previous output directory; empty: start fresh
   int64_t steps = -1;  // >= 0 overrides config.train.steps (also when resuming)
   bool sequence_parallel = false;  // true turns it on (also when resuming)
-  bool progress = true;            // rank 0 prints a progress line every log_every steps
+  std::string layout;    // "tp=2,pp=2,dp=2" (train_layout.h); empty: TP over all the ranks
+  bool progress = true;  // rank 0 prints a progress line every log_every steps
+  // Called on every rank after the last step, with this rank's part of the model and its groups
+  // (for tests and programs that embed the trainer).
+  std::function<void(Gpt&, TrainGroups&)> on_finish;
 };
 
 struct StepRecord {
@@ -40,9 +49,10 @@ struct TrainSummary {
   // Over all steps after the first (which warms up); of the first step when it is the only one.
   double tokens_per_s = 0;
   double comm_share = 0;  // communication time / step time, same steps
+  TrainLayout layout;     // the layout it ran at
 };
 
-// Collective over comm (the tensor-parallel group). Throws tpf::Error on bad input, on a resume
+// Collective over comm (all the ranks of the layout). Throws tpf::Error on bad input, on a resume
 // with no steps left to take, and (ErrorCode::resource) for a model that certainly does not fit
 // this machine's memory.
 TrainSummary train(Communicator& comm, const TrainOptions& options);

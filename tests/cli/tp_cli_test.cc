@@ -34,7 +34,7 @@ TEST(ModelCommands, TrainThenGreedyTextIsTheSameAtEveryTpSize) {
       tpf_on(2, {"train", "--preset", "tiny", "--data", text, "--out", run, "--steps", "60"});
   ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
   EXPECT_TRUE(contains(trained.out, "step     60/60 | loss")) << trained.out;
-  EXPECT_TRUE(contains(trained.out, "tokens/s at TP=2")) << trained.out;
+  EXPECT_TRUE(contains(trained.out, "tokens/s at tp=2,pp=1,dp=1")) << trained.out;
   const std::vector<std::string> records = lines_of(read_file(run + "/log.jsonl"));
   ASSERT_EQ(records.size(), 60u);
   EXPECT_TRUE(contains(records.back(), "\"step\":60")) << records.back();
@@ -64,6 +64,26 @@ TEST(ModelCommands, TrainThenGreedyTextIsTheSameAtEveryTpSize) {
                                    "The quick", "--tokens", "80", "--temperature", "0"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(again.out, texts[0]);
+}
+
+// A run at a pipeline x tensor-parallel layout leaves a checkpoint that generates at other TP
+// sizes.
+TEST(ModelCommands, TrainAtALayoutThenGenerateAtAnyTpSize) {
+  ScratchDir dir;
+  const std::string text = write_training_text(dir / "text.txt");
+  const std::string run = dir / "run";
+  const Outcome trained = tpf_on(4, {"train", "--preset", "tiny", "--layout", "tp=2,pp=2", "--data",
+                                     text, "--out", run, "--steps", "20"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  EXPECT_TRUE(contains(trained.out, "tokens/s at tp=2,pp=2,dp=1")) << trained.out;
+  std::vector<std::string> texts;
+  for (int tp : {1, 2}) {
+    const Outcome g = tpf_on(tp, {"generate", "--checkpoint", run, "--prompt", "The quick",
+                                  "--tokens", "40", "--temperature", "0"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    texts.push_back(g.out);
+  }
+  EXPECT_EQ(texts[0], texts[1]);
 }
 
 TEST(ModelCommands, BadInputGetsAClearMessage) {
@@ -104,7 +124,19 @@ TEST(ModelCommands, BadInputGetsAClearMessage) {
       {{"train", "--preset", "tiny", "--data", text, "--steps", "1"},
        3,
        1,
-       "4 heads do not split over 3 tensor-parallel ranks"},
+       "tp=3 does not divide the model's 4 attention heads"},
+      {{"train", "--preset", "tiny", "--data", text, "--layout", "tp=2"},
+       0,
+       1,
+       "tp=2,pp=1,dp=1 needs 2 ranks (tp x pp x dp), but the job has 1"},
+      {{"train", "--preset", "tiny", "--data", text, "--layout", "dp=2"},
+       2,
+       1,
+       "dp=2 does not divide train.grad_accum (1 micro-batches per step)"},
+      {{"train", "--preset", "tiny", "--data", text, "--layout", "tp=2,vp=2"},
+       0,
+       1,
+       "'vp' is not supported by tpf train yet"},
   };
   for (const Case& c : cases) {
     const Outcome r = c.ranks > 0 ? tpf_on(c.ranks, c.args) : run_tpf(c.args, {}, {}, 60s);

@@ -1,0 +1,154 @@
+#include "model/parallel_step.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "model/optimizer.h"
+#include "model/pipeline_schedule.h"
+#include "parallel/linear.h"
+#include "tpf/error.h"
+
+namespace tpf {
+
+namespace {
+
+template <class F>
+void timed(double& seconds, F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The activation crossing a stage boundary: this rank's rows of the micro-batch (all of them, or
+// 1/T with sequence parallelism), the model's width.
+ParallelTensor boundary_tensor(const TrainGroups& g, const MicroBatchRange& r, int64_t width) {
+  const int64_t rows = r.batch * r.seq / (g.tp.sequence_parallel ? g.tp.size() : 1);
+  return {Tensor({rows, width}), activation_placement(g.tp)};
+}
+
+}  // namespace
+
+// Why recompute rather than keep every in-flight micro-batch's activations: each layer keeps the
+// tensors its backward needs in members, for one micro-batch at a time. A stage that is not the
+// last runs up to P - s forwards before the matching backward, so it keeps only each micro-batch's
+// stage input (one [rows, width] tensor) and reruns the stage's forward first, as Megatron-LM's
+// full activation recomputation does. The rerun is deterministic (dropout masks are keyed by
+// micro-batch), so the numbers are the same as without it. The last stage runs each backward right
+// after its forward and never recomputes; with pp = 1 nothing is recomputed.
+double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double loss_scale,
+                    const MicroBatchSource& source) {
+  const int stage = g.stage(), stages = g.stages();
+  const bool first = stage == 0, last = stage == stages - 1;
+  const int64_t width = model.config().width;
+  std::vector<ParallelTensor> stage_inputs(static_cast<size_t>(r.count));
+  std::vector<Tensor> outgoing;  // kept alive until their sends complete
+  std::vector<Work> sends;
+  outgoing.reserve(static_cast<size_t>(2 * r.count));
+  MicroBatch micro;
+  int64_t loaded = -1;    // the micro-batch in `micro`
+  int64_t resident = -1;  // the micro-batch whose saved tensors the layers hold
+  double loss_sum = 0;
+
+  auto load = [&](int64_t m) {
+    if (loaded != m) source(r.first + m, micro);
+    loaded = m;
+    model.begin(r.batch, r.seq, micro.dropout_key);
+  };
+  auto send = [&](const ParallelTensor& t, int peer) {
+    outgoing.push_back(t.local);
+    const Tensor& buffer = outgoing.back();
+    sends.push_back(g.pipeline->send_async(buffer.data(), static_cast<size_t>(buffer.numel()),
+                                           DType::f32, peer));
+  };
+  auto receive = [&](int peer) {
+    ParallelTensor t = boundary_tensor(g, r, width);
+    timed(g.pipeline_seconds, [&] {
+      g.pipeline->recv(t.local.data(), static_cast<size_t>(t.local.numel()), DType::f32, peer);
+    });
+    return t;
+  };
+  // The stage's forward pass of micro-batch m; returns its output (the loss is added on the last).
+  auto forward = [&](int64_t m, bool count_loss) {
+    load(m);
+    ParallelTensor x = first ? model.embed(g.tp, micro.inputs) : stage_inputs[m];
+    ParallelTensor y = model.forward_blocks(g.tp, std::move(x));
+    if (last) {
+      const double loss = model.forward_head(g.tp, y, micro.targets, loss_scale);
+      if (count_loss) loss_sum += loss;
+    }
+    resident = m;
+    return y;
+  };
+
+  for (const PipelinePass& pass : one_forward_one_backward(stages, stage, r.count)) {
+    const int64_t m = pass.micro_batch;
+    if (pass.kind == PipelinePass::Kind::forward) {
+      if (!first) stage_inputs[m] = receive(stage - 1);
+      ParallelTensor y = forward(m, /*count_loss=*/true);
+      if (!last) send(y, stage + 1);
+      continue;
+    }
+    if (resident != m) forward(m, /*count_loss=*/false);
+    ParallelTensor dy = last ? model.backward_head(g.tp) : receive(stage + 1);
+    ParallelTensor dx = model.backward_blocks(g.tp, std::move(dy));
+    resident = -1;
+    stage_inputs[m] = ParallelTensor();
+    if (first) {
+      model.backward_embedding(g.tp, dx);
+    } else {
+      send(dx, stage - 1);
+    }
+  }
+  timed(g.pipeline_seconds, [&] {
+    for (Work& w : sends) w.wait();
+  });
+  return loss_sum;
+}
+
+void synchronize_gradients(Gpt& model, TrainGroups& g) {
+  const std::vector<Parameter*>& params = model.parameters();
+  // One all-reduce over every gradient: the fabric's result is bit-identical on every replica.
+  timed(g.data_seconds,
+        [&] { all_reduce_gradients(*g.data, params, [](const Parameter&) { return true; }); });
+  if (g.stages() > 1 && (g.stage() == 0 || g.stage() == g.stages() - 1)) {
+    // Both copies become own + other: float addition is commutative, so they stay identical.
+    Parameter& embedding =
+        g.stage() == 0 ? model.parameter("wte.weight") : *model.tied_embedding_copy();
+    const int peer = g.stage() == 0 ? g.stages() - 1 : 0;
+    const size_t count = static_cast<size_t>(embedding.grad.numel());
+    Tensor other(embedding.grad.shape());
+    timed(g.data_seconds, [&] {
+      Work sent = g.pipeline->send_async(embedding.grad.data(), count, DType::f32, peer);
+      g.pipeline->recv(other.data(), count, DType::f32, peer);
+      sent.wait();
+    });
+    float* own = embedding.grad.f32();
+    const float* theirs = other.f32();
+    for (size_t i = 0; i < count; ++i) own[i] += theirs[i];
+  }
+  reduce_sequence_parallel_grads(g.tp, params);
+}
+
+double model_grad_norm(Gpt& model, TrainGroups& g) {
+  std::vector<Parameter*> counted;
+  for (Parameter* p : model.parameters()) {
+    if (p != model.tied_embedding_copy()) counted.push_back(p);
+  }
+  double squares = grad_square_sum(g.tp, counted);
+  if (g.stages() > 1) {
+    timed(g.data_seconds,
+          [&] { g.pipeline->all_reduce(&squares, &squares, 1, DType::f64, ReduceOp::sum); });
+  }
+  return std::sqrt(squares);
+}
+
+double step_mean_loss(TrainGroups& g, double last_stage_loss_sum, int64_t micro_batches) {
+  double loss = last_stage_loss_sum;
+  timed(g.data_seconds, [&] {
+    if (g.data->size() > 1) g.data->all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::sum);
+    if (g.stages() > 1) g.pipeline->broadcast(&loss, &loss, 1, DType::f64, g.stages() - 1);
+  });
+  return loss / static_cast<double>(micro_batches);
+}
+
+}  // namespace tpf

@@ -1,0 +1,63 @@
+// One training step's passes and gradient exchanges at a tp x pp x dp layout (train_layout.h):
+// the micro-batches through this rank's pipeline stage in 1F1B order, activations and their
+// gradients between stages by send/recv, then the gradients summed over data parallelism and the
+// tied embedding's two copies, and the global norm over all three dimensions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/tp_group.h"
+#include "tpf/comm.h"
+
+namespace tpf {
+
+// This rank's groups. pipeline ranks are stages, data ranks are DP replicas.
+struct TrainGroups {
+  TpGroup tp;
+  Communicator* pipeline = nullptr;
+  Communicator* data = nullptr;
+  double pipeline_seconds = 0;  // waiting for activations / gradients from neighbouring stages
+  double data_seconds = 0;      // gradient all-reduce over DP, tied-embedding exchange, norm
+  int stage() const { return pipeline->rank(); }
+  int stages() const { return pipeline->size(); }
+};
+
+struct MicroBatch {
+  std::vector<int32_t> inputs, targets;  // [batch * seq] token ids
+  RngKey dropout_key;
+};
+// Fills micro-batch `index` (its number within the step, the same at every layout).
+using MicroBatchSource = std::function<void(int64_t index, MicroBatch& out)>;
+
+struct MicroBatchRange {
+  int64_t first = 0;
+  int64_t count = 1;
+  int64_t batch = 1;  // sequences per micro-batch
+  int64_t seq = 1;
+};
+
+// Runs the micro-batches of `range` through this rank's stage in 1F1B order; gradients accumulate
+// scaled by loss_scale. A stage that is not the last keeps each micro-batch's input and recomputes
+// its forward pass before the backward one (the layers hold one micro-batch's saved tensors; see
+// the note in parallel_step.cc). Returns the sum of the micro-batches' losses on the last stage,
+// 0 on the others.
+double run_pipeline(Gpt& model, TrainGroups& groups, const MicroBatchRange& range,
+                    double loss_scale, const MicroBatchSource& source);
+
+// After the micro-batches: sums the gradients over DP (one all-reduce, identical on every
+// replica), the first and last stages' copies of the tied embedding, and the partial sums that
+// sequence parallelism leaves over TP.
+void synchronize_gradients(Gpt& model, TrainGroups& groups);
+
+// The L2 norm of the whole model's gradient, each parameter counted once (TP shards summed,
+// replicated values and the tied copy once, stages summed). The same value on every rank.
+double model_grad_norm(Gpt& model, TrainGroups& groups);
+
+// The step's mean loss from the last stages' sums over `micro_batches` micro-batches in all, on
+// every rank.
+double step_mean_loss(TrainGroups& groups, double last_stage_loss_sum, int64_t micro_batches);
+
+}  // namespace tpf

@@ -1,0 +1,45 @@
+// How `tpf train` spreads a model over its ranks: tensor (tp), pipeline (pp) and data (dp)
+// parallelism, with world rank = (pp_rank * dp + dp_rank) * tp + tp_rank: TP innermost and
+// contiguous (its peers share the fastest links), pipeline stages outermost, as the planner and
+// Megatron-LM's default order (tp-dp-pp) lay them out.
+//
+// Data parallelism splits each step's micro-batches (train.grad_accum of them, train.batch_size
+// sequences each): DP rank d runs micro-batches [d M, (d + 1) M), M = grad_accum / dp, so the
+// global batch, the data and the dropout masks are the same at every layout.
+#pragma once
+
+#include <string>
+
+#include "model/gpt.h"
+#include "model/gpt_config.h"
+
+namespace tpf {
+
+struct TrainLayout {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int ranks() const { return tp * pp * dp; }
+  std::string to_string() const;  // "tp=2,pp=2,dp=1"
+};
+
+// "tp=2,pp=2,dp=2" (any order; a missing size is 1). Throws tpf::Error naming the bad part.
+TrainLayout parse_train_layout(const std::string& text);
+
+// Throws tpf::Error saying what does not fit: the product of the sizes against the job's ranks,
+// more stages than layers, heads or the vocabulary not divisible by tp, micro-batches not
+// divisible by dp.
+void check_train_layout(const TrainLayout& layout, int world_size, const RunConfig& config);
+
+// The layers of stage `stage` of `stages`: an equal share each, and where the layers do not divide,
+// one more on each of the last stages but the last (the first embeds and the last computes the
+// output layer and loss, so they get the fewest).
+StageSpan pipeline_stage(const ModelConfig& model, int stages, int stage);
+
+// This rank's coordinates in the layout.
+struct LayoutCoords {
+  int tp = 0, dp = 0, pp = 0;
+};
+LayoutCoords coords_of(const TrainLayout& layout, int world_rank);
+
+}  // namespace tpf
