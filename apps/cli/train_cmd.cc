@@ -11,6 +11,7 @@
 #include "cli/model_cli.h"
 #include "cli/option_values.h"
 #include "model/gpt_config.h"
+#include "model/pipeline_schedule.h"
 #include "model/trainer.h"
 #include "tensor/blas.h"
 
@@ -29,6 +30,7 @@ struct TrainFlags {
   std::string out;
   bool sequence_parallel = false;
   std::string layout;
+  std::string trace;
   std::optional<std::string> threads;
   bool quiet = false;
 };
@@ -45,6 +47,7 @@ TrainOptions train_options(const TrainFlags& flags) {
   if (flags.config) options.config = load_config_file(*flags.config);
   options.sequence_parallel = flags.sequence_parallel;
   options.layout = flags.layout;
+  options.trace_path = flags.trace;
   options.resume = flags.resume.value_or("");
   options.data_path = flags.data;
   options.out_dir = flags.out;
@@ -75,6 +78,27 @@ int run_train(const TrainFlags& flags) {
         blas_kernel_name().c_str(), 100.0 * summary.comm_share,
         summary.records.size() == 1 ? " (one step: its rate includes first touches of memory)"
                                     : "");
+    if (summary.layout.ranks() > 1) {
+      const TrainLayout& l = summary.layout;
+      const std::string bubble =
+          l.pp > 1 ? " (1F1B's bubble in theory: " +
+                         std::to_string(static_cast<int>(
+                             100.0 * one_forward_one_backward_bubble(l.pp, summary.micro_batches) +
+                             0.5)) +
+                         "% at " + std::to_string(summary.micro_batches) + " micro-batches)"
+                   : "";
+      std::printf(
+          "tpf train: rank 0's step time: %.1f%% in TP collectives, %.1f%% waiting for other "
+          "pipeline stages%s, %.1f%% in DP and cross-stage exchanges, the rest computing\n",
+          100.0 * summary.tp_share, 100.0 * summary.pp_share, bubble.c_str(),
+          100.0 * summary.dp_share);
+    }
+    if (!options.trace_path.empty()) {
+      std::printf(
+          "tpf train: timeline of every rank in %s (Chrome trace format: open it in "
+          "https://ui.perfetto.dev)\n",
+          options.trace_path.c_str());
+    }
     if (!options.out_dir.empty()) {
       std::printf(
           "tpf train: log %s/log.jsonl, loss curve %s/loss.svg, checkpoint %s/checkpoints/\n",
@@ -125,6 +149,11 @@ void add_train_command(CLI::App& tpf) {
                   "default: tp = all ranks): TP innermost, pipeline stages outermost;\n"
                   "dp splits each step's train.grad_accum micro-batches, pp runs them 1F1B")
       ->type_name("SIZES");
+  train
+      .add_option("--trace", flags->trace,
+                  "write every rank's compute, TP, pipeline and DP spans to FILE in the\n"
+                  "Chrome trace format (open it in https://ui.perfetto.dev)")
+      ->type_name("FILE");
   train.add_flag("--sequence-parallel", flags->sequence_parallel,
                  "shard LayerNorm/dropout activations along the sequence");
   train

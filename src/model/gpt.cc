@@ -249,17 +249,34 @@ double Gpt::forward_head(TpGroup& tp, const ParallelTensor& x, const std::vector
   return loss_.forward(tp, ln_f_.forward(tp, x), wte_, targets, loss_scale, logits_out);
 }
 
-ParallelTensor Gpt::backward_head(TpGroup& tp) {
+ParallelTensor Gpt::backward_head(TpGroup& tp, const GradientsReady& ready) {
   require_stage(stage_.last, "the output layer");
-  return ln_f_.backward(tp, loss_.backward(tp, wte_));
+  ParallelTensor dx = ln_f_.backward(tp, loss_.backward(tp, wte_));
+  if (ready) {
+    // On a stage that also embeds, the embedding's gradient is not final until the embedding's
+    // backward has added to it.
+    std::vector<Parameter*> done;
+    ln_f_.collect(done);
+    if (tied_embedding_copy() != nullptr) done.push_back(tied_embedding_copy());
+    ready(done);
+  }
+  return dx;
 }
 
-ParallelTensor Gpt::backward_blocks(TpGroup& tp, ParallelTensor dy) {
-  for (size_t i = blocks_.size(); i-- > 0;) dy = blocks_[i]->backward(tp, dy);
+ParallelTensor Gpt::backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready) {
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    dy = blocks_[i]->backward(tp, dy);
+    if (ready) {
+      std::vector<Parameter*> done;
+      blocks_[i]->collect(done);
+      ready(done);
+    }
+  }
   return dy;
 }
 
-void Gpt::backward_embedding(TpGroup& tp, const ParallelTensor& dx_in) {
+void Gpt::backward_embedding(TpGroup& tp, const ParallelTensor& dx_in,
+                             const GradientsReady& ready) {
   require_stage(stage_.first, "the embedding");
   ParallelTensor dx = dx_in;
   apply_dropout(tp, dx, config_.dropout, embed_key_);
@@ -270,6 +287,7 @@ void Gpt::backward_embedding(TpGroup& tp, const ParallelTensor& dx_in) {
     add_into(dpos + ((first_row_ + r) % seq_) * width, g + r * width, width);
   wpe_.grad_summed_over_tp = tp.sequence_parallel;
   wte_.backward(tp, dx);
+  if (ready) ready({&wte_.weight, &wpe_});
 }
 
 void Gpt::start_generation() {

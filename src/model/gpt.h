@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -82,9 +83,13 @@ class Gpt {
   ParallelTensor forward_blocks(TpGroup& tp, ParallelTensor x);
   double forward_head(TpGroup& tp, const ParallelTensor& x, const std::vector<int32_t>& targets,
                       double loss_scale, Tensor* logits_out = nullptr);
-  ParallelTensor backward_head(TpGroup& tp);
-  ParallelTensor backward_blocks(TpGroup& tp, ParallelTensor dy);
-  void backward_embedding(TpGroup& tp, const ParallelTensor& dx);
+  // `ready`, if given, is called with each group of parameters as the pass finishes their
+  // gradients (the output layer's, each block's, the embedding's), so that their reduction can
+  // start while the pass goes on.
+  using GradientsReady = std::function<void(const std::vector<Parameter*>&)>;
+  ParallelTensor backward_head(TpGroup& tp, const GradientsReady& ready = {});
+  ParallelTensor backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready = {});
+  void backward_embedding(TpGroup& tp, const ParallelTensor& dx, const GradientsReady& ready = {});
 
   const StageSpan& stage() const { return stage_; }
   // The last stage's copy of the tied embedding (nullptr where this stage holds the original or

@@ -150,6 +150,8 @@ RunConfig config_from_json(const json::Value& root, const std::string& what) {
       {"adam_eps", double_setter(t.adam_eps)},
       {"clip", double_setter(t.clip)},
       {"sequence_parallel", bool_setter(t.sequence_parallel)},
+      {"tp_comm_overlap", bool_setter(t.tp_comm_overlap)},
+      {"dp_comm_overlap", bool_setter(t.dp_comm_overlap)},
       {"log_every", int_setter(t.log_every)},
       {"checkpoint_every", int_setter(t.checkpoint_every)}};
   const std::vector<std::pair<std::string, Setter>> top_keys = {
@@ -191,6 +193,8 @@ json::Value config_to_json_value(const RunConfig& c) {
   train.set("adam_eps", c.train.adam_eps);
   train.set("clip", c.train.clip);
   train.set("sequence_parallel", c.train.sequence_parallel);
+  train.set("tp_comm_overlap", c.train.tp_comm_overlap);
+  train.set("dp_comm_overlap", c.train.dp_comm_overlap);
   train.set("log_every", c.train.log_every);
   train.set("checkpoint_every", c.train.checkpoint_every);
   json::Value root;

@@ -5,8 +5,8 @@
 //              "dropout": 0.0, "layer_norm_eps": 1e-5},
 //    "train": {"batch_size": 16, "grad_accum": 1, "steps": 1000, "lr": 3e-3, "min_lr": 3e-4,
 //              "warmup": 50, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8,
-//              "clip": 1.0, "sequence_parallel": false, "log_every": 10,
-//              "checkpoint_every": 200}}
+//              "clip": 1.0, "sequence_parallel": false, "tp_comm_overlap": false,
+//              "dp_comm_overlap": true, "log_every": 10, "checkpoint_every": 200}}
 // Every key is optional; unknown keys are errors (a typo must not silently train another model).
 //
 // Sizes are bounded (the kMax constants below) far above any model this CPU project trains, so
@@ -61,6 +61,12 @@ struct TrainConfig {
   double adam_eps = 1e-8;
   double clip = 1.0;  // global gradient norm; 0 disables clipping
   bool sequence_parallel = false;
+  // Overlap of communication with compute; the numbers are the same either way. The fabric
+  // progresses an async collective on a thread of its own, which on a machine with a core per rank
+  // competes with the GEMM it should hide behind: measured with bench/train/layouts.py (small,
+  // tp=2, 2 cores) the TP overlap costs 5 %, so it is off by default; the DP overlap is even.
+  bool tp_comm_overlap = false;  // input-gradient reduction during the weight-gradient GEMM
+  bool dp_comm_overlap = true;   // DP gradient buckets reduced during the last backward pass
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;  // 0: only at the end
 };

@@ -12,11 +12,18 @@ namespace tpf {
 
 namespace {
 
+// A "compute" span of the timeline around f (its time is not counted anywhere: compute is what
+// remains of the step).
 template <class F>
-void timed(double& seconds, F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+decltype(auto) compute_span(TrainGroups& g, std::string name, F&& f) {
+  if (g.timeline == nullptr || !g.timeline->enabled()) return std::forward<F>(f)();
+  struct Record {
+    Timeline* timeline;
+    std::string name;
+    Timeline::Clock::time_point start = Timeline::Clock::now();
+    ~Record() { timeline->add("compute", std::move(name), start, Timeline::Clock::now()); }
+  } record{g.timeline, std::move(name)};
+  return std::forward<F>(f)();
 }
 
 // The activation crossing a stage boundary: this rank's rows of the micro-batch (all of them, or
@@ -36,7 +43,7 @@ ParallelTensor boundary_tensor(const TrainGroups& g, const MicroBatchRange& r, i
 // micro-batch), so the numbers are the same as without it. The last stage runs each backward right
 // after its forward and never recomputes; with pp = 1 nothing is recomputed.
 double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double loss_scale,
-                    const MicroBatchSource& source) {
+                    const MicroBatchSource& source, GradientBuckets* buckets) {
   const int stage = g.stage(), stages = g.stages();
   const bool first = stage == 0, last = stage == stages - 1;
   const int64_t width = model.config().width;
@@ -62,13 +69,15 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
   };
   auto receive = [&](int peer) {
     ParallelTensor t = boundary_tensor(g, r, width);
-    timed(g.pipeline_seconds, [&] {
-      g.pipeline->recv(t.local.data(), static_cast<size_t>(t.local.numel()), DType::f32, peer);
-    });
+    timed_span(g.timeline, g.pipeline_seconds, "pp",
+               peer < stage ? "recv activation" : "recv gradient", [&] {
+                 g.pipeline->recv(t.local.data(), static_cast<size_t>(t.local.numel()), DType::f32,
+                                  peer);
+               });
     return t;
   };
   // The stage's forward pass of micro-batch m; returns its output (the loss is added on the last).
-  auto forward = [&](int64_t m, bool count_loss) {
+  auto forward_pass = [&](int64_t m, bool count_loss) {
     load(m);
     ParallelTensor x = first ? model.embed(g.tp, micro.inputs) : stage_inputs[m];
     ParallelTensor y = model.forward_blocks(g.tp, std::move(x));
@@ -78,6 +87,10 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
     }
     resident = m;
     return y;
+  };
+  auto forward = [&](int64_t m, bool count_loss) {
+    return compute_span(g, (count_loss ? "forward " : "recompute ") + std::to_string(r.first + m),
+                        [&] { return forward_pass(m, count_loss); });
   };
 
   for (const PipelinePass& pass : one_forward_one_backward(stages, stage, r.count)) {
@@ -89,27 +102,39 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
       continue;
     }
     if (resident != m) forward(m, /*count_loss=*/false);
-    ParallelTensor dy = last ? model.backward_head(g.tp) : receive(stage + 1);
-    ParallelTensor dx = model.backward_blocks(g.tp, std::move(dy));
+    // Every schedule ends with the last micro-batch's backward: the gradients it finishes are
+    // final.
+    Gpt::GradientsReady ready;
+    if (buckets != nullptr && m == r.count - 1) {
+      ready = [buckets](const std::vector<Parameter*>& done) { buckets->reduce_async(done); };
+    }
+    ParallelTensor dy = last ? ParallelTensor() : receive(stage + 1);
+    ParallelTensor dx = compute_span(g, "backward " + std::to_string(r.first + m), [&] {
+      if (last) dy = model.backward_head(g.tp, ready);
+      ParallelTensor d = model.backward_blocks(g.tp, std::move(dy), ready);
+      if (first) model.backward_embedding(g.tp, d, ready);
+      return d;
+    });
     resident = -1;
     stage_inputs[m] = ParallelTensor();
-    if (first) {
-      model.backward_embedding(g.tp, dx);
-    } else {
-      send(dx, stage - 1);
-    }
+    if (!first) send(dx, stage - 1);
   }
-  timed(g.pipeline_seconds, [&] {
+  timed_span(g.timeline, g.pipeline_seconds, "pp", "wait for sends", [&] {
     for (Work& w : sends) w.wait();
   });
   return loss_sum;
 }
 
-void synchronize_gradients(Gpt& model, TrainGroups& g) {
+void synchronize_gradients(Gpt& model, TrainGroups& g, GradientBuckets* buckets) {
   const std::vector<Parameter*>& params = model.parameters();
-  // One all-reduce over every gradient: the fabric's result is bit-identical on every replica.
-  timed(g.data_seconds,
-        [&] { all_reduce_gradients(*g.data, params, [](const Parameter&) { return true; }); });
+  if (buckets != nullptr && !buckets->empty()) {
+    buckets->finish();
+  } else {
+    // One all-reduce over every gradient: the fabric's result is bit-identical on every replica.
+    timed_span(g.timeline, g.data_seconds, "dp", "DP gradient all-reduce", [&] {
+      all_reduce_gradients(*g.data, params, [](const Parameter&) { return true; });
+    });
+  }
   if (g.stages() > 1 && (g.stage() == 0 || g.stage() == g.stages() - 1)) {
     // Both copies become own + other: float addition is commutative, so they stay identical.
     Parameter& embedding =
@@ -117,7 +142,7 @@ void synchronize_gradients(Gpt& model, TrainGroups& g) {
     const int peer = g.stage() == 0 ? g.stages() - 1 : 0;
     const size_t count = static_cast<size_t>(embedding.grad.numel());
     Tensor other(embedding.grad.shape());
-    timed(g.data_seconds, [&] {
+    timed_span(g.timeline, g.data_seconds, "dp", "tied embedding exchange", [&] {
       Work sent = g.pipeline->send_async(embedding.grad.data(), count, DType::f32, peer);
       g.pipeline->recv(other.data(), count, DType::f32, peer);
       sent.wait();
@@ -136,15 +161,15 @@ double model_grad_norm(Gpt& model, TrainGroups& g) {
   }
   double squares = grad_square_sum(g.tp, counted);
   if (g.stages() > 1) {
-    timed(g.data_seconds,
-          [&] { g.pipeline->all_reduce(&squares, &squares, 1, DType::f64, ReduceOp::sum); });
+    timed_span(g.timeline, g.data_seconds, "dp", "norm over stages",
+               [&] { g.pipeline->all_reduce(&squares, &squares, 1, DType::f64, ReduceOp::sum); });
   }
   return std::sqrt(squares);
 }
 
 double step_mean_loss(TrainGroups& g, double last_stage_loss_sum, int64_t micro_batches) {
   double loss = last_stage_loss_sum;
-  timed(g.data_seconds, [&] {
+  timed_span(g.timeline, g.data_seconds, "dp", "step loss", [&] {
     if (g.data->size() > 1) g.data->all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::sum);
     if (g.stages() > 1) g.pipeline->broadcast(&loss, &loss, 1, DType::f64, g.stages() - 1);
   });

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/gradient_buckets.h"
+#include "parallel/timeline.h"
 #include "parallel/tp_group.h"
 #include "tpf/comm.h"
 
@@ -21,6 +23,7 @@ struct TrainGroups {
   Communicator* data = nullptr;
   double pipeline_seconds = 0;  // waiting for activations / gradients from neighbouring stages
   double data_seconds = 0;      // gradient all-reduce over DP, tied-embedding exchange, norm
+  Timeline* timeline = nullptr;  // where enabled, spans of every pass and exchange
   int stage() const { return pipeline->rank(); }
   int stages() const { return pipeline->size(); }
 };
@@ -44,13 +47,17 @@ struct MicroBatchRange {
 // its forward pass before the backward one (the layers hold one micro-batch's saved tensors; see
 // the note in parallel_step.cc). Returns the sum of the micro-batches' losses on the last stage,
 // 0 on the others.
+// With `buckets`, the last micro-batch's backward starts the DP reduction of each group of
+// gradients it finishes (gradient_buckets.h).
 double run_pipeline(Gpt& model, TrainGroups& groups, const MicroBatchRange& range,
-                    double loss_scale, const MicroBatchSource& source);
+                    double loss_scale, const MicroBatchSource& source,
+                    GradientBuckets* buckets = nullptr);
 
-// After the micro-batches: sums the gradients over DP (one all-reduce, identical on every
-// replica), the first and last stages' copies of the tied embedding, and the partial sums that
-// sequence parallelism leaves over TP.
-void synchronize_gradients(Gpt& model, TrainGroups& groups);
+// After the micro-batches: sums the gradients over DP (waits for `buckets` if run_pipeline
+// started them, else one all-reduce; identical on every replica either way), the first and last
+// stages' copies of the tied embedding, and the partial sums that sequence parallelism leaves
+// over TP.
+void synchronize_gradients(Gpt& model, TrainGroups& groups, GradientBuckets* buckets = nullptr);
 
 // The L2 norm of the whole model's gradient, each parameter counted once (TP shards summed,
 // replicated values and the tied copy once, stages summed). The same value on every rank.

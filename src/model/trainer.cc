@@ -16,6 +16,7 @@
 #include "model/optimizer.h"
 #include "model/parallel_step.h"
 #include "model/text_data.h"
+#include "model/trace_file.h"
 #include "tpf/error.h"
 #include "tpf/mesh.h"
 
@@ -48,6 +49,9 @@ std::string record_json(const StepRecord& r) {
   v.set("grad_norm", r.grad_norm);
   v.set("seconds", r.seconds);
   v.set("comm_seconds", r.comm_seconds);
+  v.set("tp_comm_seconds", r.tp_comm_seconds);
+  v.set("pp_wait_seconds", r.pp_wait_seconds);
+  v.set("dp_comm_seconds", r.dp_comm_seconds);
   v.set("tokens_per_s", r.tokens_per_s);
   return json::dump(v);
 }
@@ -103,7 +107,13 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   DeviceMesh mesh(comm, {{"pp", layout.pp}, {"dp", layout.dp}, {"tp", layout.tp}});
   TrainGroups groups{TpGroup{&mesh.group("tp")}, &mesh.group("pp"), &mesh.group("dp")};
   TpGroup& tp = groups.tp;
+  Timeline timeline;
+  if (!options.trace_path.empty()) {
+    timeline.enable();
+    tp.timeline = groups.timeline = &timeline;
+  }
   tp.sequence_parallel = config.train.sequence_parallel;
+  tp.overlap_backward_comm = config.train.tp_comm_overlap;
   const ModelConfig& mc = config.model;
   const TrainConfig& tc = config.train;
 
@@ -122,6 +132,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   if (resuming) load_into(resumed, tp.rank(), tp.size(), model, &optimizer);
   TrainSummary summary;
   summary.layout = layout;
+  summary.micro_batches = tc.grad_accum / layout.dp;
   summary.first_step = optimizer.steps_taken();
   resumed = GlobalCheckpoint();  // free the whole-model copy
 
@@ -155,7 +166,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
 
   const int64_t tokens_per_step = tc.grad_accum * tc.batch_size * mc.context;
   const RngKey dropout_root{seed, stream_of("dropout")};
-  double timed_seconds = 0, timed_comm = 0;
+  StepRecord timed;  // sums over the steps after the first
   int64_t timed_steps = 0;
   auto save = [&](int64_t step) {
     if (options.out_dir.empty()) return;
@@ -169,10 +180,8 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
 
   for (int64_t step = summary.first_step; step < tc.steps; ++step) {
     const auto start = Clock::now();
-    auto comm_total = [&] {
-      return tp.comm_seconds + groups.pipeline_seconds + groups.data_seconds;
-    };
-    const double comm_before = comm_total();
+    const double tp_before = tp.comm_seconds, pp_before = groups.pipeline_seconds,
+                 dp_before = groups.data_seconds;
     model.zero_grad();
     auto micro_batch = [&](int64_t index, MicroBatch& out) {
       data.batch(seed, step, index, tc.batch_size, out.inputs, out.targets);
@@ -182,27 +191,39 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     const int64_t per_replica = tc.grad_accum / layout.dp;
     const MicroBatchRange range{mesh.coord("dp") * per_replica, per_replica, tc.batch_size,
                                 mc.context};
-    const double loss_sum =
-        run_pipeline(model, groups, range, 1.0 / static_cast<double>(tc.grad_accum), micro_batch);
-    synchronize_gradients(model, groups);
+    GradientBuckets buckets(*groups.data, groups.data_seconds, groups.timeline);
+    GradientBuckets* overlap = tc.dp_comm_overlap ? &buckets : nullptr;
+    const double loss_sum = run_pipeline(
+        model, groups, range, 1.0 / static_cast<double>(tc.grad_accum), micro_batch, overlap);
+    synchronize_gradients(model, groups, overlap);
     const double loss = step_mean_loss(groups, loss_sum, tc.grad_accum);
     const double norm = model_grad_norm(model, groups);
     const double scale = tc.clip > 0 && norm > tc.clip ? tc.clip / norm : 1.0;
     const double lr = learning_rate(tc, step);
+    const auto optimizer_start = Clock::now();
     optimizer.step(lr, scale);
+    timeline.add("compute", "optimizer step", optimizer_start, Clock::now());
 
     StepRecord r;
     r.step = step + 1;
     r.loss = loss;
     r.lr = lr;
     r.grad_norm = norm;
-    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    r.comm_seconds = comm_total() - comm_before;
+    const auto end = Clock::now();
+    timeline.add("step", "step " + std::to_string(step + 1), start, end);
+    r.seconds = std::chrono::duration<double>(end - start).count();
+    r.tp_comm_seconds = tp.comm_seconds - tp_before;
+    r.pp_wait_seconds = groups.pipeline_seconds - pp_before;
+    r.dp_comm_seconds = groups.data_seconds - dp_before;
+    r.comm_seconds = r.tp_comm_seconds + r.pp_wait_seconds + r.dp_comm_seconds;
     r.tokens_per_s = static_cast<double>(tokens_per_step) / r.seconds;
     summary.records.push_back(r);
     if (step > summary.first_step) {  // the first step pays for first touches of memory
-      timed_seconds += r.seconds;
-      timed_comm += r.comm_seconds;
+      timed.seconds += r.seconds;
+      timed.comm_seconds += r.comm_seconds;
+      timed.tp_comm_seconds += r.tp_comm_seconds;
+      timed.pp_wait_seconds += r.pp_wait_seconds;
+      timed.dp_comm_seconds += r.dp_comm_seconds;
       ++timed_steps;
     }
     if (!std::isfinite(loss)) {
@@ -214,15 +235,15 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     if (comm.rank() == 0 && options.progress &&
         (r.step % tc.log_every == 0 || r.step == tc.steps || step == summary.first_step)) {
       const double avg =
-          timed_steps > 0 ? timed_seconds / static_cast<double>(timed_steps) : r.seconds;
-      std::printf(
-          "step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | comm %4.1f%% | ETA %s\n",
-          static_cast<long long>(r.step), static_cast<long long>(tc.steps), r.loss, lr,
-          timed_steps > 0 ? static_cast<double>(tokens_per_step) *
-                                static_cast<double>(timed_steps) / timed_seconds
-                          : r.tokens_per_s,
-          100.0 * (timed_steps > 0 ? timed_comm / timed_seconds : r.comm_seconds / r.seconds),
-          format_duration(avg * static_cast<double>(tc.steps - r.step)).c_str());
+          timed_steps > 0 ? timed.seconds / static_cast<double>(timed_steps) : r.seconds;
+      std::printf("step %6lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | comm %4.1f%% | ETA %s\n",
+                  static_cast<long long>(r.step), static_cast<long long>(tc.steps), r.loss, lr,
+                  timed_steps > 0 ? static_cast<double>(tokens_per_step) *
+                                        static_cast<double>(timed_steps) / timed.seconds
+                                  : r.tokens_per_s,
+                  100.0 * (timed_steps > 0 ? timed.comm_seconds / timed.seconds
+                                           : r.comm_seconds / r.seconds),
+                  format_duration(avg * static_cast<double>(tc.steps - r.step)).c_str());
       std::fflush(stdout);
     }
     if (tc.checkpoint_every > 0 && r.step % tc.checkpoint_every == 0 && r.step < tc.steps) {
@@ -230,15 +251,22 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     }
   }
   if (tc.steps > summary.first_step) save(tc.steps);
-  if (timed_steps > 0) {
-    summary.tokens_per_s =
-        static_cast<double>(tokens_per_step) * static_cast<double>(timed_steps) / timed_seconds;
-    summary.comm_share = timed_comm / timed_seconds;
-  } else if (!summary.records.empty()) {
-    // A single step: its own rate (first touches of memory included) rather than none at all.
-    const StepRecord& only = summary.records.front();
-    summary.tokens_per_s = only.tokens_per_s;
-    summary.comm_share = only.seconds > 0 ? only.comm_seconds / only.seconds : 0.0;
+  // A single step: its own rate (first touches of memory included) rather than none at all.
+  const StepRecord& over =
+      timed_steps > 0 || summary.records.empty() ? timed : summary.records.front();
+  if (over.seconds > 0) {
+    summary.tokens_per_s = static_cast<double>(tokens_per_step) *
+                           static_cast<double>(std::max<int64_t>(timed_steps, 1)) / over.seconds;
+    summary.comm_share = over.comm_seconds / over.seconds;
+    summary.tp_share = over.tp_comm_seconds / over.seconds;
+    summary.pp_share = over.pp_wait_seconds / over.seconds;
+    summary.dp_share = over.dp_comm_seconds / over.seconds;
+  }
+  if (!options.trace_path.empty()) {
+    const std::string name =
+        "rank " + std::to_string(comm.rank()) + " (tp " + std::to_string(tp.rank()) + ", dp " +
+        std::to_string(mesh.coord("dp")) + ", stage " + std::to_string(groups.stage()) + ")";
+    write_chrome_trace(comm, timeline, name, options.trace_path);
   }
   if (options.on_finish) options.on_finish(model, groups);
   if (writer) {

@@ -26,8 +26,9 @@ struct TrainOptions {
   std::string resume;  // a checkpoint or a previous output directory; empty: start fresh
   int64_t steps = -1;  // >= 0 overrides config.train.steps (also when resuming)
   bool sequence_parallel = false;  // true turns it on (also when resuming)
-  std::string layout;    // "tp=2,pp=2,dp=2" (train_layout.h); empty: TP over all the ranks
-  bool progress = true;  // rank 0 prints a progress line every log_every steps
+  std::string layout;      // "tp=2,pp=2,dp=2" (train_layout.h); empty: TP over all the ranks
+  std::string trace_path;  // non-empty: every rank's spans in one Chrome trace file (trace_file.h)
+  bool progress = true;    // rank 0 prints a progress line every log_every steps
   // Called on every rank after the last step, with this rank's part of the model and its groups
   // (for tests and programs that embed the trainer).
   std::function<void(Gpt&, TrainGroups&)> on_finish;
@@ -39,7 +40,14 @@ struct StepRecord {
   double lr = 0;
   double grad_norm = 0;
   double seconds = 0;
+  // Rank 0's time in communication (the sum of the three below): waiting inside TP collectives,
+  // for the neighbouring pipeline stage (the bubble plus exposed send/recv), and in DP and other
+  // cross-stage exchanges (the exposed part of the gradient reduction, the tied embedding, the
+  // norm and the loss). Compute is what remains of `seconds`.
   double comm_seconds = 0;
+  double tp_comm_seconds = 0;
+  double pp_wait_seconds = 0;
+  double dp_comm_seconds = 0;
   double tokens_per_s = 0;
 };
 
@@ -48,8 +56,10 @@ struct TrainSummary {
   int64_t first_step = 0;           // steps already taken when it started (resume)
   // Over all steps after the first (which warms up); of the first step when it is the only one.
   double tokens_per_s = 0;
-  double comm_share = 0;  // communication time / step time, same steps
-  TrainLayout layout;     // the layout it ran at
+  double comm_share = 0;                            // communication time / step time, same steps
+  double tp_share = 0, pp_share = 0, dp_share = 0;  // its parts, same steps
+  TrainLayout layout;                               // the layout it ran at
+  int64_t micro_batches = 0;                        // per step and DP replica
 };
 
 // Collective over comm (all the ranks of the layout). Throws tpf::Error on bad input, on a resume

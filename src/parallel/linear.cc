@@ -36,13 +36,24 @@ Tensor matmul(const Tensor& x, const Tensor& w) {
   return y;
 }
 
-// dW += x^T dy; returns dx = dy W^T.
-Tensor matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw) {
-  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(1);
+// dW += x^T dy.
+void accumulate_weight_grad(const Tensor& x, const Tensor& dy, Tensor& dw) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = dy.dim(1);
   gemm_f32(true, false, k, n, m, 1.0f, x.f32(), k, dy.f32(), n, 1.0f, dw.f32(), n);
+}
+
+// dx = dy W^T.
+Tensor input_grad(const Tensor& w, const Tensor& dy) {
+  const int64_t m = dy.dim(0), k = w.dim(0), n = w.dim(1);
   Tensor dx = Tensor::uninitialized({m, k});
   gemm_f32(false, true, m, k, n, 1.0f, dy.f32(), n, w.f32(), n, 0.0f, dx.f32(), k);
   return dx;
+}
+
+// dW += x^T dy; returns dx = dy W^T.
+Tensor matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw) {
+  accumulate_weight_grad(x, dy, dw);
+  return input_grad(w, dy);
 }
 
 }  // namespace
@@ -66,8 +77,17 @@ ParallelTensor ColumnParallelLinear::forward(TpGroup& tp, const ParallelTensor& 
 ParallelTensor ColumnParallelLinear::backward(TpGroup& tp, const ParallelTensor& dy) {
   require_placement(dy, Placement::shard(1), weight.name + " (column-parallel output gradient)");
   accumulate_bias_grad(dy.local.f32(), dy.local.dim(0), dy.local.dim(1), bias.grad.f32());
-  ParallelTensor dx{matmul_backward(input_, weight.value, dy.local, weight.grad),
-                    Placement::partial()};
+  ParallelTensor dx{input_grad(weight.value, dy.local), Placement::partial()};
+  if (tp.overlap_backward_comm) {
+    // The input gradient's reduction travels while this rank computes the weight gradient.
+    PendingGradient pending = tp.sequence_parallel
+                                  ? start_gather_from_sequence_backward(*tp.comm, std::move(dx))
+                                  : start_copy_to_tp_backward(*tp.comm, std::move(dx));
+    accumulate_weight_grad(input_, dy.local, weight.grad);
+    input_ = Tensor();
+    return tp.timed([&] { return pending.finish(); });
+  }
+  accumulate_weight_grad(input_, dy.local, weight.grad);
   input_ = Tensor();
   return tp.timed([&] {
     return tp.sequence_parallel ? gather_from_sequence_backward(*tp.comm, dx)

@@ -165,6 +165,35 @@ ParallelTensor gather_from_sequence_backward(Communicator& tp, const ParallelTen
   return with_placement(reduce_scatter_along(tp, grad.local, 0), Placement::shard(0));
 }
 
+ParallelTensor PendingGradient::finish() {
+  work_.wait();
+  source_ = Tensor();
+  return with_placement(std::move(result_), placement_);
+}
+
+PendingGradient start_copy_to_tp_backward(Communicator& tp, ParallelTensor grad) {
+  require_placement(grad, Placement::partial(), "copy_to_tp (backward)");
+  Work work;
+  if (tp.size() > 1 && !grad.local.empty()) {
+    work = tp.all_reduce_async(grad.local.data(), grad.local.data(),
+                               static_cast<size_t>(grad.local.numel()), grad.local.dtype(),
+                               ReduceOp::sum);
+  }
+  return PendingGradient(std::move(work), std::move(grad.local), Tensor(), Placement::replicate());
+}
+
+PendingGradient start_gather_from_sequence_backward(Communicator& tp, ParallelTensor grad) {
+  require_placement(grad, Placement::partial(), "gather_from_sequence (backward)");
+  // Rank r's block of a split along rows is contiguous: the gradient is already in the
+  // rank-major order reduce_scatter takes (reduce_scatter_along copies only for other dims).
+  Tensor local = split_along(grad.local, 0, tp.rank(), tp.size());  // checks that the rows divide
+  const auto count = static_cast<size_t>(local.numel());
+  Work work = tp.reduce_scatter_async(grad.local.data(), local.data(), count, grad.local.dtype(),
+                                      ReduceOp::sum);
+  return PendingGradient(std::move(work), std::move(local), std::move(grad.local),
+                         Placement::shard(0));
+}
+
 ParallelTensor reduce_scatter_to_sequence_forward(Communicator& tp, const ParallelTensor& x) {
   require_placement(x, Placement::partial(), "reduce_scatter_to_sequence (forward)");
   return with_placement(reduce_scatter_along(tp, x.local, 0), Placement::shard(0));

@@ -40,6 +40,27 @@ ParallelTensor gather_from_sequence_backward(Communicator& tp, const ParallelTen
 ParallelTensor reduce_scatter_to_sequence_forward(Communicator& tp, const ParallelTensor& x);
 ParallelTensor reduce_scatter_to_sequence_backward(Communicator& tp, const ParallelTensor& grad);
 
+// The backwards of copy_to_tp and gather_from_sequence, started without waiting, so that the
+// weight-gradient GEMM of a column-parallel layer runs while the input gradient's all-reduce or
+// reduce-scatter travels (Megatron-LM's --tp-comm-overlap of the backward pass). finish() waits and
+// returns what the blocking operator returns; the gradient stays owned here until then.
+class PendingGradient {
+ public:
+  PendingGradient(Work work, Tensor result, Tensor source, Placement placement)
+      : work_(std::move(work)),
+        result_(std::move(result)),
+        source_(std::move(source)),
+        placement_(placement) {}
+  ParallelTensor finish();
+
+ private:
+  Work work_;
+  Tensor result_, source_;
+  Placement placement_;
+};
+PendingGradient start_copy_to_tp_backward(Communicator& tp, ParallelTensor grad);
+PendingGradient start_gather_from_sequence_backward(Communicator& tp, ParallelTensor grad);
+
 // The building blocks (no placement checks): concatenation of every rank's `local` along dim,
 // this rank's block of `whole` along dim, and the sum over ranks scattered along dim.
 Tensor all_gather_along(Communicator& tp, const Tensor& local, int dim);

@@ -3,9 +3,9 @@
 // `tpf train` reports).
 #pragma once
 
-#include <chrono>
 #include <utility>
 
+#include "parallel/timeline.h"
 #include "tpf/comm.h"
 
 namespace tpf {
@@ -17,23 +17,21 @@ struct TpGroup {
   // all-reduces (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
   // Models", 2022).
   bool sequence_parallel = false;
+  // A column-parallel layer's backward starts its input gradient's all-reduce (reduce-scatter
+  // with sequence parallelism) before computing its weight gradient, and waits after: the same
+  // numbers, the communication hidden behind the GEMM where cores are free to progress it.
+  bool overlap_backward_comm = false;
   double comm_seconds = 0;
 
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
 
+  Timeline* timeline = nullptr;  // records a "tp" span per collective where enabled
+
   // Runs f (a region operator or collective) and adds its wall time to comm_seconds.
   template <class F>
   decltype(auto) timed(F&& f) {
-    const auto start = std::chrono::steady_clock::now();
-    struct AddElapsed {  // also on the way out of a void f or an exception
-      double& total;
-      std::chrono::steady_clock::time_point start;
-      ~AddElapsed() {
-        total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      }
-    } add{comm_seconds, start};
-    return std::forward<F>(f)();
+    return timed_span(timeline, comm_seconds, "tp", "TP collective", std::forward<F>(f));
   }
 };
 

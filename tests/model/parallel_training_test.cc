@@ -9,13 +9,16 @@
 // one rank is ~1e-5, while a wrong gradient or a lost micro-batch moves the loss by 0.01-1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "formats/json.h"
+#include "formats/text_files.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/parallel_step.h"
@@ -144,6 +147,35 @@ TEST(ParallelTraining, SameRunTwiceIsBitIdentical) {
   EXPECT_EQ(a.grad_norm, b.grad_norm);
 }
 
+// Overlapping the TP input-gradient reductions and the DP gradient buckets with compute changes
+// when the sums are made, not what they are: every loss and norm is bit-identical.
+TEST(ParallelTraining, OverlapLeavesEveryNumberUnchanged) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  struct Case {
+    const char* layout;
+    int ranks;
+    bool sequence_parallel;
+  };
+  for (const Case& c :
+       {Case{"tp=2,dp=2", 4, false}, Case{"tp=2,pp=2,dp=2", 8, true}, Case{"dp=4", 4, false}}) {
+    std::vector<Log> logs;
+    for (const bool overlap : {false, true}) {
+      const std::string out = dir / (std::string(c.layout) + (overlap ? "-overlap" : "-serial"));
+      TrainOptions options = tiny_options(data, out, c.layout);
+      options.config.train.steps = 20;
+      options.config.train.tp_comm_overlap = overlap;
+      options.config.train.dp_comm_overlap = overlap;
+      options.sequence_parallel = c.sequence_parallel;
+      train_ranks(c.ranks, options);
+      logs.push_back(read_log(out));
+    }
+    ASSERT_EQ(logs[0].loss.size(), 20u) << c.layout;
+    EXPECT_EQ(logs[0].loss, logs[1].loss) << c.layout;
+    EXPECT_EQ(logs[0].grad_norm, logs[1].grad_norm) << c.layout;
+  }
+}
+
 uint64_t fingerprint(const Tensor& t) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
   const auto* bytes = static_cast<const unsigned char*>(t.data());
@@ -208,6 +240,67 @@ TEST(ParallelTraining, ResumingAtAnotherLayoutContinuesTheRun) {
                 worst);
     EXPECT_LE(worst, kLossBand) << layout;
   }
+}
+
+// --trace: one Chrome trace with a process per rank, whose compute spans follow 1F1B, and a log
+// whose communication time is the sum of its TP, pipeline and DP parts.
+TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  TrainOptions options = tiny_options(data, dir / "run", "tp=2,pp=2");
+  options.config.train.steps = 2;
+  options.trace_path = dir / "trace.json";
+  train_ranks(4, options);
+  const json::Value trace =
+      json::parse(read_text_file(options.trace_path, "trace"), options.trace_path);
+  std::map<int64_t, std::string> process_names;
+  std::map<int64_t, std::vector<std::pair<double, std::string>>> passes;  // first step only
+  std::map<int64_t, double> first_step_end;
+  for (const json::Value& e : trace.at("traceEvents").as_array()) {
+    const int64_t pid = e.at("pid").as_int();
+    if (e.at("ph").as_string() == "M" && e.at("name").as_string() == "process_name") {
+      process_names[pid] = e.at("args").at("name").as_string();
+    } else if (e.at("ph").as_string() == "X" && e.at("name").as_string() == "step 1") {
+      first_step_end[pid] = e.at("ts").as_double() + e.at("dur").as_double();
+    }
+  }
+  for (const json::Value& e : trace.at("traceEvents").as_array()) {
+    if (e.at("ph").as_string() != "X" || e.at("cat").as_string() != "compute") continue;
+    const std::string name = e.at("name").as_string();
+    const int64_t pid = e.at("pid").as_int();
+    if (name.rfind("forward", 0) != 0 && name.rfind("backward", 0) != 0) continue;
+    if (e.at("ts").as_double() < first_step_end[pid])
+      passes[pid].push_back({e.at("ts").as_double(), name});
+  }
+  ASSERT_EQ(process_names.size(), 4u);
+  EXPECT_EQ(process_names[2], "rank 2 (tp 0, dp 0, stage 1)");
+  auto order = [&](int64_t pid) {
+    std::sort(passes[pid].begin(), passes[pid].end());
+    std::string out;
+    for (const auto& [ts, name] : passes[pid]) out += (out.empty() ? "" : ", ") + name;
+    return out;
+  };
+  const std::string first_stage =
+      "forward 0, forward 1, backward 0, forward 2, backward 1, forward 3, backward 2, backward 3";
+  const std::string last_stage =
+      "forward 0, backward 0, forward 1, backward 1, forward 2, backward 2, forward 3, backward 3";
+  EXPECT_EQ(order(0), first_stage);
+  EXPECT_EQ(order(1), first_stage);
+  EXPECT_EQ(order(2), last_stage);
+  EXPECT_EQ(order(3), last_stage);
+
+  std::ifstream in(dir / "run/log.jsonl");
+  std::string line;
+  int records = 0;
+  while (std::getline(in, line)) {
+    const json::Value r = json::parse(line, "log");
+    const double parts = r.at("tp_comm_seconds").as_double() + r.at("pp_wait_seconds").as_double() +
+                         r.at("dp_comm_seconds").as_double();
+    EXPECT_DOUBLE_EQ(r.at("comm_seconds").as_double(), parts);
+    EXPECT_GT(r.at("pp_wait_seconds").as_double(), 0.0);  // the first stage waits for gradients
+    ++records;
+  }
+  EXPECT_EQ(records, 2);
 }
 
 TEST(TrainLayout, ParsesSizesInAnyOrder) {
