@@ -21,8 +21,8 @@ struct TrainGroups {
   TpGroup tp;
   Communicator* pipeline = nullptr;
   Communicator* data = nullptr;
-  double pipeline_seconds = 0;  // waiting for activations / gradients from neighbouring stages
-  double data_seconds = 0;      // gradient all-reduce over DP, tied-embedding exchange, norm
+  double pipeline_seconds = 0;   // waiting for activations / gradients from neighbouring stages
+  double data_seconds = 0;       // gradient all-reduce over DP, tied-embedding exchange, norm
   Timeline* timeline = nullptr;  // where enabled, spans of every pass and exchange
   int stage() const { return pipeline->rank(); }
   int stages() const { return pipeline->size(); }
