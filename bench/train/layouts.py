@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Tokens/s and the step-time breakdown of `tpf train` at several layouts, side by side.
 
-Each case is a layout with optional train-config overrides, LAYOUT[:key=value[,key=value]], e.g.
-  tp=2   pp=2   dp=2   tp=2:tp_comm_overlap=false   dp=2:dp_comm_overlap=false
+Each case is a layout with optional config overrides, LAYOUT[:key=value[,key=value]] (train keys
+bare or as train.KEY, model keys as model.KEY), e.g.
+  tp=2   pp=2   dp=2,zero1   tp=2:tp_comm_overlap=false   pp=4:model.layers=16
 The cases run one after another, --repeat rounds (alternating, so that a slow spell of a shared
 machine hits them alike); each run's rate is the tokens of its steps after the first over their
 time, from log.jsonl, and the table shows the median over rounds and its ratio to the first case.
@@ -23,21 +24,22 @@ import tempfile
 
 def parse_case(text):
     layout, _, overrides = text.partition(":")
-    train = {}
+    sections = {"model": {}, "train": {}}
     for item in filter(None, overrides.split(",")):
         key, _, value = item.partition("=")
-        train[key] = json.loads(value)
-    ranks = math.prod(int(part.split("=")[1]) for part in layout.split(","))
-    return layout, train, ranks
+        section, _, name = key.rpartition(".")
+        sections[section or "train"][name] = json.loads(value)
+    ranks = math.prod(int(part.split("=")[1]) for part in layout.split(",") if "=" in part)
+    return layout, sections, ranks
 
 
 def run(args, case, workdir, index):
     layout, overrides, ranks = parse_case(case)
     train = {"grad_accum": args.grad_accum, "steps": args.steps, "log_every": 10**6}
-    train.update(overrides)
+    train.update(overrides["train"])
     config = os.path.join(workdir, f"config-{index}.json")
     with open(config, "w") as f:
-        json.dump({"preset": args.preset, "train": train}, f)
+        json.dump({"preset": args.preset, "model": overrides["model"], "train": train}, f)
     out = os.path.join(workdir, f"run-{index}")
     command = [args.tpf, "run", "-n", str(ranks), "--", args.tpf, "train", "--config", config,
                "--layout", layout, "--data", args.data, "--out", out, "--quiet",

@@ -80,20 +80,30 @@ AdamW::AdamW(const std::vector<Parameter*>& params, const TrainConfig& config)
   }
 }
 
-void AdamW::step(double lr, double grad_scale) {
-  ++steps_;
-  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
-  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+AdamWStep adamw_constants(const TrainConfig& config, int64_t step, double lr, double grad_scale) {
+  const double bias1 = 1.0 - std::pow(config.beta1, static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(config.beta2, static_cast<double>(step));
   AdamWStep s;
-  s.beta1 = static_cast<float>(config_.beta1);
-  s.beta2 = static_cast<float>(config_.beta2);
+  s.beta1 = static_cast<float>(config.beta1);
+  s.beta2 = static_cast<float>(config.beta2);
   s.step_size = static_cast<float>(lr / bias1);
   s.inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
-  s.eps = static_cast<float>(config_.adam_eps);
+  s.eps = static_cast<float>(config.adam_eps);
   s.grad_scale = static_cast<float>(grad_scale);
+  s.decay = 1.0f;
+  return s;
+}
+
+float adamw_decay(const TrainConfig& config, const Parameter& p, double lr) {
+  return p.weight_decay ? static_cast<float>(1.0 - lr * config.weight_decay) : 1.0f;
+}
+
+void AdamW::step(double lr, double grad_scale) {
+  ++steps_;
+  AdamWStep s = adamw_constants(config_, steps_, lr, grad_scale);
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
-    s.decay = p.weight_decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+    s.decay = adamw_decay(config_, p, lr);
     adamw_update(p.value.f32(), p.grad.f32(), m_[i].f32(), v_[i].f32(), p.value.numel(), s);
   }
 }

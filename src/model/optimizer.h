@@ -10,6 +10,7 @@
 #include "model/gpt_config.h"
 #include "parallel/parameter.h"
 #include "parallel/tp_group.h"
+#include "tensor/kernels.h"
 
 namespace tpf {
 
@@ -29,6 +30,11 @@ void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& 
 double global_grad_norm(TpGroup& tp, const std::vector<Parameter*>& params);
 // Its square, before the square root (for sums across pipeline stages).
 double grad_square_sum(TpGroup& tp, const std::vector<Parameter*>& params);
+
+// The constants of AdamW's update number `step` (1-based) with learning rate lr (decay = 1: set
+// it per parameter with adamw_decay).
+AdamWStep adamw_constants(const TrainConfig& config, int64_t step, double lr, double grad_scale);
+float adamw_decay(const TrainConfig& config, const Parameter& p, double lr);
 
 class AdamW {
  public:

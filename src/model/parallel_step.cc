@@ -125,16 +125,10 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
   return loss_sum;
 }
 
-void synchronize_gradients(Gpt& model, TrainGroups& g, GradientBuckets* buckets) {
-  const std::vector<Parameter*>& params = model.parameters();
-  if (buckets != nullptr && !buckets->empty()) {
-    buckets->finish();
-  } else {
-    // One all-reduce over every gradient: the fabric's result is bit-identical on every replica.
-    timed_span(g.timeline, g.data_seconds, "dp", "DP gradient all-reduce", [&] {
-      all_reduce_gradients(*g.data, params, [](const Parameter&) { return true; });
-    });
-  }
+namespace {
+
+// The first and last stages' copies of the tied embedding each add the other's gradient.
+void exchange_tied_embedding_grads(Gpt& model, TrainGroups& g) {
   if (g.stages() > 1 && (g.stage() == 0 || g.stage() == g.stages() - 1)) {
     // Both copies become own + other: float addition is commutative, so they stay identical.
     Parameter& embedding =
@@ -151,15 +145,53 @@ void synchronize_gradients(Gpt& model, TrainGroups& g, GradientBuckets* buckets)
     const float* theirs = other.f32();
     for (size_t i = 0; i < count; ++i) own[i] += theirs[i];
   }
+}
+
+}  // namespace
+
+void synchronize_gradients(Gpt& model, TrainGroups& g, GradientBuckets* buckets,
+                           ShardedAdamW* zero) {
+  const std::vector<Parameter*>& params = model.parameters();
+  if (zero != nullptr) {
+    // Every sum is linear: the tied copies and sequence parallelism's partials are summed on the
+    // local gradients, then the reduce-scatter sums over DP and keeps this replica's share.
+    exchange_tied_embedding_grads(model, g);
+    reduce_sequence_parallel_grads(g.tp, params);
+    zero->reduce_scatter_gradients();
+    return;
+  }
+  if (buckets != nullptr && !buckets->empty()) {
+    buckets->finish();
+  } else {
+    // One all-reduce over every gradient: the fabric's result is bit-identical on every replica.
+    timed_span(g.timeline, g.data_seconds, "dp", "DP gradient all-reduce", [&] {
+      all_reduce_gradients(*g.data, params, [](const Parameter&) { return true; });
+    });
+  }
+  exchange_tied_embedding_grads(model, g);
   reduce_sequence_parallel_grads(g.tp, params);
 }
 
-double model_grad_norm(Gpt& model, TrainGroups& g) {
-  std::vector<Parameter*> counted;
-  for (Parameter* p : model.parameters()) {
-    if (p != model.tied_embedding_copy()) counted.push_back(p);
+double model_grad_norm(Gpt& model, TrainGroups& g, const ShardedAdamW* zero) {
+  double squares = 0;
+  if (zero != nullptr) {
+    // Each replica holds a share of the summed gradients: sum the shares over DP, then the
+    // TP-sharded part over TP (replicated parameters are the same on every TP rank).
+    auto [sharded, replicated] = zero->shard_square_sums(model.tied_embedding_copy());
+    double sums[2] = {sharded, replicated};
+    timed_span(g.timeline, g.data_seconds, "dp", "norm over replicas",
+               [&] { g.data->all_reduce(sums, sums, 2, DType::f64, ReduceOp::sum); });
+    g.tp.timed([&] {
+      if (g.tp.size() > 1) g.tp.comm->all_reduce(sums, sums, 1, DType::f64, ReduceOp::sum);
+    });
+    squares = sums[0] + sums[1];
+  } else {
+    std::vector<Parameter*> counted;
+    for (Parameter* p : model.parameters()) {
+      if (p != model.tied_embedding_copy()) counted.push_back(p);
+    }
+    squares = grad_square_sum(g.tp, counted);
   }
-  double squares = grad_square_sum(g.tp, counted);
   if (g.stages() > 1) {
     timed_span(g.timeline, g.data_seconds, "dp", "norm over stages",
                [&] { g.pipeline->all_reduce(&squares, &squares, 1, DType::f64, ReduceOp::sum); });

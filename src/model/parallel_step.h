@@ -10,6 +10,7 @@
 
 #include "model/gpt.h"
 #include "model/gradient_buckets.h"
+#include "model/zero_optimizer.h"
 #include "parallel/timeline.h"
 #include "parallel/tp_group.h"
 #include "tpf/comm.h"
@@ -57,11 +58,14 @@ double run_pipeline(Gpt& model, TrainGroups& groups, const MicroBatchRange& rang
 // started them, else one all-reduce; identical on every replica either way), the first and last
 // stages' copies of the tied embedding, and the partial sums that sequence parallelism leaves
 // over TP.
-void synchronize_gradients(Gpt& model, TrainGroups& groups, GradientBuckets* buckets = nullptr);
+// With ZeRO-1 (`zero`), the DP sum is zero's reduce-scatter instead.
+void synchronize_gradients(Gpt& model, TrainGroups& groups, GradientBuckets* buckets = nullptr,
+                           ShardedAdamW* zero = nullptr);
 
 // The L2 norm of the whole model's gradient, each parameter counted once (TP shards summed,
 // replicated values and the tied copy once, stages summed). The same value on every rank.
-double model_grad_norm(Gpt& model, TrainGroups& groups);
+// With ZeRO-1, from zero's shares of the summed gradients.
+double model_grad_norm(Gpt& model, TrainGroups& groups, const ShardedAdamW* zero = nullptr);
 
 // The step's mean loss from the last stages' sums over `micro_batches` micro-batches in all, on
 // every rank.

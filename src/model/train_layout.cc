@@ -24,7 +24,8 @@ int parse_size(const std::string& key, const std::string& value) {
 }  // namespace
 
 std::string TrainLayout::to_string() const {
-  return "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp);
+  return "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +
+         (zero1 ? ",zero1" : "");
 }
 
 TrainLayout parse_train_layout(const std::string& text) {
@@ -38,16 +39,21 @@ TrainLayout parse_train_layout(const std::string& text) {
     at = comma + 1;
     const size_t eq = part.find('=');
     const std::string key = part.substr(0, eq);
+    if (part == "zero1") {
+      if (layout.zero1) bad_layout("'zero1' is given twice in '" + text + "'");
+      layout.zero1 = true;
+      continue;
+    }
     int* size = key == "tp"   ? &layout.tp
                 : key == "pp" ? &layout.pp
                 : key == "dp" ? &layout.dp
                               : nullptr;
     if (size == nullptr) {
-      if (key == "vp" || key == "zero1" || key == "mb" || key == "order" || key == "sp") {
+      if (key == "vp" || key == "mb" || key == "order" || key == "sp") {
         bad_layout("'" + key + "' is not supported by tpf train yet" +
                    (key == "sp" ? " in --layout; use --sequence-parallel" : ""));
       }
-      bad_layout("'" + part + "' is not tp=N, pp=N or dp=N (in '" + text + "')");
+      bad_layout("'" + part + "' is not tp=N, pp=N, dp=N or zero1 (in '" + text + "')");
     }
     if (eq == std::string::npos) bad_layout("'" + key + "' needs a size, as in " + key + "=2");
     bool& was_seen = seen[size == &layout.tp ? 0 : size == &layout.pp ? 1 : 2];

@@ -19,11 +19,12 @@ struct TrainLayout {
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  bool zero1 = false;  // AdamW's moments split over the DP replicas (zero_optimizer.h)
   int ranks() const { return tp * pp * dp; }
-  std::string to_string() const;  // "tp=2,pp=2,dp=1"
+  std::string to_string() const;  // "tp=2,pp=2,dp=1", then ",zero1"
 };
 
-// "tp=2,pp=2,dp=2" (any order; a missing size is 1). Throws tpf::Error naming the bad part.
+// "tp=2,pp=2,dp=2[,zero1]" (any order; a missing size is 1). Throws tpf::Error naming the bad part.
 TrainLayout parse_train_layout(const std::string& text);
 
 // Throws tpf::Error saying what does not fit: the product of the sizes against the job's ranks,

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "base/byte_size.h"
 #include "formats/json.h"
@@ -17,6 +18,7 @@
 #include "model/parallel_step.h"
 #include "model/text_data.h"
 #include "model/trace_file.h"
+#include "model/zero_optimizer.h"
 #include "tpf/error.h"
 #include "tpf/mesh.h"
 
@@ -84,6 +86,52 @@ void check_fits_in_memory(const RunConfig& config, int tp_size, int stages) {
   }
 }
 
+// AdamW over this rank's parameters, whole or (ZeRO-1) with its moments split over the DP
+// replicas. Checkpoints see whole moments either way.
+class StageOptimizer {
+ public:
+  StageOptimizer(Gpt& model, const TrainConfig& config, TrainGroups& groups, bool zero1)
+      : model_(model), config_(config) {
+    if (zero1) {
+      sharded_ = std::make_unique<ShardedAdamW>(model.parameters(), config, *groups.data,
+                                                groups.data_seconds, groups.timeline);
+    } else {
+      whole_ = std::make_unique<AdamW>(model.parameters(), config);
+    }
+  }
+  ShardedAdamW* sharded() { return sharded_.get(); }
+  int64_t steps_taken() const { return whole_ ? whole_->steps_taken() : sharded_->steps_taken(); }
+  void step(double lr, double grad_scale) {
+    whole_ ? whole_->step(lr, grad_scale) : sharded_->step(lr, grad_scale);
+  }
+  void load(const GlobalCheckpoint& checkpoint, const TpGroup& tp) {
+    if (whole_) return load_into(checkpoint, tp.rank(), tp.size(), model_, whole_.get());
+    AdamW whole(model_.parameters(), config_);  // whole moments only while they are loaded
+    load_into(checkpoint, tp.rank(), tp.size(), model_, &whole);
+    sharded_->load_moments(whole.first_moments(), whole.second_moments(), whole.steps_taken());
+  }
+  // Collective over DP with ZeRO-1 (the moments are gathered); call on every replica.
+  void save(bool writes, TpGroup& tp, const std::string& dir, const RunConfig& config,
+            uint64_t seed, Communicator* pipeline) {
+    std::unique_ptr<AdamW> gathered;
+    if (sharded_) {
+      gathered = std::make_unique<AdamW>(model_.parameters(), config_);
+      sharded_->gather_moments(gathered->first_moments(), gathered->second_moments());
+      gathered->set_steps_taken(sharded_->steps_taken());
+    }
+    if (writes) {
+      save_checkpoint(tp, dir, config, seed, model_, whole_ ? whole_.get() : gathered.get(),
+                      pipeline);
+    }
+  }
+
+ private:
+  Gpt& model_;
+  TrainConfig config_;
+  std::unique_ptr<AdamW> whole_;
+  std::unique_ptr<ShardedAdamW> sharded_;
+};
+
 }  // namespace
 
 TrainSummary train(Communicator& comm, const TrainOptions& options) {
@@ -128,8 +176,8 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
 
   const TextData data(options.data_path, mc.context);
   Gpt model(mc, tp.rank(), tp.size(), seed, pipeline_stage(mc, layout.pp, groups.stage()));
-  AdamW optimizer(model.parameters(), tc);
-  if (resuming) load_into(resumed, tp.rank(), tp.size(), model, &optimizer);
+  StageOptimizer optimizer(model, tc, groups, layout.zero1);
+  if (resuming) optimizer.load(resumed, tp);
   TrainSummary summary;
   summary.layout = layout;
   summary.micro_batches = tc.grad_accum / layout.dp;
@@ -171,10 +219,8 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   auto save = [&](int64_t step) {
     if (options.out_dir.empty()) return;
     // DP replicas hold the same model: the first one writes it.
-    if (mesh.coord("dp") == 0) {
-      save_checkpoint(tp, checkpoint_dir_for_step(options.out_dir, step), config, seed, model,
-                      &optimizer, groups.pipeline);
-    }
+    optimizer.save(mesh.coord("dp") == 0, tp, checkpoint_dir_for_step(options.out_dir, step),
+                   config, seed, groups.pipeline);
     if (comm.rank() == 0) mark_latest(options.out_dir, step, /*keep=*/2);
   };
 
@@ -192,12 +238,13 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     const MicroBatchRange range{mesh.coord("dp") * per_replica, per_replica, tc.batch_size,
                                 mc.context};
     GradientBuckets buckets(*groups.data, groups.data_seconds, groups.timeline);
-    GradientBuckets* overlap = tc.dp_comm_overlap ? &buckets : nullptr;
+    // ZeRO-1 reduce-scatters the gradients after the backward pass instead.
+    GradientBuckets* overlap = tc.dp_comm_overlap && !layout.zero1 ? &buckets : nullptr;
     const double loss_sum = run_pipeline(
         model, groups, range, 1.0 / static_cast<double>(tc.grad_accum), micro_batch, overlap);
-    synchronize_gradients(model, groups, overlap);
+    synchronize_gradients(model, groups, overlap, optimizer.sharded());
     const double loss = step_mean_loss(groups, loss_sum, tc.grad_accum);
-    const double norm = model_grad_norm(model, groups);
+    const double norm = model_grad_norm(model, groups, optimizer.sharded());
     const double scale = tc.clip > 0 && norm > tc.clip ? tc.clip / norm : 1.0;
     const double lr = learning_rate(tc, step);
     const auto optimizer_start = Clock::now();

@@ -176,6 +176,51 @@ TEST(ParallelTraining, OverlapLeavesEveryNumberUnchanged) {
   }
 }
 
+// ZeRO-1 takes the same steps as plain data parallelism: only the order of some sums differs
+// (the tied copies and sequence parallelism's partials are summed before the DP reduction, the
+// norm is summed share by share), so the losses stay within the band, and without those sums
+// (pp = 1, no sequence parallelism) nothing but the norm's summation order differs. Its
+// checkpoints hold whole moments: a ZeRO-1 run resumes without it and the reverse.
+TEST(ParallelTraining, ZeroOneFollowsPlainDataParallelism) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  struct Case {
+    const char* layout;
+    int ranks;
+    bool sequence_parallel;
+  };
+  for (const Case& c : {Case{"dp=2", 2, false}, Case{"tp=2,pp=2,dp=2", 8, true}}) {
+    std::vector<Log> logs;
+    for (const char* zero : {"", ",zero1"}) {
+      const std::string layout = std::string(c.layout) + zero;
+      TrainOptions options = tiny_options(data, dir / layout, layout);
+      options.sequence_parallel = c.sequence_parallel;
+      train_ranks(c.ranks, options);
+      logs.push_back(read_log(dir / layout));
+    }
+    ASSERT_EQ(logs[1].loss.size(), static_cast<size_t>(kSteps));
+    const double worst = max_difference(logs[0].loss, logs[1].loss);
+    std::printf("%s,zero1 vs %s: largest loss difference over %lld steps %.3g\n", c.layout,
+                c.layout, static_cast<long long>(kSteps), worst);
+    EXPECT_LE(worst, kLossBand) << c.layout;
+  }
+  // Resume the ZeRO-1 run's last checkpoint (step kSteps) for 4 more steps without ZeRO, and the
+  // plain run's with it: both continue alike.
+  std::vector<Log> tails;
+  for (const auto& [from, layout] : {std::pair{"tp=2,pp=2,dp=2,zero1", "tp=2,dp=2"},
+                                     std::pair{"tp=2,pp=2,dp=2", "pp=2,dp=2,zero1"}}) {
+    const std::string out = dir / (std::string("resumed-") + layout);
+    TrainOptions options = tiny_options(data, out, layout);
+    options.resume = dir / from;
+    options.steps = kSteps + 4;
+    options.sequence_parallel = true;
+    train_ranks(4, options);
+    tails.push_back(read_log(out));
+    ASSERT_EQ(tails.back().loss.size(), 4u) << layout;
+  }
+  EXPECT_LE(max_difference(tails[0].loss, tails[1].loss), kLossBand);
+}
+
 uint64_t fingerprint(const Tensor& t) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
   const auto* bytes = static_cast<const unsigned char*>(t.data());
@@ -309,6 +354,8 @@ TEST(TrainLayout, ParsesSizesInAnyOrder) {
   EXPECT_EQ(l.pp, 1);
   EXPECT_EQ(l.dp, 4);
   EXPECT_EQ(l.to_string(), "tp=2,pp=1,dp=4");
+  EXPECT_TRUE(parse_train_layout("dp=2,zero1").zero1);
+  EXPECT_EQ(parse_train_layout("zero1,dp=2").to_string(), "tp=1,pp=1,dp=2,zero1");
 }
 
 TEST(TrainLayout, BadTextIsNamed) {
@@ -317,8 +364,9 @@ TEST(TrainLayout, BadTextIsNamed) {
   EXPECT_TPF_ERROR(parse_train_layout("tp=0"), ErrorCode::invalid_argument, "tp=0", "between 1");
   EXPECT_TPF_ERROR(parse_train_layout("tp=2,tp=2"), ErrorCode::invalid_argument, "twice");
   EXPECT_TPF_ERROR(parse_train_layout("pp"), ErrorCode::invalid_argument, "needs a size");
-  EXPECT_TPF_ERROR(parse_train_layout("tp=2,zero1"), ErrorCode::invalid_argument, "zero1",
+  EXPECT_TPF_ERROR(parse_train_layout("tp=2,vp=2"), ErrorCode::invalid_argument, "'vp'",
                    "not supported");
+  EXPECT_TPF_ERROR(parse_train_layout("zero1,zero1"), ErrorCode::invalid_argument, "twice");
 }
 
 TEST(TrainLayout, LayoutsThatDoNotFitAreNamed) {
