@@ -100,6 +100,15 @@ ParallelTensor GptBlock::backward(TpGroup& tp, const ParallelTensor& dy) {
   return add(ln_1.backward(tp, attn.backward(tp, d_attn)), dx1, "attention residual gradient");
 }
 
+void GptBlock::restore_saved(Saved s) {
+  ln_1.restore_saved(std::move(s.ln_1));
+  ln_2.restore_saved(std::move(s.ln_2));
+  attn.restore_saved(std::move(s.attn));
+  mlp.restore_saved(std::move(s.mlp));
+  attn_key_ = s.attn_key;
+  mlp_key_ = s.mlp_key;
+}
+
 ParallelTensor GptBlock::forward_cached(TpGroup& tp, const ParallelTensor& x, KvCache& cache) {
   ParallelTensor x1 = add(x, attn.forward_cached(tp, ln_1.forward(tp, x), cache), "residual");
   ParallelTensor f = mlp.forward(tp, ln_2.forward(tp, x1));
@@ -159,6 +168,22 @@ Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed, Sta
   for (int64_t r = 0; r < wte_.weight.value.dim(0); ++r) {
     if (wte_.first_row(tp_rank) + r >= config.vocab) std::fill_n(table + r * width, width, 0.0f);
   }
+}
+
+Gpt::Activations Gpt::stash_activations() {
+  Activations a{batch_, seq_, first_row_, dropout_key_, embed_key_, wte_.take_saved(), {}};
+  for (auto& block : blocks_) a.blocks.push_back(block->take_saved());
+  return a;
+}
+
+void Gpt::restore_activations(Activations a) {
+  batch_ = a.batch;
+  seq_ = a.seq;
+  first_row_ = a.first_row;
+  dropout_key_ = a.dropout_key;
+  embed_key_ = a.embed_key;
+  wte_.restore_saved(std::move(a.embedding));
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->restore_saved(std::move(a.blocks[i]));
 }
 
 Parameter* Gpt::tied_embedding_copy() {

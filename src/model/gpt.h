@@ -38,6 +38,18 @@ class GptBlock {
   ParallelTensor forward_cached(TpGroup& tp, const ParallelTensor& x, KvCache& cache);
   void collect(std::vector<Parameter*>& out);
 
+  struct Saved {
+    ReplicatedLayerNorm::Saved ln_1, ln_2;
+    ParallelSelfAttention::Saved attn;
+    ParallelMlp::Saved mlp;
+    RngKey attn_key, mlp_key;
+  };
+  Saved take_saved() {
+    return {ln_1.take_saved(), ln_2.take_saved(), attn.take_saved(),
+            mlp.take_saved(),  attn_key_,         mlp_key_};
+  }
+  void restore_saved(Saved s);
+
   ReplicatedLayerNorm ln_1;
   ParallelSelfAttention attn;
   ReplicatedLayerNorm ln_2;
@@ -90,6 +102,19 @@ class Gpt {
   ParallelTensor backward_head(TpGroup& tp, const GradientsReady& ready = {});
   ParallelTensor backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready = {});
   void backward_embedding(TpGroup& tp, const ParallelTensor& dx, const GradientsReady& ready = {});
+
+  // Everything the stage's forward pass of a micro-batch saved for its backward pass (its blocks
+  // and embedding; not the output layer, whose backward on the last stage always follows its
+  // forward at once), moved out so that the forwards of later micro-batches can run before this
+  // one's backward, and moved back in before it (1F1B, model/parallel_step.h).
+  struct Activations {
+    int64_t batch = 0, seq = 0, first_row = 0;
+    RngKey dropout_key, embed_key;
+    VocabParallelEmbedding::Saved embedding;
+    std::vector<GptBlock::Saved> blocks;
+  };
+  Activations stash_activations();
+  void restore_activations(Activations a);
 
   const StageSpan& stage() const { return stage_; }
   // The last stage's copy of the tied embedding (nullptr where this stage holds the original or

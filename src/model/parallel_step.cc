@@ -35,32 +35,22 @@ ParallelTensor boundary_tensor(const TrainGroups& g, const MicroBatchRange& r, i
 
 }  // namespace
 
-// Why recompute rather than keep every in-flight micro-batch's activations: each layer keeps the
-// tensors its backward needs in members, for one micro-batch at a time. A stage that is not the
-// last runs up to P - s forwards before the matching backward, so it keeps only each micro-batch's
-// stage input (one [rows, width] tensor) and reruns the stage's forward first, as Megatron-LM's
-// full activation recomputation does. The rerun is deterministic (dropout masks are keyed by
-// micro-batch), so the numbers are the same as without it. The last stage runs each backward right
-// after its forward and never recomputes; with pp = 1 nothing is recomputed.
+// A stage that is not the last runs up to P - s forwards before the matching backward: after each
+// forward it moves what the layers saved for backward out of the model (Gpt::stash_activations)
+// and moves it back in before the backward, so each micro-batch's activations are kept once and
+// nothing is recomputed. The last stage runs each backward right after its forward.
 double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double loss_scale,
                     const MicroBatchSource& source, GradientBuckets* buckets) {
   const int stage = g.stage(), stages = g.stages();
   const bool first = stage == 0, last = stage == stages - 1;
   const int64_t width = model.config().width;
-  std::vector<ParallelTensor> stage_inputs(static_cast<size_t>(r.count));
+  std::vector<Gpt::Activations> stashed(static_cast<size_t>(r.count));
   std::vector<Tensor> outgoing;  // kept alive until their sends complete
   std::vector<Work> sends;
   outgoing.reserve(static_cast<size_t>(2 * r.count));
   MicroBatch micro;
-  int64_t loaded = -1;    // the micro-batch in `micro`
-  int64_t resident = -1;  // the micro-batch whose saved tensors the layers hold
   double loss_sum = 0;
 
-  auto load = [&](int64_t m) {
-    if (loaded != m) source(r.first + m, micro);
-    loaded = m;
-    model.begin(r.batch, r.seq, micro.dropout_key);
-  };
   auto send = [&](const ParallelTensor& t, int peer) {
     outgoing.push_back(t.local);
     const Tensor& buffer = outgoing.back();
@@ -76,32 +66,26 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
                });
     return t;
   };
-  // The stage's forward pass of micro-batch m; returns its output (the loss is added on the last).
-  auto forward_pass = [&](int64_t m, bool count_loss) {
-    load(m);
-    ParallelTensor x = first ? model.embed(g.tp, micro.inputs) : stage_inputs[m];
-    ParallelTensor y = model.forward_blocks(g.tp, std::move(x));
-    if (last) {
-      const double loss = model.forward_head(g.tp, y, micro.targets, loss_scale);
-      if (count_loss) loss_sum += loss;
-    }
-    resident = m;
-    return y;
-  };
-  auto forward = [&](int64_t m, bool count_loss) {
-    return compute_span(g, (count_loss ? "forward " : "recompute ") + std::to_string(r.first + m),
-                        [&] { return forward_pass(m, count_loss); });
-  };
 
   for (const PipelinePass& pass : one_forward_one_backward(stages, stage, r.count)) {
     const int64_t m = pass.micro_batch;
+    const auto index = static_cast<size_t>(m);
     if (pass.kind == PipelinePass::Kind::forward) {
-      if (!first) stage_inputs[m] = receive(stage - 1);
-      ParallelTensor y = forward(m, /*count_loss=*/true);
-      if (!last) send(y, stage + 1);
+      ParallelTensor x = first ? ParallelTensor() : receive(stage - 1);
+      ParallelTensor y = compute_span(g, "forward " + std::to_string(r.first + m), [&] {
+        source(r.first + m, micro);
+        model.begin(r.batch, r.seq, micro.dropout_key);
+        ParallelTensor out =
+            model.forward_blocks(g.tp, first ? model.embed(g.tp, micro.inputs) : std::move(x));
+        if (last) loss_sum += model.forward_head(g.tp, out, micro.targets, loss_scale);
+        return out;
+      });
+      if (!last) {
+        send(y, stage + 1);
+        stashed[index] = model.stash_activations();
+      }
       continue;
     }
-    if (resident != m) forward(m, /*count_loss=*/false);
     // Every schedule ends with the last micro-batch's backward: the gradients it finishes are
     // final.
     Gpt::GradientsReady ready;
@@ -110,13 +94,12 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
     }
     ParallelTensor dy = last ? ParallelTensor() : receive(stage + 1);
     ParallelTensor dx = compute_span(g, "backward " + std::to_string(r.first + m), [&] {
+      if (!last) model.restore_activations(std::move(stashed[index]));
       if (last) dy = model.backward_head(g.tp, ready);
       ParallelTensor d = model.backward_blocks(g.tp, std::move(dy), ready);
       if (first) model.backward_embedding(g.tp, d, ready);
       return d;
     });
-    resident = -1;
-    stage_inputs[m] = ParallelTensor();
     if (!first) send(dx, stage - 1);
   }
   timed_span(g.timeline, g.pipeline_seconds, "pp", "wait for sends", [&] {

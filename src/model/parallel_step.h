@@ -44,10 +44,9 @@ struct MicroBatchRange {
 };
 
 // Runs the micro-batches of `range` through this rank's stage in 1F1B order; gradients accumulate
-// scaled by loss_scale. A stage that is not the last keeps each micro-batch's input and recomputes
-// its forward pass before the backward one (the layers hold one micro-batch's saved tensors; see
-// the note in parallel_step.cc). Returns the sum of the micro-batches' losses on the last stage,
-// 0 on the others.
+// scaled by loss_scale. A stage that is not the last stashes each micro-batch's activations
+// between its forward and backward passes (Gpt::stash_activations). Returns the sum of the
+// micro-batches' losses on the last stage, 0 on the others.
 // With `buckets`, the last micro-batch's backward starts the DP reduction of each group of
 // gradients it finishes (gradient_buckets.h).
 double run_pipeline(Gpt& model, TrainGroups& groups, const MicroBatchRange& range,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/parameter.h"
@@ -25,6 +26,21 @@ class ReplicatedLayerNorm {
   Parameter weight;
   Parameter bias;
   float eps;
+
+  // What forward saved for backward, moved out and back in: a pipeline stage keeps several
+  // micro-batches in flight between their forward and backward passes (model/gpt.h).
+  struct Saved {
+    Tensor input, mean, rstd;
+  };
+  Saved take_saved() {
+    return {std::exchange(input_, Tensor()), std::exchange(mean_, Tensor()),
+            std::exchange(rstd_, Tensor())};
+  }
+  void restore_saved(Saved s) {
+    input_ = std::move(s.input);
+    mean_ = std::move(s.mean);
+    rstd_ = std::move(s.rstd);
+  }
 
  private:
   Tensor input_, mean_, rstd_;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/parameter.h"
@@ -37,6 +38,14 @@ class ColumnParallelLinear {
   Parameter weight;  // global [in, out], shard(1)
   Parameter bias;    // global [out], shard(0)
 
+  // What forward saved for backward, moved out and back in: a pipeline stage keeps several
+  // micro-batches in flight between their forward and backward passes (model/gpt.h).
+  struct Saved {
+    Tensor input;
+  };
+  Saved take_saved() { return {std::exchange(input_, Tensor())}; }
+  void restore_saved(Saved s) { input_ = std::move(s.input); }
+
  private:
   Tensor input_;  // the whole (gathered) input
 };
@@ -53,6 +62,10 @@ class RowParallelLinear {
 
   Parameter weight;  // global [in, out], shard(0)
   Parameter bias;    // global [out], replicated
+
+  using Saved = ColumnParallelLinear::Saved;
+  Saved take_saved() { return {std::exchange(input_, Tensor())}; }
+  void restore_saved(Saved s) { input_ = std::move(s.input); }
 
  private:
   Tensor input_;  // local input columns

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/linear.h"
@@ -23,6 +24,21 @@ class ParallelMlp {
 
   ColumnParallelLinear fc;
   RowParallelLinear proj;
+
+  // What forward saved for backward, moved out and back in: a pipeline stage keeps several
+  // micro-batches in flight between their forward and backward passes (model/gpt.h).
+  struct Saved {
+    Tensor pre_activation;
+    ColumnParallelLinear::Saved fc, proj;
+  };
+  Saved take_saved() {
+    return {std::exchange(pre_activation_, Tensor()), fc.take_saved(), proj.take_saved()};
+  }
+  void restore_saved(Saved s) {
+    pre_activation_ = std::move(s.pre_activation);
+    fc.restore_saved(std::move(s.fc));
+    proj.restore_saved(std::move(s.proj));
+  }
 
  private:
   Tensor pre_activation_;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/linear.h"
@@ -41,6 +42,34 @@ class ParallelSelfAttention {
 
   ColumnParallelLinear qkv;
   RowParallelLinear proj;
+
+  // What forward saved for backward, moved out and back in: a pipeline stage keeps several
+  // micro-batches in flight between their forward and backward passes (model/gpt.h).
+  struct Saved {
+    Tensor qkv_out, probs;
+    AttentionShape shape;
+    float dropout = 0;
+    RngKey key;
+    ColumnParallelLinear::Saved qkv, proj;
+  };
+  Saved take_saved() {
+    return {std::exchange(qkv_out_, Tensor()),
+            std::exchange(probs_, Tensor()),
+            shape_,
+            dropout_,
+            key_,
+            qkv.take_saved(),
+            proj.take_saved()};
+  }
+  void restore_saved(Saved s) {
+    qkv_out_ = std::move(s.qkv_out);
+    probs_ = std::move(s.probs);
+    shape_ = s.shape;
+    dropout_ = s.dropout;
+    key_ = s.key;
+    qkv.restore_saved(std::move(s.qkv));
+    proj.restore_saved(std::move(s.proj));
+  }
 
  private:
   int64_t heads_total_, local_heads_, head_dim_;

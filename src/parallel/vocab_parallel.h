@@ -38,6 +38,14 @@ class VocabParallelEmbedding {
   // First global row this rank holds, and how many.
   int64_t first_row(int rank) const { return rank * weight.value.dim(0); }
 
+  // What forward saved for backward, moved out and back in: a pipeline stage keeps several
+  // micro-batches in flight between their forward and backward passes (model/gpt.h).
+  struct Saved {
+    std::vector<int32_t> tokens;
+  };
+  Saved take_saved() { return {std::exchange(tokens_, {})}; }
+  void restore_saved(Saved s) { tokens_ = std::move(s.tokens); }
+
  private:
   std::vector<int32_t> tokens_;
 };
