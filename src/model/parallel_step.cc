@@ -45,17 +45,27 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
   const bool first = stage == 0, last = stage == stages - 1;
   const int64_t width = model.config().width;
   std::vector<Gpt::Activations> stashed(static_cast<size_t>(r.count));
-  std::vector<Tensor> outgoing;  // kept alive until their sends complete
-  std::vector<Work> sends;
-  outgoing.reserve(static_cast<size_t>(2 * r.count));
+  // Outgoing tensors stay alive until their sends complete, also when an error unwinds the pass
+  // (each send ends or fails within the communicator's deadline).
+  struct Sends {
+    std::vector<Tensor> buffers;
+    std::vector<Work> works;
+    ~Sends() {
+      for (Work& w : works) {
+        try {
+          w.wait();
+        } catch (...) {  // the error that unwound the pass is the one to report
+        }
+      }
+    }
+  } sends;
   MicroBatch micro;
   double loss_sum = 0;
 
-  auto send = [&](const ParallelTensor& t, int peer) {
-    outgoing.push_back(t.local);
-    const Tensor& buffer = outgoing.back();
-    sends.push_back(g.pipeline->send_async(buffer.data(), static_cast<size_t>(buffer.numel()),
-                                           DType::f32, peer));
+  auto send = [&](ParallelTensor t, int peer) {
+    Tensor& buffer = sends.buffers.emplace_back(std::move(t.local));
+    sends.works.push_back(g.pipeline->send_async(buffer.data(), static_cast<size_t>(buffer.numel()),
+                                                 DType::f32, peer));
   };
   auto receive = [&](int peer) {
     ParallelTensor t = boundary_tensor(g, r, width);
@@ -81,7 +91,7 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
         return out;
       });
       if (!last) {
-        send(y, stage + 1);
+        send(std::move(y), stage + 1);
         stashed[index] = model.stash_activations();
       }
       continue;
@@ -100,10 +110,10 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
       if (first) model.backward_embedding(g.tp, d, ready);
       return d;
     });
-    if (!first) send(dx, stage - 1);
+    if (!first) send(std::move(dx), stage - 1);
   }
   timed_span(g.timeline, g.pipeline_seconds, "pp", "wait for sends", [&] {
-    for (Work& w : sends) w.wait();
+    for (Work& w : sends.works) w.wait();
   });
   return loss_sum;
 }
