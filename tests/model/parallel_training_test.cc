@@ -152,13 +152,9 @@ TEST(ParallelTraining, SameRunTwiceIsBitIdentical) {
 TEST(ParallelTraining, OverlapLeavesEveryNumberUnchanged) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
-  struct Case {
-    const char* layout;
-    int ranks;
-    bool sequence_parallel;
-  };
-  for (const Case& c :
-       {Case{"tp=2,dp=2", 4, false}, Case{"tp=2,pp=2,dp=2", 8, true}, Case{"dp=4", 4, false}}) {
+  for (const LayoutCase& c :
+       {LayoutCase{"tp=2,dp=2", 4, false}, LayoutCase{"tp=2,pp=2,dp=2", 8, true},
+        LayoutCase{"dp=4", 4, false}}) {
     std::vector<Log> logs;
     for (const bool overlap : {false, true}) {
       const std::string out = dir / (std::string(c.layout) + (overlap ? "-overlap" : "-serial"));
@@ -184,12 +180,8 @@ TEST(ParallelTraining, OverlapLeavesEveryNumberUnchanged) {
 TEST(ParallelTraining, ZeroOneFollowsPlainDataParallelism) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
-  struct Case {
-    const char* layout;
-    int ranks;
-    bool sequence_parallel;
-  };
-  for (const Case& c : {Case{"dp=2", 2, false}, Case{"tp=2,pp=2,dp=2", 8, true}}) {
+  for (const LayoutCase& c :
+       {LayoutCase{"dp=2", 2, false}, LayoutCase{"tp=2,pp=2,dp=2", 8, true}}) {
     std::vector<Log> logs;
     for (const char* zero : {"", ",zero1"}) {
       const std::string layout = std::string(c.layout) + zero;
