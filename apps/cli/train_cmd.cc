@@ -126,7 +126,7 @@ void add_train_command(CLI::App& tpf) {
   train
       .add_option("--resume", flags->resume,
                   "continue from a checkpoint or a previous --out directory, at any\n"
-                  "TP size (model, optimizer state and data position are restored)")
+                  "layout (model, optimizer state and data position are restored)")
       ->type_name("DIR");
   train.add_option("--data", flags->data, "any UTF-8 (or binary) file; the tokenizer is its bytes")
       ->type_name("TEXT_FILE")
@@ -145,9 +145,10 @@ void add_train_command(CLI::App& tpf) {
       ->type_name("DIR");
   train
       .add_option("--layout", flags->layout,
-                  "tp=T,pp=P,dp=D with T x P x D = the job's ranks (a missing size is 1;\n"
-                  "default: tp = all ranks): TP innermost, pipeline stages outermost;\n"
-                  "dp splits each step's train.grad_accum micro-batches, pp runs them 1F1B")
+                  "tp=T,pp=P,dp=D[,zero1] with T x P x D = the job's ranks (a missing size\n"
+                  "is 1; default: tp = all ranks): TP innermost, pipeline stages outermost;\n"
+                  "dp splits each step's train.grad_accum micro-batches, pp runs them 1F1B,\n"
+                  "zero1 splits AdamW's moments over the dp replicas")
       ->type_name("SIZES");
   train
       .add_option("--trace", flags->trace,
