@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <vector>
 
 #include "formats/json.h"
 #include "tpf/error.h"
@@ -53,16 +54,19 @@ void write_chrome_trace(Communicator& world, const Timeline& timeline,
     world.send(mine.data(), mine.size(), DType::u8, 0);
     return;
   }
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) throw Error(ErrorCode::system, "--trace: cannot write " + path);
-  out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n" << mine;
+  // Everything is received before the file is opened: a path that cannot be written fails rank 0
+  // alone, after the other ranks have finished.
+  std::vector<std::string> theirs(static_cast<size_t>(world.size()));
   for (int r = 1; r < world.size(); ++r) {
     int64_t length = 0;
     world.recv(&length, 1, DType::i64, r);
-    std::string theirs(static_cast<size_t>(length), '\0');
-    world.recv(theirs.data(), theirs.size(), DType::u8, r);
-    out << ",\n" << theirs;
+    theirs[static_cast<size_t>(r)].resize(static_cast<size_t>(length));
+    world.recv(theirs[static_cast<size_t>(r)].data(), static_cast<size_t>(length), DType::u8, r);
   }
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) throw Error(ErrorCode::system, "--trace: cannot write " + path);
+  out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n" << mine;
+  for (int r = 1; r < world.size(); ++r) out << ",\n" << theirs[static_cast<size_t>(r)];
   out << "\n]}\n";
   if (!out.flush()) throw Error(ErrorCode::system, "--trace: cannot write " + path);
 }

@@ -147,6 +147,11 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   if (options.steps >= 0) config.train.steps = options.steps;
   if (options.sequence_parallel) config.train.sequence_parallel = true;
   validate(config);
+  if (!options.trace_path.empty() && comm.rank() == 0 &&
+      !std::ofstream(options.trace_path, std::ios::trunc)) {
+    // Found before training, not after it (rank 0 writes the trace at the end).
+    throw Error(ErrorCode::invalid_argument, "--trace: cannot write " + options.trace_path);
+  }
   TrainLayout layout;
   layout.tp = comm.size();
   if (!options.layout.empty()) layout = parse_train_layout(options.layout);

@@ -137,6 +137,10 @@ TEST(ModelCommands, BadInputGetsAClearMessage) {
        0,
        1,
        "'vp' is not supported by tpf train yet"},
+      {{"train", "--preset", "tiny", "--data", text, "--trace", dir / "missing/trace.json"},
+       0,
+       1,
+       "--trace: cannot write"},
   };
   for (const Case& c : cases) {
     const Outcome r = c.ranks > 0 ? tpf_on(c.ranks, c.args) : run_tpf(c.args, {}, {}, 60s);
