@@ -221,11 +221,14 @@ uint64_t fingerprint(const Tensor& t) {
 }
 
 // Every DP replica holds bit-identical parameters after training, and the last stage's copy of the
-// tied embedding equals the first stage's.
-TEST(ParallelTraining, ReplicasAndTiedCopiesStayBitIdentical) {
+// tied embedding equals the first stage's: with plain DP and with ZeRO-1 (whose replicas update
+// different shares and all-gather them).
+class ReplicaCheck : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ReplicaCheck, ReplicasAndTiedCopiesStayBitIdentical) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
-  TrainOptions options = tiny_options(data, "", "tp=2,pp=2,dp=2");
+  TrainOptions options = tiny_options(data, "", GetParam());
   options.config.train.steps = 10;
   options.on_finish = [](Gpt& model, TrainGroups& g) {
     std::vector<uint64_t> mine;
@@ -253,6 +256,12 @@ TEST(ParallelTraining, ReplicasAndTiedCopiesStayBitIdentical) {
   };
   train_ranks(8, options);
 }
+
+INSTANTIATE_TEST_SUITE_P(ParallelTraining, ReplicaCheck,
+                         ::testing::Values("tp=2,pp=2,dp=2", "tp=2,pp=2,dp=2,zero1"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.index == 0 ? "PlainDp" : "ZeroOne");
+                         });
 
 // A checkpoint saved at tp=2,pp=2,dp=2 resumes at other layouts and continues the run.
 TEST(ParallelTraining, ResumingAtAnotherLayoutContinuesTheRun) {
