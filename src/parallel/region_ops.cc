@@ -165,6 +165,13 @@ ParallelTensor gather_from_sequence_backward(Communicator& tp, const ParallelTen
   return with_placement(reduce_scatter_along(tp, grad.local, 0), Placement::shard(0));
 }
 
+PendingGradient::~PendingGradient() {
+  try {
+    work_.wait();
+  } catch (...) {  // the error that skipped finish() is the one to report
+  }
+}
+
 ParallelTensor PendingGradient::finish() {
   work_.wait();
   source_ = Tensor();

@@ -51,6 +51,12 @@ class PendingGradient {
         result_(std::move(result)),
         source_(std::move(source)),
         placement_(placement) {}
+  PendingGradient(PendingGradient&&) = default;
+  PendingGradient(const PendingGradient&) = delete;
+  PendingGradient& operator=(const PendingGradient&) = delete;
+  // An error that skips finish() still waits: the operation writes into result_ until it ends
+  // (within the communicator's deadline).
+  ~PendingGradient();
   ParallelTensor finish();
 
  private:
