@@ -1,7 +1,5 @@
 #include "model/gradient_buckets.h"
 
-#include <algorithm>
-
 namespace tpf {
 
 GradientBuckets::~GradientBuckets() {
@@ -16,17 +14,12 @@ GradientBuckets::~GradientBuckets() {
 }
 
 void GradientBuckets::reduce_async(const std::vector<Parameter*>& params) {
-  int64_t total = 0;
-  for (const Parameter* p : params) total += p->grad.numel();
+  std::vector<Tensor*> grads = gradients_of(params);
+  const int64_t total = total_numel(grads);
   if (total == 0 || data_.size() == 1) return;
   Bucket& b = buckets_.emplace_back();
-  b.params = params;
-  b.packed = Tensor::uninitialized({total});
-  int64_t at = 0;
-  for (const Parameter* p : params) {
-    std::copy_n(p->grad.f32(), p->grad.numel(), b.packed.f32() + at);
-    at += p->grad.numel();
-  }
+  b.packed = pack_flat(grads, total);
+  b.grads = std::move(grads);
   b.work = data_.all_reduce_async(b.packed.data(), b.packed.data(), static_cast<size_t>(total),
                                   DType::f32, ReduceOp::sum);
 }
@@ -35,13 +28,7 @@ void GradientBuckets::finish() {
   timed_span(timeline_, seconds_, "dp", "wait for DP gradient buckets", [&] {
     for (Bucket& b : buckets_) b.work.wait();
   });
-  for (Bucket& b : buckets_) {
-    int64_t at = 0;
-    for (Parameter* p : b.params) {
-      std::copy_n(b.packed.f32() + at, p->grad.numel(), p->grad.f32());
-      at += p->grad.numel();
-    }
-  }
+  for (Bucket& b : buckets_) unpack_flat(b.packed, b.grads);
   buckets_.clear();
 }
 

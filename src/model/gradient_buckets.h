@@ -34,7 +34,7 @@ class GradientBuckets {
 
  private:
   struct Bucket {
-    std::vector<Parameter*> params;
+    std::vector<Tensor*> grads;
     Tensor packed;
     Work work;
   };

@@ -22,25 +22,16 @@ double learning_rate(const TrainConfig& c, int64_t step) {
 
 void all_reduce_gradients(Communicator& comm, const std::vector<Parameter*>& params,
                           const std::function<bool(const Parameter&)>& selected) {
-  int64_t total = 0;
-  for (const Parameter* p : params) {
-    if (selected(*p)) total += p->grad.numel();
-  }
-  if (total == 0 || comm.size() == 1) return;
-  Tensor packed({total});
-  int64_t at = 0;
-  for (const Parameter* p : params) {
-    if (!selected(*p)) continue;
-    std::copy_n(p->grad.f32(), p->grad.numel(), packed.f32() + at);
-    at += p->grad.numel();
-  }
-  all_reduce_in_place(comm, packed);
-  at = 0;
+  std::vector<Parameter*> chosen;
   for (Parameter* p : params) {
-    if (!selected(*p)) continue;
-    std::copy_n(packed.f32() + at, p->grad.numel(), p->grad.f32());
-    at += p->grad.numel();
+    if (selected(*p)) chosen.push_back(p);
   }
+  const std::vector<Tensor*> grads = gradients_of(chosen);
+  const int64_t total = total_numel(grads);
+  if (total == 0 || comm.size() == 1) return;
+  Tensor packed = pack_flat(grads, total);
+  all_reduce_in_place(comm, packed);
+  unpack_flat(packed, grads);
 }
 
 void reduce_sequence_parallel_grads(TpGroup& tp, const std::vector<Parameter*>& params) {

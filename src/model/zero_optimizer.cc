@@ -9,8 +9,7 @@ namespace tpf {
 ShardedAdamW::ShardedAdamW(const std::vector<Parameter*>& params, const TrainConfig& config,
                            Communicator& data, double& seconds, Timeline* timeline)
     : params_(params), config_(config), data_(data), seconds_(seconds), timeline_(timeline) {
-  int64_t total = 0;
-  for (const Parameter* p : params_) total += p->value.numel();
+  const int64_t total = total_numel(values_of(params_));
   const int64_t replicas = data_.size();
   share_ = (total + replicas - 1) / replicas;
   const int64_t first = share_ * data_.rank(), last = std::min(total, first + share_);
@@ -25,28 +24,8 @@ ShardedAdamW::ShardedAdamW(const std::vector<Parameter*>& params, const TrainCon
   v_ = Tensor({share_});
 }
 
-Tensor ShardedAdamW::pack_all(const std::vector<const Tensor*>& tensors) const {
-  Tensor packed({share_ * data_.size()});
-  int64_t at = 0;
-  for (const Tensor* t : tensors) {
-    std::copy_n(t->f32(), t->numel(), packed.f32() + at);
-    at += t->numel();
-  }
-  return packed;
-}
-
-void ShardedAdamW::unpack_all(const Tensor& packed, const std::vector<Tensor*>& tensors) const {
-  int64_t at = 0;
-  for (Tensor* t : tensors) {
-    std::copy_n(packed.f32() + at, t->numel(), t->f32());
-    at += t->numel();
-  }
-}
-
 void ShardedAdamW::reduce_scatter_gradients() {
-  std::vector<const Tensor*> grads;
-  for (const Parameter* p : params_) grads.push_back(&p->grad);
-  const Tensor packed = pack_all(grads);
+  const Tensor packed = pack_flat(gradients_of(params_), share_ * data_.size());
   timed_span(timeline_, seconds_, "dp", "ZeRO-1 gradient reduce-scatter", [&] {
     data_.reduce_scatter(packed.data(), grad_share_.data(), static_cast<size_t>(share_), DType::f32,
                          ReduceOp::sum);
@@ -81,9 +60,7 @@ void ShardedAdamW::step(double lr, double grad_scale) {
   timed_span(timeline_, seconds_, "dp", "ZeRO-1 weight all-gather", [&] {
     data_.all_gather(updated.data(), whole.data(), static_cast<size_t>(share_), DType::f32);
   });
-  std::vector<Tensor*> values;
-  for (Parameter* p : params_) values.push_back(&p->value);
-  unpack_all(whole, values);
+  unpack_flat(whole, values_of(params_));
 }
 
 void ShardedAdamW::gather_moments(std::vector<Tensor>& first, std::vector<Tensor>& second) {
@@ -94,7 +71,7 @@ void ShardedAdamW::gather_moments(std::vector<Tensor>& first, std::vector<Tensor
     std::vector<Tensor*> tensors;
     for (const Parameter* p : params_) out->emplace_back(p->value.shape());
     for (Tensor& t : *out) tensors.push_back(&t);
-    unpack_all(whole, tensors);
+    unpack_flat(whole, tensors);
   }
 }
 

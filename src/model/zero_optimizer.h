@@ -44,9 +44,6 @@ class ShardedAdamW {
     Parameter* param;
     int64_t begin, end, offset;
   };
-  Tensor pack_all(const std::vector<const Tensor*>& tensors) const;  // [D x share], zero-padded
-  void unpack_all(const Tensor& packed, const std::vector<Tensor*>& tensors) const;
-
   std::vector<Parameter*> params_;
   TrainConfig config_;
   Communicator& data_;

@@ -145,4 +145,22 @@ Tensor global_from_slices(const std::vector<Tensor>& slices, const ShardSpec& sp
   return whole;
 }
 
+std::vector<Tensor*> gradients_of(const std::vector<Parameter*>& params) {
+  std::vector<Tensor*> out;
+  for (Parameter* p : params) out.push_back(&p->grad);
+  return out;
+}
+
+std::vector<Tensor*> values_of(const std::vector<Parameter*>& params) {
+  std::vector<Tensor*> out;
+  for (Parameter* p : params) out.push_back(&p->value);
+  return out;
+}
+
+int64_t total_numel(const std::vector<Tensor*>& tensors) {
+  int64_t total = 0;
+  for (const Tensor* t : tensors) total += t->numel();
+  return total;
+}
+
 }  // namespace tpf

@@ -48,6 +48,11 @@ void initialize(Parameter& p, uint64_t seed, int rank, int parts);
 // Global flat index of every local element, in local order (for initialization and tests).
 std::vector<int64_t> global_indices(const Parameter& p, int rank, int parts);
 
+// The parameters' gradients / values in order, and how many elements they hold (for pack_flat).
+std::vector<Tensor*> gradients_of(const std::vector<Parameter*>& params);
+std::vector<Tensor*> values_of(const std::vector<Parameter*>& params);
+int64_t total_numel(const std::vector<Tensor*>& tensors);
+
 // This rank's slice of a global tensor / the global tensor from every rank's slice (in rank order).
 Tensor slice_of_global(const Tensor& global, const ShardSpec& spec, int rank, int parts);
 Tensor global_from_slices(const std::vector<Tensor>& slices, const ShardSpec& spec);

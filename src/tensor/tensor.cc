@@ -1,5 +1,6 @@
 #include "tensor/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -119,6 +120,24 @@ void Tensor::reshape(Shape shape) {
                                                  shape_string(shape) + ": element counts differ");
   }
   shape_ = std::move(shape);
+}
+
+Tensor pack_flat(const std::vector<Tensor*>& parts, int64_t size) {
+  Tensor packed({size});
+  int64_t at = 0;
+  for (const Tensor* t : parts) {
+    std::copy_n(t->f32(), t->numel(), packed.f32() + at);
+    at += t->numel();
+  }
+  return packed;
+}
+
+void unpack_flat(const Tensor& packed, const std::vector<Tensor*>& parts) {
+  int64_t at = 0;
+  for (Tensor* t : parts) {
+    std::copy_n(packed.f32() + at, t->numel(), t->f32());
+    at += t->numel();
+  }
 }
 
 }  // namespace tpf

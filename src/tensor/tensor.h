@@ -67,4 +67,9 @@ class Tensor {
   std::unique_ptr<std::byte[], FreeDeleter> storage_;
 };
 
+// f32 tensors end to end in one flat tensor of `size` elements (at least their total; the rest
+// zero), for one collective over many tensors; and the reverse, into tensors of the same sizes.
+Tensor pack_flat(const std::vector<Tensor*>& parts, int64_t size);  // reads parts only
+void unpack_flat(const Tensor& packed, const std::vector<Tensor*>& parts);
+
 }  // namespace tpf
