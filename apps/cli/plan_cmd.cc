@@ -12,6 +12,7 @@
 #include "base/byte_size.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
+#include "cli/host_cluster.h"
 #include "cli/option_values.h"
 #include "cli/plan_calibrate_cmd.h"
 #include "cli/plan_calibrate_network_cmd.h"
@@ -120,7 +121,7 @@ int show(const ShowFlags& flags, bool cluster) {
   }
   if (cluster) {
     const int gpus = bounded_int(flags.gpus, "--gpus", 0, 0, plan::kMaxClusterGpus);
-    std::fputs(plan::cluster_to_yaml(plan::load_cluster(name, gpus)).c_str(), stdout);
+    std::fputs(plan::cluster_to_yaml(load_cluster_or_host(name, gpus)).c_str(), stdout);
   } else {
     std::fputs(plan::model_to_yaml(plan::load_model(name)).c_str(), stdout);
   }
@@ -172,10 +173,11 @@ int plan_collective(const CollectiveFlags& flags) {
       parse_sizes(flags.bytes, bounded_int(flags.factor, "--factor", 4, 2, 1024));
   int gpus = bounded_int(flags.gpus, "--gpus", 0, 0, plan::kMaxClusterGpus);
   if (gpus == 0) gpus = ranks * stride;
-  plan::ClusterSpec cluster = plan::load_cluster(*flags.cluster, 0);
-  if (gpus % cluster.gpus_per_node != 0)
-    gpus += cluster.gpus_per_node - gpus % cluster.gpus_per_node;
-  cluster = plan::load_cluster(*flags.cluster, gpus);
+  if (*flags.cluster != kHostClusterName) {  // this-host is sized to any rank count
+    const int node = plan::load_cluster(*flags.cluster, 0).gpus_per_node;
+    if (gpus % node != 0) gpus += node - gpus % node;
+  }
+  const plan::ClusterSpec cluster = load_cluster_or_host(*flags.cluster, gpus);
   if (cluster.total_gpus() % (ranks * stride) != 0) {
     throw UsageError("--ranks " + std::to_string(ranks) + " x --stride " + std::to_string(stride) +
                      " must divide the cluster's " + std::to_string(cluster.total_gpus()) +
@@ -264,7 +266,8 @@ int plan_layouts(const PlanFlags& flags) {
     throw UsageError("--search needs --gpus (or a cluster file that says how many nodes)" +
                      (flags.cluster ? "; '" + *flags.cluster + "' is a preset" : std::string()));
   }
-  const plan::ClusterSpec cluster = plan::load_cluster(required(flags.cluster, "--cluster"), gpus);
+  const plan::ClusterSpec cluster =
+      load_cluster_or_host(required(flags.cluster, "--cluster"), gpus);
   plan::CollectivePlanner planner(cluster);
   if (!search) {
     if (layout.gpus() != cluster.total_gpus()) {
@@ -347,7 +350,8 @@ CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& 
   CLI::Option* option =
       command
           .add_option("--cluster", cluster,
-                      "a preset (dgx-h100, dgx-a100, h100-ethernet) or a YAML file")
+                      "a preset (dgx-h100, dgx-a100, h100-ethernet), this-host (this machine's\n"
+                      "cores as tpf train uses them, measured now: docs/model.md) or a YAML file")
           ->type_name("C");
   command.add_option("--gpus", gpus, gpus_help)->type_name("N");
   return option;
@@ -407,8 +411,10 @@ void add_plan_command(CLI::App& tpf) {
       *tpf.add_subcommand("plan", "predict a model's training step on a cluster, rank layouts");
   plan.require_subcommand(0, 1);
   auto flags = std::make_shared<PlanFlags>();
-  add_cluster_options(plan, flags->cluster, flags->gpus,
-                      "size a preset (a multiple of 8); with --layout, defaults to tp*cp*pp*dp");
+  add_cluster_options(
+      plan, flags->cluster, flags->gpus,
+      "size a preset (a multiple of 8; this-host: its ranks); with --layout, defaults\n"
+      "to tp*cp*pp*dp");
   std::string presets;
   for (const std::string& name : plan::model_preset_names()) {
     presets += (presets.empty() ? "" : ", ") + name;
@@ -418,7 +424,7 @@ void add_plan_command(CLI::App& tpf) {
   plan.add_option("--layout", flags->layout,
                   "tp=8,pp=8,dp=16[,cp=2][,ep=8][,mb=1][,gb=1536][,sp=1][,vp=2]\n"
                   "[,recompute=none|selective|full][,zero=0..3][,order=tp-dp-pp]\n"
-                  "[,precision=bf16|fp8][,attention=flash|materialized]\n"
+                  "[,precision=bf16|fp8|fp32][,attention=flash|materialized]\n"
                   "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]\n"
                   "[,capacity=1.25] (ep, capacity: mixture-of-experts models)")
       ->type_name("L");

@@ -3,17 +3,21 @@
 // `tpf run -n 4 -- tpf train --preset small --layout tp=2,pp=2 --data text.txt --out runs/small`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "cli/auto_layout.h"
 #include "cli/commands.h"
+#include "cli/host_cluster.h"
 #include "cli/model_cli.h"
 #include "cli/option_values.h"
 #include "model/gpt_config.h"
 #include "model/pipeline_schedule.h"
 #include "model/trainer.h"
 #include "tensor/blas.h"
+#include "tpf/error.h"
 
 namespace tpf::cli {
 
@@ -61,11 +65,30 @@ std::string preset_list() {
   return list;
 }
 
+// The planner's choice for --layout auto, predicted on this machine (auto_layout.h); rank 0
+// prints the choice and the alternatives.
+std::function<TrainLayout(const RunConfig&, int)> planner_choice(World& world) {
+  const bool one_host = world.local_ranks() == world.comm().size();
+  return [one_host](const RunConfig& config, int ranks) {
+    if (!one_host) {
+      throw Error(ErrorCode::invalid_argument,
+                  "--layout auto plans the ranks of one machine (--cluster this-host); this job "
+                  "spans hosts: give --layout");
+    }
+    const LayoutChoice choice =
+        choose_train_layout(config, ranks, load_cluster_or_host(kHostClusterName, ranks));
+    std::printf("tpf train: %s", choice.explanation.c_str());
+    std::fflush(stdout);
+    return choice.chosen;
+  };
+}
+
 int run_train(const TrainFlags& flags) {
-  const TrainOptions options = train_options(flags);
+  TrainOptions options = train_options(flags);
   const int threads_asked =
       static_cast<int>(integer_option(flags.threads, "--threads", 0, 1, kMaxBlasThreads));
   World world;
+  if (options.layout == kAutoLayout) options.choose_layout = planner_choice(world);
   const int threads = configure_blas_threads(threads_asked, world.local_ranks());
   const TrainSummary summary = train(world.comm(), options);
   if (world.comm().rank() == 0 && !summary.records.empty()) {
@@ -148,7 +171,8 @@ void add_train_command(CLI::App& tpf) {
                   "tp=T,pp=P,dp=D[,zero1] with T x P x D = the job's ranks (a missing size\n"
                   "is 1; default: tp = all ranks): TP innermost, pipeline stages outermost;\n"
                   "dp splits each step's train.grad_accum micro-batches, pp runs them 1F1B,\n"
-                  "zero1 splits AdamW's moments over the dp replicas")
+                  "zero1 splits AdamW's moments over the dp replicas; auto: the layout the\n"
+                  "planner predicts fastest on this machine (tpf plan --cluster this-host)")
       ->type_name("SIZES");
   train
       .add_option("--trace", flags->trace,

@@ -24,6 +24,9 @@ struct TrainLayout {
   std::string to_string() const;  // "tp=2,pp=2,dp=1", then ",zero1"
 };
 
+// What `--layout` takes for the planner's choice (TrainOptions::choose_layout).
+inline constexpr const char* kAutoLayout = "auto";
+
 // "tp=2,pp=2,dp=2[,zero1]" (any order; a missing size is 1). Throws tpf::Error naming the bad part.
 TrainLayout parse_train_layout(const std::string& text);
 

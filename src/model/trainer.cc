@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -132,6 +134,37 @@ class StageOptimizer {
   std::unique_ptr<ShardedAdamW> sharded_;
 };
 
+// Rank 0 asks options.choose_layout; every rank receives its answer, or learns that it failed
+// (rank 0 then rethrows the chooser's own error).
+TrainLayout agreed_auto_layout(Communicator& comm, const TrainOptions& options,
+                               const RunConfig& config) {
+  if (!options.choose_layout) {
+    throw Error(
+        ErrorCode::invalid_argument,
+        "layout \"auto\" needs TrainOptions::choose_layout (tpf train gives the planner's)");
+  }
+  int32_t sizes[4] = {0, 0, 0, 0};  // tp, pp, dp, zero1; tp = 0: rank 0 failed
+  std::exception_ptr failure;
+  if (comm.rank() == 0) {
+    try {
+      const TrainLayout chosen = options.choose_layout(config, comm.size());
+      sizes[0] = chosen.tp;
+      sizes[1] = chosen.pp;
+      sizes[2] = chosen.dp;
+      sizes[3] = chosen.zero1 ? 1 : 0;
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  comm.broadcast(sizes, sizes, 4, DType::i32, 0);
+  if (failure) std::rethrow_exception(failure);
+  if (sizes[0] == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "--layout auto: rank 0 could not choose a layout (its error says why)");
+  }
+  return TrainLayout{sizes[0], sizes[1], sizes[2], sizes[3] != 0};
+}
+
 }  // namespace
 
 TrainSummary train(Communicator& comm, const TrainOptions& options) {
@@ -154,7 +187,11 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   }
   TrainLayout layout;
   layout.tp = comm.size();
-  if (!options.layout.empty()) layout = parse_train_layout(options.layout);
+  if (options.layout == kAutoLayout) {
+    layout = agreed_auto_layout(comm, options, config);
+  } else if (!options.layout.empty()) {
+    layout = parse_train_layout(options.layout);
+  }
   check_train_layout(layout, comm.size(), config);
   // TP innermost, then DP, pipeline stages outermost (train_layout.h).
   DeviceMesh mesh(comm, {{"pp", layout.pp}, {"dp", layout.dp}, {"tp", layout.tp}});

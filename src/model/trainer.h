@@ -26,7 +26,11 @@ struct TrainOptions {
   std::string resume;  // a checkpoint or a previous output directory; empty: start fresh
   int64_t steps = -1;  // >= 0 overrides config.train.steps (also when resuming)
   bool sequence_parallel = false;  // true turns it on (also when resuming)
-  std::string layout;      // "tp=2,pp=2,dp=2" (train_layout.h); empty: TP over all the ranks
+  // "tp=2,pp=2,dp=2" (train_layout.h); empty: TP over all the ranks; "auto": choose_layout's.
+  std::string layout;
+  // For layout "auto": called on rank 0 with the run's configuration (a resumed one included)
+  // and the job's ranks; every rank trains at its answer. Its exception fails every rank.
+  std::function<TrainLayout(const RunConfig&, int ranks)> choose_layout;
   std::string trace_path;  // non-empty: every rank's spans in one Chrome trace file (trace_file.h)
   bool progress = true;    // rank 0 prints a progress line every log_every steps
   // Called on every rank after the last step, with this rank's part of the model and its groups

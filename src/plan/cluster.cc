@@ -108,10 +108,12 @@ void validate(const ClusterSpec& c) {
   require_positive(c.gpu.memory_gb, "node.gpu.memory_gb");
   require_positive(c.gpu.hbm_gbps, "node.gpu.hbm_gbps");
   if (!(c.gpu.fp8_peak_tflops >= 0)) invalid("cluster: node.gpu.fp8_peak_tflops must be >= 0");
+  if (!(c.gpu.fp32_peak_tflops >= 0)) invalid("cluster: node.gpu.fp32_peak_tflops must be >= 0");
   if (!(c.gpu.gemm_overhead_us >= 0)) invalid("cluster: node.gpu.gemm_overhead_us must be >= 0");
   const std::pair<double, const char*> fractions[] = {
       {c.gpu.max_gemm_efficiency, "max_gemm_efficiency"},
       {c.gpu.max_fp8_gemm_efficiency, "max_fp8_gemm_efficiency"},
+      {c.gpu.max_fp32_gemm_efficiency, "max_fp32_gemm_efficiency"},
       {c.gpu.attention_efficiency, "attention_efficiency"}};
   for (const auto& [value, field] : fractions) {
     if (!(value > 0 && value <= 1)) {
@@ -197,17 +199,19 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
     node.read("nic_gbits", c.nic_gbits);
     node.read("nic_latency_us", c.nic_latency_us);
     if (node.has("gpu")) {
-      YamlFields gpu =
-          node.child("gpu", {"name", "peak_tflops", "fp8_peak_tflops", "memory_gb", "hbm_gbps",
-                             "max_gemm_efficiency", "max_fp8_gemm_efficiency", "gemm_overhead_us",
-                             "attention_efficiency"});
+      YamlFields gpu = node.child(
+          "gpu", {"name", "peak_tflops", "fp8_peak_tflops", "fp32_peak_tflops", "memory_gb",
+                  "hbm_gbps", "max_gemm_efficiency", "max_fp8_gemm_efficiency",
+                  "max_fp32_gemm_efficiency", "gemm_overhead_us", "attention_efficiency"});
       gpu.read("name", c.gpu.name);
       gpu.read("peak_tflops", c.gpu.peak_tflops);
       gpu.read("fp8_peak_tflops", c.gpu.fp8_peak_tflops);
+      gpu.read("fp32_peak_tflops", c.gpu.fp32_peak_tflops);
       gpu.read("memory_gb", c.gpu.memory_gb);
       gpu.read("hbm_gbps", c.gpu.hbm_gbps);
       gpu.read("max_gemm_efficiency", c.gpu.max_gemm_efficiency);
       gpu.read("max_fp8_gemm_efficiency", c.gpu.max_fp8_gemm_efficiency);
+      gpu.read("max_fp32_gemm_efficiency", c.gpu.max_fp32_gemm_efficiency);
       gpu.read("gemm_overhead_us", c.gpu.gemm_overhead_us);
       gpu.read("attention_efficiency", c.gpu.attention_efficiency);
     }
@@ -295,10 +299,12 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   out << YAML::Key << "name" << YAML::Value << c.gpu.name;
   out << YAML::Key << "peak_tflops" << YAML::Value << c.gpu.peak_tflops;
   out << YAML::Key << "fp8_peak_tflops" << YAML::Value << c.gpu.fp8_peak_tflops;
+  out << YAML::Key << "fp32_peak_tflops" << YAML::Value << c.gpu.fp32_peak_tflops;
   out << YAML::Key << "memory_gb" << YAML::Value << c.gpu.memory_gb;
   out << YAML::Key << "hbm_gbps" << YAML::Value << c.gpu.hbm_gbps;
   out << YAML::Key << "max_gemm_efficiency" << YAML::Value << c.gpu.max_gemm_efficiency;
   out << YAML::Key << "max_fp8_gemm_efficiency" << YAML::Value << c.gpu.max_fp8_gemm_efficiency;
+  out << YAML::Key << "max_fp32_gemm_efficiency" << YAML::Value << c.gpu.max_fp32_gemm_efficiency;
   out << YAML::Key << "gemm_overhead_us" << YAML::Value << c.gpu.gemm_overhead_us;
   out << YAML::Key << "attention_efficiency" << YAML::Value << c.gpu.attention_efficiency;
   out << YAML::EndMap;

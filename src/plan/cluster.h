@@ -28,12 +28,15 @@ struct AcceleratorSpec {
   std::string name = "H100-SXM";
   double peak_tflops = 989;       // dense BF16/FP16 tensor FLOP/s, in TFLOP/s
   double fp8_peak_tflops = 1979;  // dense FP8 tensor FLOP/s; 0 = no FP8 tensor cores
+  double fp32_peak_tflops = 0;    // dense FP32 FLOP/s; 0 = precision=fp32 is not modelled
   double memory_gb = 80;          // HBM capacity (1e9 bytes)
   double hbm_gbps = 3350;         // HBM bandwidth, GB/s
-  // Fractions of peak_tflops and fp8_peak_tflops a large GEMM achieves in training.
+  // Fractions of peak_tflops, fp8_peak_tflops and fp32_peak_tflops a large GEMM achieves in
+  // training.
   double max_gemm_efficiency = 0.803 * kInTrainingFraction;
   double max_fp8_gemm_efficiency = 0.709 * kInTrainingFraction;
-  double gemm_overhead_us = 5;  // fixed cost of one GEMM kernel (launch, tail wave)
+  double max_fp32_gemm_efficiency = 1;  // of fp32_peak_tflops
+  double gemm_overhead_us = 5;          // fixed cost of one GEMM kernel (launch, tail wave)
   // Fused causal attention (FlashAttention), forward and backward, as a fraction of
   // peak_tflops over its model FLOPs.
   double attention_efficiency = 0.42 * kInTrainingFraction;

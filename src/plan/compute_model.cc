@@ -7,8 +7,6 @@
 namespace tpf::plan {
 namespace {
 
-constexpr double kOutputBytes = 2;  // GEMM outputs are written in 16 bits in either precision
-
 // A causal mask leaves half of the s x s blocks for a fused kernel to compute.
 constexpr double kCausalFraction = 0.5;
 
@@ -18,6 +16,7 @@ const char* to_string(Precision precision) {
   switch (precision) {
     case Precision::bf16: return "bf16";
     case Precision::fp8: return "fp8";
+    case Precision::fp32: return "fp32";
   }
   return "?";
 }
@@ -31,6 +30,15 @@ ComputeModel::ComputeModel(const AcceleratorSpec& gpu, Precision precision) : gp
     peak_ = gpu.fp8_peak_tflops * 1e12;
     large_gemm_eff_ = gpu.max_fp8_gemm_efficiency;
     input_bytes_ = 1;
+  } else if (precision == Precision::fp32) {
+    if (!(gpu.fp32_peak_tflops > 0)) {
+      invalid("precision=fp32: the accelerator " + gpu.name +
+              " has no FP32 peak (node.gpu.fp32_peak_tflops is 0)");
+    }
+    peak_ = gpu.fp32_peak_tflops * 1e12;
+    large_gemm_eff_ = gpu.max_fp32_gemm_efficiency;
+    input_bytes_ = 4;
+    output_bytes_ = 4;
   } else {
     peak_ = gpu.peak_tflops * 1e12;
     large_gemm_eff_ = gpu.max_gemm_efficiency;
@@ -41,7 +49,7 @@ ComputeModel::ComputeModel(const AcceleratorSpec& gpu, Precision precision) : gp
 double ComputeModel::gemm_s(const GemmShape& g) const {
   const double compute = g.flops() / (peak_ * large_gemm_eff_);
   const double bytes =
-      g.count * ((g.m * g.k + g.k * g.n) * input_bytes_ + g.m * g.n * kOutputBytes);
+      g.count * ((g.m * g.k + g.k * g.n) * input_bytes_ + g.m * g.n * output_bytes_);
   return std::max(compute, memory_s(bytes)) + gpu_.gemm_overhead_us * 1e-6;
 }
 

@@ -9,8 +9,8 @@
 namespace tpf::plan {
 
 // The number format of the GEMMs' inputs (Transformer Engine's FP8 keeps attention, element-wise
-// work and the optimizer in 16 bits).
-enum class Precision { bf16, fp8 };
+// work and the optimizer in 16 bits). fp32 is everything in 32 bits, as `tpf train` runs on CPUs.
+enum class Precision { bf16, fp8, fp32 };
 const char* to_string(Precision precision);
 
 // `count` independent GEMMs (heads of a batched GEMM) of an m x k by k x n product.
@@ -42,10 +42,11 @@ class ComputeModel {
   double gemm_peak() const { return peak_; }
 
  private:
-  AcceleratorSpec gpu_;  // a copy: callers pass temporaries
-  double peak_;            // FLOP/s of the GEMMs' precision
-  double large_gemm_eff_;  // achieved fraction of peak_ by a large GEMM
-  double input_bytes_;     // per element of A and B
+  AcceleratorSpec gpu_;      // a copy: callers pass temporaries
+  double peak_;              // FLOP/s of the GEMMs' precision
+  double large_gemm_eff_;    // achieved fraction of peak_ by a large GEMM
+  double input_bytes_;       // per element of A and B
+  double output_bytes_ = 2;  // per element of C: 16 bits under bf16 and fp8
 };
 
 }  // namespace tpf::plan

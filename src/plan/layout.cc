@@ -119,10 +119,10 @@ bool parse_flag(const std::string& key, const std::string& value) {
 }
 
 Precision parse_precision(const std::string& value) {
-  for (Precision p : {Precision::bf16, Precision::fp8}) {
+  for (Precision p : {Precision::bf16, Precision::fp8, Precision::fp32}) {
     if (value == to_string(p)) return p;
   }
-  invalid("layout: precision=" + value + ": expected bf16 or fp8");
+  invalid("layout: precision=" + value + ": expected bf16, fp8 or fp32");
 }
 
 AttentionKernel parse_attention(const std::string& value) {

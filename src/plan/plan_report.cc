@@ -25,7 +25,7 @@ std::string describe_collective(const char* what, const CollectiveEstimate& e) {
 
 std::string describe_cluster(const ClusterSpec& c, const FabricTopology& topology) {
   return format(
-             "%s: %d GPUs (%d nodes x %d %s, %.0f TFLOP/s, %.0f GB), %s %.0f GB/s, %d x %.0f "
+             "%s: %d GPUs (%d nodes x %d %s, %.3g TFLOP/s, %.0f GB), %s %.0f GB/s, %d x %.0f "
              "Gb/s NICs, routing %s (seed %llu, %d QP)\n  network: ",
              c.name.c_str(), c.total_gpus(), c.nodes, c.gpus_per_node, c.gpu.name.c_str(),
              c.gpu.peak_tflops, c.gpu.memory_gb, c.scale_up.name.c_str(), c.scale_up.bandwidth_gbps,

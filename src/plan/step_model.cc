@@ -17,18 +17,22 @@ using coll::Collective;
 
 std::string str(int value) { return std::to_string(value); }
 
-// Bytes per element and per parameter. Activations and weights are bf16; mixed-precision Adam
-// keeps fp32 gradients (Megatron's main_grad) and fp32 master weights, momentum and variance:
-// 2 + 4 + 12 = 18 bytes per parameter, or 2 + 4 + 12/dp with the distributed optimizer (ZeRO-1).
-constexpr double kActivationBytes = 2;
-constexpr double kWeightBytes = 2;
+// Bytes per element and per parameter of a precision. BF16 and FP8: activations and weights in
+// bf16; mixed-precision Adam keeps fp32 gradients (Megatron's main_grad) and fp32 master weights,
+// momentum and variance: 2 + 4 + 12 = 18 bytes per parameter, or 2 + 4 + 12/dp with the
+// distributed optimizer (ZeRO-1); its step reads the fp32 gradient, master weight, m and v (16
+// bytes) and writes the last three and the bf16 weight (14 bytes). FP32 (tpf train): weights,
+// gradients and activations in fp32 and plain AdamW's m and v (4 + 4 + 8); the step reads the
+// gradient, weight, m and v and writes the last three (16 + 12 bytes). Logits are fp32 in both.
+struct ByteSizes {
+  double activation, weight, grad, optimizer, optimizer_traffic;
+};
+ByteSizes byte_sizes(Precision precision) {
+  if (precision == Precision::fp32) return {4, 4, 4, 8, 28};
+  return {2, 2, 4, 12, 30};
+}
 constexpr double kFp8WeightBytes = 1;
-constexpr double kGradBytes = 4;
-constexpr double kOptimizerBytes = 12;
 constexpr double kLogitBytes = 4;  // fp32 logits for the cross-entropy
-// The optimizer step reads the fp32 gradient, master weight, m and v (16 bytes) and writes the
-// last three and the bf16 weight (14 bytes).
-constexpr double kOptimizerTrafficBytes = 30;
 // Megatron's DistributedDataParallel bucket: max(40M, 1M * dp) parameters
 // (megatron/core/distributed: bucket_size default when overlap_grad_reduce is on).
 constexpr double kBucketParams = 40e6;
@@ -48,6 +52,7 @@ struct Dims {
   double s, context, b, h, a, f, v, t, r, c;
   double e, e_local, et, x;
   bool sp, gated, flash, moe, fp8;
+  double activation_bytes;  // per element: 2 (bf16, fp8) or 4 (fp32)
   double head_size() const { return h / a; }
   // Tokens of a micro-batch a GPU routes: SP splits them over TP.
   double routed_tokens() const { return s * b / (sp ? t : 1); }
@@ -77,8 +82,11 @@ LayerActivations layer_activations(const Dims& d) {
   const double replicated = 10 * sbh;
   const double softmax_stats = d.flash ? 4 * d.a * d.s * d.b / d.t : 0;
   const double attention = d.flash ? 0 : 5 * d.a * d.s * d.s * d.b / d.t;
-  if (d.sp) return {(replicated + split_linear) / d.t + softmax_stats, attention};
-  return {replicated + split_linear / d.t + softmax_stats, attention};
+  // The counts above are bytes at 2 per element; fp32 keeps twice as many (the fp32 softmax
+  // statistics excepted).
+  const double scale = d.activation_bytes / 2;
+  if (d.sp) return {(replicated + split_linear) / d.t * scale + softmax_stats, attention * scale};
+  return {(replicated + split_linear / d.t) * scale + softmax_stats, attention * scale};
 }
 
 // Bytes an FP8 layer keeps less than a BF16 one: Transformer Engine saves the input of each FP8
@@ -96,13 +104,14 @@ double fp8_saved_activations(const Dims& d) {
 }
 
 // What recomputation leaves stored per layer (Korthikanti et al. 2022, Table 2): selective drops
-// the attention term; full keeps only the layer input, 2sbh (sharded by SP), in BF16.
+// the attention term; full keeps only the layer input, 2sbh (sharded by SP), in the activations'
+// precision.
 double stored_layer_activations(const Dims& d, Recompute recompute) {
   const LayerActivations act = layer_activations(d);
   switch (recompute) {
     case Recompute::none: return act.total() - fp8_saved_activations(d);
     case Recompute::selective: return act.linear - fp8_saved_activations(d);
-    case Recompute::full: return 2 * d.s * d.b * d.h / (d.sp ? d.t : 1.0);
+    case Recompute::full: return d.activation_bytes * d.s * d.b * d.h / (d.sp ? d.t : 1.0);
   }
   return act.total();
 }
@@ -147,8 +156,11 @@ class Estimator {
         layout_(layout),
         planner_(planner),
         cluster_(planner.cluster()),
+        bytes_(byte_sizes(layout.precision)),
         layer_compute_model_(cluster_.gpu, layout.precision),
-        bf16_compute_model_(cluster_.gpu, Precision::bf16) {}
+        high_precision_model_(
+            cluster_.gpu, layout.precision == Precision::fp8 ? Precision::bf16 : layout.precision) {
+  }
 
   StepEstimate run();
 
@@ -183,10 +195,11 @@ class Estimator {
   Layout layout_;
   CollectivePlanner& planner_;
   const ClusterSpec& cluster_;
-  // The transformer layers' GEMMs run in the layout's precision; the output layer stays in BF16
-  // (Transformer Engine's FP8 covers the layers' linear modules only).
+  const ByteSizes bytes_;
+  // The transformer layers' GEMMs run in the layout's precision; under FP8 the output layer and
+  // attention stay in BF16 (Transformer Engine's FP8 covers the layers' linear modules only).
   ComputeModel layer_compute_model_;
-  ComputeModel bf16_compute_model_;
+  ComputeModel high_precision_model_;
   Dims d_{};
   int m_ = 1;  // micro-batches per step
   std::vector<int> stage_layers_;
@@ -406,12 +419,12 @@ LayerCompute Estimator::layer_compute() const {
     c.attention_b = gpu.flash_attention_s(2 * attention_flops);
   } else {
     // Attention GEMMs stay in BF16 under FP8 too.
-    const ComputeModel& bf16 = bf16_compute_model_;
+    const ComputeModel& hp = high_precision_model_;
     const double heads = d.b * d.a / d.t;
     const GemmShape scores{d.s, d.s, d.head_size(), heads};
     const GemmShape values{d.s, d.head_size(), d.s, heads};
-    c.attention_f = bf16.gemm_s(scores) + bf16.gemm_s(values);
-    c.attention_b = bf16.gemm_backward_s(scores) + bf16.gemm_backward_s(values);
+    c.attention_f = hp.gemm_s(scores) + hp.gemm_s(values);
+    c.attention_b = hp.gemm_backward_s(scores) + hp.gemm_backward_s(values);
   }
   const LayerActivations act = layer_activations(d);
   c.elementwise_f = gpu.memory_s(2 * act.total());
@@ -420,12 +433,12 @@ LayerCompute Estimator::layer_compute() const {
     // The router's h x e GEMM (BF16) over the GPU's tokens; permuting them into expert order
     // reads each token once and writes x copies, and combining them back reads the x copies and
     // writes one.
-    const ComputeModel& bf16 = bf16_compute_model_;
+    const ComputeModel& hp = high_precision_model_;
     const double routed = d.routed_tokens();
     const GemmShape router{routed, d.e, d.h};
-    const double permute_bytes = 2 * (1 + d.x) * routed * d.h * kActivationBytes;
-    c.routing_f = bf16.gemm_s(router) + bf16.memory_s(permute_bytes);
-    c.routing_b = bf16.gemm_backward_s(router) + bf16.memory_s(2 * permute_bytes);
+    const double permute_bytes = 2 * (1 + d.x) * routed * d.h * bytes_.activation;
+    c.routing_f = hp.gemm_s(router) + hp.memory_s(permute_bytes);
+    c.routing_b = hp.gemm_backward_s(router) + hp.memory_s(2 * permute_bytes);
   }
   return c;
 }
@@ -450,11 +463,11 @@ StageTime Estimator::stage_time(int stage) {
   if (last) {
     // Output layer: logits GEMM bs x V/t x h (vocab-parallel, BF16), never recomputed, and the
     // fp32 softmax/cross-entropy over the logits.
-    const ComputeModel& bf16 = bf16_compute_model_;
+    const ComputeModel& hp = high_precision_model_;
     const GemmShape logits{d.b * d.s, d.v / d.t, d.h};
     const double logit_bytes = d.b * d.s * d.v / d.t * kLogitBytes;
-    st.compute_f += bf16.gemm_s(logits) + bf16.memory_s(2 * logit_bytes);
-    st.compute_b += bf16.gemm_backward_s(logits) + bf16.memory_s(4 * logit_bytes);
+    st.compute_f += hp.gemm_s(logits) + hp.memory_s(2 * logit_bytes);
+    st.compute_b += hp.gemm_backward_s(logits) + hp.memory_s(4 * logit_bytes);
   }
 
   // TP collectives, on the critical path (Shoeybi et al. 2019, Figure 4): per layer 2 all-reduces
@@ -465,8 +478,8 @@ StageTime Estimator::stage_time(int stage) {
   const GroupShape tp_group = layout_.group_of(ParallelDim::tp);
   const GroupShape mlp_group = d.moe ? layout_.expert_tp_group() : tp_group;
   if (tp_group.size > 1 || mlp_group.size > 1) {
-    const double bytes = d.s * d.b * d.h * kActivationBytes;
-    const double mlp_bytes = d.moe ? d.expert_tokens() * d.h * kActivationBytes : bytes;
+    const double bytes = d.s * d.b * d.h * bytes_.activation;
+    const double mlp_bytes = d.moe ? d.expert_tokens() * d.h * bytes_.activation : bytes;
     const double pair = tp_pair_.us * 1e-6;
     const double mlp_pair = d.moe ? tp_pair(mlp_bytes, mlp_group, true).us * 1e-6 : pair;
     double layer_tp_f = pair + mlp_pair, layer_tp_b = pair + mlp_pair;
@@ -513,7 +526,7 @@ StageTime Estimator::stage_time(int stage) {
   // to the next CP rank (backward: K and V again and their gradients), each beside the
   // attention of the block in hand; exposed where the transfers outlast the attention.
   if (d.c > 1) {
-    const double kv_bytes = 2 * d.b * d.s * d.r * d.h / d.t * kActivationBytes;
+    const double kv_bytes = 2 * d.b * d.s * d.r * d.h / d.t * bytes_.activation;
     const double step = collective_us(Collective::send_recv, kv_bytes, ParallelDim::cp) * 1e-6;
     const double layer_f = std::max(0.0, (d.c - 1) * step - c.attention_f);
     double layer_b = std::max(0.0, 2 * (d.c - 1) * step - c.attention_b);
@@ -526,7 +539,7 @@ StageTime Estimator::stage_time(int stage) {
   // their experts' GPUs and one brings the results back; the backward pass does the same with
   // the gradients. Not overlapped (Megatron-Core's batch-level overlap is not modelled).
   if (d.moe && layout_.ep > 1) {
-    const double bytes = d.routed_tokens() * d.x * d.h * kActivationBytes;
+    const double bytes = d.routed_tokens() * d.x * d.h * bytes_.activation;
     const double a2a = collective_us(Collective::all_to_all, bytes, layout_.expert_group()) * 1e-6;
     double layer_b = 2 * a2a;
     if (layout_.recompute == Recompute::full) layer_b += 2 * a2a;
@@ -539,7 +552,7 @@ StageTime Estimator::stage_time(int stage) {
   // the activations are sharded already; without it Megatron scatters them and all-gathers them
   // over NVLink at the receiver (the scatter/gather optimization, Narayanan et al. 2021, 4.1).
   if (layout_.pp > 1) {
-    const double full = d.s * d.b * d.h * kActivationBytes;
+    const double full = d.s * d.b * d.h * bytes_.activation;
     double p2p = collective_us(Collective::send_recv, full / d.t, ParallelDim::pp) * 1e-6;
     if (d.t > 1 && !d.sp)
       p2p += collective_us(Collective::all_gather, full, ParallelDim::tp) * 1e-6;
@@ -583,13 +596,13 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
            bytes_per_param / kGB;
   };
   MemoryEstimate mem;
-  mem.weights_gb = held_gb(kWeightBytes, 3);
+  mem.weights_gb = held_gb(bytes_.weight, 3);
   if (layout_.zero == 3) {
     // FSDP holds the layer in hand and the next one gathered.
     const LayerParameters layer = model_.layer_parameters();
     const double gathered =
         layer.sharded / d.t + layer.replicated + layer.experts / (d.et * layout_.ep);
-    mem.weights_gb += 2 * gathered * kWeightBytes / kGB;
+    mem.weights_gb += 2 * gathered * bytes_.weight / kGB;
   }
   if (d.fp8) {
     // Transformer Engine's FP8 copy of every layer GEMM weight it runs, one byte each (the same
@@ -599,8 +612,8 @@ MemoryEstimate Estimator::stage_memory(int stage) const {
     const double layers_copied = layout_.zero == 3 ? 2 : stage_layers_[stage];
     mem.weights_gb += layers_copied * per_layer * kFp8WeightBytes / kGB;
   }
-  mem.gradients_gb = held_gb(kGradBytes, 2);
-  mem.optimizer_gb = held_gb(kOptimizerBytes, 1);
+  mem.gradients_gb = held_gb(bytes_.grad, 2);
+  mem.optimizer_gb = held_gb(bytes_.optimizer, 1);
 
   // Layers whose activations are held at the peak: in 1F1B, stage i has min(m, p - i)
   // micro-batches in flight, each over its layers (stage 0: L layers' worth, Korthikanti et al.
@@ -677,7 +690,7 @@ void Estimator::data_parallel(const StageParameters& params, const StageTime& mi
   };
   double end = 0, reduction = 0;
   for (const Bucket& b : buckets) {
-    const double us = collective_us(op, b.params * kGradBytes, b.group);
+    const double us = collective_us(op, b.params * bytes_.grad, b.group);
     // Not overlapped, every bucket waits for the whole backward pass.
     const double ready = layout_.overlap.dp_grads ? backward_s * b.ready : backward_s;
     end = std::max(end, ready) + us * 1e-6;
@@ -687,14 +700,14 @@ void Estimator::data_parallel(const StageParameters& params, const StageTime& mi
   double total = reduction;
   if (zero >= 2) {
     // The parameters of each micro-batch's forward and backward (FSDP), then its gradients.
-    const double gathers = zero == 3 ? 2 * bucketed(Collective::all_gather, kWeightBytes) : 0;
+    const double gathers = zero == 3 ? 2 * bucketed(Collective::all_gather, bytes_.weight) : 0;
     const double per_micro_batch = gathers + reduction;
     exposed += (m_ - 1) * std::max(0.0, per_micro_batch - micro_batch.total());
     exposed += std::max(0.0, gathers - forward_s);  // the last micro-batch's
     total = m_ * per_micro_batch;
   }
   if (zero == 1 || zero == 2) {
-    const double gather = bucketed(Collective::all_gather, kWeightBytes);
+    const double gather = bucketed(Collective::all_gather, bytes_.weight);
     // Overlapped, the next step's first forward pass covers what it can.
     exposed += layout_.overlap.dp_params ? std::max(0.0, gather - forward_s) : gather;
     total += gather;
@@ -716,9 +729,9 @@ void Estimator::data_parallel(const StageParameters& params, const StageTime& mi
     }
     return e;
   };
-  out.dp_reduction = whole(op, kGradBytes);
+  out.dp_reduction = whole(op, bytes_.grad);
   if (zero >= 1) {
-    const CollectiveEstimate gather = whole(Collective::all_gather, kWeightBytes);
+    const CollectiveEstimate gather = whole(Collective::all_gather, bytes_.weight);
     out.dp_reduction.us += gather.us;
     out.dp_reduction.algorithm =
         "reduce_scatter(" + out.dp_reduction.algorithm + ")+all_gather(" + gather.algorithm + ")";
@@ -743,6 +756,7 @@ StepEstimate Estimator::run() {
   d_.gated = model_.gated_mlp;
   d_.flash = layout_.attention == AttentionKernel::flash;
   d_.fp8 = layout_.precision == Precision::fp8;
+  d_.activation_bytes = bytes_.activation;
   d_.moe = model_.moe();
   d_.e = model_.moe() ? model_.experts : 1;
   d_.e_local = d_.e / layout_.ep;
@@ -753,7 +767,7 @@ StepEstimate Estimator::run() {
   layer_ = layer_compute();
   out.gemm_efficiency = layer_.gemm_efficiency;
   tp_pair_ =
-      tp_pair(d_.s * d_.b * d_.h * kActivationBytes, layout_.group_of(ParallelDim::tp), d_.sp);
+      tp_pair(d_.s * d_.b * d_.h * bytes_.activation, layout_.group_of(ParallelDim::tp), d_.sp);
   out.tp_all_reduce = tp_pair_;
 
   // The pipeline runs at the pace of its slowest stage (the first holds the embedding, the last
@@ -779,7 +793,7 @@ StepEstimate Estimator::run() {
     // The tied embedding's gradient is all-reduced between the first and last stage once a step
     // (fp32, V h / t per GPU); modelled as a pipeline send of that size.
     bd.pp_comm_s +=
-        collective_us(Collective::send_recv, d_.v * d_.h / d_.t * kGradBytes, ParallelDim::pp) *
+        collective_us(Collective::send_recv, d_.v * d_.h / d_.t * bytes_.grad, ParallelDim::pp) *
         1e-6;
   }
 
@@ -802,7 +816,7 @@ StepEstimate Estimator::run() {
   data_parallel(params, slowest, out);
   const double optimizer_params =
       params.dense / shards_from(1) + params.experts / expert_shards_from(1);
-  bd.optimizer_s = optimizer_params * kOptimizerTrafficBytes / (gpu.hbm_gbps * 1e9);
+  bd.optimizer_s = optimizer_params * bytes_.optimizer_traffic / (gpu.hbm_gbps * 1e9);
 
   out.step_s = 0;
   for (const BreakdownPart& part : kBreakdownParts) out.step_s += bd.*part.seconds;

@@ -86,6 +86,26 @@ TEST(ModelCommands, TrainAtALayoutThenGenerateAtAnyTpSize) {
   EXPECT_EQ(texts[0], texts[1]);
 }
 
+// The planner chooses (on this machine's measured rates, so which layout varies with the
+// machine); the run says what it chose and trains at it.
+TEST(ModelCommands, TrainAtTheLayoutThePlannerChooses) {
+  ScratchDir dir;
+  const std::string text = write_training_text(dir / "text.txt");
+  const Outcome trained = tpf_on(2, {"train", "--preset", "tiny", "--layout", "auto", "--data",
+                                     text, "--steps", "3", "--quiet"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  const std::string said = "--layout auto chose ";
+  const size_t at = trained.out.find(said);
+  ASSERT_NE(at, std::string::npos) << trained.out;
+  const std::string chosen = trained.out.substr(
+      at + said.size(), trained.out.find(':', at + said.size()) - at - said.size());
+  EXPECT_TRUE(chosen == "tp=2,pp=1,dp=1" || chosen == "tp=1,pp=2,dp=1") << trained.out;
+  EXPECT_TRUE(contains(trained.out, "tokens/s at " + chosen)) << trained.out;
+  // tiny's default of one micro-batch per step leaves dp=2 out, with the reason.
+  EXPECT_TRUE(contains(trained.out, "tp=1,pp=1,dp=2         cannot run: dp=2 does not divide"))
+      << trained.out;
+}
+
 TEST(ModelCommands, BadInputGetsAClearMessage) {
   ScratchDir dir;
   const std::string text = write_training_text(dir / "text.txt", 5000);
@@ -137,6 +157,10 @@ TEST(ModelCommands, BadInputGetsAClearMessage) {
        0,
        1,
        "'vp' is not supported by tpf train yet"},
+      {{"train", "--preset", "tiny", "--data", text, "--layout", "auto"},
+       3,
+       1,
+       "--layout auto: no layout of 3 ranks can run"},
       {{"train", "--preset", "tiny", "--data", text, "--trace", dir / "missing/trace.json"},
        0,
        1,

@@ -409,6 +409,59 @@ TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
   EXPECT_EQ(records, 2);
 }
 
+// --layout auto: rank 0's chooser decides for every rank (tpf train's chooser is the planner's,
+// tested in tests/cli/auto_layout_test.cc); its failure fails every rank, none waits.
+TEST(ParallelTraining, AutoLayoutTrainsAtRankZerosChoiceOnEveryRank) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  TrainOptions options = tiny_options(data, "", kAutoLayout);
+  options.config.train.steps = 2;
+  expect_all_ok(run_ranks(
+      2,
+      [&](Communicator& comm) {
+        set_blas_threads(1);
+        TrainOptions mine = options;
+        // Only rank 0 is asked; the others' answer would be wrong if it were used.
+        mine.choose_layout = [&comm](const RunConfig& config, int ranks) {
+          TPF_CHILD_CHECK(comm.rank() == 0, "the chooser ran on another rank");
+          TPF_CHILD_CHECK(ranks == 2 && config.train.grad_accum == 4,
+                          "the chooser got another job or configuration");
+          return TrainLayout{1, 2, 1, false};
+        };
+        const TrainSummary summary = train(comm, mine);
+        TPF_CHILD_CHECK(summary.layout.to_string() == "tp=1,pp=2,dp=1",
+                        "trained at " + summary.layout.to_string());
+      },
+      run_options()));
+
+  const std::vector<RankOutcome> failed = run_ranks(
+      2,
+      [&](Communicator& comm) {
+        TrainOptions mine = options;
+        mine.choose_layout = [](const RunConfig&, int) -> TrainLayout {
+          throw Error(ErrorCode::invalid_argument, "no layout fits (test)");
+        };
+        train(comm, mine);
+      },
+      run_options());
+  ASSERT_EQ(failed.size(), 2u);
+  for (const RankOutcome& outcome : failed) {
+    EXPECT_TRUE(outcome.exited && !outcome.ok()) << outcome.describe();
+    EXPECT_NE(outcome.message.find(outcome.rank == 0 ? "no layout fits (test)"
+                                                     : "rank 0 could not choose a layout"),
+              std::string::npos)
+        << outcome.describe();
+  }
+  // Without a chooser "auto" is refused, not parsed as sizes.
+  const std::vector<RankOutcome> alone = run_ranks(
+      1, [&](Communicator& comm) { train(comm, options); }, run_options());
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_FALSE(alone[0].ok());
+  EXPECT_NE(alone[0].message.find("layout \"auto\" needs TrainOptions::choose_layout"),
+            std::string::npos)
+      << alone[0].describe();
+}
+
 TEST(TrainLayout, ParsesSizesInAnyOrder) {
   const TrainLayout l = parse_train_layout("dp=4,tp=2");
   EXPECT_EQ(l.tp, 2);

@@ -83,6 +83,23 @@ TEST(PlanComputeModel, Fp8AndFusedAttention) {
                  "fp8_peak_tflops");
 }
 
+TEST(PlanComputeModel, Fp32HasItsOwnRateAndFourByteOperands) {
+  AcceleratorSpec gpu = round_gpu();
+  gpu.fp32_peak_tflops = 100;
+  gpu.max_fp32_gemm_efficiency = 0.5;
+  const ComputeModel fp32(gpu, Precision::fp32);
+  EXPECT_DOUBLE_EQ(fp32.gemm_peak(), 100e12);
+  // 8192^3 at 50 TFLOP/s: 22 ms, compute-bound; plus 10 us.
+  EXPECT_NEAR(fp32.gemm_s({8192, 8192, 8192}), 2.0 * 8192 * 8192 * 8192 / 50e12 + 10e-6, 1e-12);
+  // The thin GEMM moves A, B and C at 4 bytes each: 8.59 GFLOPs = 172 us of compute, 270 MB =
+  // 270 us at 1000 GB/s: memory-bound.
+  EXPECT_NEAR(fp32.gemm_s({8192, 8192, 64}),
+              (8192.0 * 64 + 64.0 * 8192 + 8192.0 * 8192) * 4 / 1000e9 + 10e-6, 1e-12);
+  AcceleratorSpec no_fp32 = round_gpu();
+  EXPECT_INVALID(ComputeModel(no_fp32, Precision::fp32), "precision=fp32", "round",
+                 "fp32_peak_tflops");
+}
+
 TEST(PlanModelFamilies, ParametersAndFlopsOfGqaAndSwiGlu) {
   const ModelSpec m = model_preset("llama3-8b");
   const double h = 4096, f = 14336, kv = 1024, v = 128256, l = 32, s = 8192;

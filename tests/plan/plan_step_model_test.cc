@@ -191,7 +191,7 @@ TEST(PlanLayout, RejectsBadKeysAndValuesByName) {
   EXPECT_INVALID(parse_layout("order=tp-tp-pp"), "order=tp-tp-pp");
   EXPECT_INVALID(parse_layout("tp=2,tp=4"), "tp is given twice");
   EXPECT_INVALID(parse_layout("gb=-1"), "gb=-1");
-  EXPECT_INVALID(parse_layout("precision=fp4"), "precision=fp4", "bf16 or fp8");
+  EXPECT_INVALID(parse_layout("precision=fp4"), "precision=fp4", "bf16, fp8 or fp32");
   EXPECT_INVALID(parse_layout("attention=sparse"), "attention=sparse", "flash or materialized");
   EXPECT_INVALID(parse_layout("overlap=tp+ep"), "overlap=tp+ep", "'ep'", "dp_params");
   EXPECT_INVALID(parse_layout("first=0"), "first=0", "at least 1");
@@ -337,6 +337,52 @@ TEST(PlanStepModel, WeightGradientAndOptimizerBytes) {
   expect_relative(zero1.memory.optimizer_gb * 1e9, 12 * params / 8, 1e-9, "optimizer / dp");
   EXPECT_LT(zero1.breakdown.optimizer_s, e.breakdown.optimizer_s);
   EXPECT_DOUBLE_EQ(e.memory.other_gb, 2.0);
+}
+
+// precision=fp32 (how tpf train runs on CPUs): weights, gradients and activations of 4 bytes,
+// plain AdamW's m and v (8 bytes), an optimizer step moving 28 bytes per parameter, GEMMs at the
+// FP32 rate with 4-byte operands, and TP activations of 4 bytes on the wire.
+TEST(PlanStepModel, Fp32KeepsEverythingInFourBytes) {
+  ClusterSpec cluster = cluster_preset("dgx-a100", 8);
+  cluster.gpu.fp32_peak_tflops = 19.5;  // A100's FP32 (non-tensor) peak
+  CollectivePlanner planner(cluster);
+  const ModelSpec m = model_preset("gpt-1.3b");
+  auto run = [&](const std::string& layout) {
+    return estimate_step(m, parse_layout(layout + ",attention=materialized"), planner);
+  };
+  const StepEstimate fp32 = run("tp=2,pp=1,dp=4,mb=4,precision=fp32");
+  const StepEstimate bf16 = run("tp=2,pp=1,dp=4,mb=4,precision=bf16");
+  // The weights and their 4-byte gradients and moments: bf16's weights are half as large, its
+  // gradients as large, its optimizer state (master weights, m, v) 12/8 as large.
+  expect_relative(fp32.memory.weights_gb, 2 * bf16.memory.weights_gb, 1e-12, "weights");
+  expect_relative(fp32.memory.gradients_gb, bf16.memory.gradients_gb, 1e-12, "gradients");
+  expect_relative(fp32.memory.optimizer_gb, bf16.memory.optimizer_gb * 8 / 12, 1e-12,
+                  "optimizer state");
+  expect_relative(fp32.breakdown.optimizer_s, bf16.breakdown.optimizer_s * 28 / 30, 1e-12,
+                  "optimizer step");
+  // Activations double, except the fp32 logits, which are 4 bytes in both (pp = 1: this stage
+  // holds them, b s V / t * 4 bytes).
+  const double logits = 4.0 * m.seq_len * m.vocab / 2 * 4 / 1e9;
+  expect_relative(fp32.memory.activations_gb - logits, 2 * (bf16.memory.activations_gb - logits),
+                  1e-12, "activations");
+  // One TP all-reduce moves s b h activations of 4 bytes.
+  const Layout layout = parse_layout("tp=2,pp=1,dp=4,mb=4");
+  EXPECT_DOUBLE_EQ(fp32.tp_all_reduce.us,
+                   planner
+                       .estimate(coll::Collective::all_reduce, 4.0 * m.seq_len * 4 * m.hidden,
+                                 layout.group_of(ParallelDim::tp))
+                       .us);
+  EXPECT_DOUBLE_EQ(bf16.tp_all_reduce.us,
+                   planner
+                       .estimate(coll::Collective::all_reduce, 2.0 * m.seq_len * 4 * m.hidden,
+                                 layout.group_of(ParallelDim::tp))
+                       .us);
+  // 19.5 TFLOP/s against 312 x 0.869 x the in-training fraction: far slower compute.
+  EXPECT_GT(fp32.breakdown.compute_s, 5 * bf16.breakdown.compute_s);
+  // A cluster without an FP32 rate refuses the precision, naming the field.
+  CollectivePlanner no_fp32(cluster_preset("dgx-a100", 8));
+  EXPECT_TPF_ERROR(estimate_step(m, parse_layout("tp=2,pp=1,dp=4,mb=4,precision=fp32"), no_fp32),
+                   ErrorCode::invalid_argument, "precision=fp32", "fp32_peak_tflops");
 }
 
 TEST(PlanStepModel, MonotoneInTheObviousDirections) {

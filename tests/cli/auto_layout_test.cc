@@ -1,0 +1,145 @@
+// This machine as a planner cluster (cli/host_cluster.h) and the planner's choice for
+// `tpf train --layout auto` (cli/auto_layout.h), against cases computed by hand; `tpf train
+// --layout auto` itself runs in tp_cli_test.cc.
+#include "cli/auto_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <thread>
+
+#include "cli/host_cluster.h"
+#include "model/gpt_config.h"
+#include "plan/layout.h"
+#include "support/expect_tpf_error.h"
+#include "tensor/blas.h"
+
+namespace tpf::cli {
+namespace {
+
+// Round numbers: 2 cores of 100 GFLOP/s, 1 us per GEMM call, 8 GB/s of element-wise work.
+HostRates round_rates() {
+  HostRates r;
+  r.cpu = "round";
+  r.cores = 2;
+  r.memory_gb = 16;
+  r.gemm_gflops = 100;
+  r.gemm_overhead_us = 1;
+  r.elementwise_gbps = 8;
+  return r;
+}
+
+coll::ShmLinkCost round_link() {
+  coll::ShmLinkCost link;
+  link.step_us = 0.5;
+  link.step_us_per_excess_rank = 10;
+  link.copy_gbps = 20;
+  link.reduce_gbps = 40;
+  return link;
+}
+
+TEST(HostCluster, RanksShareTheCoresAndTheLinkPaysForExcessRanks) {
+  // 4 ranks on 2 cores: half a core each; two ranks without a core of their own.
+  const plan::ClusterSpec four = host_cluster(round_rates(), 4, round_link());
+  EXPECT_EQ(four.name, "this-host");
+  EXPECT_EQ(four.total_gpus(), 4);
+  EXPECT_DOUBLE_EQ(four.gpu.fp32_peak_tflops, 0.05);
+  EXPECT_DOUBLE_EQ(four.gpu.peak_tflops, 0.05);
+  EXPECT_DOUBLE_EQ(four.gpu.max_fp32_gemm_efficiency, 1);
+  EXPECT_DOUBLE_EQ(four.gpu.gemm_overhead_us, 2);
+  EXPECT_DOUBLE_EQ(four.gpu.hbm_gbps, 4);
+  EXPECT_DOUBLE_EQ(four.gpu.memory_gb, 4);
+  EXPECT_DOUBLE_EQ(four.scale_up.bandwidth_gbps, 20);
+  EXPECT_DOUBLE_EQ(four.scale_up.latency_us, 0.5 + 2 * 10);
+  // As many ranks as cores, or fewer: a whole core each (one BLAS thread), no excess.
+  for (int ranks : {1, 2}) {
+    const plan::ClusterSpec c = host_cluster(round_rates(), ranks, round_link());
+    EXPECT_EQ(c.total_gpus(), ranks);
+    EXPECT_DOUBLE_EQ(c.gpu.fp32_peak_tflops, 0.1);
+    EXPECT_DOUBLE_EQ(c.gpu.hbm_gbps, 8);
+    EXPECT_DOUBLE_EQ(c.scale_up.latency_us, 0.5);
+  }
+}
+
+TEST(HostCluster, MeasuresThisMachineAndRestoresTheBlasThreads) {
+  set_blas_threads(2);
+  const int before = blas_threads();
+  const HostRates r = measure_host_rates();
+  EXPECT_EQ(blas_threads(), before);
+  EXPECT_EQ(r.cores, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  for (double value : {r.memory_gb, r.gemm_gflops, r.elementwise_gbps}) {
+    EXPECT_TRUE(std::isfinite(value) && value > 0) << value;
+  }
+  EXPECT_TRUE(std::isfinite(r.gemm_overhead_us) && r.gemm_overhead_us >= 0);
+  EXPECT_FALSE(r.cpu.empty());
+}
+
+TEST(AutoLayout, DescribesTheTrainersModelAndLayoutToThePlanner) {
+  RunConfig config = preset_config("small");
+  config.model.layers = 7;
+  config.train.grad_accum = 4;
+  config.train.sequence_parallel = true;
+  const plan::ModelSpec model = planner_model(config);
+  EXPECT_EQ(model.layers, 7);
+  EXPECT_EQ(model.hidden, config.model.width);
+  EXPECT_EQ(model.ffn(), 4 * config.model.width);
+  EXPECT_EQ(model.vocab, 256);
+  EXPECT_EQ(model.global_batch, config.train.batch_size * 4);
+  // The same parameters as the trainer's model, but for the final LayerNorm (2 x width), which
+  // the planner leaves out as Narayanan et al. count.
+  EXPECT_DOUBLE_EQ(model.parameters() + 2 * config.model.width,
+                   static_cast<double>(parameter_count(config.model)));
+
+  // 7 layers over 3 stages: 2, 3, 2 (the trainer's split) as first= and last=.
+  const plan::Layout layout =
+      plan::parse_layout(planner_layout(TrainLayout{2, 3, 1, false}, config));
+  EXPECT_EQ(layout.tp, 2);
+  EXPECT_EQ(layout.pp, 3);
+  EXPECT_EQ(layout.first_stage_layers, 2);
+  EXPECT_EQ(layout.last_stage_layers, 2);
+  EXPECT_EQ(layout.micro_batch, config.train.batch_size);
+  EXPECT_EQ(layout.global_batch, config.train.batch_size * 4);
+  EXPECT_EQ(layout.precision, plan::Precision::fp32);
+  EXPECT_EQ(layout.attention, plan::AttentionKernel::materialized);
+  EXPECT_TRUE(layout.sequence_parallel);
+  EXPECT_TRUE(layout.overlap.dp_grads);
+  EXPECT_FALSE(layout.overlap.tp);
+  EXPECT_EQ(layout.zero, 0);
+  const plan::Layout zero1 = plan::parse_layout(planner_layout(TrainLayout{1, 1, 2, true}, config));
+  EXPECT_EQ(zero1.zero, 1);
+  EXPECT_FALSE(zero1.sequence_parallel);  // tp = 1: nothing to shard over
+}
+
+TEST(AutoLayout, PicksTheFastestLayoutTheTrainerAccepts) {
+  RunConfig config = preset_config("tiny");  // 2 layers, 4 heads
+  config.train.grad_accum = 4;
+  const LayoutChoice choice =
+      choose_train_layout(config, 4, host_cluster(round_rates(), 4, round_link()));
+  // tp x pp x dp = 4: 6 layouts, 3 of them with dp > 1 and so also with ZeRO-1.
+  ASSERT_EQ(choice.candidates.size(), 9u);
+  for (size_t i = 1; i < choice.candidates.size(); ++i) {
+    EXPECT_GE(choice.candidates[i - 1].tokens_per_s, choice.candidates[i].tokens_per_s);
+  }
+  EXPECT_EQ(choice.chosen.to_string(), choice.candidates.front().layout.to_string());
+  EXPECT_GT(choice.candidates.front().tokens_per_s, 0);
+  bool pp4_refused = false;
+  for (const LayoutCandidate& c : choice.candidates) {
+    if (c.layout.pp == 4) {
+      pp4_refused = c.tokens_per_s == 0 && c.summary.find("only 2 layers") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(pp4_refused);
+  EXPECT_NE(choice.explanation.find("--layout auto chose " + choice.chosen.to_string()),
+            std::string::npos)
+      << choice.explanation;
+  EXPECT_NE(choice.explanation.find("this-host"), std::string::npos);
+
+  // 3 ranks: 3 divides neither the heads, the layers nor the micro-batches; every reason listed.
+  EXPECT_TPF_ERROR(choose_train_layout(config, 3, host_cluster(round_rates(), 3, round_link())),
+                   ErrorCode::invalid_argument, "no layout of 3 ranks can run", "tp=3",
+                   "attention heads", "pp=3", "dp=3");
+}
+
+}  // namespace
+}  // namespace tpf::cli
