@@ -85,7 +85,7 @@ std::string planner_layout(const TrainLayout& layout, const RunConfig& config) {
   if (layout.pp > 1) {
     // The trainer's own stage sizes (the first and last may be lighter).
     auto layers_of = [&](int stage) {
-      const StageSpan span = pipeline_stage(config.model, layout.pp, stage);
+      const StageSpan span = pipeline_stage(config.model, layout, stage);
       return std::to_string(span.end_layer - span.first_layer);
     };
     text += ",first=" + layers_of(0) + ",last=" + layers_of(layout.pp - 1);

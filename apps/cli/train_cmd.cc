@@ -168,11 +168,12 @@ void add_train_command(CLI::App& tpf) {
       ->type_name("DIR");
   train
       .add_option("--layout", flags->layout,
-                  "tp=T,pp=P,dp=D[,zero1] with T x P x D = the job's ranks (a missing size\n"
-                  "is 1; default: tp = all ranks): TP innermost, pipeline stages outermost;\n"
-                  "dp splits each step's train.grad_accum micro-batches, pp runs them 1F1B,\n"
-                  "zero1 splits AdamW's moments over the dp replicas; auto: the layout the\n"
-                  "planner predicts fastest on this machine (tpf plan --cluster this-host)")
+                  "tp=T,pp=P,dp=D[,zero1][,first=N][,last=N] with T x P x D = the job's ranks\n"
+                  "(a missing size is 1; default: tp = all ranks): TP innermost, pipeline\n"
+                  "stages outermost; dp splits each step's train.grad_accum micro-batches, pp\n"
+                  "runs them 1F1B, zero1 splits AdamW's moments over the dp replicas, first=\n"
+                  "and last= give the end stages' layers (the others share the rest); auto:\n"
+                  "the layout the planner predicts fastest here (tpf plan --cluster this-host)")
       ->type_name("SIZES");
   train
       .add_option("--trace", flags->trace,

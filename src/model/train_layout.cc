@@ -1,6 +1,8 @@
 #include "model/train_layout.h"
 
+#include <algorithm>
 #include <charconv>
+#include <vector>
 
 #include "tpf/error.h"
 
@@ -25,12 +27,14 @@ int parse_size(const std::string& key, const std::string& value) {
 
 std::string TrainLayout::to_string() const {
   return "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +
-         (zero1 ? ",zero1" : "");
+         (zero1 ? ",zero1" : "") +
+         (first_layers > 0 ? ",first=" + std::to_string(first_layers) : "") +
+         (last_layers > 0 ? ",last=" + std::to_string(last_layers) : "");
 }
 
 TrainLayout parse_train_layout(const std::string& text) {
   TrainLayout layout;
-  bool seen[3] = {false, false, false};
+  bool seen[5] = {false, false, false, false, false};
   size_t at = 0;
   if (text.empty()) bad_layout("empty; give sizes such as tp=2,pp=2,dp=2");
   while (at <= text.size()) {
@@ -44,21 +48,28 @@ TrainLayout parse_train_layout(const std::string& text) {
       layout.zero1 = true;
       continue;
     }
-    int* size = key == "tp"   ? &layout.tp
-                : key == "pp" ? &layout.pp
-                : key == "dp" ? &layout.dp
-                              : nullptr;
+    int* const sizes[5] = {&layout.tp, &layout.pp, &layout.dp, &layout.first_layers,
+                           &layout.last_layers};
+    const char* const keys[5] = {"tp", "pp", "dp", "first", "last"};
+    int* size = nullptr;
+    bool* was_seen = nullptr;
+    for (int i = 0; i < 5; ++i) {
+      if (key == keys[i]) {
+        size = sizes[i];
+        was_seen = &seen[i];
+      }
+    }
     if (size == nullptr) {
       if (key == "vp" || key == "mb" || key == "order" || key == "sp") {
         bad_layout("'" + key + "' is not supported by tpf train yet" +
                    (key == "sp" ? " in --layout; use --sequence-parallel" : ""));
       }
-      bad_layout("'" + part + "' is not tp=N, pp=N, dp=N or zero1 (in '" + text + "')");
+      bad_layout("'" + part + "' is not tp=N, pp=N, dp=N, zero1, first=N or last=N (in '" + text +
+                 "')");
     }
     if (eq == std::string::npos) bad_layout("'" + key + "' needs a size, as in " + key + "=2");
-    bool& was_seen = seen[size == &layout.tp ? 0 : size == &layout.pp ? 1 : 2];
-    if (was_seen) bad_layout("'" + key + "' is given twice in '" + text + "'");
-    was_seen = true;
+    if (*was_seen) bad_layout("'" + key + "' is given twice in '" + text + "'");
+    *was_seen = true;
     *size = parse_size(key, part.substr(eq + 1));
   }
   return layout;
@@ -77,6 +88,32 @@ void check_train_layout(const TrainLayout& l, int world_size, const RunConfig& c
                std::to_string(m.layers) + " layer" + (m.layers == 1 ? "" : "s") +
                "; a stage needs at least one");
   }
+  if ((l.first_layers > 0 || l.last_layers > 0) && l.pp < 2) {
+    bad_layout("first= and last= size the end stages of a pipeline; give pp=2 or more");
+  }
+  if (l.first_layers > 0 || l.last_layers > 0) {
+    // What the end stages leave must give every other stage a layer (and where no stage is
+    // left, be nothing).
+    const int64_t first = l.first_layers, last = l.last_layers;
+    const int64_t ends_given = (first > 0 ? 1 : 0) + (last > 0 ? 1 : 0);
+    const int64_t others = l.pp - ends_given;  // stages sized by the default split
+    const int64_t rest = m.layers - first - last;
+    const std::string given = std::string(first > 0 ? "first=" + std::to_string(first) : "") +
+                              (ends_given == 2 ? " and " : "") +
+                              (last > 0 ? "last=" + std::to_string(last) : "");
+    const std::string model_layers = "the model's " + std::to_string(m.layers) + " layers";
+    if (rest < 0 || (others == 0 && rest != 0)) {
+      bad_layout(given + (ends_given == 1 ? " is " : " add up to ") + std::to_string(first + last) +
+                 " layers" +
+                 (others == 0 ? "; with pp=2 they must add up to " + model_layers
+                              : ", more than " + model_layers));
+    }
+    if (rest < others) {
+      bad_layout(given + " leave" + (ends_given == 1 ? "s " : " ") + std::to_string(rest) + " of " +
+                 model_layers + " for the other " + std::to_string(others) + " stage" +
+                 (others == 1 ? "" : "s") + ", which need at least one each");
+    }
+  }
   if (m.heads % l.tp != 0) {
     bad_layout("tp=" + std::to_string(l.tp) + " does not divide the model's " +
                std::to_string(m.heads) + " attention heads");
@@ -94,18 +131,45 @@ void check_train_layout(const TrainLayout& l, int world_size, const RunConfig& c
   }
 }
 
-StageSpan pipeline_stage(const ModelConfig& model, int stages, int stage) {
-  const int64_t base = model.layers / stages, extra = model.layers % stages;
-  // Stages P-1-extra .. P-2 take one more layer each (the first where extra = P - 1).
-  auto layers_before = [&](int64_t s) {
-    const int64_t first_long = stages - 1 - extra;
-    return s * base + std::max<int64_t>(0, std::min(s, int64_t{stages} - 1) - first_long);
-  };
+namespace {
+
+// The layers of each stage (see pipeline_stage).
+std::vector<int64_t> stage_layer_counts(const ModelConfig& model, const TrainLayout& layout) {
+  const int stages = layout.pp;
+  std::vector<int64_t> counts(stages, 0);
+  if (layout.first_layers > 0) counts.front() = layout.first_layers;
+  if (layout.last_layers > 0) counts.back() = layout.last_layers;
+  // The stages not given share the rest equally; where it does not divide, the extra layers go
+  // one each to the last of them but the last stage, counting back (that one computes the output
+  // layer, so it takes none while another stage can).
+  std::vector<int> open;
+  int64_t rest = model.layers;
+  for (int s = 0; s < stages; ++s) {
+    if (counts[s] == 0) open.push_back(s);
+    rest -= counts[s];
+  }
+  if (open.empty()) return counts;
+  const int64_t n = static_cast<int64_t>(open.size());
+  int64_t extra = rest % n;
+  for (const int s : open) counts[s] = rest / n;
+  for (int64_t i = n - 1; i >= 0 && extra > 0; --i) {
+    if (open[i] == stages - 1 && n > 1) continue;
+    ++counts[open[i]];
+    --extra;
+  }
+  return counts;
+}
+
+}  // namespace
+
+StageSpan pipeline_stage(const ModelConfig& model, const TrainLayout& layout, int stage) {
+  const std::vector<int64_t> counts = stage_layer_counts(model, layout);
   StageSpan span;
-  span.first_layer = layers_before(stage);
-  span.end_layer = stage == stages - 1 ? model.layers : layers_before(stage + 1);
+  span.first_layer = 0;
+  for (int s = 0; s < stage; ++s) span.first_layer += counts[s];
+  span.end_layer = span.first_layer + counts[stage];
   span.first = stage == 0;
-  span.last = stage == stages - 1;
+  span.last = stage == layout.pp - 1;
   return span;
 }
 

@@ -20,25 +20,33 @@ struct TrainLayout {
   int pp = 1;
   int dp = 1;
   bool zero1 = false;  // AdamW's moments split over the DP replicas (zero_optimizer.h)
+  // Layers of the first and the last pipeline stage, as the planner's first= and last= (the
+  // first also embeds, the last computes the output layer and the loss); 0: pipeline_stage's
+  // default split.
+  int first_layers = 0;
+  int last_layers = 0;
   int ranks() const { return tp * pp * dp; }
-  std::string to_string() const;  // "tp=2,pp=2,dp=1", then ",zero1"
+  std::string to_string() const;  // "tp=2,pp=2,dp=1", then ",zero1", ",first=N", ",last=N"
 };
 
 // What `--layout` takes for the planner's choice (TrainOptions::choose_layout).
 inline constexpr const char* kAutoLayout = "auto";
 
-// "tp=2,pp=2,dp=2[,zero1]" (any order; a missing size is 1). Throws tpf::Error naming the bad part.
+// "tp=2,pp=2,dp=2[,zero1][,first=N][,last=N]" (any order; a missing size is 1). Throws tpf::Error
+// naming the bad part.
 TrainLayout parse_train_layout(const std::string& text);
 
 // Throws tpf::Error saying what does not fit: the product of the sizes against the job's ranks,
-// more stages than layers, heads or the vocabulary not divisible by tp, micro-batches not
-// divisible by dp.
+// more stages than layers, end-stage sizes that leave a stage without layers (or are given
+// without a pipeline), heads or the vocabulary not divisible by tp, micro-batches not divisible
+// by dp.
 void check_train_layout(const TrainLayout& layout, int world_size, const RunConfig& config);
 
-// The layers of stage `stage` of `stages`: an equal share each, and where the layers do not divide,
-// one more on each of the last stages but the last (the first embeds and the last computes the
-// output layer and loss, so they get the fewest).
-StageSpan pipeline_stage(const ModelConfig& model, int stages, int stage);
+// The layers of pipeline stage `stage` of layout.pp: first_layers and last_layers on the end
+// stages where given, and the rest an equal share each; where they do not divide, one more on
+// each of the last stages but the last (the first embeds and the last computes the output layer
+// and loss, so by default they get the fewest). A layout check_train_layout accepts.
+StageSpan pipeline_stage(const ModelConfig& model, const TrainLayout& layout, int stage);
 
 // This rank's coordinates in the layout.
 struct LayoutCoords {

@@ -143,7 +143,7 @@ TrainLayout agreed_auto_layout(Communicator& comm, const TrainOptions& options,
         ErrorCode::invalid_argument,
         "layout \"auto\" needs TrainOptions::choose_layout (tpf train gives the planner's)");
   }
-  int32_t sizes[4] = {0, 0, 0, 0};  // tp, pp, dp, zero1; tp = 0: rank 0 failed
+  int32_t sizes[6] = {0, 0, 0, 0, 0, 0};  // tp, pp, dp, zero1, first, last; tp = 0: it failed
   std::exception_ptr failure;
   if (comm.rank() == 0) {
     try {
@@ -152,17 +152,19 @@ TrainLayout agreed_auto_layout(Communicator& comm, const TrainOptions& options,
       sizes[1] = chosen.pp;
       sizes[2] = chosen.dp;
       sizes[3] = chosen.zero1 ? 1 : 0;
+      sizes[4] = chosen.first_layers;
+      sizes[5] = chosen.last_layers;
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  comm.broadcast(sizes, sizes, 4, DType::i32, 0);
+  comm.broadcast(sizes, sizes, 6, DType::i32, 0);
   if (failure) std::rethrow_exception(failure);
   if (sizes[0] == 0) {
     throw Error(ErrorCode::invalid_argument,
                 "--layout auto: rank 0 could not choose a layout (its error says why)");
   }
-  return TrainLayout{sizes[0], sizes[1], sizes[2], sizes[3] != 0};
+  return TrainLayout{sizes[0], sizes[1], sizes[2], sizes[3] != 0, sizes[4], sizes[5]};
 }
 
 }  // namespace
@@ -217,7 +219,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
   check_fits_in_memory(config, layout.tp, layout.pp);
 
   const TextData data(options.data_path, mc.context);
-  Gpt model(mc, tp.rank(), tp.size(), seed, pipeline_stage(mc, layout.pp, groups.stage()));
+  Gpt model(mc, tp.rank(), tp.size(), seed, pipeline_stage(mc, layout, groups.stage()));
   StageOptimizer optimizer(model, tc, groups, layout.zero1);
   if (resuming) optimizer.load(resumed, tp);
   TrainSummary summary;

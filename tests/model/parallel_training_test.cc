@@ -124,6 +124,28 @@ TEST_P(LayoutBand, StaysWithinABandOfOneRank) {
   EXPECT_LT(layout.loss.back(), one.loss.front() - 1.0) << "it learns";
 }
 
+// A 3-layer model split 1 + 2 (last=2) where the default is 2 + 1: the same numbers.
+TEST(ParallelTraining, UserChosenStageSizesTrainTheSameModel) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  TrainOptions one = tiny_options(data, dir / "one", "tp=1");
+  one.config.model.layers = 3;
+  train_ranks(1, one);
+  TrainOptions split = one;
+  split.out_dir = dir / "split";
+  split.layout = "pp=2,last=2";
+  split.on_finish = [](Gpt& model, TrainGroups& groups) {
+    // The first stage holds layer 0 only, the last layers 1 and 2.
+    TPF_CHILD_CHECK(
+        model.stage().end_layer - model.stage().first_layer == (groups.stage() == 0 ? 1 : 2),
+        "stage " + std::to_string(groups.stage()) + " has the wrong layers");
+  };
+  train_ranks(2, split);
+  const double worst = max_difference(read_log(dir / "one").loss, read_log(dir / "split").loss);
+  std::printf("pp=2,last=2 vs one rank: largest loss difference %.3g\n", worst);
+  EXPECT_LE(worst, kLossBand);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     TrainLayouts, LayoutBand,
     ::testing::Values(LayoutCase{"tp=2", 2, false}, LayoutCase{"pp=2", 2, false},
@@ -504,7 +526,7 @@ TEST(TrainLayout, StagesSplitTheLayersWithTheFewestOnTheEnds) {
     std::vector<int64_t> out;
     int64_t next = 0;
     for (int s = 0; s < stages; ++s) {
-      const StageSpan span = pipeline_stage(m, stages, s);
+      const StageSpan span = pipeline_stage(m, TrainLayout{1, stages, 1}, s);
       EXPECT_EQ(span.first_layer, next);
       EXPECT_EQ(span.first, s == 0);
       EXPECT_EQ(span.last, s == stages - 1);
@@ -519,6 +541,54 @@ TEST(TrainLayout, StagesSplitTheLayersWithTheFewestOnTheEnds) {
   EXPECT_EQ(sizes(10, 4), (std::vector<int64_t>{2, 3, 3, 2}));
   EXPECT_EQ(sizes(5, 3), (std::vector<int64_t>{2, 2, 1}));
   EXPECT_EQ(sizes(3, 3), (std::vector<int64_t>{1, 1, 1}));
+}
+
+// first= and last= size the end stages; the stages between share the rest as by default.
+TEST(TrainLayout, EndStageSizesAreTheUsersWhenGiven) {
+  ModelConfig m;
+  m.layers = 10;
+  auto sizes = [&](const std::string& text) {
+    const TrainLayout layout = parse_train_layout(text);
+    std::vector<int64_t> out;
+    int64_t next = 0;
+    for (int s = 0; s < layout.pp; ++s) {
+      const StageSpan span = pipeline_stage(m, layout, s);
+      EXPECT_EQ(span.first_layer, next);
+      EXPECT_EQ(span.last, s == layout.pp - 1);
+      out.push_back(span.end_layer - span.first_layer);
+      next = span.end_layer;
+    }
+    EXPECT_EQ(next, m.layers) << text;
+    return out;
+  };
+  EXPECT_EQ(sizes("pp=4,first=1,last=1"), (std::vector<int64_t>{1, 4, 4, 1}));
+  EXPECT_EQ(sizes("pp=4,first=1"), (std::vector<int64_t>{1, 3, 3, 3}));
+  EXPECT_EQ(sizes("pp=4,last=4"), (std::vector<int64_t>{2, 2, 2, 4}));
+  EXPECT_EQ(sizes("pp=3,first=1,last=2"), (std::vector<int64_t>{1, 7, 2}));
+  EXPECT_EQ(sizes("pp=2,first=7,last=3"), (std::vector<int64_t>{7, 3}));
+  EXPECT_EQ(sizes("pp=3,first=2"), (std::vector<int64_t>{2, 4, 4}));
+  EXPECT_EQ(sizes("pp=3,last=3"), (std::vector<int64_t>{3, 4, 3}));  // 7 over 2: one more on 1
+  EXPECT_EQ(parse_train_layout("last=2,pp=3,first=1").to_string(), "tp=1,pp=3,dp=1,first=1,last=2");
+
+  RunConfig c = preset_config("tiny");
+  c.model.layers = 4;
+  auto check = [&](const std::string& text) {
+    check_train_layout(parse_train_layout(text), parse_train_layout(text).ranks(), c);
+  };
+  check("pp=2,first=1");
+  check("pp=3,first=1,last=1");
+  EXPECT_TPF_ERROR(check("first=2"), ErrorCode::invalid_argument, "give pp=2 or more");
+  EXPECT_TPF_ERROR(check("pp=2,first=1,last=2"), ErrorCode::invalid_argument,
+                   "first=1 and last=2 add up to 3 layers", "with pp=2 they must add up to",
+                   "4 layers");
+  EXPECT_TPF_ERROR(check("pp=3,first=3,last=2"), ErrorCode::invalid_argument,
+                   "add up to 5 layers, more than the model's 4 layers");
+  EXPECT_TPF_ERROR(check("pp=4,last=2"), ErrorCode::invalid_argument,
+                   "last=2 leaves 2 of the model's 4 layers for the other 3 stages");
+  EXPECT_TPF_ERROR(check("pp=2,first=0"), ErrorCode::invalid_argument, "first=0",
+                   "not a size between 1");
+  EXPECT_TPF_ERROR(check("pp=2,first=1,first=1"), ErrorCode::invalid_argument,
+                   "'first' is given twice");
 }
 
 }  // namespace
