@@ -461,8 +461,8 @@ StageTime Estimator::stage_time(int stage) {
   st.compute_f = layers * forward;
   st.compute_b = layers * backward;
   if (last) {
-    // Output layer: logits GEMM bs x V/t x h (vocab-parallel, BF16), never recomputed, and the
-    // fp32 softmax/cross-entropy over the logits.
+    // Output layer: logits GEMM bs x V/t x h (vocab-parallel, BF16 under FP8), never recomputed,
+    // and the fp32 softmax/cross-entropy over the logits.
     const ComputeModel& hp = high_precision_model_;
     const GemmShape logits{d.b * d.s, d.v / d.t, d.h};
     const double logit_bytes = d.b * d.s * d.v / d.t * kLogitBytes;
