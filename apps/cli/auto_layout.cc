@@ -93,31 +93,46 @@ std::string planner_layout(const TrainLayout& layout, const RunConfig& config) {
   return text;
 }
 
+namespace {
+
+LayoutCandidate predict(const TrainLayout& layout, const RunConfig& config, int ranks,
+                        const plan::ModelSpec& model, plan::CollectivePlanner& planner) {
+  LayoutCandidate c;
+  c.layout = layout;
+  try {
+    check_train_layout(layout, ranks, config);
+    const plan::StepEstimate e =
+        plan::estimate_step(model, plan::parse_layout(planner_layout(layout, config)), planner);
+    if (e.fits) {
+      c.tokens_per_s = e.tokens_per_s;
+      c.step_s = e.step_s;
+      c.summary = breakdown_text(e);
+    } else {
+      c.summary = "does not fit in memory";
+    }
+  } catch (const Error& e) {
+    c.summary = e.what();
+    const std::string option = "--layout: ";  // the reader knows which option it is
+    if (c.summary.rfind(option, 0) == 0) c.summary.erase(0, option.size());
+  }
+  return c;
+}
+
+}  // namespace
+
+LayoutCandidate predict_train_layout(const TrainLayout& layout, const RunConfig& config,
+                                     const plan::ClusterSpec& cluster) {
+  plan::CollectivePlanner planner(cluster);
+  return predict(layout, config, layout.ranks(), planner_model(config), planner);
+}
+
 LayoutChoice choose_train_layout(const RunConfig& config, int ranks,
                                  const plan::ClusterSpec& cluster) {
   const plan::ModelSpec model = planner_model(config);
   plan::CollectivePlanner planner(cluster);
   LayoutChoice choice;
   for (const TrainLayout& layout : layouts_of(ranks)) {
-    LayoutCandidate c;
-    c.layout = layout;
-    try {
-      check_train_layout(layout, ranks, config);
-      const plan::StepEstimate e =
-          plan::estimate_step(model, plan::parse_layout(planner_layout(layout, config)), planner);
-      if (e.fits) {
-        c.tokens_per_s = e.tokens_per_s;
-        c.step_s = e.step_s;
-        c.summary = breakdown_text(e);
-      } else {
-        c.summary = "does not fit in memory";
-      }
-    } catch (const Error& e) {
-      c.summary = e.what();
-      const std::string option = "--layout: ";  // said once, in the table's heading
-      if (c.summary.rfind(option, 0) == 0) c.summary.erase(0, option.size());
-    }
-    choice.candidates.push_back(c);
+    choice.candidates.push_back(predict(layout, config, ranks, model, planner));
   }
   std::stable_sort(choice.candidates.begin(), choice.candidates.end(),
                    [](const LayoutCandidate& a, const LayoutCandidate& b) {

@@ -1,5 +1,6 @@
 // `tpf train --layout auto`: the planner's pick among the layouts the trainer can run on this
-// job's ranks, predicted on this machine (host_cluster.h).
+// job's ranks, predicted on this machine (host_cluster.h); `tpf train --predict`: its prediction
+// of the layout the run uses.
 #pragma once
 
 #include <string>
@@ -25,6 +26,11 @@ struct LayoutCandidate {
   double step_s = 0;
   std::string summary;  // the predicted breakdown, or why it cannot run
 };
+
+// The planner's prediction of `layout` (its ranks on `cluster`, one accelerator each), or why the
+// trainer or the planner cannot run it (tokens_per_s 0).
+LayoutCandidate predict_train_layout(const TrainLayout& layout, const RunConfig& config,
+                                     const plan::ClusterSpec& cluster);
 
 struct LayoutChoice {
   TrainLayout chosen;

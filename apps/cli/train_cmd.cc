@@ -37,6 +37,7 @@ struct TrainFlags {
   std::string trace;
   std::optional<std::string> threads;
   bool quiet = false;
+  bool predict = false;
 };
 
 TrainOptions train_options(const TrainFlags& flags) {
@@ -83,12 +84,45 @@ std::function<TrainLayout(const RunConfig&, int)> planner_choice(World& world) {
   };
 }
 
+// --predict: rank 0 prints the planner's prediction of the run's layout on this machine before
+// training. A prediction that fails says so and never stops the run.
+void print_prediction(const RunConfig& config, const TrainLayout& layout) {
+  try {
+    const LayoutCandidate p = predict_train_layout(
+        layout, config, load_cluster_or_host(kHostClusterName, layout.ranks()));
+    if (p.tokens_per_s > 0) {
+      std::printf("tpf train: the planner predicts %.0f tokens/s at %s on %s (%s)\n",
+                  p.tokens_per_s, layout.to_string().c_str(), kHostClusterName, p.summary.c_str());
+    } else {
+      std::printf("tpf train: the planner cannot predict %s: %s\n", layout.to_string().c_str(),
+                  p.summary.c_str());
+    }
+  } catch (const Error& e) {
+    std::printf("tpf train: the planner cannot predict %s: %s\n", layout.to_string().c_str(),
+                e.what());
+  }
+  std::fflush(stdout);
+}
+
 int run_train(const TrainFlags& flags) {
   TrainOptions options = train_options(flags);
   const int threads_asked =
       static_cast<int>(integer_option(flags.threads, "--threads", 0, 1, kMaxBlasThreads));
   World world;
   if (options.layout == kAutoLayout) options.choose_layout = planner_choice(world);
+  if (flags.predict) {
+    const bool one_host = world.local_ranks() == world.comm().size();
+    options.on_layout = [one_host](const RunConfig& config, const TrainLayout& layout) {
+      if (one_host) {
+        print_prediction(config, layout);
+      } else {
+        std::printf(
+            "tpf train: the planner cannot predict %s: this-host describes one machine, "
+            "and this job spans hosts\n",
+            layout.to_string().c_str());
+      }
+    };
+  }
   const int threads = configure_blas_threads(threads_asked, world.local_ranks());
   const TrainSummary summary = train(world.comm(), options);
   if (world.comm().rank() == 0 && !summary.records.empty()) {
@@ -187,6 +221,9 @@ void add_train_command(CLI::App& tpf) {
                   "BLAS threads per rank (default: cores / ranks on this machine)")
       ->type_name("N");
   train.add_flag("--quiet", flags->quiet, "no progress lines");
+  train.add_flag("--predict", flags->predict,
+                 "print the planner's tokens/s and step breakdown for this run's layout on\n"
+                 "this machine before training (tpf plan --cluster this-host)");
   set_action(train, [flags] { return run_train(*flags); });
 }
 

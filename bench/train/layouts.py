@@ -9,10 +9,10 @@ machine hits them alike); each run's rate is the tokens of its steps after the f
 time, from log.jsonl, and the table shows the median over rounds and its ratio to the first case.
 Breakdown columns are rank 0's shares of step time (see src/model/trainer.h).
 
-With --plan, each run is followed by `tpf plan --cluster this-host` for the same model and layout
-(this machine's rates measured anew each time, so both sides of a round see the same spell of the
-shared machine); the table adds the planner's median tokens/s, its error against the measured
-median, and its predicted bubble share.
+With --plan, each run starts with `tpf train --predict`: the planner's prediction of the run's
+model and layout on `--cluster this-host` (this machine's rates measured anew each time, so both
+sides of a round see the same spell of the shared machine); the table adds the planner's median
+tokens/s, its error against the measured median, and its predicted bubble share.
 
 Usage: bench/train/layouts.py --data TEXT [--tpf build/tpf] [--preset small] [--grad-accum 4]
          [--steps 12] [--repeat 3] [--threads 1] [--plan] CASE [CASE ...]
@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -49,7 +50,9 @@ def run(args, case, workdir, index):
     command = [args.tpf, "run", "-n", str(ranks), "--", args.tpf, "train", "--config", config,
                "--layout", layout, "--data", args.data, "--out", out, "--quiet",
                "--threads", str(args.threads)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    if args.plan:
+        command.append("--predict")
+    stdout = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
     with open(os.path.join(out, "log.jsonl")) as f:
         records = [json.loads(line) for line in f][1:]  # the first step touches memory first
     seconds = sum(r["seconds"] for r in records)
@@ -58,35 +61,18 @@ def run(args, case, workdir, index):
     result = {"tokens_per_s": tokens / seconds, "tp": share("tp_comm_seconds"),
               "pp": share("pp_wait_seconds"), "dp": share("dp_comm_seconds")}
     if args.plan:
-        result.update(predict(args, layout, out, workdir, index))
+        result.update(prediction(stdout))
     return result
 
 
-def predict(args, layout, out, workdir, index):
-    """The planner's tokens/s and bubble share for the run in `out` (its config.json)."""
-    with open(os.path.join(out, "config.json")) as f:
-        config = json.load(f)
-    model, train = config["model"], config["train"]
-    model_file = os.path.join(workdir, f"model-{index}.yaml")
-    with open(model_file, "w") as f:  # the trainer's GPT-2-style byte-level model
-        f.write(f"name: tpf-train\nlayers: {model['layers']}\nhidden: {model['width']}\n"
-                f"heads: {model['heads']}\nseq_len: {model['context']}\nvocab: {model['vocab']}\n"
-                f"global_batch: {train['batch_size'] * train['grad_accum']}\nmlp: gelu\n"
-                "norm: layernorm\nbiases: true\npositions: learned\ntied_embeddings: true\n")
-    sizes = [part for part in layout.split(",") if "=" in part]
-    overlap = ["dp_grads"] if train.get("dp_comm_overlap", True) else []
-    if train.get("tp_comm_overlap", False):
-        overlap.append("tp")
-    plan_layout = ",".join(sizes + [
-        f"mb={train['batch_size']}", f"gb={train['batch_size'] * train['grad_accum']}",
-        "precision=fp32", "attention=materialized", "overlap=" + ("+".join(overlap) or "none"),
-        f"zero={1 if 'zero1' in layout.split(',') else 0}"])
-    text = subprocess.run([args.tpf, "plan", "--cluster", "this-host", "--model", model_file,
-                           "--layout", plan_layout, "--json"],
-                          check=True, capture_output=True, text=True).stdout
-    estimate = json.loads(text)["estimate"]
-    return {"planned_tokens_per_s": estimate["tokens_per_s"],
-            "planned_bubble": estimate["breakdown"]["pp_bubble_s"] / estimate["step_s"]}
+def prediction(stdout):
+    """The planner's tokens/s and bubble share from `tpf train --predict`'s line."""
+    line = re.search(r"the planner predicts (\d+) tokens/s at \S+ on this-host \((.*)\)", stdout)
+    if not line:
+        sys.exit("tpf train --predict printed no prediction:\n" + stdout)
+    bubble = re.search(r"PP bubble (\d+)%", line.group(2))
+    return {"planned_tokens_per_s": float(line.group(1)),
+            "planned_bubble": float(bubble.group(1)) / 100 if bubble else 0.0}
 
 
 def main():
@@ -99,7 +85,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--plan", action="store_true",
-                        help="predict each run with tpf plan --cluster this-host")
+                        help="the planner's prediction of each run (tpf train --predict)")
     parser.add_argument("cases", nargs="+")
     args = parser.parse_args()
     results = {case: [] for case in args.cases}

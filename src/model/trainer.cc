@@ -195,6 +195,7 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     layout = parse_train_layout(options.layout);
   }
   check_train_layout(layout, comm.size(), config);
+  if (comm.rank() == 0 && options.on_layout) options.on_layout(config, layout);
   // TP innermost, then DP, pipeline stages outermost (train_layout.h).
   DeviceMesh mesh(comm, {{"pp", layout.pp}, {"dp", layout.dp}, {"tp", layout.tp}});
   TrainGroups groups{TpGroup{&mesh.group("tp")}, &mesh.group("pp"), &mesh.group("dp")};

@@ -31,6 +31,9 @@ struct TrainOptions {
   // For layout "auto": called on rank 0 with the run's configuration (a resumed one included)
   // and the job's ranks; every rank trains at its answer. Its exception fails every rank.
   std::function<TrainLayout(const RunConfig&, int ranks)> choose_layout;
+  // Called on rank 0 once the layout is known and checked, before the model is built (tpf train
+  // --predict prints the planner's prediction of it).
+  std::function<void(const RunConfig&, const TrainLayout&)> on_layout;
   std::string trace_path;  // non-empty: every rank's spans in one Chrome trace file (trace_file.h)
   bool progress = true;    // rank 0 prints a progress line every log_every steps
   // Called on every rank after the last step, with this rank's part of the model and its groups

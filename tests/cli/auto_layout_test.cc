@@ -135,6 +135,14 @@ TEST(AutoLayout, PicksTheFastestLayoutTheTrainerAccepts) {
       << choice.explanation;
   EXPECT_NE(choice.explanation.find("this-host"), std::string::npos);
 
+  // tpf train --predict's prediction of one layout is the ranking's.
+  for (const LayoutCandidate& c : choice.candidates) {
+    const LayoutCandidate alone =
+        predict_train_layout(c.layout, config, host_cluster(round_rates(), 4, round_link()));
+    EXPECT_EQ(alone.tokens_per_s, c.tokens_per_s) << c.layout.to_string();
+    EXPECT_EQ(alone.summary, c.summary);
+  }
+
   // 3 ranks: 3 divides neither the heads, the layers nor the micro-batches; every reason listed.
   EXPECT_TPF_ERROR(choose_train_layout(config, 3, host_cluster(round_rates(), 3, round_link())),
                    ErrorCode::invalid_argument, "no layout of 3 ranks can run", "tp=3",

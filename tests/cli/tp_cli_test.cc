@@ -106,6 +106,19 @@ TEST(ModelCommands, TrainAtTheLayoutThePlannerChooses) {
       << trained.out;
 }
 
+// --predict: the planner's prediction of the run's own layout, before it trains.
+TEST(ModelCommands, TrainPrintsThePlannersPredictionOfItsLayout) {
+  ScratchDir dir;
+  const std::string text = write_training_text(dir / "text.txt");
+  const Outcome trained = tpf_on(2, {"train", "--preset", "tiny", "--layout", "pp=2", "--data",
+                                     text, "--steps", "2", "--quiet", "--predict"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  EXPECT_TRUE(contains(trained.out, "tpf train: the planner predicts ")) << trained.out;
+  EXPECT_TRUE(contains(trained.out, " tokens/s at tp=1,pp=2,dp=1 on this-host (compute "))
+      << trained.out;
+  EXPECT_TRUE(contains(trained.out, "PP bubble")) << trained.out;
+}
+
 TEST(ModelCommands, BadInputGetsAClearMessage) {
   ScratchDir dir;
   const std::string text = write_training_text(dir / "text.txt", 5000);
