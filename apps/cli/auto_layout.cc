@@ -1,21 +1,15 @@
 #include "cli/auto_layout.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "plan/collective_planner.h"
 #include "plan/layout.h"
 #include "plan/step_model.h"
+#include "plan/text_format.h"
 #include "tpf/error.h"
 
 namespace tpf::cli {
 namespace {
-
-std::string percent(double part, double whole) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.0f%%", 100.0 * part / whole);
-  return text;
-}
 
 // "compute 71%, TP 3%, bubble 20%, ...": the parts of the predicted step that are not zero.
 std::string breakdown_text(const plan::StepEstimate& e) {
@@ -23,7 +17,8 @@ std::string breakdown_text(const plan::StepEstimate& e) {
   for (const plan::BreakdownPart& part : plan::kBreakdownParts) {
     const double seconds = e.breakdown.*part.seconds;
     if (seconds <= 0.005 * e.step_s) continue;
-    text += (text.empty() ? "" : ", ") + std::string(part.name) + " " + percent(seconds, e.step_s);
+    text += plan::format("%s%s %.0f%%", text.empty() ? "" : ", ", part.name,
+                         100.0 * seconds / e.step_s);
   }
   return text;
 }
@@ -140,16 +135,10 @@ LayoutChoice choose_train_layout(const RunConfig& config, int ranks,
                    });
   std::string table;
   for (const LayoutCandidate& c : choice.candidates) {
-    char line[96];
-    std::snprintf(line, sizeof line, "  %-22s ", c.layout.to_string().c_str());
-    table += line;
-    if (c.tokens_per_s > 0) {
-      std::snprintf(line, sizeof line, "%9.0f tokens/s  ", c.tokens_per_s);
-      table += line;
-    } else {
-      table += "cannot run: ";
-    }
-    table += c.summary + "\n";
+    table += plan::format("  %-22s ", c.layout.to_string().c_str()) +
+             (c.tokens_per_s > 0 ? plan::format("%9.0f tokens/s  ", c.tokens_per_s)
+                                 : std::string("cannot run: ")) +
+             c.summary + "\n";
   }
   const LayoutCandidate& best = choice.candidates.front();
   if (best.tokens_per_s <= 0) {
@@ -158,13 +147,13 @@ LayoutChoice choose_train_layout(const RunConfig& config, int ranks,
         "--layout auto: no layout of " + std::to_string(ranks) + " ranks can run:\n" + table);
   }
   choice.chosen = best.layout;
-  char head[160];
-  std::snprintf(head, sizeof head,
-                "--layout auto chose %s: predicted %.0f tokens/s, the fastest of %zu layouts on "
-                "%s (%s)\n",
-                best.layout.to_string().c_str(), best.tokens_per_s, choice.candidates.size(),
-                cluster.name.c_str(), best.summary.c_str());
-  choice.explanation = head + table;
+  choice.explanation =
+      plan::format(
+          "--layout auto chose %s: predicted %.0f tokens/s, the fastest of %zu layouts "
+          "on %s (%s)\n",
+          best.layout.to_string().c_str(), best.tokens_per_s, choice.candidates.size(),
+          cluster.name.c_str(), best.summary.c_str()) +
+      table;
   return choice;
 }
 

@@ -106,9 +106,12 @@ plan::ClusterSpec host_cluster(const HostRates& rates, int ranks, const coll::Sh
   g.attention_efficiency = 1;  // unused: the trainer materializes attention
   g.memory_gb = rates.memory_gb / ranks;
   g.hbm_gbps = rates.elementwise_gbps * share;
+  // The fabric's own link class for these ranks: its step (with the excess ranks' cost) and the
+  // rate of copies through its slots.
+  const coll::LinkClass shm = link.link_class(ranks, excess);
   c.scale_up.name = "shared memory";
-  c.scale_up.bandwidth_gbps = link.copy_gbps;
-  c.scale_up.latency_us = link.step_us + link.step_us_per_excess_rank * excess;
+  c.scale_up.bandwidth_gbps = shm.stage_gbps;
+  c.scale_up.latency_us = shm.alpha_us;
   c.scale_up.efficiency = 1;  // the copy rate is measured
   plan::validate(c);
   return c;
@@ -118,9 +121,12 @@ plan::ClusterSpec load_cluster_or_host(const std::string& name_or_path, int gpus
   if (name_or_path != kHostClusterName || plan::is_cluster_file(name_or_path)) {
     return plan::load_cluster(name_or_path, gpus);
   }
-  const HostRates rates = measure_host_rates();
-  return host_cluster(rates, gpus > 0 ? gpus : rates.cores,
-                      detail::resolve_comm_settings().tuning.link_cost);
+  const detail::CommSettings settings = detail::resolve_comm_settings();
+  HostRates rates = measure_host_rates();
+  // The cores the job may use as the fabric counts them (TPF_CPUS under tpf run), so that the
+  // excess ranks here are the ones its cost model charges for.
+  rates.cores = settings.job_cpus;
+  return host_cluster(rates, gpus > 0 ? gpus : rates.cores, settings.tuning.link_cost);
 }
 
 }  // namespace tpf::cli

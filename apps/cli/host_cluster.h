@@ -16,8 +16,8 @@ inline constexpr const char* kHostClusterName = "this-host";
 
 // What one core of this machine does, measured by measure_host_rates().
 struct HostRates {
-  std::string cpu;              // OpenBLAS's kernel family, e.g. "Zen"
-  int cores = 1;                // the machine's hardware threads
+  std::string cpu;  // OpenBLAS's kernel family, e.g. "Zen"
+  int cores = 1;    // the machine's hardware threads (load_cluster_or_host: the job's, TPF_CPUS)
   double memory_gb = 1;         // physical memory, 1e9 bytes
   double gemm_gflops = 1;       // fp32 GEMM of a large square shape, one thread
   double gemm_overhead_us = 0;  // the fixed cost of one small GEMM call

@@ -66,15 +66,19 @@ std::string preset_list() {
   return list;
 }
 
+// Why the planner cannot speak for this job, or empty: this-host describes one machine.
+std::string host_mismatch(World& world) {
+  if (world.local_ranks() == world.comm().size()) return "";
+  return "this-host describes one machine, and this job spans hosts";
+}
+
 // The planner's choice for --layout auto, predicted on this machine (auto_layout.h); rank 0
 // prints the choice and the alternatives.
 std::function<TrainLayout(const RunConfig&, int)> planner_choice(World& world) {
-  const bool one_host = world.local_ranks() == world.comm().size();
-  return [one_host](const RunConfig& config, int ranks) {
-    if (!one_host) {
+  return [mismatch = host_mismatch(world)](const RunConfig& config, int ranks) {
+    if (!mismatch.empty()) {
       throw Error(ErrorCode::invalid_argument,
-                  "--layout auto plans the ranks of one machine (--cluster this-host); this job "
-                  "spans hosts: give --layout");
+                  "--layout auto plans the ranks of one machine: " + mismatch + "; give --layout");
     }
     const LayoutChoice choice =
         choose_train_layout(config, ranks, load_cluster_or_host(kHostClusterName, ranks));
@@ -86,7 +90,13 @@ std::function<TrainLayout(const RunConfig&, int)> planner_choice(World& world) {
 
 // --predict: rank 0 prints the planner's prediction of the run's layout on this machine before
 // training. A prediction that fails says so and never stops the run.
-void print_prediction(const RunConfig& config, const TrainLayout& layout) {
+void print_prediction(const std::string& mismatch, const RunConfig& config,
+                      const TrainLayout& layout) {
+  if (!mismatch.empty()) {
+    std::printf("tpf train: the planner cannot predict %s: %s\n", layout.to_string().c_str(),
+                mismatch.c_str());
+    return;
+  }
   try {
     const LayoutCandidate p = predict_train_layout(
         layout, config, load_cluster_or_host(kHostClusterName, layout.ranks()));
@@ -111,16 +121,9 @@ int run_train(const TrainFlags& flags) {
   World world;
   if (options.layout == kAutoLayout) options.choose_layout = planner_choice(world);
   if (flags.predict) {
-    const bool one_host = world.local_ranks() == world.comm().size();
-    options.on_layout = [one_host](const RunConfig& config, const TrainLayout& layout) {
-      if (one_host) {
-        print_prediction(config, layout);
-      } else {
-        std::printf(
-            "tpf train: the planner cannot predict %s: this-host describes one machine, "
-            "and this job spans hosts\n",
-            layout.to_string().c_str());
-      }
+    options.on_layout = [mismatch = host_mismatch(world)](const RunConfig& config,
+                                                          const TrainLayout& layout) {
+      print_prediction(mismatch, config, layout);
     };
   }
   const int threads = configure_blas_threads(threads_asked, world.local_ranks());
