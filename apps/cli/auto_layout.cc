@@ -23,18 +23,23 @@ std::string breakdown_text(const plan::StepEstimate& e) {
   return text;
 }
 
-// Every tp x pp x dp of `ranks`, with and without ZeRO-1 where dp > 1.
-std::vector<TrainLayout> layouts_of(int ranks) {
+// Every tp x pp x dp of `ranks`, with and without ZeRO-1 where dp > 1, and interleaved with
+// each vp whose pp x vp chunks divide the model's `layers` equally.
+std::vector<TrainLayout> layouts_of(int ranks, int64_t layers) {
   std::vector<TrainLayout> all;
   for (int tp = 1; tp <= ranks; ++tp) {
     if (ranks % tp != 0) continue;
     for (int pp = 1; pp <= ranks / tp; ++pp) {
       if ((ranks / tp) % pp != 0) continue;
-      TrainLayout layout{tp, pp, ranks / tp / pp, false};
-      all.push_back(layout);
-      if (layout.dp > 1) {
-        layout.zero1 = true;
+      for (int vp = 1; vp == 1 || (pp > 1 && pp * vp <= layers); ++vp) {
+        if (vp > 1 && layers % (pp * vp) != 0) continue;
+        TrainLayout layout{tp, pp, ranks / tp / pp, false};
+        layout.vp = vp;
         all.push_back(layout);
+        if (layout.dp > 1) {
+          layout.zero1 = true;
+          all.push_back(layout);
+        }
       }
     }
   }
@@ -77,7 +82,9 @@ std::string planner_layout(const TrainLayout& layout, const RunConfig& config) {
   if (t.dp_comm_overlap) overlap = "dp_grads";
   if (t.tp_comm_overlap) overlap += std::string(overlap.empty() ? "" : "+") + "tp";
   text += ",overlap=" + (overlap.empty() ? std::string("none") : overlap);
-  if (layout.pp > 1) {
+  if (layout.vp > 1) {
+    text += ",vp=" + std::to_string(layout.vp);  // equal chunks, as the trainer's
+  } else if (layout.pp > 1) {
     // The trainer's own stage sizes (the first and last may be lighter).
     auto layers_of = [&](int stage) {
       const StageSpan span = pipeline_stage(config.model, layout, stage);
@@ -126,7 +133,7 @@ LayoutChoice choose_train_layout(const RunConfig& config, int ranks,
   const plan::ModelSpec model = planner_model(config);
   plan::CollectivePlanner planner(cluster);
   LayoutChoice choice;
-  for (const TrainLayout& layout : layouts_of(ranks)) {
+  for (const TrainLayout& layout : layouts_of(ranks, config.model.layers)) {
     choice.candidates.push_back(predict(layout, config, ranks, model, planner));
   }
   std::stable_sort(choice.candidates.begin(), choice.candidates.end(),
@@ -135,7 +142,7 @@ LayoutChoice choose_train_layout(const RunConfig& config, int ranks,
                    });
   std::string table;
   for (const LayoutCandidate& c : choice.candidates) {
-    table += plan::format("  %-22s ", c.layout.to_string().c_str()) +
+    table += plan::format("  %-26s ", c.layout.to_string().c_str()) +
              (c.tokens_per_s > 0 ? plan::format("%9.0f tokens/s  ", c.tokens_per_s)
                                  : std::string("cannot run: ")) +
              c.summary + "\n";

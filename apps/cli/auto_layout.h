@@ -34,8 +34,9 @@ LayoutCandidate predict_train_layout(const TrainLayout& layout, const RunConfig&
 
 struct LayoutChoice {
   TrainLayout chosen;
-  std::vector<LayoutCandidate> candidates;  // every tp x pp x dp (x zero1) of the ranks, best first
-  std::string explanation;                  // what rank 0 prints
+  std::vector<LayoutCandidate>
+      candidates;           // every tp x pp x dp (x vp, zero1) of the ranks, best first
+  std::string explanation;  // what rank 0 prints
 };
 
 // Predicts every layout of `ranks` ranks on `cluster` (one accelerator per rank) and picks the

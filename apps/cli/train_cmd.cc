@@ -140,12 +140,13 @@ int run_train(const TrainFlags& flags) {
                                     : "");
     if (summary.layout.ranks() > 1) {
       const TrainLayout& l = summary.layout;
+      const double theory = interleaved_bubble(l.pp, l.vp, summary.micro_batches);
       const std::string bubble =
-          l.pp > 1 ? " (1F1B's bubble in theory: " +
-                         std::to_string(static_cast<int>(
-                             100.0 * one_forward_one_backward_bubble(l.pp, summary.micro_batches) +
-                             0.5)) +
-                         "% at " + std::to_string(summary.micro_batches) + " micro-batches)"
+          l.pp > 1 ? std::string(" (") + (l.vp > 1 ? "interleaved 1F1B" : "1F1B") +
+                         "'s bubble in theory: " +
+                         std::to_string(static_cast<int>(100.0 * theory + 0.5)) + "% at " +
+                         std::to_string(summary.micro_batches) + " micro-batches" +
+                         (l.vp > 1 ? " x " + std::to_string(l.vp) + " chunks" : "") + ")"
                    : "";
       std::printf(
           "tpf train: rank 0's step time: %.1f%% in TP collectives, %.1f%% waiting for other "
@@ -205,12 +206,14 @@ void add_train_command(CLI::App& tpf) {
       ->type_name("DIR");
   train
       .add_option("--layout", flags->layout,
-                  "tp=T,pp=P,dp=D[,zero1][,first=N][,last=N] with T x P x D = the job's ranks\n"
-                  "(a missing size is 1; default: tp = all ranks): TP innermost, pipeline\n"
-                  "stages outermost; dp splits each step's train.grad_accum micro-batches, pp\n"
-                  "runs them 1F1B, zero1 splits AdamW's moments over the dp replicas, first=\n"
-                  "and last= give the end stages' layers (the others share the rest); auto:\n"
-                  "the layout the planner predicts fastest here (tpf plan --cluster this-host)")
+                  "tp=T,pp=P,dp=D[,vp=V][,zero1][,first=N][,last=N] with T x P x D = the\n"
+                  "job's ranks (a missing size is 1; default: tp = all ranks): TP innermost,\n"
+                  "pipeline stages outermost; dp splits each step's train.grad_accum\n"
+                  "micro-batches, pp runs them 1F1B, vp splits each stage into V chunks of\n"
+                  "layers run interleaved (a V times smaller bubble for V times the pipeline\n"
+                  "traffic), zero1 splits AdamW's moments over the dp replicas, first= and\n"
+                  "last= give the end stages' layers (the others share the rest); auto: the\n"
+                  "layout the planner predicts fastest here (tpf plan --cluster this-host)")
       ->type_name("SIZES");
   train
       .add_option("--trace", flags->trace,

@@ -3,7 +3,7 @@
 
 Each case is a layout with optional config overrides, LAYOUT[:key=value[,key=value]] (train keys
 bare or as train.KEY, model keys as model.KEY), e.g.
-  tp=2   pp=2   dp=2,zero1   tp=2:tp_comm_overlap=false   pp=4:model.layers=16
+  tp=2   pp=2   dp=2,zero1   pp=2,vp=2   tp=2:tp_comm_overlap=false   pp=4:model.layers=16
 The cases run one after another, --repeat rounds (alternating, so that a slow spell of a shared
 machine hits them alike); each run's rate is the tokens of its steps after the first over their
 time, from log.jsonl, and the table shows the median over rounds and its ratio to the first case.
@@ -35,7 +35,8 @@ def parse_case(text):
         key, _, value = item.partition("=")
         section, _, name = key.rpartition(".")
         sections[section or "train"][name] = json.loads(value)
-    ranks = math.prod(int(part.split("=")[1]) for part in layout.split(",") if "=" in part)
+    ranks = math.prod(int(part.split("=")[1]) for part in layout.split(",")
+                      if part.split("=")[0] in ("tp", "pp", "dp"))
     return layout, sections, ranks
 
 

@@ -120,13 +120,24 @@ namespace {
 StageSpan resolved(const StageSpan& span, int64_t layers) {
   StageSpan s = span;
   if (s.end_layer < 0) s.end_layer = layers;
-  if (s.first_layer < 0 || s.first_layer >= s.end_layer || s.end_layer > layers) {
-    throw Error(ErrorCode::invalid_argument, "GPT stage: layers [" + std::to_string(s.first_layer) +
-                                                 ", " + std::to_string(s.end_layer) +
-                                                 ") are not a non-empty range of the model's " +
-                                                 std::to_string(layers) + " layers");
+  if (s.chunks < 1 || (s.chunks > 1 && s.chunk_stride < s.layers_per_chunk())) {
+    throw Error(ErrorCode::invalid_argument,
+                "GPT stage: " + std::to_string(s.chunks) + " chunks of " +
+                    std::to_string(s.layers_per_chunk()) + " layers " +
+                    std::to_string(s.chunk_stride) + " apart overlap or are none");
   }
-  if (s.first != (s.first_layer == 0) || s.last != (s.end_layer == layers)) {
+  const int64_t end_of_last_chunk = s.end_layer + (s.chunks - 1) * s.chunk_stride;
+  if (s.first_layer < 0 || s.first_layer >= s.end_layer || end_of_last_chunk > layers) {
+    throw Error(ErrorCode::invalid_argument,
+                "GPT stage: layers [" + std::to_string(s.first_layer) + ", " +
+                    std::to_string(s.end_layer) + ")" +
+                    (s.chunks > 1 ? " and " + std::to_string(s.chunks - 1) + " more chunks " +
+                                        std::to_string(s.chunk_stride) + " layers apart"
+                                  : "") +
+                    " are not non-empty ranges of the model's " + std::to_string(layers) +
+                    " layers");
+  }
+  if (s.first != (s.first_layer == 0) || s.last != (end_of_last_chunk == layers)) {
     throw Error(
         ErrorCode::invalid_argument,
         "GPT stage: the first stage must start at layer 0 and the last end at the last layer");
@@ -146,8 +157,11 @@ Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed, Sta
   wpe_.init = Init::normal;
   wpe_.init_std = kPositionInitStd;
   wpe_.weight_decay = true;
-  for (int64_t i = stage_.first_layer; i < stage_.end_layer; ++i) {
-    blocks_.push_back(std::make_unique<GptBlock>(config, i, tp_size));
+  for (int c = 0; c < stage_.chunks; ++c) {
+    const int64_t offset = c * stage_.chunk_stride;
+    for (int64_t i = stage_.first_layer; i < stage_.end_layer; ++i) {
+      blocks_.push_back(std::make_unique<GptBlock>(config, i + offset, tp_size));
+    }
   }
   // The global parameter order (gpt_parameter_shapes), restricted to the stage; the last stage's
   // tied copy goes last.
@@ -170,20 +184,35 @@ Gpt::Gpt(const ModelConfig& config, int tp_rank, int tp_size, uint64_t seed, Sta
   }
 }
 
-Gpt::Activations Gpt::stash_activations() {
-  Activations a{batch_, seq_, first_row_, dropout_key_, embed_key_, wte_.take_saved(), {}};
-  for (auto& block : blocks_) a.blocks.push_back(block->take_saved());
+std::pair<size_t, size_t> Gpt::chunk_blocks(int chunk) const {
+  if (chunk < 0 || chunk >= stage_.chunks) {
+    throw Error(ErrorCode::invalid_argument, "GPT: chunk " + std::to_string(chunk) +
+                                                 " of a stage with " +
+                                                 std::to_string(stage_.chunks) + " chunks");
+  }
+  const auto n = static_cast<size_t>(stage_.layers_per_chunk());
+  return {static_cast<size_t>(chunk) * n, static_cast<size_t>(chunk + 1) * n};
+}
+
+Gpt::Activations Gpt::stash_activations(int chunk) {
+  Activations a{batch_, seq_, first_row_, dropout_key_, embed_key_, {}, {}};
+  if (chunk == 0) a.embedding = wte_.take_saved();
+  const auto [begin, end] = chunk_blocks(chunk);
+  for (size_t i = begin; i < end; ++i) a.blocks.push_back(blocks_[i]->take_saved());
   return a;
 }
 
-void Gpt::restore_activations(Activations a) {
+void Gpt::restore_activations(Activations a, int chunk) {
   batch_ = a.batch;
   seq_ = a.seq;
-  first_row_ = a.first_row;
   dropout_key_ = a.dropout_key;
-  embed_key_ = a.embed_key;
-  wte_.restore_saved(std::move(a.embedding));
-  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->restore_saved(std::move(a.blocks[i]));
+  if (chunk == 0) {
+    first_row_ = a.first_row;
+    embed_key_ = a.embed_key;
+    wte_.restore_saved(std::move(a.embedding));
+  }
+  const auto [begin, end] = chunk_blocks(chunk);
+  for (size_t i = begin; i < end; ++i) blocks_[i]->restore_saved(std::move(a.blocks[i - begin]));
 }
 
 Parameter* Gpt::tied_embedding_copy() {
@@ -263,8 +292,9 @@ ParallelTensor Gpt::embed(TpGroup& tp, const std::vector<int32_t>& inputs) {
   return x;
 }
 
-ParallelTensor Gpt::forward_blocks(TpGroup& tp, ParallelTensor x) {
-  for (auto& block : blocks_) x = block->forward(tp, x, batch_, seq_, dropout_key_);
+ParallelTensor Gpt::forward_blocks(TpGroup& tp, ParallelTensor x, int chunk) {
+  const auto [begin, end] = chunk_blocks(chunk);
+  for (size_t i = begin; i < end; ++i) x = blocks_[i]->forward(tp, x, batch_, seq_, dropout_key_);
   return x;
 }
 
@@ -288,8 +318,10 @@ ParallelTensor Gpt::backward_head(TpGroup& tp, const GradientsReady& ready) {
   return dx;
 }
 
-ParallelTensor Gpt::backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready) {
-  for (size_t i = blocks_.size(); i-- > 0;) {
+ParallelTensor Gpt::backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready,
+                                    int chunk) {
+  const auto [begin, end] = chunk_blocks(chunk);
+  for (size_t i = end; i-- > begin;) {
     dy = blocks_[i]->backward(tp, dy);
     if (ready) {
       std::vector<Parameter*> done;

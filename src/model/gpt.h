@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/gpt_config.h"
@@ -65,11 +66,18 @@ class GptBlock {
 // The output layer is tied to the token embedding, so a last stage that is not also the first keeps
 // its own copy of it; the two copies' gradients are summed before every update (as Megatron-LM's
 // embedding group does), which keeps them identical.
+//
+// With interleaved pipeline stages a rank holds `chunks` such ranges of layers, chunk c being
+// [first_layer + c chunk_stride, end_layer + c chunk_stride): the embedding goes with chunk 0 of
+// the first stage, the output layer with the last chunk of the last.
 struct StageSpan {
   int64_t first_layer = 0;
   int64_t end_layer = -1;  // -1: the model's last layer
   bool first = true;
   bool last = true;
+  int chunks = 1;
+  int64_t chunk_stride = 0;  // layers from one chunk's start to the next's
+  int64_t layers_per_chunk() const { return end_layer - first_layer; }
 };
 
 class Gpt {
@@ -92,7 +100,8 @@ class Gpt {
   // first. Activations between stages are this rank's [rows, width] slice.
   void begin(int64_t batch, int64_t seq, RngKey dropout_key);
   ParallelTensor embed(TpGroup& tp, const std::vector<int32_t>& inputs);
-  ParallelTensor forward_blocks(TpGroup& tp, ParallelTensor x);
+  // `chunk`: which of the stage's chunks of layers (StageSpan) the pass goes through.
+  ParallelTensor forward_blocks(TpGroup& tp, ParallelTensor x, int chunk = 0);
   double forward_head(TpGroup& tp, const ParallelTensor& x, const std::vector<int32_t>& targets,
                       double loss_scale, Tensor* logits_out = nullptr);
   // `ready`, if given, is called with each group of parameters as the pass finishes their
@@ -100,21 +109,23 @@ class Gpt {
   // start while the pass goes on.
   using GradientsReady = std::function<void(const std::vector<Parameter*>&)>;
   ParallelTensor backward_head(TpGroup& tp, const GradientsReady& ready = {});
-  ParallelTensor backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready = {});
+  ParallelTensor backward_blocks(TpGroup& tp, ParallelTensor dy, const GradientsReady& ready = {},
+                                 int chunk = 0);
   void backward_embedding(TpGroup& tp, const ParallelTensor& dx, const GradientsReady& ready = {});
 
   // Everything the stage's forward pass of a micro-batch saved for its backward pass (its blocks
-  // and embedding; not the output layer, whose backward on the last stage always follows its
-  // forward at once), moved out so that the forwards of later micro-batches can run before this
-  // one's backward, and moved back in before it (1F1B, model/parallel_step.h).
+  // and embedding; not the output layer, whose backward run_pipeline runs right after its
+  // forward), moved out so that the forwards of later micro-batches can run before this one's
+  // backward, and moved back in before it (1F1B, model/parallel_step.h). Per chunk of layers:
+  // the embedding's part goes with chunk 0.
   struct Activations {
     int64_t batch = 0, seq = 0, first_row = 0;
     RngKey dropout_key, embed_key;
     VocabParallelEmbedding::Saved embedding;
     std::vector<GptBlock::Saved> blocks;
   };
-  Activations stash_activations();
-  void restore_activations(Activations a);
+  Activations stash_activations(int chunk = 0);
+  void restore_activations(Activations a, int chunk = 0);
 
   const StageSpan& stage() const { return stage_; }
   // The last stage's copy of the tied embedding (nullptr where this stage holds the original or
@@ -135,6 +146,8 @@ class Gpt {
 
  private:
   ParallelTensor add_positions(TpGroup& tp, ParallelTensor x, int64_t seq);
+  // The indices in blocks_ of chunk `chunk`'s blocks, [first, second).
+  std::pair<size_t, size_t> chunk_blocks(int chunk) const;
 
   ModelConfig config_;
   StageSpan stage_;

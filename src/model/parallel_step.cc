@@ -35,16 +35,26 @@ ParallelTensor boundary_tensor(const TrainGroups& g, const MicroBatchRange& r, i
 
 }  // namespace
 
-// A stage that is not the last runs up to P - s forwards before the matching backward: after each
-// forward it moves what the layers saved for backward out of the model (Gpt::stash_activations)
-// and moves it back in before the backward, so each micro-batch's activations are kept once and
-// nothing is recomputed. The last stage runs each backward right after its forward.
+// A rank runs several forwards before the matching backwards: after each forward it moves what
+// the layers saved for backward out of the model (Gpt::stash_activations) and moves it back in
+// before the backward, so each micro-batch's activations are kept once and nothing is recomputed.
+// The output layer's backward runs right after its forward, so that the logits are never kept:
+// the gradient it hands to the blocks below is kept instead (rows x width floats, against
+// rows x vocabulary / T).
+//
+// With interleaved stages (chunks > 1), chunk c of this rank is virtual stage c P + s: activations
+// go to the next rank (from the last rank, to the first rank's next chunk) and gradients to the
+// previous one. Every rank's sends and receives to a given peer happen in the same order
+// (tested by the schedule's simulation), so untagged point-to-point messages match.
 double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double loss_scale,
                     const MicroBatchSource& source, GradientBuckets* buckets) {
   const int stage = g.stage(), stages = g.stages();
-  const bool first = stage == 0, last = stage == stages - 1;
+  const int chunks = model.stage().chunks;
+  const int virtual_stages = stages * chunks;
+  const int next = (stage + 1) % stages, previous = (stage + stages - 1) % stages;
   const int64_t width = model.config().width;
-  std::vector<Gpt::Activations> stashed(static_cast<size_t>(r.count));
+  std::vector<Gpt::Activations> stashed(static_cast<size_t>(r.count * chunks));
+  std::vector<ParallelTensor> head_gradients(static_cast<size_t>(r.count));
   // Outgoing tensors stay alive until their sends complete, also when an error unwinds the pass
   // (each send ends or fails within the communicator's deadline).
   struct Sends {
@@ -67,50 +77,55 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
     sends.works.push_back(g.pipeline->send_async(buffer.data(), static_cast<size_t>(buffer.numel()),
                                                  DType::f32, peer));
   };
-  auto receive = [&](int peer) {
+  auto receive = [&](int peer, const char* what) {
     ParallelTensor t = boundary_tensor(g, r, width);
-    timed_span(g.timeline, g.pipeline_seconds, "pp",
-               peer < stage ? "recv activation" : "recv gradient", [&] {
-                 g.pipeline->recv(t.local.data(), static_cast<size_t>(t.local.numel()), DType::f32,
-                                  peer);
-               });
+    timed_span(g.timeline, g.pipeline_seconds, "pp", what, [&] {
+      g.pipeline->recv(t.local.data(), static_cast<size_t>(t.local.numel()), DType::f32, peer);
+    });
     return t;
   };
 
-  for (const PipelinePass& pass : one_forward_one_backward(stages, stage, r.count)) {
+  for (const PipelinePass& pass :
+       interleaved_one_forward_one_backward(stages, stage, chunks, r.count)) {
     const int64_t m = pass.micro_batch;
-    const auto index = static_cast<size_t>(m);
-    if (pass.kind == PipelinePass::Kind::forward) {
-      ParallelTensor x = first ? ParallelTensor() : receive(stage - 1);
-      ParallelTensor y = compute_span(g, "forward " + std::to_string(r.first + m), [&] {
-        source(r.first + m, micro);
-        model.begin(r.batch, r.seq, micro.dropout_key);
-        ParallelTensor out =
-            model.forward_blocks(g.tp, first ? model.embed(g.tp, micro.inputs) : std::move(x));
-        if (last) loss_sum += model.forward_head(g.tp, out, micro.targets, loss_scale);
-        return out;
-      });
-      if (!last) {
-        send(std::move(y), stage + 1);
-        stashed[index] = model.stash_activations();
-      }
-      continue;
-    }
-    // Every schedule ends with the last micro-batch's backward: the gradients it finishes are
-    // final.
+    const int chunk = pass.chunk;
+    const int virtual_stage = chunk * stages + stage;
+    const bool first = virtual_stage == 0, last = virtual_stage == virtual_stages - 1;
+    const auto slot = static_cast<size_t>(m * chunks + chunk);
+    const std::string label = std::to_string(r.first + m) +
+                              (chunks > 1 ? " chunk " + std::to_string(chunk) : std::string());
+    // Every schedule ends each chunk's passes with the last micro-batch's: the gradients it
+    // finishes are final.
     Gpt::GradientsReady ready;
     if (buckets != nullptr && m == r.count - 1) {
       ready = [buckets](const std::vector<Parameter*>& done) { buckets->reduce_async(done); };
     }
-    ParallelTensor dy = last ? ParallelTensor() : receive(stage + 1);
-    ParallelTensor dx = compute_span(g, "backward " + std::to_string(r.first + m), [&] {
-      if (!last) model.restore_activations(std::move(stashed[index]));
-      if (last) dy = model.backward_head(g.tp, ready);
-      ParallelTensor d = model.backward_blocks(g.tp, std::move(dy), ready);
+    if (pass.kind == PipelinePass::Kind::forward) {
+      ParallelTensor x = first ? ParallelTensor() : receive(previous, "recv activation");
+      ParallelTensor y = compute_span(g, "forward " + label, [&] {
+        source(r.first + m, micro);
+        model.begin(r.batch, r.seq, micro.dropout_key);
+        ParallelTensor out = model.forward_blocks(
+            g.tp, first ? model.embed(g.tp, micro.inputs) : std::move(x), chunk);
+        if (last) {
+          loss_sum += model.forward_head(g.tp, out, micro.targets, loss_scale);
+          head_gradients[static_cast<size_t>(m)] = model.backward_head(g.tp, ready);
+        }
+        return out;
+      });
+      if (!last) send(std::move(y), next);
+      stashed[slot] = model.stash_activations(chunk);
+      continue;
+    }
+    ParallelTensor dy =
+        last ? std::move(head_gradients[static_cast<size_t>(m)]) : receive(next, "recv gradient");
+    ParallelTensor dx = compute_span(g, "backward " + label, [&] {
+      model.restore_activations(std::move(stashed[slot]), chunk);
+      ParallelTensor d = model.backward_blocks(g.tp, std::move(dy), ready, chunk);
       if (first) model.backward_embedding(g.tp, d, ready);
       return d;
     });
-    if (!first) send(std::move(dx), stage - 1);
+    if (!first) send(std::move(dx), previous);
   }
   timed_span(g.timeline, g.pipeline_seconds, "pp", "wait for sends", [&] {
     for (Work& w : sends.works) w.wait();

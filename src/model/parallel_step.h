@@ -1,7 +1,7 @@
 // One training step's passes and gradient exchanges at a tp x pp x dp layout (train_layout.h):
-// the micro-batches through this rank's pipeline stage in 1F1B order, activations and their
-// gradients between stages by send/recv, then the gradients summed over data parallelism and the
-// tied embedding's two copies, and the global norm over all three dimensions.
+// the micro-batches through this rank's pipeline stage in (interleaved) 1F1B order, activations
+// and their gradients between stages by send/recv, then the gradients summed over data
+// parallelism and the tied embedding's two copies, and the global norm over all three dimensions.
 #pragma once
 
 #include <cstdint>
@@ -43,10 +43,11 @@ struct MicroBatchRange {
   int64_t seq = 1;
 };
 
-// Runs the micro-batches of `range` through this rank's stage in 1F1B order; gradients accumulate
-// scaled by loss_scale. A stage that is not the last stashes each micro-batch's activations
-// between its forward and backward passes (Gpt::stash_activations). Returns the sum of the
-// micro-batches' losses on the last stage, 0 on the others.
+// Runs the micro-batches of `range` through this rank's stage in 1F1B order, interleaved where the
+// model's stage holds several chunks of layers (pipeline_schedule.h); gradients accumulate scaled
+// by loss_scale. Each micro-batch's activations are stashed between its forward and backward
+// passes (Gpt::stash_activations). Returns the sum of the micro-batches' losses on the last stage,
+// 0 on the others.
 // With `buckets`, the last micro-batch's backward starts the DP reduction of each group of
 // gradients it finishes (gradient_buckets.h).
 double run_pipeline(Gpt& model, TrainGroups& groups, const MicroBatchRange& range,

@@ -27,14 +27,14 @@ int parse_size(const std::string& key, const std::string& value) {
 
 std::string TrainLayout::to_string() const {
   return "tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) + ",dp=" + std::to_string(dp) +
-         (zero1 ? ",zero1" : "") +
+         (vp > 1 ? ",vp=" + std::to_string(vp) : "") + (zero1 ? ",zero1" : "") +
          (first_layers > 0 ? ",first=" + std::to_string(first_layers) : "") +
          (last_layers > 0 ? ",last=" + std::to_string(last_layers) : "");
 }
 
 TrainLayout parse_train_layout(const std::string& text) {
   TrainLayout layout;
-  bool seen[5] = {false, false, false, false, false};
+  bool seen[6] = {false, false, false, false, false, false};
   size_t at = 0;
   if (text.empty()) bad_layout("empty; give sizes such as tp=2,pp=2,dp=2");
   while (at <= text.size()) {
@@ -48,24 +48,24 @@ TrainLayout parse_train_layout(const std::string& text) {
       layout.zero1 = true;
       continue;
     }
-    int* const sizes[5] = {&layout.tp, &layout.pp, &layout.dp, &layout.first_layers,
-                           &layout.last_layers};
-    const char* const keys[5] = {"tp", "pp", "dp", "first", "last"};
+    int* const sizes[6] = {&layout.tp,           &layout.pp,          &layout.dp,
+                           &layout.first_layers, &layout.last_layers, &layout.vp};
+    const char* const keys[6] = {"tp", "pp", "dp", "first", "last", "vp"};
     int* size = nullptr;
     bool* was_seen = nullptr;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 6; ++i) {
       if (key == keys[i]) {
         size = sizes[i];
         was_seen = &seen[i];
       }
     }
     if (size == nullptr) {
-      if (key == "vp" || key == "mb" || key == "order" || key == "sp") {
+      if (key == "mb" || key == "order" || key == "sp") {
         bad_layout("'" + key + "' is not supported by tpf train yet" +
                    (key == "sp" ? " in --layout; use --sequence-parallel" : ""));
       }
-      bad_layout("'" + part + "' is not tp=N, pp=N, dp=N, zero1, first=N or last=N (in '" + text +
-                 "')");
+      bad_layout("'" + part + "' is not tp=N, pp=N, dp=N, vp=N, zero1, first=N or last=N (in '" +
+                 text + "')");
     }
     if (eq == std::string::npos) bad_layout("'" + key + "' needs a size, as in " + key + "=2");
     if (*was_seen) bad_layout("'" + key + "' is given twice in '" + text + "'");
@@ -112,6 +112,26 @@ void check_train_layout(const TrainLayout& l, int world_size, const RunConfig& c
       bad_layout(given + " leave" + (ends_given == 1 ? "s " : " ") + std::to_string(rest) + " of " +
                  model_layers + " for the other " + std::to_string(others) + " stage" +
                  (others == 1 ? "" : "s") + ", which need at least one each");
+    }
+  }
+  if (l.vp > 1) {
+    const std::string vp = "vp=" + std::to_string(l.vp);
+    if (l.pp < 2) bad_layout(vp + " interleaves the stages of a pipeline; give pp=2 or more");
+    if (l.first_layers > 0 || l.last_layers > 0) {
+      bad_layout(vp +
+                 " gives every chunk of every stage the same number of layers; leave out "
+                 "first= and last=");
+    }
+    if (m.layers % (l.pp * l.vp) != 0) {
+      bad_layout("pp=" + std::to_string(l.pp) + " x " + vp + " = " + std::to_string(l.pp * l.vp) +
+                 " chunks of equal size, but the model has " + std::to_string(m.layers) +
+                 " layers; choose sizes whose product divides them");
+    }
+    if (t.grad_accum % l.dp == 0 && (t.grad_accum / l.dp) % l.pp != 0) {
+      bad_layout(vp + ": each data-parallel rank's " + std::to_string(t.grad_accum / l.dp) +
+                 " micro-batches (train.grad_accum / dp) must be a multiple of pp=" +
+                 std::to_string(l.pp) +
+                 ", as the interleaved schedule runs them in groups of one per stage");
     }
   }
   if (m.heads % l.tp != 0) {
@@ -163,6 +183,17 @@ std::vector<int64_t> stage_layer_counts(const ModelConfig& model, const TrainLay
 }  // namespace
 
 StageSpan pipeline_stage(const ModelConfig& model, const TrainLayout& layout, int stage) {
+  if (layout.vp > 1) {  // chunk c holds virtual stage c pp + stage
+    const int64_t per_chunk = model.layers / (layout.pp * layout.vp);
+    StageSpan span;
+    span.first_layer = stage * per_chunk;
+    span.end_layer = span.first_layer + per_chunk;
+    span.first = stage == 0;
+    span.last = stage == layout.pp - 1;
+    span.chunks = layout.vp;
+    span.chunk_stride = layout.pp * per_chunk;
+    return span;
+  }
   const std::vector<int64_t> counts = stage_layer_counts(model, layout);
   StageSpan span;
   span.first_layer = 0;

@@ -143,7 +143,8 @@ TrainLayout agreed_auto_layout(Communicator& comm, const TrainOptions& options,
         ErrorCode::invalid_argument,
         "layout \"auto\" needs TrainOptions::choose_layout (tpf train gives the planner's)");
   }
-  int32_t sizes[6] = {0, 0, 0, 0, 0, 0};  // tp, pp, dp, zero1, first, last; tp = 0: it failed
+  // tp, pp, dp, zero1, first, last, vp; tp = 0: it failed
+  int32_t sizes[7] = {0, 0, 0, 0, 0, 0, 0};
   std::exception_ptr failure;
   if (comm.rank() == 0) {
     try {
@@ -154,17 +155,26 @@ TrainLayout agreed_auto_layout(Communicator& comm, const TrainOptions& options,
       sizes[3] = chosen.zero1 ? 1 : 0;
       sizes[4] = chosen.first_layers;
       sizes[5] = chosen.last_layers;
+      sizes[6] = chosen.vp;
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  comm.broadcast(sizes, sizes, 6, DType::i32, 0);
+  comm.broadcast(sizes, sizes, 7, DType::i32, 0);
   if (failure) std::rethrow_exception(failure);
   if (sizes[0] == 0) {
     throw Error(ErrorCode::invalid_argument,
                 "--layout auto: rank 0 could not choose a layout (its error says why)");
   }
-  return TrainLayout{sizes[0], sizes[1], sizes[2], sizes[3] != 0, sizes[4], sizes[5]};
+  TrainLayout layout;
+  layout.tp = sizes[0];
+  layout.pp = sizes[1];
+  layout.dp = sizes[2];
+  layout.zero1 = sizes[3] != 0;
+  layout.first_layers = sizes[4];
+  layout.last_layers = sizes[5];
+  layout.vp = sizes[6];
+  return layout;
 }
 
 }  // namespace

@@ -111,6 +111,31 @@ TEST(AutoLayout, DescribesTheTrainersModelAndLayoutToThePlanner) {
   EXPECT_FALSE(zero1.sequence_parallel);  // tp = 1: nothing to shard over
 }
 
+// Interleaved layouts are ranked where pp x vp divides the layers; the planner hears vp and the
+// equal chunks (no first=/last=), and prices the smaller bubble.
+TEST(AutoLayout, RanksInterleavedStagesWhereTheLayersDivide) {
+  RunConfig config = preset_config("tiny");
+  config.model.layers = 4;
+  config.train.grad_accum = 4;
+  TrainLayout interleaved{1, 2, 1, false};
+  interleaved.vp = 2;
+  const plan::Layout layout = plan::parse_layout(planner_layout(interleaved, config));
+  EXPECT_EQ(layout.virtual_stages, 2);
+  EXPECT_EQ(layout.first_stage_layers, 0);
+  EXPECT_EQ(layout.last_stage_layers, 0);
+
+  const LayoutChoice choice =
+      choose_train_layout(config, 2, host_cluster(round_rates(), 2, round_link()));
+  // tp=2, pp=2, pp=2,vp=2, dp=2, dp=2,zero1 (pp=2,vp=4 would need 8 layers).
+  ASSERT_EQ(choice.candidates.size(), 5u) << choice.explanation;
+  double plain = 0, chunked = 0;
+  for (const LayoutCandidate& c : choice.candidates) {
+    if (c.layout.pp == 2) (c.layout.vp == 2 ? chunked : plain) = c.tokens_per_s;
+  }
+  EXPECT_GT(plain, 0) << choice.explanation;
+  EXPECT_GT(chunked, plain) << choice.explanation;
+}
+
 TEST(AutoLayout, PicksTheFastestLayoutTheTrainerAccepts) {
   RunConfig config = preset_config("tiny");  // 2 layers, 4 heads
   config.train.grad_accum = 4;

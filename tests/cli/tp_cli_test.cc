@@ -102,7 +102,7 @@ TEST(ModelCommands, TrainAtTheLayoutThePlannerChooses) {
   EXPECT_TRUE(chosen == "tp=2,pp=1,dp=1" || chosen == "tp=1,pp=2,dp=1") << trained.out;
   EXPECT_TRUE(contains(trained.out, "tokens/s at " + chosen)) << trained.out;
   // tiny's default of one micro-batch per step leaves dp=2 out, with the reason.
-  EXPECT_TRUE(contains(trained.out, "tp=1,pp=1,dp=2         cannot run: dp=2 does not divide"))
+  EXPECT_TRUE(contains(trained.out, "tp=1,pp=1,dp=2             cannot run: dp=2 does not divide"))
       << trained.out;
 }
 
@@ -166,10 +166,10 @@ TEST(ModelCommands, BadInputGetsAClearMessage) {
        2,
        1,
        "dp=2 does not divide train.grad_accum (1 micro-batches per step)"},
-      {{"train", "--preset", "tiny", "--data", text, "--layout", "tp=2,vp=2"},
-       0,
+      {{"train", "--preset", "tiny", "--data", text, "--layout", "pp=2,vp=2"},
+       2,
        1,
-       "'vp' is not supported by tpf train yet"},
+       "4 chunks of equal size, but the model has 2 layers"},
       {{"train", "--preset", "tiny", "--data", text, "--layout", "pp=2,first=3"},
        2,
        1,

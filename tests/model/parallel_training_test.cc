@@ -23,6 +23,7 @@
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/parallel_step.h"
+#include "model/pipeline_schedule.h"
 #include "model/train_layout.h"
 #include "model/trainer.h"
 #include "support/expect_tpf_error.h"
@@ -238,20 +239,19 @@ TEST(ParallelTraining, ZeroOneFollowsPlainDataParallelism) {
   EXPECT_LE(max_difference(tails[0].loss, tails[1].loss), kLossBand);
 }
 
-// Each schedule against a sequential execution of the same micro-batches: after one step, every
-// parameter's gradient at pp=2, dp=2 and pp=2,dp=2 equals one rank's to float rounding (the sums
-// over micro-batches, replicas and the tied copies are made in another order). Tolerance: 1e-5 of
-// the parameter's largest gradient element (measured: 7e-7 at most; a lost micro-batch or a wrong
-// activation is an O(1) difference).
-TEST(ParallelTraining, OneStepGradientsEqualSequentialExecution) {
+// One step at each of `cases` (the first is the reference) of a tiny model with `layers` layers;
+// expects every parameter's gradient to equal the reference's within 1e-5 of the parameter's
+// largest gradient element. Returns the parameters compared and the largest difference found, as
+// a share of that element.
+std::pair<size_t, double> compare_one_step_gradients(const std::vector<LayoutCase>& cases,
+                                                     int64_t layers) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
-  const std::vector<LayoutCase> cases = {
-      {"tp=1", 1, false}, {"pp=2", 2, false}, {"dp=2", 2, false}, {"pp=2,dp=2", 4, false}};
   for (const LayoutCase& c : cases) {
     const std::string out = dir / c.layout;
     fs::create_directories(out);
     TrainOptions options = tiny_options(data, "", c.layout);
+    options.config.model.layers = layers;
     options.config.train.steps = 1;
     options.on_finish = [out](Gpt& model, TrainGroups& g) {
       if (g.data->rank() != 0) return;  // the replicas' gradients are the same sums
@@ -272,15 +272,16 @@ TEST(ParallelTraining, OneStepGradientsEqualSequentialExecution) {
     return v;
   };
   size_t compared = 0;
-  double worst_share = 0;  // the largest difference as a share of its parameter's largest element
-  for (const auto& entry : fs::directory_iterator(dir / "tp=1")) {
+  double worst_share = 0;
+  for (const auto& entry : fs::directory_iterator(dir / cases[0].layout)) {
     const std::vector<float> want = read_floats(entry.path().string());
     float largest = 0;
     for (float x : want) largest = std::max(largest, std::abs(x));
     for (size_t i = 1; i < cases.size(); ++i) {
       const std::string name = entry.path().filename().string();
       const std::vector<float> got = read_floats(dir / (std::string(cases[i].layout) + "/" + name));
-      ASSERT_EQ(got.size(), want.size()) << cases[i].layout << " " << name;
+      EXPECT_EQ(got.size(), want.size()) << cases[i].layout << " " << name;
+      if (got.size() != want.size()) continue;
       float worst = 0;
       for (size_t k = 0; k < want.size(); ++k) worst = std::max(worst, std::abs(got[k] - want[k]));
       EXPECT_LE(worst, 1e-5f * largest) << cases[i].layout << " " << name;
@@ -288,11 +289,34 @@ TEST(ParallelTraining, OneStepGradientsEqualSequentialExecution) {
       ++compared;
     }
   }
+  return {compared, worst_share};
+}
+
+// Each schedule against a sequential execution of the same micro-batches: after one step, every
+// parameter's gradient at pp=2, dp=2 and pp=2,dp=2 equals one rank's to float rounding (the sums
+// over micro-batches, replicas and the tied copies are made in another order). Tolerance: 1e-5 of
+// the parameter's largest gradient element (measured: 7e-7 at most; a lost micro-batch or a wrong
+// activation is an O(1) difference).
+TEST(ParallelTraining, OneStepGradientsEqualSequentialExecution) {
+  const auto [compared, worst] = compare_one_step_gradients(
+      {{"tp=1", 1, false}, {"pp=2", 2, false}, {"dp=2", 2, false}, {"pp=2,dp=2", 4, false}}, 2);
   std::printf(
       "one step at pp=2, dp=2, pp=2,dp=2 vs one rank: worst gradient difference %.3g of "
       "the parameter's largest element\n",
-      worst_share);
+      worst);
   EXPECT_EQ(compared, 3u * (4 + 12 * 2));  // wte, wpe, ln_f (2), 12 per block, 3 layouts
+}
+
+// The interleaved schedule likewise, on 4 layers: rank 0 holds layers 0 and 2, rank 1 layers 1
+// and 3, so every micro-batch crosses between the ranks three times each way.
+TEST(ParallelTraining, InterleavedStagesEqualSequentialExecution) {
+  const auto [compared, worst] = compare_one_step_gradients(
+      {{"tp=1", 1, false}, {"pp=2,vp=2", 2, false}, {"pp=2,dp=2,vp=2", 4, false}}, 4);
+  std::printf(
+      "one step at pp=2,vp=2 and pp=2,dp=2,vp=2 vs one rank: worst gradient difference %.3g of "
+      "the parameter's largest element\n",
+      worst);
+  EXPECT_EQ(compared, 2u * (4 + 12 * 4));
 }
 
 uint64_t fingerprint(const Tensor& t) {
@@ -307,35 +331,39 @@ uint64_t fingerprint(const Tensor& t) {
 // different shares and all-gather them).
 class ReplicaCheck : public ::testing::TestWithParam<const char*> {};
 
+// Fails the rank unless every DP replica's parameters and the tied embedding's two copies are
+// bit-identical (a TrainOptions::on_finish).
+void check_replicas_and_tied_copies(Gpt& model, TrainGroups& g) {
+  std::vector<uint64_t> mine;
+  for (const Parameter* p : model.parameters()) mine.push_back(fingerprint(p->value));
+  std::vector<uint64_t> all(mine.size() * static_cast<size_t>(g.data->size()));
+  g.data->all_gather(mine.data(), all.data(), mine.size(), DType::i64);
+  for (size_t r = 1; r < static_cast<size_t>(g.data->size()); ++r) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      TPF_CHILD_CHECK(
+          all[r * mine.size() + i] == mine[i],
+          "DP replica " + std::to_string(r) + " differs in " + model.parameters()[i]->name);
+    }
+  }
+  const int last = g.stages() - 1;
+  if (g.stage() == 0 || g.stage() == last) {
+    const Tensor& own =
+        g.stage() == 0 ? model.parameter("wte.weight").value : model.tied_embedding_copy()->value;
+    uint64_t h = fingerprint(own), other = 0;
+    const int peer = g.stage() == 0 ? last : 0;
+    Work sent = g.pipeline->send_async(&h, 1, DType::i64, peer);
+    g.pipeline->recv(&other, 1, DType::i64, peer);
+    sent.wait();
+    TPF_CHILD_CHECK(h == other, "the tied embedding's copies differ");
+  }
+}
+
 TEST_P(ReplicaCheck, ReplicasAndTiedCopiesStayBitIdentical) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
   TrainOptions options = tiny_options(data, "", GetParam());
   options.config.train.steps = 10;
-  options.on_finish = [](Gpt& model, TrainGroups& g) {
-    std::vector<uint64_t> mine;
-    for (const Parameter* p : model.parameters()) mine.push_back(fingerprint(p->value));
-    std::vector<uint64_t> all(mine.size() * static_cast<size_t>(g.data->size()));
-    g.data->all_gather(mine.data(), all.data(), mine.size(), DType::i64);
-    for (size_t r = 1; r < static_cast<size_t>(g.data->size()); ++r) {
-      for (size_t i = 0; i < mine.size(); ++i) {
-        TPF_CHILD_CHECK(
-            all[r * mine.size() + i] == mine[i],
-            "DP replica " + std::to_string(r) + " differs in " + model.parameters()[i]->name);
-      }
-    }
-    const int last = g.stages() - 1;
-    if (g.stage() == 0 || g.stage() == last) {
-      const Tensor& own =
-          g.stage() == 0 ? model.parameter("wte.weight").value : model.tied_embedding_copy()->value;
-      uint64_t h = fingerprint(own), other = 0;
-      const int peer = g.stage() == 0 ? last : 0;
-      Work sent = g.pipeline->send_async(&h, 1, DType::i64, peer);
-      g.pipeline->recv(&other, 1, DType::i64, peer);
-      sent.wait();
-      TPF_CHILD_CHECK(h == other, "the tied embedding's copies differ");
-    }
-  };
+  options.on_finish = check_replicas_and_tied_copies;
   train_ranks(8, options);
 }
 
@@ -370,24 +398,62 @@ TEST(ParallelTraining, ResumingAtAnotherLayoutContinuesTheRun) {
   }
 }
 
-// --trace: one Chrome trace with a process per rank, whose compute spans follow 1F1B, and a log
-// whose communication time is the sum of its TP, pipeline and DP parts.
-TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
+// Interleaved stages on a 4-layer model: the loss stays within the band of one rank's at
+// tp=2,pp=2,dp=2,vp=2,zero1 (replicas and tied copies bit-identical at the end), and a checkpoint
+// saved there midway resumes at pp=2,vp=2 and at one rank, continuing the run within the band.
+TEST(ParallelTraining, InterleavedStagesTrainTheSameModelAndResumeAnywhere) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
-  TrainOptions options = tiny_options(data, dir / "run", "tp=2,pp=2");
-  options.config.train.steps = 2;
-  options.trace_path = dir / "trace.json";
-  train_ranks(4, options);
-  const json::Value trace =
-      json::parse(read_text_file(options.trace_path, "trace"), options.trace_path);
-  std::map<int64_t, std::string> process_names;
-  std::map<int64_t, std::vector<std::pair<double, std::string>>> passes;  // first step only
+  const int64_t midway = kSteps / 2;
+  auto four_layers = [&](const std::string& out, const std::string& layout) {
+    TrainOptions o = tiny_options(data, out, layout);
+    o.config.model.layers = 4;
+    return o;
+  };
+  train_ranks(1, four_layers(dir / "one", "tp=1"));
+  TrainOptions whole = four_layers(dir / "whole", "tp=2,pp=2,dp=2,vp=2,zero1");
+  whole.config.train.checkpoint_every = midway;
+  whole.on_finish = check_replicas_and_tied_copies;
+  train_ranks(8, whole);
+  const Log one = read_log(dir / "one"), reference = read_log(dir / "whole");
+  const double worst = max_difference(one.loss, reference.loss);
+  std::printf(
+      "tp=2,pp=2,dp=2,vp=2,zero1 vs one rank: largest loss difference over %lld steps %.3g\n",
+      static_cast<long long>(kSteps), worst);
+  EXPECT_LE(worst, kLossBand);
+  EXPECT_LT(reference.loss.back(), reference.loss.front() - 1.0) << "it learns";
+
+  const std::string checkpoint = checkpoint_dir_for_step(dir / "whole", midway);
+  for (const auto& [layout, ranks] : {std::pair{"pp=2,vp=2", 2}, std::pair{"tp=1", 1}}) {
+    const std::string out = dir / (std::string("resumed-") + layout);
+    TrainOptions resumed = four_layers(out, layout);
+    resumed.resume = checkpoint;
+    train_ranks(ranks, resumed);
+    const Log tail = read_log(out);
+    ASSERT_EQ(tail.loss.size(), static_cast<size_t>(kSteps - midway)) << layout;
+    const std::vector<double> want(reference.loss.begin() + midway, reference.loss.end());
+    const double gap = max_difference(want, tail.loss);
+    std::printf("resumed at %s: largest loss difference to the uninterrupted run %.3g\n", layout,
+                gap);
+    EXPECT_LE(gap, kLossBand) << layout;
+  }
+}
+
+struct TracedPasses {
+  std::map<int64_t, std::string> process_names;  // by pid
+  std::map<int64_t, std::string> first_step;     // "forward 0, forward 1, backward 0, ..."
+};
+
+// The process names and each rank's forward and backward spans of step 1, in time order.
+TracedPasses read_traced_passes(const std::string& path) {
+  const json::Value trace = json::parse(read_text_file(path, "trace"), path);
+  TracedPasses out;
+  std::map<int64_t, std::vector<std::pair<double, std::string>>> passes;
   std::map<int64_t, double> first_step_end;
   for (const json::Value& e : trace.at("traceEvents").as_array()) {
     const int64_t pid = e.at("pid").as_int();
     if (e.at("ph").as_string() == "M" && e.at("name").as_string() == "process_name") {
-      process_names[pid] = e.at("args").at("name").as_string();
+      out.process_names[pid] = e.at("args").at("name").as_string();
     } else if (e.at("ph").as_string() == "X" && e.at("name").as_string() == "step 1") {
       first_step_end[pid] = e.at("ts").as_double() + e.at("dur").as_double();
     }
@@ -400,22 +466,35 @@ TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
     if (e.at("ts").as_double() < first_step_end[pid])
       passes[pid].push_back({e.at("ts").as_double(), name});
   }
-  ASSERT_EQ(process_names.size(), 4u);
-  EXPECT_EQ(process_names[2], "rank 2 (tp 0, dp 0, stage 1)");
-  auto order = [&](int64_t pid) {
-    std::sort(passes[pid].begin(), passes[pid].end());
-    std::string out;
-    for (const auto& [ts, name] : passes[pid]) out += (out.empty() ? "" : ", ") + name;
-    return out;
-  };
+  for (auto& [pid, list] : passes) {
+    std::sort(list.begin(), list.end());
+    std::string& order = out.first_step[pid];
+    for (const auto& [ts, name] : list) order += (order.empty() ? "" : ", ") + name;
+  }
+  return out;
+}
+
+// --trace: one Chrome trace with a process per rank, whose compute spans follow 1F1B, and a log
+// whose communication time is the sum of its TP, pipeline and DP parts.
+TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  TrainOptions options = tiny_options(data, dir / "run", "tp=2,pp=2");
+  options.config.train.steps = 2;
+  options.trace_path = dir / "trace.json";
+  train_ranks(4, options);
+  const TracedPasses traced = read_traced_passes(options.trace_path);
+  ASSERT_EQ(traced.process_names.size(), 4u);
+  EXPECT_EQ(traced.process_names.at(2), "rank 2 (tp 0, dp 0, stage 1)");
   const std::string first_stage =
       "forward 0, forward 1, backward 0, forward 2, backward 1, forward 3, backward 2, backward 3";
   const std::string last_stage =
       "forward 0, backward 0, forward 1, backward 1, forward 2, backward 2, forward 3, backward 3";
-  EXPECT_EQ(order(0), first_stage);
-  EXPECT_EQ(order(1), first_stage);
-  EXPECT_EQ(order(2), last_stage);
-  EXPECT_EQ(order(3), last_stage);
+  ASSERT_EQ(traced.first_step.size(), 4u);
+  EXPECT_EQ(traced.first_step.at(0), first_stage);
+  EXPECT_EQ(traced.first_step.at(1), first_stage);
+  EXPECT_EQ(traced.first_step.at(2), last_stage);
+  EXPECT_EQ(traced.first_step.at(3), last_stage);
 
   std::ifstream in(dir / "run/log.jsonl");
   std::string line;
@@ -429,6 +508,29 @@ TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
     ++records;
   }
   EXPECT_EQ(records, 2);
+}
+
+// An interleaved run's passes, as its trace shows them, are the schedule's
+// (interleaved_one_forward_one_backward, checked by hand in pipeline_schedule_test.cc).
+TEST(ParallelTraining, TraceShowsTheInterleavedSchedule) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  TrainOptions options = tiny_options(data, "", "pp=2,vp=2");
+  options.config.model.layers = 4;
+  options.config.train.steps = 1;
+  options.trace_path = dir / "trace.json";
+  train_ranks(2, options);
+  const TracedPasses traced = read_traced_passes(options.trace_path);
+  ASSERT_EQ(traced.first_step.size(), 2u);
+  for (int stage = 0; stage < 2; ++stage) {
+    std::string want;
+    for (const PipelinePass& p : interleaved_one_forward_one_backward(2, stage, 2, 4)) {
+      want += std::string(want.empty() ? "" : ", ") +
+              (p.kind == PipelinePass::Kind::forward ? "forward " : "backward ") +
+              std::to_string(p.micro_batch) + " chunk " + std::to_string(p.chunk);
+    }
+    EXPECT_EQ(traced.first_step.at(stage), want) << "stage " << stage;
+  }
 }
 
 // --layout auto: rank 0's chooser decides for every rank (tpf train's chooser is the planner's,
@@ -492,6 +594,7 @@ TEST(TrainLayout, ParsesSizesInAnyOrder) {
   EXPECT_EQ(l.to_string(), "tp=2,pp=1,dp=4");
   EXPECT_TRUE(parse_train_layout("dp=2,zero1").zero1);
   EXPECT_EQ(parse_train_layout("zero1,dp=2").to_string(), "tp=1,pp=1,dp=2,zero1");
+  EXPECT_EQ(parse_train_layout("vp=2,pp=2").to_string(), "tp=1,pp=2,dp=1,vp=2");
 }
 
 TEST(TrainLayout, BadTextIsNamed) {
@@ -500,7 +603,7 @@ TEST(TrainLayout, BadTextIsNamed) {
   EXPECT_TPF_ERROR(parse_train_layout("tp=0"), ErrorCode::invalid_argument, "tp=0", "between 1");
   EXPECT_TPF_ERROR(parse_train_layout("tp=2,tp=2"), ErrorCode::invalid_argument, "twice");
   EXPECT_TPF_ERROR(parse_train_layout("pp"), ErrorCode::invalid_argument, "needs a size");
-  EXPECT_TPF_ERROR(parse_train_layout("tp=2,vp=2"), ErrorCode::invalid_argument, "'vp'",
+  EXPECT_TPF_ERROR(parse_train_layout("tp=2,mb=2"), ErrorCode::invalid_argument, "'mb'",
                    "not supported");
   EXPECT_TPF_ERROR(parse_train_layout("zero1,zero1"), ErrorCode::invalid_argument, "twice");
 }
@@ -517,6 +620,43 @@ TEST(TrainLayout, LayoutsThatDoNotFitAreNamed) {
   EXPECT_TPF_ERROR(check_train_layout(parse_train_layout("dp=3"), 3, c),
                    ErrorCode::invalid_argument, "dp=3", "train.grad_accum (4");
   check_train_layout(parse_train_layout("tp=2,pp=2,dp=2"), 8, c);
+  // Interleaving, on 4 layers.
+  c.model.layers = 4;
+  EXPECT_TPF_ERROR(check_train_layout(parse_train_layout("vp=2"), 1, c),
+                   ErrorCode::invalid_argument, "vp=2", "give pp=2 or more");
+  EXPECT_TPF_ERROR(check_train_layout(parse_train_layout("pp=2,vp=4"), 2, c),
+                   ErrorCode::invalid_argument, "8 chunks", "4 layers");
+  EXPECT_TPF_ERROR(check_train_layout(parse_train_layout("pp=2,vp=2,first=1"), 2, c),
+                   ErrorCode::invalid_argument, "leave out first= and last=");
+  EXPECT_TPF_ERROR(check_train_layout(parse_train_layout("pp=2,dp=4,vp=2"), 8, c),
+                   ErrorCode::invalid_argument, "1 micro-batches", "multiple of pp=2");
+  check_train_layout(parse_train_layout("pp=2,dp=2,vp=2"), 4, c);
+}
+
+// With vp, rank s holds chunk c = virtual stage c pp + s: layers [(c pp + s) n, (c pp + s + 1) n)
+// with n = layers / (pp vp).
+TEST(TrainLayout, InterleavedStagesHoldEveryPthChunk) {
+  ModelConfig m;
+  m.layers = 12;
+  const TrainLayout layout = parse_train_layout("pp=3,vp=2");
+  const StageSpan middle = pipeline_stage(m, layout, 1);
+  EXPECT_EQ(middle.first_layer, 2);
+  EXPECT_EQ(middle.end_layer, 4);
+  EXPECT_EQ(middle.chunks, 2);
+  EXPECT_EQ(middle.chunk_stride, 6);  // layers 2, 3 and 8, 9
+  EXPECT_FALSE(middle.first || middle.last);
+  EXPECT_TRUE(pipeline_stage(m, layout, 0).first);
+  EXPECT_TRUE(pipeline_stage(m, layout, 2).last);  // its chunk 1 ends at layer 12
+  // The blocks a rank builds are its chunks' (named by global layer).
+  m = preset_config("tiny").model;
+  m.layers = 4;
+  Gpt model(m, 0, 1, 1, pipeline_stage(m, parse_train_layout("pp=2,vp=2"), 1));
+  std::vector<std::string> blocks;
+  for (const Parameter* p : model.parameters()) {
+    if (p->name.find(".ln_1.weight") != std::string::npos) blocks.push_back(p->name);
+  }
+  EXPECT_EQ(blocks, (std::vector<std::string>{"h.1.ln_1.weight", "h.3.ln_1.weight"}));
+  EXPECT_NE(model.tied_embedding_copy(), nullptr);
 }
 
 TEST(TrainLayout, StagesSplitTheLayersWithTheFewestOnTheEnds) {
