@@ -66,6 +66,14 @@ TrainOptions tiny_options(const std::string& data, const std::string& out,
   return o;
 }
 
+// The same with 4 layers, so that pp=2,vp=2 has a layer per chunk.
+TrainOptions four_layer_options(const std::string& data, const std::string& out,
+                                const std::string& layout) {
+  TrainOptions o = tiny_options(data, out, layout);
+  o.config.model.layers = 4;
+  return o;
+}
+
 void train_ranks(int ranks, const TrainOptions& options) {
   expect_all_ok(run_ranks(
       ranks,
@@ -405,13 +413,8 @@ TEST(ParallelTraining, InterleavedStagesTrainTheSameModelAndResumeAnywhere) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
   const int64_t midway = kSteps / 2;
-  auto four_layers = [&](const std::string& out, const std::string& layout) {
-    TrainOptions o = tiny_options(data, out, layout);
-    o.config.model.layers = 4;
-    return o;
-  };
-  train_ranks(1, four_layers(dir / "one", "tp=1"));
-  TrainOptions whole = four_layers(dir / "whole", "tp=2,pp=2,dp=2,vp=2,zero1");
+  train_ranks(1, four_layer_options(data, dir / "one", "tp=1"));
+  TrainOptions whole = four_layer_options(data, dir / "whole", "tp=2,pp=2,dp=2,vp=2,zero1");
   whole.config.train.checkpoint_every = midway;
   whole.on_finish = check_replicas_and_tied_copies;
   train_ranks(8, whole);
@@ -426,7 +429,7 @@ TEST(ParallelTraining, InterleavedStagesTrainTheSameModelAndResumeAnywhere) {
   const std::string checkpoint = checkpoint_dir_for_step(dir / "whole", midway);
   for (const auto& [layout, ranks] : {std::pair{"pp=2,vp=2", 2}, std::pair{"tp=1", 1}}) {
     const std::string out = dir / (std::string("resumed-") + layout);
-    TrainOptions resumed = four_layers(out, layout);
+    TrainOptions resumed = four_layer_options(data, out, layout);
     resumed.resume = checkpoint;
     train_ranks(ranks, resumed);
     const Log tail = read_log(out);
@@ -474,6 +477,37 @@ TracedPasses read_traced_passes(const std::string& path) {
   return out;
 }
 
+// Across hosts: ranks 0-1 say they are on one host and 2-3 on another (TPF_NODE_ID, as in
+// across_hosts_test.cc), so the communicators and their splits span two hosts, shared memory
+// inside each and UCX (TCP) between them. TP stays inside a host; the interleaved pipeline or
+// the ZeRO-1 replicas cross between the hosts. Both train the model one rank trains, within the
+// band.
+TEST(ParallelTraining, TrainsAcrossHosts) {
+  ScratchDir dir;
+  const std::string data = write_training_text(dir / "text.txt");
+  train_ranks(1, four_layer_options(data, dir / "one", "tp=1"));
+  const Log one = read_log(dir / "one");
+  for (const char* layout : {"tp=2,pp=2,vp=2", "tp=2,dp=2,zero1"}) {
+    const std::string out = dir / layout;
+    const TrainOptions options = four_layer_options(data, out, layout);
+    expect_all_ok(run_ranks_raw(
+        4,
+        [&](const RankContext& ctx) {
+          ::setenv("TPF_NODE_ID", ctx.rank < 2 ? "host-a" : "host-b", 1);
+          set_blas_threads(1);
+          Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
+                                                   ctx.secret, ctx.comm_options);
+          TPF_CHILD_CHECK(comm.host_count() == 2, "the ranks are not on two hosts");
+          train(comm, options);
+        },
+        run_options()));
+    const double worst = max_difference(one.loss, read_log(out).loss);
+    std::printf("%s on two hosts vs one rank: largest loss difference over %lld steps %.3g\n",
+                layout, static_cast<long long>(kSteps), worst);
+    EXPECT_LE(worst, kLossBand) << layout;
+  }
+}
+
 // --trace: one Chrome trace with a process per rank, whose compute spans follow 1F1B, and a log
 // whose communication time is the sum of its TP, pipeline and DP parts.
 TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
@@ -515,8 +549,7 @@ TEST(ParallelTraining, TraceShowsEveryRankRunning1F1B) {
 TEST(ParallelTraining, TraceShowsTheInterleavedSchedule) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
-  TrainOptions options = tiny_options(data, "", "pp=2,vp=2");
-  options.config.model.layers = 4;
+  TrainOptions options = four_layer_options(data, "", "pp=2,vp=2");
   options.config.train.steps = 1;
   options.trace_path = dir / "trace.json";
   train_ranks(2, options);
