@@ -14,8 +14,16 @@ model and layout on `--cluster this-host` (this machine's rates measured anew ea
 sides of a round see the same spell of the shared machine); the table adds the planner's median
 tokens/s, its error against the measured median, and its predicted bubble share.
 
+With --hosts H (root, iproute2), every run spans H emulated hosts (scripts/emulated-hosts.sh:
+network namespaces joined by links capped at --rate, made before the first run and removed after
+the last), each case's ranks split evenly over them and started by `tpf run --hosts` with
+`ip netns exec` as the remote shell; rank r is on host r / (ranks / H), so TP (innermost) stays
+inside a host when T divides the ranks per host. --plan does not apply there (this-host is one
+machine).
+
 Usage: bench/train/layouts.py --data TEXT [--tpf build/tpf] [--preset small] [--grad-accum 4]
-         [--steps 12] [--repeat 3] [--threads 1] [--plan] CASE [CASE ...]
+         [--steps 12] [--repeat 3] [--threads 1] [--plan] [--hosts H [--rate 1gbit]]
+         CASE [CASE ...]
 """
 import argparse
 import json
@@ -48,9 +56,17 @@ def run(args, case, workdir, index):
     with open(config, "w") as f:
         json.dump({"preset": args.preset, "model": overrides["model"], "train": train}, f)
     out = os.path.join(workdir, f"run-{index}")
-    command = [args.tpf, "run", "-n", str(ranks), "--", args.tpf, "train", "--config", config,
-               "--layout", layout, "--data", args.data, "--out", out, "--quiet",
-               "--threads", str(args.threads)]
+    train_command = [os.path.abspath(args.tpf), "train", "--config", config, "--layout", layout,
+                     "--data", os.path.abspath(args.data), "--out", out, "--quiet",
+                     "--threads", str(args.threads)]
+    command = [args.tpf, "run", "-n", str(ranks), "--"] + train_command
+    if args.hosts > 1:
+        if ranks % args.hosts:
+            sys.exit(f"{case}: {ranks} ranks do not split evenly over {args.hosts} hosts")
+        slots = ",".join(f"{args.cluster}-h{h}:{ranks // args.hosts}" for h in range(args.hosts))
+        command = ["ip", "netns", "exec", f"{args.cluster}-h0", "env", "UCX_NET_DEVICES=eth0",
+                   args.tpf, "run", "--hosts", slots, "--rsh", "ip netns exec",
+                   "--store-bind", "127.100.0.1", "--"] + train_command
     if args.plan:
         command.append("--predict")
     stdout = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -87,15 +103,32 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--plan", action="store_true",
                         help="the planner's prediction of each run (tpf train --predict)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="run across this many emulated hosts (root)")
+    parser.add_argument("--rate", default="1gbit", help="the emulated links' cap (tc units)")
     parser.add_argument("cases", nargs="+")
     args = parser.parse_args()
+    if args.hosts > 1 and args.plan:
+        sys.exit("--plan predicts one machine (this-host); leave it out with --hosts")
+    args.tpf = os.path.abspath(args.tpf)
+    args.cluster = f"tpfl{os.getpid()}"
+    hosts_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts", "emulated-hosts.sh")
     results = {case: [] for case in args.cases}
     with tempfile.TemporaryDirectory() as workdir:
-        for round_ in range(args.repeat):
-            for i, case in enumerate(args.cases):
-                results[case].append(run(args, case, workdir, f"{round_}-{i}"))
+        if args.hosts > 1:
+            subprocess.run([hosts_script, "up", args.cluster, str(args.hosts), args.rate],
+                           check=True)
+        try:
+            for round_ in range(args.repeat):
+                for i, case in enumerate(args.cases):
+                    results[case].append(run(args, case, workdir, f"{round_}-{i}"))
+        finally:
+            if args.hosts > 1:
+                subprocess.run([hosts_script, "down", args.cluster], check=True)
+    where = f"{args.hosts} emulated hosts, links capped at {args.rate}; " if args.hosts > 1 else ""
     print(f"# {args.preset}, {args.grad_accum} micro-batches per step, {args.steps} steps, "
-          f"median of {args.repeat}; {args.threads} BLAS thread(s) per rank, "
+          f"median of {args.repeat}; {where}{args.threads} BLAS thread(s) per rank, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     planned = " planned  error bubble %" if args.plan else ""
     print(f"{'case':40} {'tokens/s':>9} {'ratio':>6} {'TP %':>6} {'PP wait %':>9} {'DP %':>6}"
