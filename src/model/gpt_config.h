@@ -66,7 +66,8 @@ struct TrainConfig {
   // competes with the GEMM it should hide behind: measured with bench/train/layouts.py (small,
   // tp=2, 2 cores) the TP overlap costs 5 %, so it is off by default; the DP overlap is even.
   bool tp_comm_overlap = false;  // input-gradient reduction during the weight-gradient GEMM
-  bool dp_comm_overlap = true;   // DP gradient buckets reduced during the last backward pass
+  bool dp_comm_overlap = true;   // DP gradient sums (buckets, ZeRO-1's reduces) during the
+                                 // last backward pass
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;  // 0: only at the end
 };

@@ -1,5 +1,6 @@
 #include "model/parallel_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -33,6 +34,38 @@ ParallelTensor boundary_tensor(const TrainGroups& g, const MicroBatchRange& r, i
   return {Tensor({rows, width}), activation_placement(g.tp)};
 }
 
+// The tied embedding's copy on this stage where the pipeline has two (the first and the last
+// stage's), else nothing.
+std::vector<Parameter*> tied_embedding(Gpt& model, const TrainGroups& g) {
+  if (g.stages() == 1) return {};
+  if (g.stage() == 0) return {&model.parameter("wte.weight")};
+  if (g.stage() == g.stages() - 1) return {model.tied_embedding_copy()};
+  return {};
+}
+
+// What run_pipeline calls as the last micro-batch's backward finishes a group of gradients (see
+// DataParallelSums), or nothing where the sums wait for the end of the pass.
+Gpt::GradientsReady final_gradients_ready(Gpt& model, TrainGroups& g,
+                                          const DataParallelSums& sums) {
+  if (sums.zero != nullptr && sums.overlap) {
+    return [&g, zero = sums.zero,
+            held = tied_embedding(model, g)](const std::vector<Parameter*>& done) {
+      std::vector<Parameter*> now;
+      for (Parameter* p : done) {
+        if (std::find(held.begin(), held.end(), p) == held.end()) now.push_back(p);
+      }
+      reduce_sequence_parallel_grads(g.tp, now);
+      zero->reduce_async(now);
+    };
+  }
+  if (sums.buckets != nullptr) {
+    return [buckets = sums.buckets](const std::vector<Parameter*>& done) {
+      buckets->reduce_async(done);
+    };
+  }
+  return {};
+}
+
 }  // namespace
 
 // A rank runs several forwards before the matching backwards: after each forward it moves what
@@ -47,7 +80,7 @@ ParallelTensor boundary_tensor(const TrainGroups& g, const MicroBatchRange& r, i
 // previous one. Every rank's sends and receives to a given peer happen in the same order
 // (tested by the schedule's simulation), so untagged point-to-point messages match.
 double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double loss_scale,
-                    const MicroBatchSource& source, GradientBuckets* buckets) {
+                    const MicroBatchSource& source, const DataParallelSums& sums) {
   const int stage = g.stage(), stages = g.stages();
   const int chunks = model.stage().chunks;
   const int virtual_stages = stages * chunks;
@@ -96,10 +129,8 @@ double run_pipeline(Gpt& model, TrainGroups& g, const MicroBatchRange& r, double
                               (chunks > 1 ? " chunk " + std::to_string(chunk) : std::string());
     // Every schedule ends each chunk's passes with the last micro-batch's: the gradients it
     // finishes are final.
-    Gpt::GradientsReady ready;
-    if (buckets != nullptr && m == r.count - 1) {
-      ready = [buckets](const std::vector<Parameter*>& done) { buckets->reduce_async(done); };
-    }
+    const Gpt::GradientsReady ready =
+        m == r.count - 1 ? final_gradients_ready(model, g, sums) : Gpt::GradientsReady();
     if (pass.kind == PipelinePass::Kind::forward) {
       ParallelTensor x = first ? ParallelTensor() : receive(previous, "recv activation");
       ParallelTensor y = compute_span(g, "forward " + label, [&] {
@@ -157,19 +188,24 @@ void exchange_tied_embedding_grads(Gpt& model, TrainGroups& g) {
 
 }  // namespace
 
-void synchronize_gradients(Gpt& model, TrainGroups& g, GradientBuckets* buckets,
-                           ShardedAdamW* zero) {
+void synchronize_gradients(Gpt& model, TrainGroups& g, const DataParallelSums& sums) {
   const std::vector<Parameter*>& params = model.parameters();
-  if (zero != nullptr) {
+  if (sums.zero != nullptr) {
     // Every sum is linear: the tied copies and sequence parallelism's partials are summed on the
-    // local gradients, then the reduce-scatter sums over DP and keeps this replica's share.
+    // local gradients, then the DP sum keeps this replica's share.
     exchange_tied_embedding_grads(model, g);
+    if (sums.overlap) {  // run_pipeline summed the partials of all but the tied embedding
+      const std::vector<Parameter*> tied = tied_embedding(model, g);
+      reduce_sequence_parallel_grads(g.tp, tied);
+      sums.zero->finish_reductions();
+      return;
+    }
     reduce_sequence_parallel_grads(g.tp, params);
-    zero->reduce_scatter_gradients();
+    sums.zero->reduce_scatter_gradients();
     return;
   }
-  if (buckets != nullptr && !buckets->empty()) {
-    buckets->finish();
+  if (sums.buckets != nullptr && !sums.buckets->empty()) {
+    sums.buckets->finish();
   } else {
     // One all-reduce over every gradient: the fabric's result is bit-identical on every replica.
     timed_span(g.timeline, g.data_seconds, "dp", "DP gradient all-reduce", [&] {

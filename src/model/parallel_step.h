@@ -43,24 +43,33 @@ struct MicroBatchRange {
   int64_t seq = 1;
 };
 
+// How a step sums the gradients over DP: plain replicas all-reduce them after the backward pass,
+// or in buckets during it (`buckets`, gradient_buckets.h); ZeRO-1 (`zero`) reduce-scatters them
+// after it, or during it (`overlap`) reduces each group onto the replicas whose shares hold it.
+struct DataParallelSums {
+  GradientBuckets* buckets = nullptr;
+  ShardedAdamW* zero = nullptr;
+  bool overlap = false;  // with zero
+};
+
 // Runs the micro-batches of `range` through this rank's stage in 1F1B order, interleaved where the
 // model's stage holds several chunks of layers (pipeline_schedule.h); gradients accumulate scaled
 // by loss_scale. Each micro-batch's activations are stashed between its forward and backward
 // passes (Gpt::stash_activations). Returns the sum of the micro-batches' losses on the last stage,
 // 0 on the others.
-// With `buckets`, the last micro-batch's backward starts the DP reduction of each group of
-// gradients it finishes (gradient_buckets.h).
+// With buckets, or zero and overlap, the last micro-batch's backward starts the DP sum of each
+// group of gradients it finishes. ZeRO-1 first sums the group's sequence-parallel partials over
+// TP, and leaves the tied embedding (whose copies are summed with each other first) to
+// synchronize_gradients.
 double run_pipeline(Gpt& model, TrainGroups& groups, const MicroBatchRange& range,
                     double loss_scale, const MicroBatchSource& source,
-                    GradientBuckets* buckets = nullptr);
+                    const DataParallelSums& sums = {});
 
-// After the micro-batches: sums the gradients over DP (waits for `buckets` if run_pipeline
-// started them, else one all-reduce; identical on every replica either way), the first and last
-// stages' copies of the tied embedding, and the partial sums that sequence parallelism leaves
-// over TP.
-// With ZeRO-1 (`zero`), the DP sum is zero's reduce-scatter instead.
-void synchronize_gradients(Gpt& model, TrainGroups& groups, GradientBuckets* buckets = nullptr,
-                           ShardedAdamW* zero = nullptr);
+// After the micro-batches: sums the gradients over DP (waits for the sums run_pipeline started,
+// else one all-reduce or ZeRO-1's reduce-scatter; identical on every replica either way), the
+// first and last stages' copies of the tied embedding, and the partial sums that sequence
+// parallelism leaves over TP.
+void synchronize_gradients(Gpt& model, TrainGroups& groups, const DataParallelSums& sums = {});
 
 // The L2 norm of the whole model's gradient, each parameter counted once (TP shards summed,
 // replicated values and the tied copy once, stages summed). The same value on every rank.

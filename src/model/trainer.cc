@@ -293,11 +293,13 @@ TrainSummary train(Communicator& comm, const TrainOptions& options) {
     const MicroBatchRange range{mesh.coord("dp") * per_replica, per_replica, tc.batch_size,
                                 mc.context};
     GradientBuckets buckets(*groups.data, groups.data_seconds, groups.timeline);
-    // ZeRO-1 reduce-scatters the gradients after the backward pass instead.
-    GradientBuckets* overlap = tc.dp_comm_overlap && !layout.zero1 ? &buckets : nullptr;
+    DataParallelSums sums;
+    sums.zero = optimizer.sharded();
+    sums.overlap = tc.dp_comm_overlap;
+    if (tc.dp_comm_overlap && sums.zero == nullptr) sums.buckets = &buckets;
     const double loss_sum = run_pipeline(
-        model, groups, range, 1.0 / static_cast<double>(tc.grad_accum), micro_batch, overlap);
-    synchronize_gradients(model, groups, overlap, optimizer.sharded());
+        model, groups, range, 1.0 / static_cast<double>(tc.grad_accum), micro_batch, sums);
+    synchronize_gradients(model, groups, sums);
     const double loss = step_mean_loss(groups, loss_sum, tc.grad_accum);
     const double norm = model_grad_norm(model, groups, optimizer.sharded());
     const double scale = tc.clip > 0 && norm > tc.clip ? tc.clip / norm : 1.0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/optimizer.h"
+#include "tpf/error.h"
 
 namespace tpf {
 
@@ -17,11 +18,54 @@ ShardedAdamW::ShardedAdamW(const std::vector<Parameter*>& params, const TrainCon
   for (Parameter* p : params_) {
     const int64_t begin = std::max(first, at), end = std::min(last, at + p->value.numel());
     if (begin < end) pieces_.push_back({p, begin - at, end - at, begin - first});
+    offsets_.push_back(at);
     at += p->value.numel();
   }
   grad_share_ = Tensor({share_});
   m_ = Tensor({share_});
   v_ = Tensor({share_});
+  started_.assign(params_.size(), false);
+}
+
+ShardedAdamW::~ShardedAdamW() {
+  for (Work& w : pending_) {
+    try {
+      w.wait();      // the buffers stay alive until then
+    } catch (...) {  // the error that unwound the step is the one to report
+    }
+  }
+}
+
+void ShardedAdamW::reduce_async(const std::vector<Parameter*>& params) {
+  if (flat_grads_.numel() == 0) flat_grads_ = Tensor({share_ * data_.size()});
+  for (Parameter* p : params) {
+    const auto it = std::find(params_.begin(), params_.end(), p);
+    if (it == params_.end()) {
+      throw Error(ErrorCode::internal, "ZeRO-1: " + p->name + " is not one of its parameters");
+    }
+    const auto i = static_cast<size_t>(it - params_.begin());
+    if (started_[i]) continue;
+    started_[i] = true;
+    const int64_t begin = offsets_[i], end = begin + p->grad.numel();
+    std::copy_n(p->grad.f32(), p->grad.numel(), flat_grads_.f32() + begin);
+    for (int64_t at = begin; at < end;) {
+      const int64_t owner = at / share_, piece_end = std::min(end, (owner + 1) * share_);
+      float* sum = owner == data_.rank() ? grad_share_.f32() + (at - owner * share_) : nullptr;
+      pending_.push_back(data_.reduce_async(flat_grads_.f32() + at, sum,
+                                            static_cast<size_t>(piece_end - at), DType::f32,
+                                            ReduceOp::sum, static_cast<int>(owner)));
+      at = piece_end;
+    }
+  }
+}
+
+void ShardedAdamW::finish_reductions() {
+  reduce_async(params_);
+  timed_span(timeline_, seconds_, "dp", "ZeRO-1 gradient reductions", [&] {
+    for (Work& w : pending_) w.wait();
+  });
+  pending_.clear();
+  started_.assign(params_.size(), false);
 }
 
 void ShardedAdamW::reduce_scatter_gradients() {

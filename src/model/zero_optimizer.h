@@ -23,8 +23,20 @@ class ShardedAdamW {
   ShardedAdamW(const std::vector<Parameter*>& params, const TrainConfig& config, Communicator& data,
                double& seconds, Timeline* timeline = nullptr);
 
+  ShardedAdamW(const ShardedAdamW&) = delete;
+  ShardedAdamW& operator=(const ShardedAdamW&) = delete;
+  ~ShardedAdamW();
+
   // Sums the local gradients over DP, keeping this replica's share.
   void reduce_scatter_gradients();
+  // The same sums overlapped with the backward pass: starts the DP sum of these parameters'
+  // gradients, each element summed onto the replica whose share holds it (a reduce per share
+  // the parameter spans). The gradients are copied: they may change at once.
+  void reduce_async(const std::vector<Parameter*>& params);
+  // Starts the sums reduce_async has not, and waits for all of them: this replica's share then
+  // holds the same numbers reduce_scatter_gradients gives (the fabric sums every element in rank
+  // order, whichever collective carries it).
+  void finish_reductions();
   // The squared norm of this replica's share of the summed gradients, split into elements of
   // TP-sharded parameters and of replicated ones, leaving `skip` out.
   std::pair<double, double> shard_square_sums(const Parameter* skip) const;
@@ -53,6 +65,12 @@ class ShardedAdamW {
   std::vector<Piece> pieces_;
   Tensor grad_share_, m_, v_;
   int64_t steps_ = 0;
+  // reduce_async's state: each parameter's offset in the flat gradients, their copies, whether
+  // its sum has started, and the reductions in flight.
+  std::vector<int64_t> offsets_;
+  Tensor flat_grads_;
+  std::vector<bool> started_;
+  std::vector<Work> pending_;
 };
 
 }  // namespace tpf

@@ -181,14 +181,17 @@ TEST(ParallelTraining, SameRunTwiceIsBitIdentical) {
   EXPECT_EQ(a.grad_norm, b.grad_norm);
 }
 
-// Overlapping the TP input-gradient reductions and the DP gradient buckets with compute changes
-// when the sums are made, not what they are: every loss and norm is bit-identical.
+// Overlapping the TP input-gradient reductions and the DP gradient sums (buckets, or ZeRO-1's
+// reduces onto each share's owner) with compute changes when the sums are made, not what they
+// are: every loss and norm is bit-identical. The ZeRO-1 cases hold the tied embedding back until
+// its copies are summed, and sum sequence parallelism's partials group by group.
 TEST(ParallelTraining, OverlapLeavesEveryNumberUnchanged) {
   ScratchDir dir;
   const std::string data = write_training_text(dir / "text.txt");
   for (const LayoutCase& c :
        {LayoutCase{"tp=2,dp=2", 4, false}, LayoutCase{"tp=2,pp=2,dp=2", 8, true},
-        LayoutCase{"dp=4", 4, false}}) {
+        LayoutCase{"dp=4", 4, false}, LayoutCase{"pp=2,dp=2,zero1", 4, false},
+        LayoutCase{"tp=2,pp=2,dp=2,zero1", 8, true}, LayoutCase{"dp=4,zero1", 4, false}}) {
     std::vector<Log> logs;
     for (const bool overlap : {false, true}) {
       const std::string out = dir / (std::string(c.layout) + (overlap ? "-overlap" : "-serial"));
