@@ -744,8 +744,13 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     const bool cuts_a_send = std::any_of(requests.begin(), requests.end(), [](const NetRequest& r) {
       return r.pending != nullptr && r.is_send && !r.via_put;
     });
-    if (cuts_a_send && dynamic_cast<const RootCauseError*>(&error) == nullptr)
+    if (cuts_a_send && dynamic_cast<const RootCauseError*>(&error) == nullptr) {
       notify_failure_locked({error.code(), error.what()});
+      // The cut resets the connection, and a reset can discard the notice the peer has not read
+      // yet (seen under load in CI: the peer then blamed this rank's exit). Wait, bounded, until
+      // the peers acknowledge it or are lost, as the teardown does.
+      u.await_notice_acks();
+    }
     cancel_locked(requests);
     throw error;
   };
