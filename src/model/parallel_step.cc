@@ -168,10 +168,10 @@ namespace {
 
 // The first and last stages' copies of the tied embedding each add the other's gradient.
 void exchange_tied_embedding_grads(Gpt& model, TrainGroups& g) {
-  if (g.stages() > 1 && (g.stage() == 0 || g.stage() == g.stages() - 1)) {
+  const std::vector<Parameter*> tied = tied_embedding(model, g);
+  if (!tied.empty()) {
     // Both copies become own + other: float addition is commutative, so they stay identical.
-    Parameter& embedding =
-        g.stage() == 0 ? model.parameter("wte.weight") : *model.tied_embedding_copy();
+    Parameter& embedding = *tied.front();
     const int peer = g.stage() == 0 ? g.stages() - 1 : 0;
     const size_t count = static_cast<size_t>(embedding.grad.numel());
     Tensor other(embedding.grad.shape());

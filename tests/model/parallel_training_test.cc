@@ -384,6 +384,21 @@ INSTANTIATE_TEST_SUITE_P(ParallelTraining, ReplicaCheck,
                            return std::string(info.index == 0 ? "PlainDp" : "ZeroOne");
                          });
 
+// Resumes `options` (its out directory and layout set) from `checkpoint` on `ranks` ranks and
+// expects the rest of the run within the band of `reference`'s steps after `midway`.
+void expect_resumed_run_follows(TrainOptions options, int ranks, const std::string& checkpoint,
+                                const Log& reference, int64_t midway) {
+  options.resume = checkpoint;
+  train_ranks(ranks, options);
+  const Log tail = read_log(options.out_dir);
+  ASSERT_EQ(tail.loss.size(), static_cast<size_t>(kSteps - midway)) << options.layout;
+  const std::vector<double> want(reference.loss.begin() + midway, reference.loss.end());
+  const double worst = max_difference(want, tail.loss);
+  std::printf("resumed at %s: largest loss difference to the uninterrupted run %.3g\n",
+              options.layout.c_str(), worst);
+  EXPECT_LE(worst, kLossBand) << options.layout;
+}
+
 // A checkpoint saved at tp=2,pp=2,dp=2 resumes at other layouts and continues the run.
 TEST(ParallelTraining, ResumingAtAnotherLayoutContinuesTheRun) {
   ScratchDir dir;
@@ -395,17 +410,8 @@ TEST(ParallelTraining, ResumingAtAnotherLayoutContinuesTheRun) {
   const Log reference = read_log(dir / "whole");
   const std::string checkpoint = checkpoint_dir_for_step(dir / "whole", midway);
   for (const auto& [layout, ranks] : {std::pair{"tp=1", 1}, std::pair{"pp=2,dp=2", 4}}) {
-    const std::string out = dir / (std::string("resumed-") + layout);
-    TrainOptions resumed = tiny_options(data, out, layout);
-    resumed.resume = checkpoint;
-    train_ranks(ranks, resumed);
-    const Log tail = read_log(out);
-    ASSERT_EQ(tail.loss.size(), static_cast<size_t>(kSteps - midway)) << layout;
-    const std::vector<double> want(reference.loss.begin() + midway, reference.loss.end());
-    const double worst = max_difference(want, tail.loss);
-    std::printf("resumed at %s: largest loss difference to the uninterrupted run %.3g\n", layout,
-                worst);
-    EXPECT_LE(worst, kLossBand) << layout;
+    expect_resumed_run_follows(tiny_options(data, dir / (std::string("resumed-") + layout), layout),
+                               ranks, checkpoint, reference, midway);
   }
 }
 
@@ -431,17 +437,9 @@ TEST(ParallelTraining, InterleavedStagesTrainTheSameModelAndResumeAnywhere) {
 
   const std::string checkpoint = checkpoint_dir_for_step(dir / "whole", midway);
   for (const auto& [layout, ranks] : {std::pair{"pp=2,vp=2", 2}, std::pair{"tp=1", 1}}) {
-    const std::string out = dir / (std::string("resumed-") + layout);
-    TrainOptions resumed = four_layer_options(data, out, layout);
-    resumed.resume = checkpoint;
-    train_ranks(ranks, resumed);
-    const Log tail = read_log(out);
-    ASSERT_EQ(tail.loss.size(), static_cast<size_t>(kSteps - midway)) << layout;
-    const std::vector<double> want(reference.loss.begin() + midway, reference.loss.end());
-    const double gap = max_difference(want, tail.loss);
-    std::printf("resumed at %s: largest loss difference to the uninterrupted run %.3g\n", layout,
-                gap);
-    EXPECT_LE(gap, kLossBand) << layout;
+    expect_resumed_run_follows(
+        four_layer_options(data, dir / (std::string("resumed-") + layout), layout), ranks,
+        checkpoint, reference, midway);
   }
 }
 
