@@ -6,7 +6,10 @@
 # RATE (e.g. 1gbit) each way. With NICS > 1 (at most 8) each host has NICS links, eth0 ..
 # eth<NICS-1>, link n on a bridge of its own (rail n, as in rail-optimized GPU clusters, where NIC n
 # of every server goes to switch n) and addressed 127.<100+n>.0.<h+1>/16, each capped at RATE.
-# Nothing is created in the machine's own namespace.
+# Nothing is created in the machine's own namespace. tbf's token bucket holds TPF_EMULATED_BURST
+# bytes (tc units, default 1mb): a link idle long enough to fill it passes that much at memory
+# speed, which a real link does not (a 1 MiB message after a pause, for one); a burst of a few
+# jumbo frames (e.g. 64kb) gives a link that never exceeds its rate.
 #
 #   scripts/emulated-hosts.sh up NAME HOSTS [RATE [NICS]]
 #   scripts/emulated-hosts.sh down NAME        removes every namespace NAME-* it made
@@ -28,7 +31,7 @@ usage() {
 }
 
 up() {
-  local name=$1 hosts=$2 rate=${3:-} nics=${4:-1}
+  local name=$1 hosts=$2 rate=${3:-} nics=${4:-1} burst=${TPF_EMULATED_BURST:-1mb}
   [[ $hosts =~ ^[0-9]+$ ]] && (( hosts >= 1 && hosts <= 250 )) ||
     { echo "emulated-hosts: HOSTS must be 1..250, not '$hosts'" >&2; exit 2; }
   [[ $nics =~ ^[0-9]+$ ]] && (( nics >= 1 && nics <= 8 )) ||
@@ -59,8 +62,8 @@ up() {
       ip -n "$ns" link set "eth$n" up
       if [[ -n $rate ]]; then
         # Both directions: the host's egress, and the switch port's egress towards the host.
-        tc -n "$ns" qdisc add dev "eth$n" root tbf rate "$rate" burst 1mb latency 100ms
-        tc -n "$name-sw" qdisc add dev "$port" root tbf rate "$rate" burst 1mb latency 100ms
+        tc -n "$ns" qdisc add dev "eth$n" root tbf rate "$rate" burst "$burst" latency 100ms
+        tc -n "$name-sw" qdisc add dev "$port" root tbf rate "$rate" burst "$burst" latency 100ms
       fi
     done
   done

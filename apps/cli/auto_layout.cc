@@ -1,6 +1,7 @@
 #include "cli/auto_layout.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "plan/collective_planner.h"
 #include "plan/layout.h"
@@ -78,10 +79,17 @@ std::string planner_layout(const TrainLayout& layout, const RunConfig& config) {
                      ",precision=fp32,attention=materialized,recompute=none" +
                      ",zero=" + (layout.zero1 ? "1" : "0") +
                      ",sp=" + (t.sequence_parallel && layout.tp > 1 ? "1" : "0");
-  std::string overlap;
-  if (t.dp_comm_overlap) overlap = "dp_grads";
-  if (t.tp_comm_overlap) overlap += std::string(overlap.empty() ? "" : "+") + "tp";
-  text += ",overlap=" + (overlap.empty() ? std::string("none") : overlap);
+  // The pipeline's sends are asynchronous (run_pipeline): a transfer travels while its sender
+  // computes on, as overlap=pp prices it.
+  std::string overlap = "pp";
+  if (t.dp_comm_overlap) overlap += "+dp_grads";
+  if (t.tp_comm_overlap) overlap += "+tp";
+  text += ",overlap=" + overlap;
+  // GradientBuckets (and ZeRO-1's reduce_async) reduce each block's gradients as its backward
+  // finishes: a bucket is one layer's parameters on a rank.
+  const plan::LayerParameters block = planner_model(config).layer_parameters();
+  text += ",bucket=" + std::to_string(static_cast<long long>(
+                           std::ceil(block.sharded / layout.tp + block.replicated)));
   if (layout.vp > 1) {
     text += ",vp=" + std::to_string(layout.vp);  // equal chunks, as the trainer's
   } else if (layout.pp > 1) {

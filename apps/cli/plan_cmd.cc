@@ -30,6 +30,7 @@ namespace {
 struct PlanFlags {
   std::optional<std::string> cluster;
   std::optional<std::string> gpus;
+  std::optional<std::string> hosts;
   std::optional<std::string> model;
   std::optional<std::string> layout;
   std::optional<std::string> global_batch;
@@ -44,6 +45,7 @@ struct PlanFlags {
 struct CollectiveFlags {
   std::optional<std::string> cluster;
   std::optional<std::string> gpus;
+  std::optional<std::string> hosts;
   std::optional<std::string> op;
   std::string bytes;
   std::optional<std::string> factor;
@@ -56,6 +58,7 @@ struct ShowFlags {
   std::string name;                   // a preset or a file, given as the argument
   std::optional<std::string> option;  // or as --cluster / --model, as `tpf plan` takes it
   std::optional<std::string> gpus;
+  std::optional<std::string> hosts;
 };
 
 std::vector<double> parse_sizes(const std::string& text, int factor) {
@@ -101,6 +104,11 @@ const std::string& required(const std::optional<std::string>& text, const std::s
   return *text;
 }
 
+// --hosts H: this-host as H emulated hosts sharing this machine's cores.
+HostSpread emulated_hosts(const std::optional<std::string>& hosts) {
+  return {bounded_int(hosts, "--hosts", 1, 1, plan::kMaxClusterGpus), 1};
+}
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
@@ -121,7 +129,9 @@ int show(const ShowFlags& flags, bool cluster) {
   }
   if (cluster) {
     const int gpus = bounded_int(flags.gpus, "--gpus", 0, 0, plan::kMaxClusterGpus);
-    std::fputs(plan::cluster_to_yaml(load_cluster_or_host(name, gpus)).c_str(), stdout);
+    std::fputs(plan::cluster_to_yaml(load_cluster_or_host(name, gpus, emulated_hosts(flags.hosts)))
+                   .c_str(),
+               stdout);
   } else {
     std::fputs(plan::model_to_yaml(plan::load_model(name)).c_str(), stdout);
   }
@@ -177,7 +187,8 @@ int plan_collective(const CollectiveFlags& flags) {
     const int node = plan::load_cluster(*flags.cluster, 0).gpus_per_node;
     if (gpus % node != 0) gpus += node - gpus % node;
   }
-  const plan::ClusterSpec cluster = load_cluster_or_host(*flags.cluster, gpus);
+  const plan::ClusterSpec cluster =
+      load_cluster_or_host(*flags.cluster, gpus, emulated_hosts(flags.hosts));
   if (cluster.total_gpus() % (ranks * stride) != 0) {
     throw UsageError("--ranks " + std::to_string(ranks) + " x --stride " + std::to_string(stride) +
                      " must divide the cluster's " + std::to_string(cluster.total_gpus()) +
@@ -267,7 +278,7 @@ int plan_layouts(const PlanFlags& flags) {
                      (flags.cluster ? "; '" + *flags.cluster + "' is a preset" : std::string()));
   }
   const plan::ClusterSpec cluster =
-      load_cluster_or_host(required(flags.cluster, "--cluster"), gpus);
+      load_cluster_or_host(required(flags.cluster, "--cluster"), gpus, emulated_hosts(flags.hosts));
   plan::CollectivePlanner planner(cluster);
   if (!search) {
     if (layout.gpus() != cluster.total_gpus()) {
@@ -344,9 +355,14 @@ constexpr const char* kPlanDescription =
     "  tpf plan --cluster C [--gpus N] --model M --layout L [--json]\n"
     "  tpf plan --cluster C --gpus N --model M --search [--top K] [--svg FILE] [--json]";
 
-// --cluster C (returned, for a command that requires it) and --gpus N.
+constexpr const char* kHostsHelp =
+    "this-host as H emulated hosts sharing this machine's cores (scripts/emulated-hosts.sh),\n"
+    "one link each at TPF_NET_GBPS (GB/s; default 12.5) (default 1)";
+
+// --cluster C (returned, for a command that requires it), --gpus N and --hosts H.
 CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& cluster,
-                                 std::optional<std::string>& gpus, const std::string& gpus_help) {
+                                 std::optional<std::string>& gpus,
+                                 std::optional<std::string>& hosts, const std::string& gpus_help) {
   CLI::Option* option =
       command
           .add_option("--cluster", cluster,
@@ -354,6 +370,7 @@ CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& 
                       "cores as tpf train uses them, measured now: docs/model.md) or a YAML file")
           ->type_name("C");
   command.add_option("--gpus", gpus, gpus_help)->type_name("N");
+  command.add_option("--hosts", hosts, kHostsHelp)->type_name("H");
   return option;
 }
 
@@ -365,7 +382,7 @@ void add_collective_command(CLI::App& plan) {
       "(copies of the group run at once on the rest of the cluster), and how the group's\n"
       "network step fares under each routing policy.");
   auto flags = std::make_shared<CollectiveFlags>();
-  add_cluster_options(command, flags->cluster, flags->gpus,
+  add_cluster_options(command, flags->cluster, flags->gpus, flags->hosts,
                       "size a preset (a multiple of 8; default: --ranks x --stride)")
       ->required();
   command
@@ -394,6 +411,7 @@ void add_show_commands(CLI::App& plan) {
       ->type_name("C");
   cluster.add_option("--gpus", cluster_flags->gpus, "size a preset (a multiple of 8)")
       ->type_name("N");
+  cluster.add_option("--hosts", cluster_flags->hosts, kHostsHelp)->type_name("H");
   set_action(cluster, [cluster_flags] { return show(*cluster_flags, true); });
 
   CLI::App& model = *plan.add_subcommand("show-model", "print a model as YAML");
@@ -412,7 +430,7 @@ void add_plan_command(CLI::App& tpf) {
   plan.require_subcommand(0, 1);
   auto flags = std::make_shared<PlanFlags>();
   add_cluster_options(
-      plan, flags->cluster, flags->gpus,
+      plan, flags->cluster, flags->gpus, flags->hosts,
       "size a preset (a multiple of 8; this-host: its ranks); with --layout, defaults\n"
       "to tp*cp*pp*dp");
   std::string presets;
@@ -426,7 +444,7 @@ void add_plan_command(CLI::App& tpf) {
                   "[,recompute=none|selective|full][,zero=0..3][,order=tp-dp-pp]\n"
                   "[,precision=bf16|fp8|fp32][,attention=flash|materialized]\n"
                   "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]\n"
-                  "[,capacity=1.25] (ep, capacity: mixture-of-experts models)")
+                  "[,bucket=N] [,capacity=1.25] (ep, capacity: mixture-of-experts models)")
       ->type_name("L");
   plan.add_option("--global-batch", flags->global_batch,
                   "sequences per step (default: the model's); --search runs every layout\n"

@@ -66,50 +66,60 @@ std::string preset_list() {
   return list;
 }
 
-// Why the planner cannot speak for this job, or empty: this-host describes one machine.
-std::string host_mismatch(World& world) {
-  if (world.local_ranks() == world.comm().size()) return "";
-  return "this-host describes one machine, and this job spans hosts";
+// Where the planner places this job's ranks (host_cluster.h), or why it cannot: collective.
+struct JobPlacement {
+  HostSpread spread;
+  std::string unplannable;  // empty when the planner can place the job
+};
+
+JobPlacement job_placement(World& world) {
+  JobPlacement placement;
+  try {
+    placement.spread = host_spread(world.comm());
+  } catch (const Error& e) {
+    placement.unplannable = e.what();
+  }
+  return placement;
 }
 
-// The planner's choice for --layout auto, predicted on this machine (auto_layout.h); rank 0
-// prints the choice and the alternatives.
-std::function<TrainLayout(const RunConfig&, int)> planner_choice(World& world) {
-  return [mismatch = host_mismatch(world)](const RunConfig& config, int ranks) {
-    if (!mismatch.empty()) {
-      throw Error(ErrorCode::invalid_argument,
-                  "--layout auto plans the ranks of one machine: " + mismatch + "; give --layout");
+// The planner's choice for --layout auto, predicted on this machine (or the hosts the job spans,
+// auto_layout.h); rank 0 prints the choice and the alternatives.
+std::function<TrainLayout(const RunConfig&, int)> planner_choice(const JobPlacement& placement) {
+  return [placement](const RunConfig& config, int ranks) {
+    if (!placement.unplannable.empty()) {
+      throw Error(ErrorCode::invalid_argument, "--layout auto cannot place this job: " +
+                                                   placement.unplannable + "; give --layout");
     }
-    const LayoutChoice choice =
-        choose_train_layout(config, ranks, load_cluster_or_host(kHostClusterName, ranks));
+    const LayoutChoice choice = choose_train_layout(
+        config, ranks, load_cluster_or_host(kHostClusterName, ranks, placement.spread));
     std::printf("tpf train: %s", choice.explanation.c_str());
     std::fflush(stdout);
     return choice.chosen;
   };
 }
 
-// --predict: rank 0 prints the planner's prediction of the run's layout on this machine before
-// training. A prediction that fails says so and never stops the run.
-void print_prediction(const std::string& mismatch, const RunConfig& config,
+// --predict: rank 0 prints the planner's prediction of the run's layout on this machine (or the
+// hosts the job spans) before training. A prediction that fails says so and never stops the run.
+void print_prediction(const JobPlacement& placement, const RunConfig& config,
                       const TrainLayout& layout) {
-  if (!mismatch.empty()) {
-    std::printf("tpf train: the planner cannot predict %s: %s\n", layout.to_string().c_str(),
-                mismatch.c_str());
+  const std::string cannot = "tpf train: the planner cannot predict " + layout.to_string() + ": ";
+  if (!placement.unplannable.empty()) {
+    std::printf("%s%s\n", cannot.c_str(), placement.unplannable.c_str());
     return;
   }
   try {
-    const LayoutCandidate p = predict_train_layout(
-        layout, config, load_cluster_or_host(kHostClusterName, layout.ranks()));
+    const plan::ClusterSpec cluster =
+        load_cluster_or_host(kHostClusterName, layout.ranks(), placement.spread);
+    const LayoutCandidate p = predict_train_layout(layout, config, cluster);
     if (p.tokens_per_s > 0) {
       std::printf("tpf train: the planner predicts %.0f tokens/s at %s on %s (%s)\n",
-                  p.tokens_per_s, layout.to_string().c_str(), kHostClusterName, p.summary.c_str());
-    } else {
-      std::printf("tpf train: the planner cannot predict %s: %s\n", layout.to_string().c_str(),
+                  p.tokens_per_s, layout.to_string().c_str(), cluster.name.c_str(),
                   p.summary.c_str());
+    } else {
+      std::printf("%s%s\n", cannot.c_str(), p.summary.c_str());
     }
   } catch (const Error& e) {
-    std::printf("tpf train: the planner cannot predict %s: %s\n", layout.to_string().c_str(),
-                e.what());
+    std::printf("%s%s\n", cannot.c_str(), e.what());
   }
   std::fflush(stdout);
 }
@@ -119,11 +129,12 @@ int run_train(const TrainFlags& flags) {
   const int threads_asked =
       static_cast<int>(integer_option(flags.threads, "--threads", 0, 1, kMaxBlasThreads));
   World world;
-  if (options.layout == kAutoLayout) options.choose_layout = planner_choice(world);
+  const bool plans = options.layout == kAutoLayout || flags.predict;
+  const JobPlacement placement = plans ? job_placement(world) : JobPlacement{};
+  if (options.layout == kAutoLayout) options.choose_layout = planner_choice(placement);
   if (flags.predict) {
-    options.on_layout = [mismatch = host_mismatch(world)](const RunConfig& config,
-                                                          const TrainLayout& layout) {
-      print_prediction(mismatch, config, layout);
+    options.on_layout = [placement](const RunConfig& config, const TrainLayout& layout) {
+      print_prediction(placement, config, layout);
     };
   }
   const int threads = configure_blas_threads(threads_asked, world.local_ranks());
@@ -213,7 +224,8 @@ void add_train_command(CLI::App& tpf) {
                   "layers run interleaved (a V times smaller bubble for V times the pipeline\n"
                   "traffic), zero1 splits AdamW's moments over the dp replicas, first= and\n"
                   "last= give the end stages' layers (the others share the rest); auto: the\n"
-                  "layout the planner predicts fastest here (tpf plan --cluster this-host)")
+                  "layout the planner predicts fastest here (tpf plan --cluster this-host;\n"
+                  "across hosts also --hosts H, with TPF_NET_GBPS the links' rate)")
       ->type_name("SIZES");
   train
       .add_option("--trace", flags->trace,
@@ -229,7 +241,8 @@ void add_train_command(CLI::App& tpf) {
   train.add_flag("--quiet", flags->quiet, "no progress lines");
   train.add_flag("--predict", flags->predict,
                  "print the planner's tokens/s and step breakdown for this run's layout on\n"
-                 "this machine before training (tpf plan --cluster this-host)");
+                 "this machine, or the hosts the job spans, before training (tpf plan\n"
+                 "--cluster this-host [--hosts H])");
   set_action(train, [flags] { return run_train(*flags); });
 }
 

@@ -11,15 +11,16 @@ Breakdown columns are rank 0's shares of step time (see src/model/trainer.h).
 
 With --plan, each run starts with `tpf train --predict`: the planner's prediction of the run's
 model and layout on `--cluster this-host` (this machine's rates measured anew each time, so both
-sides of a round see the same spell of the shared machine); the table adds the planner's median
-tokens/s, its error against the measured median, and its predicted bubble share.
+sides of a round see the same spell of the shared machine; across hosts, this-host as H hosts);
+the table adds the planner's median tokens/s, its error against the measured median, and its
+predicted bubble share.
 
 With --hosts H (root, iproute2), every run spans H emulated hosts (scripts/emulated-hosts.sh:
 network namespaces joined by links capped at --rate, made before the first run and removed after
 the last), each case's ranks split evenly over them and started by `tpf run --hosts` with
 `ip netns exec` as the remote shell; rank r is on host r / (ranks / H), so TP (innermost) stays
-inside a host when T divides the ranks per host. --plan does not apply there (this-host is one
-machine).
+inside a host when T divides the ranks per host. The runs are told the links' rate
+(TPF_NET_GBPS, for the fabric's cost model and the planner), as `emulated-hosts.sh run` tells.
 
 Usage: bench/train/layouts.py --data TEXT [--tpf build/tpf] [--preset small] [--grad-accum 4]
          [--steps 12] [--repeat 3] [--threads 1] [--plan] [--hosts H [--rate 1gbit]]
@@ -65,8 +66,8 @@ def run(args, case, workdir, index):
             sys.exit(f"{case}: {ranks} ranks do not split evenly over {args.hosts} hosts")
         slots = ",".join(f"{args.cluster}-h{h}:{ranks // args.hosts}" for h in range(args.hosts))
         command = ["ip", "netns", "exec", f"{args.cluster}-h0", "env", "UCX_NET_DEVICES=eth0",
-                   args.tpf, "run", "--hosts", slots, "--rsh", "ip netns exec",
-                   "--store-bind", "127.100.0.1", "--"] + train_command
+                   f"TPF_NET_GBPS={link_gbps(args.rate)}", args.tpf, "run", "--hosts", slots,
+                   "--rsh", "ip netns exec", "--store-bind", "127.100.0.1", "--"] + train_command
     if args.plan:
         command.append("--predict")
     stdout = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -82,9 +83,18 @@ def run(args, case, workdir, index):
     return result
 
 
+def link_gbps(rate):
+    """A tc rate ("1gbit", "100mbit", "500kbit") in GB/s, as TPF_NET_GBPS takes it."""
+    number = re.fullmatch(r"([0-9.]+)(k|m|g)bit", rate)
+    if not number:
+        sys.exit(f"--rate {rate}: expected a number with kbit, mbit or gbit, e.g. 1gbit")
+    return float(number.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[number.group(2)] / 8e9
+
+
 def prediction(stdout):
     """The planner's tokens/s and bubble share from `tpf train --predict`'s line."""
-    line = re.search(r"the planner predicts (\d+) tokens/s at \S+ on this-host \((.*)\)", stdout)
+    line = re.search(r"the planner predicts (\d+) tokens/s at \S+ on this-host[^(]* \((.*)\)",
+                     stdout)
     if not line:
         sys.exit("tpf train --predict printed no prediction:\n" + stdout)
     bubble = re.search(r"PP bubble (\d+)%", line.group(2))
@@ -108,8 +118,8 @@ def main():
     parser.add_argument("--rate", default="1gbit", help="the emulated links' cap (tc units)")
     parser.add_argument("cases", nargs="+")
     args = parser.parse_args()
-    if args.hosts > 1 and args.plan:
-        sys.exit("--plan predicts one machine (this-host); leave it out with --hosts")
+    if args.hosts > 1:
+        link_gbps(args.rate)  # a bad rate stops here, before any namespace is made
     args.tpf = os.path.abspath(args.tpf)
     args.cluster = f"tpfl{os.getpid()}"
     hosts_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",

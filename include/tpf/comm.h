@@ -103,6 +103,8 @@ class Communicator {
   const std::string& name() const;
   // The hosts this communicator's ranks are on (1 when they all share memory; docs/fabric.md).
   int host_count() const;
+  // The host `rank` is on: 0 .. host_count()-1, hosts numbered in the order of their lowest ranks.
+  int host_of(int rank) const;
 
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
   // by key then by rank. A negative color returns an invalid Communicator.

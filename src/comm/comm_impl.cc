@@ -133,6 +133,15 @@ CommImpl::~CommImpl() {
   }
 }
 
+int CommImpl::host_of(int rank) const {
+  if (rank < 0 || rank >= hosts_.ranks()) {
+    throw Error(ErrorCode::invalid_argument,
+                "host_of(" + std::to_string(rank) + ") on communicator '" + setup_.name +
+                    "': no such rank (size " + std::to_string(hosts_.ranks()) + ")");
+  }
+  return hosts_.host_of(rank);
+}
+
 bool CommImpl::same_host(int peer) const { return hosts_.host_of(peer) == hosts_.host_of(rank()); }
 
 coll::OpDesc CommImpl::on_this_host(const coll::OpDesc& desc) const {

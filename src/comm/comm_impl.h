@@ -49,6 +49,7 @@ class CommImpl {
   int rank() const noexcept { return setup_.rank; }
   int size() const noexcept { return setup_.size; }
   int host_count() const noexcept { return hosts_.hosts(); }
+  int host_of(int rank) const;
   const std::string& name() const noexcept { return setup_.name; }
   uint64_t next_sequence() const;
 

@@ -96,6 +96,7 @@ static detail::CommImpl& checked(const std::unique_ptr<detail::CommImpl>& impl) 
 int Communicator::rank() const { return checked(impl_).rank(); }
 int Communicator::size() const { return checked(impl_).size(); }
 int Communicator::host_count() const { return checked(impl_).host_count(); }
+int Communicator::host_of(int rank) const { return checked(impl_).host_of(rank); }
 const std::string& Communicator::name() const { return checked(impl_).name(); }
 uint64_t Communicator::next_sequence() const { return checked(impl_).next_sequence(); }
 void Communicator::abort() { checked(impl_).abort(); }

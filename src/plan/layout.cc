@@ -47,7 +47,7 @@ std::vector<std::string> split(const std::string& text, char separator) {
 
 const char* kKeys =
     "tp cp ep etp pp dp mb gb sp vp recompute order zero precision attention overlap first last "
-    "capacity";
+    "capacity bucket";
 
 // overlap= names, each with the flag it sets.
 constexpr std::pair<const char*, bool Overlap::*> kOverlapParts[] = {
@@ -264,6 +264,7 @@ std::string Layout::to_string() const {
   }
   if (first_stage_layers > 0) add("first", std::to_string(first_stage_layers));
   if (last_stage_layers > 0) add("last", std::to_string(last_stage_layers));
+  if (bucket_params > 0) add("bucket", std::to_string(bucket_params));
   return text;
 }
 
@@ -320,6 +321,8 @@ Layout parse_layout(const std::string& text) {
       layout.first_stage_layers = parse_int(key, value, 1);
     } else if (key == "last") {
       layout.last_stage_layers = parse_int(key, value, 1);
+    } else if (key == "bucket") {
+      layout.bucket_params = parse_int(key, value, 1);
     } else {
       invalid("layout: unknown key '" + key + "' in '" + text + "' (keys: " + kKeys + ")");
     }

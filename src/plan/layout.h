@@ -64,6 +64,9 @@ struct Layout {
   // decoder_first/last_pipeline_num_layers; Llama 3 gives them one layer less for the embedding
   // and the output layer). 0 = the even share.
   int first_stage_layers = 0, last_stage_layers = 0;
+  // Parameters per data-parallel gradient bucket (Megatron's ddp bucket_size; PyTorch DDP's
+  // bucket_cap_mb in parameters). 0 = Megatron's default, max(40M, 1M x the DP group).
+  int bucket_params = 0;
   std::array<ParallelDim, 3> order = {ParallelDim::tp, ParallelDim::dp, ParallelDim::pp};
 
   long long gpus() const { return static_cast<long long>(tp) * cp * pp * dp; }
@@ -83,15 +86,15 @@ struct Layout {
   GroupShape expert_tp_group() const;
   GroupShape expert_gradient_group() const;
   // "tp=8,pp=4,dp=16,mb=1,gb=1536,sp=1,vp=1,recompute=selective,order=tp-dp-pp,zero=1,
-  // precision=bf16,attention=flash,overlap=dp_grads", then cp=, ep=, etp=, capacity=, first= and
-  // last= where set.
+  // precision=bf16,attention=flash,overlap=dp_grads", then cp=, ep=, etp=, capacity=, first=,
+  // last= and bucket= where set.
   std::string to_string() const;
 };
 
 // Parses "key=value,..." (keys: tp cp ep etp pp dp mb gb sp vp recompute order zero precision
-// attention overlap first last capacity; zero1=0|1 is read as zero=0|1; overlap= takes tp, pp,
-// dp_grads, dp_params joined by '+', or none). Throws Error(invalid_argument) naming the key for
-// unknown keys and bad values.
+// attention overlap first last capacity bucket; zero1=0|1 is read as zero=0|1; overlap= takes tp,
+// pp, dp_grads, dp_params joined by '+', or none). Throws Error(invalid_argument) naming the key
+// for unknown keys and bad values.
 Layout parse_layout(const std::string& text);
 
 }  // namespace tpf::plan

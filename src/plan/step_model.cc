@@ -34,7 +34,8 @@ ByteSizes byte_sizes(Precision precision) {
 constexpr double kFp8WeightBytes = 1;
 constexpr double kLogitBytes = 4;  // fp32 logits for the cross-entropy
 // Megatron's DistributedDataParallel bucket: max(40M, 1M * dp) parameters
-// (megatron/core/distributed: bucket_size default when overlap_grad_reduce is on).
+// (megatron/core/distributed: bucket_size default when overlap_grad_reduce is on), unless the
+// layout's bucket= says otherwise.
 constexpr double kBucketParams = 40e6;
 constexpr double kBucketParamsPerDpRank = 1e6;
 // Memory outside the model's tensors: CUDA context, NCCL and cuBLAS workspaces.
@@ -664,7 +665,9 @@ void Estimator::data_parallel(const StageParameters& params, const StageTime& mi
   std::vector<Bucket> buckets;
   auto add_buckets = [&](double n, const GroupShape& group) {
     if (!(n > 0) || group.size <= 1) return;
-    const double size = std::max(kBucketParams, kBucketParamsPerDpRank * group.size);
+    const double size = layout_.bucket_params > 0
+                            ? layout_.bucket_params
+                            : std::max(kBucketParams, kBucketParamsPerDpRank * group.size);
     const int count = std::max(1, static_cast<int>(std::ceil(n / size)));
     for (int i = 0; i < count; ++i) {
       buckets.push_back({i + 1 < count ? size : n - (count - 1) * size, group,

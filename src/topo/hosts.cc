@@ -29,10 +29,15 @@ std::string shm_id() {
   return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
 }
 
-std::string boot_id() {
+std::string full_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
+  return id;
+}
+
+std::string boot_id() {
+  const std::string id = full_boot_id();
   return id.empty() ? "?" : id.substr(0, 8);  // 32 bits tell boots apart well enough
 }
 
@@ -64,6 +69,11 @@ std::string local_host_key(const std::optional<std::string>& node_id) {
   if (node_id) return *node_id;
   return hostname() + "[boot " + boot_id() + ", net " + namespace_id("net") + ", ipc " +
          namespace_id("ipc") + ", shm " + shm_id() + "]";
+}
+
+std::string local_machine_key() {
+  const std::string id = full_boot_id();
+  return id.empty() ? hostname() : id;  // no /proc: the name is the best guess left
 }
 
 HostMap::HostMap(std::vector<std::string> key_of_rank, std::vector<std::string> devices_of_rank) {

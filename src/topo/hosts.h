@@ -17,6 +17,11 @@ namespace tpf::topo {
 // people can read it.
 std::string local_host_key(const std::optional<std::string>& node_id);
 
+// This machine: one running kernel (its boot id), whatever the namespaces, containers or
+// TPF_NODE_ID. Processes with the same key share the machine's cores, as the emulated hosts of
+// scripts/emulated-hosts.sh do.
+std::string local_machine_key();
+
 // The layout of one communicator's ranks over hosts. Hosts are numbered by their lowest rank, and
 // a host's ranks are in rank order: every rank derives the same map from the same keys.
 class HostMap {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "support/fake_remote_shell.h"
 #include "support/run_tpf.h"
 #include "tpf/topology.h"
 
@@ -33,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 using tpf::testing::contains;
+using tpf::testing::FakeRemoteShell;
 using tpf::testing::lines_of;
 using tpf::testing::OnStdout;
 using tpf::testing::Outcome;
@@ -73,36 +75,6 @@ TEST(Launcher, RanksGetTheirEnvironment) {
   EXPECT_EQ(secrets.size(), 1u) << "all ranks share one secret";
   EXPECT_EQ(jobs.size(), 1u) << "all ranks share one job id";
 }
-
-// A stand-in for ssh in a temporary directory: `PATH HOST COMMAND...` runs COMMAND here with
-// AGENT_HOST=HOST, except for the host "down", which it cannot reach (exit 255, as ssh).
-class FakeRemoteShell {
- public:
-  FakeRemoteShell() {
-    char dir[] = "/tmp/tpf-rsh-XXXXXX";
-    if (::mkdtemp(dir) == nullptr) return;
-    dir_ = dir;
-    path_ = dir_ + "/fake-ssh";
-    FILE* f = std::fopen(path_.c_str(), "w");
-    if (f == nullptr) return;
-    std::fputs(
-        "#!/bin/sh\n"
-        "if [ \"$1\" = down ]; then echo \"fake-ssh: cannot reach $1\" >&2; exit 255; fi\n"
-        "host=$1\nshift\nexec env AGENT_HOST=\"$host\" \"$@\"\n",
-        f);
-    ok_ = std::fclose(f) == 0 && ::chmod(path_.c_str(), 0755) == 0;
-  }
-  ~FakeRemoteShell() {
-    std::remove(path_.c_str());
-    ::rmdir(dir_.c_str());
-  }
-  bool ok() const { return ok_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string dir_, path_;
-  bool ok_ = false;
-};
 
 // --hosts starts every rank through the remote shell as RSH HOST env VARIABLES... PROGRAM.
 TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/fake_remote_shell.h"
 #include "support/run_tpf.h"
 #include "support/scratch_dir.h"
 #include "support/training_text.h"
@@ -117,6 +118,27 @@ TEST(ModelCommands, TrainPrintsThePlannersPredictionOfItsLayout) {
   EXPECT_TRUE(contains(trained.out, " tokens/s at tp=1,pp=2,dp=1 on this-host (compute "))
       << trained.out;
   EXPECT_TRUE(contains(trained.out, "PP bubble")) << trained.out;
+}
+
+// Across hosts (two named hosts on this machine, the fabric's network between them) the
+// prediction is of those hosts: a node each, sharing this machine's cores, joined at the rate
+// TPF_NET_GBPS states.
+TEST(ModelCommands, TrainPredictsItsRunAcrossHosts) {
+  ScratchDir dir;
+  const std::string text = write_training_text(dir / "text.txt");
+  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes);
+  ASSERT_TRUE(rsh.ok());
+  const Outcome trained = run_tpf({"run",       "--hosts",  "host-a:1,host-b:1",
+                                   "--rsh",     rsh.path(), "--store-bind",
+                                   "127.0.0.1", "--",       TPF_BINARY,
+                                   "train",     "--preset", "tiny",
+                                   "--layout",  "pp=2",     "--data",
+                                   text,        "--steps",  "2",
+                                   "--quiet",   "--predict"},
+                                  {"TPF_NET_GBPS=0.125"}, {}, 90s);
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  EXPECT_TRUE(contains(trained.out, " tokens/s at tp=1,pp=2,dp=1 on this-host as 2 hosts ("))
+      << trained.out;
 }
 
 TEST(ModelCommands, BadInputGetsAClearMessage) {

@@ -212,6 +212,28 @@ TEST(PlanLayoutTerms, OverlapHidesWhatTheComputationCovers) {
   EXPECT_LT(pp.step_s, tp.step_s);
 }
 
+// Gradient buckets (bucket=): one bucket holding a stage's whole gradient is ready only when the
+// last backward pass ends, so all of its reduction is exposed; smaller buckets start reducing
+// earlier and expose less. The bytes are the same.
+TEST(PlanLayoutTerms, SmallerBucketsStartTheGradientReductionEarlier) {
+  const ModelSpec m = model_preset("gpt-1.3b");
+  const std::string base = "tp=8,dp=4,mb=1,gb=4";
+  const StepEstimate one = estimate(m, base + ",bucket=1000000000", 32);
+  const StepEstimate megatron = estimate(m, base, 32);  // 40M parameters a bucket
+  const StepEstimate small = estimate(m, base + ",bucket=4000000", 32);
+  std::printf("exposed DP: one bucket %.3g s, 40M %.3g s, 4M %.3g s (of %.3g s)\n",
+              one.breakdown.dp_exposed_s, megatron.breakdown.dp_exposed_s,
+              small.breakdown.dp_exposed_s, one.dp_comm_s);
+  EXPECT_NEAR(one.breakdown.dp_exposed_s, one.dp_comm_s, 1e-12);
+  EXPECT_LT(megatron.breakdown.dp_exposed_s, one.breakdown.dp_exposed_s);
+  EXPECT_LT(small.breakdown.dp_exposed_s, megatron.breakdown.dp_exposed_s);
+  EXPECT_NEAR(small.dp_comm_s, one.dp_comm_s, 0.05 * one.dp_comm_s);  // plus 40 steps' latency
+  EXPECT_EQ(parse_layout(base + ",bucket=4000000").to_string(),
+            "tp=8,pp=1,dp=4,mb=1,gb=4,sp=0,vp=1,recompute=none,order=tp-dp-pp,zero=0,"
+            "precision=bf16,attention=flash,overlap=dp_grads,bucket=4000000");
+  EXPECT_INVALID(parse_layout("bucket=0"), "bucket=0", "at least 1");
+}
+
 // Context parallelism: CP ranks sit right outside TP's; gradients reduce over DP x CP; each
 // rank holds and computes a cp-th of every sequence (attending to all of it).
 TEST(PlanLayoutTerms, ContextParallelismSplitsTheSequence) {

@@ -1,0 +1,50 @@
+// A stand-in for ssh in a temporary directory, for `tpf run --hosts H:N,... --rsh PATH`:
+// `PATH HOST COMMAND...` runs COMMAND here with AGENT_HOST=HOST (and, where asked,
+// TPF_NODE_ID=HOST, so that each named host is a host of its own to the fabric), except for the
+// host "down", which it cannot reach (exit 255, as ssh).
+#pragma once
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace tpf::testing {
+
+class FakeRemoteShell {
+ public:
+  enum class Hosts { one_machine, named_nodes };
+  explicit FakeRemoteShell(Hosts hosts = Hosts::one_machine) {
+    char dir[] = "/tmp/tpf-rsh-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return;
+    dir_ = dir;
+    path_ = dir_ + "/fake-ssh";
+    FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr) return;
+    // The launcher's variables follow as `env VAR=...`, so a TPF_NODE_ID it passes on wins.
+    const std::string node = hosts == Hosts::named_nodes ? " TPF_NODE_ID=\"$host\"" : "";
+    const std::string script =
+        "#!/bin/sh\n"
+        "if [ \"$1\" = down ]; then echo \"fake-ssh: cannot reach $1\" >&2; exit 255; fi\n"
+        "host=$1\nshift\nexec env AGENT_HOST=\"$host\"" +
+        node + " \"$@\"\n";
+    std::fputs(script.c_str(), f);
+    ok_ = std::fclose(f) == 0 && ::chmod(path_.c_str(), 0755) == 0;
+  }
+  ~FakeRemoteShell() {
+    std::remove(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  FakeRemoteShell(const FakeRemoteShell&) = delete;
+  FakeRemoteShell& operator=(const FakeRemoteShell&) = delete;
+  bool ok() const { return ok_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+  bool ok_ = false;
+};
+
+}  // namespace tpf::testing
