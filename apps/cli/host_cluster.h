@@ -49,15 +49,15 @@ struct HostSpread {
 HostSpread host_spread(Communicator& comm);
 
 // The cluster of `ranks` processes spread as `spread` says: one node per host of ranks / hosts
-// accelerators. Each rank gets min(1, cores / ranks per machine) of a core's rates (the scheduler
-// shares a machine's cores among all its ranks, whichever host they are in) and 1/ranks of the
-// memory; the scale-up link is shared memory at `link`'s copy rate with a step of link.step_us
-// plus step_us_per_excess_rank per rank of the machine beyond its cores (the fabric's cost
-// model). Across hosts each node has one NIC at `network`'s link rate, a network round of its
-// step_us, through one switch (a bridge): what the fabric's own network cost model assumes, so
-// TPF_NET_GBPS must state the links' rate. FP32 is the precision the trainer runs; a CPU has no
-// faster 16-bit GEMM here, so the BF16 peak equals it. Throws Error(invalid_argument) where
-// `spread` does not divide `ranks`.
+// accelerators. Each rank gets min(1, cores / n) of a core's rates and 1/n of the memory, n the
+// ranks on its machine (the scheduler shares a machine's cores among all of them, whichever host
+// they are in); the scale-up link is shared memory at `link`'s copy rate with a step of
+// link.step_us plus step_us_per_excess_rank per rank of the machine beyond its cores (the
+// fabric's cost model). Across hosts each node has one NIC at `network`'s link rate, a network
+// round of its step_us, through one switch (a bridge): what the fabric's own network cost model
+// assumes, so TPF_NET_GBPS must state the links' rate. FP32 is the precision the trainer runs; a
+// CPU has no faster 16-bit GEMM here, so the BF16 peak equals it. Throws Error(invalid_argument)
+// where `spread` does not divide `ranks`.
 plan::ClusterSpec host_cluster(const HostRates& rates, int ranks, const HostSpread& spread,
                                const coll::ShmLinkCost& link, const coll::NetworkLinkCost& network);
 

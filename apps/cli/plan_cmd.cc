@@ -357,7 +357,7 @@ constexpr const char* kPlanDescription =
 
 constexpr const char* kHostsHelp =
     "this-host as H emulated hosts sharing this machine's cores (scripts/emulated-hosts.sh),\n"
-    "one link each at TPF_NET_GBPS (GB/s; default 12.5) (default 1)";
+    "each with one link of TPF_NET_GBPS GB/s (default 12.5); default 1 host";
 
 // --cluster C (returned, for a command that requires it), --gpus N and --hosts H.
 CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& cluster,

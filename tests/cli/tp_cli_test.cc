@@ -121,8 +121,8 @@ TEST(ModelCommands, TrainPrintsThePlannersPredictionOfItsLayout) {
 }
 
 // Across hosts (two named hosts on this machine, the fabric's network between them) the
-// prediction is of those hosts: a node each, sharing this machine's cores, joined at the rate
-// TPF_NET_GBPS states.
+// prediction and --layout auto's ranking are of those hosts: a node each, sharing this machine's
+// cores, joined at the rate TPF_NET_GBPS states.
 TEST(ModelCommands, TrainPredictsItsRunAcrossHosts) {
   ScratchDir dir;
   const std::string text = write_training_text(dir / "text.txt");
@@ -139,6 +139,15 @@ TEST(ModelCommands, TrainPredictsItsRunAcrossHosts) {
   ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
   EXPECT_TRUE(contains(trained.out, " tokens/s at tp=1,pp=2,dp=1 on this-host as 2 hosts ("))
       << trained.out;
+
+  // --layout auto ranks the layouts on those hosts and trains at its choice.
+  const Outcome chosen =
+      run_tpf({"run", "--hosts", "host-a:1,host-b:1", "--rsh", rsh.path(), "--store-bind",
+               "127.0.0.1", "--", TPF_BINARY, "train", "--preset", "tiny", "--layout", "auto",
+               "--data", text, "--steps", "2", "--quiet"},
+              {"TPF_NET_GBPS=0.125"}, {}, 90s);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.out << chosen.err;
+  EXPECT_TRUE(contains(chosen.out, "layouts on this-host as 2 hosts (")) << chosen.out;
 }
 
 TEST(ModelCommands, BadInputGetsAClearMessage) {
