@@ -117,12 +117,13 @@ HostSpread host_spread(Communicator& comm) {
   std::map<int64_t, int> ranks_on_machine;
   for (int64_t m : machine_of) ++ranks_on_machine[m];
   spread.machines = static_cast<int>(ranks_on_machine.size());
-  for (const auto& [machine, ranks] : ranks_on_machine) {
-    if (ranks * spread.machines != size || spread.hosts % spread.machines != 0) {
-      throw Error(ErrorCode::invalid_argument,
-                  std::to_string(spread.hosts) + " hosts on " + std::to_string(spread.machines) +
-                      " machines that hold different numbers of ranks");
-    }
+  const bool even = spread.hosts % spread.machines == 0 &&
+                    std::all_of(ranks_on_machine.begin(), ranks_on_machine.end(),
+                                [&](const auto& m) { return m.second * spread.machines == size; });
+  if (!even) {
+    throw Error(ErrorCode::invalid_argument, std::to_string(spread.hosts) + " hosts on " +
+                                                 std::to_string(spread.machines) +
+                                                 " machines that hold different numbers of ranks");
   }
   return spread;
 }

@@ -128,24 +128,24 @@ TEST(ModelCommands, TrainPredictsItsRunAcrossHosts) {
   const std::string text = write_training_text(dir / "text.txt");
   FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes);
   ASSERT_TRUE(rsh.ok());
-  const Outcome trained = run_tpf({"run",       "--hosts",  "host-a:1,host-b:1",
-                                   "--rsh",     rsh.path(), "--store-bind",
-                                   "127.0.0.1", "--",       TPF_BINARY,
-                                   "train",     "--preset", "tiny",
-                                   "--layout",  "pp=2",     "--data",
-                                   text,        "--steps",  "2",
-                                   "--quiet",   "--predict"},
-                                  {"TPF_NET_GBPS=0.125"}, {}, 90s);
+  auto train_across_hosts = [&](const std::string& layout, std::vector<std::string> more) {
+    std::vector<std::string> args = {"run",       "--hosts",  "host-a:1,host-b:1",
+                                     "--rsh",     rsh.path(), "--store-bind",
+                                     "127.0.0.1", "--",       TPF_BINARY,
+                                     "train",     "--preset", "tiny",
+                                     "--layout",  layout,     "--data",
+                                     text,        "--steps",  "2",
+                                     "--quiet"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_tpf(args, {"TPF_NET_GBPS=0.125"}, {}, 90s);
+  };
+  const Outcome trained = train_across_hosts("pp=2", {"--predict"});
   ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
   EXPECT_TRUE(contains(trained.out, " tokens/s at tp=1,pp=2,dp=1 on this-host as 2 hosts ("))
       << trained.out;
 
   // --layout auto ranks the layouts on those hosts and trains at its choice.
-  const Outcome chosen =
-      run_tpf({"run", "--hosts", "host-a:1,host-b:1", "--rsh", rsh.path(), "--store-bind",
-               "127.0.0.1", "--", TPF_BINARY, "train", "--preset", "tiny", "--layout", "auto",
-               "--data", text, "--steps", "2", "--quiet"},
-              {"TPF_NET_GBPS=0.125"}, {}, 90s);
+  const Outcome chosen = train_across_hosts("auto", {});
   ASSERT_EQ(chosen.exit_code, 0) << chosen.out << chosen.err;
   EXPECT_TRUE(contains(chosen.out, "layouts on this-host as 2 hosts (")) << chosen.out;
 }
