@@ -46,9 +46,6 @@ static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 constexpr auto kNoPayload = [](int) { return size_t{0}; };
 constexpr auto kNoFill = [](int, std::byte*, size_t) {};
 
-// reduce goes along the chain of hosts from this size (HostCollective::reduces_by_chain).
-constexpr size_t kReduceChainMinBytes = size_t{1} << 20;
-
 // Scratch slots (HostScratch): fixed ones, then two per host.
 enum Slot : size_t { kHostData = 0, kOwnPart = 1, kCombined = 2, kCombineTemp = 3, kPerHost = 4 };
 size_t from_slot(int host) { return kPerHost + 2 * static_cast<size_t>(host); }
@@ -95,6 +92,14 @@ struct Chunks {
 // ranks, 64 MiB: reduce_scatter 0.72 of the link with all chunks posted at once, all_reduce 0.72
 // with every segment posted ahead against 0.96 with one).
 constexpr size_t kSendWindow = 2;
+
+// How many segments ahead of the results it has back a reduce's root sends, where it owns no
+// slice (reduce_in_slices). The owners' sends are paced by their combining, which waits for every
+// host's part; the root's were paced by nothing, so it kept its windows full and its slices
+// queued in every owner's link ahead of the other hosts' parts that the combining waited for.
+// Measured, 64 MiB to a root on a middle host, 500 Mb/s: 0.86-0.94 of the link unpaced, 0.98-0.99
+// paced (4 hosts x 1 and x 2, f32, f16, bf16; docs/fabric.md).
+constexpr size_t kRootLeadSegments = 8;
 
 // How the per-rail forms of all_reduce and broadcast cut `count` elements over `rails` rails, in
 // `segments` segments: each segment starts at a multiple of the rail count and splits into one
@@ -489,18 +494,16 @@ class HostCollective {
     return largest;
   }
 
-  // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order). dst may be
-  // any of the parts.
-  // `finished`: the last step of the reduction (an average divides there).
-  void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count,
-                     bool finished = true) {
+  // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order), an average
+  // divided. dst may be any of the parts.
+  void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count) {
     if (count == 0) return;  // the parts of an empty call may be null
     bool clash = false;      // reduce_n lets dst alias the first part only
     for (size_t h = 1; h < parts.size(); ++h)
       clash |= overlap(dst, bytes(count), parts[h], bytes(count));
     void* out = clash ? scratch(kCombineTemp, count) : dst;
     reduce_n(d_.dtype, partial_op(), out, parts.data(), static_cast<int>(parts.size()), count);
-    if (finished && d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
+    if (d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
     copy_bytes(dst, out, bytes(count));
   }
 
@@ -721,92 +724,8 @@ class HostCollective {
     }
     if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
-  void reduce() {
-    if (reduces_by_chain()) return reduce_by_chain();
-    reduce_in_slices(/*to_everyone=*/false);
-  }
 
-  // Whether reduce goes along the chain of hosts (reduce_by_chain): at least 3 hosts, and the root
-  // on the first or the last host (elsewhere its link would carry the data twice). Both it and
-  // reduce_in_slices carry the data once per link each way there, but the chain's one flow per
-  // link measured 0.96-0.99 of the link against the slices' 0.83-0.93 (4 emulated hosts,
-  // docs/fabric.md). Only where combining two parts at a time gives the bits of combining all H
-  // at once (reduces_in_storage_type: not f16 / bf16, which add in f32 and round once per
-  // combine). From 1 MiB: below, the slices' two network hops beat the chain's H - 1 (the size was
-  // set against the earlier slices and not re-fitted). A fixed size, not the settings' constants,
-  // so that every host chooses alike whatever its settings (the choice is not in the
-  // fingerprint).
-  bool reduces_by_chain() const {
-    const int root_host = g_.hosts.host_of(d_.root);
-    return hosts() >= 3 && (root_host == 0 || root_host == hosts() - 1) &&
-           reduces_in_storage_type(d_.dtype) && bytes(d_.count) >= kReduceChainMinBytes;
-  }
-
-  // reduce along a pipelined chain in host order: host 0's representative sends its host's
-  // partial result, chunk by chunk, to host 1's, which combines each chunk with its own as it
-  // arrives (previous hosts' first: the documented order) and sends it on, and so on; the last
-  // host's combine finishes the result, at the root there or sent on to the root on host 0.
-  // Every link carries the data once each way, one flow per link. Inside each host the partial
-  // result is reduced piece by piece ahead of the chain.
-  void reduce_by_chain() {
-    compare_fingerprints_across_hosts();
-    const size_t n = d_.count;
-    const int root_host = g_.hosts.host_of(d_.root);
-    const int last = hosts() - 1;
-    const int local_root = representative_local_rank(host_);
-    const bool on_network = local_rank_ == local_root;
-    // This host's partial result at its representative (the caller's input on a host of one).
-    const void* partial = d_.send;
-    std::byte* reduced = nullptr;
-    if (!alone()) {
-      reduced = on_network ? scratch(kHostData, n) : nullptr;
-      partial = reduced;
-    }
-    // What this host's combine writes: the result at the root on the last host, else scratch.
-    void* combined = me_ == d_.root ? d_.recv : on_network ? scratch(kCombined, n) : nullptr;
-    const Chunks chunks = chunks_of(n);
-    InFlight flight(g_.network, ctx_);
-    size_t from_previous = 0;  // the request of the first chunk from the previous host
-    std::byte* arriving = nullptr;
-    if (on_network && host_ > 0) {
-      arriving = scratch(from_slot(host_ - 1), n);
-      from_previous = post_recv(flight, representative(host_ - 1), kFirst, arriving, n);
-    }
-    // The root on host 0 gets the result from the last host: into scratch where its own input,
-    // still being sent, is where the result goes (an in-place call on a host of one).
-    void* result_landing = nullptr;
-    if (me_ == d_.root && host_ == 0) {
-      result_landing =
-          overlap(partial, bytes(n), d_.recv, bytes(n)) ? scratch(kCombined, n) : d_.recv;
-      post_recv(flight, representative(last), kSecond, result_landing, n);
-    }
-    // Where this host's chunks go: the next host, or from the last one the root on host 0.
-    const int next = host_ < last ? representative(host_ + 1) : root_host == 0 ? d_.root : -1;
-    for_each_piece(chunks, [&](size_t first, size_t end) {
-      if (!alone()) {
-        const size_t begin = chunks.begin(first);
-        local(local_desc(OpKind::reduce, chunks.span_length(first, end), local_root,
-                         at(d_.send, begin), reduced == nullptr ? nullptr : at(reduced, begin),
-                         partial_op()));
-      }
-      if (!on_network) return;
-      for (size_t c = first; c < end; ++c) {
-        const size_t begin = chunks.begin(c), length = chunks.length(c);
-        const void* out = at(partial, begin);
-        if (host_ > 0) {
-          flight.wait(from_previous + c);
-          combine_hosts(at(combined, begin), {at(arriving, begin), at(partial, begin)}, length,
-                        /*finished=*/host_ == last);
-          out = at(combined, begin);
-        }
-        if (next >= 0)
-          flight.send(next, tag(host_ == last ? kSecond : kFirst, c), out, bytes(length));
-      }
-      flight.progress();
-    });
-    flight.wait_all();
-    if (result_landing != nullptr) copy_bytes(d_.recv, result_landing, bytes(n));
-  }
+  void reduce() { reduce_in_slices(/*to_everyone=*/false); }
 
   // all_reduce, and reduce to a root, in segments, pipelined: segment s is reduced inside the
   // host (to its representative: the root on the root's host, the leader elsewhere) while
@@ -819,7 +738,8 @@ class HostCollective {
   // partial result and receives the result: every link carries the data once each way, wherever
   // the root is (were the root's host an owner too, its link would receive 2 (H-1) / H: 0.66 of
   // the link on 4 hosts, measured); on 2 hosts both own a slice (the root's link then receives
-  // the data once either way). Segments are as many as keep each slice at least
+  // the data once either way). A root that owns no slice sends at most kRootLeadSegments ahead
+  // of the results it has back. Segments are as many as keep each slice at least
   // all_reduce_min_slice_bytes (one segment when small). Running the local reduce further ahead
   // was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98 with one).
   void reduce_in_slices(bool to_everyone) {
@@ -906,6 +826,11 @@ class HostCollective {
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce segment `step` inside the host and send its slices
         const size_t s = step;
+        if (on_network && my_slice < 0 && s >= kRootLeadSegments) {
+          for (int k = 0; k < owner_count; ++k) {
+            flight.wait(results[(s - kRootLeadSegments) * owner_count + k]);
+          }
+        }
         if (!alone()) segment(s, OpKind::reduce);
         for (int h : other_owners) {
           flight.send(rep(h), tag(kFirst, s), at(partial, slice_begin(s, slice_of[h])),

@@ -304,13 +304,6 @@ void divide_n(DType dtype, void* data, size_t count, int n) {
   });
 }
 
-bool reduces_in_storage_type(DType dtype) {
-  bool same = false;
-  dispatch(dtype, ReduceOp::sum,
-           [&]<class Io, class Op>() { same = sizeof(typename Io::A) == dtype_size(dtype); });
-  return same;
-}
-
 const char* reduce_kernel_isa() { return isa_name(active_isa()); }
 
 bool set_reduce_isa_for_testing(const char* isa) {

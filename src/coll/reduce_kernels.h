@@ -21,11 +21,6 @@ void reduce_n(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int 
 // as across hosts.
 void divide_n(DType dtype, void* data, size_t count, int n);
 
-// Whether `dtype` is combined in its own type (f16 / bf16 are not: they add in f32 and round once
-// per reduce_n), so that combining parts two at a time gives the bits of combining them all in
-// one reduce_n.
-bool reduces_in_storage_type(DType dtype);
-
 // The plain scalar version of reduce_n: the reference the tests compare the SIMD kernels to.
 void reduce_n_reference(DType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
                         size_t count);

@@ -135,9 +135,9 @@ void reductions(Communicator& comm, const topo::HostMap& hosts,
                                  std::to_string(static_cast<int>(op)) + " count " +
                                  std::to_string(count);
         check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
-        // reduce to a root that moves round the ranks; the large size to every root (a root on
-        // the first or last of 3 or more hosts takes the chain of hosts, the others the slices,
-        // which from 3 hosts on go to the hosts other than the root's).
+        // reduce to a root that moves round the ranks; the large size to every root (from 3
+        // hosts on, the slices go to the hosts other than the root's, and the root paces its
+        // sends by the results it has back).
         std::vector<int> roots = {static_cast<int>(salt % static_cast<uint64_t>(n))};
         if (count > 4099) {
           roots.clear();

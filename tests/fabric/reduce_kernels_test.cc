@@ -219,12 +219,6 @@ TEST(ReduceReferenceTest, HalfFormatsAccumulateInF32AndRoundOnce) {
   // f16 overflow to infinity happens only at the final rounding: 60000 + 60000 - 60000 = 60000.
   const uint16_t big = f32_to_f16(60000.0f), neg_big = f32_to_f16(-60000.0f);
   EXPECT_EQ(reduce_values<uint16_t>(DType::f16, ReduceOp::sum, {{big}, {big}, {neg_big}})[0], big);
-  // So combining them two at a time is not combining them all at once; every other dtype is
-  // combined in its own type (across hosts, reduce's chain relies on it).
-  for (DType dt : {DType::f32, DType::f64, DType::i8, DType::u8, DType::i32, DType::i64})
-    EXPECT_TRUE(reduces_in_storage_type(dt)) << dtype_name(dt);
-  EXPECT_FALSE(reduces_in_storage_type(DType::f16));
-  EXPECT_FALSE(reduces_in_storage_type(DType::bf16));
 }
 
 TEST(ReduceReferenceTest, FloatOpsAndNaN) {
