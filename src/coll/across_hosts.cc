@@ -97,8 +97,9 @@ constexpr size_t kSendWindow = 2;
 // slice (reduce_in_slices). The owners' sends are paced by their combining, which waits for every
 // host's part; the root's were paced by nothing, so it kept its windows full and its slices
 // queued in every owner's link ahead of the other hosts' parts that the combining waited for.
-// Measured, 64 MiB to a root on a middle host, 500 Mb/s: 0.86-0.94 of the link unpaced, 0.98-0.99
-// paced (4 hosts x 1 and x 2, f32, f16, bf16; docs/fabric.md).
+// Measured, 64 MiB on 4 emulated hosts at 500 Mb/s: 0.84-0.96 of the link unpaced, 0.98-0.99
+// paced (docs/fabric.md). 8 rather than 1-3, which did as well on idle cores: beside other work
+// the results come back late (two busy processes beside 4 x 2: lead 2 0.81-0.94, 8 0.90-0.96).
 constexpr size_t kRootLeadSegments = 8;
 
 // How the per-rail forms of all_reduce and broadcast cut `count` elements over `rails` rails, in
