@@ -23,8 +23,10 @@ RoutingMode parse_routing_mode(const std::string& text, const YamlFields& fields
 }
 
 // A100-SXM 80 GB: BF16 GEMMs 271.2 of 312 TFLOP/s at their best shape (86.9 %, the same
-// benchmark as H100's in cluster.h); fused attention about 50 % of peak (FlashAttention-2,
-// read approximately from the paper's figures); no FP8 tensor cores.
+// benchmark as H100's in cluster.h); fused attention about 50 % of peak at large sizes
+// (FlashAttention-2, read approximately from the paper's figures), falling at small ones as
+// measured on Hopper, with the rows that fill the GPU scaled to its 108 SMs (132 on Hopper):
+// assumed, not measured; no FP8 tensor cores.
 AcceleratorSpec a100_sxm_80gb() {
   AcceleratorSpec gpu;
   gpu.name = "A100-SXM-80GB";
@@ -35,6 +37,7 @@ AcceleratorSpec a100_sxm_80gb() {
   gpu.max_gemm_efficiency = 0.869 * kInTrainingFraction;
   gpu.max_fp8_gemm_efficiency = 1;  // unused without an FP8 peak
   gpu.attention_efficiency = 0.50 * kInTrainingFraction;
+  gpu.attention_half_rows = 17920.0 * 108 / 132;
   return gpu;
 }
 
@@ -110,6 +113,12 @@ void validate(const ClusterSpec& c) {
   if (!(c.gpu.fp8_peak_tflops >= 0)) invalid("cluster: node.gpu.fp8_peak_tflops must be >= 0");
   if (!(c.gpu.fp32_peak_tflops >= 0)) invalid("cluster: node.gpu.fp32_peak_tflops must be >= 0");
   if (!(c.gpu.gemm_overhead_us >= 0)) invalid("cluster: node.gpu.gemm_overhead_us must be >= 0");
+  if (!(c.gpu.attention_half_keys >= 0)) {
+    invalid("cluster: node.gpu.attention_half_keys must be >= 0");
+  }
+  if (!(c.gpu.attention_half_rows >= 0)) {
+    invalid("cluster: node.gpu.attention_half_rows must be >= 0");
+  }
   const std::pair<double, const char*> fractions[] = {
       {c.gpu.max_gemm_efficiency, "max_gemm_efficiency"},
       {c.gpu.max_fp8_gemm_efficiency, "max_fp8_gemm_efficiency"},
@@ -202,7 +211,8 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
       YamlFields gpu = node.child(
           "gpu", {"name", "peak_tflops", "fp8_peak_tflops", "fp32_peak_tflops", "memory_gb",
                   "hbm_gbps", "max_gemm_efficiency", "max_fp8_gemm_efficiency",
-                  "max_fp32_gemm_efficiency", "gemm_overhead_us", "attention_efficiency"});
+                  "max_fp32_gemm_efficiency", "gemm_overhead_us", "attention_efficiency",
+                  "attention_half_keys", "attention_half_rows"});
       gpu.read("name", c.gpu.name);
       gpu.read("peak_tflops", c.gpu.peak_tflops);
       gpu.read("fp8_peak_tflops", c.gpu.fp8_peak_tflops);
@@ -214,6 +224,8 @@ ClusterSpec parse_cluster_yaml(const std::string& text, const std::string& origi
       gpu.read("max_fp32_gemm_efficiency", c.gpu.max_fp32_gemm_efficiency);
       gpu.read("gemm_overhead_us", c.gpu.gemm_overhead_us);
       gpu.read("attention_efficiency", c.gpu.attention_efficiency);
+      gpu.read("attention_half_keys", c.gpu.attention_half_keys);
+      gpu.read("attention_half_rows", c.gpu.attention_half_rows);
     }
     if (node.has("scale_up")) {
       YamlFields up =
@@ -307,6 +319,8 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   out << YAML::Key << "max_fp32_gemm_efficiency" << YAML::Value << c.gpu.max_fp32_gemm_efficiency;
   out << YAML::Key << "gemm_overhead_us" << YAML::Value << c.gpu.gemm_overhead_us;
   out << YAML::Key << "attention_efficiency" << YAML::Value << c.gpu.attention_efficiency;
+  out << YAML::Key << "attention_half_keys" << YAML::Value << c.gpu.attention_half_keys;
+  out << YAML::Key << "attention_half_rows" << YAML::Value << c.gpu.attention_half_rows;
   out << YAML::EndMap;
   out << YAML::Key << "scale_up" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << c.scale_up.name;

@@ -63,8 +63,15 @@ double ComputeModel::gemm_efficiency(const GemmShape& g) const {
   return g.flops() / (gemm_s(g) * peak_);
 }
 
-double ComputeModel::flash_attention_s(double flops) const {
-  return kCausalFraction * flops / (gpu_.peak_tflops * 1e12 * gpu_.attention_efficiency);
+double ComputeModel::attention_efficiency(const AttentionShape& a) const {
+  const double rows = a.heads * a.queries;
+  return gpu_.attention_efficiency * a.keys / (a.keys + gpu_.attention_half_keys) * rows /
+         (rows + gpu_.attention_half_rows);
+}
+
+double ComputeModel::flash_attention_s(const AttentionShape& attention) const {
+  return kCausalFraction * attention.flops() /
+         (gpu_.peak_tflops * 1e12 * attention_efficiency(attention));
 }
 
 double ComputeModel::memory_s(double bytes) const { return bytes / (gpu_.hbm_gbps * 1e9); }

@@ -20,6 +20,14 @@ struct GemmShape {
   double flops() const { return 2 * m * n * k * count; }
 };
 
+// Fused attention on one GPU: `heads` (of all its micro-batch's sequences) of `queries` each
+// against `keys` (the whole context under context parallelism), of width `head_dim`.
+struct AttentionShape {
+  double heads = 0, queries = 0, keys = 0, head_dim = 0;
+  // Megatron-LM's count: QK^T and PV over the full queries x keys, the mask ignored.
+  double flops() const { return 4 * heads * queries * keys * head_dim; }
+};
+
 class ComputeModel {
  public:
   // Throws Error(invalid_argument) for fp8 on an accelerator without an FP8 peak.
@@ -33,9 +41,13 @@ class ComputeModel {
   double gemm_backward_s(const GemmShape& gemm) const;
   // Achieved fraction of the precision's peak over `gemm`.
   double gemm_efficiency(const GemmShape& gemm) const;
-  // Fused causal attention (FlashAttention) of `flops` model FLOPs (the full s x s count;
-  // the kernel skips the masked half), at the accelerator's attention efficiency of BF16 peak.
-  double flash_attention_s(double flops) const;
+  // Forward pass of fused causal attention (FlashAttention; the backward pass takes twice as
+  // long): its model FLOPs, of which the kernel computes the unmasked half, at the accelerator's
+  // attention efficiency for this shape.
+  double flash_attention_s(const AttentionShape& attention) const;
+  // Achieved fraction of BF16 peak over the model FLOPs of `attention`: the large-size rate
+  // scaled down by the keys each query tile visits and by the rows that fill the GPU.
+  double attention_efficiency(const AttentionShape& attention) const;
   // Memory-bound work that moves `bytes` through HBM.
   double memory_s(double bytes) const;
   // The peak the GEMMs run against, FLOP/s.

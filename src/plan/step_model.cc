@@ -414,10 +414,10 @@ LayerCompute Estimator::layer_compute() const {
     flops += gemms[i].flops();
   }
   c.gemm_efficiency = flops / (c.gemm_f * gpu.gemm_peak());
-  const double attention_flops = 4 * d.b * d.s * d.context * d.h / d.t;
   if (d.flash) {
-    c.attention_f = gpu.flash_attention_s(attention_flops);
-    c.attention_b = gpu.flash_attention_s(2 * attention_flops);
+    const AttentionShape attention{d.b * d.a / d.t, d.s, d.context, d.head_size()};
+    c.attention_f = gpu.flash_attention_s(attention);
+    c.attention_b = 2 * c.attention_f;
   } else {
     // Attention GEMMs stay in BF16 under FP8 too.
     const ComputeModel& hp = high_precision_model_;

@@ -24,7 +24,8 @@ namespace {
 #define EXPECT_INVALID(statement, ...) \
   EXPECT_TPF_ERROR(statement, ::tpf::ErrorCode::invalid_argument, __VA_ARGS__)
 
-// Round numbers: 1000 TFLOP/s BF16, 2000 FP8, 1000 GB/s, e_max 0.5 (0.25 FP8), 10 us per GEMM.
+// Round numbers: 1000 TFLOP/s BF16, 2000 FP8, 1000 GB/s, e_max 0.5 (0.25 FP8), 10 us per GEMM;
+// fused attention 0.4 at large sizes, halved at 1000 keys and at 10,000 query rows.
 AcceleratorSpec round_gpu() {
   AcceleratorSpec gpu;
   gpu.name = "round";
@@ -35,6 +36,8 @@ AcceleratorSpec round_gpu() {
   gpu.max_fp8_gemm_efficiency = 0.25;
   gpu.gemm_overhead_us = 10;
   gpu.attention_efficiency = 0.4;
+  gpu.attention_half_keys = 1000;
+  gpu.attention_half_rows = 10000;
   return gpu;
 }
 
@@ -76,8 +79,18 @@ TEST(PlanComputeModel, Fp8AndFusedAttention) {
   EXPECT_NEAR(fp8.gemm_s({8192, 8192, 64}),
               (8192.0 * 64 + 64.0 * 8192 + 8192.0 * 8192 * 2) / 1000e9 + 10e-6, 1e-12);
   EXPECT_DOUBLE_EQ(fp8.gemm_peak(), 2000e12);
-  // Fused causal attention: half the model FLOPs at 40 % of the BF16 peak, in either precision.
-  EXPECT_NEAR(fp8.flash_attention_s(1e12), 0.5e12 / 400e12, 1e-15);
+  // Fused causal attention, in either precision: half the model FLOPs at 40 % of the BF16 peak
+  // times keys / (keys + 1000) times rows / (rows + 10,000). 10 heads of 1000 queries against
+  // 1000 keys, head width 100: 4e9 FLOPs at 0.4 x 0.5 x 0.5 = 0.1 of peak, the half computed.
+  const AttentionShape small{10, 1000, 1000, 100};
+  EXPECT_DOUBLE_EQ(small.flops(), 4e9);
+  EXPECT_NEAR(fp8.attention_efficiency(small), 0.1, 1e-15);
+  EXPECT_NEAR(fp8.flash_attention_s(small), 0.5 * 4e9 / 100e12, 1e-15);
+  // Under context parallelism the keys are the whole context: 3000 keys give 0.75, 2000 query
+  // rows 1/6.
+  EXPECT_NEAR(fp8.attention_efficiency({2, 1000, 3000, 100}), 0.4 * 0.75 / 6, 1e-15);
+  // Large sizes approach the 0.4.
+  EXPECT_GT(fp8.attention_efficiency({64, 1e6, 1e6, 128}), 0.399);
   AcceleratorSpec a100 = cluster_preset("dgx-a100", 8).gpu;
   EXPECT_INVALID(ComputeModel(a100, Precision::fp8), "precision=fp8", "A100-SXM-80GB",
                  "fp8_peak_tflops");
