@@ -7,10 +7,12 @@ out split over TP), each in its three passes with Megatron's memory layouts (for
 X @ W^T, input gradient dY @ W, weight gradient dY^T @ X), in BF16 and (Hopper) in FP8 with
 per-tensor scales (torch._scaled_mm, e4m3, every pass TN as Transformer Engine runs them);
 square GEMMs for the large-GEMM rate and the fixed cost per kernel; and fused causal attention
-forward + backward (torch's SDPA, every backend that runs). Writes CSV files to the output
-folder. Timing: CUDA events over back-to-back launches after warm-up, median of 5 repeats.
+forward + backward (torch's SDPA, cuDNN's and FlashAttention-2's kernels); and whole GPT layers
+forward + backward (LAYERS), with and without their element-wise work, eager and compiled.
+Writes one CSV file per kind to the output folder. Timing: CUDA events over back-to-back replays
+of a CUDA graph of the call after warm-up, median of 5 repeats.
 
-    python3 bench/gpu/hopper_kernels.py --out DIR            # on the GPU machine
+    python3 bench/gpu/hopper_kernels.py --out DIR [--only gemm,attention,layer]  # on the GPU
     python3 bench/gpu/hopper_kernels.py --out DIR --dry-run  # here: tiny shapes on the CPU
 """
 import argparse
@@ -208,6 +210,81 @@ def measure_attention(args, timer, device, writer):
                              f"{3 * full_flops / both_s / 1e12:.2f}", timer.mode])
 
 
+# name, hidden, heads, MLP width, sequence: GPT layers (LayerNorm, biases, GELU, dropout 0.1) at
+# tp = 1 with one sequence per micro-batch, the shapes of Megatron-LM's H100 table.
+LAYERS = [
+    ("gpt-h2048", 2048, 16, 8192, 4096),
+    ("gpt-h4096", 4096, 32, 16384, 4096),
+    ("gpt-h8192", 8192, 64, 32768, 4096),
+]
+
+
+class GptLayer:
+    """One pre-LayerNorm GPT layer, forward and backward through autograd. `gemms_only` keeps the
+    GEMMs, the attention and the reshapes between them and drops the element-wise work (norms,
+    biases, GELU, dropout, residual adds), so the difference of the two is what that work costs."""
+
+    def __init__(self, h, heads, f, device, dtype, gemms_only):
+        def param(*shape):
+            return (torch.randn(*shape, device=device, dtype=dtype) * 0.02).requires_grad_()
+        self.h, self.heads, self.gemms_only = h, heads, gemms_only
+        self.w_qkv, self.w_proj = param(3 * h, h), param(h, h)
+        self.w_up, self.w_down = param(f, h), param(h, f)
+        self.params = [self.w_qkv, self.w_proj, self.w_up, self.w_down]
+        if not gemms_only:
+            self.b_qkv, self.b_proj, self.b_up, self.b_down = param(3 * h), param(h), param(f), param(h)
+            self.ln1 = (torch.ones(h, device=device, dtype=dtype).requires_grad_(),
+                        torch.zeros(h, device=device, dtype=dtype).requires_grad_())
+            self.ln2 = (torch.ones(h, device=device, dtype=dtype).requires_grad_(),
+                        torch.zeros(h, device=device, dtype=dtype).requires_grad_())
+            self.params += [self.b_qkv, self.b_proj, self.b_up, self.b_down, *self.ln1, *self.ln2]
+
+    def __call__(self, x):
+        fn = torch.nn.functional
+        s, h, heads = x.shape[0], self.h, self.heads
+        if self.gemms_only:
+            qkv = x @ self.w_qkv.t()
+        else:
+            qkv = fn.linear(fn.layer_norm(x, (h,), *self.ln1), self.w_qkv, self.b_qkv)
+        q, k, v = qkv.view(1, s, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
+        context = causal_attention(q, k, v).transpose(1, 2).reshape(s, h)
+        if self.gemms_only:
+            return (context @ self.w_proj.t()) @ self.w_up.t() @ self.w_down.t()
+        x = x + fn.dropout(fn.linear(context, self.w_proj, self.b_proj), 0.1)
+        up = fn.gelu(fn.linear(fn.layer_norm(x, (h,), *self.ln2), self.w_up, self.b_up))
+        return x + fn.dropout(fn.linear(up, self.w_down, self.b_down), 0.1)
+
+
+def measure_layers(args, timer, device, writer):
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    started = time.perf_counter()
+    for name, h, heads, f, s in LAYERS:
+        if args.dry_run:
+            h, f, s = h // 32, f // 32, s // 32
+        x = torch.randn(s, h, device=device, dtype=dtype, requires_grad=True)
+        grad = torch.randn(s, h, device=device, dtype=dtype)
+        for variant in ("full", "gemms_only", "full_compiled"):
+            layer = GptLayer(h, heads, f, device, dtype, gemms_only=variant == "gemms_only")
+            forward = layer
+            if variant == "full_compiled":
+                # Inductor fuses the element-wise work as Megatron's fused kernels do; compiling
+                # costs device time, so it stops once the measurements have run 5 minutes.
+                if args.dry_run or time.perf_counter() - started > 300:
+                    continue
+                forward = torch.compile(layer.__call__)
+
+            def forward_backward():
+                torch.autograd.grad(forward(x), [x] + layer.params, grad)
+            try:
+                seconds = timer.seconds(forward_backward, args.min_total_s)
+            except RuntimeError as error:
+                print(f"layer {name} {variant}: not run ({str(error).splitlines()[0]})")
+                continue
+            writer.writerow([name, variant, h, heads, f, s, f"{seconds * 1e6:.3f}", timer.mode])
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def describe(device):
     lines = [f"torch {torch.__version__}"]
     if device.type == "cuda":
@@ -222,6 +299,8 @@ def describe(device):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the CSV files")
+    parser.add_argument("--only", default="attention,gemm,layer",
+                        help="what to measure, of attention, gemm and layer (comma-separated)")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--min-total-s", type=float, default=0.02,
                         help="time each measurement over at least this long")
@@ -236,15 +315,23 @@ def main():
         out.write(describe(device))
     torch.manual_seed(0)
     timer = Timer(device)
-    with open(os.path.join(args.out, "attention.csv"), "w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["config", "backend", "batch", "heads", "seq", "head_dim", "fwd_us",
-                         "fwd_bwd_us", "fwd_full_count_tflops", "fwd_bwd_full_count_tflops", "timing"])
-        measure_attention(args, timer, device, writer)
-    with open(os.path.join(args.out, "gemm.csv"), "w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["config", "gemm", "pass", "dtype", "m", "n", "k", "us", "tflops", "timing"])
-        measure_gemms(args, timer, device, writer)
+    tables = {
+        "attention": (measure_attention, ["config", "backend", "batch", "heads", "seq", "head_dim",
+                                          "fwd_us", "fwd_bwd_us", "fwd_full_count_tflops",
+                                          "fwd_bwd_full_count_tflops", "timing"]),
+        "gemm": (measure_gemms, ["config", "gemm", "pass", "dtype", "m", "n", "k", "us", "tflops",
+                                 "timing"]),
+        "layer": (measure_layers, ["config", "variant", "hidden", "heads", "mlp", "seq",
+                                   "fwd_bwd_us", "timing"]),
+    }
+    for what in args.only.split(","):
+        if what not in tables:
+            parser.error(f"--only: '{what}': expected attention, gemm or layer")
+        measure, header = tables[what]
+        with open(os.path.join(args.out, what + ".csv"), "w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(header)
+            measure(args, timer, device, writer)
 
 
 if __name__ == "__main__":
