@@ -1389,17 +1389,25 @@ class HostCollective {
   // Where every host's ranks are consecutive, host by host: the blocks this host's ranks send
   // to host h are gathered at the leader (already in the order h's leader wants them) and sent
   // while the next host's are gathered; the blocks between this host's ranks go by an all-to-all
-  // inside the host; each other host's blocks are arranged per local rank and scattered inside.
+  // inside the host. What arrives from h is one row per rank s of h (its blocks for this host's
+  // local ranks), and the rows are scattered inside the host as they arrive, in groups of at
+  // least kMinPieceBytes (scatter_groups), so that the copies overlap the network rather than
+  // all following its last byte. Measured on 4 emulated hosts x 2 ranks, against waiting for all
+  // of a host's rows and rearranging them before one scatter: 0.86 -> 0.91-0.92 of the link at
+  // 500 Mb/s on 2 cores, 0.82-0.84 -> 0.88-0.89 at 2 Gb/s on 16 (docs/fabric.md).
   void all_to_all_pipelined() {
     const size_t block = d_.count;
     const std::vector<int>& mine = ranks_on(host_);
     const size_t local_n = mine.size();
+    const size_t row = local_n * block;  // what one rank of another host sends this host
     InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
     // From h: for each of h's ranks s, its blocks for this host's local ranks t ([s][t]).
     std::vector<std::byte*> landed(hosts());
-    std::vector<size_t> first(hosts());  // the request of each host's first chunk
+    std::vector<size_t> first(hosts());   // the request of each host's first chunk
+    std::vector<size_t> waited(hosts());  // chunks of each host known to be here
     for (int h : is_leader() ? others_from_next() : std::vector<int>{}) {
-      const size_t count = ranks_on(h).size() * local_n * block;
+      const size_t count = ranks_on(h).size() * row;
       landed[h] = scratch(from_slot(h), count);
       first[h] = post_recv(flight, leader(h), kFirst, landed[h], count);
     }
@@ -1413,22 +1421,52 @@ class HostCollective {
     }
     const size_t own = mine[0] * block;
     local(local_desc(OpKind::all_to_all, block, 0, at(d_.send, own), at(d_.recv, own)));
-    for (int h : others_from_next()) {
-      const size_t theirs = ranks_on(h).size();
-      const size_t count = theirs * block;  // what one local rank receives from h
-      std::byte* arranged = nullptr;        // [t][s]: local rank t's blocks, in h's rank order
+    for (const RowGroup& g : scatter_groups(row)) {
+      const size_t rows = g.last - g.first;
+      const std::byte* source = nullptr;  // [t][s]: local rank t's blocks from the group's rows
       if (is_leader()) {
-        const Chunks chunks = chunks_of(local_n * count);
-        for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
-        arranged = scratch(kCombined, local_n * count);
-        for (size_t s = 0; s < theirs; ++s)
-          for (size_t t = 0; t < local_n; ++t)
-            copy_bytes(at(arranged, (t * theirs + s) * block),
-                       at(landed[h], (s * local_n + t) * block), bytes(block));
+        const Chunks chunks = chunks_of(ranks_on(g.host).size() * row);
+        for (; waited[g.host] < chunks.number && chunks.begin(waited[g.host]) < g.last * row;
+             ++waited[g.host]) {
+          flight.wait(first[g.host] + waited[g.host]);
+        }
+        source = at(landed[g.host], g.first * row);
+        if (rows > 1) {  // one row is already [t]; several are [s][t] and are turned around
+          std::byte* arranged = scratch(kCombined, rows * row);
+          for (size_t s = 0; s < rows; ++s)
+            for (size_t t = 0; t < local_n; ++t)
+              copy_bytes(at(arranged, (t * rows + s) * block),
+                         at(landed[g.host], ((g.first + s) * local_n + t) * block), bytes(block));
+          source = arranged;
+        }
       }
-      local(local_desc(OpKind::scatter, count, 0, arranged, at(d_.recv, ranks_on(h)[0] * block)));
+      local(local_desc(OpKind::scatter, rows * block, 0, source,
+                       at(d_.recv, ranks_on(g.host)[g.first] * block)));
     }
     flight.wait_all();
+  }
+
+  // Rows [first, last) of what host `host` sends this host in all_to_all_pipelined, each `row`
+  // elements, scattered inside the host in one step.
+  struct RowGroup {
+    int host;
+    size_t first, last;
+  };
+  // Every other host's rows in groups of at least kMinPieceBytes (whole rows), ordered by where
+  // each group ends in its host's stream: the streams from the other hosts share this host's
+  // link and advance together, so that is about the order in which the groups complete. Every
+  // rank of the host computes the same list, as the shared-memory steps need.
+  std::vector<RowGroup> scatter_groups(size_t row) const {
+    const size_t per_group = std::max<size_t>(1, (kMinPieceBytes + bytes(row) - 1) / bytes(row));
+    std::vector<RowGroup> groups;
+    for (int h : others_from_next()) {
+      const size_t rows = ranks_on(h).size();
+      for (size_t s = 0; s < rows; s += per_group)
+        groups.push_back({h, s, std::min(rows, s + per_group)});
+    }
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const RowGroup& a, const RowGroup& b) { return a.last < b.last; });
+    return groups;
   }
 
   // all_to_all per rail, as NCCL's PXN routes it: the blocks that this host's ranks send to local

@@ -569,6 +569,48 @@ TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch)
   }
 }
 
+// all_to_all between the leaders scatters what arrives from each other host as it arrives, one
+// row (one sending rank's blocks for this host) a step from 4 MiB up and smaller rows in groups
+// turned around first: blocks of 1.25 MiB (rows of 2.5 MiB on two hosts of two, grouped in twos)
+// and of 2.5 MiB (rows of 5 MiB, one a step; on hosts of two and one, host b's rows of 2.5 MiB
+// grouped), out of place and in place, every element checked.
+TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
+  const HostKeys layouts[] = {kTwoHostsOfTwo, {"host-a", "host-a", "host-b"}};
+  for (const HostKeys& keys : layouts) {
+    SCOPED_TRACE(keys.size());
+    auto outcomes = run_on_hosts(
+        keys,
+        [](Communicator& comm) {
+          const size_t n = static_cast<size_t>(comm.size()), me = static_cast<size_t>(comm.rank());
+          // Block j of rank r's buffer, element i: exact in float.
+          auto value = [](size_t r, size_t j, size_t i) {
+            return static_cast<float>(r * 100000 + j * 1000 + i % 997);
+          };
+          for (const size_t block : {size_t{327680}, size_t{655361}}) {
+            std::vector<float> in(block * n), out(block * n, -1.0f);
+            for (size_t j = 0; j < n; ++j)
+              for (size_t i = 0; i < block; ++i) in[j * block + i] = value(me, j, i);
+            std::vector<float> in_place = in;
+            comm.all_to_all(in.data(), out.data(), block, DType::f32);
+            comm.all_to_all(in_place.data(), in_place.data(), block, DType::f32);
+            size_t wrong = 0, wrong_in_place = 0;
+            for (size_t j = 0; j < n; ++j) {
+              for (size_t i = 0; i < block; ++i) {
+                wrong += out[j * block + i] != value(j, me, i);
+                wrong_in_place += in_place[j * block + i] != value(j, me, i);
+              }
+            }
+            TPF_CHILD_CHECK(wrong == 0 && wrong_in_place == 0,
+                            "block " + std::to_string(block) + ": " + std::to_string(wrong) +
+                                " elements wrong out of place, " + std::to_string(wrong_in_place) +
+                                " in place");
+          }
+        },
+        transport::NetProtocol::tag, [](int) { ::setenv("TPF_NET_ALGO", "pipelined", 1); });
+    expect_all_ok(outcomes);
+  }
+}
+
 // all_gather, reduce_scatter, broadcast and all_to_all go per rail unless TPF_NET_ALGO=pipelined
 // keeps them between the leaders: hosts that differ there fail with a mismatch on every rank too
 // (broadcast from a rank of the second rail, so that every rank but the root waits on the network
