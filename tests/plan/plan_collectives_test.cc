@@ -312,6 +312,17 @@ TEST(ClusterFiles, PresetYamlRoundTripsAndUnknownKeysAreNamed) {
   EXPECT_NE(error_of("nodes: [1\n").find("YAML syntax error at line"), std::string::npos);
   EXPECT_NE(error_of("nodes: 2\nnetwork: {oversubscription: 0.5}\n").find("oversubscription"),
             std::string::npos);
+  // The fused-attention shape terms: read back, and a negative one named.
+  const ClusterSpec halves =
+      parse_cluster_yaml("node: {gpu: {attention_half_keys: 512, attention_half_rows: 0}}\n", "c");
+  EXPECT_DOUBLE_EQ(halves.gpu.attention_half_keys, 512);
+  EXPECT_DOUBLE_EQ(halves.gpu.attention_half_rows, 0);
+  EXPECT_NE(error_of("node: {gpu: {attention_half_rows: -1}}\n")
+                .find("node.gpu.attention_half_rows must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("node: {gpu: {attention_half_keys: -1}}\n")
+                .find("node.gpu.attention_half_keys must be >= 0"),
+            std::string::npos);
   EXPECT_THROW(cluster_preset("dgx-h100", 12), Error);
   EXPECT_THROW(cluster_preset("dgx-z9000", 8), Error);
 }
