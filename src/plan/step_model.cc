@@ -169,7 +169,6 @@ class Estimator {
   void check();
   // One collective of a group shape (or of `dim`'s groups), estimated once per (op, bytes, shape).
   const CollectiveEstimate& collective(Collective op, double bytes, const GroupShape& group);
-  const CollectiveEstimate& collective(Collective op, double bytes, ParallelDim dim);
   double collective_us(Collective op, double bytes, const GroupShape& group);
   double collective_us(Collective op, double bytes, ParallelDim dim);
   // One activation all-reduce of `bytes` or its all-gather + reduce-scatter (SP).
@@ -352,10 +351,6 @@ const CollectiveEstimate& Estimator::collective(Collective op, double bytes,
   auto it = cache_.find(key);
   if (it == cache_.end()) it = cache_.emplace(key, planner_.estimate(op, bytes, group)).first;
   return it->second;
-}
-
-const CollectiveEstimate& Estimator::collective(Collective op, double bytes, ParallelDim dim) {
-  return collective(op, bytes, layout_.group_of(dim));
 }
 
 double Estimator::collective_us(Collective op, double bytes, const GroupShape& group) {
