@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/calibration.h"
 #include "plan/cluster.h"
 #include "plan/collective_planner.h"
 #include "plan/compute_model.h"
@@ -75,7 +76,6 @@ AcceleratorSpec kernels_alone(double hbm_gbps) {
   gpu.attention_efficiency /= kInTrainingFraction;
   return gpu;
 }
-AcceleratorSpec h200_kernels_alone() { return kernels_alone(4800); }
 
 // A card measured, with the bounds its measurements meet (what the model achieved when written,
 // so that a change that follows the hardware less well fails).
@@ -93,12 +93,8 @@ const MeasuredCard kCards[] = {
     // the H200).
     {"H100", kResults / "hopper-kernels-h100", 3350, 0.03, 0.11, 0.045, 0.19, 0.06, 0.16},
 };
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
+const MeasuredCard& kH200Card = kCards[0];
+AcceleratorSpec h200_kernels_alone() { return kernels_alone(kH200Card.hbm_gbps); }
 
 GemmShape shape_of(const CsvTable& gemms, size_t row) {
   return {gemms.number(row, "m"), gemms.number(row, "n"), gemms.number(row, "k")};
