@@ -66,6 +66,9 @@ awk -v bps="$rate_bps" -v coll="${1:-all_reduce}" -v h="$hosts" -v r="$ranks" '
               (coll == "all_to_all") ? r * (h - 1) / h : \
               (coll ~ /^(all_gather|reduce_scatter|gather|scatter)$/) ? (h - 1) / h : 1 }
   /^#/ { print; next }
-  NF >= 9 && $6 > 0 { printf "%s   per link: %.3f of the cap (out of place), %.3f (in place)\n", $0,
-                      $1 * f * 8e6 / ($6 * bps), $1 * f * 8e6 / ($10 * bps); next }
+  NF >= 9 && $6 > 0 {
+    printf "%s   per link: %.3f of the cap (out of place)", $0, $1 * f * 8e6 / ($6 * bps)
+    # Collectives without an in-place form show N/A there.
+    if ($10 + 0 > 0) printf ", %.3f (in place)", $1 * f * 8e6 / ($10 * bps)
+    printf "\n"; next }
   { print }' "$out/rank0.log"

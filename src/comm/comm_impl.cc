@@ -88,7 +88,8 @@ CommImpl::CommImpl(CommSetup setup)
     config.store = std::make_shared<PrefixStore>("host" + std::to_string(host), scoped_store);
     config.label += " on host '" + hosts_.key(host) + "'";
     config.comm_ranks = hosts_.ranks_on(host);
-    config.excess_ranks = setup_.settings.excess_ranks(config.size);
+    // Cores are the machine's, not the host's: emulated hosts (network namespaces) share them.
+    config.excess_ranks = setup_.settings.excess_ranks(hosts_.ranks_on_machine_of(setup_.rank));
     transport::NetworkConfig net;
     net.rank = setup_.rank;
     net.size = setup_.size;

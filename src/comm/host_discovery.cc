@@ -16,24 +16,28 @@ std::chrono::milliseconds left_until(SetupClock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(0));
 }
 
-// A rank's entry in the store: its host key (printable, no tabs: TPF_NODE_ID has no spaces, the
-// derived key none but spaces), a tab, its devices (control characters and spaces made '?', so
-// the entry stays one line of the list).
-std::string entry_of(const std::string& host_key, std::string devices) {
-  for (char& c : devices)
-    if (static_cast<unsigned char>(c) <= ' ') c = '?';
-  return host_key + "\t" + devices;
+// A rank's entry in the store, one line: its host key (printable, no tabs: TPF_NODE_ID has no
+// spaces, the derived key none but spaces), its devices and its machine key, tab-separated
+// (control characters and spaces in the last two made '?').
+std::string entry_of(const std::string& host_key, std::string devices, std::string machine) {
+  for (std::string* field : {&devices, &machine}) {
+    for (char& c : *field)
+      if (static_cast<unsigned char>(c) <= ' ') c = '?';
+  }
+  return host_key + "\t" + devices + "\t" + machine;
 }
 
 // The HostMap of the entries of every rank, in rank order.
 topo::HostMap host_map_of(const std::vector<std::string>& entries) {
-  std::vector<std::string> keys, devices;
+  std::vector<std::string> keys, devices, machines;
   for (const std::string& entry : entries) {
-    const size_t tab = entry.rfind('\t');
-    keys.push_back(entry.substr(0, tab));
-    devices.push_back(tab == std::string::npos ? "all" : entry.substr(tab + 1));
+    const size_t first = entry.find('\t');
+    const size_t last = entry.rfind('\t');
+    keys.push_back(entry.substr(0, first));
+    devices.push_back(first == last ? "all" : entry.substr(first + 1, last - first - 1));
+    machines.push_back(first == last ? keys.back() : entry.substr(last + 1));
   }
-  return topo::HostMap(std::move(keys), std::move(devices));
+  return topo::HostMap(std::move(keys), std::move(devices), machines);
 }
 
 }  // namespace
@@ -42,7 +46,7 @@ topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string
                              const std::string& net_devices, std::chrono::milliseconds timeout,
                              const std::string& label) {
   if (size == 1) return topo::HostMap({host_key});
-  const std::string mine = entry_of(host_key, net_devices);
+  const std::string mine = entry_of(host_key, net_devices, topo::local_machine_key());
   const auto deadline = SetupClock::now() + timeout;
   auto failed = [&](const Error& e, const std::string& waiting_for) {
     const std::string context = label + ": learning every rank's host (waiting for " + waiting_for +

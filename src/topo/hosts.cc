@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "tpf/error.h"
@@ -76,7 +77,8 @@ std::string local_machine_key() {
   return id.empty() ? hostname() : id;  // no /proc: the name is the best guess left
 }
 
-HostMap::HostMap(std::vector<std::string> key_of_rank, std::vector<std::string> devices_of_rank) {
+HostMap::HostMap(std::vector<std::string> key_of_rank, std::vector<std::string> devices_of_rank,
+                 const std::vector<std::string>& machine_of_rank) {
   if (key_of_rank.empty()) throw Error(ErrorCode::internal, "a host map of no ranks");
   host_of_.resize(key_of_rank.size());
   local_rank_.resize(key_of_rank.size());
@@ -90,6 +92,14 @@ HostMap::HostMap(std::vector<std::string> key_of_rank, std::vector<std::string> 
     host_of_[r] = host;
     local_rank_[r] = static_cast<int>(ranks_on_[host].size());
     ranks_on_[host].push_back(static_cast<int>(r));
+  }
+  ranks_on_machine_of_.resize(key_of_rank.size());
+  const bool machines_known = machine_of_rank.size() == key_of_rank.size();
+  std::map<std::string, int> ranks_on_machine;
+  for (const std::string& machine : machine_of_rank) ++ranks_on_machine[machine];
+  for (size_t r = 0; r < key_of_rank.size(); ++r) {
+    ranks_on_machine_of_[r] = machines_known ? ranks_on_machine[machine_of_rank[r]]
+                                             : static_cast<int>(ranks_on_[host_of_[r]].size());
   }
   if (devices_of_rank.size() != key_of_rank.size() || !uniform() || ranks_on_[0].size() < 2) return;
   for (const std::vector<int>& ranks : ranks_on_) {

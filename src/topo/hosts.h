@@ -28,9 +28,11 @@ class HostMap {
  public:
   HostMap() : HostMap(std::vector<std::string>{""}) {}
   // `devices_of_rank`: the network devices each rank was given (UCX_NET_DEVICES: a comma-separated
-  // list, or "all"); empty = "all" for every rank.
+  // list, or "all"); empty = "all" for every rank. `machine_of_rank`: each rank's
+  // local_machine_key(); empty = every host a machine of its own.
   explicit HostMap(std::vector<std::string> key_of_rank,
-                   std::vector<std::string> devices_of_rank = {});
+                   std::vector<std::string> devices_of_rank = {},
+                   const std::vector<std::string>& machine_of_rank = {});
 
   int ranks() const noexcept { return static_cast<int>(host_of_.size()); }
   int hosts() const noexcept { return static_cast<int>(ranks_on_.size()); }
@@ -40,6 +42,9 @@ class HostMap {
   int local_rank(int rank) const { return local_rank_.at(rank); }
   const std::vector<int>& ranks_on(int host) const { return ranks_on_.at(host); }
   const std::string& key(int host) const { return key_of_host_.at(host); }
+  // How many ranks run on `rank`'s machine, itself included, whichever host each is on: they
+  // share its cores (the emulated hosts of one machine do; hosts of their own do not).
+  int ranks_on_machine_of(int rank) const { return ranks_on_machine_of_.at(rank); }
   // Every host has the same number of ranks.
   bool uniform() const noexcept;
   // Each rail has network links of its own: every host has the same number (>= 2) of ranks, and
@@ -55,6 +60,7 @@ class HostMap {
   std::vector<int> local_rank_;
   std::vector<std::vector<int>> ranks_on_;
   std::vector<std::string> key_of_host_;
+  std::vector<int> ranks_on_machine_of_;
   bool rails_have_own_links_ = false;
 };
 

@@ -688,16 +688,18 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   return request;
 }
 
-std::optional<RootCauseError> UcxNetwork::known_failure_locked(const std::string& context) {
-  if (own_failure_) return RootCauseError(context + ": the communicator failed", *own_failure_);
+std::optional<RootCauseError> UcxNetwork::known_failure_locked(
+    const std::function<std::string()>& context) {
+  if (own_failure_) return RootCauseError(context() + ": the communicator failed", *own_failure_);
   if (std::optional<FailureRecord> notice = notice_locked())
-    return RootCauseError(context + ": a rank on another host failed", *notice);
+    return RootCauseError(context() + ": a rank on another host failed", *notice);
   return std::nullopt;
 }
 
 void UcxNetwork::throw_known_failure_locked(const std::string& what) {
   ucx_->progress();  // a notice may be waiting to be taken
-  if (std::optional<RootCauseError> failure = known_failure_locked(config_.label + ": " + what))
+  if (std::optional<RootCauseError> failure =
+          known_failure_locked([&] { return config_.label + ": " + what; }))
     throw *failure;
 }
 
@@ -760,7 +762,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
   u.progress();
-  if (std::optional<RootCauseError> failure = known_failure_locked(ctx.op_label())) fail(*failure);
+  if (std::optional<RootCauseError> failure = known_failure_locked([&] { return ctx.op_label(); }))
+    fail(*failure);
   if (u.put_protocol) {
     try {
       u.put_protocol->pump();

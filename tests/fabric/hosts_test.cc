@@ -51,6 +51,21 @@ TEST(HostMap, OneKeyIsOneUniformHost) {
   EXPECT_EQ(map.ranks_on(0).size(), 3u);
 }
 
+// The ranks that share a rank's cores are those of its machine, across hosts: two emulated hosts
+// of one machine (network namespaces) count together; without machine keys, each host is one.
+TEST(HostMap, CountsTheRanksOfEachMachineAcrossItsHosts) {
+  const std::vector<std::string> keys = {"a", "a", "b", "b", "c"};
+  const topo::HostMap shared(keys, {}, {"m1", "m1", "m1", "m1", "m2"});
+  EXPECT_EQ(shared.hosts(), 3);
+  EXPECT_EQ(shared.ranks_on_machine_of(0), 4);
+  EXPECT_EQ(shared.ranks_on_machine_of(3), 4);
+  EXPECT_EQ(shared.ranks_on_machine_of(4), 1);
+  const topo::HostMap own(keys);
+  EXPECT_EQ(own.ranks_on_machine_of(0), 2);
+  EXPECT_EQ(own.ranks_on_machine_of(2), 2);
+  EXPECT_EQ(own.ranks_on_machine_of(4), 1);
+}
+
 // Rails have links of their own only where every rank of a host names devices no other rank of
 // that host names; the same device on two hosts is no overlap (each host has its own eth0).
 TEST(HostMap, RailsHaveLinksOfTheirOwnWhereEachRankOfAHostNamesItsOwnDevices) {
