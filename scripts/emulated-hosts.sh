@@ -18,6 +18,7 @@
 #                                              TPF_EMULATED_NAME / _HOSTS / _NICS, and the cap as
 #                                              TPF_NET_GBPS for the cost model unless set), then
 #                                              down, whatever COMMAND does
+#   scripts/emulated-hosts.sh gbps RATE        prints the TPF_NET_GBPS that `run` sets for RATE
 #
 # A rank enters host h with `ip netns exec NAME-h<h> ...` (or setns on /run/netns/NAME-h<h>).
 # tpfabric tells the hosts apart by their network namespaces (src/topo/hosts.h) and crosses the
@@ -77,7 +78,16 @@ down() {
   done
 }
 
+# The cost model's link rate in GB/s (coll/network_cost.h) for tc's RATE (kbit, mbit, gbit);
+# nothing for another form.
+gbps_of() {
+  [[ $1 =~ ^([0-9.]+)(k|m|g)bit$ ]] || return 0
+  awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[2]}" \
+    'BEGIN { print n * (u == "k" ? 1e3 : u == "m" ? 1e6 : 1e9) / 8e9 }'
+}
+
 case "${1:-}" in
+  gbps) (( $# == 2 )) || usage; gbps_of "$2" ;;
   up) (( $# >= 3 && $# <= 5 )) || usage; up "$2" "$3" "${4:-}" "${5:-1}" ;;
   down) (( $# == 2 )) || usage; down "$2" ;;
   run)
@@ -90,11 +100,9 @@ case "${1:-}" in
     shift
     trap 'down "$name"' EXIT INT TERM
     up "$name" "$hosts" "$rate" "$nics"
-    # The cost model's link rate in GB/s (coll/network_cost.h), from tc's kbit/mbit/gbit.
-    if [[ -z ${TPF_NET_GBPS:-} && $rate =~ ^([0-9.]+)(k|m|g)bit$ ]]; then
-      export TPF_NET_GBPS
-      TPF_NET_GBPS=$(awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[2]}" \
-        'BEGIN { print n * (u == "k" ? 1e3 : u == "m" ? 1e6 : 1e9) / 8e9 }')
+    if [[ -z ${TPF_NET_GBPS:-} ]]; then
+      TPF_NET_GBPS=$(gbps_of "$rate")
+      [[ -n $TPF_NET_GBPS ]] && export TPF_NET_GBPS || unset TPF_NET_GBPS
     fi
     TPF_EMULATED_NAME=$name TPF_EMULATED_HOSTS=$hosts TPF_EMULATED_NICS=$nics "$@"
     ;;

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -272,6 +273,9 @@ def main():
     p.add_argument("--rate", default="1gbit", help="link cap across emulated hosts (tc tbf rate)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args()
+    # A SIGTERM (timeout, a job's end) unwinds like an error, so the emulated cluster's `with`
+    # removes its namespaces instead of leaving them behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     q = a.quick
     a.nranks = a.nranks or ([2] if q else [2, 4, 8])
     a.rounds = a.rounds or (1 if q else 3)

@@ -35,6 +35,12 @@ class Cluster:
     def __enter__(self):
         cmd = [SCRIPT, "up", self.name, str(self.hosts)] + ([self.rate] if self.rate else [])
         subprocess.run(cmd, check=True)
+        # The link rate tpf's cost model is told (TPF_NET_GBPS), as `emulated-hosts.sh run` tells
+        # it; None without a cap.
+        self.net_gbps = None
+        if self.rate:
+            self.net_gbps = subprocess.run([SCRIPT, "gbps", self.rate], check=True,
+                                           capture_output=True, text=True).stdout.strip() or None
         return self
 
     def __exit__(self, *exc):
@@ -80,6 +86,8 @@ class Launch:
         flags = self.r.sweep_flags()
         if impl == "tpf":
             env.update(TPF_JOB_SECRET=self.secret(d), UCX_NET_DEVICES="eth0")
+            if self.c.net_gbps and "TPF_NET_GBPS" not in os.environ:
+                env.update(TPF_NET_GBPS=self.c.net_gbps)
             cmd = [self.r.tpf, "bench", coll, *flags, "-c", "1"]
             if rank == 0:
                 cmd += ["--json", os.path.join(d, "tpf.json")]
@@ -136,7 +144,7 @@ class Launch:
         for i, (p, out, err) in enumerate(procs):
             try:
                 code = p.wait(timeout=self.r.args.timeout)
-            except subprocess.TimeoutExpired:
+            except BaseException:  # a timeout, or SIGTERM unwinding (compare.py): no orphans
                 for q, _, _ in procs:
                     q.kill()
                 raise
