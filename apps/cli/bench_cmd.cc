@@ -219,7 +219,7 @@ int run_bench(const BenchOptions& opt) {
   }
   report.slot_bytes = settings.slot_bytes;
   report.cpus = settings.job_cpus;
-  report.excess_ranks = settings.excess_ranks(n);
+  report.excess_ranks = settings.excess_ranks(comm.ranks_on_machine());  // as the fabric counts
   report.loadavg = load_average();
   if (rank0) print_table_header(stdout, report);
 

@@ -105,6 +105,10 @@ class Communicator {
   int host_count() const;
   // The host `rank` is on: 0 .. host_count()-1, hosts numbered in the order of their lowest ranks.
   int host_of(int rank) const;
+  // This communicator's ranks on this rank's machine (one running kernel), itself included,
+  // whichever host each is on: the ranks that share its cores. Emulated hosts (network
+  // namespaces) of one machine count together.
+  int ranks_on_machine() const;
 
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
   // by key then by rank. A negative color returns an invalid Communicator.

@@ -89,7 +89,7 @@ CommImpl::CommImpl(CommSetup setup)
     config.label += " on host '" + hosts_.key(host) + "'";
     config.comm_ranks = hosts_.ranks_on(host);
     // Cores are the machine's, not the host's: emulated hosts (network namespaces) share them.
-    config.excess_ranks = setup_.settings.excess_ranks(hosts_.ranks_on_machine_of(setup_.rank));
+    config.excess_ranks = setup_.settings.excess_ranks(ranks_on_machine());
     transport::NetworkConfig net;
     net.rank = setup_.rank;
     net.size = setup_.size;

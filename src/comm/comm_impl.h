@@ -50,6 +50,7 @@ class CommImpl {
   int size() const noexcept { return setup_.size; }
   int host_count() const noexcept { return hosts_.hosts(); }
   int host_of(int rank) const;
+  int ranks_on_machine() const { return hosts_.ranks_on_machine_of(setup_.rank); }
   const std::string& name() const noexcept { return setup_.name; }
   uint64_t next_sequence() const;
 

@@ -295,6 +295,17 @@ TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
   }));
 }
 
+// Cores belong to the machine: ranks of emulated hosts on one machine (forced host ids here) count
+// together, as the fabric's waits and cost model must see them (docs/fabric.md).
+TEST(AcrossHostsOnOneMachine, EveryRankCountsTheWholeMachinesRanks) {
+  expect_all_ok(run_on_hosts({"a", "a", "b", "c"}, [](Communicator& comm) {
+    TPF_CHILD_CHECK(comm.host_count() == 3, "hosts " + std::to_string(comm.host_count()));
+    TPF_CHILD_CHECK(comm.ranks_on_machine() == 4,
+                    "rank " + std::to_string(comm.rank()) + " counts " +
+                        std::to_string(comm.ranks_on_machine()) + " ranks on its machine");
+  }));
+}
+
 // Every rank sends to every other rank (on its host and across hosts), messages of several sizes
 // per pair matched in issue order; all posted asynchronously before any is waited for, so a large
 // send and its receive must progress together.
