@@ -34,8 +34,10 @@ std::string sanitize(const std::string& text) {
   return out;
 }
 
+// `ranks_on_machine`: the ranks sharing this rank's cores, whichever host each is on (emulated
+// hosts of one machine share them).
 transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generation,
-                                      std::shared_ptr<Store> scoped_store) {
+                                      std::shared_ptr<Store> scoped_store, int ranks_on_machine) {
   transport::FabricConfig config;
   config.rank = setup.rank;
   config.size = setup.size;
@@ -47,7 +49,7 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   config.label = "communicator '" + setup.name + "'";
   config.store = std::move(scoped_store);
   config.setup_timeout = settings.setup_timeout;
-  config.excess_ranks = settings.excess_ranks(setup.size);
+  config.excess_ranks = settings.excess_ranks(ranks_on_machine);
   config.asymmetric_fences = settings.asymmetric_fences;
   config.describe = coll::describe_fingerprint;
   return config;
@@ -74,7 +76,8 @@ CommImpl::CommImpl(CommSetup setup)
   const std::string comm_label = "communicator '" + setup_.name + "'";
   hosts_ = discover_hosts(*scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
                           setup_.settings.net_devices, setup_.settings.setup_timeout, comm_label);
-  transport::FabricConfig config = fabric_config(setup_, generation, scoped_store);
+  transport::FabricConfig config =
+      fabric_config(setup_, generation, scoped_store, ranks_on_machine());
   if (!hosts_.single_host()) {
     // Shared memory joins this host's ranks only (numbered by local rank, with keys and segment
     // names of their own); the network joins this rank to every rank on another host.
@@ -88,8 +91,6 @@ CommImpl::CommImpl(CommSetup setup)
     config.store = std::make_shared<PrefixStore>("host" + std::to_string(host), scoped_store);
     config.label += " on host '" + hosts_.key(host) + "'";
     config.comm_ranks = hosts_.ranks_on(host);
-    // Cores are the machine's, not the host's: emulated hosts (network namespaces) share them.
-    config.excess_ranks = setup_.settings.excess_ranks(ranks_on_machine());
     transport::NetworkConfig net;
     net.rank = setup_.rank;
     net.size = setup_.size;
