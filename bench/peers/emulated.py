@@ -11,7 +11,8 @@ joined by a bridge, links capped with tc tbf, ranks placed host by host (ranks 0
   torch  one torch_gloo_bench.py per rank, env:// rendezvous on host 0, GLOO_SOCKET_IFNAME=eth0
 
 mpirun starts its remote daemons through a remote shell; here that is `ip netns exec NS sh -c`
-(bench/peers/netns_rsh.sh), the namespace standing for the host name. Needs root and iproute2.
+(bench/peers/netns_rsh.sh), the namespace standing for the host name (and given as the daemon's
+hostname). Needs root and iproute2.
 """
 import os
 import secrets

@@ -1,6 +1,9 @@
 #!/bin/sh
 # A remote shell for mpirun across emulated hosts (bench/peers/emulated.py): `netns_rsh.sh HOST
-# COMMAND...` runs COMMAND as ssh would, through a shell, in the network namespace named HOST.
+# COMMAND...` runs COMMAND as ssh would, through a shell, in the network namespace named HOST,
+# with HOST as its hostname (a UTS namespace of its own). Open MPI names its shared-memory (vader)
+# segments after the hostname and the local rank: with the machine's one hostname, ranks of two
+# emulated hosts opened each other's segments and crashed.
 ns=$1
 shift
-exec ip netns exec "$ns" /bin/sh -c "$*"
+exec ip netns exec "$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$ns" "$*"
