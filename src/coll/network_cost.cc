@@ -55,9 +55,29 @@ size_t network_chunk_elems(size_t count, size_t elem_bytes) {
                    (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
 }
 
+size_t chunks_of_size(size_t count, size_t per_chunk) {
+  return count == 0 ? 1 : (count + per_chunk - 1) / per_chunk;
+}
+
 size_t network_chunk_count(size_t count, size_t elem_bytes) {
-  const size_t per = network_chunk_elems(count, elem_bytes);
-  return count == 0 ? 1 : (count + per - 1) / per;
+  return chunks_of_size(count, network_chunk_elems(count, elem_bytes));
+}
+
+std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, size_t elem_bytes,
+                                     size_t max_chunks) {
+  std::vector<size_t> per(host_counts.size());
+  size_t chunks = 0, elements = 0;
+  for (size_t h = 0; h < host_counts.size(); ++h) {
+    per[h] = network_chunk_elems(host_counts[h], elem_bytes);
+    chunks += chunks_of_size(host_counts[h], per[h]);
+    elements += host_counts[h];
+  }
+  const size_t n = host_counts.size();
+  if (chunks <= max_chunks || n > max_chunks / 2) return per;
+  // The sum over hosts of ceil(count / at_least) is at most elements / at_least + n <= max_chunks.
+  const size_t at_least = (elements + max_chunks - n - 1) / (max_chunks - n);
+  for (size_t& p : per) p = std::max(p, at_least);
+  return per;
 }
 
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "coll/alpha_beta.h"
 #include "coll/collective_kinds.h"
@@ -89,6 +90,15 @@ size_t all_reduce_segments(size_t bytes, int hosts, size_t min_slice_bytes);
 size_t network_chunk_elems(size_t count, size_t elem_bytes);
 // How many chunks that makes (an empty transfer is one empty message).
 size_t network_chunk_count(size_t count, size_t elem_bytes);
+// The cut of all_gather's ring between host leaders (coll/across_hosts.cc), whose chunks of
+// every host's blocks (host_counts[h] elements) are numbered together in a tag: each host's blocks
+// cut as any transfer (network_chunk_elems), in larger chunks where all of them together would be
+// more than `max_chunks`, so that they fit wherever there are at most max_chunks / 2 hosts.
+// Returns the elements per chunk of each host's blocks; every rank computes the same cut.
+std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, size_t elem_bytes,
+                                     size_t max_chunks = kNetworkMaxChunks);
+// Chunks of `count` elements, `per_chunk` each (an empty transfer is one empty message).
+size_t chunks_of_size(size_t count, size_t per_chunk);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. Throw

@@ -71,6 +71,28 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
       ErrorCode::invalid_argument, "1 hosts");
 }
 
+// all_gather's ring numbers every host's chunks together: the usual cut where they fit, larger
+// chunks where they would not (hand counts with a budget of 16 chunks; f32, 512 KiB chunks are
+// 131072 elements).
+TEST(NetworkCost, TheRingsChunksOfEveryHostFitTheTagTogether) {
+  constexpr size_t kChunk = size_t{131072};
+  // 3 hosts of 4 chunks each: 12 <= 16, the usual cut.
+  EXPECT_EQ(coll::ring_chunk_elems({4 * kChunk, 4 * kChunk, 4 * kChunk}, 4, 16),
+            (std::vector<size_t>{kChunk, kChunk, kChunk}));
+  // 3 hosts of 8, 8 and 1 chunks: 17 > 16, so chunks of at least ceil(17 x 131072 / (16 - 3)) =
+  // 171402 elements; counts of 8, 8 and 1 chunks then make 7 + 7 + 1 = 15 chunks.
+  const std::vector<size_t> counts = {8 * kChunk, 8 * kChunk, kChunk};
+  const std::vector<size_t> per = coll::ring_chunk_elems(counts, 4, 16);
+  EXPECT_EQ(per, (std::vector<size_t>{171402, 171402, 171402}));
+  size_t chunks = 0;
+  for (size_t h = 0; h < counts.size(); ++h) chunks += coll::chunks_of_size(counts[h], per[h]);
+  EXPECT_EQ(chunks, 15u);
+  // More hosts than half the budget: the usual cut (the leaders then send directly).
+  EXPECT_EQ(coll::ring_chunk_elems(std::vector<size_t>(9, 4 * kChunk), 4, 16),
+            std::vector<size_t>(9, kChunk));
+  EXPECT_EQ(coll::chunks_of_size(0, kChunk), 1u);  // an empty transfer is one empty message
+}
+
 TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
   for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
