@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -998,57 +999,115 @@ class HostCollective {
   // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
   size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
 
-  // all_gather per rail: each rank sends its block to its rail's rank on every other host and
-  // receives theirs into place; as host h's blocks arrive (this host's first, then the others
-  // from the next one on), the host's ranks all-gather them in shared memory, in place. Each
-  // host's link carries what the leaders' form carries, in L flows (one per rail).
+  // all_gather's exchange between one rank per host (the leaders, or one rail's ranks): round a
+  // ring of the hosts (host h's rank sends to host h+1's), each chunk passed on as it arrives, so
+  // each link carries one flow at a time, the other hosts' data arriving in the order host_ - 1,
+  // host_ - 2, ... Measured 4 x 1 and 4 x 2 at 500 Mb/s: 4 MiB at 0.99 of the link against
+  // 0.80-0.89 with every rank sending to all the others at once (docs/fabric.md). Chunk c of host
+  // h's data has tag chunk offset(h) + c, the chunks of the hosts before h first
+  // (ring_chunk_elems). Beyond kNetworkMaxChunks / 2 hosts, where they may not fit, each rank
+  // sends to every other directly (from the next host on), the data arriving in the order
+  // host_ + 1, host_ + 2, ... Every rank of a host knows the cut and the order; the rank that
+  // crosses the network also start()s the exchange.
+  class GatherRing {
+   public:
+    // Host h's data: counts[h] elements.
+    GatherRing(const HostCollective& c, const std::vector<size_t>& counts)
+        : c_(c), n_(c.hosts()), chunks_(n_), offset_(n_), landed_(n_), first_(n_) {
+      const std::vector<size_t> per = ring_chunk_elems(counts, c.elem_);
+      size_t all_chunks = 0;
+      for (int h = 0; h < n_; ++h) {
+        chunks_[h] = {counts[h], per[h], chunks_of_size(counts[h], per[h])};
+        offset_[h] = all_chunks;
+        all_chunks += chunks_[h].number;
+      }
+      ring_ = all_chunks <= kNetworkMaxChunks;
+    }
+    // The k-th host whose data arrives (k = 0: this host).
+    int arrival(int k) const { return ring_ ? (c_.host_ + n_ - k) % n_ : (c_.host_ + k) % n_; }
+    const Chunks& chunks(int h) const { return chunks_[h]; }
+    // Posts every receive (host h's data from rank peer(h), landing at into(h)) and this host's
+    // sends (its data at `mine`).
+    void start(InFlight& flight, const std::function<int(int)>& peer,
+               const std::function<void*(int)>& into, const void* mine) {
+      flight_ = &flight;
+      const int me = c_.host_;
+      next_host_ = (me + 1) % n_;
+      next_ = peer(next_host_);
+      for (int k = 1; k < n_; ++k) {
+        const int h = arrival(k);
+        landed_[h] = into(h);
+        const int from = ring_ ? peer((me + n_ - 1) % n_) : peer(h);
+        for (size_t i = 0; i < chunks_[h].number; ++i) {
+          const size_t request = flight.recv(from, chunk_tag(h, i), span(landed_[h], h, i),
+                                             c_.bytes(chunks_[h].length(i)));
+          if (i == 0) first_[h] = request;
+        }
+      }
+      for (int k = 1; k < (ring_ ? 2 : n_); ++k) {
+        const int to = peer((me + k) % n_);
+        for (size_t i = 0; i < chunks_[me].number; ++i)
+          flight.send(to, chunk_tag(me, i), span(mine, me, i), c_.bytes(chunks_[me].length(i)));
+      }
+    }
+    // Waits for chunk i of host h's data and, round the ring, passes it on unless the next host
+    // is where it came from.
+    void arrived(int h, size_t i) {
+      flight_->wait(first_[h] + i);
+      if (ring_ && h != next_host_) {
+        flight_->send(next_, chunk_tag(h, i), span(landed_[h], h, i),
+                      c_.bytes(chunks_[h].length(i)));
+      }
+    }
+    void arrived(int h) {
+      for (size_t i = 0; i < chunks_[h].number; ++i) arrived(h, i);
+    }
+    void* landed(int h) const { return landed_[h]; }
+
+   private:
+    uint64_t chunk_tag(int h, size_t i) const { return c_.tag(kFirst, ring_ ? offset_[h] + i : i); }
+    const std::byte* span(const void* base, int h, size_t i) const {
+      return c_.at(base, chunks_[h].begin(i));
+    }
+    std::byte* span(void* base, int h, size_t i) const { return c_.at(base, chunks_[h].begin(i)); }
+
+    const HostCollective& c_;
+    int n_;
+    std::vector<Chunks> chunks_;
+    std::vector<size_t> offset_;  // host h's first chunk among the tag's chunk numbers
+    std::vector<void*> landed_;
+    std::vector<size_t> first_;  // the request of each host's first chunk
+    bool ring_ = true;
+    InFlight* flight_ = nullptr;
+    int next_ = 0, next_host_ = 0;
+  };
+
+  // all_gather per rail: the ranks of each rail (one per host) exchange their blocks
+  // (GatherRing), each received into place; as host h's blocks arrive (this host's first, then
+  // the others) the host's ranks all-gather them in shared memory, in place. Each host's link
+  // carries what the leaders' form carries, in L flows (one per rail).
   void all_gather_per_rail() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
-    std::vector<size_t> first(hosts());  // the request of each host's first chunk
-    for (int h = 0; h < hosts(); ++h) {
-      if (h != host_) {
-        first[h] =
-            post_recv(flight, rail_peer(h), kFirst, at(d_.recv, rail_peer(h) * block), block);
-      }
-    }
-    const std::vector<int> others = others_from_next();
-    for (int h : others) post_send(flight, rail_peer(h), kFirst, d_.send, block);
-    local(local_desc(OpKind::all_gather, block, 0, d_.send, at(d_.recv, host_start(host_, block))));
-    const Chunks chunks = chunks_of(block);
-    for (int h : others) {
-      for (size_t c = 0; c < chunks.number; ++c) flight.wait(first[h] + c);
-      void* host_blocks = at(d_.recv, host_start(h, block));
-      local(
-          local_desc(OpKind::all_gather, block, 0, at(d_.recv, rail_peer(h) * block), host_blocks));
+    GatherRing ring(*this, std::vector<size_t>(hosts(), block));
+    auto mine_on = [&](int h) -> void* { return at(d_.recv, rail_peer(h) * block); };
+    ring.start(
+        flight, [this](int h) { return rail_peer(h); }, mine_on, d_.send);
+    for (int k = 0; k < hosts(); ++k) {
+      const int h = ring.arrival(k);
+      if (k > 0) ring.arrived(h);
+      const void* ours = k == 0 ? d_.send : mine_on(h);
+      local(local_desc(OpKind::all_gather, block, 0, ours, at(d_.recv, host_start(h, block))));
     }
     flight.wait_all();
   }
 
-  // How all_gather's leaders cut each host's blocks (network_cost.h: ring_chunk_elems).
-  std::vector<Chunks> ring_chunks(size_t block) const {
-    std::vector<size_t> counts;
-    for (int h = 0; h < hosts(); ++h) counts.push_back(ranks_on(h).size() * block);
-    const std::vector<size_t> per = ring_chunk_elems(counts, elem_);
-    std::vector<Chunks> chunks;
-    for (size_t h = 0; h < counts.size(); ++h)
-      chunks.push_back({counts[h], per[h], chunks_of_size(counts[h], per[h])});
-    return chunks;
-  }
-
-  // Gather inside each host to the leader, leaders exchange their hosts' blocks, broadcast inside:
-  // where every host's ranks are consecutive, each host's blocks are broadcast inside the host as
-  // their chunks arrive. Small: the hosts' blocks ride in the fingerprint messages.
-  // The leaders exchange round a ring of the hosts (host h's leader sends to host h+1's), each
-  // chunk passed on as it arrives, so each link carries one flow at a time; the other hosts'
-  // blocks arrive in the order host_ - 1, host_ - 2, ... Measured 4 x 1 at 500 Mb/s: 4 MiB at
-  // 0.99 of the link against 0.80-0.89 with every leader sending to all the others at once
-  // (docs/fabric.md). Chunk c of host h's blocks has tag chunk offset(h) + c, the chunks of the
-  // hosts before h first (ring_chunks). Beyond kNetworkMaxChunks / 2 hosts, where they may not fit,
-  // each leader sends to every other leader directly (from the next host on), the blocks arriving
-  // in the order host_ + 1, host_ + 2, ...
+  // Gather inside each host to the leader, the leaders exchange their hosts' blocks (GatherRing),
+  // broadcast inside: where every host's ranks are consecutive, each host's blocks are broadcast
+  // inside the host as their chunks arrive. Small: the hosts' blocks ride in the fingerprint
+  // messages.
   void all_gather() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
@@ -1077,62 +1136,26 @@ class HostCollective {
       return;
     }
     const int n = hosts();
-    const std::vector<Chunks> chunks = ring_chunks(block);
-    std::vector<size_t> offset(n);  // the ring's tag chunk of host h's first chunk
-    size_t all_chunks = 0;
-    for (int h = 0; h < n; ++h) {
-      offset[h] = all_chunks;
-      all_chunks += chunks[h].number;
-    }
-    const bool ring = all_chunks <= kNetworkMaxChunks;
-    const int next = (host_ + 1) % n, previous = (host_ + n - 1) % n;
-    auto arrival = [&](int k) { return ring ? (host_ + n - k) % n : (host_ + k) % n; };
-    auto span = [&](auto* base, int h, size_t c) { return at(base, chunks[h].begin(c)); };
+    std::vector<size_t> counts;
+    for (int h = 0; h < n; ++h) counts.push_back(ranks_on(h).size() * block);
+    GatherRing ring(*this, counts);
     InFlight flight(g_.network, ctx_);
-    std::vector<void*> landed(n);
-    std::vector<size_t> first(n);  // the request of each host's first chunk
     if (is_leader()) {
-      for (int k = 1; k < n; ++k) {
-        const int h = arrival(k);
-        landed[h] = landing_for(d_.recv, ranks_on(h), block, from_slot(h));
-        if (!ring) {
-          first[h] = post_recv(flight, leader(h), kFirst, landed[h], ranks_on(h).size() * block);
-          continue;
-        }
-        for (size_t c = 0; c < chunks[h].number; ++c) {
-          const size_t request = flight.recv(leader(previous), tag(kFirst, offset[h] + c),
-                                             span(landed[h], h, c), bytes(chunks[h].length(c)));
-          if (c == 0) first[h] = request;
-        }
-      }
-      if (ring) {
-        for (size_t c = 0; c < chunks[host_].number; ++c) {
-          flight.send(leader(next), tag(kFirst, offset[host_] + c), span(host_blocks, host_, c),
-                      bytes(chunks[host_].length(c)));
-        }
-      } else {
-        for (int h : others_from_next())
-          post_send(flight, leader(h), kFirst, host_blocks, mine.size() * block);
-      }
+      ring.start(
+          flight, [this](int h) { return leader(h); },
+          [&](int h) { return landing_for(d_.recv, ranks_on(h), block, from_slot(h)); },
+          host_blocks);
       place_blocks(d_.recv, host_blocks, mine, block);
     }
-    // The leader waits for chunk c of host h's blocks and, round the ring, passes it on unless the
-    // next host is where it came from.
-    auto arrived = [&](int h, size_t c) {
-      flight.wait(first[h] + c);
-      if (ring && h != next) {
-        flight.send(leader(next), tag(kFirst, offset[h] + c), span(landed[h], h, c),
-                    bytes(chunks[h].length(c)));
-      }
-    };
     if (!alone() && hosts_consecutive()) {
       for (int k = 0; k < n; ++k) {
-        const int h = arrival(k);
+        const int h = ring.arrival(k);
         const size_t start = ranks_on(h)[0] * block;
-        for_each_piece(chunks[h], [&](size_t c, size_t last) {
-          for (size_t i = c; is_leader() && h != host_ && i < last; ++i) arrived(h, i);
-          const size_t at_element = start + chunks[h].begin(c);
-          local(local_desc(OpKind::broadcast, chunks[h].span_length(c, last), 0,
+        const Chunks& chunks = ring.chunks(h);
+        for_each_piece(chunks, [&](size_t c, size_t last) {
+          for (size_t i = c; is_leader() && k > 0 && i < last; ++i) ring.arrived(h, i);
+          const size_t at_element = start + chunks.begin(c);
+          local(local_desc(OpKind::broadcast, chunks.span_length(c, last), 0,
                            at(d_.recv, at_element), at(d_.recv, at_element)));
         });
       }
@@ -1140,11 +1163,10 @@ class HostCollective {
       return;
     }
     if (is_leader()) {
-      for (int k = 1; k < n; ++k)
-        for (size_t c = 0; c < chunks[arrival(k)].number; ++c) arrived(arrival(k), c);
+      for (int k = 1; k < n; ++k) ring.arrived(ring.arrival(k));
       flight.wait_all();
       for (int h = 0; h < n; ++h)
-        if (h != host_) place_blocks(d_.recv, landed[h], ranks_on(h), block);
+        if (h != host_) place_blocks(d_.recv, ring.landed(h), ranks_on(h), block);
     }
     if (!alone()) {
       local(local_desc(OpKind::broadcast, block * g_.hosts.ranks(), 0, d_.recv, d_.recv));
