@@ -90,8 +90,8 @@ size_t all_reduce_segments(size_t bytes, int hosts, size_t min_slice_bytes);
 size_t network_chunk_elems(size_t count, size_t elem_bytes);
 // How many chunks that makes (an empty transfer is one empty message).
 size_t network_chunk_count(size_t count, size_t elem_bytes);
-// The cut of all_gather's ring between host leaders (coll/across_hosts.cc), whose chunks of
-// every host's blocks (host_counts[h] elements) are numbered together in a tag: each host's blocks
+// The cut of all_gather's ring between hosts (coll/across_hosts.cc: between the leaders, or the
+// ranks of a rail), whose chunks of every host's blocks (host_counts[h] elements) are numbered together in a tag: each host's blocks
 // cut as any transfer (network_chunk_elems), in larger chunks where all of them together would be
 // more than `max_chunks`, so that they fit wherever there are at most max_chunks / 2 hosts.
 // Returns the elements per chunk of each host's blocks; every rank computes the same cut.

@@ -624,8 +624,8 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
 
 // all_gather with one rank on every host goes round a ring of the hosts, each chunk forwarded as
 // it arrives: on three hosts (an odd ring; the four-host layout above is even) blocks of one
-// chunk (16 KiB) and of three (1.25 MiB and a few elements: the last chunk longer), out of place
-// and in place, both protocols, every element checked.
+// chunk (16 KiB) and of three (1.25 MiB and 12 bytes: two of 512 KiB and a shorter one), out of
+// place and in place, both protocols, every element checked.
 TEST(AcrossHostsLeaders, AllGatherOfHostsOfOneGoesRoundARing) {
   for (const transport::NetProtocol protocol :
        {transport::NetProtocol::tag, transport::NetProtocol::put}) {
