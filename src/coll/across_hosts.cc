@@ -413,6 +413,7 @@ class HostCollective {
                      InBytes&& in_bytes) {
     f.mine = collective_fingerprint(d_, sequence_);
     if (network_) f.mine = with_network_algorithm(f.mine, *network_);
+    if (gather_ring_) f.mine = with_gather_exchange(f.mine, *gather_ring_);
     f.theirs.assign(hosts(), {});
     f.received.assign(hosts(), 0);
     f.landed.assign(hosts(), nullptr);
@@ -985,6 +986,13 @@ class HostCollective {
     local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
   }
 
+  // The cost model's choice of all_gather's exchange for hosts sending at most `host_bytes` each
+  // (network_cost.h), made by every rank from the same size and layout; the fingerprint carries
+  // it, so hosts whose settings differ find out.
+  bool gathers_in_ring(size_t host_bytes) const {
+    return all_gather_in_ring(host_bytes, hosts(), tuning_.network_cost);
+  }
+
   // Whether a (not small) all_gather, reduce_scatter or all_to_all crosses per rail: every host has
   // the same number L >= 2 of ranks, consecutive (each host's blocks lie together), usable as rails
   // (links of their own, or TPF_NET_ALGO=per_rail), and TPF_NET_ALGO does not force the leaders'
@@ -999,20 +1007,21 @@ class HostCollective {
   // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
   size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
 
-  // all_gather's exchange between one rank per host (the leaders, or one rail's ranks): round a
+  // all_gather's exchange between one rank per host (the leaders, or one rail's ranks). Round a
   // ring of the hosts (host h's rank sends to host h+1's), each chunk passed on as it arrives, so
-  // each link carries one flow at a time, the other hosts' data arriving in the order host_ - 1,
-  // host_ - 2, ... Measured 4 x 1 and 4 x 2 at 500 Mb/s: 4 MiB at 0.99 of the link against
-  // 0.80-0.89 with every rank sending to all the others at once (docs/fabric.md). Chunk c of host
-  // h's data has tag chunk offset(h) + c, the chunks of the hosts before h first
-  // (ring_chunk_elems). Beyond kNetworkMaxChunks / 2 hosts, where they may not fit, each rank
-  // sends to every other directly (from the next host on), the data arriving in the order
-  // host_ + 1, host_ + 2, ... Every rank of a host knows the cut and the order; the rank that
-  // crosses the network also start()s the exchange.
+  // each link carries one flow at a time: measured 4 x 1 and 4 x 2 at 500 Mb/s, 4 MiB at 0.99 of
+  // the link against 0.80-0.89 with every rank sending to all the others at once
+  // (docs/fabric.md). Chunk c of host h's data then has tag chunk offset(h) + c, the chunks of
+  // the hosts before h first (ring_chunk_elems). Directly (each rank to every other, from the
+  // next host on; chunk c has tag chunk c) where the cost model prefers it (all_gather_in_ring:
+  // many hosts, little data) or beyond kNetworkMaxChunks / 2 hosts, where the ring's chunks may
+  // not fit the tag. Either way the other hosts' data arrive in the order host_ - 1, host_ - 2,
+  // ... (directly, host h - 1 sends to h first) in the same chunks, so the ranks of a host that
+  // do not cross the network follow without knowing which; the one that does also start()s it.
   class GatherRing {
    public:
-    // Host h's data: counts[h] elements.
-    GatherRing(const HostCollective& c, const std::vector<size_t>& counts)
+    // Host h's data: counts[h] elements; round a ring if `in_ring` and the chunks fit the tag.
+    GatherRing(const HostCollective& c, const std::vector<size_t>& counts, bool in_ring)
         : c_(c), n_(c.hosts()), chunks_(n_), offset_(n_), landed_(n_), first_(n_) {
       const std::vector<size_t> per = ring_chunk_elems(counts, c.elem_);
       size_t all_chunks = 0;
@@ -1021,10 +1030,11 @@ class HostCollective {
         offset_[h] = all_chunks;
         all_chunks += chunks_[h].number;
       }
-      ring_ = all_chunks <= kNetworkMaxChunks;
+      ring_ = in_ring && all_chunks <= kNetworkMaxChunks;
     }
+    bool ring() const { return ring_; }
     // The k-th host whose data arrives (k = 0: this host).
-    int arrival(int k) const { return ring_ ? (c_.host_ + n_ - k) % n_ : (c_.host_ + k) % n_; }
+    int arrival(int k) const { return (c_.host_ + n_ - k) % n_; }
     const Chunks& chunks(int h) const { return chunks_[h]; }
     // Posts every receive (host h's data from rank peer(h), landing at into(h)) and this host's
     // sends (its data at `mine`).
@@ -1077,7 +1087,7 @@ class HostCollective {
     std::vector<size_t> offset_;  // host h's first chunk among the tag's chunk numbers
     std::vector<void*> landed_;
     std::vector<size_t> first_;  // the request of each host's first chunk
-    bool ring_ = true;
+    bool ring_ = false;
     InFlight* flight_ = nullptr;
     int next_ = 0, next_host_ = 0;
   };
@@ -1087,11 +1097,12 @@ class HostCollective {
   // the others) the host's ranks all-gather them in shared memory, in place. Each host's link
   // carries what the leaders' form carries, in L flows (one per rail).
   void all_gather_per_rail() {
-    compare_fingerprints_across_hosts();
     const size_t block = d_.count;
+    GatherRing ring(*this, std::vector<size_t>(hosts(), block), gathers_in_ring(bytes(block)));
+    gather_ring_ = ring.ring();
+    compare_fingerprints_across_hosts();
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
-    GatherRing ring(*this, std::vector<size_t>(hosts(), block));
     auto mine_on = [&](int h) -> void* { return at(d_.recv, rail_peer(h) * block); };
     ring.start(
         flight, [this](int h) { return rail_peer(h); }, mine_on, d_.send);
@@ -1112,7 +1123,14 @@ class HostCollective {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
     if (!small && blocks_per_rail()) return all_gather_per_rail();
-    if (!small) compare_fingerprints_across_hosts();
+    std::optional<GatherRing> exchange;
+    if (!small) {
+      std::vector<size_t> counts;
+      for (int h = 0; h < hosts(); ++h) counts.push_back(ranks_on(h).size() * block);
+      exchange.emplace(*this, counts, gathers_in_ring(bytes(block * largest_host())));
+      gather_ring_ = exchange->ring();
+      compare_fingerprints_across_hosts();
+    }
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_blocks = d_.send;  // this host's blocks in local order, at its leader
     if (!alone()) {
@@ -1136,9 +1154,7 @@ class HostCollective {
       return;
     }
     const int n = hosts();
-    std::vector<size_t> counts;
-    for (int h = 0; h < n; ++h) counts.push_back(ranks_on(h).size() * block);
-    GatherRing ring(*this, counts);
+    GatherRing& ring = *exchange;
     InFlight flight(g_.network, ctx_);
     if (is_leader()) {
       ring.start(
@@ -1600,6 +1616,7 @@ class HostCollective {
   const int host_;
   const int local_rank_;
   std::optional<NetworkAlgorithm> network_;  // set by choose_network (all_reduce, broadcast)
+  std::optional<bool> gather_ring_;          // all_gather's exchange: round a ring or direct
 };
 
 }  // namespace

@@ -63,6 +63,12 @@ size_t network_chunk_count(size_t count, size_t elem_bytes) {
   return chunks_of_size(count, network_chunk_elems(count, elem_bytes));
 }
 
+bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost) {
+  if (hosts <= 2) return true;
+  const double transfer_us = (hosts - 1) * static_cast<double>(host_bytes) / (cost.link_gbps * 1e3);
+  return (hosts - 2) * cost.step_us <= kRingRoundsShare * transfer_us;
+}
+
 std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, size_t elem_bytes,
                                      size_t max_chunks) {
   std::vector<size_t> per(host_counts.size());

@@ -91,14 +91,27 @@ size_t network_chunk_elems(size_t count, size_t elem_bytes);
 // How many chunks that makes (an empty transfer is one empty message).
 size_t network_chunk_count(size_t count, size_t elem_bytes);
 // The cut of all_gather's ring between hosts (coll/across_hosts.cc: between the leaders, or the
-// ranks of a rail), whose chunks of every host's blocks (host_counts[h] elements) are numbered together in a tag: each host's blocks
-// cut as any transfer (network_chunk_elems), in larger chunks where all of them together would be
-// more than `max_chunks`, so that they fit wherever there are at most max_chunks / 2 hosts.
-// Returns the elements per chunk of each host's blocks; every rank computes the same cut.
+// ranks of a rail), whose chunks of every host's blocks (host_counts[h] elements) are numbered
+// together in a tag: each host's blocks cut as any transfer (network_chunk_elems), in larger chunks
+// where all of them together would be more than `max_chunks`, so that they fit wherever there are
+// at most max_chunks / 2 hosts. Returns the elements per chunk of each host's blocks; every rank
+// computes the same cut.
 std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, size_t elem_bytes,
                                      size_t max_chunks = kNetworkMaxChunks);
 // Chunks of `count` elements, `per_chunk` each (an empty transfer is one empty message).
 size_t chunks_of_size(size_t count, size_t per_chunk);
+
+// Whether all_gather's hosts exchange their data round a ring (coll/across_hosts.cc:
+// GatherRing) rather than each sending to every other host at once. The ring keeps one flow per
+// link, where the concurrent flows lost 4-20 % of the link (measured over TCP on emulated links,
+// 4 hosts: 0.80-0.89 of the link at 4 MiB, 0.92-0.96 at 64 MiB; docs/fabric.md), but each chunk
+// waits for its arrival before it goes on: H - 2 rounds (step_us each) more. So the ring is taken
+// where those rounds cost at most kRingRoundsShare of the transfer, (H - 1) x `host_bytes` (the
+// most one host sends) through the link: on 2 hosts always (the two forms are one), on 4 hosts at
+// the default 100 Gb/s from 1.8 MB per host, at 500 Mb/s from 9 KB. Hosts whose settings differ
+// choose differently: the choice is in the leaders' fingerprints.
+inline constexpr double kRingRoundsShare = 0.05;
+bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. Throw

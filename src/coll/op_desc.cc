@@ -45,10 +45,16 @@ transport::Fingerprint collective_fingerprint(const OpDesc& desc, uint64_t seque
   return fp;
 }
 
-// Bits 24..31 of words[2]: 0 where no network algorithm applies, else the algorithm + 1.
+// Bits 24..27 of words[2]: 0 where no network algorithm applies, else the algorithm + 1. Bits
+// 28..31: 0 where no all_gather exchange applies, 1 direct, 2 round a ring.
 transport::Fingerprint with_network_algorithm(transport::Fingerprint fp,
                                               NetworkAlgorithm algorithm) {
   fp.words[2] |= (static_cast<uint64_t>(algorithm) + 1) << 24;
+  return fp;
+}
+
+transport::Fingerprint with_gather_exchange(transport::Fingerprint fp, bool ring) {
+  fp.words[2] |= uint64_t{ring ? 2u : 1u} << 28;
   return fp;
 }
 
@@ -64,7 +70,8 @@ std::string describe_fingerprint(const transport::Fingerprint& fp) {
   auto kind = static_cast<OpKind>(fp.words[2] & 0xff);
   uint64_t dtype = (fp.words[2] >> 8) & 0xff;
   uint64_t op = (fp.words[2] >> 16) & 0xff;
-  uint64_t network = (fp.words[2] >> 24) & 0xff;
+  uint64_t network = (fp.words[2] >> 24) & 0xf;
+  uint64_t exchange = (fp.words[2] >> 28) & 0xf;
   uint64_t root = fp.words[2] >> 32;
   if (kind == OpKind::send) {  // only point-to-point messages carry the send kind
     return "send(count=" + std::to_string(fp.words[1]) +
@@ -80,6 +87,7 @@ std::string describe_fingerprint(const transport::Fingerprint& fp) {
       text += std::string(", network algorithm ") +
               network_algorithm_name(static_cast<NetworkAlgorithm>(network - 1));
     }
+    if (exchange != 0) text += exchange == 2 ? ", exchange round a ring" : ", exchange direct";
   }
   return text + ") at sequence " + std::to_string(fp.words[0]);
 }

@@ -14,8 +14,17 @@
 namespace tpf::coll {
 
 enum class OpKind : uint8_t {
-  all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all, gather, scatter, send,
-  recv, barrier
+  all_reduce,
+  reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  gather,
+  scatter,
+  send,
+  recv,
+  barrier
 };
 
 // The collective a call belongs to (a send and a recv are the two halves of send_recv); names,
@@ -49,5 +58,8 @@ std::string describe_fingerprint(const transport::Fingerprint& fp);
 // a mismatch naming both choices instead of exchanging messages that do not fit each other.
 transport::Fingerprint with_network_algorithm(transport::Fingerprint fp,
                                               NetworkAlgorithm algorithm);
+// The same for all_gather's exchange between hosts: round a ring, or from every host to every
+// other (network_cost.h: all_gather_in_ring).
+transport::Fingerprint with_gather_exchange(transport::Fingerprint fp, bool ring);
 
 }  // namespace tpf::coll

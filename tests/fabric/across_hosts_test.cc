@@ -622,16 +622,20 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
   }
 }
 
-// all_gather with one rank on every host goes round a ring of the hosts, each chunk forwarded as
-// it arrives: on three hosts (an odd ring; the four-host layout above is even) blocks of one
-// chunk (16 KiB) and of three (1.25 MiB and 12 bytes: two of 512 KiB and a shorter one), out of
-// place and in place, both protocols, every element checked.
-TEST(AcrossHostsLeaders, AllGatherOfHostsOfOneGoesRoundARing) {
-  for (const transport::NetProtocol protocol :
-       {transport::NetProtocol::tag, transport::NetProtocol::put}) {
-    SCOPED_TRACE(transport::net_protocol_name(protocol));
+// all_gather's leaders go round a ring of the hosts where the link is slow beside a round
+// (TPF_NET_GBPS=0.0625 here; at the default 100 Gb/s the suites above take the direct exchange at
+// these sizes), each chunk forwarded as it arrives: on three hosts of one (an odd ring) and on
+// three hosts with ranks interleaved (host a's blocks forwarded from its leader's scratch), blocks
+// of one chunk (16 KiB) and of three (1.25 MiB and 12 bytes: two of 512 KiB and a shorter one),
+// out of place and in place, both protocols, every element checked.
+TEST(AcrossHostsLeaders, AllGatherGoesRoundARingOnSlowLinks) {
+  const HostKeys layouts[] = {{"host-a", "host-b", "host-c"}, kThreeHostsInterleaved};
+  for (const auto& [keys, protocol] : {std::pair{layouts[0], transport::NetProtocol::tag},
+                                       std::pair{layouts[0], transport::NetProtocol::put},
+                                       std::pair{layouts[1], transport::NetProtocol::tag}}) {
+    SCOPED_TRACE(std::to_string(keys.size()) + " ranks, " + transport::net_protocol_name(protocol));
     auto outcomes = run_on_hosts(
-        {"host-a", "host-b", "host-c"},
+        keys,
         [](Communicator& comm) {
           const size_t n = static_cast<size_t>(comm.size()), me = static_cast<size_t>(comm.rank());
           auto value = [](size_t r, size_t i) {
@@ -655,9 +659,33 @@ TEST(AcrossHostsLeaders, AllGatherOfHostsOfOneGoesRoundARing) {
                                 " in place");
           }
         },
-        protocol);
+        protocol, [](int) { ::setenv("TPF_NET_GBPS", "0.0625", 1); });
     expect_all_ok(outcomes);
   }
+}
+
+// Hosts whose link settings make them choose differently between the ring and the direct exchange
+// fail with a mismatch on every rank, naming both choices (four hosts of one, blocks of 64 KiB:
+// round a ring at 0.0625 GB/s, direct at the default 12.5).
+TEST(AcrossHostsSettings, HostsThatDifferOnTheGatherExchangeAreAMismatch) {
+  auto outcomes = run_on_hosts(
+      kFourHostsOfOne,
+      [](Communicator& comm) {
+        std::vector<float> mine(16384, 1.0f), all(16384 * 4);
+        const Error e = expect_error("different all_gather exchanges", [&] {
+          comm.all_gather(mine.data(), all.data(), mine.size(), DType::f32);
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(what.find("exchange round a ring") != std::string::npos &&
+                            what.find("exchange direct") != std::string::npos,
+                        what);
+      },
+      transport::NetProtocol::tag,
+      [](int rank) {
+        if (rank < 2) ::setenv("TPF_NET_GBPS", "0.0625", 1);
+      });
+  expect_all_ok(outcomes);
 }
 
 // all_gather, reduce_scatter, broadcast and all_to_all go per rail unless TPF_NET_ALGO=pipelined

@@ -93,6 +93,22 @@ TEST(NetworkCost, TheRingsChunksOfEveryHostFitTheTagTogether) {
   EXPECT_EQ(coll::chunks_of_size(0, kChunk), 1u);  // an empty transfer is one empty message
 }
 
+// all_gather goes round a ring where its H - 2 extra rounds cost at most 5 % of the transfer:
+// hand counts at step_us 11, 4 hosts: 22 us <= 0.05 x 3 x bytes / link, so from 1,833,334 bytes
+// per host at 12.5 GB/s (12,500 bytes/us) and from 9,167 at 0.0625 GB/s; always on 2 hosts.
+TEST(NetworkCost, AllGatherGoesRoundARingWhereItsRoundsAreCheapBesideTheTransfer) {
+  coll::NetworkLinkCost fast;  // the defaults: 12.5 GB/s, step_us 11
+  EXPECT_TRUE(coll::all_gather_in_ring(1833334, 4, fast));
+  EXPECT_FALSE(coll::all_gather_in_ring(1833332, 4, fast));
+  EXPECT_TRUE(coll::all_gather_in_ring(1, 2, fast));
+  coll::NetworkLinkCost slow;
+  slow.link_gbps = 0.0625;
+  EXPECT_TRUE(coll::all_gather_in_ring(9167, 4, slow));
+  EXPECT_FALSE(coll::all_gather_in_ring(9166, 4, slow));
+  // 64 hosts of 64 KiB at 100 Gb/s: 62 rounds (682 us) against a 330 us transfer: direct.
+  EXPECT_FALSE(coll::all_gather_in_ring(65536, 64, fast));
+}
+
 TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
   for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
