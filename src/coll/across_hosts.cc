@@ -1013,11 +1013,12 @@ class HostCollective {
   // the link against 0.80-0.89 with every rank sending to all the others at once
   // (docs/fabric.md). Chunk c of host h's data then has tag chunk offset(h) + c, the chunks of
   // the hosts before h first (ring_chunk_elems). Directly (each rank to every other, from the
-  // next host on; chunk c has tag chunk c) where the cost model prefers it (all_gather_in_ring:
-  // many hosts, little data) or beyond kNetworkMaxChunks / 2 hosts, where the ring's chunks may
-  // not fit the tag. Either way the other hosts' data arrive in the order host_ - 1, host_ - 2,
-  // ... (directly, host h - 1 sends to h first) in the same chunks, so the ranks of a host that
-  // do not cross the network follow without knowing which; the one that does also start()s it.
+  // next host on; chunk c has tag chunk c in stage kSecond) where the cost model prefers it
+  // (all_gather_in_ring: many hosts, little data) or beyond kNetworkMaxChunks / 2 hosts, where
+  // the ring's chunks may not fit the tag. Either way the other hosts' data arrive in the order
+  // host_ - 1, host_ - 2, ... (directly, host h - 1 sends to h first) in the same chunks, so the
+  // ranks of a host that do not cross the network follow without knowing which; the one that
+  // does also start()s it.
   class GatherRing {
    public:
     // Host h's data: counts[h] elements; round a ring if `in_ring` and the chunks fit the tag.
@@ -1075,7 +1076,12 @@ class HostCollective {
     void* landed(int h) const { return landed_[h]; }
 
    private:
-    uint64_t chunk_tag(int h, size_t i) const { return c_.tag(kFirst, ring_ ? offset_[h] + i : i); }
+    // The two forms tag in different stages: a rail whose ranks chose differently (only the
+    // leaders compare fingerprints; the settings of a host's ranks could differ) then matches no
+    // message and fails at the deadline, where a ring's tag could pass for a direct one.
+    uint64_t chunk_tag(int h, size_t i) const {
+      return ring_ ? c_.tag(kFirst, offset_[h] + i) : c_.tag(kSecond, i);
+    }
     const std::byte* span(const void* base, int h, size_t i) const {
       return c_.at(base, chunks_[h].begin(i));
     }
