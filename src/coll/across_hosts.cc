@@ -26,6 +26,17 @@ std::byte* HostScratch::get(size_t slot, size_t bytes) {
   return slab.data.get();
 }
 
+void UncomparedCalls::add(const transport::Fingerprint& call) {
+  for (uint64_t word : call.words) {  // splitmix64's finalizer: every bit of every word counts
+    uint64_t z = (digest_ ^ word) + 0x9e3779b97f4a7c15;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+    digest_ = z ^ (z >> 31);
+  }
+}
+
+uint64_t UncomparedCalls::take() { return std::exchange(digest_, 0); }
+
 namespace {
 
 using transport::NetRequest;
@@ -387,6 +398,13 @@ class HostCollective {
     Fingerprints fingerprints;
     exchange_packed(fingerprints, kNoPayload, kNoFill, kNoPayload);
   }
+  // What a leader's fingerprint message starts with: its call, and the digest of the small
+  // broadcasts it took part in since its previous fingerprint message (UncomparedCalls).
+  struct Stamp {
+    transport::Fingerprint call{};
+    uint64_t earlier = 0;
+    bool operator==(const Stamp&) const = default;
+  };
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
   // send its data along with its fingerprint (exchange_packed, broadcast_one_round). Leaders
   // only. The sends read `mine` or scratch in place (a send may start later, behind its peer's
@@ -397,8 +415,8 @@ class HostCollective {
     Fingerprints() = default;
     Fingerprints(const Fingerprints&) = delete;
     Fingerprints& operator=(const Fingerprints&) = delete;
-    transport::Fingerprint mine{};
-    std::vector<transport::Fingerprint> theirs;
+    Stamp mine{};
+    std::vector<Stamp> theirs;
     std::vector<size_t> received;      // per host: the request of its fingerprint
     std::vector<std::byte*> landed;    // per host whose message carries a payload: the message
     std::vector<const void*> carried;  // per host whose message carries a payload: the payload
@@ -411,9 +429,8 @@ class HostCollective {
   template <class OutBytes, class Fill, class InBytes>
   void post_messages(InFlight& flight, Fingerprints& f, OutBytes&& out_bytes, Fill&& fill,
                      InBytes&& in_bytes) {
-    f.mine = collective_fingerprint(d_, sequence_);
-    if (network_) f.mine = with_network_algorithm(f.mine, *network_);
-    if (gather_ring_) f.mine = with_gather_exchange(f.mine, *gather_ring_);
+    f.mine.call = call_fingerprint();
+    f.mine.earlier = g_.uncompared.take();
     f.theirs.assign(hosts(), {});
     f.received.assign(hosts(), 0);
     f.landed.assign(hosts(), nullptr);
@@ -445,13 +462,31 @@ class HostCollective {
       flight.wait(f.received[h]);
       if (f.landed[h] != nullptr) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
       if (f.theirs[h] == f.mine) continue;
+      if (f.theirs[h].call != f.mine.call) throw call_mismatch(f.mine.call, h, f.theirs[h].call);
       throw Error(ErrorCode::mismatch,
-                  ctx_.op_label() + ": ranks called different collectives: rank " +
-                      std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') called " +
-                      describe_fingerprint(f.mine) + ", rank " + std::to_string(leader(h)) +
-                      " (host '" + g_.hosts.key(h) + "') called " +
-                      describe_fingerprint(f.theirs[h]));
+                  ctx_.op_label() + ": ranks called different collectives before this one: rank " +
+                      std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') and rank " +
+                      std::to_string(leader(h)) + " (host '" + g_.hosts.key(h) +
+                      "') differ on a small broadcast whose root did not wait for the other "
+                      "hosts, among the last " +
+                      std::to_string(kAcknowledgedBroadcastEvery - 1) +
+                      " operations (its root, count or type)");
     }
+  }
+  // This call's fingerprint, with the choices made for it that leaders must agree on.
+  transport::Fingerprint call_fingerprint() const {
+    transport::Fingerprint call = collective_fingerprint(d_, sequence_);
+    if (network_) call = with_network_algorithm(call, *network_);
+    if (gather_ring_) call = with_gather_exchange(call, *gather_ring_);
+    return call;
+  }
+  Error call_mismatch(const transport::Fingerprint& mine, int h,
+                      const transport::Fingerprint& theirs) const {
+    return Error(ErrorCode::mismatch,
+                 ctx_.op_label() + ": ranks called different collectives: rank " +
+                     std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') called " +
+                     describe_fingerprint(mine) + ", rank " + std::to_string(leader(h)) +
+                     " (host '" + g_.hosts.key(h) + "') called " + describe_fingerprint(theirs));
   }
 
   // Small collectives in one network round: every leader's message to every other leader carries
@@ -955,7 +990,9 @@ class HostCollective {
     const bool receives = is_leader() && host_ != root_host;  // the data, from the root
     if (root_leads() && packs(bytes(n))) {
       // Small, from a host leader: the data rides in the root's fingerprint messages.
-      if (is_leader()) {
+      if (is_leader() && sequence_ % kAcknowledgedBroadcastEvery != 0) {
+        broadcast_unacknowledged(root_host);
+      } else if (is_leader()) {
         Fingerprints fingerprints;
         exchange_packed(
             fingerprints, [&](int) { return me_ == d_.root ? bytes(n) : 0; }, copy_of(d_.send),
@@ -984,6 +1021,33 @@ class HostCollective {
     }
     const void* source = me_ == d_.root ? d_.send : d_.recv;
     local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
+  }
+
+  // A small broadcast from a host leader whose root does not wait (kAcknowledgedBroadcastEvery):
+  // the root sends its call's fingerprint and the data to every other leader and returns once its
+  // sends are done; each of them compares the root's call with its own and takes the data. So a
+  // mismatch fails the other leaders here and reaches the root through their failure notice, at
+  // its next wait; leaders that disagree on the root receive nothing unexpected, and the digest of
+  // these calls (UncomparedCalls) makes their next fingerprint exchange fail. Leaders only.
+  void broadcast_unacknowledged(int root_host) {
+    const transport::Fingerprint call = call_fingerprint();
+    g_.uncompared.add(call);
+    const size_t message = sizeof call + bytes(d_.count);
+    InFlight flight(g_.network, ctx_);
+    if (me_ == d_.root) {
+      std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every host
+      std::memcpy(packed, &call, sizeof call);
+      copy_bytes(packed + sizeof call, d_.send, bytes(d_.count));
+      for (int h : others_from_next()) flight.send(leader(h), tag(kFingerprint), packed, message);
+      flight.wait_all();
+      return;
+    }
+    std::byte* landed = g_.scratch.get(kHostData, message);
+    flight.wait(flight.recv(leader(root_host), tag(kFingerprint), landed, message));
+    transport::Fingerprint roots;
+    std::memcpy(&roots, landed, sizeof roots);
+    if (roots != call) throw call_mismatch(call, root_host, roots);
+    copy_bytes(d_.recv, landed + sizeof call, bytes(d_.count));
   }
 
   // The cost model's choice of all_gather's exchange for hosts sending at most `host_bytes` each

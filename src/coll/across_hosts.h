@@ -4,12 +4,14 @@
 //
 // Every collective starts with the host leaders (local rank 0) exchanging fingerprints over the
 // network, so ranks that called different collectives fail with Error(mismatch) on every host;
-// inside a host the shared-memory steps compare fingerprints as always. Reductions combine in a
-// fixed order: first inside each host (its ranks in local order, as the shared-memory algorithms
-// do), then the hosts' partial results in host order (hosts numbered by their lowest rank), each
-// part of the result computed once and copied, so every rank gets the same bits. Averages are
-// summed that way and divided once at the end; f16/bf16 partials are rounded once per host and
-// once more across hosts (inside a host: once).
+// inside a host the shared-memory steps compare fingerprints as always. The exception: a small
+// broadcast from a host leader, whose root sends its fingerprint with the data and goes on (63 in
+// 64 of them; the receivers compare, and the root learns of a mismatch at its next network wait).
+// Reductions combine in a fixed order: first inside each host (its ranks in local order, as the
+// shared-memory algorithms do), then the hosts' partial results in host order (hosts numbered by
+// their lowest rank), each part of the result computed once and copied, so every rank gets the same
+// bits. Averages are summed that way and divided once at the end; f16/bf16 partials are rounded
+// once per host and once more across hosts (inside a host: once).
 //
 // The data crosses the network between host representatives (the leader, or the root on the
 // root's host), except large all_reduce, all_gather, reduce_scatter and broadcast where every
@@ -52,12 +54,38 @@ class HostScratch {
   std::vector<Slab> slabs_;
 };
 
+// A small broadcast from a host leader is acknowledged (its root waits for the other leaders'
+// fingerprints) only where its sequence number is a multiple of this; in between the root sends
+// and goes on, like MPI_Bcast's eager root (across_hosts.cc: broadcast_one_round). Every other
+// collective makes the leaders wait for each other, so no leader runs more than this many
+// operations ahead of another, and what waits for a late receiver stays bounded (this many
+// messages of at most kNetworkPackedBytes from each root). Measured, 8 B .. 512 B
+// (docs/fabric.md): 2 emulated hosts of one rank, 10.0-10.9 us a broadcast with every one
+// acknowledged, 7.1-10.1 with one in 16, 7.0-8.1 with one in 64; 4 hosts of one rank (4 ranks on
+// 2 cores), 85-109, 31-48 and 20-45 us.
+inline constexpr uint64_t kAcknowledgedBroadcastEvery = 64;
+
+// The small broadcasts whose root did not wait for the other hosts' leaders (across_hosts.cc:
+// broadcast_one_round), folded into one digest that each leader sends with its next fingerprint,
+// so leaders that disagreed on one of them (on its root, say, where nobody received anything
+// unexpected) fail with a mismatch at the next collective in which the leaders compare calls.
+class UncomparedCalls {
+ public:
+  void add(const transport::Fingerprint& call);
+  // The digest of the calls added since the last take(), and a fresh start.
+  uint64_t take();
+
+ private:
+  uint64_t digest_ = 0;
+};
+
 struct HostGroup {
   transport::ShmFabric& local;     // this host's ranks, numbered by their local rank
   transport::UcxNetwork& network;  // every rank on another host, by communicator rank
   const topo::HostMap& hosts;
-  int rank;              // this rank in the communicator
-  HostScratch& scratch;  // the communicator's, reused across its collectives
+  int rank;                     // this rank in the communicator
+  HostScratch& scratch;         // the communicator's, reused across its collectives
+  UncomparedCalls& uncompared;  // the communicator's (leaders' only)
 };
 
 // Runs the collective `desc` (validated; not send/recv) as operation `sequence`.

@@ -361,8 +361,8 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
         deadline ? transport::WaitContext::with_deadline(*deadline, describe)
                  : transport::WaitContext::with_timeout(timeout, describe);
     if (network_) {
-      coll::run_across_hosts({*fabric_, *network_, hosts_, rank(), host_scratch_}, desc, sequence,
-                             ctx, setup_.settings.tuning);
+      coll::run_across_hosts({*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_},
+                             desc, sequence, ctx, setup_.settings.tuning);
     } else {
       coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
     }

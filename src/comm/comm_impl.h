@@ -110,8 +110,9 @@ class CommImpl {
   std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
-  std::unique_ptr<NetP2p> net_p2p_;  // send/recv to other hosts; declared after network_
-  coll::HostScratch host_scratch_;   // buffers the collectives across hosts reuse
+  std::unique_ptr<NetP2p> net_p2p_;   // send/recv to other hosts; declared after network_
+  coll::HostScratch host_scratch_;    // buffers the collectives across hosts reuse
+  coll::UncomparedCalls uncompared_;  // small broadcasts across hosts not yet compared
   // Names a stopped or unreachable rank on another host; declared last: stopped first.
   std::unique_ptr<Heartbeat> heartbeat_;
   std::chrono::milliseconds default_timeout_;

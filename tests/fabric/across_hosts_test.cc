@@ -6,6 +6,8 @@
 // local order, then the hosts in host order (hosts numbered by their lowest rank); averages
 // divide once at the end. The collectives run with both protocols between hosts: tagged messages
 // and put + signal into registered slots.
+#include "coll/across_hosts.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -292,6 +294,29 @@ TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
     int64_t want = 0;
     for (int r = me % 2; r < n; r += 2) want += r;
     TPF_CHILD_CHECK(sum == want, "split all_reduce " + std::to_string(sum));
+  }));
+}
+
+// Small broadcasts in a row, each from the next rank: where the root leads its host it sends and
+// goes on, acknowledged only every 64th operation (coll::kAcknowledgedBroadcastEvery), so roots
+// run ahead of their receivers; every rank must still get every broadcast's data, in order, with
+// either protocol, across an acknowledged one.
+TEST_P(AcrossHosts, SmallBroadcastsInARowArriveInOrderWhileRootsRunAhead) {
+  expect_all_ok(run([](Communicator& comm) {
+    const int n = comm.size(), me = comm.rank();
+    for (int i = 0; i < 80; ++i) {
+      const int root = i % n;
+      const size_t count = 1 + static_cast<size_t>(i % 5);
+      std::vector<int32_t> in(count), out(count, -1);
+      for (size_t k = 0; k < count; ++k) in[k] = 1000 * i + 10 * me + static_cast<int>(k);
+      call("broadcast " + std::to_string(i),
+           [&] { comm.broadcast(in.data(), out.data(), count, DType::i32, root); });
+      for (size_t k = 0; k < count; ++k) {
+        TPF_CHILD_CHECK(out[k] == 1000 * i + 10 * root + static_cast<int>(k),
+                        "broadcast " + std::to_string(i) + " element " + std::to_string(k) + ": " +
+                            std::to_string(out[k]));
+      }
+    }
   }));
 }
 
@@ -947,6 +972,102 @@ TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
       GetParam());
   EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
+}
+
+// A root that goes on may destroy its communicator (closing its connections) before a receiver on
+// another host even calls the broadcast: the receiver must still get the data, which was sent
+// before the connection closed, not fail naming the root. Both protocols.
+TEST(AcrossHostsRootsGoOn, ARootThatLeavesRightAfterASmallBroadcastStillDeliversIt) {
+  for (const auto protocol : {transport::NetProtocol::tag, transport::NetProtocol::put}) {
+    SCOPED_TRACE(transport::net_protocol_name(protocol));
+    SharedBlock shared;
+    RunOptions options;
+    options.comm_options.timeout = std::chrono::milliseconds(30000);
+    auto outcomes = run_ranks_raw(
+        2,
+        [&](const RankContext& ctx) {
+          ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+          ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
+          int32_t value = 42 + ctx.rank, got = -1;
+          {
+            Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
+                                                     ctx.secret, ctx.comm_options);
+            comm.barrier();
+            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+                            "the broadcast would be acknowledged");
+            if (ctx.rank == 1) {
+              TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == 1; },
+                                         std::chrono::seconds(20)),
+                              "the root never destroyed its communicator");
+            }
+            call("broadcast", [&] { comm.broadcast(&value, &got, 1, DType::i32, 0); });
+          }
+          if (ctx.rank == 0) shared.counter(0).store(1);
+          TPF_CHILD_CHECK(got == 42, "got " + std::to_string(got));
+        },
+        options);
+    expect_all_ok(outcomes);
+  }
+}
+
+// A small broadcast whose root does not wait (not a multiple of 64 in sequence: the barrier
+// before it takes one): the other hosts' ranks fail at once, and the root's host through their
+// failure notice, with the mismatch as the cause, at its next wait: in its next call, or in the
+// broadcast's own sends if the notice is there already.
+TEST_P(AcrossHostsFailures, AMismatchInABroadcastWhoseRootGoesOnFailsEveryRank) {
+  for (const HostKeys& keys : {kTwoHostsOfOne, kTwoHostsOfTwo}) {
+    SCOPED_TRACE(std::to_string(keys.size()) + " ranks");
+    auto outcomes = run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          comm.barrier();
+          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+                          "the broadcast would be acknowledged");
+          // Messages of the same size: the fingerprints differ (other sizes fail on the size).
+          const DType dtype = keys[comm.rank()] == "host-a" ? DType::i32 : DType::f32;
+          std::vector<int32_t> in(3, 7), out(3, 0);
+          const Error e = expect_error("the broadcast or the call after it", [&] {
+            comm.broadcast(in.data(), out.data(), 3, dtype, 0);
+            comm.barrier();
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          const std::string what = e.what();
+          TPF_CHILD_CHECK(what.find("dtype=i32") != std::string::npos &&
+                              what.find("dtype=f32") != std::string::npos,
+                          what);
+        },
+        GetParam());
+    expect_all_ok(outcomes);
+  }
+}
+
+// Leaders that disagree on a small broadcast's root each send and go on, and nobody receives
+// anything it did not expect; the digest of such calls, sent with the next fingerprints, makes
+// the next collective fail on every rank instead of leaving the disagreement unseen.
+TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNextCollective) {
+  for (const HostKeys& keys : {kTwoHostsOfOne, kTwoHostsOfTwo}) {
+    SCOPED_TRACE(std::to_string(keys.size()) + " ranks");
+    auto outcomes = run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          comm.barrier();
+          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+                          "the broadcast would be acknowledged");
+          const int my_leader =
+              keys[comm.rank()] == "host-a" ? 0 : static_cast<int>(keys.size()) / 2;
+          int32_t value = comm.rank(), got = -1;
+          comm.broadcast(&value, &got, 1, DType::i32, my_leader);  // each host its own root
+          TPF_CHILD_CHECK(got == my_leader, "the host's own broadcast: " + std::to_string(got));
+          const Error e = expect_error("the collective after it", [&] {
+            comm.all_reduce(&value, &got, 1, DType::i32, ReduceOp::sum);
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          TPF_CHILD_CHECK(std::string(e.what()).find("small broadcast") != std::string::npos,
+                          e.what());
+        },
+        GetParam());
+    expect_all_ok(outcomes);
+  }
 }
 
 // Tagged messages only (the default over TCP): UCX 1.13's emulated puts abort a process that
