@@ -1010,11 +1010,10 @@ TEST(AcrossHostsRootsGoOn, ARootThatLeavesRightAfterASmallBroadcastStillDelivers
   }
 }
 
-// A small broadcast whose root does not wait (not a multiple of 64 in sequence: the barrier
-// before it takes one): the other hosts' ranks fail at once, and the root's host through their
-// failure notice, with the mismatch as the cause, at its next wait: in its next call, or in the
-// broadcast's own sends if the notice is there already.
-TEST_P(AcrossHostsFailures, AMismatchInABroadcastWhoseRootGoesOnFailsEveryRank) {
+// Runs body(comm, keys) on two hosts of one rank and on two hosts of two, after a barrier, so
+// that the body's first collective is not one whose small broadcast would be acknowledged.
+void on_two_hosts_after_a_barrier(transport::NetProtocol protocol,
+                                  const std::function<void(Communicator&, const HostKeys&)>& body) {
   for (const HostKeys& keys : {kTwoHostsOfOne, kTwoHostsOfTwo}) {
     SCOPED_TRACE(std::to_string(keys.size()) + " ranks");
     auto outcomes = run_on_hosts(
@@ -1023,51 +1022,49 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastWhoseRootGoesOnFailsEveryRank) 
           comm.barrier();
           TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
                           "the broadcast would be acknowledged");
-          // Messages of the same size: the fingerprints differ (other sizes fail on the size).
-          const DType dtype = keys[comm.rank()] == "host-a" ? DType::i32 : DType::f32;
-          std::vector<int32_t> in(3, 7), out(3, 0);
-          const Error e = expect_error("the broadcast or the call after it", [&] {
-            comm.broadcast(in.data(), out.data(), 3, dtype, 0);
-            comm.barrier();
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-          const std::string what = e.what();
-          TPF_CHILD_CHECK(what.find("dtype=i32") != std::string::npos &&
-                              what.find("dtype=f32") != std::string::npos,
-                          what);
+          body(comm, keys);
         },
-        GetParam());
+        protocol);
     expect_all_ok(outcomes);
   }
+}
+
+// A small broadcast whose root does not wait (not a multiple of 64 in sequence: the barrier
+// before it takes one): the other hosts' ranks fail at once, and the root's host through their
+// failure notice, with the mismatch as the cause, at its next wait: in its next call, or in the
+// broadcast's own sends if the notice is there already.
+TEST_P(AcrossHostsFailures, AMismatchInABroadcastWhoseRootGoesOnFailsEveryRank) {
+  on_two_hosts_after_a_barrier(GetParam(), [](Communicator& comm, const HostKeys& keys) {
+    // Messages of the same size: the fingerprints differ (other sizes fail on the size).
+    const DType dtype = keys[comm.rank()] == "host-a" ? DType::i32 : DType::f32;
+    std::vector<int32_t> in(3, 7), out(3, 0);
+    const Error e = expect_error("the broadcast or the call after it", [&] {
+      comm.broadcast(in.data(), out.data(), 3, dtype, 0);
+      comm.barrier();
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+    const std::string what = e.what();
+    TPF_CHILD_CHECK(
+        what.find("dtype=i32") != std::string::npos && what.find("dtype=f32") != std::string::npos,
+        what);
+  });
 }
 
 // Leaders that disagree on a small broadcast's root each send and go on, and nobody receives
 // anything it did not expect; the digest of such calls, sent with the next fingerprints, makes
 // the next collective fail on every rank instead of leaving the disagreement unseen.
 TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNextCollective) {
-  for (const HostKeys& keys : {kTwoHostsOfOne, kTwoHostsOfTwo}) {
-    SCOPED_TRACE(std::to_string(keys.size()) + " ranks");
-    auto outcomes = run_on_hosts(
-        keys,
-        [&](Communicator& comm) {
-          comm.barrier();
-          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
-                          "the broadcast would be acknowledged");
-          const int my_leader =
-              keys[comm.rank()] == "host-a" ? 0 : static_cast<int>(keys.size()) / 2;
-          int32_t value = comm.rank(), got = -1;
-          comm.broadcast(&value, &got, 1, DType::i32, my_leader);  // each host its own root
-          TPF_CHILD_CHECK(got == my_leader, "the host's own broadcast: " + std::to_string(got));
-          const Error e = expect_error("the collective after it", [&] {
-            comm.all_reduce(&value, &got, 1, DType::i32, ReduceOp::sum);
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-          TPF_CHILD_CHECK(std::string(e.what()).find("small broadcast") != std::string::npos,
-                          e.what());
-        },
-        GetParam());
-    expect_all_ok(outcomes);
-  }
+  on_two_hosts_after_a_barrier(GetParam(), [](Communicator& comm, const HostKeys& keys) {
+    const int my_leader = keys[comm.rank()] == "host-a" ? 0 : static_cast<int>(keys.size()) / 2;
+    int32_t value = comm.rank(), got = -1;
+    comm.broadcast(&value, &got, 1, DType::i32, my_leader);  // each host its own root
+    TPF_CHILD_CHECK(got == my_leader, "the host's own broadcast: " + std::to_string(got));
+    const Error e = expect_error("the collective after it", [&] {
+      comm.all_reduce(&value, &got, 1, DType::i32, ReduceOp::sum);
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("small broadcast") != std::string::npos, e.what());
+  });
 }
 
 // Tagged messages only (the default over TCP): UCX 1.13's emulated puts abort a process that
