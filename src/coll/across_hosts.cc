@@ -990,14 +990,16 @@ class HostCollective {
     const bool receives = is_leader() && host_ != root_host;  // the data, from the root
     if (root_leads() && packs(bytes(n))) {
       // Small, from a host leader: the data rides in the root's fingerprint messages.
-      if (is_leader() && sequence_ % kAcknowledgedBroadcastEvery != 0) {
-        broadcast_unacknowledged(root_host);
-      } else if (is_leader()) {
-        Fingerprints fingerprints;
-        exchange_packed(
-            fingerprints, [&](int) { return me_ == d_.root ? bytes(n) : 0; }, copy_of(d_.send),
-            [&](int h) { return receives && h == root_host ? bytes(n) : 0; });
-        if (receives) copy_bytes(d_.recv, fingerprints.carried[root_host], bytes(n));
+      if (is_leader()) {
+        if (sequence_ % kAcknowledgedBroadcastEvery != 0) {
+          broadcast_unacknowledged(root_host);
+        } else {
+          Fingerprints fingerprints;
+          exchange_packed(
+              fingerprints, [&](int) { return me_ == d_.root ? bytes(n) : 0; }, copy_of(d_.send),
+              [&](int h) { return receives && h == root_host ? bytes(n) : 0; });
+          if (receives) copy_bytes(d_.recv, fingerprints.carried[root_host], bytes(n));
+        }
       }
     } else {
       Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
@@ -1048,13 +1050,6 @@ class HostCollective {
     std::memcpy(&roots, landed, sizeof roots);
     if (roots != call) throw call_mismatch(call, root_host, roots);
     copy_bytes(d_.recv, landed + sizeof call, bytes(d_.count));
-  }
-
-  // The cost model's choice of all_gather's exchange for hosts sending at most `host_bytes` each
-  // (network_cost.h), made by every rank from the same size and layout; the fingerprint carries
-  // it, so hosts whose settings differ find out.
-  bool gathers_in_ring(size_t host_bytes) const {
-    return all_gather_in_ring(host_bytes, hosts(), tuning_.network_cost);
   }
 
   // Whether a (not small) all_gather, reduce_scatter or all_to_all crosses per rail: every host has
@@ -1161,6 +1156,16 @@ class HostCollective {
     InFlight* flight_ = nullptr;
     int next_ = 0, next_host_ = 0;
   };
+  // all_gather's exchange of host h's counts[h] elements, where a host sends at most `host_bytes`:
+  // the cost model's choice (network_cost.h: all_gather_in_ring), made by every rank from the
+  // same size and layout, goes into the fingerprint, which the leaders then compare, so hosts
+  // whose settings differ find out before any data moves.
+  GatherRing agreed_gather_exchange(const std::vector<size_t>& counts, size_t host_bytes) {
+    GatherRing ring(*this, counts, all_gather_in_ring(host_bytes, hosts(), tuning_.network_cost));
+    gather_ring_ = ring.ring();
+    compare_fingerprints_across_hosts();
+    return ring;
+  }
 
   // all_gather per rail: the ranks of each rail (one per host) exchange their blocks
   // (GatherRing), each received into place; as host h's blocks arrive (this host's first, then
@@ -1168,9 +1173,7 @@ class HostCollective {
   // carries what the leaders' form carries, in L flows (one per rail).
   void all_gather_per_rail() {
     const size_t block = d_.count;
-    GatherRing ring(*this, std::vector<size_t>(hosts(), block), gathers_in_ring(bytes(block)));
-    gather_ring_ = ring.ring();
-    compare_fingerprints_across_hosts();
+    GatherRing ring = agreed_gather_exchange(std::vector<size_t>(hosts(), block), bytes(block));
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
     auto mine_on = [&](int h) -> void* { return at(d_.recv, rail_peer(h) * block); };
@@ -1197,9 +1200,7 @@ class HostCollective {
     if (!small) {
       std::vector<size_t> counts;
       for (int h = 0; h < hosts(); ++h) counts.push_back(ranks_on(h).size() * block);
-      exchange.emplace(*this, counts, gathers_in_ring(bytes(block * largest_host())));
-      gather_ring_ = exchange->ring();
-      compare_fingerprints_across_hosts();
+      exchange.emplace(agreed_gather_exchange(counts, bytes(block * largest_host())));
     }
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_blocks = d_.send;  // this host's blocks in local order, at its leader
