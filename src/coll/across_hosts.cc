@@ -309,8 +309,8 @@ class HostCollective {
   int representative(int host) const { return ranks_on(host)[representative_local_rank(host)]; }
 
   // The cost model's choice for all_reduce or broadcast (coll/network_cost.h), made by every rank
-  // from the same size and host count; remembered for the fingerprint, so that leaders whose
-  // settings differ find out.
+  // from the same size, host count and settings (shared: comm/settings_agreement.h); remembered
+  // for the fingerprint, a second guard.
   NetworkAlgorithm choose_network(Collective op) {
     network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
                                         tuning_.network_cost, usable_rails());
@@ -1055,8 +1055,8 @@ class HostCollective {
   // Whether a (not small) all_gather, reduce_scatter or all_to_all crosses per rail: every host has
   // the same number L >= 2 of ranks, consecutive (each host's blocks lie together), usable as rails
   // (links of their own, or TPF_NET_ALGO=per_rail), and TPF_NET_ALGO does not force the leaders'
-  // algorithm (`pipelined`). Where it could, the choice is remembered for the fingerprint, so
-  // hosts whose settings differ find out.
+  // algorithm (`pipelined`). Where it could, the choice is remembered for the fingerprint (a
+  // second guard behind the shared settings).
   bool blocks_per_rail() {
     if (usable_rails() < 2 || !hosts_consecutive()) return false;
     network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
@@ -1158,8 +1158,8 @@ class HostCollective {
   };
   // all_gather's exchange of host h's counts[h] elements, where a host sends at most `host_bytes`:
   // the cost model's choice (network_cost.h: all_gather_in_ring), made by every rank from the
-  // same size and layout, goes into the fingerprint, which the leaders then compare, so hosts
-  // whose settings differ find out before any data moves.
+  // same size, layout and shared settings, goes into the fingerprint, which the leaders then
+  // compare before any data moves (a second guard).
   GatherRing agreed_gather_exchange(const std::vector<size_t>& counts, size_t host_bytes) {
     GatherRing ring(*this, counts, all_gather_in_ring(host_bytes, hosts(), tuning_.network_cost));
     gather_ring_ = ring.ring();

@@ -78,8 +78,7 @@ bool has_network_choice(Collective op) noexcept;
 // hosts at 500 Mb/s, slices of 128 KiB instead of 512 KiB took a 4 MiB all_reduce from 0.85 to
 // 0.99 of the link (4 x 2: 0.90-0.94 to 0.97-1.0; 64 MiB 0.97 to 0.99; 2 x 1 at 1 Gb/s
 // unchanged); at the default 100 Gb/s link it is 512 KiB, what it always was. It depends on the
-// settings: hosts whose settings give different slices send slices of other sizes than the
-// receivers expect, a mismatch naming the sizes (tested).
+// settings, which every rank of a communicator shares (comm/settings_agreement.h).
 size_t all_reduce_min_slice_bytes(const NetworkLinkCost& cost);
 // Segments of a pipelined all_reduce of `bytes` across `hosts` hosts: as many as keep each
 // host's slice of a segment at least `min_slice_bytes` (at most kNetworkMaxChunks).
@@ -108,8 +107,8 @@ size_t chunks_of_size(size_t count, size_t per_chunk);
 // waits for its arrival before it goes on: H - 2 rounds (step_us each) more. So the ring is taken
 // where those rounds cost at most kRingRoundsShare of the transfer, (H - 1) x `host_bytes` (the
 // most one host sends) through the link: on 2 hosts always (the two forms are one), on 4 hosts at
-// the default 100 Gb/s from 1.8 MB per host, at 500 Mb/s from 9 KB. Hosts whose settings differ
-// choose differently: the choice is in the leaders' fingerprints.
+// the default 100 Gb/s from 1.8 MB per host, at 500 Mb/s from 9 KB. Every rank shares the
+// settings (comm/settings_agreement.h); the choice is in the leaders' fingerprints too.
 inline constexpr double kRingRoundsShare = 0.05;
 bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost);
 

@@ -12,6 +12,7 @@
 #include "comm/host_discovery.h"
 #include "comm/net_p2p.h"
 #include "comm/process_failures.h"
+#include "comm/settings_agreement.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
 
@@ -74,8 +75,13 @@ CommImpl::CommImpl(CommSetup setup)
   auto scoped_store =
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
   const std::string comm_label = "communicator '" + setup_.name + "'";
-  hosts_ = discover_hosts(*scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
-                          setup_.settings.net_devices, setup_.settings.setup_timeout, comm_label);
+  DiscoveredRanks discovered = discover_hosts(
+      *scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
+      setup_.settings.net_devices, encode_shared_settings(shared_settings(setup_.settings)),
+      setup_.settings.setup_timeout, comm_label);
+  hosts_ = std::move(discovered.hosts);
+  // Before anything is mapped or connected: every rank fails here alike.
+  check_shared_settings(discovered.shared_settings, hosts_, comm_label);
   transport::FabricConfig config =
       fabric_config(setup_, generation, scoped_store, ranks_on_machine());
   if (!hosts_.single_host()) {

@@ -17,36 +17,42 @@ std::chrono::milliseconds left_until(SetupClock::time_point deadline) {
 }
 
 // A rank's entry in the store, one line: its host key (printable, no tabs: TPF_NODE_ID has no
-// spaces, the derived key none but spaces), its devices and its machine key, tab-separated
-// (control characters and spaces in the last two made '?').
-std::string entry_of(const std::string& host_key, std::string devices, std::string machine) {
+// spaces, the derived key none but spaces), its devices, its machine key and its shared settings,
+// tab-separated (control characters and spaces in the devices and machine key made '?'; the
+// settings' line has no tab).
+std::string entry_of(const std::string& host_key, std::string devices, std::string machine,
+                     const std::string& shared_settings) {
   for (std::string* field : {&devices, &machine}) {
     for (char& c : *field)
       if (static_cast<unsigned char>(c) <= ' ') c = '?';
   }
-  return host_key + "\t" + devices + "\t" + machine;
+  return host_key + "\t" + devices + "\t" + machine + "\t" + shared_settings;
 }
 
-// The HostMap of the entries of every rank, in rank order.
-topo::HostMap host_map_of(const std::vector<std::string>& entries) {
-  std::vector<std::string> keys, devices, machines;
+// What the entries of every rank, in rank order, say.
+DiscoveredRanks discovered_from(const std::vector<std::string>& entries) {
+  std::vector<std::string> keys, devices, machines, settings;
   for (const std::string& entry : entries) {
-    const size_t first = entry.find('\t');
-    const size_t last = entry.rfind('\t');
-    keys.push_back(entry.substr(0, first));
-    devices.push_back(first == last ? "all" : entry.substr(first + 1, last - first - 1));
-    machines.push_back(first == last ? keys.back() : entry.substr(last + 1));
+    std::vector<std::string> fields;
+    std::istringstream parts(entry);
+    for (std::string field; std::getline(parts, field, '\t');) fields.push_back(field);
+    fields.resize(4);
+    keys.push_back(fields[0]);
+    devices.push_back(fields[1].empty() ? "all" : fields[1]);
+    machines.push_back(fields[2].empty() ? fields[0] : fields[2]);
+    settings.push_back(fields[3]);
   }
-  return topo::HostMap(std::move(keys), std::move(devices), machines);
+  return {topo::HostMap(std::move(keys), std::move(devices), machines), std::move(settings)};
 }
 
 }  // namespace
 
-topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string& host_key,
-                             const std::string& net_devices, std::chrono::milliseconds timeout,
-                             const std::string& label) {
-  if (size == 1) return topo::HostMap({host_key});
-  const std::string mine = entry_of(host_key, net_devices, topo::local_machine_key());
+DiscoveredRanks discover_hosts(Store& store, int rank, int size, const std::string& host_key,
+                               const std::string& net_devices, const std::string& shared_settings,
+                               std::chrono::milliseconds timeout, const std::string& label) {
+  if (size == 1) return {topo::HostMap({host_key}), {shared_settings}};
+  const std::string mine =
+      entry_of(host_key, net_devices, topo::local_machine_key(), shared_settings);
   const auto deadline = SetupClock::now() + timeout;
   auto failed = [&](const Error& e, const std::string& waiting_for) {
     const std::string context = label + ": learning every rank's host (waiting for " + waiting_for +
@@ -69,7 +75,7 @@ topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string
                                             std::to_string(entries.size()) + " ranks, not " +
                                             std::to_string(size));
     }
-    return host_map_of(entries);
+    return discovered_from(entries);
   }
   std::vector<std::string> entries{mine};
   for (int p = 1; p < size; ++p) {
@@ -90,7 +96,7 @@ topo::HostMap discover_hosts(Store& store, int rank, int size, const std::string
   std::string list;
   for (const std::string& entry : entries) list += entry + "\n";
   store.set("hosts", list);
-  return host_map_of(entries);
+  return discovered_from(entries);
 }
 
 }  // namespace tpf::detail

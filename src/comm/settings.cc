@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "base/env_config.h"
 #include "comm/flight_recorder.h"
@@ -69,7 +70,7 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_GBPS", "communicator",
      "cost model: each host's network link, GB/s per direction (default 12.5: 100 Gb/s); also "
-     "sizes all_reduce's slices between hosts: set it alike on every host"},
+     "sizes all_reduce's slices between hosts: alike on every rank (checked at creation)"},
     {"TPF_NET_REDUCE_GBPS", "communicator",
      "cost model: combining the hosts' partial results, GB/s"},
     {"TPF_HOST_LOST_S", "communicator",
@@ -341,6 +342,33 @@ const SettingReport* CommSettings::reported(std::string_view name) const noexcep
     if (r.name == name) return &r;
   }
   return nullptr;
+}
+
+std::vector<SharedSetting> shared_settings(const CommSettings& settings) {
+  // TPF_SHM_BUFFER_BYTES is not here: a host's ranks map each other's slots, and joining the
+  // shared memory checks their size (transport/shm_fabric.cc).
+  static constexpr std::pair<const char*, SharedAmong> kShared[] = {
+      {"TPF_EAGER_MAX_BYTES", SharedAmong::host},
+      {"TPF_ALLREDUCE_ALGO", SharedAmong::host},
+      {"TPF_SHM_STEP_US", SharedAmong::host},
+      {"TPF_SHM_EXCESS_STEP_US", SharedAmong::host},
+      {"TPF_SHM_COPY_GBPS", SharedAmong::host},
+      {"TPF_SHM_REDUCE_GBPS", SharedAmong::host},
+      {"TPF_NET_ALGO", SharedAmong::communicator},
+      {"TPF_NET_CALL_US", SharedAmong::communicator},
+      {"TPF_NET_STEP_US", SharedAmong::communicator},
+      {"TPF_NET_GBPS", SharedAmong::communicator},
+      {"TPF_NET_REDUCE_GBPS", SharedAmong::communicator},
+  };
+  std::vector<SharedSetting> shared;
+  for (const auto& [name, among] : kShared) {
+    const SettingReport* report = settings.reported(name);
+    if (report == nullptr) {
+      throw Error(ErrorCode::internal, std::string(name) + " was not resolved with the settings");
+    }
+    shared.push_back({name, report->value, among});
+  }
+  return shared;
 }
 
 int CommSettings::excess_ranks(int comm_size) const noexcept {

@@ -57,6 +57,19 @@ struct CommSettings {
 // Reads the environment now. Options set in `options` win over the environment.
 CommSettings resolve_comm_settings(const CommOptions& options = {});
 
+// Settings from which every rank derives the same choices on its own (algorithms, segment and
+// chunk sizes): the network's must be alike on every rank of a communicator, shared memory's on
+// every rank of a host. Ranks that differ would choose differently and send or expect messages
+// the others do not, so a communicator compares them while it is created
+// (comm/settings_agreement.h).
+enum class SharedAmong { communicator, host };
+struct SharedSetting {
+  std::string name;   // the TPF_* variable
+  std::string value;  // its effective value, as `tpf settings` prints it
+  SharedAmong among;
+};
+std::vector<SharedSetting> shared_settings(const CommSettings& settings);
+
 // Every TPF_* variable any part of tpfabric reads: its name, who reads it, what it sets.
 struct SettingInfo {
   const char* name;

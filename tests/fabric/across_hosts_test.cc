@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <span>
@@ -26,6 +27,7 @@
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "transport/net_protocol.h"
+#include "transport/shm_segment.h"
 
 namespace tpf::testing {
 namespace {
@@ -569,40 +571,90 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
   }
 }
 
-// Hosts whose settings choose different network algorithms for the same call fail with a
-// mismatch naming both, not with messages that do not fit (or, worse, that do). Below 8 KiB a
-// one-shot all_reduce carries its data in the fingerprint's message: that message then has the
-// wrong size, also a mismatch (naming the size).
-// Per rail against the leaders' algorithm: the ranks of the second rail, which talk to the
-// network only per rail, must fail too (in their host's first shared-memory step), not hang.
-TEST(AcrossHostsSettings, HostsThatChooseDifferentNetworkAlgorithmsAreAMismatch) {
-  const std::pair<const char*, const char*> pairs[] = {{"one_shot", "pipelined"},
-                                                       {"per_rail", "pipelined"}};
-  for (const auto& [first, second] : pairs) {
-    for (const size_t count : {size_t{100000}, size_t{1000}}) {
-      SCOPED_TRACE(std::string(first) + " against " + second + ", count " + std::to_string(count));
-      auto outcomes = run_on_hosts(
-          kTwoHostsOfTwo,
-          [&](Communicator& comm) {
-            std::vector<float> data(count, 1.0f);
-            const Error e = expect_error("different network algorithms", [&] {
-              comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
-            });
-            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-            const bool packed = std::string(first) == "one_shot" && count == 1000;
-            if (!packed && (comm.rank() == 0 || comm.rank() == 2)) {  // leaders name both
-              const std::string what = e.what();
-              TPF_CHILD_CHECK(
-                  what.find(std::string("network algorithm ") + first) != std::string::npos &&
-                      what.find(std::string("network algorithm ") + second) != std::string::npos,
-                  what);
-            }
-          },
-          transport::NetProtocol::tag,
-          [&](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? first : second, 1); });
-      expect_all_ok(outcomes);
-    }
-  }
+// Every rank of a run on `keys` (rank r's settings set by settings(r)) fails to create its
+// communicator with a mismatch whose message holds each of `words`, nothing left in /dev/shm.
+void expect_creation_mismatch(const HostKeys& keys, const RankSettings& settings,
+                              const std::vector<std::string>& words) {
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(30000);
+  options.job_name = "settings-" + std::to_string(::getpid());
+  auto outcomes = run_ranks_raw(
+      static_cast<int>(keys.size()),
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
+        settings(ctx.rank);
+        const Error e = expect_error("ranks with different settings", [&] {
+          Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret, ctx.comm_options);
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        const std::string what = e.what();
+        for (const std::string& word : words)
+          TPF_CHILD_CHECK(what.find(word) != std::string::npos, "no \"" + word + "\" in: " + what);
+      },
+      options);
+  expect_all_ok(outcomes);
+  EXPECT_EQ(list_dev_shm(transport::shm_job_prefix(options.job_name).substr(1)),
+            std::vector<std::string>{});
+}
+
+// Every rank makes the same network choices on its own (algorithm, all_reduce's slices,
+// all_gather's ring or direct exchange, per rail or between the leaders) from the network's
+// settings, so ranks told different things would send or wait for messages that others do not:
+// the communicator compares them while it is created and every rank fails there, naming the
+// setting and who has which value. Inside one host too, where only the leaders' fingerprints
+// would cross the network: a rank of the second rail alone told per_rail.
+TEST(AcrossHostsSettings, RanksThatDifferOnANetworkSettingFailWhileCreatingTheCommunicator) {
+  expect_creation_mismatch(
+      kTwoHostsOfTwo,
+      [](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? "one_shot" : "pipelined", 1); },
+      {"its ranks differ on TPF_NET_ALGO", "'one_shot' on ranks 0, 1", "'pipelined' on ranks 2, 3",
+       "set it alike on every rank"});
+  expect_creation_mismatch(
+      kTwoHostsOfTwo,
+      [](int rank) {
+        if (rank == 1) ::setenv("TPF_NET_ALGO", "per_rail", 1);
+      },
+      {"TPF_NET_ALGO", "'automatic' on ranks 0, 2, 3", "'per_rail' on rank 1"});
+  expect_creation_mismatch(kFourHostsOfOne,
+                           [](int rank) {
+                             if (rank < 2) ::setenv("TPF_NET_GBPS", "0.0625", 1);
+                           },
+                           {"TPF_NET_GBPS", "'0.0625' on ranks 0, 1", "'12.5' on ranks 2, 3"});
+  expect_creation_mismatch(kThreeHostsInterleaved,
+                           [](int rank) {
+                             if (rank == 3) ::setenv("TPF_NET_STEP_US", "20", 1);
+                           },
+                           {"TPF_NET_STEP_US", "'20' on rank 3"});
+}
+
+// Shared memory's settings choose each host's own steps: hosts may differ (and still compute the
+// documented result), a host's ranks may not.
+TEST(AcrossHostsSettings, HostsMayDifferOnSharedMemorySettingsButNotTheRanksOfAHost) {
+  auto outcomes = run_on_hosts(
+      kTwoHostsOfTwo,
+      [](Communicator& comm) {
+        for (const size_t count : {size_t{1}, size_t{1000}, size_t{100000}}) {
+          std::vector<float> data(count, static_cast<float>(comm.rank() + 1));
+          call("all_reduce", [&] {
+            comm.all_reduce(data.data(), data.data(), count, DType::f32, ReduceOp::sum);
+          });
+          for (float x : data) TPF_CHILD_CHECK(x == 10.0f, "count " + std::to_string(count));
+        }
+      },
+      transport::NetProtocol::automatic,
+      [](int rank) {
+        if (rank < 2) return;
+        ::setenv("TPF_ALLREDUCE_ALGO", "one_shot", 1);
+        ::setenv("TPF_EAGER_MAX_BYTES", "0", 1);
+      });
+  expect_all_ok(outcomes);
+  expect_creation_mismatch(
+      kTwoHostsOfTwo,
+      [](int rank) {
+        if (rank == 3) ::setenv("TPF_ALLREDUCE_ALGO", "one_shot", 1);
+      },
+      {"the ranks on host 'host-b' differ on TPF_ALLREDUCE_ALGO", "'automatic' on rank 2",
+       "'one_shot' on rank 3", "set it alike on every rank of a host"});
 }
 
 // all_to_all between the leaders scatters what arrives from each other host as it arrives, one
@@ -689,61 +741,6 @@ TEST(AcrossHostsLeaders, AllGatherGoesRoundARingOnSlowLinks) {
   }
 }
 
-// Hosts whose link settings make them choose differently between the ring and the direct exchange
-// fail with a mismatch on every rank, naming both choices (four hosts of one, blocks of 64 KiB:
-// round a ring at 0.0625 GB/s, direct at the default 12.5).
-TEST(AcrossHostsSettings, HostsThatDifferOnTheGatherExchangeAreAMismatch) {
-  auto outcomes = run_on_hosts(
-      kFourHostsOfOne,
-      [](Communicator& comm) {
-        std::vector<float> mine(16384, 1.0f), all(16384 * 4);
-        const Error e = expect_error("different all_gather exchanges", [&] {
-          comm.all_gather(mine.data(), all.data(), mine.size(), DType::f32);
-        });
-        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-        const std::string what = e.what();
-        TPF_CHILD_CHECK(what.find("exchange round a ring") != std::string::npos &&
-                            what.find("exchange direct") != std::string::npos,
-                        what);
-      },
-      transport::NetProtocol::tag,
-      [](int rank) {
-        if (rank < 2) ::setenv("TPF_NET_GBPS", "0.0625", 1);
-      });
-  expect_all_ok(outcomes);
-}
-
-// all_gather, reduce_scatter, broadcast and all_to_all go per rail unless TPF_NET_ALGO=pipelined
-// keeps them between the leaders: hosts that differ there fail with a mismatch on every rank too
-// (broadcast from a rank of the second rail, so that every rank but the root waits on the network
-// first).
-TEST(AcrossHostsSettings, HostsThatDifferOnPerRailGathersAreAMismatch) {
-  for (const std::string collective : {"all_gather", "reduce_scatter", "broadcast", "all_to_all"}) {
-    SCOPED_TRACE(collective);
-    auto outcomes = run_on_hosts(
-        kTwoHostsOfTwo,
-        [&collective](Communicator& comm) {
-          const size_t block = 100000;  // well above the one-round size
-          std::vector<float> in(block * 4, 1.0f), out(block * 4, 0.0f);
-          const Error e = expect_error("per rail against the leaders", [&] {
-            if (collective == "all_gather") {
-              comm.all_gather(in.data(), out.data(), block, DType::f32);
-            } else if (collective == "reduce_scatter") {
-              comm.reduce_scatter(in.data(), out.data(), block, DType::f32, ReduceOp::sum);
-            } else if (collective == "broadcast") {
-              comm.broadcast(in.data(), out.data(), block * 4, DType::f32, 3);
-            } else {
-              comm.all_to_all(in.data(), out.data(), block, DType::f32);
-            }
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-        },
-        transport::NetProtocol::tag,
-        [](int rank) { ::setenv("TPF_NET_ALGO", rank < 2 ? "per_rail" : "pipelined", 1); });
-    expect_all_ok(outcomes);
-  }
-}
-
 // Per rail is the default only where each rank has network devices of its own (the positive case,
 // a link per rail, is EmulatedHosts.PerRailCollectivesUseEveryRailsLink). Where a host's ranks
 // share their devices (UCX's default, all, or the same one named) the leaders carry the data.
@@ -777,31 +774,6 @@ TEST(AcrossHostsSettings, RanksThatShareTheirHostsDevicesLeaveTheDataToTheLeader
             ::unsetenv("UCX_NET_DEVICES");
           }
           if (per_rail) ::setenv("TPF_NET_ALGO", forced, 1);
-        });
-    expect_all_ok(outcomes);
-  }
-}
-
-// The smallest all_reduce slice follows the link rate the settings give (TPF_NET_GBPS): hosts
-// told different rates cut a large all_reduce into different segments, and must fail with a
-// mismatch (slices of other sizes), not hang or combine misaligned slices.
-TEST(AcrossHostsSettings, HostsWhoseSettingsGiveDifferentSlicesAreAMismatch) {
-  for (const char* algorithm : {"pipelined", "per_rail"}) {
-    SCOPED_TRACE(algorithm);
-    auto outcomes = run_on_hosts(
-        kTwoHostsOfTwo,
-        [](Communicator& comm) {
-          // 4 MiB: 16 segments against 4 between the leaders, 8 against 2 per rail.
-          std::vector<float> data(size_t{1} << 20, 1.0f);
-          const Error e = expect_error("different slices", [&] {
-            comm.all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-        },
-        transport::NetProtocol::tag,
-        [algorithm](int rank) {
-          ::setenv("TPF_NET_ALGO", algorithm, 1);
-          ::setenv("TPF_NET_GBPS", rank < 2 ? "0.0625" : "12.5", 1);  // 128 KiB vs 512 KiB
         });
     expect_all_ok(outcomes);
   }
