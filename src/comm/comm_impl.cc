@@ -118,7 +118,8 @@ CommImpl::CommImpl(CommSetup setup)
   recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder
   if (network_) {
     heartbeat_ = std::make_unique<Heartbeat>(
-        Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after},
+        Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
+                          &recent_calls_},
         *network_, [this](std::exception_ptr e) { record_failure(e); });
   }
 }
@@ -367,6 +368,11 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
         deadline ? transport::WaitContext::with_deadline(*deadline, describe)
                  : transport::WaitContext::with_timeout(timeout, describe);
     if (network_) {
+      recent_calls_.begin(coll::collective_fingerprint(desc, sequence));
+      struct EndCall {
+        RecentCalls& calls;
+        ~EndCall() { calls.end(); }
+      } end_call{recent_calls_};
       coll::run_across_hosts({*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_},
                              desc, sequence, ctx, setup_.settings.tuning);
     } else {

@@ -19,6 +19,7 @@
 #include "comm/net_p2p.h"
 #include "comm/owner_gate.h"
 #include "comm/p2p_engine.h"
+#include "comm/recent_calls.h"
 #include "comm/settings.h"
 #include "comm/work_state.h"
 #include "topo/hosts.h"
@@ -113,6 +114,7 @@ class CommImpl {
   std::unique_ptr<NetP2p> net_p2p_;   // send/recv to other hosts; declared after network_
   coll::HostScratch host_scratch_;    // buffers the collectives across hosts reuse
   coll::UncomparedCalls uncompared_;  // small broadcasts across hosts not yet compared
+  RecentCalls recent_calls_;          // across hosts: what the heartbeat tells and compares
   // Names a stopped or unreachable rank on another host; declared last: stopped first.
   std::unique_ptr<Heartbeat> heartbeat_;
   std::chrono::milliseconds default_timeout_;

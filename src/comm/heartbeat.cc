@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "coll/op_desc.h"
 #include "tpf/error.h"
 
 namespace tpf::detail {
@@ -43,7 +44,7 @@ Heartbeat::~Heartbeat() {
   }
   cv_.notify_all();
   thread_.join();
-  network_.send_beat(watcher_, /*goodbye=*/true);
+  network_.send_goodbye(watcher_);
 }
 
 void Heartbeat::run() {
@@ -55,7 +56,7 @@ void Heartbeat::run() {
   while (!stopping_) {
     lock.unlock();
     try {
-      network_.send_beat(watcher_);
+      network_.send_beat(watcher_, config_.calls ? config_.calls->current() : std::nullopt);
       if (watching) {
         network_.advance({}, ctx);  // failure notices from other hosts
         watch(Clock::now());
@@ -78,6 +79,7 @@ void Heartbeat::watch(Clock::time_point now) {
       continue;
     }
     ++it;
+    if (heard.in_call) compare_calls(rank, *heard.in_call);
     const auto silent =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - heard.last.value_or(started_));
     if (silent < config_.lost_after) continue;
@@ -87,6 +89,19 @@ void Heartbeat::watch(Clock::time_point now) {
                                         ": its process is stopped or its host is unreachable " +
                                         "(TPF_HOST_LOST_S = " + seconds(config_.lost_after) + ")");
   }
+}
+
+void Heartbeat::compare_calls(int rank, const transport::Fingerprint& theirs) const {
+  if (config_.calls == nullptr) return;
+  const std::optional<transport::Fingerprint> mine = config_.calls->at(theirs.words[0]);
+  if (!mine || *mine == theirs) return;  // not there yet (or long past), or the same call
+  const topo::HostMap& hosts = config_.hosts;
+  throw Error(ErrorCode::mismatch,
+              config_.label + ": ranks called different collectives: rank " + std::to_string(rank) +
+                  " (host '" + hosts.key(hosts.host_of(rank)) + "') is in " +
+                  coll::describe_fingerprint(theirs) + ", rank " + std::to_string(config_.rank) +
+                  " (host '" + hosts.key(hosts.host_of(config_.rank)) + "') called " +
+                  coll::describe_fingerprint(*mine) + " (found by the heartbeat)");
 }
 
 }  // namespace tpf::detail

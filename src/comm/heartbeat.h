@@ -4,7 +4,7 @@
 // operation's deadline would end such a wait, and a communicator with no operation in flight
 // would not notice at all.
 //
-// Every rank sends an empty message (UcxNetwork::send_beat) once per period to its watcher, the
+// Every rank sends a beat (UcxNetwork::send_beat) once per period to its watcher, the
 // leader of the previous host; each host's leader watches the ranks of the next host (a ring: one
 // message per rank per period, whatever the job's size) and reports a rank it has not heard from
 // for `lost_after` as stopped or unreachable, naming it and its host. A rank that destroys its
@@ -15,6 +15,12 @@
 //
 // The same thread progresses the network once per period, so a failure notice from another host
 // reaches a rank that is blocked in shared memory (`on_failure` then fails the communicator).
+//
+// Each beat also carries the collective the rank is in (comm/recent_calls.h), and the watcher
+// compares it with its own call at that sequence number: a difference is a mismatch, named
+// within a beat or two. The fingerprints the leaders exchange find almost every mismatch at once;
+// this finds the ones that leave ranks waiting for messages nobody will send (leaders that
+// disagree on a small broadcast's root, each waiting for another to send).
 #pragma once
 
 #include <chrono>
@@ -26,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/recent_calls.h"
 #include "topo/hosts.h"
 #include "transport/ucx_network.h"
 
@@ -39,6 +46,7 @@ class Heartbeat {
     topo::HostMap hosts;
     std::string label;  // "communicator 'w'", for errors
     std::chrono::milliseconds lost_after{10000};
+    const RecentCalls* calls = nullptr;  // this rank's: sent with each beat, compared with theirs
   };
   // `on_failure` gets the first failure the heartbeat meets (a lost rank, or a failure notice
   // from another host), once; the thread then only beats.
@@ -58,8 +66,11 @@ class Heartbeat {
 
  private:
   void run();
-  // Throws Error(timeout) naming the first watched rank not heard from for lost_after.
+  // Throws Error(timeout) naming the first watched rank not heard from for lost_after, or
+  // Error(mismatch) naming one whose latest beat says it is in another call than this rank's at
+  // the same sequence number.
   void watch(Clock::time_point now);
+  void compare_calls(int rank, const transport::Fingerprint& theirs) const;
 
   Config config_;
   transport::UcxNetwork& network_;

@@ -166,14 +166,20 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::map<int, void*> acks_in;
   std::vector<void*> acks_out;
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
+  // A beat is empty (outside a collective) or a Fingerprint (the collective the rank is in); a
+  // goodbye is one byte.
   struct BeatSlot {
-    char buffer[1] = {};  // empty: a beat; one byte: goodbye
+    Fingerprint buffer{};
     void* pending = nullptr;
     Heard heard;
   };
   std::map<int, BeatSlot> beats_in;
-  std::vector<void*> beats_out;  // sends in flight
-  bool failed = false;           // the communicator failed (notify_failure)
+  struct BeatOut {
+    void* request;
+    std::unique_ptr<Fingerprint> in_call;  // what the send reads until it completes
+  };
+  std::vector<BeatOut> beats_out;  // sends in flight
+  bool failed = false;             // the communicator failed (notify_failure)
   // Put + signal (see put_protocol.h): this rank's registered region, and per rank the peer's
   // remote key (set where the pair uses put) and where its region and this rank's block are.
   std::string label;
@@ -298,7 +304,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
       ucp_request_cancel(worker, slot.pending);
       settle(slot.pending);
     }
-    for (void* request : beats_out) settle(request);
+    for (BeatOut& beat : beats_out) settle(beat.request);
     // After a failure a flush may wait on a peer that is gone or cut off: close at once.
     for (size_t p = 0; p < endpoints.size(); ++p)
       close(static_cast<int>(p), failed || failures[p] != UCS_OK);
@@ -568,22 +574,32 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
 
 UcxNetwork::~UcxNetwork() = default;
 
-void UcxNetwork::send_beat(int peer, bool goodbye) {
+void UcxNetwork::send_beat(int peer, const std::optional<Fingerprint>& in_call) {
+  auto copy = in_call ? std::make_unique<Fingerprint>(*in_call) : nullptr;
+  const void* data = copy.get();
+  send_beat_message(peer, data, in_call ? sizeof(Fingerprint) : 0, std::move(copy));
+}
+
+void UcxNetwork::send_goodbye(int peer) {
+  static const char kGoodbye = 1;
+  send_beat_message(peer, &kGoodbye, 1, nullptr);
+}
+
+void UcxNetwork::send_beat_message(int peer, const void* data, size_t bytes,
+                                   std::unique_ptr<Fingerprint> owned) {
   check_peer(peer, "send a heartbeat to");
   std::lock_guard lock(mu_);
   Ucx& u = *ucx_;
-  std::erase_if(u.beats_out, [](void* request) {
-    if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
-    ucp_request_free(request);
+  std::erase_if(u.beats_out, [](const Ucx::BeatOut& beat) {
+    if (ucp_request_check_status(beat.request) == UCS_INPROGRESS) return false;
+    ucp_request_free(beat.request);
     return true;
   });
   if (u.endpoints[peer] == nullptr || u.failures[peer] != UCS_OK) return;
-  static const char kGoodbye = 1;
   ucp_request_param_t param{};
   ucs_status_ptr_t sent =
-      ucp_tag_send_nbx(u.endpoints[peer], goodbye ? &kGoodbye : nullptr, goodbye ? 1 : 0,
-                       ucx_tag(config_.rank, kBeatTag), &param);
-  if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.beats_out.push_back(sent);
+      ucp_tag_send_nbx(u.endpoints[peer], data, bytes, ucx_tag(config_.rank, kBeatTag), &param);
+  if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.beats_out.push_back({sent, std::move(owned)});
 }
 
 UcxNetwork::Heard UcxNetwork::heard_from(int peer) {
@@ -596,7 +612,7 @@ UcxNetwork::Heard UcxNetwork::heard_from(int peer) {
     if (slot.pending == nullptr) {
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-      ucs_status_ptr_t posted = ucp_tag_recv_nbx(u.worker, slot.buffer, sizeof slot.buffer,
+      ucs_status_ptr_t posted = ucp_tag_recv_nbx(u.worker, &slot.buffer, sizeof slot.buffer,
                                                  ucx_tag(peer, kBeatTag), ~uint64_t{0}, &param);
       if (UCS_PTR_IS_ERR(posted)) break;
       slot.pending = posted;
@@ -609,6 +625,8 @@ UcxNetwork::Heard UcxNetwork::heard_from(int peer) {
     if (status != UCS_OK) break;
     slot.heard.last = Clock::now();
     if (info.length == 1) slot.heard.gone = true;
+    slot.heard.in_call.reset();
+    if (info.length == sizeof slot.buffer) slot.heard.in_call = slot.buffer;
   }
   return slot.heard;
 }

@@ -120,13 +120,16 @@ class UcxNetwork {
   // and the reset can discard the notice at the peer, which would then blame this rank's exit.
   void notify_failure(const FailureRecord& record);
 
-  // Heartbeats (comm/heartbeat.h): an empty message to `peer` (or, `goodbye`, one saying this
-  // rank is leaving), and what this rank last heard from `peer`. The first call about a peer
-  // starts listening to it (one receive kept posted); heard is unset until a beat arrives.
-  void send_beat(int peer, bool goodbye = false);
+  // Heartbeats (comm/heartbeat.h): a message to `peer` carrying the collective this rank is in
+  // (`in_call`, or nothing outside one), or one saying this rank is leaving (goodbye), and what
+  // this rank last heard from `peer`. The first call about a peer starts listening to it (one
+  // receive kept posted); heard is unset until a beat arrives.
+  void send_beat(int peer, const std::optional<Fingerprint>& in_call = std::nullopt);
+  void send_goodbye(int peer);
   struct Heard {
     std::optional<Clock::time_point> last;
-    bool gone = false;  // it said goodbye
+    bool gone = false;                   // it said goodbye
+    std::optional<Fingerprint> in_call;  // what its latest beat said it was in
   };
   Heard heard_from(int peer);
 
@@ -156,6 +159,9 @@ class UcxNetwork {
   // that peer.
   void throw_known_failure_locked(const std::string& what);
   Error truncated(int peer, size_t bytes) const;
+  // A beat or goodbye of `bytes` at `data`, which `owned` (if set) keeps until the send is done.
+  void send_beat_message(int peer, const void* data, size_t bytes,
+                         std::unique_ptr<Fingerprint> owned);
   NetworkConfig config_;
   std::unique_ptr<Ucx> ucx_;
   // UCX's worker runs SERIALIZED: one thread inside it at a time (collectives and point-to-point

@@ -1039,6 +1039,45 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNe
   });
 }
 
+// Leaders that disagree on a small broadcast's root so that one waits for a leader that thinks
+// itself a receiver: nobody sends it anything, so no fingerprint can reach it. The heartbeat
+// carries each rank's call to its watcher, which finds the difference at the same sequence
+// number and fails every rank with a mismatch naming both calls, within a beat or two of the
+// default heartbeat (10 s / 5), well inside the 30 s deadline; without it, every rank timed out.
+// Two hosts that each take the other for the root (both wait), and three where host b alone
+// waits for host c, which took host a's broadcast and went on (the 3-host case found a leader
+// that had already moved on: its watcher compares with the call it made).
+TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithAMismatch) {
+  const std::pair<HostKeys, std::vector<int>> cases[] = {
+      {kTwoHostsOfOne, {1, 0}},
+      {{"host-a", "host-b", "host-c"}, {0, 2, 0}},
+  };
+  for (const auto& [keys, roots] : cases) {
+    SCOPED_TRACE(std::to_string(keys.size()) + " hosts");
+    auto outcomes = run_on_hosts(
+        keys,
+        [&roots](Communicator& comm) {
+          comm.barrier();
+          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+                          "the broadcast would be acknowledged");
+          int32_t value = comm.rank(), got = -1;
+          const Error e = expect_error("the broadcast or the barrier after it", [&] {
+            comm.broadcast(&value, &got, 1, DType::i32, roots[comm.rank()]);
+            comm.barrier();
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          const std::string what = e.what();
+          TPF_CHILD_CHECK(
+              what.find("found by the heartbeat") != std::string::npos &&
+                  what.find("root=0") != std::string::npos &&
+                  what.find(roots.size() == 2 ? "root=1" : "root=2") != std::string::npos,
+              what);
+        },
+        GetParam());
+    expect_all_ok(outcomes);
+  }
+}
+
 // Tagged messages only (the default over TCP): UCX 1.13's emulated puts abort a process that
 // receives one on an endpoint that has failed (tests/fabric/ucx_network_test.cc says more).
 INSTANTIATE_TEST_SUITE_P(ByProtocol, AcrossHostsFailures,
