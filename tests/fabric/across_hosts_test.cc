@@ -1044,34 +1044,43 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNe
 // carries each rank's call to its watcher, which finds the difference at the same sequence
 // number and fails every rank with a mismatch naming both calls, within a beat or two of the
 // default heartbeat (10 s / 5), well inside the 30 s deadline; without it, every rank timed out.
-// Two hosts that each take the other for the root (both wait), and three where host b alone
-// waits for host c, which took host a's broadcast and went on (the 3-host case found a leader
-// that had already moved on: its watcher compares with the call it made).
+// Two hosts that each take the other for the root (both wait); three where host b alone waits for
+// host c, which took host a's broadcast and went on (its watcher, host a, went on too: it
+// compares with the call it made); three where host a waits for host c, which took host b's.
 TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithAMismatch) {
-  const std::pair<HostKeys, std::vector<int>> cases[] = {
-      {kTwoHostsOfOne, {1, 0}},
-      {{"host-a", "host-b", "host-c"}, {0, 2, 0}},
+  struct Case {
+    HostKeys keys;
+    std::vector<int> roots;           // each rank's root
+    std::pair<int, int> named_roots;  // the two calls the mismatch names
   };
-  for (const auto& [keys, roots] : cases) {
-    SCOPED_TRACE(std::to_string(keys.size()) + " hosts");
+  const HostKeys three = {"host-a", "host-b", "host-c"};
+  const Case cases[] = {
+      {kTwoHostsOfOne, {1, 0}, {0, 1}},
+      {three, {0, 2, 0}, {0, 2}},  // host b waits for host c, host a watches it
+      {three, {2, 1, 1}, {1, 2}},  // host a waits for host c, which watches it
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.keys.size()) + " hosts, rank 0's root " +
+                 std::to_string(c.roots[0]));
     auto outcomes = run_on_hosts(
-        keys,
-        [&roots](Communicator& comm) {
+        c.keys,
+        [&c](Communicator& comm) {
           comm.barrier();
           TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
                           "the broadcast would be acknowledged");
           int32_t value = comm.rank(), got = -1;
           const Error e = expect_error("the broadcast or the barrier after it", [&] {
-            comm.broadcast(&value, &got, 1, DType::i32, roots[comm.rank()]);
+            comm.broadcast(&value, &got, 1, DType::i32, c.roots[comm.rank()]);
             comm.barrier();
           });
           TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
           const std::string what = e.what();
-          TPF_CHILD_CHECK(
-              what.find("found by the heartbeat") != std::string::npos &&
-                  what.find("root=0") != std::string::npos &&
-                  what.find(roots.size() == 2 ? "root=1" : "root=2") != std::string::npos,
-              what);
+          const std::string first = "root=" + std::to_string(c.named_roots.first);
+          const std::string second = "root=" + std::to_string(c.named_roots.second);
+          TPF_CHILD_CHECK(what.find("found by the heartbeat") != std::string::npos &&
+                              what.find(first) != std::string::npos &&
+                              what.find(second) != std::string::npos,
+                          what);
         },
         GetParam());
     expect_all_ok(outcomes);
