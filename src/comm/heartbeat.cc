@@ -79,7 +79,7 @@ void Heartbeat::watch(Clock::time_point now) {
       continue;
     }
     ++it;
-    if (heard.in_call) compare_calls(rank, *heard.in_call);
+    compare_calls(rank, heard);
     const auto silent =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - heard.last.value_or(started_));
     if (silent < config_.lost_after) continue;
@@ -91,8 +91,20 @@ void Heartbeat::watch(Clock::time_point now) {
   }
 }
 
-void Heartbeat::compare_calls(int rank, const transport::Fingerprint& theirs) const {
-  if (config_.calls == nullptr) return;
+void Heartbeat::compare_calls(int rank, const transport::UcxNetwork::Heard& heard) {
+  InCall& seen = in_call_[rank];
+  if (!heard.in_call || !heard.last) {
+    seen.beats = 0;
+    return;
+  }
+  if (seen.beats == 0 || *heard.in_call != seen.call) {
+    seen = {*heard.in_call, *heard.last, 1};
+  } else if (*heard.last != seen.beat) {  // another beat in the same call
+    seen.beat = *heard.last;
+    ++seen.beats;
+  }
+  if (config_.calls == nullptr || seen.beats < kInCallBeats) return;
+  const transport::Fingerprint& theirs = seen.call;
   const std::optional<transport::Fingerprint> mine = config_.calls->at(theirs.words[0]);
   if (!mine || *mine == theirs) return;  // not there yet (or long past), or the same call
   const topo::HostMap& hosts = config_.hosts;

@@ -17,16 +17,19 @@
 // reaches a rank that is blocked in shared memory (`on_failure` then fails the communicator).
 //
 // Each beat also carries the collective the rank is in (comm/recent_calls.h), and the watcher
-// compares it with its own call at that sequence number: a difference is a mismatch, named
-// within a beat or two. The fingerprints the leaders exchange find almost every mismatch at once;
-// this finds the ones that leave ranks waiting for messages nobody will send (leaders that
-// disagree on a small broadcast's root, each waiting for another to send).
+// compares it with its own call at that sequence number: a difference is a mismatch. The
+// fingerprints the leaders exchange find almost every mismatch at once, and name more (network
+// algorithms, sizes); this is the backstop for waits they cannot end (leaders that disagree on a
+// small broadcast's root, each waiting for another to send). So it compares only a call that
+// kInCallBeats beats in a row reported, one that has lasted a period at least: a call the
+// fingerprints will fail in a moment is theirs to report.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -63,6 +66,8 @@ class Heartbeat {
   static int watcher_of(const topo::HostMap& hosts, int rank);
   // Beats per lost_after: a rank is named after missing this many in a row.
   static constexpr int kBeatsPerLoss = 5;
+  // Beats in a row that must report the same call before the watcher compares it with its own.
+  static constexpr int kInCallBeats = 2;
 
  private:
   void run();
@@ -70,12 +75,20 @@ class Heartbeat {
   // Error(mismatch) naming one whose latest beat says it is in another call than this rank's at
   // the same sequence number.
   void watch(Clock::time_point now);
-  void compare_calls(int rank, const transport::Fingerprint& theirs) const;
+  // Compares a watched rank's call with this rank's once kInCallBeats beats reported it.
+  void compare_calls(int rank, const transport::UcxNetwork::Heard& heard);
 
   Config config_;
   transport::UcxNetwork& network_;
   std::function<void(std::exception_ptr)> on_failure_;
   std::vector<int> watched_;
+  // Per watched rank: the call its beats report, the latest such beat, and how many in a row.
+  struct InCall {
+    transport::Fingerprint call{};
+    Clock::time_point beat{};
+    int beats = 0;
+  };
+  std::map<int, InCall> in_call_;
   int watcher_;
   Clock::time_point started_;
   std::mutex mu_;
