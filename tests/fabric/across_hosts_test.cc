@@ -1042,8 +1042,8 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNe
 // Leaders that disagree on a small broadcast's root so that one waits for a leader that thinks
 // itself a receiver: nobody sends it anything, so no fingerprint can reach it. The heartbeat
 // carries each rank's call to its watcher, which finds the difference at the same sequence
-// number and fails every rank with a mismatch naming both calls, within a beat or two of the
-// default heartbeat (10 s / 5), well inside the 30 s deadline; without it, every rank timed out.
+// number and fails every rank with a mismatch naming both calls, within two or three beats of
+// the default heartbeat (10 s / 5), inside the 30 s deadline; without it, every rank timed out.
 // Two hosts that each take the other for the root (both wait); three where host b alone waits for
 // host c, which took host a's broadcast and went on (its watcher, host a, went on too: it
 // compares with the call it made); three where host a waits for host c, which took host b's.
