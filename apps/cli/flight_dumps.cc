@@ -5,14 +5,20 @@
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <set>
 
 #include "base/env_config.h"
+#include "cli/remote_commands.h"
+#include "comm/flight_store.h"
 #include "comm/flight_summary.h"
+#include "tpf/store.h"
 
 namespace tpf::cli {
 namespace {
@@ -37,6 +43,23 @@ std::string read_tail(const std::string& path) {
   }
   text.resize(done);
   return text;
+}
+
+// Asking ranks on other hosts for their dumps waits at most this long for the remote shells (an
+// ssh that cannot reach its host waits for its own connect timeout).
+constexpr std::chrono::milliseconds kRemoteRequestDeadline{5000};
+
+bool append_to_file(const std::string& path, const std::string& text) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!fd.valid()) return false;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace
@@ -64,13 +87,79 @@ FlightDumps::FlightDumps(std::string job_id) : job_id_(std::move(job_id)) {
 
 FlightDumps::~FlightDumps() {
   if (!owned_) return;
-  if (dump_count() > 0) return;  // the summary pointed here
+  if (dumps_in_files() > 0) return;  // the summary pointed here
   for (const std::string& file : files()) ::unlink(file.c_str());
   ::rmdir(dir_.c_str());
 }
 
 std::string FlightDumps::env_entry() const {
   return owned_ ? "TPF_FLIGHT_RECORDER_DIR=" + dir_ : std::string();
+}
+
+void FlightDumps::read_store(std::unique_ptr<Store> store, int world_size, RemoteRanks remote) {
+  if (dir_.empty()) return;
+  store_ = std::move(store);
+  world_size_ = world_size;
+  remote_ = std::move(remote);
+}
+
+std::string FlightDumps::remote_env_entry() const {
+  return dir_.empty() ? std::string() : "TPF_FLIGHT_RECORDER_STORE=1";
+}
+
+std::string FlightDumps::store_copy_file(int rank) const {
+  return dir_ + "/flight-" + job_id_ + "-rank" + std::to_string(rank) + "-from-store.txt";
+}
+
+void FlightDumps::copy_from_store() {
+  if (!store_) return;
+  try {
+    const int64_t total = store_->add(detail::kFlightStoreTotalKey, 0);
+    if (total == seen_total_) return;
+    // The ranks the new notices name; a notice not there yet stands for any rank. A text counted
+    // in `total` is in the store; a text counted only in its rank's count (being written) stops
+    // that rank's copy here (texts stay in order) and is taken when the total moves again.
+    std::set<int> ranks;
+    bool every_rank = false;
+    for (int64_t m = seen_total_ + 1; m <= total && !every_rank; ++m) {
+      const std::string notice = detail::flight_store_notice_key(m);
+      if (!store_->check(notice)) {
+        every_rank = true;
+        continue;
+      }
+      const int rank = std::stoi(store_->get(notice, std::chrono::milliseconds(0)));
+      if (rank < 0 || rank >= world_size_) {
+        throw std::runtime_error(notice + " names rank " + std::to_string(rank) + " of " +
+                                 std::to_string(world_size_));
+      }
+      ranks.insert(rank);
+    }
+    seen_total_ = total;
+    if (every_rank) {
+      for (int r = 0; r < world_size_; ++r) ranks.insert(r);
+    }
+    if (copied_.size() < static_cast<size_t>(world_size_)) copied_.resize(world_size_, 0);
+    for (const int rank : ranks) {
+      const size_t r = static_cast<size_t>(rank);
+      const int64_t count = store_->add(detail::flight_store_count_key(rank), 0);
+      while (copied_[r] < count) {
+        const std::string key = detail::flight_store_text_key(rank, copied_[r] + 1);
+        if (!store_->check(key)) break;
+        const std::string text = store_->get(key, std::chrono::milliseconds(0));
+        if (!append_to_file(store_copy_file(rank), text)) {
+          throw std::runtime_error("cannot write " + store_copy_file(rank) + ": " +
+                                   std::strerror(errno));
+        }
+        ++copied_[r];
+        copy_files_[store_copy_file(rank)] = rank;
+      }
+    }
+  } catch (const std::exception& e) {
+    report(std::string("warning: cannot read the flight recorders of ranks on other hosts from "
+                       "the job's store (") +
+           e.what() + "); the summary leaves them out");
+    store_.reset();
+  }
 }
 
 void FlightDumps::drain_watch() {
@@ -97,46 +186,100 @@ std::vector<std::string> FlightDumps::files() const {
   return out;
 }
 
-int FlightDumps::request(const std::vector<pid_t>& groups) {
+int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks) {
+  copy_from_store();
   asked_.clear();
+  const std::set<int> running(running_ranks.begin(), running_ranks.end());
+  std::map<std::pair<std::string, int>, std::vector<std::string>> remote_pids;  // (host, signal)
   for (const std::string& file : files()) {
     const detail::FlightFile parsed = detail::parse_flight_file(read_tail(file));
+    // A rank's texts from the store; on this machine (a job without --hosts) they are asked as
+    // local processes are.
+    const auto copied = copy_files_.find(file);
+    const int remote_rank =
+        copied != copy_files_.end() && !remote_.remote_shell.empty() ? copied->second : -1;
     for (size_t i = 0; i < parsed.armed_pids.size(); ++i) {
       const pid_t pid = static_cast<pid_t>(parsed.armed_pids[i]);
-      // Only a process still in a running rank's group: never a stranger that reused the pid.
-      const pid_t group = ::getpgid(pid);
-      bool ours = false;
-      for (pid_t g : groups) ours = ours || (group == g);
-      if (!ours || asked_.count(pid) > 0) continue;
-      if (::kill(pid, parsed.armed_signals[i]) == 0) asked_[pid] = parsed.signal_dumps;
+      const int sig = parsed.armed_signals[i];
+      bool seen = false;
+      for (const Asked& a : asked_) seen = seen || (a.file == file && a.pid == pid);
+      if (seen) continue;
+      if (remote_rank >= 0) {
+        // Its rank still runs, so the pid is still that rank's process (or its child's).
+        if (running.count(remote_rank) == 0) continue;
+        remote_pids[{remote_.host_of_rank[size_t(remote_rank)], sig}].push_back(
+            std::to_string(pid));
+      } else {
+        // Only a process still in a running rank's group: never a stranger that reused the pid.
+        const pid_t group = ::getpgid(pid);
+        bool ours = false;
+        for (pid_t g : groups) ours = ours || (group == g);
+        if (!ours || ::kill(pid, sig) != 0) continue;
+      }
+      asked_.push_back({file, pid, remote_rank, parsed.signal_dumps});
     }
+  }
+  if (remote_pids.empty()) return static_cast<int>(asked_.size());
+  std::vector<RemoteCommand> kills;
+  for (const auto& [where, pids] : remote_pids) {
+    RemoteCommand& kill = kills.emplace_back();
+    kill.host = where.first;
+    std::string signal_flag("-");  // appended: GCC 12 -O3 warns falsely on "-" + std::string
+    signal_flag += std::to_string(where.second);
+    kill.words = {"kill", signal_flag};
+    kill.words.insert(kill.words.end(), pids.begin(), pids.end());
+  }
+  run_remote_commands(remote_.remote_shell, kills, kRemoteRequestDeadline);
+  for (const RemoteCommand& kill : kills) {
+    if (kill.answered && WIFEXITED(kill.status) && WEXITSTATUS(kill.status) == 0) continue;
+    report("warning: asking the ranks on host '" + kill.host +
+           "' for their flight recorders failed (" +
+           (kill.answered
+                ? remote_exit_description(kill.status)
+                : "no answer within " + std::to_string(kRemoteRequestDeadline.count()) + " ms") +
+           ")");
+    // Do not wait for dumps that were never asked for.
+    std::erase_if(asked_, [&](const Asked& a) {
+      return a.remote_rank >= 0 && remote_.host_of_rank[size_t(a.remote_rank)] == kill.host;
+    });
   }
   return static_cast<int>(asked_.size());
 }
 
-bool FlightDumps::request_done() const {
-  std::map<pid_t, size_t> finished;
+bool FlightDumps::request_done(const std::vector<int>& running_ranks) {
+  copy_from_store();
+  std::map<std::pair<std::string, pid_t>, size_t> finished;  // (file, pid) -> signal dumps
   for (const std::string& file : files()) {
     const detail::FlightFile parsed = detail::parse_flight_file(read_tail(file));
-    for (int64_t pid : parsed.armed_pids) finished[static_cast<pid_t>(pid)] = parsed.signal_dumps;
+    for (int64_t pid : parsed.armed_pids) {
+      finished[{file, static_cast<pid_t>(pid)}] = parsed.signal_dumps;
+    }
   }
-  for (const auto& [pid, before] : asked_) {
-    auto it = finished.find(pid);
-    const bool dumped = it != finished.end() && it->second > before;
-    const bool gone = ::kill(pid, 0) != 0 && errno == ESRCH;
+  const std::set<int> running(running_ranks.begin(), running_ranks.end());
+  for (const Asked& a : asked_) {
+    auto it = finished.find({a.file, a.pid});
+    const bool dumped = it != finished.end() && it->second > a.finished_before;
+    const bool gone = a.remote_rank >= 0 ? running.count(a.remote_rank) == 0
+                                         : ::kill(a.pid, 0) != 0 && errno == ESRCH;
     if (!dumped && !gone) return false;
   }
   return true;
 }
 
-size_t FlightDumps::dump_count() const {
+size_t FlightDumps::dump_count() {
+  copy_from_store();
+  return dumps_in_files();
+}
+
+size_t FlightDumps::dumps_in_files() const {
   size_t n = 0;
   for (const std::string& file : files())
     n += detail::parse_flight_file(read_tail(file)).dumps.size();
   return n;
 }
 
-std::vector<std::string> FlightDumps::summary() const {
+std::vector<std::string> FlightDumps::summary() {
+  copy_from_store();
   std::vector<detail::FlightDump> dumps;
   for (const std::string& file : files()) {
     detail::FlightFile parsed = detail::parse_flight_file(read_tail(file));

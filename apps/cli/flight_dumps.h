@@ -7,12 +7,23 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/process_util.h"
 
+namespace tpf {
+class Store;
+}
+
 namespace tpf::cli {
+
+// Where the ranks of a job across hosts run, for asking them for their flight recorders.
+struct RemoteRanks {
+  std::vector<std::string> remote_shell;  // tpf run's --rsh words
+  std::vector<std::string> host_of_rank;  // the host each rank was started on
+};
 
 class FlightDumps {
  public:
@@ -27,29 +38,59 @@ class FlightDumps {
 
   // "TPF_FLIGHT_RECORDER_DIR=..." for the ranks' environment, or "" when they inherit the user's.
   std::string env_entry() const;
+  // Ranks on other hosts (tpf run --hosts), whose machines do not have this directory, put their
+  // dumps into the job's store (comm/flight_store.h), which `store` reads (any of the job's
+  // `world_size` ranks may); every call below first copies what they stored into files of this
+  // directory, so the summary and the files left for the user cover every host. Dump requests
+  // reach them through the remote shell (`kill -SIGNAL PID...` on their host; `remote` is empty
+  // for a job on this machine).
+  void read_store(std::unique_ptr<Store> store, int world_size, RemoteRanks remote);
+  bool reads_store() const { return store_ != nullptr; }
+  // "TPF_FLIGHT_RECORDER_STORE=1" for remote ranks' environment, or "" when dumps are off.
+  std::string remote_env_entry() const;
   // Readable when a dump file changed (inotify), -1 when changes cannot be watched.
   int watch_fd() const { return watch_.get(); }
   void drain_watch();
 
   // Sends the dump signal to each process of the job that armed it and still belongs to one of
-  // `groups` (the running ranks' process groups). Returns how many were asked.
-  int request(const std::vector<pid_t>& groups);
-  // Every process asked by the last request has finished its dump or is gone.
-  bool request_done() const;
+  // `groups` (the running ranks' process groups), or, on other hosts, whose rank is in
+  // `running_ranks`. Returns how many were asked.
+  int request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks);
+  // Every process asked by the last request has finished its dump or is gone (on other hosts:
+  // its rank's remote shell has exited, which the launcher says in `running_ranks`).
+  bool request_done(const std::vector<int>& running_ranks);
 
-  size_t dump_count() const;
+  size_t dump_count();
   // "communicator 'world' ...", one entry per line; empty if no rank dumped.
-  std::vector<std::string> summary() const;
+  std::vector<std::string> summary();
   const std::string& dir() const { return dir_; }
 
  private:
+  // One process that was asked for a dump: its dumps' file, and how many signal dumps it had
+  // finished before.
+  struct Asked {
+    std::string file;
+    pid_t pid = 0;
+    int remote_rank = -1;  // -1: a process on this machine
+    size_t finished_before = 0;
+  };
   std::vector<std::string> files() const;
+  size_t dumps_in_files() const;  // without copying from the store first
+  std::string store_copy_file(int rank) const;
+  void copy_from_store();
 
   std::string job_id_;
   std::string dir_;  // empty: off
   bool owned_ = false;
   Fd watch_;
-  std::map<pid_t, size_t> asked_;  // pid -> its finished signal dumps before the request
+  std::vector<Asked> asked_;
+  // Dumps through the store (read_store):
+  std::unique_ptr<Store> store_;
+  int world_size_ = 0;
+  RemoteRanks remote_;
+  std::vector<int64_t> copied_;            // per rank, its texts copied so far
+  std::map<std::string, int> copy_files_;  // the files they were copied into -> their rank
+  int64_t seen_total_ = 0;                 // the store's count of texts at the last copy
 };
 
 }  // namespace tpf::cli

@@ -38,6 +38,8 @@ constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr int kSummarySignal = SIGUSR2;
 // While waiting for dumps without inotify, how often the dump files are looked at.
 constexpr int kDumpPollMs = 20;
+// The launcher's own connection to the store it serves.
+constexpr std::chrono::milliseconds kStoreConnectTimeout{5000};
 
 // Blocks the signals the launcher handles through a signalfd, in this thread and in every thread
 // started afterwards (the store server's), and restores the old mask when the job is over.
@@ -141,6 +143,14 @@ class RankSet {
     std::vector<pid_t> out;
     for (const Rank& r : ranks_) {
       if (r.running) out.push_back(r.pid);  // each rank leads its own process group
+    }
+    return out;
+  }
+
+  std::vector<int> running_ranks() const {
+    std::vector<int> out;
+    for (const Rank& r : ranks_) {
+      if (r.running) out.push_back(r.rank);
     }
     return out;
   }
@@ -324,7 +334,9 @@ class Job {
     vars.push_back("TPF_JOB_SECRET=" + secret);
     vars.push_back("TPF_JOB_ID=" + job_id);
     if (options_.timeout_s) vars.push_back("TPF_TIMEOUT=" + *options_.timeout_s);
-    if (std::string dir = dumps_.env_entry(); !dir.empty()) vars.push_back(dir);
+    if (std::string to_store = dumps_.remote_env_entry(); !to_store.empty()) {
+      vars.push_back(to_store);
+    }
     return vars;
   }
 
@@ -460,7 +472,10 @@ class Job {
     if (!next) return -1;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
     int timeout = ms < 0 ? 0 : static_cast<int>(ms + 1);
-    if (dump_deadline_ && dumps_.watch_fd() < 0) timeout = std::min(timeout, kDumpPollMs);
+    // Dumps through the store change no file until they are copied: look for them too.
+    if (dump_deadline_ && (dumps_.watch_fd() < 0 || dumps_.reads_store())) {
+      timeout = std::min(timeout, kDumpPollMs);
+    }
     return timeout;
   }
 
@@ -552,7 +567,7 @@ class Job {
 
   // Sends the dump signal to the running ranks that armed it; false if none did.
   bool request_dumps(AfterDumps after) {
-    const int asked = dumps_.request(ranks_.running_groups());
+    const int asked = dumps_.request(ranks_.running_groups(), ranks_.running_ranks());
     if (asked == 0) return false;
     report("asking " + ranks_.running_list() + " for their flight recorders (" +
            std::to_string(asked) + " process" + (asked == 1 ? "" : "es") + ")");
@@ -587,7 +602,10 @@ class Job {
     Clock::time_point now = Clock::now();
     if (dump_deadline_) {
       // Stopping waits for the dumps: a rank killed mid-dump would leave nothing to summarize.
-      if (ranks_.running_count() > 0 && now < *dump_deadline_ && !dumps_.request_done()) return;
+      if (ranks_.running_count() > 0 && now < *dump_deadline_ &&
+          !dumps_.request_done(ranks_.running_ranks())) {
+        return;
+      }
       dump_deadline_.reset();
       const bool printed = print_summary();
       if (after_dumps_ == AfterDumps::terminate) {
@@ -669,6 +687,26 @@ class Job {
   int received_signal_ = 0;
 };
 
+// Ranks that dump into the job's store (those on other hosts) reach the summary through it.
+void read_dumps_from_store(FlightDumps& dumps, const LaunchOptions& options,
+                           const std::string& host, uint16_t port, const std::string& secret) {
+  RemoteRanks remote;
+  if (!options.hosts.empty()) {
+    remote.remote_shell = options.remote_shell;
+    for (const LaunchOptions::HostSlots& slots : options.hosts) {
+      remote.host_of_rank.insert(remote.host_of_rank.end(), static_cast<size_t>(slots.ranks),
+                                 slots.host);
+    }
+  }
+  try {
+    dumps.read_store(std::make_unique<TcpStoreClient>(host, port, secret, kStoreConnectTimeout),
+                     options.world_size, std::move(remote));
+  } catch (const std::exception& e) {
+    report(std::string("warning: cannot read the job's store for the ranks' flight recorders (") +
+           e.what() + "); the summary leaves out ranks on other hosts");
+  }
+}
+
 }  // namespace
 
 int launch_job(const LaunchOptions& options) {
@@ -699,6 +737,8 @@ int launch_job(const LaunchOptions& options) {
   }
   TcpStoreServer server(bind, 0, secret);
   std::string store_addr = advertised + ":" + std::to_string(server.port());
+  read_dumps_from_store(dumps, options, bind == "0.0.0.0" ? "127.0.0.1" : bind, server.port(),
+                        secret);
   Job job(options, *path, dumps);
   return job.run(store_addr, secret, job_id, signals);
 }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "base/env_config.h"
+#include "comm/flight_store.h"
 
 namespace tpf::detail {
 namespace {
@@ -215,7 +216,8 @@ class FlightRegistry {
 
  private:
   // Installs the handler (only over the default action: a program's own handler stays), starts
-  // the dumper thread and tells a launcher reading the dump directory that this pid can be asked.
+  // the dumper thread and tells a launcher reading the dump directory (or the store) that this pid
+  // can be asked.
   void arm_locked() {
     armed_pid_ = ::getpid();
     int sig = 0;
@@ -254,7 +256,12 @@ class FlightRegistry {
       action.sa_flags = SA_RESTART;
       ::sigaction(sig, &action, nullptr);
     }
-    if (base::env_string("TPF_FLIGHT_RECORDER_DIR")) {
+    bool to_store = false;
+    try {
+      to_store = flight_dumps_go_to_store();  // checked already when the recorder was made
+    } catch (const Error&) {
+    }
+    if (base::env_string("TPF_FLIGHT_RECORDER_DIR") || to_store) {
       write_flight_dump(std::string(kTag) + " armed pid=" + std::to_string(::getpid()) +
                         " world_rank=" + world_rank() + " signal=" + std::to_string(sig) + "\n");
     }
@@ -326,8 +333,17 @@ const char* error_code_token(ErrorCode code) noexcept {
 void write_flight_dump(const std::string& text) noexcept {
   static std::mutex mu;  // one dump at a time per process: lines of two dumps never mix
   try {
-    const std::string path = dump_path();
     std::lock_guard lock(mu);
+    if (flight_dumps_go_to_store()) {
+      std::string why;
+      if (append_flight_text_to_store(text, why)) return;
+      write_all(STDERR_FILENO,
+                "tpfabric: cannot put the flight recorder's dump into the job's store (" + why +
+                    "); it follows here\n");
+      write_all(STDERR_FILENO, text);
+      return;
+    }
+    const std::string path = dump_path();
     if (!path.empty()) {
       const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
       if (fd >= 0) {
@@ -348,7 +364,9 @@ void write_flight_dump(const std::string& text) noexcept {
 FlightRecorder::FlightRecorder(size_t capacity)
     : capacity_(std::min(capacity, kMaxCapacity)), use_tsc_(TickClock::instance().tsc()) {
   if (capacity_ == 0) return;
-  (void)dump_signal();  // a bad TPF_FLIGHT_RECORDER_SIGNAL fails here, before anything is set up
+  // A bad TPF_FLIGHT_RECORDER_SIGNAL or _STORE fails here, before anything is set up.
+  (void)dump_signal();
+  (void)flight_dumps_go_to_store();
   collectives_.entries = std::make_unique<Entry[]>(capacity_);
   messages_.entries = std::make_unique<Entry[]>(capacity_);
 }
@@ -381,8 +399,8 @@ FlightRecorder::Slot FlightRecorder::begin(coll::OpKind kind, DType dtype, uint6
                                        : begin_collective(packed, count, peer_or_root, sequence);
 }
 
-void FlightRecorder::write_begin(Entry& e, uint64_t mine, uint32_t packed, uint64_t count,
-                                 int peer, uint64_t sequence) const noexcept {
+void FlightRecorder::write_begin(Entry& e, uint64_t mine, uint32_t packed, uint64_t count, int peer,
+                                 uint64_t sequence) const noexcept {
   std::atomic_thread_fence(std::memory_order_release);
   e.sequence.store(sequence, std::memory_order_relaxed);
   e.count.store(count, std::memory_order_relaxed);

@@ -15,8 +15,9 @@
 //
 // Settings: TPF_FLIGHT_RECORDER_SIZE (records per communicator, default 64, 0 turns recording and
 // dumps off), TPF_FLIGHT_RECORDER_DIR (a directory: each process appends its dumps to
-// flight-<job>-rank<R>-pid<P>.txt there; unset: dumps go to stderr) and
-// TPF_FLIGHT_RECORDER_SIGNAL (the dump signal: USR1, USR2 (default) or off).
+// flight-<job>-rank<R>-pid<P>.txt there; unset: dumps go to stderr), TPF_FLIGHT_RECORDER_STORE
+// (1: they go to the job's store instead, where `tpf run --hosts` reads them; comm/flight_store.h)
+// and TPF_FLIGHT_RECORDER_SIGNAL (the dump signal: USR1, USR2 (default) or off).
 #pragma once
 
 #include <atomic>

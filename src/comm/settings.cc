@@ -78,6 +78,8 @@ constexpr SettingInfo kCatalog[] = {
      "unreachable"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
     {"TPF_FLIGHT_RECORDER_DIR", "process", "directory for flight-recorder dumps (stderr)"},
+    {"TPF_FLIGHT_RECORDER_STORE", "process",
+     "1: flight-recorder dumps go to the job's store (set by tpf run --hosts)"},
     {"TPF_FLIGHT_RECORDER_SIGNAL", "process", "signal that dumps the records: USR1, USR2, off"},
     {"TPF_REDUCE_ISA", "process", "cap the reduce kernels' instruction set: scalar, avx2, avx512"},
     {"TPF_RANK", "launch environment", "this rank in the job (set by tpf run)"},

@@ -12,12 +12,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/flight_summary.h"
 #include "comm/settings.h"
+#include "support/fake_remote_shell.h"
 #include "support/multiproc.h"
 #include "support/run_tpf.h"
 #include "support/scratch_dir.h"
@@ -253,6 +255,17 @@ TEST(FlightRecorder, SettingsAreCheckedAndSizeZeroTurnsItOff) {
         << e.what();
   }
   ::unsetenv("TPF_FLIGHT_RECORDER_SIGNAL");
+  ::setenv("TPF_FLIGHT_RECORDER_STORE", "yes", 1);
+  try {
+    FlightRecorder bad(4);
+    ADD_FAILURE() << "TPF_FLIGHT_RECORDER_STORE=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("TPF_FLIGHT_RECORDER_STORE='yes' should be 1"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("TPF_FLIGHT_RECORDER_STORE");
   FlightRecorder off(0);
   auto slot = off.begin(OpKind::barrier, DType::u8, 0, -1, 0);
   off.end(slot, FlightState::completed);
@@ -532,17 +545,21 @@ void expect_hang_summary(const Outcome& r) {
       << e;
 }
 
-TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
-  // Ranks 0 and 1 time out in the all_reduce (after 1 s) and dump; rank 2 is still running when
-  // the grace after their failure is over, so tpf run asks it for its dump before stopping it.
-  const std::vector<std::string> args = tpf_run_args({"run", "-n", "3"});
-  const Outcome r = run_tpf(
-      args, {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+// Ranks 0 and 1 time out in the all_reduce (after 1 s) and dump; rank 2 is still running when
+// the grace after their failure is over, so tpf run asks it for its dump before stopping it.
+// `launcher`: tpf run's options that place the ranks.
+void expect_hung_job_summarized(const std::vector<std::string>& launcher) {
+  const Outcome r =
+      run_tpf(tpf_run_args(launcher),
+              {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "asking rank 2 for their flight recorders")) << r.err;
+  EXPECT_FALSE(contains(r.err, "cannot write the flight recorder's dump")) << r.err;
+  EXPECT_TRUE(contains(r.err, "asking rank 2 for their flight recorders (1 process)")) << r.err;
   EXPECT_TRUE(contains(r.err, "rank 0 (pid ")) << r.err;
   EXPECT_TRUE(contains(r.err, "dumped on timeout): last started all_reduce seq 4 (failed: timeout"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "dumped on signal): last started barrier seq 3 (completed)"))
       << r.err;
   expect_hang_summary(r);
   // The directory is kept for the user, and named.
@@ -553,14 +570,21 @@ TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
   std::filesystem::remove_all(dir, ec);
 }
 
-TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
-  // No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
-  const std::vector<std::string> args = tpf_run_args({"run", "-n", "3", "--job-timeout", "3"});
-  const Outcome r = run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
+  expect_hung_job_summarized({"run", "-n", "3"});
+}
+
+// No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
+// `launcher`: tpf run's options that place the ranks.
+void expect_job_timeout_summarized(std::vector<std::string> launcher) {
+  for (const char* option : {"--job-timeout", "3"}) launcher.push_back(option);
+  const Outcome r =
+      run_tpf(tpf_run_args(launcher), {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 124) << r.err;
   EXPECT_TRUE(contains(r.err, "the job ran past --job-timeout 3 s")) << r.err;
-  EXPECT_TRUE(contains(r.err, "asking ranks 0,1,2 for their flight recorders")) << r.err;
+  EXPECT_TRUE(contains(r.err, "asking ranks 0,1,2 for their flight recorders (3 processes)"))
+      << r.err;
   EXPECT_TRUE(contains(r.err, "dumped on signal): last started all_reduce seq 4 (in flight for"))
       << r.err;
   expect_hang_summary(r);
@@ -568,6 +592,10 @@ TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
   ASSERT_FALSE(dir.empty()) << r.err;
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+TEST(FlightRecorderLauncher, JobTimeoutDumpsEveryRankOfAHungJob) {
+  expect_job_timeout_summarized({"run", "-n", "3"});
 }
 
 TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
@@ -596,6 +624,60 @@ TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
   ASSERT_FALSE(dir.empty()) << r.err;
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// Across hosts (tpf run --hosts), each host a /tmp of its own as on separate machines: the ranks
+// cannot reach the launcher's dump directory, so they dump into the job's store and are asked
+// through the remote shell; the summary and the directory cover every host all the same.
+TEST(FlightRecorderLauncher, AcrossHostsAHungJobSaysWhichRankEveryoneWaitsFor) {
+  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes_own_tmp);
+  ASSERT_TRUE(rsh.ok());
+  expect_hung_job_summarized(
+      {"run", "--hosts", "a:1,b:1,c:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1"});
+}
+
+TEST(FlightRecorderLauncher, AcrossHostsJobTimeoutAsksEveryHostsRanks) {
+  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes_own_tmp);
+  ASSERT_TRUE(rsh.ok());
+  expect_job_timeout_summarized(
+      {"run", "--hosts", "a:2,b:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1"});
+}
+
+// A request the remote shell cannot deliver is said, and the launcher waits for no dump from
+// those hosts: here `kill` fails on every host (a stand-in first on the PATH, outside /tmp, which
+// each fake host has its own of), so the ranks are stopped without a summary of their own.
+TEST(FlightRecorderLauncher, AcrossHostsARequestThatCannotReachAHostIsSaid) {
+  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes_own_tmp);
+  ASSERT_TRUE(rsh.ok());
+  std::string bin_name = "tpf-fr-kill-";  // appended: GCC 12 -O3 warns falsely on "x" + string
+  bin_name += std::to_string(::getpid());
+  const std::filesystem::path bin = std::filesystem::current_path() / bin_name;
+  std::filesystem::create_directories(bin);
+  {
+    std::ofstream kill_script(bin / "kill");
+    kill_script << "#!/bin/sh\necho \"kill refused\" >&2\nexit 7\n";
+  }
+  std::filesystem::permissions(bin / "kill", std::filesystem::perms::owner_all);
+  const char* old_path = std::getenv("PATH");
+  const std::string path = bin.string() + ":" + (old_path ? old_path : "/usr/bin:/bin");
+  const std::vector<std::string> args =
+      tpf_run_args({"run", "--hosts", "a:2,b:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1",
+                    "--job-timeout", "3"});
+  const Outcome r =
+      run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5", "PATH=" + path}, {}, 90s);
+  std::error_code ec;
+  std::filesystem::remove_all(bin, ec);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_TRUE(contains(r.err, "on host 'a' for their flight recorders failed (exit code 7)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "on host 'b' for their flight recorders failed (exit code 7)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "ranks 0,1,2 still running at the job timeout; sending SIGTERM"))
+      << r.err;
+  if (const std::string dir = named_dump_dir(r.err); !dir.empty()) {
+    std::filesystem::remove_all(dir, ec);
+  }
 }
 
 TEST(FlightRecorderLauncher, BadJobTimeoutIsAUsageError) {
