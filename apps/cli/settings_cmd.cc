@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "coll/reduce_kernels.h"
@@ -18,7 +19,10 @@ constexpr const char* kDescription =
     "Prints every TPF_* variable tpfabric reads: its effective value for a communicator created\n"
     "now in this environment (without CommOptions), where the value came from (default,\n"
     "the variable, the hardware or the launcher), who reads it and what it sets. A malformed\n"
-    "value is reported as the communicator would report it, with exit code 1.";
+    "value is reported as the communicator would report it, with exit code 1.\n"
+    "Settings marked [alike on every rank] or [alike on each host's ranks] are ones from which\n"
+    "every rank makes the same choices on its own: a communicator whose ranks differ on one\n"
+    "fails while it is created, naming the setting and who has which value.";
 
 void print_row(const std::string& name, const std::string& value, const std::string& source,
                const std::string& reader, const std::string& meaning) {
@@ -26,12 +30,26 @@ void print_row(const std::string& name, const std::string& value, const std::str
               reader.c_str(), meaning.c_str());
 }
 
+// What the ranks must agree on about `name` (comm/settings_agreement.h), as a mark after its
+// meaning; "" for a setting each rank may have its own of.
+std::string agreement_mark(const std::vector<detail::SharedSetting>& shared,
+                           const std::string& name) {
+  for (const detail::SharedSetting& s : shared) {
+    if (s.name != name) continue;
+    return s.among == detail::SharedAmong::communicator ? " [alike on every rank]"
+                                                        : " [alike on each host's ranks]";
+  }
+  return "";
+}
+
 int print_settings() {
   const detail::CommSettings settings = detail::resolve_comm_settings();
+  const std::vector<detail::SharedSetting> shared = detail::shared_settings(settings);
   print_row("variable", "value", "source", "read by", "meaning");
   for (const detail::SettingInfo& info : detail::setting_catalog()) {
     if (const detail::SettingReport* r = settings.reported(info.name)) {
-      print_row(info.name, r->value, r->source, info.reader, info.meaning);
+      print_row(info.name, r->value, r->source, info.reader,
+                info.meaning + agreement_mark(shared, info.name));
       continue;
     }
     const char* raw = std::getenv(info.name);

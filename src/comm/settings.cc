@@ -70,7 +70,7 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_GBPS", "communicator",
      "cost model: each host's network link, GB/s per direction (default 12.5: 100 Gb/s); also "
-     "sizes all_reduce's slices between hosts: alike on every rank (checked at creation)"},
+     "sizes all_reduce's slices between hosts"},
     {"TPF_NET_REDUCE_GBPS", "communicator",
      "cost model: combining the hosts' partial results, GB/s"},
     {"TPF_HOST_LOST_S", "communicator",

@@ -32,6 +32,24 @@ TEST(SettingsCli, PrintsEachValueWithItsSource) {
   EXPECT_FALSE(contains(set.out, "0123456789abcdefXYZ")) << "the secret was printed: " << set.out;
 }
 
+// The settings every rank derives the same choices from are marked with whom they must match;
+// the others are not.
+TEST(SettingsCli, MarksTheSettingsRanksMustShare) {
+  const Outcome r = run_tpf({"settings"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CALL_US", "TPF_NET_STEP_US", "TPF_NET_GBPS",
+                           "TPF_NET_REDUCE_GBPS"}) {
+    EXPECT_TRUE(contains(line_of(r.out, name), "[alike on every rank]")) << r.out;
+  }
+  for (const char* name : {"TPF_ALLREDUCE_ALGO", "TPF_EAGER_MAX_BYTES", "TPF_SHM_STEP_US",
+                           "TPF_SHM_EXCESS_STEP_US", "TPF_SHM_COPY_GBPS", "TPF_SHM_REDUCE_GBPS"}) {
+    EXPECT_TRUE(contains(line_of(r.out, name), "[alike on each host's ranks]")) << r.out;
+  }
+  for (const char* name : {"TPF_TIMEOUT", "TPF_NET_PROTOCOL", "TPF_SHM_BUFFER_BYTES", "TPF_CPUS"}) {
+    EXPECT_FALSE(contains(line_of(r.out, name), "[alike")) << r.out;
+  }
+}
+
 TEST(SettingsCli, MalformedValueIsAnErrorNamingIt) {
   const Outcome bad = run_tpf({"settings"}, {"TPF_CPUS=two"});
   EXPECT_EQ(bad.exit_code, 1);
