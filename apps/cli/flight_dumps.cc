@@ -189,6 +189,7 @@ std::vector<std::string> FlightDumps::files() const {
 int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks) {
   copy_from_store();
   asked_.clear();
+  std::set<std::pair<std::string, pid_t>> seen;  // (file, pid): a pid may arm more than once
   const std::set<int> running(running_ranks.begin(), running_ranks.end());
   std::map<std::pair<std::string, int>, std::vector<std::string>> remote_pids;  // (host, signal)
   for (const std::string& file : files()) {
@@ -201,9 +202,7 @@ int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int
     for (size_t i = 0; i < parsed.armed_pids.size(); ++i) {
       const pid_t pid = static_cast<pid_t>(parsed.armed_pids[i]);
       const int sig = parsed.armed_signals[i];
-      bool seen = false;
-      for (const Asked& a : asked_) seen = seen || (a.file == file && a.pid == pid);
-      if (seen) continue;
+      if (!seen.insert({file, pid}).second) continue;
       if (remote_rank >= 0) {
         // Its rank still runs, so the pid is still that rank's process (or its child's).
         if (running.count(remote_rank) == 0) continue;

@@ -548,10 +548,13 @@ void expect_hang_summary(const Outcome& r) {
 // Ranks 0 and 1 time out in the all_reduce (after 1 s) and dump; rank 2 is still running when
 // the grace after their failure is over, so tpf run asks it for its dump before stopping it.
 // `launcher`: tpf run's options that place the ranks.
-void expect_hung_job_summarized(const std::vector<std::string>& launcher) {
-  const Outcome r =
-      run_tpf(tpf_run_args(launcher),
-              {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+// `env`: more of tpf run's environment.
+void expect_hung_job_summarized(const std::vector<std::string>& launcher,
+                                std::vector<std::string> env = {}) {
+  for (const char* v : {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}) {
+    env.push_back(v);
+  }
+  const Outcome r = run_tpf(tpf_run_args(launcher), env, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_FALSE(contains(r.err, "cannot write the flight recorder's dump")) << r.err;
@@ -576,10 +579,12 @@ TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
 
 // No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
 // `launcher`: tpf run's options that place the ranks.
-void expect_job_timeout_summarized(std::vector<std::string> launcher) {
+// `env`: more of tpf run's environment.
+void expect_job_timeout_summarized(std::vector<std::string> launcher,
+                                   std::vector<std::string> env = {}) {
   for (const char* option : {"--job-timeout", "3"}) launcher.push_back(option);
-  const Outcome r =
-      run_tpf(tpf_run_args(launcher), {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+  for (const char* v : {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5"}) env.push_back(v);
+  const Outcome r = run_tpf(tpf_run_args(launcher), env, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 124) << r.err;
   EXPECT_TRUE(contains(r.err, "the job ran past --job-timeout 3 s")) << r.err;
@@ -626,47 +631,52 @@ TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
   std::filesystem::remove_all(dir, ec);
 }
 
-// Across hosts (tpf run --hosts), each host a /tmp of its own as on separate machines: the ranks
-// cannot reach the launcher's dump directory, so they dump into the job's store and are asked
-// through the remote shell; the summary and the directory cover every host all the same.
+// Hosts as separate machines are to the launcher's files: it makes its dump directory under
+// `tmp` (its TMPDIR), which every fake host sees empty (its own tmpfs there).
+struct SeparateHosts {
+  ScratchDir tmp;
+  FakeRemoteShell rsh{FakeRemoteShell::Hosts::named_nodes, tmp.path()};
+  // tpf run's options that start ranks on `hosts` (HOST:N,...) through the fake remote shell.
+  std::vector<std::string> run_on(const char* hosts) const {
+    return {"run", "--hosts", hosts, "--rsh", rsh.path(), "--store-bind", "127.0.0.1"};
+  }
+  std::string tmpdir() const { return "TMPDIR=" + tmp.path(); }
+};
+
+// Across hosts (tpf run --hosts), hosts not sharing the launcher's files: the ranks cannot reach
+// its dump directory, so they dump into the job's store and are asked through the remote shell;
+// the summary and the directory cover every host all the same.
 TEST(FlightRecorderLauncher, AcrossHostsAHungJobSaysWhichRankEveryoneWaitsFor) {
-  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes_own_tmp);
-  ASSERT_TRUE(rsh.ok());
-  expect_hung_job_summarized(
-      {"run", "--hosts", "a:1,b:1,c:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1"});
+  SeparateHosts hosts;
+  ASSERT_TRUE(hosts.rsh.ok());
+  expect_hung_job_summarized(hosts.run_on("a:1,b:1,c:1"), {hosts.tmpdir()});
 }
 
 TEST(FlightRecorderLauncher, AcrossHostsJobTimeoutAsksEveryHostsRanks) {
-  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes_own_tmp);
-  ASSERT_TRUE(rsh.ok());
-  expect_job_timeout_summarized(
-      {"run", "--hosts", "a:2,b:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1"});
+  SeparateHosts hosts;
+  ASSERT_TRUE(hosts.rsh.ok());
+  expect_job_timeout_summarized(hosts.run_on("a:2,b:1"), {hosts.tmpdir()});
 }
 
 // A request the remote shell cannot deliver is said, and the launcher waits for no dump from
-// those hosts: here `kill` fails on every host (a stand-in first on the PATH, outside /tmp, which
-// each fake host has its own of), so the ranks are stopped without a summary of their own.
+// those hosts: here `kill` fails on every host (a stand-in first on the PATH), so the ranks are
+// stopped without a summary of their own.
 TEST(FlightRecorderLauncher, AcrossHostsARequestThatCannotReachAHostIsSaid) {
-  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes_own_tmp);
-  ASSERT_TRUE(rsh.ok());
-  std::string bin_name = "tpf-fr-kill-";  // appended: GCC 12 -O3 warns falsely on "x" + string
-  bin_name += std::to_string(::getpid());
-  const std::filesystem::path bin = std::filesystem::current_path() / bin_name;
-  std::filesystem::create_directories(bin);
+  SeparateHosts hosts;
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir bin;
   {
     std::ofstream kill_script(bin / "kill");
     kill_script << "#!/bin/sh\necho \"kill refused\" >&2\nexit 7\n";
   }
   std::filesystem::permissions(bin / "kill", std::filesystem::perms::owner_all);
   const char* old_path = std::getenv("PATH");
-  const std::string path = bin.string() + ":" + (old_path ? old_path : "/usr/bin:/bin");
-  const std::vector<std::string> args =
-      tpf_run_args({"run", "--hosts", "a:2,b:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1",
-                    "--job-timeout", "3"});
-  const Outcome r =
-      run_tpf(args, {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5", "PATH=" + path}, {}, 90s);
-  std::error_code ec;
-  std::filesystem::remove_all(bin, ec);
+  const std::string path = bin.path() + ":" + (old_path ? old_path : "/usr/bin:/bin");
+  std::vector<std::string> launcher = hosts.run_on("a:2,b:1");
+  for (const char* option : {"--job-timeout", "3"}) launcher.push_back(option);
+  const Outcome r = run_tpf(
+      tpf_run_args(launcher),
+      {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5", "PATH=" + path, hosts.tmpdir()}, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 124) << r.err;
   EXPECT_TRUE(contains(r.err, "on host 'a' for their flight recorders failed (exit code 7)"))
@@ -675,9 +685,6 @@ TEST(FlightRecorderLauncher, AcrossHostsARequestThatCannotReachAHostIsSaid) {
       << r.err;
   EXPECT_TRUE(contains(r.err, "ranks 0,1,2 still running at the job timeout; sending SIGTERM"))
       << r.err;
-  if (const std::string dir = named_dump_dir(r.err); !dir.empty()) {
-    std::filesystem::remove_all(dir, ec);
-  }
 }
 
 TEST(FlightRecorderLauncher, BadJobTimeoutIsAUsageError) {

@@ -1,8 +1,9 @@
 // A stand-in for ssh in a temporary directory, for `tpf run --hosts H:N,... --rsh PATH`:
 // `PATH HOST COMMAND...` runs COMMAND here with AGENT_HOST=HOST (and, where asked,
 // TPF_NODE_ID=HOST, so that each named host is a host of its own to the fabric; where asked, with
-// a /tmp of its own, as another machine has: a mount namespace with a tmpfs there, which needs
-// root, as CI has), except for the host "down", which it cannot reach (exit 255, as ssh).
+// an empty directory at `private_dir`, as another machine does not have this one's: a mount
+// namespace with a tmpfs there, which needs root, as CI has), except for the host "down", which it
+// cannot reach (exit 255, as ssh).
 #pragma once
 
 #include <stdlib.h>
@@ -16,8 +17,8 @@ namespace tpf::testing {
 
 class FakeRemoteShell {
  public:
-  enum class Hosts { one_machine, named_nodes, named_nodes_own_tmp };
-  explicit FakeRemoteShell(Hosts hosts = Hosts::one_machine) {
+  enum class Hosts { one_machine, named_nodes };
+  explicit FakeRemoteShell(Hosts hosts = Hosts::one_machine, const std::string& private_dir = "") {
     char dir[] = "/tmp/tpf-rsh-XXXXXX";
     if (::mkdtemp(dir) == nullptr) return;
     dir_ = dir;
@@ -26,16 +27,19 @@ class FakeRemoteShell {
     if (f == nullptr) return;
     // The launcher's variables follow as `env VAR=...`, so a TPF_NODE_ID it passes on wins.
     const std::string node = hosts == Hosts::one_machine ? "" : " TPF_NODE_ID=\"$host\"";
-    const std::string own_tmp =
-        hosts == Hosts::named_nodes_own_tmp
-            ? "unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /tmp && exec "
-              "\"$@\"' sh "
-            : "";
+    // (A directory name without quotes or blanks: tests pass their own scratch directories.
+    // Appended piecewise: GCC 12 -O3 warns falsely on "..." + std::string.)
+    std::string own_dir;
+    if (!private_dir.empty()) {
+      own_dir = "unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs ";
+      own_dir += private_dir;
+      own_dir += " && exec \"$@\"' sh ";
+    }
     const std::string script =
         "#!/bin/sh\n"
         "if [ \"$1\" = down ]; then echo \"fake-ssh: cannot reach $1\" >&2; exit 255; fi\n"
         "host=$1\nshift\nexec " +
-        own_tmp + "env AGENT_HOST=\"$host\"" + node + " \"$@\"\n";
+        own_dir + "env AGENT_HOST=\"$host\"" + node + " \"$@\"\n";
     std::fputs(script.c_str(), f);
     ok_ = std::fclose(f) == 0 && ::chmod(path_.c_str(), 0755) == 0;
   }

@@ -26,6 +26,7 @@ class ScratchDir {
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
 
+  std::string path() const { return path_.string(); }
   // The path of `name` inside the directory.
   std::string operator/(const std::string& name) const { return (path_ / name).string(); }
 
