@@ -120,6 +120,13 @@ std::string token(std::string_view text) {
   return out.empty() ? "_" : out;
 }
 
+// This machine's name, for dumps of ranks on several hosts ("_" if it has none).
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "_";
+  return token(name);
+}
+
 std::string env_or(const char* name, const char* fallback) {
   return base::env_string(name).value_or(fallback);
 }
@@ -546,7 +553,7 @@ std::string FlightRecorder::format(std::string_view reason) const {
   const std::string pid = std::to_string(::getpid());
   std::string text =
       std::string(kTag) + " begin " + who + " size=" + std::to_string(size_) + " pid=" + pid +
-      " world_rank=" + world_rank() + " reason=" + token(reason) +
+      " world_rank=" + world_rank() + " host=" + host_name() + " reason=" + token(reason) +
       " now_ns=" + std::to_string(TickClock::instance().to_ns(now_ticks())) +
       " capacity=" + std::to_string(capacity_) +
       " collectives=" + std::to_string(collectives_.next.load(std::memory_order_relaxed)) +

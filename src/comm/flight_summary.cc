@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 namespace tpf::detail {
@@ -159,6 +160,9 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
   out.push_back("communicator '" + first.comm + "' (generation " +
                 std::to_string(first.generation) + ", " + std::to_string(size) + " ranks, " +
                 std::to_string(at.size()) + " dumped):");
+  std::set<std::string> hosts;
+  for (const auto& [rank, p] : at) hosts.insert(p.dump->host);
+  const bool name_hosts = hosts.size() > 1;
   std::vector<int> missing;
   for (int r = 0; r < size; ++r) {
     auto it = at.find(r);
@@ -170,7 +174,8 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
     const Position& p = it->second;
     const FlightDump& d = *p.dump;
     std::string line = "  rank " + std::to_string(r) + " (pid " + std::to_string(d.pid) +
-                       ", dumped on " + d.reason + "): ";
+                       (name_hosts ? " on host '" + d.host + "'" : std::string()) + ", dumped on " +
+                       d.reason + "): ";
     if (!p.last_started) {
       line += "no collective recorded";
     } else {
@@ -291,6 +296,7 @@ FlightFile parse_flight_file(std::string_view content) {
       FlightDump d;
       d.comm = text(f, "comm");
       d.reason = text(f, "reason");
+      d.host = text(f, "host");
       if (number(f, "generation", d.generation) && number(f, "rank", d.rank) &&
           number(f, "size", d.size) && number(f, "pid", d.pid) && number(f, "now_ns", d.now_ns) &&
           d.size > 0 && d.size <= (1 << 20)) {

@@ -548,13 +548,13 @@ void expect_hang_summary(const Outcome& r) {
 // Ranks 0 and 1 time out in the all_reduce (after 1 s) and dump; rank 2 is still running when
 // the grace after their failure is over, so tpf run asks it for its dump before stopping it.
 // `launcher`: tpf run's options that place the ranks.
-// `env`: more of tpf run's environment.
+// `env`: more of tpf run's environment; `r`: what it did.
 void expect_hung_job_summarized(const std::vector<std::string>& launcher,
-                                std::vector<std::string> env = {}) {
+                                std::vector<std::string> env, Outcome& r) {
   for (const char* v : {"TPF_FR_SCENARIO=hang", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}) {
     env.push_back(v);
   }
-  const Outcome r = run_tpf(tpf_run_args(launcher), env, {}, 90s);
+  r = run_tpf(tpf_run_args(launcher), env, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_FALSE(contains(r.err, "cannot write the flight recorder's dump")) << r.err;
@@ -574,7 +574,9 @@ void expect_hung_job_summarized(const std::vector<std::string>& launcher,
 }
 
 TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
-  expect_hung_job_summarized({"run", "-n", "3"});
+  Outcome r;
+  expect_hung_job_summarized({"run", "-n", "3"}, {}, r);
+  EXPECT_FALSE(contains(r.err, " on host '")) << "one machine: no host named\n" << r.err;
 }
 
 // No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
@@ -649,7 +651,12 @@ struct SeparateHosts {
 TEST(FlightRecorderLauncher, AcrossHostsAHungJobSaysWhichRankEveryoneWaitsFor) {
   SeparateHosts hosts;
   ASSERT_TRUE(hosts.rsh.ok());
-  expect_hung_job_summarized(hosts.run_on("a:1,b:1,c:1"), {hosts.tmpdir()});
+  Outcome r;
+  expect_hung_job_summarized(hosts.run_on("a:1,b:1,c:1"), {hosts.tmpdir()}, r);
+  // Pids do not say where to look when there are several machines: the host does.
+  EXPECT_TRUE(contains(r.err, " on host 'c', dumped on signal): last started barrier seq 3"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, " on host 'a', dumped on timeout)")) << r.err;
 }
 
 TEST(FlightRecorderLauncher, AcrossHostsJobTimeoutAsksEveryHostsRanks) {

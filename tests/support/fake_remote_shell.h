@@ -1,9 +1,9 @@
 // A stand-in for ssh in a temporary directory, for `tpf run --hosts H:N,... --rsh PATH`:
 // `PATH HOST COMMAND...` runs COMMAND here with AGENT_HOST=HOST (and, where asked,
 // TPF_NODE_ID=HOST, so that each named host is a host of its own to the fabric; where asked, with
-// an empty directory at `private_dir`, as another machine does not have this one's: a mount
-// namespace with a tmpfs there, which needs root, as CI has), except for the host "down", which it
-// cannot reach (exit 255, as ssh).
+// an empty directory at `private_dir`, as another machine does not have this one's, and HOST as
+// its name: mount and UTS namespaces with a tmpfs there, which needs root, as CI has), except for
+// the host "down", which it cannot reach (exit 255, as ssh).
 #pragma once
 
 #include <stdlib.h>
@@ -31,9 +31,9 @@ class FakeRemoteShell {
     // Appended piecewise: GCC 12 -O3 warns falsely on "..." + std::string.)
     std::string own_dir;
     if (!private_dir.empty()) {
-      own_dir = "unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs ";
+      own_dir = "unshare --mount --uts --propagation private sh -c 'mount -t tmpfs tmpfs ";
       own_dir += private_dir;
-      own_dir += " && exec \"$@\"' sh ";
+      own_dir += " && hostname \"$1\" && shift && exec \"$@\"' sh \"$host\" ";
     }
     const std::string script =
         "#!/bin/sh\n"
