@@ -238,6 +238,18 @@ bool is_launcher_variable(const char* entry, bool override_timeout) {
   return override_timeout && matches("TPF_TIMEOUT");
 }
 
+// Where --hosts HOST:N,... puts `rank`: ranks are numbered host by host, in the list's order.
+struct HostSlot {
+  size_t host;     // index into options.hosts
+  int local_rank;  // among that host's ranks
+};
+HostSlot host_slot_of(const LaunchOptions& options, int rank) {
+  size_t host = 0;
+  int first = 0;
+  while (rank >= first + options.hosts[host].ranks) first += options.hosts[host++].ranks;
+  return {host, rank - first};
+}
+
 // Everything a child needs, built before fork: after fork in a process with threads (the store
 // server) the child should do as little as possible before execve.
 struct ChildPlan {
@@ -343,13 +355,12 @@ class Job {
   // A rank on host h: REMOTE_SHELL... HOST env VARIABLES... PROGRAM ARGS, the shell itself run
   // with the launcher's environment.
   ChildPlan remote_plan(const std::vector<std::string>& vars, int rank) const {
-    size_t host = 0;
-    int first = 0;
-    while (rank >= first + options_.hosts[host].ranks) first += options_.hosts[host++].ranks;
+    const HostSlot slot = host_slot_of(options_, rank);
+    const size_t host = slot.host;
     ChildPlan plan;
     plan.env_strings = vars;
     plan.env_strings.push_back("TPF_RANK=" + std::to_string(rank));
-    plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank - first));
+    plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(slot.local_rank));
     plan.env_strings.push_back("TPF_LOCAL_WORLD_SIZE=" +
                                std::to_string(options_.hosts[host].ranks));
     plan.remote_words = options_.remote_shell;
@@ -693,9 +704,8 @@ void read_dumps_from_store(FlightDumps& dumps, const LaunchOptions& options,
   RemoteRanks remote;
   if (!options.hosts.empty()) {
     remote.remote_shell = options.remote_shell;
-    for (const LaunchOptions::HostSlots& slots : options.hosts) {
-      remote.host_of_rank.insert(remote.host_of_rank.end(), static_cast<size_t>(slots.ranks),
-                                 slots.host);
+    for (int rank = 0; rank < options.world_size; ++rank) {
+      remote.host_of_rank.push_back(options.hosts[host_slot_of(options, rank).host].host);
     }
   }
   try {

@@ -19,6 +19,7 @@
 
 #include "base/env_config.h"
 #include "comm/flight_store.h"
+#include "topo/hosts.h"
 
 namespace tpf::detail {
 namespace {
@@ -118,13 +119,6 @@ std::string token(std::string_view text) {
     if (c <= ' ' || c == '=' || c == 0x7f) c = '_';
   }
   return out.empty() ? "_" : out;
-}
-
-// This machine's name, for dumps of ranks on several hosts ("_" if it has none).
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "_";
-  return token(name);
 }
 
 std::string env_or(const char* name, const char* fallback) {
@@ -553,7 +547,8 @@ std::string FlightRecorder::format(std::string_view reason) const {
   const std::string pid = std::to_string(::getpid());
   std::string text =
       std::string(kTag) + " begin " + who + " size=" + std::to_string(size_) + " pid=" + pid +
-      " world_rank=" + world_rank() + " host=" + host_name() + " reason=" + token(reason) +
+      " world_rank=" + world_rank() + " host=" + token(topo::hostname()) +
+      " reason=" + token(reason) +
       " now_ns=" + std::to_string(TickClock::instance().to_ns(now_ticks())) +
       " capacity=" + std::to_string(capacity_) +
       " collectives=" + std::to_string(collectives_.next.load(std::memory_order_relaxed)) +

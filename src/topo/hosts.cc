@@ -42,12 +42,6 @@ std::string boot_id() {
   return id.empty() ? "?" : id.substr(0, 8);  // 32 bits tell boots apart well enough
 }
 
-std::string hostname() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
-  return name;
-}
-
 // The devices of a UCX_NET_DEVICES list, or nullopt where it does not name them all ("all", a
 // wildcard, an exclusion or an empty entry).
 std::optional<std::vector<std::string>> named_devices(const std::string& list) {
@@ -65,6 +59,12 @@ std::optional<std::vector<std::string>> named_devices(const std::string& list) {
 }
 
 }  // namespace
+
+std::string hostname() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
+  return name;
+}
 
 std::string local_host_key(const std::optional<std::string>& node_id) {
   if (node_id) return *node_id;

@@ -17,6 +17,9 @@ namespace tpf::topo {
 // people can read it.
 std::string local_host_key(const std::optional<std::string>& node_id);
 
+// The machine's name as people know it (gethostname; "host" if it has none).
+std::string hostname();
+
 // This machine: one running kernel (its boot id), whatever the namespaces, containers or
 // TPF_NODE_ID. Processes with the same key share the machine's cores, as the emulated hosts of
 // scripts/emulated-hosts.sh do.
