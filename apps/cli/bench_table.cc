@@ -86,7 +86,7 @@ void print_table_header(std::FILE* out, const BenchReport& r) {
   if (r.hosts > 1) {
     std::fprintf(
         out, "# across %d hosts, network algorithm %s (one round up to %zu KiB a message)\n",
-        r.hosts, coll::has_network_choice(r.collective) ? r.network_algorithm.c_str() : "pipelined",
+        r.hosts, coll::has_per_rail_form(r.collective) ? r.network_algorithm.c_str() : "pipelined",
         coll::kNetworkPackedBytes >> 10);
   }
   std::fprintf(out, "#\n");

@@ -132,6 +132,27 @@ struct RailSegments {
   }
 };
 
+// Which hosts combine which slice of a reduction across hosts (reduce_in_slices and
+// reduce_per_rail): owner k combines slice k from every host in host order. all_reduce's owners
+// are all H hosts (each link carries 2 (H-1) / H of the data each way). reduce's, from 3 hosts on,
+// are the H-1 hosts other than the root's, which only sends its partial result and receives the
+// result: every link carries the data once each way, wherever the root is (were the root's host
+// an owner too, its link would receive 2 (H-1) / H: 0.66 of the link on 4 hosts, measured); on 2
+// hosts both own a slice (the root's link then receives the data once either way).
+struct SliceOwners {
+  std::vector<int> hosts;     // hosts[k] combines slice k
+  std::vector<int> slice_of;  // the slice host h combines, or -1
+  // `root_host`: the root's host of a reduce, -1 for all_reduce.
+  SliceOwners(int host_count, int root_host) : slice_of(static_cast<size_t>(host_count), -1) {
+    for (int h = 0; h < host_count; ++h) {
+      if (h == root_host && host_count > 2) continue;
+      slice_of[h] = static_cast<int>(hosts.size());
+      hosts.push_back(h);
+    }
+  }
+  int count() const { return static_cast<int>(hosts.size()); }
+};
+
 // The transfers of one collective: receives start at once, sends through a window per peer
 // (kSendWindow), refilled whenever the collective waits or calls progress(). If the collective
 // leaves by an exception, cancels what is still in flight, so the network touches none of its
@@ -607,7 +628,7 @@ class HostCollective {
   void all_reduce() {
     switch (choose_network(Collective::all_reduce)) {
       case NetworkAlgorithm::one_shot: return all_reduce_one_shot();
-      case NetworkAlgorithm::per_rail: return all_reduce_per_rail();
+      case NetworkAlgorithm::per_rail: return reduce_per_rail(/*to_everyone=*/true);
       case NetworkAlgorithm::pipelined: return reduce_in_slices(/*to_everyone=*/true);
     }
   }
@@ -628,97 +649,149 @@ class HostCollective {
     }
   }
 
-  // all_reduce per rail (every host has L >= 2 ranks; network_cost.h), in segments, pipelined
-  // like reduce_in_slices: segment s is reduce-scattered inside the host (local rank l gets the
-  // host's partial result of part l, in the caller's output) while part l of segment s-1 crosses
-  // the network between the ranks of rail l and segment s-2 is all-gathered inside the host.
-  // Between the ranks of a rail, host k's rank combines slice k of the rail's part from every host
-  // in host order and sends the result to the others. The reduction order is the leaders' (local
-  // order inside each host, then host order), so the bits are those of the other algorithms.
-  // Segments start at multiples of L so that each splits into L equal parts; the last segment's
-  // n % L trailing elements go with the last rail (a reduce to it, a broadcast from it, inside
-  // the host). The fingerprint round stays between the leaders: ranks of other rails that called
-  // something else fail in the host's first shared-memory step, which their leader left.
-  void all_reduce_per_rail() {
+  // all_reduce, and reduce to a root, per rail (every host has L >= 2 ranks; network_cost.h), in
+  // segments, pipelined like reduce_in_slices: segment s is reduce-scattered inside the host
+  // (local rank l gets the host's partial result of part l) while part l of segment s-1 crosses
+  // the network between the ranks of rail l and segment s-2 is all-gathered inside every host
+  // (reduce: gathered to the root, on the root's host only). Between the ranks of a rail, the
+  // rail's part is cut into slices as reduce_in_slices cuts a segment between representatives
+  // (SliceOwners): owner k's rank combines slice k from every host in host order and sends the
+  // result to every other host (all_reduce) or to the root's (reduce; where that host owns no
+  // slice, its ranks send at most kRootLeadSegments ahead of the results they have back). The
+  // reduction order is the leaders' (local order inside each host, then host order), so the bits
+  // are those of the other algorithms. Segments start at multiples of L so that each splits into
+  // L equal parts; the last segment's n % L trailing elements go with the last rail (a reduce to
+  // it inside the host; at the end a broadcast from it). all_reduce works in the caller's output;
+  // reduce in scratch (only the root has an output), each rank's parts one after the other: 1/L
+  // of the buffer. The fingerprint round stays between the leaders: ranks of other rails that
+  // called something else fail in the host's first shared-memory step, which their leader left.
+  void reduce_per_rail(bool to_everyone) {
     compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int hcount = hosts();
+    const int root_host = to_everyone ? -1 : g_.hosts.host_of(d_.root);
+    const SliceOwners owners(hcount, root_host);
+    const int owner_count = owners.count();
+    const int my_slice = owners.slice_of[host_];
+    const bool gets_results = to_everyone || host_ == root_host;
     const size_t rails = static_cast<size_t>(this->rails());
     const size_t rail = static_cast<size_t>(local_rank_);
+    const bool last_rail = rail + 1 == rails;
     const RailSegments cut{n, rails,
-                           all_reduce_segments(bytes(n / rails), hcount, min_slice_bytes())};
+                           all_reduce_segments(bytes(n / rails), owner_count, min_slice_bytes())};
     const size_t segments = cut.segments, tail = cut.tail();
-    // Slice k of this rail's part of segment s.
-    auto slice_begin = [&](size_t s, int k) {
-      const size_t length = cut.part_length(s, rail);
-      return cut.part_begin(s, rail) +
-             length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
+    // This rank's part of segment s (the last rail's part of the last segment followed by the
+    // tail).
+    std::byte* parts_here =
+        to_everyone ? nullptr : scratch(kCombined, cut.whole() + (last_rail ? tail : 0));
+    auto part = [&](size_t s) {
+      return to_everyone ? at(d_.recv, cut.part_begin(s, rail))
+                         : at(parts_here, cut.segment_begin(s) / rails);
+    };
+    // Slice k of this rank's part of segment s.
+    auto slice_offset = [&](size_t s, int k) {
+      return cut.part_length(s, rail) * static_cast<size_t>(k) / static_cast<size_t>(owner_count);
     };
     auto slice_length = [&](size_t s, int k) {
-      const size_t length = cut.part_length(s, rail);
-      return length * static_cast<size_t>(k + 1) / static_cast<size_t>(hcount) -
-             length * static_cast<size_t>(k) / static_cast<size_t>(hcount);
+      return slice_offset(s, k + 1) - slice_offset(s, k);
     };
+    auto slice = [&](size_t s, int k) { return part(s) + bytes(slice_offset(s, k)); };
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
-    // This rank's slice of every segment from every other host (into scratch, at offset mine[s]),
-    // and every other slice's result from its owner (where this host's partial of it was: it
-    // cannot arrive before the owner has that partial).
+    // Where this host owns a slice: that slice of every segment from every other host (into
+    // scratch, at offset mine[s]). Where this host gets the result: every other slice's result
+    // from its owner, where this host's partial of it was (it cannot arrive before the owner has
+    // that partial).
     std::vector<size_t> mine(segments + 1, 0);
-    for (size_t s = 0; s < segments; ++s) mine[s + 1] = mine[s] + slice_length(s, host_);
+    for (size_t s = 0; s < segments && my_slice >= 0; ++s) {
+      mine[s + 1] = mine[s] + slice_length(s, my_slice);
+    }
     std::vector<std::byte*> from(hcount, nullptr);
-    std::vector<size_t> arrivals(static_cast<size_t>(hcount) * segments);  // [s * H + h]
-    std::vector<size_t> results(static_cast<size_t>(hcount) * segments);   // [s * H + k]
-    for (int h = 0; h < hcount; ++h) {
+    std::vector<size_t> arrivals(static_cast<size_t>(hcount) * segments);      // [s * H + h]
+    std::vector<size_t> results(static_cast<size_t>(owner_count) * segments);  // [s * K + k]
+    for (int h = 0; h < hcount && my_slice >= 0; ++h) {
       if (h == host_) continue;
       from[h] = scratch(from_slot(h), mine[segments]);
       for (size_t s = 0; s < segments; ++s) {
         arrivals[s * hcount + h] = flight.recv(rail_peer(h), tag(kFirst, s), at(from[h], mine[s]),
-                                               bytes(slice_length(s, host_)));
-        results[s * hcount + h] =
-            flight.recv(rail_peer(h), tag(kSecond, s), at(d_.recv, slice_begin(s, h)),
-                        bytes(slice_length(s, h)));
+                                               bytes(slice_length(s, my_slice)));
+      }
+    }
+    for (int k = 0; k < owner_count && gets_results; ++k) {
+      if (k == my_slice) continue;
+      for (size_t s = 0; s < segments; ++s) {
+        results[s * owner_count + k] = flight.recv(rail_peer(owners.hosts[k]), tag(kSecond, s),
+                                                   slice(s, k), bytes(slice_length(s, k)));
       }
     }
     const std::vector<int> others = others_from_next();
-    const int last_rail = static_cast<int>(rails) - 1;
+    std::vector<int> other_owners;
+    for (int h : others) {
+      if (owners.slice_of[h] >= 0) other_owners.push_back(h);
+    }
     std::vector<const void*> parts(hcount);
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce-scatter segment `step` inside the host, send its slices
         const size_t s = step;
-        local(local_desc(OpKind::reduce_scatter, cut.per_part(s), 0,
-                         at(d_.send, cut.segment_begin(s)), at(d_.recv, cut.part_begin(s, rail)),
-                         partial_op()));
-        if (cut.last(s) && tail > 0) {
-          local(local_desc(OpKind::reduce, tail, last_rail, at(d_.send, n - tail),
-                           rail + 1 == rails ? at(d_.recv, n - tail) : nullptr, partial_op()));
+        if (my_slice < 0 && s >= kRootLeadSegments) {
+          for (int k = 0; k < owner_count; ++k) {
+            flight.wait(results[(s - kRootLeadSegments) * owner_count + k]);
+          }
         }
-        for (int h : others) {
-          flight.send(rail_peer(h), tag(kFirst, s), at(d_.recv, slice_begin(s, h)),
-                      bytes(slice_length(s, h)));
+        local(local_desc(OpKind::reduce_scatter, cut.per_part(s), 0,
+                         at(d_.send, cut.segment_begin(s)), part(s), partial_op()));
+        if (cut.last(s) && tail > 0) {
+          local(local_desc(OpKind::reduce, tail, static_cast<int>(rails) - 1, at(d_.send, n - tail),
+                           last_rail ? part(s) + bytes(cut.per_part(s)) : nullptr, partial_op()));
+        }
+        for (int h : other_owners) {
+          const int k = owners.slice_of[h];
+          flight.send(rail_peer(h), tag(kFirst, s), slice(s, k), bytes(slice_length(s, k)));
         }
       }
-      if (step >= 1 && step <= segments) {  // combine segment step-1's slice and send it on
+      if (my_slice >= 0 && step >= 1 && step <= segments) {  // combine segment step-1's slice
         const size_t s = step - 1;
         for (int h = 0; h < hcount; ++h) {
           if (h != host_) flight.wait(arrivals[s * hcount + h]);
-          parts[h] = h == host_ ? at(d_.recv, slice_begin(s, host_)) : at(from[h], mine[s]);
+          parts[h] = h == host_ ? slice(s, my_slice) : at(from[h], mine[s]);
         }
-        void* combined = at(d_.recv, slice_begin(s, host_));
-        combine_hosts(combined, parts, slice_length(s, host_));
+        std::byte* combined = slice(s, my_slice);
+        combine_hosts(combined, parts, slice_length(s, my_slice));
         for (int h : others) {
-          flight.send(rail_peer(h), tag(kSecond, s), combined, bytes(slice_length(s, host_)));
+          if (!to_everyone && h != root_host) continue;
+          flight.send(rail_peer(h), tag(kSecond, s), combined, bytes(slice_length(s, my_slice)));
         }
       }
-      if (step >= 2) {  // segment step-2 is complete on this rail: all-gather it inside the host
+      if (gets_results && step >= 2) {  // segment step-2 is complete on this rail
         const size_t s = step - 2;
-        for (int h = 0; h < hcount; ++h) {
-          if (h != host_) flight.wait(results[s * hcount + h]);
+        for (int k = 0; k < owner_count; ++k) {
+          if (k != my_slice) flight.wait(results[s * owner_count + k]);
         }
-        gather_rails_inside(cut, s);
+        if (to_everyone) {
+          gather_rails_inside(cut, s);
+        } else {
+          gather_rails_to_root(cut, s, part(s));
+        }
       }
     }
     flight.wait_all();
+  }
+  // reduce per rail's last step on the root's host: segment s, each rail's part of it at `part`
+  // on the rail's rank, gathered to the root; in the last segment the tail, after the last
+  // rail's part, broadcast from it (the ranks other than the root and the last rail take their
+  // copies into scratch).
+  void gather_rails_to_root(const RailSegments& cut, size_t s, std::byte* part) {
+    const bool root = me_ == d_.root;
+    const int local_root = g_.hosts.local_rank(d_.root);
+    local(local_desc(OpKind::gather, cut.per_part(s), local_root, part,
+                     root ? at(d_.recv, cut.segment_begin(s)) : nullptr));
+    if (!cut.last(s) || cut.tail() == 0) return;
+    const int last_rail = static_cast<int>(cut.rails) - 1;
+    std::byte* after_part = part + bytes(cut.per_part(s));
+    std::byte* into = root                       ? at(d_.recv, cut.count - cut.tail())
+                      : local_rank_ == last_rail ? after_part
+                                                 : scratch(kOwnPart, cut.tail());
+    local(local_desc(OpKind::broadcast, cut.tail(), last_rail, after_part, into));
   }
 
   // all_reduce in one network round (the cost model picks it for small messages; chunked as every
@@ -763,21 +836,23 @@ class HostCollective {
     if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
 
-  void reduce() { reduce_in_slices(/*to_everyone=*/false); }
+  // Per rail above the one-round size where the rails may carry it (goes_per_rail), else between
+  // the representatives.
+  void reduce() {
+    if (!packs(bytes(d_.count)) && goes_per_rail(/*needs_consecutive_hosts=*/false)) {
+      return reduce_per_rail(/*to_everyone=*/false);
+    }
+    reduce_in_slices(/*to_everyone=*/false);
+  }
 
   // all_reduce, and reduce to a root, in segments, pipelined: segment s is reduced inside the
   // host (to its representative: the root on the root's host, the leader elsewhere) while
   // segment s-1 crosses the network and (all_reduce) segment s-2 is broadcast inside the host.
-  // Between the representatives, each segment is reduce-scattered over the slice owners: owner
-  // k's representative combines slice k from every host, in host order, as the slices arrive,
-  // and sends the result at once to every other host (all_reduce) or to the root (reduce).
-  // all_reduce's owners are all H hosts (each link carries 2 (H-1) / H of the data each way).
-  // reduce's, from 3 hosts on, are the H-1 hosts other than the root's, which only sends its
-  // partial result and receives the result: every link carries the data once each way, wherever
-  // the root is (were the root's host an owner too, its link would receive 2 (H-1) / H: 0.66 of
-  // the link on 4 hosts, measured); on 2 hosts both own a slice (the root's link then receives
-  // the data once either way). A root that owns no slice sends at most kRootLeadSegments ahead
-  // of the results it has back. Segments are as many as keep each slice at least
+  // Between the representatives, each segment is reduce-scattered over the slice owners
+  // (SliceOwners): owner k's representative combines slice k from every host, in host order, as
+  // the slices arrive, and sends the result at once to every other host (all_reduce) or to the
+  // root (reduce). A root that owns no slice sends at most kRootLeadSegments ahead of the results
+  // it has back. Segments are as many as keep each slice at least
   // all_reduce_min_slice_bytes (one segment when small). Running the local reduce further ahead
   // was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98 with one).
   void reduce_in_slices(bool to_everyone) {
@@ -790,15 +865,9 @@ class HostCollective {
     const int local_root = g_.hosts.local_rank(rep(host_));
     const bool on_network = me_ == rep(host_);
     const bool has_result = to_everyone || me_ == d_.root;
-    // Which host combines which slice: owners[k] combines slice k; slice_of[h] = k, or -1.
-    std::vector<int> owners;
-    std::vector<int> slice_of(hcount, -1);
-    for (int h = 0; h < hcount; ++h) {
-      if (h == root_host && hcount > 2) continue;
-      slice_of[h] = static_cast<int>(owners.size());
-      owners.push_back(h);
-    }
-    const int owner_count = static_cast<int>(owners.size());
+    const SliceOwners owners(hcount, root_host);
+    const std::vector<int>& slice_of = owners.slice_of;
+    const int owner_count = owners.count();
     const int my_slice = slice_of[host_];
     const size_t segments = all_reduce_segments(bytes(n), owner_count, min_slice_bytes());
     // Slice k of segment s starts at slice_begin(s, k); slice_begin(s, owners) is where segment
@@ -849,7 +918,7 @@ class HostCollective {
         if (k == my_slice) continue;
         for (size_t s = 0; s < segments; ++s) {
           results[s * owner_count + k] =
-              flight.recv(rep(owners[k]), tag(kSecond, s), at(d_.recv, slice_begin(s, k)),
+              flight.recv(rep(owners.hosts[k]), tag(kSecond, s), at(d_.recv, slice_begin(s, k)),
                           bytes(slice_length(s, k)));
         }
       }
@@ -1052,13 +1121,14 @@ class HostCollective {
     copy_bytes(d_.recv, landed + sizeof call, bytes(d_.count));
   }
 
-  // Whether a (not small) all_gather, reduce_scatter or all_to_all crosses per rail: every host has
-  // the same number L >= 2 of ranks, consecutive (each host's blocks lie together), usable as rails
-  // (links of their own, or TPF_NET_ALGO=per_rail), and TPF_NET_ALGO does not force the leaders'
-  // algorithm (`pipelined`). Where it could, the choice is remembered for the fingerprint (a
-  // second guard behind the shared settings).
-  bool blocks_per_rail() {
-    if (usable_rails() < 2 || !hosts_consecutive()) return false;
+  // Whether a (not small) reduce, all_gather, reduce_scatter or all_to_all crosses per rail: every
+  // host has the same number L >= 2 of ranks, usable as rails (links of their own, or
+  // TPF_NET_ALGO=per_rail), consecutive where the collective needs it (each host's blocks lie
+  // together), and TPF_NET_ALGO does not force the leaders' algorithm (`pipelined`). Where it
+  // could, the choice is remembered for the fingerprint (a second guard behind the shared
+  // settings).
+  bool goes_per_rail(bool needs_consecutive_hosts) {
+    if (usable_rails() < 2 || (needs_consecutive_hosts && !hosts_consecutive())) return false;
     network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
                                                                      : NetworkAlgorithm::per_rail;
     return network_ == NetworkAlgorithm::per_rail;
@@ -1195,7 +1265,7 @@ class HostCollective {
   void all_gather() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
-    if (!small && blocks_per_rail()) return all_gather_per_rail();
+    if (!small && goes_per_rail(/*needs_consecutive_hosts=*/true)) return all_gather_per_rail();
     std::optional<GatherRing> exchange;
     if (!small) {
       std::vector<size_t> counts;
@@ -1294,7 +1364,7 @@ class HostCollective {
   void reduce_scatter() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
-    if (!small && blocks_per_rail()) return reduce_scatter_per_rail();
+    if (!small && goes_per_rail(/*needs_consecutive_hosts=*/true)) return reduce_scatter_per_rail();
     if (!small) {
       compare_fingerprints_across_hosts();
       if (!alone() && hosts_consecutive()) return reduce_scatter_pipelined();
@@ -1471,7 +1541,8 @@ class HostCollective {
     const size_t largest = largest_host();
     const bool small = packs(bytes(block * largest * largest));
     if (!small) {
-      const bool per_rail = blocks_per_rail();  // before the fingerprints, which carry it
+      const bool per_rail = goes_per_rail(
+          /*needs_consecutive_hosts=*/true);  // before the fingerprints, which carry it
       compare_fingerprints_across_hosts();
       if (per_rail) return all_to_all_per_rail();
       if (!alone() && hosts_consecutive()) return all_to_all_pipelined();

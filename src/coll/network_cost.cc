@@ -38,6 +38,11 @@ bool has_network_choice(Collective op) noexcept {
   return op == Collective::all_reduce || op == Collective::broadcast;
 }
 
+bool has_per_rail_form(Collective op) noexcept {
+  return has_network_choice(op) || op == Collective::reduce || op == Collective::all_gather ||
+         op == Collective::reduce_scatter || op == Collective::all_to_all;
+}
+
 size_t all_reduce_min_slice_bytes(const NetworkLinkCost& cost) {
   constexpr double kBusyRounds = 4;
   constexpr size_t kSmallest = size_t{128} << 10;  // the smallest measured (docs/fabric.md)

@@ -59,9 +59,9 @@ struct NetworkLinkCost {
 //   usual GPU server) the flows take L links, and the combining and the network's software cost
 //   are spread over the host's ranks instead of falling on its leader. Chosen where each rank
 //   has network devices of its own (topo::HostMap::rails_have_own_links); through one shared
-//   link it measured 0.77-1.19x the leaders' speed. Large all_gather and reduce_scatter also go
-//   per rail there where the hosts' ranks are consecutive, unless pipelined is forced
-//   (coll/across_hosts.cc).
+//   link it measured 0.77-1.19x the leaders' speed. Large reduce goes per rail there too, and
+//   large all_gather, reduce_scatter and all_to_all where the hosts' ranks are consecutive,
+//   unless pipelined is forced (coll/across_hosts.cc).
 enum class NetworkAlgorithm { one_shot, pipelined, per_rail };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
@@ -70,6 +70,10 @@ std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) n
 // pipelined in chunks after a fingerprint round, or, where every message between leaders carries
 // at most kNetworkPackedBytes, one round with the data in the fingerprint messages.
 bool has_network_choice(Collective op) noexcept;
+// The collectives with a per-rail form (coll/across_hosts.cc), taken where the rails have links
+// of their own or per_rail is forced: all_reduce and broadcast (the cost model's pipelined form),
+// reduce, all_gather, reduce_scatter and all_to_all (above the one-round size).
+bool has_per_rail_form(Collective op) noexcept;
 
 // The smallest slice (one host's part of a segment) of a pipelined all_reduce or reduce: enough
 // bytes to keep the link busy for four rounds (4 x step_us x link), so a segment's fixed cost

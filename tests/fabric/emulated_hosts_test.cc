@@ -125,10 +125,11 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
 
 // Two hosts of two ranks with a link per rail (rank l of each host on link eth<l>, so each rank
 // has a device of its own): per rail, the default there, each rank sends its share of all_reduce,
-// all_gather, reduce_scatter, broadcast and all_to_all through its own link; the leaders' forms
-// (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and nothing through the
+// reduce, all_gather, reduce_scatter, broadcast and all_to_all through its own link; the leaders'
+// forms (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and nothing through the
 // second. Counted with the links' byte counters, results checked. Per rank per rail: all_reduce of
-// 4 MiB, 2 MiB (2 (H-1) / H of its half); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB
+// 4 MiB, 2 MiB (2 (H-1) / H of its half); reduces of 4 MiB to each host's leader, 3 MiB (below);
+// all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB
 // block; broadcasts of 4 MiB from each host's leader, its 2 MiB half once; all_to_all of 1 MiB
 // blocks, the two blocks its host's ranks send to its rail's rank on the other host.
 TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
@@ -180,6 +181,24 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
           }
           TPF_CHILD_CHECK(out[count - 1] == static_cast<float>(((count - 1) % 1000) * 10),
                           "the last element (the tail of the last rail)");
+          // reduce to each host's leader: on two hosts each host combines half of each rail's
+          // part; the root's host sends its partial of the other half (1 MiB a rail), the other
+          // host its partial of the root's half and its combined half (2 MiB a rail).
+          std::vector<float> to_first(count), to_second(count);
+          expect_rail_traffic("reduce", 3LL << 20, [&] {
+            comm.reduce(in.data(), to_first.data(), count, DType::f32, ReduceOp::sum, 0);
+            comm.reduce(in.data(), to_second.data(), count, DType::f32, ReduceOp::sum, 2);
+          });
+          for (size_t i = 0; ctx.rank % 2 == 0 && i < count; i += 997) {
+            const std::vector<float>& got = ctx.rank == 0 ? to_first : to_second;
+            TPF_CHILD_CHECK(got[i] == static_cast<float>((i % 1000) * 10),
+                            "reduce element " + std::to_string(i));
+          }
+          if (ctx.rank % 2 == 0) {
+            const std::vector<float>& got = ctx.rank == 0 ? to_first : to_second;
+            TPF_CHILD_CHECK(got[count - 1] == static_cast<float>(((count - 1) % 1000) * 10),
+                            "reduce's last element (the tail of the last rail)");
+          }
           const size_t block = (size_t{1} << 20) / sizeof(float);
           expect_rail_traffic("all_gather", 1LL << 20,
                               [&] { comm.all_gather(in.data(), out.data(), block, DType::f32); });
