@@ -1121,7 +1121,8 @@ class HostCollective {
     copy_bytes(d_.recv, landed + sizeof call, bytes(d_.count));
   }
 
-  // Whether a (not small) reduce, all_gather, reduce_scatter or all_to_all crosses per rail: every
+  // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter
+  // crosses per rail: every
   // host has the same number L >= 2 of ranks, usable as rails (links of their own, or
   // TPF_NET_ALGO=per_rail), consecutive where the collective needs it (each host's blocks lie
   // together), and TPF_NET_ALGO does not force the leaders' algorithm (`pipelined`). Where it
@@ -1441,12 +1442,96 @@ class HostCollective {
     local(local_desc(OpKind::scatter, block, 0, result, d_.recv));
   }
 
+  // A rank that crosses the network per rail but takes no other step inside its host (gather's
+  // senders, scatter's receivers) meets its host's ranks once, after posting its transfer: its
+  // leader enters only after comparing the fingerprints, so a host that called something else
+  // fails this rank here (a mismatch) instead of leaving its transfer to the deadline.
+  void meet_leader_after_fingerprints() {
+    local(local_desc(OpKind::barrier, 0, 0, nullptr, nullptr));
+  }
+
+  // gather per rail (hosts consecutive, L >= 2 ranks each, rails usable): every rank of another
+  // host sends its block straight from its input to its rail's rank on the root's host; there,
+  // the blocks are gathered to the root in shared memory host by host (this host's first, then
+  // from the next host on, each as its L blocks are in), straight into place. The root's host
+  // receives through its L rails' links; in the representatives' form all of it reaches the root.
+  void gather_per_rail() {
+    compare_fingerprints_across_hosts();
+    const size_t block = d_.count;
+    const int root_host = g_.hosts.host_of(d_.root);
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    if (host_ != root_host) {
+      post_send(flight, rail_peer(root_host), kFirst, d_.send, block);
+      meet_leader_after_fingerprints();
+      flight.wait_all();
+      return;
+    }
+    const bool root = me_ == d_.root;
+    const int local_root = g_.hosts.local_rank(d_.root);
+    // Host h's block of this rail: at its place in the root's output, else in scratch.
+    auto landing = [&](int h) {
+      return root ? at(d_.recv, static_cast<size_t>(rail_peer(h)) * block)
+                  : scratch(from_slot(h), block);
+    };
+    auto gather_host = [&](int h, const void* mine) {
+      local(local_desc(OpKind::gather, block, local_root, mine,
+                       root ? at(d_.recv, host_start(h, block)) : nullptr));
+    };
+    const std::vector<int> others = others_from_next();
+    std::vector<size_t> arrival(hosts());
+    for (int h : others) arrival[h] = post_recv(flight, rail_peer(h), kFirst, landing(h), block);
+    gather_host(host_, d_.send);
+    const size_t chunks = chunks_of(block).number;
+    for (int h : others) {
+      for (size_t c = 0; c < chunks; ++c) flight.wait(arrival[h] + c);
+      gather_host(h, landing(h));
+    }
+    flight.wait_all();
+  }
+
+  // scatter per rail (as gather per rail): on the root's host, host by host from the next one
+  // on, the root scatters that host's blocks in shared memory and each rank sends its block to
+  // its rail's rank there, which receives it straight into its output; the root's own host's
+  // blocks last.
+  void scatter_per_rail() {
+    compare_fingerprints_across_hosts();
+    const size_t block = d_.count;
+    const int root_host = g_.hosts.host_of(d_.root);
+    InFlight flight(g_.network, ctx_);
+    const ProgressInsideHost progress_inside(*this, flight);
+    if (host_ != root_host) {
+      post_recv(flight, rail_peer(root_host), kFirst, d_.recv, block);
+      meet_leader_after_fingerprints();
+      flight.wait_all();
+      return;
+    }
+    const bool root = me_ == d_.root;
+    const int local_root = g_.hosts.local_rank(d_.root);
+    auto scatter_host = [&](int h, void* mine) {
+      local(local_desc(OpKind::scatter, block, local_root,
+                       root ? at(d_.send, host_start(h, block)) : nullptr, mine));
+    };
+    for (int h : others_from_next()) {
+      std::byte* mine = scratch(to_slot(h), block);  // read by its send until that completes
+      scatter_host(h, mine);
+      post_send(flight, rail_peer(h), kFirst, mine, block);
+      flight.progress();
+    }
+    scatter_host(host_, d_.recv);
+    flight.wait_all();
+  }
+
   // Gather inside each host to its representative, which sends its host's blocks to the root.
   // Small, one rank per host: the blocks ride in the fingerprint messages. (Not with several
   // ranks on a host: a rank that only gives its block to its leader would then return before the
-  // leaders compared fingerprints, and miss a mismatch that every rank must see.)
+  // leaders compared fingerprints, and miss a mismatch that every rank must see.) Per rail above
+  // the one-round size where the rails may carry it.
   void gather() {
     const size_t block = d_.count;
+    if (!packs(bytes(block * largest_host())) && goes_per_rail(/*needs_consecutive_hosts=*/true)) {
+      return gather_per_rail();
+    }
     const bool small = largest_host() == 1 && packs(bytes(block));
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
@@ -1491,9 +1576,13 @@ class HostCollective {
 
   // The root sends every other host's leader the blocks of its ranks; each host scatters them
   // from its representative.
-  // Small, from a root that leads its host: the blocks ride in the fingerprint messages.
+  // Small, from a root that leads its host: the blocks ride in the fingerprint messages. Per rail
+  // above the one-round size where the rails may carry it.
   void scatter() {
     const size_t block = d_.count;
+    if (!packs(bytes(block * largest_host())) && goes_per_rail(/*needs_consecutive_hosts=*/true)) {
+      return scatter_per_rail();
+    }
     const bool small = root_leads() && packs(bytes(block * largest_host()));
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);

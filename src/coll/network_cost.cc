@@ -40,7 +40,8 @@ bool has_network_choice(Collective op) noexcept {
 
 bool has_per_rail_form(Collective op) noexcept {
   return has_network_choice(op) || op == Collective::reduce || op == Collective::all_gather ||
-         op == Collective::reduce_scatter || op == Collective::all_to_all;
+         op == Collective::reduce_scatter || op == Collective::all_to_all ||
+         op == Collective::gather || op == Collective::scatter;
 }
 
 size_t all_reduce_min_slice_bytes(const NetworkLinkCost& cost) {

@@ -60,8 +60,8 @@ struct NetworkLinkCost {
 //   are spread over the host's ranks instead of falling on its leader. Chosen where each rank
 //   has network devices of its own (topo::HostMap::rails_have_own_links); through one shared
 //   link it measured 0.77-1.19x the leaders' speed. Large reduce goes per rail there too, and
-//   large all_gather, reduce_scatter and all_to_all where the hosts' ranks are consecutive,
-//   unless pipelined is forced (coll/across_hosts.cc).
+//   large all_gather, reduce_scatter, all_to_all, gather and scatter where the hosts' ranks are
+//   consecutive, unless pipelined is forced (coll/across_hosts.cc).
 enum class NetworkAlgorithm { one_shot, pipelined, per_rail };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
@@ -72,7 +72,7 @@ std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) n
 bool has_network_choice(Collective op) noexcept;
 // The collectives with a per-rail form (coll/across_hosts.cc), taken where the rails have links
 // of their own or per_rail is forced: all_reduce and broadcast (the cost model's pipelined form),
-// reduce, all_gather, reduce_scatter and all_to_all (above the one-round size).
+// reduce, all_gather, reduce_scatter, all_to_all, gather and scatter (above the one-round size).
 bool has_per_rail_form(Collective op) noexcept;
 
 // The smallest slice (one host's part of a segment) of a pipelined all_reduce or reduce: enough

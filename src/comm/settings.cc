@@ -60,8 +60,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_ALGO", "communicator",
      "force one_shot, pipelined (between host leaders) or per_rail all_reduce and broadcast "
      "between hosts (per_rail is the default only where each rank has network devices of its "
-     "own, UCX_NET_DEVICES); pipelined also keeps large reduce, all_gather, reduce_scatter "
-     "and all_to_all off the rails, per_rail puts them on"},
+     "own, UCX_NET_DEVICES); pipelined also keeps large reduce, all_gather, reduce_scatter, "
+     "all_to_all, gather and scatter off the rails, per_rail puts them on"},
     {"UCX_NET_DEVICES", "communicator",
      "UCX's setting: the network devices this rank uses (default all); where each rank of a "
      "host names devices of its own, its rail has links of its own and large collectives cross "

@@ -516,6 +516,34 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
   expect_all_ok(outcomes);
 }
 
+// Per rail, gather's senders and scatter's receivers take no other step inside their host: they
+// meet their leader after its fingerprint comparison, so one host in gather and the other in
+// scatter (to and from rank 0, blocks over the one-round size) fail with a mismatch on every rank,
+// either way round, instead of waiting for their transfers until the deadline.
+TEST_P(AcrossHostsFailures, PerRailGatherAndScatterOnDifferentHostsAreAMismatchOnEveryRank) {
+  for (const bool host_a_gathers : {true, false}) {
+    SCOPED_TRACE(host_a_gathers ? "host a gathers, host b scatters"
+                                : "host a scatters, host b gathers");
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfTwo,
+        [&](Communicator& comm) {
+          const size_t block = 4096;  // 16 KiB
+          std::vector<float> in(block * comm.size(), 1.0f), out(block * comm.size());
+          const bool gathers = (comm.rank() < 2) == host_a_gathers;
+          const Error e = expect_error("gather against scatter", [&] {
+            if (gathers) {
+              comm.gather(in.data(), out.data(), block, DType::f32, 0);
+            } else {
+              comm.scatter(in.data(), out.data(), block, DType::f32, 0);
+            }
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        },
+        GetParam(), force_per_rail);
+    expect_all_ok(outcomes);
+  }
+}
+
 // Small collectives carry their data in the fingerprint messages between leaders (one round), so
 // two hosts in different small collectives exchange messages of different sizes or different
 // fingerprints: every rank must fail with a mismatch, whichever pair it is, in either order

@@ -125,13 +125,14 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
 
 // Two hosts of two ranks with a link per rail (rank l of each host on link eth<l>, so each rank
 // has a device of its own): per rail, the default there, each rank sends its share of all_reduce,
-// reduce, all_gather, reduce_scatter, broadcast and all_to_all through its own link; the leaders'
-// forms (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and nothing through the
-// second. Counted with the links' byte counters, results checked. Per rank per rail: all_reduce of
-// 4 MiB, 2 MiB (2 (H-1) / H of its half); reduces of 4 MiB to each host's leader, 3 MiB (below);
-// all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB
-// block; broadcasts of 4 MiB from each host's leader, its 2 MiB half once; all_to_all of 1 MiB
-// blocks, the two blocks its host's ranks send to its rail's rank on the other host.
+// reduce, all_gather, reduce_scatter, broadcast, gather, scatter and all_to_all through its own
+// link; the leaders' forms (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and
+// nothing through the second. Counted with the links' byte counters, results checked. Per rank per
+// rail: all_reduce of 4 MiB, 2 MiB (2 (H-1) / H of its half); reduces of 4 MiB to each host's
+// leader, 3 MiB (below); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB block;
+// broadcasts of 4 MiB from each host's leader, its 2 MiB half once; gather to rank 0 and scatter
+// from it of 1 MiB blocks, its 1 MiB block (below); all_to_all of 1 MiB blocks, the two blocks
+// its host's ranks send to its rail's rank on the other host.
 TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
@@ -229,6 +230,23 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
           }
           TPF_CHILD_CHECK(second[count - 1] == static_cast<float>(((count - 1) % 1000) * 3),
                           "broadcast's last element (the tail of the last rail)");
+          // gather to rank 0 and scatter from it: per rail, host b's ranks send their 1 MiB
+          // blocks to the root's host and host a's ranks host b's blocks, 1 MiB a rail.
+          std::vector<float> gathered(4 * block);
+          expect_rail_traffic("gather and scatter", 1LL << 20, [&] {
+            comm.gather(in.data(), gathered.data(), block, DType::f32, 0);
+            comm.scatter(in.data(), out.data(), block, DType::f32, 0);
+          });
+          for (size_t i = 0; ctx.rank == 0 && i < 4 * block; i += 997) {
+            const size_t r = i / block, at = i % block;
+            TPF_CHILD_CHECK(gathered[i] == static_cast<float>((at % 1000) * (r + 1)),
+                            "gather element " + std::to_string(i));
+          }
+          for (size_t i = 0; i < block; i += 997) {
+            const size_t at = ctx.rank * block + i;
+            TPF_CHILD_CHECK(out[i] == static_cast<float>(at % 1000),
+                            "scatter element " + std::to_string(i));
+          }
           expect_rail_traffic("all_to_all", 2LL << 20,
                               [&] { comm.all_to_all(in.data(), out.data(), block, DType::f32); });
           for (size_t i = 0; i < 4 * block; i += 997) {  // block r: rank r's block for this rank
