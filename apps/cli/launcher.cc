@@ -224,7 +224,9 @@ int usable_cpu_count() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-bool is_launcher_variable(const char* entry, bool override_timeout) {
+// `override_timeout`, `override_devices`: TPF_TIMEOUT and UCX_NET_DEVICES are the launcher's too
+// where its options set them for every rank (--timeout, --rail-devices).
+bool is_launcher_variable(const char* entry, bool override_timeout, bool override_devices) {
   static const char* const kNames[] = {
       "TPF_RANK",       "TPF_WORLD_SIZE", "TPF_LOCAL_RANK", "TPF_LOCAL_WORLD_SIZE",
       "TPF_STORE_ADDR", "TPF_JOB_SECRET", "TPF_JOB_ID",     "TPF_CPUS"};
@@ -235,7 +237,8 @@ bool is_launcher_variable(const char* entry, bool override_timeout) {
   for (const char* name : kNames) {
     if (matches(name)) return true;
   }
-  return override_timeout && matches("TPF_TIMEOUT");
+  return (override_timeout && matches("TPF_TIMEOUT")) ||
+         (override_devices && matches("UCX_NET_DEVICES"));
 }
 
 // Where --hosts HOST:N,... puts `rank`: ranks are numbered host by host, in the list's order.
@@ -312,12 +315,19 @@ class Job {
   }
 
  private:
+  // --rail-devices: the device of the rail of local rank `local_rank`.
+  void add_rail_device(std::vector<std::string>& env, int local_rank) const {
+    const std::vector<std::string>& devices = options_.rail_devices;
+    if (devices.empty()) return;
+    env.push_back("UCX_NET_DEVICES=" + devices[static_cast<size_t>(local_rank) % devices.size()]);
+  }
   // A rank on this machine: the launcher's environment with the job's variables.
   ChildPlan local_plan(const std::vector<std::string>& common, int rank) const {
     ChildPlan plan;
     plan.env_strings = common;
     plan.env_strings.push_back("TPF_RANK=" + std::to_string(rank));
     plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(rank));
+    add_rail_device(plan.env_strings, rank);
     for (std::string& s : plan.env_strings) plan.envp.push_back(s.data());
     plan.envp.push_back(nullptr);
     for (const std::string& a : options_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
@@ -336,7 +346,7 @@ class Job {
     const bool override_timeout = options_.timeout_s.has_value();
     for (char** e = environ; *e != nullptr; ++e) {
       const bool ours = std::strncmp(*e, "TPF_", 4) == 0 || std::strncmp(*e, "UCX_", 4) == 0;
-      if (ours && !is_launcher_variable(*e, override_timeout) &&
+      if (ours && !is_launcher_variable(*e, override_timeout, !options_.rail_devices.empty()) &&
           std::strncmp(*e, "TPF_FLIGHT_RECORDER_DIR=", 24) != 0) {
         vars.emplace_back(*e);
       }
@@ -363,6 +373,7 @@ class Job {
     plan.env_strings.push_back("TPF_LOCAL_RANK=" + std::to_string(slot.local_rank));
     plan.env_strings.push_back("TPF_LOCAL_WORLD_SIZE=" +
                                std::to_string(options_.hosts[host].ranks));
+    add_rail_device(plan.env_strings, slot.local_rank);
     plan.remote_words = options_.remote_shell;
     plan.remote_words.push_back(options_.hosts[host].host);
     plan.remote_words.push_back("env");
@@ -380,7 +391,8 @@ class Job {
     std::vector<std::string> common;
     bool override_timeout = options_.timeout_s.has_value();
     for (char** e = environ; *e != nullptr; ++e) {
-      if (!is_launcher_variable(*e, override_timeout)) common.emplace_back(*e);
+      if (!is_launcher_variable(*e, override_timeout, !options_.rail_devices.empty()))
+        common.emplace_back(*e);
     }
     common.push_back("TPF_WORLD_SIZE=" + std::to_string(options_.world_size));
     common.push_back("TPF_LOCAL_WORLD_SIZE=" + std::to_string(options_.world_size));

@@ -40,6 +40,11 @@ struct LaunchOptions {
   std::vector<std::string> remote_shell{"ssh"};
   // Where the store listens (with hosts): an address the ranks can reach, which they are given.
   std::string store_bind;
+  // --rail-devices: local rank l (on every host) gets UCX_NET_DEVICES=rail_devices[l % size], in
+  // place of the launcher's own, so that each rank of a host crosses the network through the NIC
+  // of its rail (coll/network_cost.h: per rail where the ranks of a host have devices of their
+  // own). Empty: the ranks keep the launcher's UCX_NET_DEVICES, if any.
+  std::vector<std::string> rail_devices;
 };
 
 // Exit codes of `tpf run` beyond kExitOk / kExitUsage.

@@ -62,6 +62,7 @@ struct RunFlags {
   std::optional<std::string> bind;
   std::optional<std::string> timeout;
   std::optional<std::string> job_timeout;
+  std::optional<std::string> rail_devices;
   bool tag_output = false;
   std::vector<std::string> command;
 };
@@ -133,6 +134,24 @@ std::vector<LaunchOptions::HostSlots> parse_hosts(const std::string& text) {
   return hosts;
 }
 
+// "mlx5_0:1,mlx5_1:1" -> one UCX device per rail.
+std::vector<std::string> parse_rail_devices(const std::string& text) {
+  std::vector<std::string> devices;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    std::string device = text.substr(begin, end - begin);
+    if (device.empty() || device.find_first_of(" \t\n=") != std::string::npos) {
+      throw UsageError("--rail-devices: '" + device + "' in '" + text +
+                       "' is not a device name (DEVICE,DEVICE,...: one UCX device per local rank, "
+                       "e.g. mlx5_0:1,mlx5_1:1)");
+    }
+    devices.push_back(std::move(device));
+    begin = end + 1;
+  }
+  return devices;
+}
+
 // "ssh -p 2222" -> {"ssh", "-p", "2222"}.
 std::vector<std::string> split_words(const std::string& text) {
   std::vector<std::string> words;
@@ -189,6 +208,7 @@ LaunchOptions launch_options(const RunFlags& flags) {
   if (flags.bind) options.bind = parse_bind(*flags.bind);
   if (flags.timeout) options.timeout_s = parse_timeout(*flags.timeout);
   if (flags.job_timeout) options.job_timeout = parse_job_timeout(*flags.job_timeout);
+  if (flags.rail_devices) options.rail_devices = parse_rail_devices(*flags.rail_devices);
   if (options.world_size == 0) throw UsageError("missing -n N (the number of ranks) or --hosts");
   if (flags.command.empty()) {
     throw UsageError("missing the program to run (tpf run -n N -- PROGRAM ARGS...)");
@@ -238,6 +258,12 @@ void add_run_command(CLI::App& tpf) {
                  "stop the job after S seconds: print where every rank is (from their\n"
                  "flight recorders), then stop the ranks; exit status 124")
       ->type_name("S");
+  run.add_option("--rail-devices", flags->rail_devices,
+                 "local rank l on every host crosses the network through device l mod\n"
+                 "the count (UCX_NET_DEVICES, in place of the launcher's), e.g.\n"
+                 "mlx5_0:1,mlx5_1:1: with a device per local rank the large\n"
+                 "collectives go per rail, each rank over its own NIC")
+      ->type_name("LIST");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");
   run.add_option("program", flags->command,

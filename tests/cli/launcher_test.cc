@@ -100,6 +100,42 @@ TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
   }
 }
 
+// --rail-devices gives local rank l device l mod the count, in place of the launcher's own
+// UCX_NET_DEVICES (one entry in the environment), on this machine and through the remote shell
+// (local ranks counted per host).
+TEST(Launcher, RailDevicesGiveEachLocalRankTheDeviceOfItsRail) {
+  FakeRemoteShell rsh;
+  ASSERT_TRUE(rsh.ok());
+  const std::string print =
+      "echo rank=$TPF_RANK devices=$UCX_NET_DEVICES "
+      "entries=$(env | grep -c '^UCX_NET_DEVICES=')";
+  const std::vector<std::vector<std::string>> runs = {
+      {"run", "-n", "3", "--rail-devices", "mlx5_0:1,mlx5_1:1", "--", "sh", "-c", print},
+      {"run", "--hosts", "alpha:2,beta:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1",
+       "--rail-devices", "mlx5_0:1,mlx5_1:1", "--", "sh", "-c", print}};
+  const std::string want[2][3] = {
+      {"devices=mlx5_0:1", "devices=mlx5_1:1", "devices=mlx5_0:1"},   // local ranks 0, 1, 2
+      {"devices=mlx5_0:1", "devices=mlx5_1:1", "devices=mlx5_0:1"}};  // alpha 0, 1; beta 0
+  for (size_t run = 0; run < runs.size(); ++run) {
+    Outcome r = run_tpf(runs[run], {"UCX_NET_DEVICES=launchers-own"});
+    ASSERT_FALSE(r.timed_out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::map<int, std::string> lines;
+    for (const std::string& line : lines_of(r.out)) lines[std::stoi(line.substr(5))] = line;
+    ASSERT_EQ(lines.size(), 3u) << r.out;
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_TRUE(contains(lines[rank], want[run][rank] + " entries=1")) << lines[rank];
+    }
+  }
+  // Without the option every rank keeps the launcher's.
+  Outcome plain =
+      run_tpf({"run", "-n", "2", "--", "sh", "-c", print}, {"UCX_NET_DEVICES=launchers-own"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  for (const std::string& line : lines_of(plain.out)) {
+    EXPECT_TRUE(contains(line, "devices=launchers-own entries=1")) << line;
+  }
+}
+
 // A host the remote shell cannot reach fails its rank with the shell's status; the others are
 // stopped after the grace, as for any failed rank.
 TEST(Launcher, AnUnreachableHostFailsItsRanks) {
@@ -306,6 +342,8 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
       {{"run", "-n", "2", "--rsh", "ssh", "true"}, "--rsh only applies with --hosts"},
       {{"run", "-n", "2", "--store-bind", "0.0.0.0", "true"}, "--store-bind only applies"},
       {{"run", "--hosts", "a:1", "--rsh", " ", "true"}, "--rsh names no command"},
+      {{"run", "-n", "2", "--rail-devices", "eth0,,eth1", "true"},
+       "'' in 'eth0,,eth1' is not a device name"},
       {{"frobnicate"}, "unknown command 'frobnicate'"},
       {{"frobnicate", "--help"}, "unknown command 'frobnicate'"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},

@@ -348,6 +348,48 @@ TEST(EmulatedHosts, TpfRunStartsRanksOnEveryHostThroughTheRemoteShell) {
   EXPECT_EQ(std::set<std::string>(keys.begin(), keys.end()).size(), 2u) << keys[0] << keys[2];
 }
 
+// `tpf run --rail-devices eth0,eth1` gives local rank l of every host the link of rail l, so on two
+// emulated hosts with a link per rail the launcher's ranks take the per-rail forms by default:
+// each host's second link carries its share of a 4 MiB all_reduce (2 MiB a call per rank; six
+// calls and more in the bench), counted on the link. Without the option (every rank on eth0) the
+// second links stay idle.
+TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
+  EmulatedCluster cluster(2, /*nics=*/2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  const std::string& n = cluster.name();
+  auto second_links_sent = [&] {
+    std::vector<long long> sent;
+    for (int host = 0; host < 2; ++host) {
+      const auto [text, status] = shell("ip netns exec " + n + "-h" + std::to_string(host) +
+                                        " cat /sys/class/net/eth1/statistics/tx_bytes");
+      sent.push_back(status == 0 ? std::atoll(text.c_str()) : -1);
+    }
+    return sent;
+  };
+  for (const bool rails : {true, false}) {
+    SCOPED_TRACE(rails ? "--rail-devices eth0,eth1" : "UCX_NET_DEVICES=eth0");
+    const std::string run = "UCX_NET_DEVICES=eth0 timeout 120 ip netns exec " + n + "-h0 " +
+                            TPF_BINARY + " run --hosts " + n + "-h0:2," + n +
+                            "-h1:2 --rsh 'ip netns exec' --store-bind 127.100.0.1 " +
+                            (rails ? "--rail-devices eth0,eth1 " : "") + "-- " + TPF_BINARY +
+                            " bench all_reduce -b 4M -e 4M -n 2 -w 1";
+    const std::vector<long long> before = second_links_sent();
+    const auto [bench, status] = shell(run);
+    const std::vector<long long> after = second_links_sent();
+    EXPECT_EQ(status, 0) << bench;
+    EXPECT_NE(bench.find("Out of bounds values : 0 OK"), std::string::npos) << bench;
+    for (int host = 0; host < 2; ++host) {
+      ASSERT_GE(before[host], 0) << "no eth1 on host " << host;
+      const long long sent = after[host] - before[host];
+      if (rails) {
+        EXPECT_GE(sent, 4LL << 20) << "host " << host << "'s eth1";
+      } else {
+        EXPECT_LT(sent, 1LL << 20) << "host " << host << "'s eth1";
+      }
+    }
+  }
+}
+
 // A host that drops off the network gives UCX over TCP nothing to report for minutes: each side's
 // heartbeat names a rank of the other, every rank fails with that cause well before its
 // ten-minute deadline (TPF_HOST_LOST_S = 3 here), and nothing is left behind.
