@@ -1122,17 +1122,21 @@ class HostCollective {
   }
 
   // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter
-  // crosses per rail: every
-  // host has the same number L >= 2 of ranks, usable as rails (links of their own, or
-  // TPF_NET_ALGO=per_rail), consecutive where the collective needs it (each host's blocks lie
-  // together), and TPF_NET_ALGO does not force the leaders' algorithm (`pipelined`). Where it
-  // could, the choice is remembered for the fingerprint (a second guard behind the shared
-  // settings).
+  // crosses per rail: every host has the same number L >= 2 of ranks, usable as rails (links of
+  // their own, or TPF_NET_ALGO=per_rail), consecutive where the collective needs it (each host's
+  // blocks lie together), and TPF_NET_ALGO does not force the leaders' algorithm (`pipelined`).
+  // Where it could, the choice is remembered for the fingerprint (a second guard behind the
+  // shared settings).
   bool goes_per_rail(bool needs_consecutive_hosts) {
     if (usable_rails() < 2 || (needs_consecutive_hosts && !hosts_consecutive())) return false;
     network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
                                                                      : NetworkAlgorithm::per_rail;
     return network_ == NetworkAlgorithm::per_rail;
+  }
+  // all_gather's, reduce_scatter's, gather's and scatter's choice: per rail where a host's blocks
+  // are more than one round carries (packs) and the rails may carry them.
+  bool blocks_go_per_rail(size_t block) {
+    return !packs(bytes(block * largest_host())) && goes_per_rail(/*needs_consecutive_hosts=*/true);
   }
   // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
   size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
@@ -1266,7 +1270,7 @@ class HostCollective {
   void all_gather() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
-    if (!small && goes_per_rail(/*needs_consecutive_hosts=*/true)) return all_gather_per_rail();
+    if (blocks_go_per_rail(block)) return all_gather_per_rail();
     std::optional<GatherRing> exchange;
     if (!small) {
       std::vector<size_t> counts;
@@ -1365,7 +1369,7 @@ class HostCollective {
   void reduce_scatter() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
-    if (!small && goes_per_rail(/*needs_consecutive_hosts=*/true)) return reduce_scatter_per_rail();
+    if (blocks_go_per_rail(block)) return reduce_scatter_per_rail();
     if (!small) {
       compare_fingerprints_across_hosts();
       if (!alone() && hosts_consecutive()) return reduce_scatter_pipelined();
@@ -1529,9 +1533,7 @@ class HostCollective {
   // the one-round size where the rails may carry it.
   void gather() {
     const size_t block = d_.count;
-    if (!packs(bytes(block * largest_host())) && goes_per_rail(/*needs_consecutive_hosts=*/true)) {
-      return gather_per_rail();
-    }
+    if (blocks_go_per_rail(block)) return gather_per_rail();
     const bool small = largest_host() == 1 && packs(bytes(block));
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
@@ -1580,9 +1582,7 @@ class HostCollective {
   // above the one-round size where the rails may carry it.
   void scatter() {
     const size_t block = d_.count;
-    if (!packs(bytes(block * largest_host())) && goes_per_rail(/*needs_consecutive_hosts=*/true)) {
-      return scatter_per_rail();
-    }
+    if (blocks_go_per_rail(block)) return scatter_per_rail();
     const bool small = root_leads() && packs(bytes(block * largest_host()));
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
@@ -1630,8 +1630,8 @@ class HostCollective {
     const size_t largest = largest_host();
     const bool small = packs(bytes(block * largest * largest));
     if (!small) {
-      const bool per_rail = goes_per_rail(
-          /*needs_consecutive_hosts=*/true);  // before the fingerprints, which carry it
+      // Before the fingerprints, which carry the choice.
+      const bool per_rail = goes_per_rail(/*needs_consecutive_hosts=*/true);
       compare_fingerprints_across_hosts();
       if (per_rail) return all_to_all_per_rail();
       if (!alone() && hosts_consecutive()) return all_to_all_pipelined();
