@@ -1446,12 +1446,21 @@ class HostCollective {
     local(local_desc(OpKind::scatter, block, 0, result, d_.recv));
   }
 
-  // A rank that crosses the network per rail but takes no other step inside its host (gather's
-  // senders, scatter's receivers) meets its host's ranks once, after posting its transfer: its
-  // leader enters only after comparing the fingerprints, so a host that called something else
-  // fails this rank here (a mismatch) instead of leaving its transfer to the deadline.
-  void meet_leader_after_fingerprints() {
+  // gather and scatter per rail on a host other than the root's: this rank's one transfer, its
+  // block out of its input (`sends`) or into its output, with its rail's rank on the root's host.
+  // It takes no other step inside its host, so it meets its host's ranks once, after posting the
+  // transfer: its leader enters only after comparing the fingerprints, so a host that called
+  // something else fails this rank here (a mismatch) instead of leaving its transfer to the
+  // deadline.
+  void block_with_roots_host_per_rail(InFlight& flight, bool sends) {
+    const int peer = rail_peer(g_.hosts.host_of(d_.root));
+    if (sends) {
+      post_send(flight, peer, kFirst, d_.send, d_.count);
+    } else {
+      post_recv(flight, peer, kFirst, d_.recv, d_.count);
+    }
     local(local_desc(OpKind::barrier, 0, 0, nullptr, nullptr));
+    flight.wait_all();
   }
 
   // gather per rail (hosts consecutive, L >= 2 ranks each, rails usable): every rank of another
@@ -1465,12 +1474,7 @@ class HostCollective {
     const int root_host = g_.hosts.host_of(d_.root);
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
-    if (host_ != root_host) {
-      post_send(flight, rail_peer(root_host), kFirst, d_.send, block);
-      meet_leader_after_fingerprints();
-      flight.wait_all();
-      return;
-    }
+    if (host_ != root_host) return block_with_roots_host_per_rail(flight, /*sends=*/true);
     const bool root = me_ == d_.root;
     const int local_root = g_.hosts.local_rank(d_.root);
     // Host h's block of this rail: at its place in the root's output, else in scratch.
@@ -1504,12 +1508,7 @@ class HostCollective {
     const int root_host = g_.hosts.host_of(d_.root);
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
-    if (host_ != root_host) {
-      post_recv(flight, rail_peer(root_host), kFirst, d_.recv, block);
-      meet_leader_after_fingerprints();
-      flight.wait_all();
-      return;
-    }
+    if (host_ != root_host) return block_with_roots_host_per_rail(flight, /*sends=*/false);
     const bool root = me_ == d_.root;
     const int local_root = g_.hosts.local_rank(d_.root);
     auto scatter_host = [&](int h, void* mine) {
