@@ -57,9 +57,17 @@ static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 // Messages between leaders that carry the fingerprint alone (post_messages' sizes and fill).
 constexpr auto kNoPayload = [](int) { return size_t{0}; };
 constexpr auto kNoFill = [](int, std::byte*, size_t) {};
+constexpr auto kNoPayloadFill = [](std::byte*, size_t) {};  // gather_packed's
 
 // Scratch slots (HostScratch): fixed ones, then two per host.
-enum Slot : size_t { kHostData = 0, kOwnPart = 1, kCombined = 2, kCombineTemp = 3, kPerHost = 4 };
+enum Slot : size_t {
+  kHostData = 0,
+  kOwnPart = 1,
+  kCombined = 2,
+  kCombineTemp = 3,
+  kGathered = 4,
+  kPerHost = 5
+};
 size_t from_slot(int host) { return kPerHost + 2 * static_cast<size_t>(host); }
 size_t to_slot(int host) { return kPerHost + 2 * static_cast<size_t>(host) + 1; }
 
@@ -417,7 +425,7 @@ class HostCollective {
   void compare_fingerprints_across_hosts() {
     if (!is_leader()) return;
     Fingerprints fingerprints;
-    exchange_packed(fingerprints, kNoPayload, kNoFill, kNoPayload);
+    gather_packed(fingerprints, 0, kNoPayloadFill, kNoPayload);
   }
   // What a leader's fingerprint message starts with: its call, and the digest of the small
   // broadcasts it took part in since its previous fingerprint message (UncomparedCalls).
@@ -450,12 +458,7 @@ class HostCollective {
   template <class OutBytes, class Fill, class InBytes>
   void post_messages(InFlight& flight, Fingerprints& f, OutBytes&& out_bytes, Fill&& fill,
                      InBytes&& in_bytes) {
-    f.mine.call = call_fingerprint();
-    f.mine.earlier = g_.uncompared.take();
-    f.theirs.assign(hosts(), {});
-    f.received.assign(hosts(), 0);
-    f.landed.assign(hosts(), nullptr);
-    f.carried.assign(hosts(), nullptr);
+    stamp(f);
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       const size_t in_payload = in_bytes(h);
@@ -476,23 +479,36 @@ class HostCollective {
       flight.send(leader(h), tag(kFingerprint), message, sizeof f.mine + out_payload);
     }
   }
+  // This leader's stamp in `f`, and room for the others'.
+  void stamp(Fingerprints& f) {
+    f.mine.call = call_fingerprint();
+    f.mine.earlier = g_.uncompared.take();
+    f.theirs.assign(hosts(), {});
+    f.received.assign(hosts(), 0);
+    f.landed.assign(hosts(), nullptr);
+    f.carried.assign(hosts(), nullptr);
+  }
   // Waits for every other leader's fingerprint (not for the sends) and throws on a difference.
   void check_fingerprints(InFlight& flight, Fingerprints& f) {
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       flight.wait(f.received[h]);
       if (f.landed[h] != nullptr) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
-      if (f.theirs[h] == f.mine) continue;
-      if (f.theirs[h].call != f.mine.call) throw call_mismatch(f.mine.call, h, f.theirs[h].call);
-      throw Error(ErrorCode::mismatch,
-                  ctx_.op_label() + ": ranks called different collectives before this one: rank " +
-                      std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') and rank " +
-                      std::to_string(leader(h)) + " (host '" + g_.hosts.key(h) +
-                      "') differ on a small broadcast whose root did not wait for the other "
-                      "hosts, among the last " +
-                      std::to_string(kAcknowledgedBroadcastEvery - 1) +
-                      " operations (its root, count or type)");
+      check_stamp(f, h);
     }
+  }
+  // Throws where host h's stamp differs from this leader's.
+  void check_stamp(const Fingerprints& f, int h) const {
+    if (f.theirs[h] == f.mine) return;
+    if (f.theirs[h].call != f.mine.call) throw call_mismatch(f.mine.call, h, f.theirs[h].call);
+    throw Error(ErrorCode::mismatch,
+                ctx_.op_label() + ": ranks called different collectives before this one: rank " +
+                    std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') and rank " +
+                    std::to_string(leader(h)) + " (host '" + g_.hosts.key(h) +
+                    "') differ on a small broadcast whose root did not wait for the other "
+                    "hosts, among the last " +
+                    std::to_string(kAcknowledgedBroadcastEvery - 1) +
+                    " operations (its root, count or type)");
   }
   // This call's fingerprint, with the choices made for it that leaders must agree on.
   transport::Fingerprint call_fingerprint() const {
@@ -532,6 +548,68 @@ class HostCollective {
   }
   static auto copy_of(const void* data) {
     return [data](int, std::byte* to, size_t bytes) { copy_bytes(to, data, bytes); };
+  }
+  // The same for gather_packed, which fills its one message.
+  static auto copy_to(const void* data) {
+    return [data](std::byte* to, size_t bytes) { copy_bytes(to, data, bytes); };
+  }
+  // What every leader needs from every other one: its stamp and a payload it sends alike to all
+  // (`my_bytes` that fill_mine(where, bytes) writes; host h's is in_bytes(h) bytes). Directly
+  // (exchange_packed: one round, a message to and from every other leader) or, where the cost
+  // model finds the messages dearer than the rounds (leaders_gather_in_rounds), in ceil(log2 H)
+  // rounds (gather_in_rounds). Returns as exchange_packed does. Leaders only.
+  template <class FillMine, class InBytes>
+  void gather_packed(Fingerprints& f, size_t my_bytes, FillMine&& fill_mine, InBytes&& in_bytes) {
+    if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
+      return gather_in_rounds(f, my_bytes, fill_mine, in_bytes);
+    }
+    exchange_packed(
+        f, same_for_all(my_bytes), [&](int, std::byte* to, size_t n) { fill_mine(to, n); },
+        in_bytes);
+  }
+  // Bruck et al.'s all-gather between the leaders (IEEE TPDS 8(11), 1997): position i of one
+  // buffer holds the message (stamp, then payload) of host (this host + i) mod H, position 0 this
+  // leader's own; in round k each leader sends its first min(2^k, H - 2^k) messages, in one
+  // message, to the leader 2^k hosts before it and receives as many from the one 2^k after it,
+  // into position 2^k. Every leader gets every other leader's stamp, as in the direct exchange,
+  // and compares them all. Round 0's messages are the direct exchange's between neighbours (same
+  // tag and size), so leaders that chose differently (their calls differ: sizes or host counts)
+  // see a wrong size or stamp instead of waiting for each other.
+  template <class FillMine, class InBytes>
+  void gather_in_rounds(Fingerprints& f, size_t my_bytes, FillMine&& fill_mine,
+                        InBytes&& in_bytes) {
+    stamp(f);
+    const int hcount = hosts();
+    auto host_at = [&](int position) { return (host_ + position) % hcount; };
+    std::vector<size_t> offset(static_cast<size_t>(hcount) + 1, 0);  // of each position
+    for (int i = 0; i < hcount; ++i)
+      offset[i + 1] = offset[i] + sizeof f.mine + (i == 0 ? my_bytes : in_bytes(host_at(i)));
+    std::byte* gathered = g_.scratch.get(kGathered, offset[hcount]);
+    std::memcpy(gathered, &f.mine, sizeof f.mine);
+    fill_mine(gathered + sizeof f.mine, my_bytes);
+    InFlight flight(g_.network, ctx_);  // ends before `f`, which points into `gathered`
+    // Round k carries positions [reach, reach + min(reach, H - reach)), reach = 2^k.
+    auto carried_end = [&](int reach) { return reach + std::min(reach, hcount - reach); };
+    std::vector<size_t> arrivals;
+    for (int reach = 1, k = 0; reach < hcount; reach *= 2, ++k) {
+      arrivals.push_back(flight.recv(leader(host_at(reach)), tag(kFingerprint, k),
+                                     gathered + offset[reach],
+                                     offset[carried_end(reach)] - offset[reach]));
+    }
+    for (int reach = 1, k = 0; reach < hcount; reach *= 2, ++k) {
+      for (int j = 0; j < k; ++j) flight.wait(arrivals[j]);  // positions [1, reach) are here
+      const int to = leader((host_ - reach + hcount) % hcount);
+      flight.send(to, tag(kFingerprint, k), gathered, offset[carried_end(reach) - reach]);
+    }
+    for (size_t arrival : arrivals) flight.wait(arrival);
+    for (int i = 1; i < hcount; ++i) {
+      const int h = host_at(i);
+      f.landed[h] = gathered + offset[i];
+      f.carried[h] = f.landed[h] + sizeof f.mine;
+      std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
+      check_stamp(f, h);
+    }
+    flight.wait_all();  // the sends, as exchange_packed
   }
   // A fill for exchange_packed: host h's ranks' blocks of `full` (one block per communicator
   // rank), in local order.
@@ -809,8 +887,7 @@ class HostCollective {
     }
     if (is_leader() && packs(bytes(n))) {
       Fingerprints fingerprints;
-      exchange_packed(fingerprints, same_for_all(bytes(n)), copy_of(partial),
-                      same_for_all(bytes(n)));
+      gather_packed(fingerprints, bytes(n), copy_to(partial), same_for_all(bytes(n)));
       std::vector<const void*> parts = fingerprints.carried;
       parts[host_] = partial;
       combine_hosts(d_.recv, parts, n);
@@ -1287,9 +1364,8 @@ class HostCollective {
     if (small) {
       if (is_leader()) {
         Fingerprints fingerprints;
-        exchange_packed(fingerprints, same_for_all(bytes(mine.size() * block)),
-                        copy_of(host_blocks),
-                        [&](int h) { return bytes(ranks_on(h).size() * block); });
+        gather_packed(fingerprints, bytes(mine.size() * block), copy_to(host_blocks),
+                      [&](int h) { return bytes(ranks_on(h).size() * block); });
         place_blocks(d_.recv, host_blocks, mine, block);
         for (int h = 0; h < hosts(); ++h)
           if (h != host_) place_blocks(d_.recv, fingerprints.carried[h], ranks_on(h), block);

@@ -69,6 +69,19 @@ size_t network_chunk_count(size_t count, size_t elem_bytes) {
   return chunks_of_size(count, network_chunk_elems(count, elem_bytes));
 }
 
+int gather_rounds(int hosts) {
+  int rounds = 0;
+  for (int reach = 1; reach < hosts; reach *= 2) ++rounds;
+  return rounds;
+}
+
+bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
+  const int rounds = gather_rounds(hosts);
+  const double direct_us = cost.step_us + 2.0 * (hosts - 1) * cost.message_us;
+  const double in_rounds_us = rounds * cost.step_us + 2.0 * rounds * cost.message_us;
+  return in_rounds_us < direct_us;
+}
+
 bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost) {
   if (hosts <= 2) return true;
   const double transfer_us = (hosts - 1) * static_cast<double>(host_bytes) / (cost.link_gbps * 1e3);

@@ -26,16 +26,22 @@ inline constexpr size_t kNetworkMaxChunks = size_t{1} << 12;
 // about this size eagerly over TCP.
 inline constexpr size_t kNetworkPackedBytes = size_t{8} << 10;
 
-// Costs of the network between host leaders. TPF_NET_CALL_US, TPF_NET_STEP_US, TPF_NET_GBPS and
-// TPF_NET_REDUCE_GBPS override them (comm/settings.cc). call_us and step_us are the fit of `tpf
-// plan calibrate-network` on the runs in docs/results/calibration-network (2 emulated hosts x 1
-// rank, UCX over TCP, links capped at 1 Gb/s: 3.7 and 10.7 us; docs/fabric.md), rounded. The
-// runtime cannot know a link's rate, so link_gbps assumes a 100 Gb/s NIC unless told (the
-// emulated-hosts script sets it from its cap). Combining is hidden behind a 1 Gb/s link (the fit
-// finds it no bottleneck), so reduce_gbps is one core streaming H inputs from memory.
+// Costs of the network between host leaders. TPF_NET_CALL_US, TPF_NET_STEP_US, TPF_NET_MESSAGE_US,
+// TPF_NET_GBPS and TPF_NET_REDUCE_GBPS override them (comm/settings.cc). call_us and step_us are
+// the fit of `tpf plan calibrate-network` on the runs in docs/results/calibration-network (2
+// emulated hosts x 1 rank, UCX over TCP, links capped at 1 Gb/s: 3.7 and 10.7 us; docs/fabric.md),
+// rounded. The runtime cannot know a link's rate, so link_gbps assumes a 100 Gb/s NIC unless told
+// (the emulated-hosts script sets it from its cap). Combining is hidden behind a 1 Gb/s link (the
+// fit finds it no bottleneck), so reduce_gbps is one core streaming H inputs from memory.
 struct NetworkLinkCost {
-  double call_us = 4.0;       // a collective's fixed cost across hosts, whatever its algorithm
-  double step_us = 11.0;      // one round between leaders: a message's latency and software cost
+  double call_us = 4.0;   // a collective's fixed cost across hosts, whatever its algorithm
+  double step_us = 11.0;  // one round between leaders: a message's latency and software cost
+  // Each further message a leader sends or receives in a round: the software cost it adds on
+  // the leader's core (LogP's overhead). Measured with ucx_perftest between two emulated hosts
+  // (UCX over TCP, 8-byte tagged messages streamed: 7.1-7.2 us a message; docs/fabric.md), not
+  // fitted by calibrate-network (its runs have two hosts, every round one message each way).
+  // An RDMA NIC's is a tenth of it or less: set it there (leaders_gather_in_rounds).
+  double message_us = 7.0;
   double link_gbps = 12.5;    // each host's link, per direction
   double reduce_gbps = 10.0;  // combining hosts' partial results that landed in memory
   LinkClass link_class() const;
@@ -115,6 +121,19 @@ size_t chunks_of_size(size_t count, size_t per_chunk);
 // settings (comm/settings_agreement.h); the choice is in the leaders' fingerprints too.
 inline constexpr double kRingRoundsShare = 0.05;
 bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost);
+
+// How the leaders exchange what each needs from every other one (the fingerprints before a
+// collective; small all_reduce's partial results and all_gather's blocks, which ride in the
+// fingerprint messages): directly, one round in which each leader sends a message to every other
+// leader and receives one from each (2 (H-1) messages), or in ceil(log2 H) rounds of one message
+// each way (Bruck et al.'s all-gather: each leader forwards what it has gathered so far; 2
+// ceil(log2 H) messages). The bytes through each link are the same either way. Returns whether
+// the rounds cost less: (ceil(log2 H) - 1) more steps against 2 (H - 1 - ceil(log2 H)) fewer
+// messages. Every rank decides from the same host count and settings (shared:
+// comm/settings_agreement.h).
+bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost);
+// The rounds of that exchange in rounds: ceil(log2 hosts).
+int gather_rounds(int hosts);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. Throw

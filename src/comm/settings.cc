@@ -68,6 +68,10 @@ constexpr SettingInfo kCatalog[] = {
      "per rail"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
+    {"TPF_NET_MESSAGE_US", "communicator",
+     "cost model: each further message a host leader sends or receives in a round, us (0 or "
+     "more); decides whether the leaders exchange fingerprints and small data in one round or in "
+     "log2(hosts) rounds"},
     {"TPF_NET_GBPS", "communicator",
      "cost model: each host's network link, GB/s per direction (default 12.5: 100 Gb/s); also "
      "sizes all_reduce's slices between hosts"},
@@ -126,16 +130,20 @@ std::string number_text(double value) {
               std::string(name) + "='" + text + "' is not " + expected);
 }
 
-std::optional<double> env_positive_number(const char* name) {
+// A number up to 1e12, above zero or (zero_allowed) zero or above.
+std::optional<double> env_number(const char* name, bool zero_allowed) {
   auto text = base::env_string(name);
   if (!text) return std::nullopt;
   char* end = nullptr;
   const double value = std::strtod(text->c_str(), &end);
-  if (end == text->c_str() || *end != '\0' || !(value > 0) || value > 1e12) {
-    malformed(name, *text, "a positive number");
+  const bool in_range = zero_allowed ? value >= 0 : value > 0;
+  if (end == text->c_str() || *end != '\0' || !in_range || value > 1e12) {
+    malformed(name, *text, zero_allowed ? "a number, 0 or more" : "a positive number");
   }
   return value;
 }
+std::optional<double> env_positive_number(const char* name) { return env_number(name, false); }
+std::optional<double> env_nonnegative_number(const char* name) { return env_number(name, true); }
 
 std::optional<int> env_count(const char* name, int max) {
   auto text = base::env_string(name);
@@ -232,6 +240,8 @@ coll::NetworkLinkCost network_cost(Reader& read) {
                            defaults.call_us, number_text);
   cost.step_us = read.take("TPF_NET_STEP_US", env_positive_number("TPF_NET_STEP_US"),
                            defaults.step_us, number_text);
+  cost.message_us = read.take("TPF_NET_MESSAGE_US", env_nonnegative_number("TPF_NET_MESSAGE_US"),
+                              defaults.message_us, number_text);
   cost.link_gbps = read.take("TPF_NET_GBPS", env_positive_number("TPF_NET_GBPS"),
                              defaults.link_gbps, number_text);
   cost.reduce_gbps = read.take("TPF_NET_REDUCE_GBPS", env_positive_number("TPF_NET_REDUCE_GBPS"),
@@ -359,6 +369,7 @@ std::vector<SharedSetting> shared_settings(const CommSettings& settings) {
       {"TPF_NET_ALGO", SharedAmong::communicator},
       {"TPF_NET_CALL_US", SharedAmong::communicator},
       {"TPF_NET_STEP_US", SharedAmong::communicator},
+      {"TPF_NET_MESSAGE_US", SharedAmong::communicator},
       {"TPF_NET_GBPS", SharedAmong::communicator},
       {"TPF_NET_REDUCE_GBPS", SharedAmong::communicator},
   };

@@ -37,8 +37,8 @@ TEST(SettingsCli, PrintsEachValueWithItsSource) {
 TEST(SettingsCli, MarksTheSettingsRanksMustShare) {
   const Outcome r = run_tpf({"settings"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CALL_US", "TPF_NET_STEP_US", "TPF_NET_GBPS",
-                           "TPF_NET_REDUCE_GBPS"}) {
+  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CALL_US", "TPF_NET_STEP_US",
+                           "TPF_NET_MESSAGE_US", "TPF_NET_GBPS", "TPF_NET_REDUCE_GBPS"}) {
     EXPECT_TRUE(contains(line_of(r.out, name), "[alike on every rank]")) << r.out;
   }
   for (const char* name : {"TPF_ALLREDUCE_ALGO", "TPF_EAGER_MAX_BYTES", "TPF_SHM_STEP_US",

@@ -498,6 +498,63 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
       transport::NetProtocol::put, force_per_rail));
 }
 
+// The leaders exchange their fingerprints, and the small collectives' data that rides in them
+// (all_reduce's partial results, all_gather's blocks), directly or in ceil(log2 H) rounds
+// (coll::leaders_gather_in_rounds), each forced here through the cost of a message: rounds on
+// five hosts, uneven and interleaved (rounds of 1, 2 and 1 messages' worth) and on three of one
+// (1 and 1); directly on four hosts of one (the defaults take rounds there). Every collective, at
+// every size class, against the reference (the bits do not depend on the exchange: each leader
+// combines every host's partial result in host order either way).
+TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheReference) {
+  const HostKeys five_hosts = {"host-a", "host-b", "host-c", "host-a", "host-d", "host-e"};
+  const HostKeys three_of_one = {"host-a", "host-b", "host-c"};
+  const std::pair<HostKeys, const char*> runs[] = {
+      {five_hosts, "1000"}, {three_of_one, "1000"}, {kFourHostsOfOne, "0"}};
+  for (const auto& [keys, message_us] : runs) {
+    const topo::HostMap hosts(keys);
+    SCOPED_TRACE(hosts.describe() + std::string(", TPF_NET_MESSAGE_US=") + message_us);
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
+          data_movement(comm);
+        },
+        transport::NetProtocol::tag,
+        [message_us](int) { ::setenv("TPF_NET_MESSAGE_US", message_us, 1); }));
+  }
+}
+
+// Leaders that exchange in rounds compare every other leader's fingerprint (forwarded), so on five
+// hosts a host in another collective, or in the same one with another count (messages of other
+// sizes), fails every rank with a mismatch, whichever host it is: the neighbours it sends to and
+// receives from, and the hosts it reaches only through them.
+TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) {
+  const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
+  for (const int odd_rank : {0, 2, 4}) {
+    for (const bool other_count : {false, true}) {
+      SCOPED_TRACE("rank " + std::to_string(odd_rank) +
+                   (other_count ? " all_reduce of another count" : " all_gather"));
+      auto outcomes = run_on_hosts(
+          five_of_one,
+          [&](Communicator& comm) {
+            std::vector<int32_t> in(64, comm.rank()), out(64 * 5, 0);
+            const Error e = expect_error("another call on one host", [&] {
+              if (comm.rank() != odd_rank) {
+                comm.all_reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum);
+              } else if (other_count) {
+                comm.all_reduce(in.data(), out.data(), 9, DType::i32, ReduceOp::sum);
+              } else {
+                comm.all_gather(in.data(), out.data(), 8, DType::i32);
+              }
+            });
+            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          },
+          GetParam(), [](int) { ::setenv("TPF_NET_MESSAGE_US", "1000", 1); });
+      expect_all_ok(outcomes);
+    }
+  }
+}
+
 TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
   auto outcomes = run_on_hosts(
       kTwoHostsOfTwo,

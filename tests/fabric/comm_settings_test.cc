@@ -131,6 +131,7 @@ TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
       {"TPF_NET_ALGO", "ring"},
       {"TPF_NET_GBPS", "fast"},
       {"TPF_NET_STEP_US", "0"},
+      {"TPF_NET_MESSAGE_US", "-1"},
   };
   for (const auto& [name, value] : cases) {
     ScopedEnv env(name, value);

@@ -109,6 +109,38 @@ TEST(NetworkCost, AllGatherGoesRoundARingWhereItsRoundsAreCheapBesideTheTransfer
   EXPECT_FALSE(coll::all_gather_in_ring(65536, 64, fast));
 }
 
+// The leaders exchange fingerprints and small data in ceil(log2 H) rounds where the messages the
+// direct exchange adds cost more than the rounds: hand counts at step_us 11, message_us 7 (the
+// defaults): 3 hosts, 2 rounds (22 + 28 us) against one (11 + 28): direct; 4 hosts, 22 + 28
+// against 11 + 42: rounds; 5 hosts, 33 + 42 against 11 + 56: direct; 6, 33 + 42 against 11 + 70:
+// rounds. With messages free, always direct; at 3.5 us a message from 8 hosts (33 + 21 against 11
+// + 49), not on 7 (33 + 21 against 11 + 42).
+TEST(NetworkCost, LeadersGatherInRoundsWhereTheirMessagesCostMoreThanTheRounds) {
+  EXPECT_EQ(coll::gather_rounds(1), 0);
+  EXPECT_EQ(coll::gather_rounds(2), 1);
+  EXPECT_EQ(coll::gather_rounds(3), 2);
+  EXPECT_EQ(coll::gather_rounds(4), 2);
+  EXPECT_EQ(coll::gather_rounds(5), 3);
+  EXPECT_EQ(coll::gather_rounds(8), 3);
+  EXPECT_EQ(coll::gather_rounds(9), 4);
+  EXPECT_EQ(coll::gather_rounds(12500), 14);
+  const NetworkLinkCost defaults;
+  EXPECT_FALSE(coll::leaders_gather_in_rounds(2, defaults));  // one round either way
+  EXPECT_FALSE(coll::leaders_gather_in_rounds(3, defaults));
+  EXPECT_TRUE(coll::leaders_gather_in_rounds(4, defaults));
+  EXPECT_FALSE(coll::leaders_gather_in_rounds(5, defaults));
+  EXPECT_TRUE(coll::leaders_gather_in_rounds(6, defaults));
+  EXPECT_TRUE(coll::leaders_gather_in_rounds(64, defaults));
+  NetworkLinkCost free_messages;
+  free_messages.message_us = 0;
+  for (int hosts : {2, 4, 64, 12500})
+    EXPECT_FALSE(coll::leaders_gather_in_rounds(hosts, free_messages));
+  NetworkLinkCost cheaper;
+  cheaper.message_us = 3.5;
+  EXPECT_FALSE(coll::leaders_gather_in_rounds(7, cheaper));
+  EXPECT_TRUE(coll::leaders_gather_in_rounds(8, cheaper));
+}
+
 TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
   for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
