@@ -573,8 +573,8 @@ class HostCollective {
   // message, to the leader 2^k hosts before it and receives as many from the one 2^k after it,
   // into position 2^k. Every leader gets every other leader's stamp, as in the direct exchange,
   // and compares them all. Round 0's messages are the direct exchange's between neighbours (same
-  // tag and size), so leaders that chose differently (their calls differ: sizes or host counts)
-  // see a wrong size or stamp instead of waiting for each other.
+  // tag and size), so leaders that chose differently (their calls, and with them their payloads,
+  // differ) see a wrong size or stamp instead of waiting for each other.
   template <class FillMine, class InBytes>
   void gather_in_rounds(Fingerprints& f, size_t my_bytes, FillMine&& fill_mine,
                         InBytes&& in_bytes) {
