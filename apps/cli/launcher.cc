@@ -22,6 +22,7 @@
 #include "cli/line_prefixer.h"
 #include "cli/process_util.h"
 #include "cli/remote_sweep.h"
+#include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
 
@@ -317,9 +318,8 @@ class Job {
  private:
   // --rail-devices: the device of the rail of local rank `local_rank`.
   void add_rail_device(std::vector<std::string>& env, int local_rank) const {
-    const std::vector<std::string>& devices = options_.rail_devices;
-    if (devices.empty()) return;
-    env.push_back("UCX_NET_DEVICES=" + devices[static_cast<size_t>(local_rank) % devices.size()]);
+    if (options_.rail_devices.empty()) return;
+    env.push_back("UCX_NET_DEVICES=" + topo::rail_device(options_.rail_devices, local_rank));
   }
   // A rank on this machine: the launcher's environment with the job's variables.
   ChildPlan local_plan(const std::vector<std::string>& common, int rank) const {

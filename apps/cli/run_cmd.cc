@@ -13,6 +13,7 @@
 #include "base/env_config.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "tpf/topology.h"
 
@@ -134,24 +135,6 @@ std::vector<LaunchOptions::HostSlots> parse_hosts(const std::string& text) {
   return hosts;
 }
 
-// "mlx5_0:1,mlx5_1:1" -> one UCX device per rail.
-std::vector<std::string> parse_rail_devices(const std::string& text) {
-  std::vector<std::string> devices;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    std::string device = text.substr(begin, end - begin);
-    if (device.empty() || device.find_first_of(" \t\n=") != std::string::npos) {
-      throw UsageError("--rail-devices: '" + device + "' in '" + text +
-                       "' is not a device name (DEVICE,DEVICE,...: one UCX device per local rank, "
-                       "e.g. mlx5_0:1,mlx5_1:1)");
-    }
-    devices.push_back(std::move(device));
-    begin = end + 1;
-  }
-  return devices;
-}
-
 // "ssh -p 2222" -> {"ssh", "-p", "2222"}.
 std::vector<std::string> split_words(const std::string& text) {
   std::vector<std::string> words;
@@ -208,7 +191,13 @@ LaunchOptions launch_options(const RunFlags& flags) {
   if (flags.bind) options.bind = parse_bind(*flags.bind);
   if (flags.timeout) options.timeout_s = parse_timeout(*flags.timeout);
   if (flags.job_timeout) options.job_timeout = parse_job_timeout(*flags.job_timeout);
-  if (flags.rail_devices) options.rail_devices = parse_rail_devices(*flags.rail_devices);
+  if (flags.rail_devices) {
+    try {
+      options.rail_devices = topo::parse_rail_devices(*flags.rail_devices, "--rail-devices");
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
   if (options.world_size == 0) throw UsageError("missing -n N (the number of ranks) or --hosts");
   if (flags.command.empty()) {
     throw UsageError("missing the program to run (tpf run -n N -- PROGRAM ARGS...)");

@@ -10,6 +10,7 @@
 #include "base/env_config.h"
 #include "comm/flight_recorder.h"
 #include "topo/hosts.h"
+#include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
 #include "transport/shm_fabric.h"
@@ -66,6 +67,9 @@ constexpr SettingInfo kCatalog[] = {
      "UCX's setting: the network devices this rank uses (default all); where each rank of a "
      "host names devices of its own, its rail has links of its own and large collectives cross "
      "per rail"},
+    {"TPF_RAIL_DEVICES", "communicator",
+     "DEVICE,DEVICE,...: local rank l (the launcher's) uses device l mod the count, in place of "
+     "UCX_NET_DEVICES: a NIC per rail under torchrun, mpirun or srun (tpf run: --rail-devices)"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_MESSAGE_US", "communicator",
@@ -218,6 +222,20 @@ std::optional<size_t> env_flight_recorder_size() {
   return value;
 }
 
+// TPF_RAIL_DEVICES: this rank's device, by the local rank its launcher gave it (tpf run, torchrun,
+// mpirun, srun: bootstrap/launch_env.cc).
+std::string rail_device_of_this_rank(const std::string& list) {
+  const std::vector<std::string> devices = topo::parse_rail_devices(list, "TPF_RAIL_DEVICES");
+  if (!launch_env_present()) {
+    throw Error(ErrorCode::invalid_argument,
+                "TPF_RAIL_DEVICES='" + list +
+                    "' gives local rank l the device of rail l, but no launcher says this "
+                    "rank's local rank (TPF_LOCAL_RANK, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK or "
+                    "SLURM_LOCALID); set UCX_NET_DEVICES for each rank instead");
+  }
+  return topo::rail_device(devices, detect_launch_env().local_rank);
+}
+
 coll::ShmLinkCost link_cost(Reader& read) {
   const coll::ShmLinkCost defaults;
   coll::ShmLinkCost cost;
@@ -322,12 +340,17 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.report.push_back(
       {"TPF_NODE_ID", s.host_key,
        node_id ? "TPF_NODE_ID" : "derived (hostname, boot id, namespaces, /dev/shm)"});
-  // UCX's own setting, read by UCX; the hosts' map learns from it whether rails have links of
-  // their own (topo::HostMap::rails_have_own_links).
+  // The devices UCX uses (transport/ucx_network.cc); the hosts' map learns from them whether
+  // rails have links of their own (topo::HostMap::rails_have_own_links).
   const std::optional<std::string> net_devices = base::env_string("UCX_NET_DEVICES");
   s.net_devices = net_devices.value_or("all");
   s.report.push_back({"UCX_NET_DEVICES", s.net_devices,
                       net_devices ? "UCX_NET_DEVICES" : "UCX's default (every device)"});
+  if (std::optional<std::string> rails = base::env_string("TPF_RAIL_DEVICES")) {
+    s.net_devices = rail_device_of_this_rank(*rails);
+    s.report.back().value = s.net_devices;
+    s.report.back().source = "TPF_RAIL_DEVICES (by the launcher's local rank)";
+  }
   s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
                                std::string(transport::kNetworkTransports),
                                [](const std::string& tls) { return tls; });

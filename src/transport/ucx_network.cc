@@ -343,7 +343,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
       throw Error(ErrorCode::bootstrap,
                   config_.label + ": the network (UCX) failed to start: " + call + ": " +
                       status_text(status) + " (transports '" + config_.transports +
-                      "', from TPF_NET_TRANSPORTS; devices from UCX_NET_DEVICES, default all)");
+                      "', from TPF_NET_TRANSPORTS; devices '" + config_.devices +
+                      "', from TPF_RAIL_DEVICES or UCX_NET_DEVICES, default all)");
     }
   };
 
@@ -355,6 +356,14 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
     throw Error(ErrorCode::invalid_argument, config_.label + ": UCX refused the transports '" +
                                                  config_.transports +
                                                  "' (TPF_NET_TRANSPORTS): " + status_text(tls));
+  }
+  const ucs_status_t devices =
+      ucp_config_modify(ucx_config, "NET_DEVICES", config_.devices.c_str());
+  if (devices != UCS_OK) {
+    ucp_config_release(ucx_config);
+    throw Error(ErrorCode::invalid_argument,
+                config_.label + ": UCX refused the devices '" + config_.devices +
+                    "' (TPF_RAIL_DEVICES or UCX_NET_DEVICES): " + status_text(devices));
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;

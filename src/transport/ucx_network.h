@@ -56,6 +56,9 @@ struct NetworkConfig {
   std::chrono::milliseconds setup_timeout{30000};
   // UCX_TLS: every transport but the shared-memory ones (RDMA and TCP stay; self is not needed).
   std::string transports = kNetworkTransports;
+  // UCX_NET_DEVICES: the devices to use ("all": UCX's default), from the communicator's settings
+  // (UCX_NET_DEVICES, or TPF_RAIL_DEVICES by local rank).
+  std::string devices = "all";
   NetProtocol protocol = NetProtocol::automatic;
 };
 

@@ -115,6 +115,51 @@ TEST(CommSettings, TheLaunchersRanksOnThisMachineComeFromItsEnvironment) {
   EXPECT_EQ(reported(s, "local world size").source, "launcher (tpf)");
 }
 
+// TPF_RAIL_DEVICES gives local rank l (its launcher's: torchrun's LOCAL_RANK here) device l mod
+// the count, in place of UCX_NET_DEVICES, which is what the network and the hosts' map then use.
+TEST(CommSettings, RailDevicesGiveEachLocalRankTheDeviceOfItsRail) {
+  ScopedEnv rank("RANK", "5");
+  ScopedEnv world("WORLD_SIZE", "8");
+  ScopedEnv local_world("LOCAL_WORLD_SIZE", "4");
+  ScopedEnv addr("MASTER_ADDR", "127.0.0.1");
+  ScopedEnv port("MASTER_PORT", "29500");
+  ScopedEnv launcher_devices("UCX_NET_DEVICES", "eth0");
+  ScopedEnv rails("TPF_RAIL_DEVICES", "mlx5_0:1,mlx5_1:1,mlx5_2:1");
+  for (const auto& [local_rank, device] :
+       {std::pair{"0", "mlx5_0:1"}, {"1", "mlx5_1:1"}, {"2", "mlx5_2:1"}, {"3", "mlx5_0:1"}}) {
+    ScopedEnv local("LOCAL_RANK", local_rank);
+    const detail::CommSettings s = detail::resolve_comm_settings();
+    EXPECT_EQ(s.net_devices, device) << "local rank " << local_rank;
+    EXPECT_EQ(reported(s, "UCX_NET_DEVICES").value, device);
+    EXPECT_EQ(reported(s, "UCX_NET_DEVICES").source,
+              "TPF_RAIL_DEVICES (by the launcher's local rank)");
+  }
+}
+
+// A list with an empty item, or one without a launcher to say the local rank, is an error naming
+// the setting and what is wrong.
+TEST(CommSettings, RailDevicesWithoutALocalRankOrWithAnEmptyItemAreErrors) {
+  auto expect_invalid = [](const std::string& words) {
+    try {
+      detail::resolve_comm_settings();
+      ADD_FAILURE() << "accepted; expected an error with: " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  {
+    ScopedEnv rails("TPF_RAIL_DEVICES", "eth0,eth1");
+    expect_invalid("TPF_RAIL_DEVICES='eth0,eth1' gives local rank l the device of rail l, but no "
+                   "launcher says this rank's local rank");
+  }
+  ScopedEnv rank("TPF_RANK", "1");
+  ScopedEnv world("TPF_WORLD_SIZE", "2");
+  ScopedEnv store("TPF_STORE_ADDR", "127.0.0.1:1");
+  ScopedEnv rails("TPF_RAIL_DEVICES", "eth0,,eth1");
+  expect_invalid("TPF_RAIL_DEVICES: '' in 'eth0,,eth1' is not a device name");
+}
+
 TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
   const std::pair<const char*, const char*> cases[] = {
       {"TPF_CPUS", "two"},

@@ -390,6 +390,39 @@ TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
   }
 }
 
+// Under other launchers every rank gets one environment: TPF_RAIL_DEVICES=eth0,eth1 gives local
+// rank l the link of rail l from the launcher's LOCAL_RANK (torchrun's variables here, the ranks
+// started in their hosts' namespaces as torchrun's agents would), in place of the UCX_NET_DEVICES
+// every rank got; each host's second link then carries its share of a 4 MiB all_reduce (2 MiB a
+// call per rank), counted on the link, and the results are right.
+TEST(EmulatedHosts, RailDevicesSettingPutsEachLocalRankOnItsOwnLinkUnderTorchrun) {
+  EmulatedCluster cluster(2, /*nics=*/2);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  const std::string& n = cluster.name();
+  auto second_link_sent = [&](int host) {
+    const auto [text, status] = shell("ip netns exec " + n + "-h" + std::to_string(host) +
+                                      " cat /sys/class/net/eth1/statistics/tx_bytes");
+    return status == 0 ? std::atoll(text.c_str()) : -1LL;
+  };
+  const long long before[] = {second_link_sent(0), second_link_sent(1)};
+  const std::string start_ranks =
+      "for r in 0 1 2 3; do ip netns exec " + n +
+      "-h$((r / 2)) env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 "
+      "MASTER_ADDR=127.100.0.1 MASTER_PORT=29655 TPF_JOB_SECRET=0123456789abcdef0123 "
+      "UCX_NET_DEVICES=eth0 TPF_RAIL_DEVICES=eth0,eth1 timeout 120 " +
+      std::string(TPF_BINARY) +
+      " bench all_reduce -b 4M -e 4M -n 2 -w 1 > /tmp/" + n +
+      "-rank$r.log 2>&1 & done; status=0; for p in $(jobs -p); do wait $p || status=1; done; "
+      "cat /tmp/" + n + "-rank*.log; rm -f /tmp/" + n + "-rank*.log; exit $status";
+  const auto [bench, status] = shell("bash -c '" + start_ranks + "'");
+  EXPECT_EQ(status, 0) << bench;
+  EXPECT_NE(bench.find("Out of bounds values : 0 OK"), std::string::npos) << bench;
+  for (int host = 0; host < 2; ++host) {
+    ASSERT_GE(before[host], 0) << "no eth1 on host " << host;
+    EXPECT_GE(second_link_sent(host) - before[host], 4LL << 20) << "host " << host << "'s eth1";
+  }
+}
+
 // A host that drops off the network gives UCX over TCP nothing to report for minutes: each side's
 // heartbeat names a rank of the other, every rank fails with that cause well before its
 // ten-minute deadline (TPF_HOST_LOST_S = 3 here), and nothing is left behind.
