@@ -1141,9 +1141,8 @@ class HostCollective {
           broadcast_unacknowledged(root_host);
         } else {
           Fingerprints fingerprints;
-          exchange_packed(
-              fingerprints, [&](int) { return me_ == d_.root ? bytes(n) : 0; }, copy_of(d_.send),
-              [&](int h) { return receives && h == root_host ? bytes(n) : 0; });
+          gather_packed(fingerprints, me_ == d_.root ? bytes(n) : 0, copy_to(d_.send),
+                        [&](int h) { return h == root_host ? bytes(n) : 0; });
           if (receives) copy_bytes(d_.recv, fingerprints.carried[root_host], bytes(n));
         }
       }
@@ -1172,30 +1171,50 @@ class HostCollective {
   }
 
   // A small broadcast from a host leader whose root does not wait (kAcknowledgedBroadcastEvery):
-  // the root sends its call's fingerprint and the data to every other leader and returns once its
-  // sends are done; each of them compares the root's call with its own and takes the data. So a
-  // mismatch fails the other leaders here and reaches the root through their failure notice, at
-  // its next wait; leaders that disagree on the root receive nothing unexpected, and the digest of
-  // these calls (UncomparedCalls) makes their next fingerprint exchange fail. Leaders only.
+  // the root sends its call's fingerprint and the data to every other leader, or down a binomial
+  // tree of the leaders where the cost model says so (broadcast_in_tree: each leader passes the
+  // root's message on to its children once it has it), and returns once its sends are done; each
+  // leader compares the root's call with its own and takes the data. So a mismatch fails the other
+  // leaders here (a leader that fails passes nothing on: its children learn of it from its failure
+  // notice) and reaches the root through their failure notice, at its next wait; leaders that
+  // disagree on the root receive nothing unexpected, and the digest of these calls
+  // (UncomparedCalls) makes their next fingerprint exchange fail. Leaders only.
   void broadcast_unacknowledged(int root_host) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
     const size_t message = sizeof call + bytes(d_.count);
+    const int hcount = hosts();
+    // The hosts this leader hears from and passes the message on to, by position from the root's.
+    const int position = (host_ - root_host + hcount) % hcount;
+    auto host_at = [&](int p) { return (root_host + p) % hcount; };
+    int parent = 0;             // position 0: the root's
+    std::vector<int> children;  // positions
+    if (broadcast_in_tree(hcount, tuning_.network_cost)) {
+      // Binomial: position p hears from p minus its lowest set bit and passes on to p + 2^j for
+      // every 2^j below that bit (the root: below the top), the farthest first.
+      int reach = 1;
+      while (reach < hcount && (position & reach) == 0) reach *= 2;
+      if (position != 0) parent = position - reach;
+      for (int step = reach / 2; step >= 1; step /= 2)
+        if (position + step < hcount) children.push_back(position + step);
+    } else if (position == 0) {
+      for (int p = 1; p < hcount; ++p) children.push_back(p);
+    }
+    std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every child
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
-      std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every host
       std::memcpy(packed, &call, sizeof call);
       copy_bytes(packed + sizeof call, d_.send, bytes(d_.count));
-      for (int h : others_from_next()) flight.send(leader(h), tag(kFingerprint), packed, message);
-      flight.wait_all();
-      return;
+    } else {
+      flight.wait(flight.recv(leader(host_at(parent)), tag(kFingerprint), packed, message));
+      transport::Fingerprint roots;
+      std::memcpy(&roots, packed, sizeof roots);
+      if (roots != call) throw call_mismatch(call, root_host, roots);
     }
-    std::byte* landed = g_.scratch.get(kHostData, message);
-    flight.wait(flight.recv(leader(root_host), tag(kFingerprint), landed, message));
-    transport::Fingerprint roots;
-    std::memcpy(&roots, landed, sizeof roots);
-    if (roots != call) throw call_mismatch(call, root_host, roots);
-    copy_bytes(d_.recv, landed + sizeof call, bytes(d_.count));
+    for (int child : children)
+      flight.send(leader(host_at(child)), tag(kFingerprint), packed, message);
+    if (me_ != d_.root) copy_bytes(d_.recv, packed + sizeof call, bytes(d_.count));
+    flight.wait_all();
   }
 
   // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter

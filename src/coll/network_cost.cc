@@ -82,6 +82,12 @@ bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
   return in_rounds_us < direct_us;
 }
 
+bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost) {
+  const double direct_us = cost.step_us + (hosts - 1) * cost.message_us;
+  const double tree_us = gather_rounds(hosts) * (cost.step_us + cost.message_us);
+  return tree_us < direct_us;
+}
+
 bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost) {
   if (hosts <= 2) return true;
   const double transfer_us = (hosts - 1) * static_cast<double>(host_bytes) / (cost.link_gbps * 1e3);

@@ -134,6 +134,11 @@ bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cos
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost);
 // The rounds of that exchange in rounds: ceil(log2 hosts).
 int gather_rounds(int hosts);
+// Whether a small broadcast whose root does not wait for the other leaders (across_hosts.cc:
+// broadcast_unacknowledged) goes down a binomial tree of the leaders: ceil(log2 H) hops of a step
+// and a message each to the last leader, against the root's H - 1 messages sent one after the
+// other in one step.
+bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. Throw

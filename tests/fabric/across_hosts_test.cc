@@ -303,23 +303,24 @@ TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
 // goes on, acknowledged only every 64th operation (coll::kAcknowledgedBroadcastEvery), so roots
 // run ahead of their receivers; every rank must still get every broadcast's data, in order, with
 // either protocol, across an acknowledged one.
-TEST_P(AcrossHosts, SmallBroadcastsInARowArriveInOrderWhileRootsRunAhead) {
-  expect_all_ok(run([](Communicator& comm) {
-    const int n = comm.size(), me = comm.rank();
-    for (int i = 0; i < 80; ++i) {
-      const int root = i % n;
-      const size_t count = 1 + static_cast<size_t>(i % 5);
-      std::vector<int32_t> in(count), out(count, -1);
-      for (size_t k = 0; k < count; ++k) in[k] = 1000 * i + 10 * me + static_cast<int>(k);
-      call("broadcast " + std::to_string(i),
-           [&] { comm.broadcast(in.data(), out.data(), count, DType::i32, root); });
-      for (size_t k = 0; k < count; ++k) {
-        TPF_CHILD_CHECK(out[k] == 1000 * i + 10 * root + static_cast<int>(k),
-                        "broadcast " + std::to_string(i) + " element " + std::to_string(k) + ": " +
-                            std::to_string(out[k]));
-      }
+void small_broadcasts_in_a_row(Communicator& comm) {
+  const int n = comm.size(), me = comm.rank();
+  for (int i = 0; i < 80; ++i) {
+    const int root = i % n;
+    const size_t count = 1 + static_cast<size_t>(i % 5);
+    std::vector<int32_t> in(count), out(count, -1);
+    for (size_t k = 0; k < count; ++k) in[k] = 1000 * i + 10 * me + static_cast<int>(k);
+    call("broadcast " + std::to_string(i),
+         [&] { comm.broadcast(in.data(), out.data(), count, DType::i32, root); });
+    for (size_t k = 0; k < count; ++k) {
+      TPF_CHILD_CHECK(out[k] == 1000 * i + 10 * root + static_cast<int>(k),
+                      "broadcast " + std::to_string(i) + " element " + std::to_string(k) + ": " +
+                          std::to_string(out[k]));
     }
-  }));
+  }
+}
+TEST_P(AcrossHosts, SmallBroadcastsInARowArriveInOrderWhileRootsRunAhead) {
+  expect_all_ok(run(small_broadcasts_in_a_row));
 }
 
 // Cores belong to the machine: ranks of emulated hosts on one machine (forced host ids here) count
@@ -499,12 +500,15 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
 }
 
 // The leaders exchange their fingerprints, and the small collectives' data that rides in them
-// (all_reduce's partial results, all_gather's blocks), directly or in ceil(log2 H) rounds
-// (coll::leaders_gather_in_rounds), each forced here through the cost of a message: rounds on
-// five hosts, uneven and interleaved (rounds of 1, 2 and 1 messages' worth) and on three of one
-// (1 and 1); directly on four hosts of one (the defaults take rounds there). Every collective, at
-// every size class, against the reference (the bits do not depend on the exchange: each leader
-// combines every host's partial result in host order either way).
+// (all_reduce's partial results, all_gather's blocks, the acknowledged broadcast's data), directly
+// or in ceil(log2 H) rounds (coll::leaders_gather_in_rounds), and small broadcasts whose root goes
+// on go straight from the root or down a binomial tree (coll::broadcast_in_tree), each forced here
+// through the cost of a message: rounds and the tree on five hosts, uneven and interleaved (rounds
+// of 1, 2 and 1 messages' worth; the root's children at 4, 2 and 1 hosts from it, the one at 2
+// passing on to 3), rounds on three of one (1 and 1; the broadcasts straight); directly on four
+// hosts of one (the defaults take rounds there). Every collective, at every size class, against
+// the reference (the bits do not depend on the exchange: each leader combines every host's partial
+// result in host order either way), and small broadcasts in a row from every rank in turn.
 TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheReference) {
   const HostKeys five_hosts = {"host-a", "host-b", "host-c", "host-a", "host-d", "host-e"};
   const HostKeys three_of_one = {"host-a", "host-b", "host-c"};
@@ -518,6 +522,7 @@ TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheRef
         [&](Communicator& comm) {
           reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
           data_movement(comm);
+          small_broadcasts_in_a_row(comm);
         },
         transport::NetProtocol::tag,
         [message_us](int) { ::setenv("TPF_NET_MESSAGE_US", message_us, 1); }));
@@ -1105,6 +1110,36 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastWhoseRootGoesOnFailsEveryRank) 
         what.find("dtype=i32") != std::string::npos && what.find("dtype=f32") != std::string::npos,
         what);
   });
+}
+
+// The same down a binomial tree of five hosts (forced through the cost of a message): the root's
+// children are the hosts 4, 2 and 1 after it, and host 2 passes the message on to host 3. A host
+// in a call of another dtype fails on the root's (or its parent's) message; one that passes the
+// message on (host c) passes nothing on, so its child (host d) learns of the mismatch from its
+// failure notice. Every rank fails with the mismatch, wherever the host is in the tree.
+TEST_P(AcrossHostsFailures, AMismatchInABroadcastDownATreeFailsEveryRank) {
+  const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
+  for (const int odd_rank : {2, 3, 4}) {
+    SCOPED_TRACE("rank " + std::to_string(odd_rank) + " broadcasts f32, the others i32");
+    auto outcomes = run_on_hosts(
+        five_of_one,
+        [&](Communicator& comm) {
+          const DType dtype = comm.rank() == odd_rank ? DType::f32 : DType::i32;
+          std::vector<int32_t> in(3, 7), out(3, 0);
+          // A rank still taking its last message of the barrier before may learn of the
+          // mismatch there: the other leaders left the barrier once they had every stamp.
+          const Error e = expect_error("the broadcast, the barriers before or after it", [&] {
+            comm.barrier();
+            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+                            "the broadcast would be acknowledged");
+            comm.broadcast(in.data(), out.data(), 3, dtype, 0);
+            comm.barrier();
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        },
+        GetParam(), [](int) { ::setenv("TPF_NET_MESSAGE_US", "1000", 1); });
+    expect_all_ok(outcomes);
+  }
 }
 
 // Leaders that disagree on a small broadcast's root each send and go on, and nobody receives

@@ -141,6 +141,27 @@ TEST(NetworkCost, LeadersGatherInRoundsWhereTheirMessagesCostMoreThanTheRounds) 
   EXPECT_TRUE(coll::leaders_gather_in_rounds(8, cheaper));
 }
 
+// The small broadcast whose root goes on takes a binomial tree where its ceil(log2 H) hops cost
+// less than the root's H - 1 messages: hand counts at step_us 11, message_us 7: 4 hosts, 2 x 18
+// against 11 + 21: straight; 8 hosts, 3 x 18 against 11 + 49: the tree; 5, 3 x 18 against 11 + 28:
+// straight. With messages free, never; at 1000 us a message from 4 hosts (2 x 1011 against 11 +
+// 3000), not on 3 (2 x 1011 against 11 + 2000).
+TEST(NetworkCost, SmallBroadcastsGoDownATreeWhereTheRootsMessagesCostMoreThanItsHops) {
+  const NetworkLinkCost defaults;
+  EXPECT_FALSE(coll::broadcast_in_tree(2, defaults));
+  EXPECT_FALSE(coll::broadcast_in_tree(4, defaults));
+  EXPECT_FALSE(coll::broadcast_in_tree(5, defaults));
+  EXPECT_TRUE(coll::broadcast_in_tree(8, defaults));
+  EXPECT_TRUE(coll::broadcast_in_tree(64, defaults));
+  NetworkLinkCost free_messages;
+  free_messages.message_us = 0;
+  for (int hosts : {2, 8, 12500}) EXPECT_FALSE(coll::broadcast_in_tree(hosts, free_messages));
+  NetworkLinkCost dear;
+  dear.message_us = 1000;
+  EXPECT_FALSE(coll::broadcast_in_tree(3, dear));
+  EXPECT_TRUE(coll::broadcast_in_tree(4, dear));
+}
+
 TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
   for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
