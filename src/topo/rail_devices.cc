@@ -1,5 +1,7 @@
 #include "topo/rail_devices.h"
 
+#include <algorithm>
+
 #include "tpf/error.h"
 
 namespace tpf::topo {
