@@ -1166,22 +1166,28 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNe
 // the default heartbeat (10 s / 5); without it, every rank timed out at its deadline.
 // Two hosts that each take the other for the root (both wait); three where host b alone waits for
 // host c, which took host a's broadcast and went on (its watcher, host a, went on too: it
-// compares with the call it made); three where host a waits for host c, which took host b's.
+// compares with the call it made); three where host a waits for host c, which took host b's; and
+// four down a binomial tree (coll::broadcast_in_tree), where a leader waits for its parent, not
+// the root: host c, alone in taking host a for the root, waits for host a, which took host b's.
 TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithAMismatch) {
   struct Case {
     HostKeys keys;
     std::vector<int> roots;           // each rank's root
     std::pair<int, int> named_roots;  // the two calls the mismatch names
+    const char* message_us = "7";     // TPF_NET_MESSAGE_US: 1000 sends down a tree from 4 hosts
   };
   const HostKeys three = {"host-a", "host-b", "host-c"};
   const Case cases[] = {
       {kTwoHostsOfOne, {1, 0}, {0, 1}},
       {three, {0, 2, 0}, {0, 2}},  // host b waits for host c, host a watches it
       {three, {2, 1, 1}, {1, 2}},  // host a waits for host c, which watches it
+      // Down a tree: from host b, host c hears from host b and host a from host d, which hears
+      // from host b; host c, taking host a's broadcast, waits for host a, its parent there.
+      {kFourHostsOfOne, {1, 1, 0, 1}, {0, 1}, "1000"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::to_string(c.keys.size()) + " hosts, rank 0's root " +
-                 std::to_string(c.roots[0]));
+                 std::to_string(c.roots[0]) + ", TPF_NET_MESSAGE_US=" + c.message_us);
     auto outcomes = run_on_hosts(
         c.keys,
         [&c](Communicator& comm) {
@@ -1204,7 +1210,7 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithA
                               what.find(second) != std::string::npos,
                           what);
         },
-        GetParam());
+        GetParam(), [&c](int) { ::setenv("TPF_NET_MESSAGE_US", c.message_us, 1); });
     expect_all_ok(outcomes);
   }
 }
