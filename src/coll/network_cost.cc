@@ -76,6 +76,7 @@ int gather_rounds(int hosts) {
 }
 
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
+  if (hosts < 3) return false;  // one round either way, or nobody to exchange with
   const int rounds = gather_rounds(hosts);
   const double direct_us = cost.step_us + 2.0 * (hosts - 1) * cost.message_us;
   const double in_rounds_us = rounds * cost.step_us + 2.0 * rounds * cost.message_us;
@@ -83,6 +84,7 @@ bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
 }
 
 bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost) {
+  if (hosts < 3) return false;  // the tree is the root's one message, or nobody to send to
   const double direct_us = cost.step_us + (hosts - 1) * cost.message_us;
   const double tree_us = gather_rounds(hosts) * (cost.step_us + cost.message_us);
   return tree_us < direct_us;

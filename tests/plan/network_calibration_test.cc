@@ -125,6 +125,7 @@ TEST(NetworkCost, LeadersGatherInRoundsWhereTheirMessagesCostMoreThanTheRounds) 
   EXPECT_EQ(coll::gather_rounds(9), 4);
   EXPECT_EQ(coll::gather_rounds(12500), 14);
   const NetworkLinkCost defaults;
+  EXPECT_FALSE(coll::leaders_gather_in_rounds(1, defaults));  // nobody to exchange with
   EXPECT_FALSE(coll::leaders_gather_in_rounds(2, defaults));  // one round either way
   EXPECT_FALSE(coll::leaders_gather_in_rounds(3, defaults));
   EXPECT_TRUE(coll::leaders_gather_in_rounds(4, defaults));
@@ -148,6 +149,7 @@ TEST(NetworkCost, LeadersGatherInRoundsWhereTheirMessagesCostMoreThanTheRounds) 
 // 3000), not on 3 (2 x 1011 against 11 + 2000).
 TEST(NetworkCost, SmallBroadcastsGoDownATreeWhereTheRootsMessagesCostMoreThanItsHops) {
   const NetworkLinkCost defaults;
+  EXPECT_FALSE(coll::broadcast_in_tree(1, defaults));
   EXPECT_FALSE(coll::broadcast_in_tree(2, defaults));
   EXPECT_FALSE(coll::broadcast_in_tree(4, defaults));
   EXPECT_FALSE(coll::broadcast_in_tree(5, defaults));
