@@ -596,12 +596,14 @@ class HostCollective {
                                      gathered + offset[reach],
                                      offset[carried_end(reach)] - offset[reach]));
     }
+    // Round k sends positions [0, min(2^k, H - 2^k)), which rounds before it filled: each round
+    // waits for the previous one's arrival, so all of them are here.
     for (int reach = 1, k = 0; reach < hcount; reach *= 2, ++k) {
-      for (int j = 0; j < k; ++j) flight.wait(arrivals[j]);  // positions [1, reach) are here
+      if (k > 0) flight.wait(arrivals[k - 1]);
       const int to = leader((host_ - reach + hcount) % hcount);
       flight.send(to, tag(kFingerprint, k), gathered, offset[carried_end(reach) - reach]);
     }
-    for (size_t arrival : arrivals) flight.wait(arrival);
+    flight.wait(arrivals.back());
     for (int i = 1; i < hcount; ++i) {
       const int h = host_at(i);
       f.landed[h] = gathered + offset[i];

@@ -328,6 +328,15 @@ std::pair<std::string, int> shell(const std::string& command) {
   return {text, ::pclose(out)};
 }
 
+// Bytes host `host`'s second link (eth1) has sent, read from outside its namespace; -1 if it has
+// none.
+long long second_link_sent(const EmulatedCluster& cluster, int host) {
+  const auto [text, status] =
+      shell("ip netns exec " + cluster.name() + "-h" + std::to_string(host) +
+            " cat /sys/class/net/eth1/statistics/tx_bytes");
+  return status == 0 ? std::atoll(text.c_str()) : -1LL;
+}
+
 // `tpf run --hosts` with `ip netns exec` as the remote shell: the launcher on host 0 serves the
 // store on host 0's address, two ranks start on each emulated host, they are two hosts, and
 // the launcher sweeps both hosts' /dev/shm afterwards.
@@ -358,13 +367,7 @@ TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
   const std::string& n = cluster.name();
   auto second_links_sent = [&] {
-    std::vector<long long> sent;
-    for (int host = 0; host < 2; ++host) {
-      const auto [text, status] = shell("ip netns exec " + n + "-h" + std::to_string(host) +
-                                        " cat /sys/class/net/eth1/statistics/tx_bytes");
-      sent.push_back(status == 0 ? std::atoll(text.c_str()) : -1);
-    }
-    return sent;
+    return std::vector<long long>{second_link_sent(cluster, 0), second_link_sent(cluster, 1)};
   };
   for (const bool rails : {true, false}) {
     SCOPED_TRACE(rails ? "--rail-devices eth0,eth1" : "UCX_NET_DEVICES=eth0");
@@ -399,27 +402,23 @@ TEST(EmulatedHosts, RailDevicesSettingPutsEachLocalRankOnItsOwnLinkUnderTorchrun
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
   const std::string& n = cluster.name();
-  auto second_link_sent = [&](int host) {
-    const auto [text, status] = shell("ip netns exec " + n + "-h" + std::to_string(host) +
-                                      " cat /sys/class/net/eth1/statistics/tx_bytes");
-    return status == 0 ? std::atoll(text.c_str()) : -1LL;
-  };
-  const long long before[] = {second_link_sent(0), second_link_sent(1)};
+  const long long before[] = {second_link_sent(cluster, 0), second_link_sent(cluster, 1)};
   const std::string start_ranks =
       "for r in 0 1 2 3; do ip netns exec " + n +
       "-h$((r / 2)) env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 "
       "MASTER_ADDR=127.100.0.1 MASTER_PORT=29655 TPF_JOB_SECRET=0123456789abcdef0123 "
       "UCX_NET_DEVICES=eth0 TPF_RAIL_DEVICES=eth0,eth1 timeout 120 " +
-      std::string(TPF_BINARY) +
-      " bench all_reduce -b 4M -e 4M -n 2 -w 1 > /tmp/" + n +
+      std::string(TPF_BINARY) + " bench all_reduce -b 4M -e 4M -n 2 -w 1 > /tmp/" + n +
       "-rank$r.log 2>&1 & done; status=0; for p in $(jobs -p); do wait $p || status=1; done; "
-      "cat /tmp/" + n + "-rank*.log; rm -f /tmp/" + n + "-rank*.log; exit $status";
+      "cat /tmp/" +
+      n + "-rank*.log; rm -f /tmp/" + n + "-rank*.log; exit $status";
   const auto [bench, status] = shell("bash -c '" + start_ranks + "'");
   EXPECT_EQ(status, 0) << bench;
   EXPECT_NE(bench.find("Out of bounds values : 0 OK"), std::string::npos) << bench;
   for (int host = 0; host < 2; ++host) {
     ASSERT_GE(before[host], 0) << "no eth1 on host " << host;
-    EXPECT_GE(second_link_sent(host) - before[host], 4LL << 20) << "host " << host << "'s eth1";
+    EXPECT_GE(second_link_sent(cluster, host) - before[host], 4LL << 20)
+        << "host " << host << "'s eth1";
   }
 }
 
