@@ -342,7 +342,8 @@ class HostCollective {
   // for the fingerprint, a second guard.
   NetworkAlgorithm choose_network(Collective op) {
     network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
-                                        tuning_.network_cost, usable_rails());
+                                        tuning_.network_cost, usable_rails(),
+                                        op != Collective::broadcast || root_leads());
     return *network_;
   }
   // Reductions across several steps add; an average divides once at the end.

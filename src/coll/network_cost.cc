@@ -75,12 +75,29 @@ int gather_rounds(int hosts) {
   return rounds;
 }
 
+namespace {
+
+// The leaders' exchange of something with every other leader, directly or in rounds, counted as
+// leaders_gather_in_rounds compares them: a step a round, message_us for each message a leader
+// sends or receives.
+double gather_direct_us(int hosts, const NetworkLinkCost& cost) {
+  return cost.step_us + 2.0 * (hosts - 1) * cost.message_us;
+}
+double gather_in_rounds_us(int hosts, const NetworkLinkCost& cost) {
+  return gather_rounds(hosts) * (cost.step_us + 2.0 * cost.message_us);
+}
+
+// The one the leaders run (gather_packed in coll/across_hosts.cc).
+double leaders_gather_us(int hosts, const NetworkLinkCost& cost) {
+  return leaders_gather_in_rounds(hosts, cost) ? gather_in_rounds_us(hosts, cost)
+                                               : gather_direct_us(hosts, cost);
+}
+
+}  // namespace
+
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
   if (hosts < 3) return false;  // one round either way, or nobody to exchange with
-  const int rounds = gather_rounds(hosts);
-  const double direct_us = cost.step_us + 2.0 * (hosts - 1) * cost.message_us;
-  const double in_rounds_us = rounds * cost.step_us + 2.0 * rounds * cost.message_us;
-  return in_rounds_us < direct_us;
+  return gather_in_rounds_us(hosts, cost) < gather_direct_us(hosts, cost);
 }
 
 bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost) {
@@ -154,9 +171,49 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
   return cost.call_us + traffic_us(traffic, cost.link_class());
 }
 
+double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
+                         const NetworkLinkCost& cost, bool root_leads) {
+  const StepTraffic traffic =
+      network_traffic(op, algorithm, bytes, hosts, all_reduce_min_slice_bytes(cost));
+  const double fitted_us = cost.call_us + traffic_us(traffic, cost.link_class());
+  const double h = hosts;
+  const bool packed = bytes <= kNetworkPackedBytes;
+  // The fingerprint round (or, packed, the one round carrying the data) as the leaders run it,
+  // in place of the one step the fitted prediction gives it.
+  const double exchange_us = leaders_gather_us(hosts, cost) - cost.step_us;
+  if (op == Collective::all_reduce) {
+    if (algorithm == NetworkAlgorithm::one_shot) {
+      // Packed: the partial results ride in the leaders' exchange. Larger: the fingerprints and
+      // the data go to and come from every other leader, directly.
+      return packed ? fitted_us + exchange_us : fitted_us + 4 * (h - 1) * cost.message_us;
+    }
+    // Each segment: every slice owner receives a slice from, and sends its result to, every
+    // other leader (reduce_in_slices), 4 (H - 1) messages on a leader's core.
+    const double segments = static_cast<double>(
+        all_reduce_segments(bytes, hosts, all_reduce_min_slice_bytes(cost)));
+    return fitted_us + exchange_us + 4 * (h - 1) * segments * cost.message_us;
+  }
+  if (algorithm == NetworkAlgorithm::one_shot) {
+    if (packed && root_leads) {
+      // The root's data rides in its messages to the other leaders (broadcast_unacknowledged):
+      // down the tree, ceil(log2 H) hops of a step, a message and the data each.
+      if (broadcast_in_tree(hosts, cost)) {
+        return cost.call_us + gather_rounds(hosts) * (cost.step_us + cost.message_us +
+                                                      bytes / (cost.link_gbps * 1e3));
+      }
+      return fitted_us + (h - 1) * cost.message_us;  // the root's messages
+    }
+    // The root's data to every other leader, beside the leaders' fingerprints to one another.
+    return fitted_us + 3 * (h - 1) * cost.message_us;
+  }
+  // The chain: after the fingerprint round, each hop is a step and a message.
+  return fitted_us + exchange_us + (traffic.steps - 1) * cost.message_us;
+}
+
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,
-                                          const NetworkLinkCost& cost, int rails) {
+                                          const NetworkLinkCost& cost, int rails,
+                                          bool root_leads) {
   if (!has_network_choice(op) || hosts < 2) return NetworkAlgorithm::pipelined;
   // The pipelined form, per rail where the layout has rails to use.
   const NetworkAlgorithm pipelined =
@@ -171,8 +228,8 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
   // leaders' pipelined form of a buffer L times smaller (the shared-memory steps, overlapped with
   // the transfers, are not priced).
   const size_t carried = rails >= 2 ? bytes / static_cast<size_t>(rails) : bytes;
-  return predict_network_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost) <=
-                 predict_network_us(op, NetworkAlgorithm::pipelined, carried, hosts, cost)
+  return network_choice_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost, root_leads) <=
+                 network_choice_us(op, NetworkAlgorithm::pipelined, carried, hosts, cost)
              ? NetworkAlgorithm::one_shot
              : pipelined;
 }

@@ -155,6 +155,21 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                           const NetworkLinkCost& cost, size_t min_slice_bytes);
 
+// What the choice between the algorithms compares (choose_network_algorithm): predict_network_us
+// (the fitted call, steps and bytes) with the leaders' messages counted as
+// leaders_gather_in_rounds and broadcast_in_tree count them: the fingerprint round as the leaders
+// run it (directly or in rounds) in place of its one step, and message_us for every further
+// message on a leader's path: a chain's hops, a pipelined all_reduce's 4 (H - 1) a segment, the
+// one-round forms' sends to every other leader. A packed broadcast whose root leads its host goes
+// down the tree where broadcast_in_tree says so: ceil(log2 H) hops, each a step, a message and the
+// data. Not a prediction: the fitted step_us already holds the two-host runs' one message each
+// way, so this counts a round's first messages twice; it only ranks the forms. Measured on 8
+// emulated hosts at 1 Gb/s, where the fitted times alone chose the chain for a 2-8 KiB broadcast
+// and the pipelined all_reduce at 4 KiB (H - 1 or 2 (H - 1) rounds one after the other: 0.6-1.3
+// ms) over the tree and the one round (docs/fabric.md).
+double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
+                         const NetworkLinkCost& cost, bool root_leads = true);
+
 // The cheaper algorithm under `cost`, or `forced` (TPF_NET_ALGO). A one-shot all_reduce holds
 // every other host's buffer in scratch at once, so it is never chosen above kMaxOneShotBytes
 // received per leader. `rails`: the rails that may carry it (the ranks on each host where every
@@ -162,10 +177,11 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 // forms of all_reduce and broadcast run per_rail where rails >= 2, priced as the leaders' form of
 // a buffer `rails` times smaller (each rail carries its share through a link of its own;
 // docs/fabric.md has the measurements); per_rail forced where rails < 2 runs pipelined (one rail
-// is the leaders').
+// is the leaders'). `root_leads`: a broadcast's root is its host's leader (network_choice_us).
 inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,
-                                          const NetworkLinkCost& cost, int rails = 1);
+                                          const NetworkLinkCost& cost, int rails = 1,
+                                          bool root_leads = true);
 
 }  // namespace tpf::coll

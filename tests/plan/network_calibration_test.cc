@@ -164,6 +164,62 @@ TEST(NetworkCost, SmallBroadcastsGoDownATreeWhereTheRootsMessagesCostMoreThanIts
   EXPECT_TRUE(coll::broadcast_in_tree(4, dear));
 }
 
+// The choice counts the leaders' messages as leaders_gather_in_rounds and broadcast_in_tree do.
+// Hand counts at the defaults (call 4 us, step 11, message 7) on links of 0.125 GB/s (1 Gb/s: a
+// 2 KiB buffer is 16.384 us through a link), 8 hosts:
+// - broadcast, 2 KiB, root leading its host: down the tree, 3 hops of 11 + 7 + 16.384 after the
+//   call: 107.152 us. The chain: the fitted 4 + 8 x 11 + 16.384 (a fingerprint round and 7 hops),
+//   the fingerprint round in 3 rounds (3 x (11 + 14)) in place of its step (+64), 7 hops' messages
+//   (+49): 221.384. The tree wins where the fitted times alone (4 + 11 + 7 x 16.384 = 129.7 for
+//   one round straight from the root, against 108.4) took the chain.
+// - The same with the root not its host's leader: the root's 7 sends beside the leaders' direct
+//   fingerprint exchange, 21 messages: 129.688 + 147: the chain.
+// - all_reduce, 4 KiB: one round, its step replaced by the exchange in rounds (+64 over the
+//   fitted); pipelined, one segment: +64 and 4 x 7 x 7 = 196 messages.
+TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
+  NetworkLinkCost c;
+  c.link_gbps = 0.125;
+  const double kib2 = 2048 / 125.0;
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::one_shot, 2048, 8,
+                                      c),
+              4 + 3 * (11 + 7 + kib2), 1e-9);
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, 2048, 8,
+                                      c),
+              4 + 8 * 11 + kib2 + 64 + 49, 1e-9);
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::one_shot, 2048, 8,
+                                      c, /*root_leads=*/false),
+              4 + 11 + 7 * kib2 + 21 * 7, 1e-9);
+  EXPECT_GT(coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::one_shot, 2048, 8, c),
+            coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 2048, 8,
+                                     c));
+  for (size_t bytes : {size_t{2048}, size_t{4096}, size_t{8192}}) {
+    EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, bytes, 8, std::nullopt, c),
+              NetworkAlgorithm::one_shot)
+        << bytes;
+  }
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, 2048, 8, std::nullopt, c, 1,
+                                           /*root_leads=*/false),
+            NetworkAlgorithm::pipelined);
+  const double fitted_one_shot =
+      coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 4096, 8, c);
+  const double fitted_pipelined =
+      coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::pipelined, 4096, 8, c);
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 4096, 8, c),
+      fitted_one_shot + 64, 1e-9);
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::pipelined, 4096, 8, c),
+      fitted_pipelined + 64 + 196, 1e-9);
+  EXPECT_GT(fitted_one_shot, fitted_pipelined);  // what chose the 14 rounds before
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, 4096, 8, std::nullopt, c),
+            NetworkAlgorithm::one_shot);
+  // On two hosts every round has one message each way: the counts add the same to both forms'
+  // rounds, and a broadcast still goes in one round at every size one round may hold.
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, size_t{16} << 20, 2,
+                                           std::nullopt, c),
+            NetworkAlgorithm::one_shot);
+}
+
 TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
   for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
@@ -230,9 +286,9 @@ TEST(NetworkCost, PipelinedFormsGoPerRailWhereTheLayoutHasRailsToUse) {
         const size_t landed = op == Collective::all_reduce ? 3 * bytes : bytes;
         const bool one_shot =
             landed <= coll::kMaxOneShotBytes &&
-            coll::predict_network_us(op, NetworkAlgorithm::one_shot, bytes, 4, c) <=
-                coll::predict_network_us(op, NetworkAlgorithm::pipelined,
-                                         bytes / static_cast<size_t>(rails), 4, c);
+            coll::network_choice_us(op, NetworkAlgorithm::one_shot, bytes, 4, c) <=
+                coll::network_choice_us(op, NetworkAlgorithm::pipelined,
+                                        bytes / static_cast<size_t>(rails), 4, c);
         EXPECT_EQ(coll::choose_network_algorithm(op, bytes, 4, std::nullopt, c, rails),
                   one_shot ? NetworkAlgorithm::one_shot : NetworkAlgorithm::per_rail)
             << coll::collective_name(op) << " " << bytes;
