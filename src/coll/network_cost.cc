@@ -189,8 +189,8 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
     }
     // Each segment: every slice owner receives a slice from, and sends its result to, every
     // other leader (reduce_in_slices), 4 (H - 1) messages on a leader's core.
-    const double segments = static_cast<double>(
-        all_reduce_segments(bytes, hosts, all_reduce_min_slice_bytes(cost)));
+    const double segments =
+        static_cast<double>(all_reduce_segments(bytes, hosts, all_reduce_min_slice_bytes(cost)));
     return fitted_us + exchange_us + 4 * (h - 1) * segments * cost.message_us;
   }
   if (algorithm == NetworkAlgorithm::one_shot) {
@@ -198,8 +198,8 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
       // The root's data rides in its messages to the other leaders (broadcast_unacknowledged):
       // down the tree, ceil(log2 H) hops of a step, a message and the data each.
       if (broadcast_in_tree(hosts, cost)) {
-        return cost.call_us + gather_rounds(hosts) * (cost.step_us + cost.message_us +
-                                                      bytes / (cost.link_gbps * 1e3));
+        return cost.call_us + gather_rounds(hosts) *
+                                  (cost.step_us + cost.message_us + bytes / (cost.link_gbps * 1e3));
       }
       return fitted_us + (h - 1) * cost.message_us;  // the root's messages
     }
@@ -212,8 +212,7 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
 
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,
-                                          const NetworkLinkCost& cost, int rails,
-                                          bool root_leads) {
+                                          const NetworkLinkCost& cost, int rails, bool root_leads) {
   if (!has_network_choice(op) || hosts < 2) return NetworkAlgorithm::pipelined;
   // The pipelined form, per rail where the layout has rails to use.
   const NetworkAlgorithm pipelined =
