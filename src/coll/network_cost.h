@@ -165,8 +165,8 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 // data. Not a prediction: the fitted step_us already holds the two-host runs' one message each
 // way, so this counts a round's first messages twice; it only ranks the forms. Measured on 8
 // emulated hosts at 1 Gb/s, where the fitted times alone chose the chain for a 2-8 KiB broadcast
-// and the pipelined all_reduce at 4 KiB (H - 1 or 2 (H - 1) rounds one after the other: 0.6-1.3
-// ms) over the tree and the one round (docs/fabric.md).
+// and the pipelined all_reduce at 1-4 KiB (H - 1 or 2 (H - 1) rounds one after the other:
+// 0.6-1.5 ms) over the tree and the one round (3-12x faster; docs/fabric.md).
 double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                          const NetworkLinkCost& cost, bool root_leads = true);
 
