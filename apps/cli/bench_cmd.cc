@@ -214,6 +214,7 @@ int run_bench(const BenchOptions& opt) {
   }
   report.hosts = comm.host_count();
   report.network_min_slice_bytes = coll::all_reduce_min_slice_bytes(settings.tuning.network_cost);
+  report.network_chain = coll::chain_cut(settings.tuning.network_cost);
   if (settings.tuning.forced_network) {
     report.network_algorithm = coll::network_algorithm_name(*settings.tuning.forced_network);
   }

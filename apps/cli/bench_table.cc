@@ -151,6 +151,12 @@ std::string report_to_json(const BenchReport& r) {
   if (r.hosts > 1 && coll::has_network_choice(r.collective)) {
     os << ",\"network_algorithm\":\"" << r.network_algorithm << "\""
        << ",\"network_min_slice_bytes\":" << r.network_min_slice_bytes;
+    if (r.collective == Collective::broadcast) {
+      os << ",\"network_chain_round_us\":";
+      json_number(os, r.network_chain.round_us);
+      os << ",\"network_chain_gbps\":";
+      json_number(os, r.network_chain.link_gbps);
+    }
   }
   os << ",\"slot_bytes\":" << r.slot_bytes << ",\"cpus\":" << r.cpus
      << ",\"excess_ranks\":" << r.excess_ranks

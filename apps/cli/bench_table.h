@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/bench_spec.h"
+#include "coll/network_cost.h"
 
 namespace tpf::cli {
 
@@ -46,6 +47,8 @@ struct BenchReport {
   // Across hosts: the smallest slice of a pipelined all_reduce, from the settings
   // (coll::all_reduce_min_slice_bytes), so that tpf plan calibrate-network models what ran.
   size_t network_min_slice_bytes = 0;
+  // Across hosts: what the broadcast chain cut its buffer by (coll::chain_cut of the settings).
+  coll::ChainCut network_chain;
   size_t slot_bytes = 0;
   int cpus = 0;
   int excess_ranks = 0;

@@ -364,6 +364,12 @@ class HostCollective {
   Chunks chunks_of(size_t count) const {
     return {count, network_chunk_elems(count, elem_), network_chunk_count(count, elem_)};
   }
+  // The broadcast chain's cut (chain_chunk_elems: smaller chunks the more hops they cross).
+  Chunks chain_chunks_of(size_t count) const {
+    const size_t per_chunk =
+        chain_chunk_elems(count, elem_, hosts(), chain_cut(tuning_.network_cost));
+    return {count, per_chunk, chunks_of_size(count, per_chunk)};
+  }
   // Calls piece(first, last) for consecutive runs of chunks [first, last) of at least
   // kMinPieceBytes: the unit of the shared-memory steps pipelined with the network.
   template <class Piece>
@@ -380,13 +386,19 @@ class HostCollective {
     });
   }
   size_t post_recv(InFlight& flight, int peer, Stage stage, void* data, size_t count) {
-    return post_chunks(count, [&](size_t c, size_t begin, size_t length) {
+    return post_recv(flight, peer, stage, data, chunks_of(count));
+  }
+  size_t post_recv(InFlight& flight, int peer, Stage stage, void* data, const Chunks& chunks) {
+    return post_chunks(chunks, [&](size_t c, size_t begin, size_t length) {
       return flight.recv(peer, tag(stage, c), at(data, begin), bytes(length));
     });
   }
   template <class Start>
   size_t post_chunks(size_t count, Start&& start) {
-    const Chunks chunks = chunks_of(count);
+    return post_chunks(chunks_of(count), start);
+  }
+  template <class Start>
+  size_t post_chunks(const Chunks& chunks, Start&& start) {
     const size_t first = start(0, chunks.begin(0), chunks.length(0));
     for (size_t c = 1; c < chunks.number; ++c) start(c, chunks.begin(c), chunks.length(c));
     return first;
@@ -1051,7 +1063,8 @@ class HostCollective {
   // A pipelined chain across hosts, starting at the root's host: the root sends its data in
   // chunks to the next host's leader, which forwards each chunk as it arrives while the later
   // ones are still coming (every link carries the data once, so the per-link rate does not drop
-  // with the number of hosts); then each host broadcasts from its representative.
+  // with the number of hosts), the chunks cut for the hops they cross (chain_chunk_elems); then
+  // each host broadcasts from its representative.
   void broadcast() {
     switch (choose_network(Collective::broadcast)) {
       case NetworkAlgorithm::one_shot: return broadcast_one_round();
@@ -1066,10 +1079,11 @@ class HostCollective {
     if (in_chain) {
       const int next = position + 1 < hosts() ? leader((host_ + 1) % hosts()) : -1;
       const int previous = position == 1 ? d_.root : leader((host_ - 1 + hosts()) % hosts());
-      const Chunks chunks = chunks_of(n);
+      const Chunks chunks = chain_chunks_of(n);
       const void* data = me_ == d_.root ? d_.send : d_.recv;
       InFlight flight(g_.network, ctx_);
-      const size_t first = me_ == d_.root ? 0 : post_recv(flight, previous, kFirst, d_.recv, n);
+      const size_t first =
+          me_ == d_.root ? 0 : post_recv(flight, previous, kFirst, d_.recv, chunks);
       for (size_t c = 0; c < chunks.number; ++c) {
         if (me_ != d_.root) flight.wait(first + c);
         if (next >= 0) {

@@ -1,6 +1,7 @@
 #include "coll/network_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "tpf/error.h"
@@ -69,6 +70,21 @@ size_t network_chunk_count(size_t count, size_t elem_bytes) {
   return chunks_of_size(count, network_chunk_elems(count, elem_bytes));
 }
 
+ChainCut chain_cut(const NetworkLinkCost& cost) {
+  return {cost.step_us + cost.message_us, cost.link_gbps};
+}
+
+size_t chain_chunk_elems(size_t count, size_t elem_bytes, int hosts, ChainCut cut) {
+  if (cut.round_us <= 0 || hosts <= 2) return network_chunk_elems(count, elem_bytes);
+  const double bytes = static_cast<double>(count * elem_bytes);
+  const double chunks = std::sqrt((hosts - 2) * bytes / (cut.link_gbps * 1e3 * cut.round_us));
+  const double chunk_bytes =
+      std::clamp(bytes / std::max(chunks, 1.0), static_cast<double>(kChainMinChunkBytes),
+                 static_cast<double>(kNetworkMinChunkBytes));
+  return std::max({static_cast<size_t>(chunk_bytes) / elem_bytes,
+                   (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
+}
+
 int gather_rounds(int hosts) {
   int rounds = 0;
   for (int reach = 1; reach < hosts; reach *= 2) ++rounds;
@@ -131,7 +147,7 @@ std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, siz
 }
 
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
-                            size_t min_slice_bytes) {
+                            size_t min_slice_bytes, ChainCut chain) {
   if (!has_network_choice(op) || hosts < 2 || algorithm == NetworkAlgorithm::per_rail) {
     throw Error(ErrorCode::invalid_argument,
                 std::string("no network cost of ") + collective_name(op) + " " +
@@ -153,7 +169,8 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
     const double segments = static_cast<double>(all_reduce_segments(bytes, hosts, min_slice_bytes));
     t = traffic_of(Collective::all_reduce, Algorithm::two_shot, b, hosts, false, segments);
   } else {
-    const double chunks = static_cast<double>(network_chunk_count(bytes, 1));
+    const double chunks =
+        static_cast<double>(chunks_of_size(bytes, chain_chunk_elems(bytes, 1, hosts, chain)));
     t = traffic_of(Collective::broadcast, Algorithm::ring, b, hosts, false, chunks);
   }
   t.steps += 1;  // the fingerprint round (the one-shot forms carry fingerprints with the data)
@@ -162,19 +179,20 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
 
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                           const NetworkLinkCost& cost) {
-  return predict_network_us(op, algorithm, bytes, hosts, cost, all_reduce_min_slice_bytes(cost));
+  return predict_network_us(op, algorithm, bytes, hosts, cost, all_reduce_min_slice_bytes(cost),
+                            chain_cut(cost));
 }
 
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
-                          const NetworkLinkCost& cost, size_t min_slice_bytes) {
-  const StepTraffic traffic = network_traffic(op, algorithm, bytes, hosts, min_slice_bytes);
+                          const NetworkLinkCost& cost, size_t min_slice_bytes, ChainCut chain) {
+  const StepTraffic traffic = network_traffic(op, algorithm, bytes, hosts, min_slice_bytes, chain);
   return cost.call_us + traffic_us(traffic, cost.link_class());
 }
 
 double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                          const NetworkLinkCost& cost, bool root_leads) {
-  const StepTraffic traffic =
-      network_traffic(op, algorithm, bytes, hosts, all_reduce_min_slice_bytes(cost));
+  const StepTraffic traffic = network_traffic(op, algorithm, bytes, hosts,
+                                              all_reduce_min_slice_bytes(cost), chain_cut(cost));
   const double fitted_us = cost.call_us + traffic_us(traffic, cost.link_class());
   const double h = hosts;
   const bool packed = bytes <= kNetworkPackedBytes;

@@ -99,6 +99,29 @@ size_t all_reduce_segments(size_t bytes, int hosts, size_t min_slice_bytes);
 size_t network_chunk_elems(size_t count, size_t elem_bytes);
 // How many chunks that makes (an empty transfer is one empty message).
 size_t network_chunk_count(size_t count, size_t elem_bytes);
+// How the pipelined broadcast's chain of hosts cuts its buffer (coll/across_hosts.cc). Each chunk
+// crosses H - 1 hops, one after another, and the chunks follow each other down the chain: with c
+// chunks of a b-byte buffer a host's last chunk arrives after (H - 2 + c) hops of a round and
+// b / c bytes each, least at c = sqrt((H - 2) b / (link x round)). Chunks of at least
+// kNetworkMinChunkBytes (what the chain used before, and what a chain of 2 hosts, one hop, keeps)
+// left a buffer of up to 512 KiB whole on every hop: measured on 8 emulated hosts at 1 Gb/s with
+// links that never exceed their rate, 512 KiB took 6.7 link times (docs/fabric.md). `round_us`:
+// a hop's fixed cost (step_us + message_us); 0: the fixed cut (network_chunk_elems), as runs
+// recorded before the chain followed the model.
+struct ChainCut {
+  double round_us = 0;
+  double link_gbps = 0;
+};
+ChainCut chain_cut(const NetworkLinkCost& cost);
+// The chain's chunks are at least this many bytes: well above what UCX sends eagerly over TCP
+// (about 8 KiB; each larger message is a rendezvous of its own), and no tiny chunks on fast links
+// where the formula would cut finer. Chosen, not tuned (docs/fabric.md has the measurements).
+inline constexpr size_t kChainMinChunkBytes = size_t{32} << 10;
+// Elements per chunk of the chain's transfer of `count` elements of `elem_bytes` across `hosts`
+// hosts, between kChainMinChunkBytes and kNetworkMinChunkBytes and at most kNetworkMaxChunks
+// chunks; every rank computes the same from the shared settings.
+size_t chain_chunk_elems(size_t count, size_t elem_bytes, int hosts, ChainCut cut);
+
 // The cut of all_gather's ring between hosts (coll/across_hosts.cc: between the leaders, or the
 // ranks of a rail), whose chunks of every host's blocks (host_counts[h] elements) are numbered
 // together in a tag: each host's blocks cut as any transfer (network_chunk_elems), in larger chunks
@@ -147,13 +170,13 @@ bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost);
 // `min_slice_bytes`: the slice the pipelined all_reduce ran with (all_reduce_min_slice_bytes of
 // the run's settings).
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
-                            size_t min_slice_bytes);
+                            size_t min_slice_bytes, ChainCut chain = {});
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                           const NetworkLinkCost& cost);
 // The same for a run whose pipelined all_reduce used slices of at least `min_slice_bytes` (a
 // measurement made with other settings than `cost`).
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
-                          const NetworkLinkCost& cost, size_t min_slice_bytes);
+                          const NetworkLinkCost& cost, size_t min_slice_bytes, ChainCut chain = {});
 
 // What the choice between the algorithms compares (choose_network_algorithm): predict_network_us
 // (the fitted call, steps and bytes) with the leaders' messages counted as

@@ -60,6 +60,12 @@ int64_t get_int(const json::Value& object, const std::string& key, const std::st
   return typed(path, qualified(where, key), [&] { return v.as_int(); });
 }
 
+double get_double(const json::Value& object, const std::string& key, const std::string& where,
+                  const std::string& path, const std::string& hint) {
+  const json::Value& v = member(object, key, where, path, hint);
+  return typed(path, qualified(where, key), [&] { return v.as_double(); });
+}
+
 bool get_bool(const json::Value& object, const std::string& key, const std::string& where,
               const std::string& path, const std::string& hint) {
   const json::Value& v = member(object, key, where, path, hint);

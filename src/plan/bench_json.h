@@ -22,6 +22,8 @@ std::string get_string(const json::Value& object, const std::string& key, const 
                        const std::string& path, const std::string& hint = "");
 int64_t get_int(const json::Value& object, const std::string& key, const std::string& where,
                 const std::string& path, const std::string& hint = "");
+double get_double(const json::Value& object, const std::string& key, const std::string& where,
+                  const std::string& path, const std::string& hint = "");
 bool get_bool(const json::Value& object, const std::string& key, const std::string& where,
               const std::string& path, const std::string& hint = "");
 

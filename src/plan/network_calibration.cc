@@ -22,8 +22,8 @@ enum Column { kCall = 0, kStep = 1, kLink = 2, kReduce = 3, kColumns = 4 };
 const char* const kColumnNames[kColumns] = {"call_us", "step_us", "link_gbps", "reduce_gbps"};
 
 std::vector<double> design_row(const NetworkMeasurement& m) {
-  const coll::StepTraffic t =
-      coll::network_traffic(m.collective, m.algorithm, m.bytes, m.hosts, m.min_slice_bytes);
+  const coll::StepTraffic t = coll::network_traffic(m.collective, m.algorithm, m.bytes, m.hosts,
+                                                    m.min_slice_bytes, m.chain);
   return {1.0, t.steps, t.wire_bytes * 1e-3, t.reduced_bytes * 1e-3};
 }
 
@@ -75,6 +75,16 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
     }
     min_slice_bytes = static_cast<size_t>(value);
   }
+  coll::ChainCut chain;  // runs that predate the keys: the fixed cut
+  if (root.find("network_chain_round_us") != nullptr) {
+    chain.round_us = get_double(root, "network_chain_round_us", top, path);
+    chain.link_gbps = get_double(root, "network_chain_gbps", top, path);
+    if (!(chain.round_us > 0) || !(chain.link_gbps > 0)) {
+      fail(path + ": 'network_chain_round_us' and 'network_chain_gbps' are " +
+           std::to_string(chain.round_us) + " and " + std::to_string(chain.link_gbps) +
+           ", expected positive numbers");
+    }
+  }
   std::vector<NetworkMeasurement> out;
   const json::Array& rows = rows_of(root, path);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -91,6 +101,7 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
     m.hosts = static_cast<int>(hosts);
     m.bytes = static_cast<size_t>(bytes);
     m.min_slice_bytes = min_slice_bytes;
+    m.chain = chain;
     m.measured_us = row_time_us(member(rows[r], "oop", where, path), where + ".oop", path);
     m.source = path + " " + where + " oop";
     out.push_back(m);
@@ -162,7 +173,7 @@ NetworkEvaluation evaluate(const coll::NetworkLinkCost& cost,
                            const std::vector<NetworkMeasurement>& measurements) {
   return evaluate_with(measurements, [&](const NetworkMeasurement& m) {
     return coll::predict_network_us(m.collective, m.algorithm, m.bytes, m.hosts, cost,
-                                    m.min_slice_bytes);
+                                    m.min_slice_bytes, m.chain);
   });
 }
 

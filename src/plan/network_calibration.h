@@ -27,6 +27,9 @@ struct NetworkMeasurement {
   // The smallest all_reduce slice the run used ("network_min_slice_bytes"; runs that do not
   // record it predate its dependence on the settings and used kNetworkMinChunkBytes).
   size_t min_slice_bytes = coll::kNetworkMinChunkBytes;
+  // How the broadcast chain cut its buffer ("network_chain_round_us" and "network_chain_gbps";
+  // runs that do not record them predate the cut's dependence on the settings: the fixed cut).
+  coll::ChainCut chain;
   std::string source;  // "FILE row K oop", for tables and messages
 };
 

@@ -406,6 +406,23 @@ TEST_P(AcrossHostsNetworkAlgorithm, ReductionsAndBroadcastsMatchTheReference) {
   }));
 }
 
+// The broadcast chain cuts its buffer for the hops it crosses (coll::chain_chunk_elems): on four
+// hosts of one at 500 Mb/s the large f32 size (327,681 elements) goes in 41 chunks, 40 of 32 KiB
+// and one of one element, and i64's 4,099 elements in two (4,096 and 3), where before each was
+// one chunk; over both protocols, every root in turn, against the reference.
+TEST(AcrossHostsBroadcastChain, CutForItsHopsOverBothProtocols) {
+  for (const transport::NetProtocol protocol :
+       {transport::NetProtocol::tag, transport::NetProtocol::put}) {
+    SCOPED_TRACE(transport::net_protocol_name(protocol));
+    expect_all_ok(run_on_hosts(
+        kFourHostsOfOne, [](Communicator& comm) { data_movement(comm); }, protocol,
+        [](int) {
+          ::setenv("TPF_NET_ALGO", "pipelined", 1);
+          ::setenv("TPF_NET_GBPS", "0.0625", 1);
+        }));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Forced, AcrossHostsNetworkAlgorithm,
                          ::testing::Combine(::testing::Values(1, 2),  // TwoHostsOfTwo, uneven
                                             ::testing::Values("one_shot", "pipelined", "per_rail")),

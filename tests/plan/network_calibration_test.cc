@@ -48,9 +48,16 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
   EXPECT_DOUBLE_EQ(
       coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::one_shot, 1'000'000, 3, c),
       5 + 10 + 2000);
-  // pipelined broadcast: fingerprints, then a chain of 2 links with 2 chunks of 512 KiB.
+  // pipelined broadcast: fingerprints, then a chain of 2 links, cut by the model
+  // (chain_chunk_elems: sqrt(1 x 1e6 B / (1 kB/us x (10 + 7) us)) = 7.7, so 8 chunks of 130 kB):
+  // 1 + 2 + 7 steps. Cut as before the cut followed the model (a recorded run without the keys):
+  // 2 chunks of 512 KiB, 1 + 2 + 1 steps.
   EXPECT_DOUBLE_EQ(
       coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 3, c),
+      5 + 100 + 1000);
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 3, c,
+                               coll::all_reduce_min_slice_bytes(c), coll::ChainCut{}),
       5 + 40 + 1000);
   // Segments keep each host's slice at least the smallest slice: four rounds' worth of the link,
   // 512 KiB at most (the default 100 Gb/s link: 4 x 11 us x 12.5 GB/s = 550 kB), 128 KiB at least.
@@ -107,6 +114,32 @@ TEST(NetworkCost, AllGatherGoesRoundARingWhereItsRoundsAreCheapBesideTheTransfer
   EXPECT_FALSE(coll::all_gather_in_ring(9166, 4, slow));
   // 64 hosts of 64 KiB at 100 Gb/s: 62 rounds (682 us) against a 330 us transfer: direct.
   EXPECT_FALSE(coll::all_gather_in_ring(65536, 64, fast));
+}
+
+// The broadcast chain's chunks: about sqrt((H - 2) b / (link x (step + message))) of them, between
+// 32 KiB and 512 KiB each and at most 4096. Hand counts, step + message = 18 us:
+// - 8 hosts at 1 Gb/s (125 B/us), 512 KiB: sqrt(6 x 524288 / 2250) = 37.4 chunks of 14 kB, held
+//   at 32 KiB: 16 chunks (before: one chunk, carried whole over every hop).
+// - 64 hosts at 100 Gb/s, 4 MiB of f32: sqrt(62 x 4194304 / 225000) = 34.0 chunks of 123,374 B =
+//   30,843 elements: 34 chunks (before: 8 of 512 KiB).
+// - 64 hosts at 1 Gb/s, 1 GiB: 5,440 chunks would be too many tags: 4096 of 256 KiB.
+// - 2 hosts (one hop) and runs recorded without the cut: the fixed 512 KiB cut.
+TEST(NetworkCost, TheBroadcastChainIsCutForItsHops) {
+  NetworkLinkCost slow;
+  slow.link_gbps = 0.125;
+  const coll::ChainCut slow_cut = coll::chain_cut(slow);
+  EXPECT_DOUBLE_EQ(slow_cut.round_us, 18);
+  EXPECT_EQ(coll::chain_chunk_elems(size_t{512} << 10, 1, 8, slow_cut), coll::kChainMinChunkBytes);
+  const NetworkLinkCost fast;
+  EXPECT_EQ(coll::chain_chunk_elems(size_t{1} << 20, 4, 64, coll::chain_cut(fast)), 30843u);
+  EXPECT_EQ(coll::chunks_of_size(size_t{1} << 20, 30843), 34u);
+  EXPECT_EQ(coll::chain_chunk_elems(size_t{1} << 30, 1, 64, slow_cut), size_t{256} << 10);
+  EXPECT_EQ(coll::chain_chunk_elems(size_t{512} << 10, 1, 2, slow_cut),
+            coll::kNetworkMinChunkBytes);
+  EXPECT_EQ(coll::chain_chunk_elems(size_t{512} << 10, 1, 8, coll::ChainCut{}),
+            coll::kNetworkMinChunkBytes);
+  // A buffer below the smallest chunk is one chunk.
+  EXPECT_EQ(coll::chunks_of_size(1000, coll::chain_chunk_elems(1000, 4, 8, slow_cut)), 1u);
 }
 
 // The leaders exchange fingerprints and small data in ceil(log2 H) rounds where the messages the
@@ -329,6 +362,7 @@ std::vector<NetworkMeasurement> synthetic(const NetworkLinkCost& cost, int hosts
         m.hosts = hosts;
         m.bytes = bytes;
         m.min_slice_bytes = coll::all_reduce_min_slice_bytes(cost);  // what such a run records
+        m.chain = coll::chain_cut(cost);
         m.measured_us = coll::predict_network_us(op, a, bytes, hosts, cost);
         m.source = "synthetic";
         out.push_back(m);
@@ -394,6 +428,21 @@ TEST(NetworkCalibration, ReadsBenchFilesAndNamesWhatIsWrong) {
   bad_slice.insert(1, "\"network_min_slice_bytes\":0,");
   EXPECT_TPF_ERROR(parse_network_bench_json(bad_slice, "f.json"), ErrorCode::invalid_argument,
                    "'network_min_slice_bytes' is 0");
+  // The chain's cut: recorded (the run's step + message and link), or the fixed one before.
+  EXPECT_EQ(points[0].chain.round_us, 0.0);
+  std::string with_cut = bench_json("broadcast", 3, 3, "pipelined");
+  with_cut.insert(1, "\"network_chain_round_us\":18,\"network_chain_gbps\":0.125,");
+  const NetworkMeasurement cut = parse_network_bench_json(with_cut, "f.json")[0];
+  EXPECT_EQ(cut.chain.round_us, 18.0);
+  EXPECT_EQ(cut.chain.link_gbps, 0.125);
+  std::string half_cut = bench_json("broadcast", 3, 3, "pipelined");
+  half_cut.insert(1, "\"network_chain_round_us\":18,");
+  EXPECT_TPF_ERROR(parse_network_bench_json(half_cut, "f.json"), ErrorCode::invalid_argument,
+                   "network_chain_gbps");
+  std::string bad_cut = bench_json("broadcast", 3, 3, "pipelined");
+  bad_cut.insert(1, "\"network_chain_round_us\":-1,\"network_chain_gbps\":0.125,");
+  EXPECT_TPF_ERROR(parse_network_bench_json(bad_cut, "f.json"), ErrorCode::invalid_argument,
+                   "expected positive numbers");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, "automatic"), "f.json"),
                    ErrorCode::invalid_argument, "TPF_NET_ALGO");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, ""), "f.json"),
