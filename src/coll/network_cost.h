@@ -114,8 +114,8 @@ struct ChainCut {
 };
 ChainCut chain_cut(const NetworkLinkCost& cost);
 // The chain's chunks are at least this many bytes: well above what UCX sends eagerly over TCP
-// (about 8 KiB; each larger message is a rendezvous of its own), and no tiny chunks on fast links
-// where the formula would cut finer. Chosen, not tuned (docs/fabric.md has the measurements).
+// (about 8 KiB; each larger message is a rendezvous of its own). 16 KiB measured 1.1-1.5x faster
+// at 128-512 KiB on 8 emulated hosts at 1 Gb/s but slower at 2 MiB (docs/fabric.md): not taken.
 inline constexpr size_t kChainMinChunkBytes = size_t{32} << 10;
 // Elements per chunk of the chain's transfer of `count` elements of `elem_bytes` across `hosts`
 // hosts, between kChainMinChunkBytes and kNetworkMinChunkBytes and at most kNetworkMaxChunks
@@ -168,13 +168,14 @@ bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost);
 // tpf::Error(invalid_argument) for another collective, fewer than 2 hosts, or per_rail (its
 // traffic through a host's link is pipelined's, spread over rails the model does not know).
 // `min_slice_bytes`: the slice the pipelined all_reduce ran with (all_reduce_min_slice_bytes of
-// the run's settings).
+// the run's settings); `chain`: how the broadcast chain cut its buffer (chain_cut of the run's
+// settings; {}: the fixed cut of runs recorded before).
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                             size_t min_slice_bytes, ChainCut chain = {});
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                           const NetworkLinkCost& cost);
-// The same for a run whose pipelined all_reduce used slices of at least `min_slice_bytes` (a
-// measurement made with other settings than `cost`).
+// The same for a run whose pipelined all_reduce used slices of at least `min_slice_bytes` and
+// whose broadcast chain was cut by `chain` (a measurement made with other settings than `cost`).
 double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                           const NetworkLinkCost& cost, size_t min_slice_bytes, ChainCut chain = {});
 
