@@ -57,9 +57,18 @@ size_t all_reduce_segments(size_t bytes, int hosts, size_t min_slice_bytes) {
                             kNetworkMaxChunks);
 }
 
+namespace {
+
+// Elements per chunk of at least `min_bytes`, and at most kNetworkMaxChunks chunks (their tags).
+size_t chunk_elems_of_at_least(size_t count, size_t elem_bytes, size_t min_bytes) {
+  return std::max(
+      {min_bytes / elem_bytes, (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
+}
+
+}  // namespace
+
 size_t network_chunk_elems(size_t count, size_t elem_bytes) {
-  return std::max({kNetworkMinChunkBytes / elem_bytes,
-                   (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
+  return chunk_elems_of_at_least(count, elem_bytes, kNetworkMinChunkBytes);
 }
 
 size_t chunks_of_size(size_t count, size_t per_chunk) {
@@ -81,8 +90,7 @@ size_t chain_chunk_elems(size_t count, size_t elem_bytes, int hosts, ChainCut cu
   const double chunk_bytes =
       std::clamp(bytes / std::max(chunks, 1.0), static_cast<double>(kChainMinChunkBytes),
                  static_cast<double>(kNetworkMinChunkBytes));
-  return std::max({static_cast<size_t>(chunk_bytes) / elem_bytes,
-                   (count + kNetworkMaxChunks - 1) / kNetworkMaxChunks, size_t{1}});
+  return chunk_elems_of_at_least(count, elem_bytes, static_cast<size_t>(chunk_bytes));
 }
 
 int gather_rounds(int hosts) {
@@ -191,8 +199,9 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 
 double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                          const NetworkLinkCost& cost, bool root_leads) {
-  const StepTraffic traffic = network_traffic(op, algorithm, bytes, hosts,
-                                              all_reduce_min_slice_bytes(cost), chain_cut(cost));
+  const size_t min_slice_bytes = all_reduce_min_slice_bytes(cost);
+  const StepTraffic traffic =
+      network_traffic(op, algorithm, bytes, hosts, min_slice_bytes, chain_cut(cost));
   const double fitted_us = cost.call_us + traffic_us(traffic, cost.link_class());
   const double h = hosts;
   const bool packed = bytes <= kNetworkPackedBytes;
@@ -207,8 +216,7 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
     }
     // Each segment: every slice owner receives a slice from, and sends its result to, every
     // other leader (reduce_in_slices), 4 (H - 1) messages on a leader's core.
-    const double segments =
-        static_cast<double>(all_reduce_segments(bytes, hosts, all_reduce_min_slice_bytes(cost)));
+    const double segments = static_cast<double>(all_reduce_segments(bytes, hosts, min_slice_bytes));
     return fitted_us + exchange_us + 4 * (h - 1) * segments * cost.message_us;
   }
   if (algorithm == NetworkAlgorithm::one_shot) {
@@ -216,8 +224,9 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
       // The root's data rides in its messages to the other leaders (broadcast_unacknowledged):
       // down the tree, ceil(log2 H) hops of a step, a message and the data each.
       if (broadcast_in_tree(hosts, cost)) {
-        return cost.call_us + gather_rounds(hosts) *
-                                  (cost.step_us + cost.message_us + bytes / (cost.link_gbps * 1e3));
+        const double hops = gather_rounds(hosts);
+        const StepTraffic down_the_tree{hops, 0, hops * static_cast<double>(bytes), 0};
+        return cost.call_us + traffic_us(down_the_tree, cost.link_class()) + hops * cost.message_us;
       }
       return fitted_us + (h - 1) * cost.message_us;  // the root's messages
     }
