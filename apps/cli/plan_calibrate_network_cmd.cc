@@ -87,8 +87,26 @@ void print_groups(const plan::NetworkEvaluation& e, const coll::NetworkLinkCost&
   }
 }
 
-// For each (collective, hosts, size, placement) measured with both algorithms: the model's pick
-// against the faster measurement.
+// For each (collective, hosts, size, placement) measured with two or more algorithms, the model's
+// pick among them against the fastest measurement.
+// The model's pick among the measured algorithms: its choice where that was measured, else the
+// measured one it prices lowest.
+coll::NetworkAlgorithm pick_among(coll::Collective op, size_t bytes, int hosts,
+                                  const coll::NetworkLinkCost& cost,
+                                  const std::map<coll::NetworkAlgorithm, double>& measured) {
+  const coll::NetworkAlgorithm choice =
+      coll::choose_network_algorithm(op, bytes, hosts, std::nullopt, cost);
+  if (measured.count(choice) != 0) return choice;
+  coll::NetworkAlgorithm pick = measured.begin()->first;
+  for (const auto& [algorithm, us] : measured) {
+    if (coll::network_choice_us(op, algorithm, bytes, hosts, cost) <
+        coll::network_choice_us(op, pick, bytes, hosts, cost)) {
+      pick = algorithm;
+    }
+  }
+  return pick;
+}
+
 void print_choices(const coll::NetworkLinkCost& cost,
                    const std::vector<plan::NetworkMeasurement>& points) {
   using Key = std::tuple<std::string, int, size_t, bool>;
@@ -104,18 +122,22 @@ void print_choices(const coll::NetworkLinkCost& cost,
     if (times.size() < 2) continue;
     const auto& [name, hosts, bytes, in_place] = key;
     const coll::Collective op = *coll::parse_collective(name);
-    const coll::NetworkAlgorithm pick =
-        coll::choose_network_algorithm(op, bytes, hosts, std::nullopt, cost);
-    const double one_shot = times.at(coll::NetworkAlgorithm::one_shot);
-    const double pipelined = times.at(coll::NetworkAlgorithm::pipelined);
-    const double best = std::min(one_shot, pipelined);
+    const coll::NetworkAlgorithm pick = pick_among(op, bytes, hosts, cost, times);
+    double best = times.begin()->second;
+    std::string columns;
+    for (const auto& [algorithm, us] : times) {
+      best = std::min(best, us);
+      char column[48];
+      std::snprintf(column, sizeof column, "  %s %10.1f", coll::network_algorithm_name(algorithm),
+                    us);
+      columns += column;
+    }
     const double lost = times.at(pick) / best - 1;
     ++compared;
     if (lost == 0) ++agreed;
-    std::printf("  hosts=%d %-10s %-3s %10zu  one_shot %10.1f  pipelined %10.1f  picks %-9s%s\n",
-                hosts, name.c_str(), in_place ? "ip" : "oop", bytes, one_shot, pipelined,
-                coll::network_algorithm_name(pick),
-                lost == 0 ? "" : ("  (" + percent(lost) + " slower than the other)").c_str());
+    std::printf("  hosts=%d %-10s %-3s %10zu%s  picks %-9s%s\n", hosts, name.c_str(),
+                in_place ? "ip" : "oop", bytes, columns.c_str(), coll::network_algorithm_name(pick),
+                lost == 0 ? "" : ("  (" + percent(lost) + " slower than the fastest)").c_str());
   }
   std::printf("picks the faster algorithm at %zu of %zu points\n", agreed, compared);
 }

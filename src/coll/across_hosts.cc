@@ -89,6 +89,24 @@ bool consecutive(const std::vector<int>& ranks) {
   return ranks.empty() || ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
 }
 
+// A position's neighbours in the binomial tree of `hosts` positions rooted at position 0: position
+// p hears from p minus its lowest set bit and passes on to p + 2^j for every 2^j below that bit
+// (the root: below the top), the farthest first, so that the hosts with the most below them
+// start passing on first.
+struct TreeLinks {
+  int parent = 0;
+  std::vector<int> children;
+};
+TreeLinks binomial_links(int position, int hosts) {
+  TreeLinks links;
+  int reach = 1;
+  while (reach < hosts && (position & reach) == 0) reach *= 2;
+  if (position != 0) links.parent = position - reach;
+  for (int step = reach / 2; step >= 1; step /= 2)
+    if (position + step < hosts) links.children.push_back(position + step);
+  return links;
+}
+
 // Shared-memory steps pipelined with the network work on pieces of whole chunks, at least this
 // large: each step synchronizes the host's ranks, which costs context switches when they
 // outnumber the cores (measured: per-chunk steps made a 4 x 2-rank reduce_scatter 0.68 of the
@@ -722,6 +740,7 @@ class HostCollective {
     switch (choose_network(Collective::all_reduce)) {
       case NetworkAlgorithm::one_shot: return all_reduce_one_shot();
       case NetworkAlgorithm::per_rail: return reduce_per_rail(/*to_everyone=*/true);
+      case NetworkAlgorithm::tree:  // broadcast's only: never chosen here (network_cost.h)
       case NetworkAlgorithm::pipelined: return reduce_in_slices(/*to_everyone=*/true);
     }
   }
@@ -1069,6 +1088,7 @@ class HostCollective {
     switch (choose_network(Collective::broadcast)) {
       case NetworkAlgorithm::one_shot: return broadcast_one_round();
       case NetworkAlgorithm::per_rail: return broadcast_per_rail();
+      case NetworkAlgorithm::tree: return broadcast_tree();
       case NetworkAlgorithm::pipelined: break;
     }
     compare_fingerprints_across_hosts();
@@ -1092,6 +1112,13 @@ class HostCollective {
       }
       flight.wait_all();
     }
+    broadcast_inside_hosts();
+  }
+
+  // The leaders' broadcasts end here: each host broadcasts from its representative, which has the
+  // data (on a host of one rank, the root copies its own).
+  void broadcast_inside_hosts() {
+    const size_t n = d_.count;
     if (alone()) {
       if (me_ == d_.root) copy_bytes(d_.recv, d_.send, bytes(n));
       return;
@@ -1179,12 +1206,69 @@ class HostCollective {
       flight.wait_all();
       if (receives) copy_bytes(d_.recv, landed, bytes(n));
     }
-    if (alone()) {
-      if (me_ == d_.root) copy_bytes(d_.recv, d_.send, bytes(n));
-      return;
+    broadcast_inside_hosts();
+  }
+
+  // broadcast down a binomial tree of the hosts from the root's (the cost model picks it for mid
+  // sizes on 3 or more hosts: ceil(log2 H) hops of the whole buffer, where one round sends H - 1
+  // copies through the root's link and the chain's chunks cross H - 1 hops). Each leader sends to
+  // its children one after the other, farthest first, each once the one before has taken the
+  // buffer (sent at once, they would share the link and all finish late). Every other leader
+  // receives into scratch, passes the buffer on as soon as it is in, and copies it into the
+  // caller's buffer once its call is known to agree:
+  // - where the root leads its host, as a small broadcast whose root does not wait
+  //   (broadcast_unacknowledged): the root's call goes down the tree ahead of the data, each
+  //   leader compares it with its own before passing anything on, and the calls' digest goes
+  //   with the next fingerprint exchange;
+  // - every kAcknowledgedBroadcastEvery-th call, or where the root does not lead, the leaders
+  //   exchange fingerprints beside the data and compare them before the copy.
+  // A leader in another call fails (on the call it received, the fingerprints, or a message
+  // longer than its own: a mismatch too) and its failure notice reaches those waiting on it.
+  // Then each host broadcasts from its representative.
+  void broadcast_tree() {
+    const size_t n = d_.count;
+    const int hcount = hosts();
+    const int root_host = g_.hosts.host_of(d_.root);
+    auto host_at = [&](int position) { return (root_host + position) % hcount; };
+    const TreeLinks links = binomial_links((host_ - root_host + hcount) % hcount, hcount);
+    const bool receives = is_leader() && host_ != root_host;
+    const bool acknowledged = !root_leads() || sequence_ % kAcknowledgedBroadcastEvery == 0;
+    const transport::Fingerprint call = call_fingerprint();
+    if (!acknowledged && is_leader()) g_.uncompared.add(call);
+    const size_t chunks = chunks_of(n).number;
+    // Outlive `flight`, which cancels what is pending into them.
+    Fingerprints fingerprints;
+    transport::Fingerprint roots{};
+    InFlight flight(g_.network, ctx_);
+    auto wait_transfer = [&](size_t first) {
+      for (size_t c = 0; c < chunks; ++c) flight.wait(first + c);
+    };
+    if (acknowledged && is_leader()) post_fingerprints(flight, fingerprints);
+    std::byte* landed = nullptr;
+    if (receives) {
+      landed = scratch(kHostData, n);
+      const int parent = links.parent == 0 ? d_.root : leader(host_at(links.parent));
+      const size_t roots_call =
+          acknowledged ? 0 : flight.recv(parent, tag(kFingerprint), &roots, sizeof roots);
+      const size_t arrival = post_recv(flight, parent, kFirst, landed, n);
+      if (!acknowledged) {
+        flight.wait(roots_call);
+        if (roots != call) throw call_mismatch(call, root_host, roots);
+      }
+      wait_transfer(arrival);
     }
-    const void* source = me_ == d_.root ? d_.send : d_.recv;
-    local(local_desc(OpKind::broadcast, n, representative_local_rank(host_), source, d_.recv));
+    if (me_ == d_.root || receives) {
+      const void* data = me_ == d_.root ? d_.send : landed;
+      for (int child : links.children) {
+        const int to = leader(host_at(child));
+        if (!acknowledged) flight.send(to, tag(kFingerprint), &call, sizeof call);
+        wait_transfer(post_send(flight, to, kFirst, data, n));
+      }
+    }
+    if (acknowledged && is_leader()) check_fingerprints(flight, fingerprints);
+    flight.wait_all();
+    if (receives) copy_bytes(d_.recv, landed, bytes(n));
+    broadcast_inside_hosts();
   }
 
   // A small broadcast from a host leader whose root does not wait (kAcknowledgedBroadcastEvery):
@@ -1204,18 +1288,11 @@ class HostCollective {
     // The hosts this leader hears from and passes the message on to, by position from the root's.
     const int position = (host_ - root_host + hcount) % hcount;
     auto host_at = [&](int p) { return (root_host + p) % hcount; };
-    int parent = 0;             // position 0: the root's
-    std::vector<int> children;  // positions
+    TreeLinks links;  // by position; the root's parent is itself (unused)
     if (broadcast_in_tree(hcount, tuning_.network_cost)) {
-      // Binomial: position p hears from p minus its lowest set bit and passes on to p + 2^j for
-      // every 2^j below that bit (the root: below the top), the farthest first.
-      int reach = 1;
-      while (reach < hcount && (position & reach) == 0) reach *= 2;
-      if (position != 0) parent = position - reach;
-      for (int step = reach / 2; step >= 1; step /= 2)
-        if (position + step < hcount) children.push_back(position + step);
+      links = binomial_links(position, hcount);
     } else if (position == 0) {
-      for (int p = 1; p < hcount; ++p) children.push_back(p);
+      for (int p = 1; p < hcount; ++p) links.children.push_back(p);
     }
     std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every child
     InFlight flight(g_.network, ctx_);
@@ -1223,12 +1300,12 @@ class HostCollective {
       std::memcpy(packed, &call, sizeof call);
       copy_bytes(packed + sizeof call, d_.send, bytes(d_.count));
     } else {
-      flight.wait(flight.recv(leader(host_at(parent)), tag(kFingerprint), packed, message));
+      flight.wait(flight.recv(leader(host_at(links.parent)), tag(kFingerprint), packed, message));
       transport::Fingerprint roots;
       std::memcpy(&roots, packed, sizeof roots);
       if (roots != call) throw call_mismatch(call, root_host, roots);
     }
-    for (int child : children)
+    for (int child : links.children)
       flight.send(leader(host_at(child)), tag(kFingerprint), packed, message);
     if (me_ != d_.root) copy_bytes(d_.recv, packed + sizeof call, bytes(d_.count));
     flight.wait_all();

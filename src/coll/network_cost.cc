@@ -23,13 +23,14 @@ const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept {
     case NetworkAlgorithm::one_shot: return "one_shot";
     case NetworkAlgorithm::pipelined: return "pipelined";
     case NetworkAlgorithm::per_rail: return "per_rail";
+    case NetworkAlgorithm::tree: return "tree";
   }
   return "?";
 }
 
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept {
-  for (NetworkAlgorithm a :
-       {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined, NetworkAlgorithm::per_rail}) {
+  for (NetworkAlgorithm a : {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined,
+                             NetworkAlgorithm::per_rail, NetworkAlgorithm::tree}) {
     if (name == network_algorithm_name(a)) return a;
   }
   return std::nullopt;
@@ -156,14 +157,22 @@ std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, siz
 
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                             size_t min_slice_bytes, ChainCut chain) {
-  if (!has_network_choice(op) || hosts < 2 || algorithm == NetworkAlgorithm::per_rail) {
+  if (!has_network_choice(op) || hosts < 2 || algorithm == NetworkAlgorithm::per_rail ||
+      (algorithm == NetworkAlgorithm::tree && op != Collective::broadcast)) {
     throw Error(ErrorCode::invalid_argument,
                 std::string("no network cost of ") + collective_name(op) + " " +
                     network_algorithm_name(algorithm) + " on " + std::to_string(hosts) +
-                    " hosts (all_reduce or broadcast, one_shot or pipelined, >= 2 hosts)");
+                    " hosts (all_reduce or broadcast, one_shot or pipelined, broadcast tree, "
+                    ">= 2 hosts)");
   }
   const double b = static_cast<double>(bytes);
   const double h = hosts;
+  if (algorithm == NetworkAlgorithm::tree) {
+    // The whole buffer over each hop to the deepest leader; the fingerprints go beside the
+    // first hop, as in one round.
+    const double hops = gather_rounds(hosts);
+    return {hops, 0, hops * b, 0};
+  }
   if (algorithm == NetworkAlgorithm::one_shot) {
     if (op == Collective::all_reduce) {
       return traffic_of(Collective::all_reduce, Algorithm::one_shot, b, hosts, /*staged=*/false);
@@ -177,9 +186,11 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
     const double segments = static_cast<double>(all_reduce_segments(bytes, hosts, min_slice_bytes));
     t = traffic_of(Collective::all_reduce, Algorithm::two_shot, b, hosts, false, segments);
   } else {
+    // The chain: (H - 1) + c - 1 hops to the last host's last chunk, the buffer through its link
+    // and a chunk through each link before it.
     const double chunks =
         static_cast<double>(chunks_of_size(bytes, chain_chunk_elems(bytes, 1, hosts, chain)));
-    t = traffic_of(Collective::broadcast, Algorithm::ring, b, hosts, false, chunks);
+    t = {h - 1 + chunks - 1, 0, b + (h - 2) * b / chunks, 0};
   }
   t.steps += 1;  // the fingerprint round (the one-shot forms carry fingerprints with the data)
   return t;
@@ -219,6 +230,12 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
     const double segments = static_cast<double>(all_reduce_segments(bytes, hosts, min_slice_bytes));
     return fitted_us + exchange_us + 4 * (h - 1) * segments * cost.message_us;
   }
+  if (algorithm == NetworkAlgorithm::tree) {
+    // From a leading root, its call goes down the tree ahead of the data: two messages a hop.
+    // Otherwise a message a hop, and the leaders' fingerprints to and from every other leader.
+    const double messages = root_leads ? 2 * traffic.steps : 2 * (h - 1) + traffic.steps;
+    return fitted_us + messages * cost.message_us;
+  }
   if (algorithm == NetworkAlgorithm::one_shot) {
     if (packed && root_leads) {
       // The root's data rides in its messages to the other leaders (broadcast_unacknowledged):
@@ -246,18 +263,26 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
       rails >= 2 ? NetworkAlgorithm::per_rail : NetworkAlgorithm::pipelined;
   if (forced == NetworkAlgorithm::pipelined) return NetworkAlgorithm::pipelined;
   if (forced == NetworkAlgorithm::per_rail) return pipelined;
-  const size_t landed =
-      op == Collective::all_reduce ? bytes * static_cast<size_t>(hosts - 1) : bytes;
-  if (landed > kMaxOneShotBytes) return pipelined;
-  if (forced == NetworkAlgorithm::one_shot) return NetworkAlgorithm::one_shot;
+  const bool broadcast = op == Collective::broadcast;
+  if (forced == NetworkAlgorithm::tree && broadcast) return NetworkAlgorithm::tree;
   // Per rail, each of the L rails carries 1/L of the buffer through a link of its own: the
   // leaders' pipelined form of a buffer L times smaller (the shared-memory steps, overlapped with
   // the transfers, are not priced).
   const size_t carried = rails >= 2 ? bytes / static_cast<size_t>(rails) : bytes;
-  return network_choice_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost, root_leads) <=
-                 network_choice_us(op, NetworkAlgorithm::pipelined, carried, hosts, cost)
-             ? NetworkAlgorithm::one_shot
-             : pipelined;
+  NetworkAlgorithm best = pipelined;
+  double best_us = network_choice_us(op, NetworkAlgorithm::pipelined, carried, hosts, cost);
+  // Ties go to the fewer rounds: the tree before the chain, one round before either.
+  if (broadcast && hosts >= 3) {
+    const double tree_us =
+        network_choice_us(op, NetworkAlgorithm::tree, bytes, hosts, cost, root_leads);
+    if (tree_us <= best_us) best = NetworkAlgorithm::tree, best_us = tree_us;
+  }
+  const size_t landed = broadcast ? bytes : bytes * static_cast<size_t>(hosts - 1);
+  if (landed > kMaxOneShotBytes) return best;
+  if (forced == NetworkAlgorithm::one_shot) return NetworkAlgorithm::one_shot;
+  const double one_shot_us =
+      network_choice_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost, root_leads);
+  return one_shot_us <= best_us ? NetworkAlgorithm::one_shot : best;
 }
 
 }  // namespace tpf::coll

@@ -68,7 +68,14 @@ struct NetworkLinkCost {
 //   link it measured 0.77-1.19x the leaders' speed. Large reduce goes per rail there too, and
 //   large all_gather, reduce_scatter, all_to_all, gather and scatter where the hosts' ranks are
 //   consecutive, unless pipelined is forced (coll/across_hosts.cc).
-enum class NetworkAlgorithm { one_shot, pipelined, per_rail };
+// - tree (broadcast, 3 or more hosts): the whole buffer down a binomial tree of the leaders from
+//   the root's host, ceil(log2 H) hops, each leader sending to its children one after the other
+//   (farthest first), the root's call ahead of the data (or, every kAcknowledgedBroadcastEvery-th
+//   call and from a root that does not lead, the leaders' fingerprints beside it: the small
+//   broadcast's rule, coll/across_hosts.h). Between one round, whose root sends H - 1 copies
+//   through its link, and the chain, whose chunks cross H - 1 hops: mid sizes on many hosts (on
+//   8 hosts at 1 Gb/s, 16 to 64 KiB: docs/fabric.md).
+enum class NetworkAlgorithm { one_shot, pipelined, per_rail, tree };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
 
@@ -101,8 +108,9 @@ size_t network_chunk_elems(size_t count, size_t elem_bytes);
 size_t network_chunk_count(size_t count, size_t elem_bytes);
 // How the pipelined broadcast's chain of hosts cuts its buffer (coll/across_hosts.cc). Each chunk
 // crosses H - 1 hops, one after another, and the chunks follow each other down the chain: with c
-// chunks of a b-byte buffer a host's last chunk arrives after (H - 2 + c) hops of a round and
-// b / c bytes each, least at c = sqrt((H - 2) b / (link x round)). Chunks of at least
+// chunks of a b-byte buffer the last host's last chunk arrives after (H - 2 + c) hops of a round
+// and b / c bytes each (network_traffic prices it so), least at c = sqrt((H - 2) b / (link x
+// round)). Chunks of at least
 // kNetworkMinChunkBytes (what the chain used before, and what a chain of 2 hosts, one hop, keeps)
 // left a buffer of up to 512 KiB whole on every hop: measured on 8 emulated hosts at 1 Gb/s with
 // links that never exceed their rate, 512 KiB took 6.7 link times (docs/fabric.md). `round_us`:
@@ -164,9 +172,11 @@ int gather_rounds(int hosts);
 bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
-// its microseconds: call_us plus the traffic over the network link class. Throw
-// tpf::Error(invalid_argument) for another collective, fewer than 2 hosts, or per_rail (its
-// traffic through a host's link is pipelined's, spread over rails the model does not know).
+// its microseconds: call_us plus the traffic over the network link class. The broadcast chain's
+// bytes are those on the path to its last host: the buffer through one link, and a chunk through
+// each of the H - 2 links before (the chain fills). Throw tpf::Error(invalid_argument) for another
+// collective, fewer than 2 hosts, tree for all_reduce, or per_rail (its traffic through a host's
+// link is pipelined's, spread over rails the model does not know).
 // `min_slice_bytes`: the slice the pipelined all_reduce ran with (all_reduce_min_slice_bytes of
 // the run's settings); `chain`: how the broadcast chain cut its buffer (chain_cut of the run's
 // settings; {}: the fixed cut of runs recorded before).
@@ -186,7 +196,9 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 // message on a leader's path: a chain's hops, a pipelined all_reduce's 4 (H - 1) a segment, the
 // one-round forms' sends to every other leader. A packed broadcast whose root leads its host goes
 // down the tree where broadcast_in_tree says so: ceil(log2 H) hops, each a step, a message and the
-// data. Not a prediction: the fitted step_us already holds the two-host runs' one message each
+// data. The tree: two messages a hop (the root's call ahead of the data) from a leading root;
+// else a message a hop and the leaders' direct fingerprint exchange beside the hops.
+// Not a prediction: the fitted step_us already holds the two-host runs' one message each
 // way, so this counts a round's first messages twice; it only ranks the forms. Measured on 8
 // emulated hosts at 1 Gb/s, where the fitted times alone chose the chain for a 2-8 KiB broadcast
 // and the pipelined all_reduce at 1-4 KiB (H - 1 or 2 (H - 1) rounds one after the other:
@@ -194,14 +206,16 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                          const NetworkLinkCost& cost, bool root_leads = true);
 
-// The cheaper algorithm under `cost`, or `forced` (TPF_NET_ALGO). A one-shot all_reduce holds
-// every other host's buffer in scratch at once, so it is never chosen above kMaxOneShotBytes
-// received per leader. `rails`: the rails that may carry it (the ranks on each host where every
-// host has as many and each has links of its own, or per_rail is forced; else 1). The pipelined
-// forms of all_reduce and broadcast run per_rail where rails >= 2, priced as the leaders' form of
-// a buffer `rails` times smaller (each rail carries its share through a link of its own;
-// docs/fabric.md has the measurements); per_rail forced where rails < 2 runs pipelined (one rail
-// is the leaders'). `root_leads`: a broadcast's root is its host's leader (network_choice_us).
+// The cheapest algorithm under `cost`, or `forced` (TPF_NET_ALGO; tree forces broadcast only,
+// all_reduce keeps the model's choice). A one-shot all_reduce holds every other host's buffer in
+// scratch at once, so it is never chosen above kMaxOneShotBytes received per leader; the tree is
+// chosen on 3 or more hosts only (on 2 it is the one round). `rails`: the rails that may carry it
+// (the ranks on each host where every host has as many and each has links of its own, or
+// per_rail is forced; else 1). The pipelined forms of all_reduce and broadcast run per_rail where
+// rails >= 2, priced as the leaders' form of a buffer `rails` times smaller (each rail carries its
+// share through a link of its own; docs/fabric.md has the measurements); per_rail forced where
+// rails < 2 runs pipelined (one rail is the leaders'). `root_leads`: a broadcast's root is its
+// host's leader (network_choice_us).
 inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,

@@ -61,10 +61,13 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
   }
   const std::string name = get_string(root, "network_algorithm", top, path, why);
   const std::optional<coll::NetworkAlgorithm> algorithm = coll::parse_network_algorithm(name);
-  if (!algorithm || *algorithm == coll::NetworkAlgorithm::per_rail) {
-    fail(path + ": 'network_algorithm' is '" + name +
-         "': expected one_shot or pipelined (forced with TPF_NET_ALGO; the fit must know which "
-         "algorithm ran)");
+  const bool priced =
+      algorithm && *algorithm != coll::NetworkAlgorithm::per_rail &&
+      (*algorithm != coll::NetworkAlgorithm::tree || *op == coll::Collective::broadcast);
+  if (!priced) {
+    fail(path + ": 'network_algorithm' is '" + name + "' for " + collective +
+         ": expected one_shot or pipelined, or tree for broadcast (forced with TPF_NET_ALGO; the "
+         "fit must know which algorithm ran)");
   }
   size_t min_slice_bytes = NetworkMeasurement{}.min_slice_bytes;  // runs that predate the key
   if (root.find("network_min_slice_bytes") != nullptr) {

@@ -35,9 +35,9 @@ struct NetworkMeasurement {
 
 // Reads one `tpf bench --json` file: "collective" all_reduce or broadcast, "hosts" >= 2 with
 // "nranks" equal to it (one rank per host: the shared-memory steps are not part of the network
-// link class), "network_algorithm" one_shot or pipelined (forced; an "automatic" run is refused:
-// the fit must know which algorithm ran). Throws tpf::Error(invalid_argument) naming the file and
-// what is wrong. Rows of 0 bytes are skipped.
+// link class), "network_algorithm" one_shot, pipelined or (broadcast) tree (forced; an
+// "automatic" run is refused: the fit must know which algorithm ran). Throws
+// tpf::Error(invalid_argument) naming the file and what is wrong. Rows of 0 bytes are skipped.
 std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text,
                                                          const std::string& path);
 std::vector<NetworkMeasurement> read_network_bench_file(const std::string& path);

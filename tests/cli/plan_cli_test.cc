@@ -264,7 +264,10 @@ TEST(PlanCommand, CalibrateNetworkFitsTheSavedRunsAndNamesBadInput) {
                            "all_reduce-2x1-1gbit-latency-pipelined-r1.json",
                            "all_reduce-2x1-1gbit-bandwidth-one_shot-r1.json",
                            "all_reduce-2x1-1gbit-bandwidth-pipelined-r1.json",
-                           "all_reduce-4x1-1gbit-bandwidth-pipelined-r1.json"}) {
+                           "all_reduce-4x1-1gbit-bandwidth-pipelined-r1.json",
+                           "broadcast-4x1-1gbit-bandwidth-one_shot-r1.json",
+                           "broadcast-4x1-1gbit-bandwidth-pipelined-r1.json",
+                           "broadcast-4x1-1gbit-bandwidth-tree-r1.json"}) {
     args.push_back(runs + name);
   }
   const Outcome out = run_tpf(args);
@@ -273,6 +276,9 @@ TEST(PlanCommand, CalibrateNetworkFitsTheSavedRunsAndNamesBadInput) {
   EXPECT_TRUE(contains(out.out, "TPF_NET_GBPS=0.1")) << out.out;  // the 1 Gb/s cap, 0.125 GB/s
   EXPECT_TRUE(contains(out.out, "hosts=4 all_reduce pipelined")) << out.out;
   EXPECT_TRUE(contains(out.out, "picks the faster algorithm at")) << out.out;
+  // A broadcast's tree is predicted and compared with the other forms measured at its sizes.
+  EXPECT_TRUE(contains(out.out, "hosts=4 broadcast  tree")) << out.out;
+  EXPECT_TRUE(contains(out.out, "pipelined ") && contains(out.out, "  tree ")) << out.out;
 
   ScratchDir dir;
   std::ofstream(dir / "auto.json") << "{\"collective\":\"all_reduce\",\"nranks\":2,\"hosts\":2,"

@@ -423,9 +423,55 @@ TEST(AcrossHostsBroadcastChain, CutForItsHopsOverBothProtocols) {
   }
 }
 
+// A broadcast forced down the tree of the hosts (coll::NetworkAlgorithm::tree) on five hosts,
+// host b of two ranks: from the root's host (position 0) the buffer goes to the hosts 4, 2 and 1
+// positions on, one after the other, and the host 2 positions on passes it on to the one 3 on.
+// Every root in turn (rank 2 does not lead its host: its broadcasts and the first call compare
+// the leaders' fingerprints; the others send the root's call down the tree), sizes from empty
+// through the packed size (forced, the tree takes them too) to several chunks, out of place and
+// in place, over both protocols, against the root's data.
+TEST(AcrossHostsBroadcastTree, PassesTheBufferDownOverBothProtocols) {
+  const HostKeys keys = {"host-a", "host-b", "host-b", "host-c", "host-d", "host-e"};
+  const std::pair<DType, size_t> cases[] = {{DType::f32, 0},    {DType::f64, 1},
+                                            {DType::f32, 2000}, {DType::bf16, 8193},
+                                            {DType::i8, 65537}, {DType::f32, 300001}};
+  for (const transport::NetProtocol protocol :
+       {transport::NetProtocol::tag, transport::NetProtocol::put}) {
+    SCOPED_TRACE(transport::net_protocol_name(protocol));
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          const int n = comm.size(), me = comm.rank();
+          FailureLog log;
+          uint64_t salt = 40;
+          for (const auto& [dt, count] : cases) {
+            const size_t es = element_size(dt);
+            for (int root = 0; root < n; ++root) {
+              ++salt;
+              const auto roots = make_input(dt, ReduceOp::sum, count, root, salt);
+              const auto mine = me == root ? roots : make_input(dt, ReduceOp::sum, count, me, salt);
+              const std::string what = "broadcast from " + std::to_string(root) + " " +
+                                       dtype_name(dt) + " count " + std::to_string(count);
+              GuardedBuffer got(count * es);
+              call(what, [&] { comm.broadcast(mine.data(), got.data(), count, dt, root); });
+              check(log, what, dt, got.data(), roots.data(), count);
+              if (!got.guards_intact()) log.add(what + ": wrote outside its buffer");
+              std::vector<uint8_t> in_place = mine;
+              call(what + " in place",
+                   [&] { comm.broadcast(in_place.data(), in_place.data(), count, dt, root); });
+              check(log, what + " in place", dt, in_place.data(), roots.data(), count);
+            }
+          }
+          log.throw_if_any("rank " + std::to_string(me));
+        },
+        protocol, [](int) { ::setenv("TPF_NET_ALGO", "tree", 1); }));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Forced, AcrossHostsNetworkAlgorithm,
                          ::testing::Combine(::testing::Values(1, 2),  // TwoHostsOfTwo, uneven
-                                            ::testing::Values("one_shot", "pipelined", "per_rail")),
+                                            ::testing::Values("one_shot", "pipelined", "per_rail",
+                                                              "tree")),
                          [](const auto& info) {
                            return std::string(kLayouts[std::get<0>(info.param)].name) + "_" +
                                   std::get<1>(info.param);
@@ -1156,6 +1202,41 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastDownATreeFailsEveryRank) {
         },
         GetParam(), [](int) { ::setenv("TPF_NET_MESSAGE_US", "1000", 1); });
     expect_all_ok(outcomes);
+  }
+}
+
+// A broadcast forced down the tree of five hosts whose ranks disagree on its count (16 KiB, one
+// rank 64 bytes more) fails every rank with a mismatch, whichever host disagrees: the root (which
+// sends before anything is compared), host c (which passes the buffer on to host d) or host d;
+// as the first call (the leaders compare fingerprints beside the data) and after a barrier (the
+// root's call goes down the tree ahead of the data: the leaders that agree with it return, and
+// learn of the mismatch from its failure notice at their next wait, the barrier after; a rank
+// still in the barrier before may learn of it there).
+TEST_P(AcrossHostsFailures, AMismatchInABroadcastForcedDownTheTreeFailsEveryRank) {
+  const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
+  for (const bool acknowledged : {true, false}) {
+    for (const int odd_rank : {0, 2, 3}) {
+      SCOPED_TRACE("rank " + std::to_string(odd_rank) + " broadcasts 16 more elements, " +
+                   (acknowledged ? "acknowledged" : "after a barrier"));
+      auto outcomes = run_on_hosts(
+          five_of_one,
+          [&](Communicator& comm) {
+            const size_t count = 4096 + (comm.rank() == odd_rank ? 16 : 0);
+            std::vector<float> in(count, 7), out(count, 0);
+            const Error e = expect_error("the broadcast or the barriers", [&] {
+              if (!acknowledged) comm.barrier();
+              TPF_CHILD_CHECK(
+                  (comm.next_sequence() % coll::kAcknowledgedBroadcastEvery == 0) == acknowledged,
+                  "the broadcast's sequence");
+              comm.broadcast(in.data(), out.data(), count, DType::f32, 0);
+              TPF_CHILD_CHECK(!acknowledged, "the acknowledged broadcast returned");
+              comm.barrier();
+            });
+            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          },
+          GetParam(), [](int) { ::setenv("TPF_NET_ALGO", "tree", 1); });
+      expect_all_ok(outcomes);
+    }
   }
 }
 

@@ -50,15 +50,28 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
       5 + 10 + 2000);
   // pipelined broadcast: fingerprints, then a chain of 2 links, cut by the model
   // (chain_chunk_elems: sqrt(1 x 1e6 B / (1 kB/us x (10 + 7) us)) = 7.7, so 8 chunks of 130 kB):
-  // 1 + 2 + 7 steps. Cut as before the cut followed the model (a recorded run without the keys):
-  // 2 chunks of 512 KiB, 1 + 2 + 1 steps.
+  // 1 + 2 + 7 steps; the buffer through the last link and a chunk through the one before it
+  // (1e6 + 1e6 / 8 bytes). Cut as before the cut followed the model (a recorded run without the
+  // keys): 2 chunks of 512 KiB, 1 + 2 + 1 steps, 1e6 + 5e5 bytes.
   EXPECT_DOUBLE_EQ(
       coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 3, c),
-      5 + 100 + 1000);
+      5 + 100 + 1125);
   EXPECT_DOUBLE_EQ(
       coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 3, c,
                                coll::all_reduce_min_slice_bytes(c), coll::ChainCut{}),
-      5 + 40 + 1000);
+      5 + 40 + 1500);
+  // The chain on 2 hosts (one link, nothing to fill; 2 chunks of 512 KiB): 1 + 1 + 1 steps, the
+  // buffer once.
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 1'000'000, 2, c),
+      5 + 30 + 1000);
+  // tree broadcast: the whole buffer over each of ceil(log2 H) hops (2 on 4 hosts, 3 on 5 to 8).
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::tree, 1'000'000, 4, c),
+      5 + 20 + 2000);
+  EXPECT_DOUBLE_EQ(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::tree, 1'000'000, 5, c),
+      5 + 30 + 3000);
   // Segments keep each host's slice at least the smallest slice: four rounds' worth of the link,
   // 512 KiB at most (the default 100 Gb/s link: 4 x 11 us x 12.5 GB/s = 550 kB), 128 KiB at least.
   EXPECT_EQ(coll::all_reduce_min_slice_bytes(NetworkLinkCost{}), size_t{512} << 10);
@@ -76,6 +89,9 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
   EXPECT_TPF_ERROR(
       coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 8, 1, c),
       ErrorCode::invalid_argument, "1 hosts");
+  EXPECT_TPF_ERROR(
+      coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::tree, 8, 4, c),
+      ErrorCode::invalid_argument, "all_reduce tree");
 }
 
 // all_gather's ring numbers every host's chunks together: the usual cut where they fit, larger
@@ -200,13 +216,18 @@ TEST(NetworkCost, SmallBroadcastsGoDownATreeWhereTheRootsMessagesCostMoreThanIts
 // The choice counts the leaders' messages as leaders_gather_in_rounds and broadcast_in_tree do.
 // Hand counts at the defaults (call 4 us, step 11, message 7) on links of 0.125 GB/s (1 Gb/s: a
 // 2 KiB buffer is 16.384 us through a link), 8 hosts:
-// - broadcast, 2 KiB, root leading its host: down the tree, 3 hops of 11 + 7 + 16.384 after the
-//   call: 107.152 us. The chain: the fitted 4 + 8 x 11 + 16.384 (a fingerprint round and 7 hops),
-//   the fingerprint round in 3 rounds (3 x (11 + 14)) in place of its step (+64), 7 hops' messages
-//   (+49): 221.384. The tree wins where the fitted times alone (4 + 11 + 7 x 16.384 = 129.7 for
-//   one round straight from the root, against 108.4) took the chain.
-// - The same with the root not its host's leader: the root's 7 sends beside the leaders' direct
-//   fingerprint exchange, 21 messages: 129.688 + 147: the chain.
+// - broadcast, 2 KiB, root leading its host: the packed message down the tree, 3 hops of 11 + 7 +
+//   16.384 after the call: 107.152 us. The chain: the fitted 4 + 8 x 11 + 7 x 16.384 (a
+//   fingerprint round and 7 hops of the one chunk), the fingerprint round in 3 rounds
+//   (3 x (11 + 14)) in place of its step (+64), 7 hops' messages (+49): 319.688. Before the
+//   choice counted messages, and while the chain was priced as if it carried the buffer through
+//   one link only (4 + 8 x 11 + 16.384 = 108.4 against 4 + 11 + 7 x 16.384 = 129.7 for one round
+//   straight from the root), it took the chain.
+// - The unpacked tree from a leading root: 3 hops of 11 + 16.384 after the call and 2 messages a
+//   hop (the root's call, then the data): 86.152 + 42 = 128.152, above the packed message's tree.
+// - The same with the root not its host's leader: one round is the root's 7 sends beside the
+//   leaders' direct fingerprint exchange, 21 messages: 129.688 + 147; the tree's 3 hops, now with
+//   the exchange's 14 messages and one a hop beside them: 86.152 + 119 = 205.152: the tree.
 // - all_reduce, 4 KiB: one round, its step replaced by the exchange in rounds (+64 over the
 //   fitted); pipelined, one segment: +64 and 4 x 7 x 7 = 196 messages.
 TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
@@ -218,13 +239,15 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
       4 + 3 * (11 + 7 + kib2), 1e-9);
   EXPECT_NEAR(
       coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, 2048, 8, c),
-      4 + 8 * 11 + kib2 + 64 + 49, 1e-9);
+      4 + 8 * 11 + 7 * kib2 + 64 + 49, 1e-9);
   EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::one_shot, 2048, 8, c,
                                       /*root_leads=*/false),
               4 + 11 + 7 * kib2 + 21 * 7, 1e-9);
-  EXPECT_GT(
-      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::one_shot, 2048, 8, c),
-      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::pipelined, 2048, 8, c));
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::tree, 2048, 8, c),
+              4 + 3 * (11 + kib2) + 6 * 7, 1e-9);
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::tree, 2048, 8, c,
+                                      /*root_leads=*/false),
+              4 + 3 * (11 + kib2) + 17 * 7, 1e-9);
   for (size_t bytes : {size_t{2048}, size_t{4096}, size_t{8192}}) {
     EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, bytes, 8, std::nullopt, c),
               NetworkAlgorithm::one_shot)
@@ -232,7 +255,7 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
   }
   EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, 2048, 8, std::nullopt, c, 1,
                                            /*root_leads=*/false),
-            NetworkAlgorithm::pipelined);
+            NetworkAlgorithm::tree);
   const double fitted_one_shot =
       coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 4096, 8, c);
   const double fitted_pipelined =
@@ -253,6 +276,60 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
       NetworkAlgorithm::one_shot);
 }
 
+// The tree takes a broadcast's mid sizes on many hosts. Hand counts at the defaults on links of
+// 0.125 GB/s (a 16 KiB buffer is 131.072 us through a link), 8 hosts, 16 KiB (more than one
+// packed message):
+// - one round: the root's 7 copies through its link after a step and the call (4 + 11 +
+//   917.504), and 21 messages: 1079.504 us;
+// - the tree: 3 hops of 11 + 131.072 after the call, 2 messages a hop: 430.216 + 42 = 472.216;
+// - the chain: one chunk (32 KiB at least), a fingerprint round and 7 hops of the whole buffer
+//   (4 + 88 + 917.504), its round in 3 rounds (+64) and 7 hops' messages (+49): 1122.504.
+// At 256 KiB the chain's 8 chunks of 32 KiB fill its 6 first links with a chunk each: 4 + 15 x 11
+// + (262144 + 6 x 32768) / 125 + 64 + 14 x 7 = 4001.016, against the tree's 3 hops of 2097 us.
+// Two hosts never take it (it is the one round there), all_reduce has none; forced, a broadcast
+// takes it wherever it is.
+TEST(NetworkCost, TheTreeTakesMidSizedBroadcastsOnManyHosts) {
+  NetworkLinkCost c;
+  c.link_gbps = 0.125;
+  const size_t kib16 = size_t{16} << 10;
+  const double link16 = 16384 / 125.0;
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::one_shot, kib16, 8, c),
+      4 + 11 + 7 * link16 + 21 * 7, 1e-9);
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::tree, kib16, 8, c),
+              4 + 3 * (11 + link16) + 6 * 7, 1e-9);
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, kib16, 8, c),
+      4 + 8 * 11 + 7 * link16 + 64 + 49, 1e-9);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, kib16, 8, std::nullopt, c),
+            NetworkAlgorithm::tree);
+  const size_t kib256 = size_t{256} << 10;
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, kib256, 8, c),
+      4 + 15 * 11 + (262144 + 6 * 32768) / 125.0 + 64 + 14 * 7, 1e-9);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, kib256, 8, std::nullopt, c),
+            NetworkAlgorithm::pipelined);
+  for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 4) {
+    EXPECT_NE(coll::choose_network_algorithm(Collective::broadcast, bytes, 2, std::nullopt, c),
+              NetworkAlgorithm::tree)
+        << bytes;
+    EXPECT_NE(coll::choose_network_algorithm(Collective::all_reduce, bytes, 8, std::nullopt, c),
+              NetworkAlgorithm::tree)
+        << bytes;
+  }
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, size_t{64} << 20, 2,
+                                           NetworkAlgorithm::tree, c),
+            NetworkAlgorithm::tree);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, 8, 8, NetworkAlgorithm::tree, c),
+            NetworkAlgorithm::one_shot);  // not forced: the model's choice
+}
+
+// Rounds of a network algorithm's path, in the order the choice goes through them as a buffer
+// grows: one round, the tree's ceil(log2 H), the chain's or the segments' many.
+int rounds_order(NetworkAlgorithm a) {
+  return a == NetworkAlgorithm::one_shot ? 0 : a == NetworkAlgorithm::tree ? 1 : 2;
+}
+
 TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
   for (const NetworkLinkCost& c : {known_cost(), NetworkLinkCost{}}) {
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
@@ -261,15 +338,14 @@ TEST(NetworkCost, ChoosesOneShotForSmallMessagesAndPipelinedForLargeOnes) {
                   NetworkAlgorithm::one_shot);
         EXPECT_EQ(coll::choose_network_algorithm(op, size_t{256} << 20, hosts, std::nullopt, c),
                   NetworkAlgorithm::pipelined);
-        // One crossover: once pipelined wins, it wins at every larger size.
-        bool pipelined = false;
+        // Crossovers one way only: once a form of more rounds wins, no form of fewer wins at a
+        // larger size.
+        int most = 0;
         for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 2) {
-          const NetworkAlgorithm a =
-              coll::choose_network_algorithm(op, bytes, hosts, std::nullopt, c);
-          if (pipelined) {
-            EXPECT_EQ(a, NetworkAlgorithm::pipelined) << bytes << " B, " << hosts;
-          }
-          pipelined = pipelined || a == NetworkAlgorithm::pipelined;
+          const int order =
+              rounds_order(coll::choose_network_algorithm(op, bytes, hosts, std::nullopt, c));
+          EXPECT_GE(order, most) << bytes << " B, " << hosts;
+          most = std::max(most, order);
         }
       }
     }
@@ -313,17 +389,26 @@ TEST(NetworkCost, PipelinedFormsGoPerRailWhereTheLayoutHasRailsToUse) {
                                              NetworkAlgorithm::pipelined, c, rails),
               NetworkAlgorithm::pipelined);
     // Per rail is priced as the leaders' pipelined form of 1/rails of the buffer (each rail
-    // carries its share through a link of its own).
+    // carries its share through a link of its own), against one round and (broadcast) the
+    // leaders' tree of the whole buffer.
     for (Collective op : {Collective::all_reduce, Collective::broadcast}) {
       for (size_t bytes = 8; bytes <= large; bytes *= 2) {
         const size_t landed = op == Collective::all_reduce ? 3 * bytes : bytes;
-        const bool one_shot =
-            landed <= coll::kMaxOneShotBytes &&
-            coll::network_choice_us(op, NetworkAlgorithm::one_shot, bytes, 4, c) <=
-                coll::network_choice_us(op, NetworkAlgorithm::pipelined,
-                                        bytes / static_cast<size_t>(rails), 4, c);
-        EXPECT_EQ(coll::choose_network_algorithm(op, bytes, 4, std::nullopt, c, rails),
-                  one_shot ? NetworkAlgorithm::one_shot : NetworkAlgorithm::per_rail)
+        const double per_rail_us = coll::network_choice_us(
+            op, NetworkAlgorithm::pipelined, bytes / static_cast<size_t>(rails), 4, c);
+        const double tree_us =
+            op == Collective::broadcast
+                ? coll::network_choice_us(op, NetworkAlgorithm::tree, bytes, 4, c)
+                : per_rail_us + 1;
+        const double one_shot_us =
+            landed <= coll::kMaxOneShotBytes
+                ? coll::network_choice_us(op, NetworkAlgorithm::one_shot, bytes, 4, c)
+                : per_rail_us + tree_us;
+        const NetworkAlgorithm want = one_shot_us <= std::min(per_rail_us, tree_us)
+                                          ? NetworkAlgorithm::one_shot
+                                      : tree_us <= per_rail_us ? NetworkAlgorithm::tree
+                                                               : NetworkAlgorithm::per_rail;
+        EXPECT_EQ(coll::choose_network_algorithm(op, bytes, 4, std::nullopt, c, rails), want)
             << coll::collective_name(op) << " " << bytes;
       }
     }
@@ -449,6 +534,11 @@ TEST(NetworkCalibration, ReadsBenchFilesAndNamesWhatIsWrong) {
                    ErrorCode::invalid_argument, "network_algorithm");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 3, 3, "per_rail"), "f.json"),
                    ErrorCode::invalid_argument, "expected one_shot or pipelined");
+  // A broadcast's tree is priced; all_reduce has none.
+  EXPECT_EQ(parse_network_bench_json(bench_json("broadcast", 4, 4, "tree"), "f.json")[0].algorithm,
+            NetworkAlgorithm::tree);
+  EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 4, 4, "tree"), "f.json"),
+                   ErrorCode::invalid_argument, "'tree' for all_reduce");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_reduce", 4, 2, "one_shot"), "f.json"),
                    ErrorCode::invalid_argument, "one rank on each");
   EXPECT_TPF_ERROR(parse_network_bench_json(bench_json("all_gather", 2, 2, "one_shot"), "f.json"),
