@@ -168,8 +168,8 @@ StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t by
   const double b = static_cast<double>(bytes);
   const double h = hosts;
   if (algorithm == NetworkAlgorithm::tree) {
-    // The whole buffer over each hop to the deepest leader; the fingerprints go beside the
-    // first hop, as in one round.
+    // The whole buffer over each hop to the deepest leader; the root's call (or the leaders'
+    // fingerprints) goes beside the data, as in one round.
     const double hops = gather_rounds(hosts);
     return {hops, 0, hops * b, 0};
   }
@@ -275,7 +275,10 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
   if (broadcast && hosts >= 3) {
     const double tree_us =
         network_choice_us(op, NetworkAlgorithm::tree, bytes, hosts, cost, root_leads);
-    if (tree_us <= best_us) best = NetworkAlgorithm::tree, best_us = tree_us;
+    if (tree_us <= best_us) {
+      best = NetworkAlgorithm::tree;
+      best_us = tree_us;
+    }
   }
   const size_t landed = broadcast ? bytes : bytes * static_cast<size_t>(hosts - 1);
   if (landed > kMaxOneShotBytes) return best;
