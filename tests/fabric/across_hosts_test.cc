@@ -1266,13 +1266,17 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNe
 // host c, which took host a's broadcast and went on (its watcher, host a, went on too: it
 // compares with the call it made); three where host a waits for host c, which took host b's; and
 // four down a binomial tree (coll::broadcast_in_tree), where a leader waits for its parent, not
-// the root: host c, alone in taking host a for the root, waits for host a, which took host b's.
+// the root: host c, alone in taking host a for the root, waits for host a, which took host b's;
+// and the same with 16 KiB forced down the tree of mid-sized broadcasts (NetworkAlgorithm::tree),
+// where host b also waits for host c to take the buffer.
 TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithAMismatch) {
   struct Case {
     HostKeys keys;
     std::vector<int> roots;            // each rank's root
     std::pair<int, int> named_roots;   // the two calls the mismatch names
     const char* message_us = nullptr;  // TPF_NET_MESSAGE_US if set: 1000 sends down a tree
+    const char* algorithm = nullptr;   // TPF_NET_ALGO if set
+    size_t count = 1;                  // i32 elements
   };
   const HostKeys three = {"host-a", "host-b", "host-c"};
   const Case cases[] = {
@@ -1282,22 +1286,25 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithA
       // Down a tree: from host b, host c hears from host b and host a from host d, which hears
       // from host b; host c, taking host a's broadcast, waits for host a, its parent there.
       {kFourHostsOfOne, {1, 1, 0, 1}, {0, 1}, "1000"},
+      {kFourHostsOfOne, {1, 1, 0, 1}, {0, 1}, nullptr, "tree", 4096},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::to_string(c.keys.size()) + " hosts, rank 0's root " +
                  std::to_string(c.roots[0]) +
-                 (c.message_us ? std::string(", TPF_NET_MESSAGE_US=") + c.message_us : ""));
+                 (c.message_us ? std::string(", TPF_NET_MESSAGE_US=") + c.message_us : "") +
+                 (c.algorithm ? std::string(", TPF_NET_ALGO=") + c.algorithm : ""));
     auto outcomes = run_on_hosts(
         c.keys,
         [&c](Communicator& comm) {
           comm.barrier();
           TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
                           "the broadcast would be acknowledged");
-          int32_t value = comm.rank(), got = -1;
+          std::vector<int32_t> values(c.count, comm.rank()), got(c.count, -1);
           const Error e = expect_error("the broadcast or the barrier after it", [&] {
             // A 10-minute deadline: only the heartbeat ends the wait, however loaded the machine.
             const CallOptions long_deadline{std::chrono::minutes(10)};
-            comm.broadcast(&value, &got, 1, DType::i32, c.roots[comm.rank()], long_deadline);
+            comm.broadcast(values.data(), got.data(), c.count, DType::i32, c.roots[comm.rank()],
+                           long_deadline);
             comm.barrier(long_deadline);
           });
           TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
@@ -1312,6 +1319,7 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithA
         GetParam(),
         [&c](int) {
           if (c.message_us) ::setenv("TPF_NET_MESSAGE_US", c.message_us, 1);
+          if (c.algorithm) ::setenv("TPF_NET_ALGO", c.algorithm, 1);
         });
     expect_all_ok(outcomes);
   }
