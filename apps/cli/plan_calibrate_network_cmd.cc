@@ -87,8 +87,6 @@ void print_groups(const plan::NetworkEvaluation& e, const coll::NetworkLinkCost&
   }
 }
 
-// For each (collective, hosts, size, placement) measured with two or more algorithms, the model's
-// pick among them against the fastest measurement.
 // The model's pick among the measured algorithms: its choice where that was measured, else the
 // measured one it prices lowest.
 coll::NetworkAlgorithm pick_among(coll::Collective op, size_t bytes, int hosts,
@@ -107,6 +105,8 @@ coll::NetworkAlgorithm pick_among(coll::Collective op, size_t bytes, int hosts,
   return pick;
 }
 
+// For each (collective, hosts, size, placement) measured with two or more algorithms, the model's
+// pick among them against the fastest measurement.
 void print_choices(const coll::NetworkLinkCost& cost,
                    const std::vector<plan::NetworkMeasurement>& points) {
   using Key = std::tuple<std::string, int, size_t, bool>;
