@@ -110,12 +110,11 @@ size_t network_chunk_count(size_t count, size_t elem_bytes);
 // crosses H - 1 hops, one after another, and the chunks follow each other down the chain: with c
 // chunks of a b-byte buffer the last host's last chunk arrives after (H - 2 + c) hops of a round
 // and b / c bytes each (network_traffic prices it so), least at c = sqrt((H - 2) b / (link x
-// round)). Chunks of at least
-// kNetworkMinChunkBytes (what the chain used before, and what a chain of 2 hosts, one hop, keeps)
-// left a buffer of up to 512 KiB whole on every hop: measured on 8 emulated hosts at 1 Gb/s with
-// links that never exceed their rate, 512 KiB took 6.7 link times (docs/fabric.md). `round_us`:
-// a hop's fixed cost (step_us + message_us); 0: the fixed cut (network_chunk_elems), as runs
-// recorded before the chain followed the model.
+// round)). Chunks of at least kNetworkMinChunkBytes (what the chain used before, and what a chain
+// of 2 hosts, one hop, keeps) left a buffer of up to 512 KiB whole on every hop: measured on 8
+// emulated hosts at 1 Gb/s with links that never exceed their rate, 512 KiB took 6.7 link times
+// (docs/fabric.md). `round_us`: a hop's fixed cost (step_us + message_us); 0: the fixed cut
+// (network_chunk_elems), as runs recorded before the chain followed the model.
 struct ChainCut {
   double round_us = 0;
   double link_gbps = 0;
@@ -197,12 +196,12 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 // one-round forms' sends to every other leader. A packed broadcast whose root leads its host goes
 // down the tree where broadcast_in_tree says so: ceil(log2 H) hops, each a step, a message and the
 // data. The tree: two messages a hop (the root's call ahead of the data) from a leading root;
-// else a message a hop and the leaders' direct fingerprint exchange beside the hops.
-// Not a prediction: the fitted step_us already holds the two-host runs' one message each
-// way, so this counts a round's first messages twice; it only ranks the forms. Measured on 8
-// emulated hosts at 1 Gb/s, where the fitted times alone chose the chain for a 2-8 KiB broadcast
-// and the pipelined all_reduce at 1-4 KiB (H - 1 or 2 (H - 1) rounds one after the other:
-// 0.6-1.5 ms) over the tree and the one round (3-12x faster; docs/fabric.md).
+// else a message a hop and the leaders' direct fingerprint exchange beside the hops. Not a
+// prediction: the fitted step_us already holds the two-host runs' one message each way, so this
+// counts a round's first messages twice; it only ranks the forms. Measured on 8 emulated hosts at
+// 1 Gb/s, where the fitted times alone chose the chain for a 2-8 KiB broadcast and the pipelined
+// all_reduce at 1-4 KiB (H - 1 or 2 (H - 1) rounds one after the other: 0.6-1.5 ms) over the tree
+// and the one round (3-12x faster; docs/fabric.md).
 double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                          const NetworkLinkCost& cost, bool root_leads = true);
 
