@@ -212,9 +212,12 @@ class InFlight {
     }
     network_.wait_all(one(index), ctx_, refill_windows);
   }
-  void wait_all() {
-    for (size_t i = 0; i < requests_.size(); ++i) wait(i);
+  // Waits for the `count` requests from `first` on: one transfer's chunks, which post_chunks
+  // numbers one after the other.
+  void wait_run(size_t first, size_t count) {
+    for (size_t i = first; i < first + count; ++i) wait(i);
   }
+  void wait_all() { wait_run(0, requests_.size()); }
   // One round of network progress without waiting: moves queued data on while the caller works
   // on shared memory (UCX over TCP sends only what the socket takes when nobody progresses it).
   void progress() {
@@ -1240,9 +1243,6 @@ class HostCollective {
     Fingerprints fingerprints;
     transport::Fingerprint roots{};
     InFlight flight(g_.network, ctx_);
-    auto wait_transfer = [&](size_t first) {
-      for (size_t c = 0; c < chunks; ++c) flight.wait(first + c);
-    };
     if (acknowledged && is_leader()) post_fingerprints(flight, fingerprints);
     std::byte* landed = nullptr;
     if (receives) {
@@ -1255,14 +1255,14 @@ class HostCollective {
         flight.wait(roots_call);
         if (roots != call) throw call_mismatch(call, root_host, roots);
       }
-      wait_transfer(arrival);
+      flight.wait_run(arrival, chunks);
     }
     if (me_ == d_.root || receives) {
       const void* data = me_ == d_.root ? d_.send : landed;
       for (int child : links.children) {
         const int to = leader(host_at(child));
         if (!acknowledged) flight.send(to, tag(kFingerprint), &call, sizeof call);
-        wait_transfer(post_send(flight, to, kFirst, data, n));
+        flight.wait_run(post_send(flight, to, kFirst, data, n), chunks);
       }
     }
     if (acknowledged && is_leader()) check_fingerprints(flight, fingerprints);
@@ -1681,7 +1681,7 @@ class HostCollective {
     gather_host(host_, d_.send);
     const size_t chunks = chunks_of(block).number;
     for (int h : others) {
-      for (size_t c = 0; c < chunks; ++c) flight.wait(arrival[h] + c);
+      flight.wait_run(arrival[h], chunks);
       gather_host(h, landing(h));
     }
     flight.wait_all();

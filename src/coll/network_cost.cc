@@ -241,9 +241,10 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
       // The root's data rides in its messages to the other leaders (broadcast_unacknowledged):
       // down the tree, ceil(log2 H) hops of a step, a message and the data each.
       if (broadcast_in_tree(hosts, cost)) {
-        const double hops = gather_rounds(hosts);
-        const StepTraffic down_the_tree{hops, 0, hops * static_cast<double>(bytes), 0};
-        return cost.call_us + traffic_us(down_the_tree, cost.link_class()) + hops * cost.message_us;
+        const StepTraffic down_the_tree = network_traffic(op, NetworkAlgorithm::tree, bytes, hosts,
+                                                          min_slice_bytes, chain_cut(cost));
+        return cost.call_us + traffic_us(down_the_tree, cost.link_class()) +
+               down_the_tree.steps * cost.message_us;
       }
       return fitted_us + (h - 1) * cost.message_us;  // the root's messages
     }
