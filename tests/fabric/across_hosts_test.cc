@@ -139,11 +139,12 @@ void reductions(Communicator& comm, const topo::HostMap& hosts,
                                  std::to_string(static_cast<int>(op)) + " count " +
                                  std::to_string(count);
         check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
-        // reduce to a root that moves round the ranks; the large size to every root (from 3
-        // hosts on, the slices go to the hosts other than the root's, and the root paces its
-        // sends by the results it has back).
+        // reduce to a root that moves round the ranks; count 7 (one round, the data in the
+        // leaders' fingerprint messages, handed on inside the root's host where the root does not
+        // lead it) and the large size (from 3 hosts on, the slices go to the hosts other than the
+        // root's, and the root paces its sends by the results it has back) to every root.
         std::vector<int> roots = {static_cast<int>(salt % static_cast<uint64_t>(n))};
-        if (count > 4099) {
+        if (count == 7 || count > 4099) {
           roots.clear();
           for (int r = 0; r < n; ++r) roots.push_back(r);
         }
@@ -563,10 +564,11 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
 }
 
 // The leaders exchange their fingerprints, and the small collectives' data that rides in them
-// (all_reduce's partial results, all_gather's blocks, the acknowledged broadcast's data), directly
-// or in ceil(log2 H) rounds (coll::leaders_gather_in_rounds), and small broadcasts whose root goes
-// on go straight from the root or down a binomial tree (coll::broadcast_in_tree), each forced here
-// through the cost of a message: rounds and the tree on five hosts, uneven and interleaved (rounds
+// (all_reduce's and reduce's partial results, all_gather's blocks, the acknowledged broadcast's
+// data), directly or in ceil(log2 H) rounds (coll::leaders_gather_in_rounds), and small
+// broadcasts whose root goes on go straight from the root or down a binomial tree
+// (coll::broadcast_in_tree), each forced here through the cost of a message: rounds and the tree
+// on five hosts, uneven and interleaved (rounds
 // of 1, 2 and 1 messages' worth; the root's children at 4, 2 and 1 hosts from it, the one at 2
 // passing on to 3), rounds on three of one (1 and 1; the broadcasts straight); directly on four
 // hosts of one (the defaults take rounds there). Every collective, at every size class, against
@@ -698,6 +700,11 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
       {"reduce",
        [](auto& c, auto& in, auto& out) {
          c.reduce(in.data(), out.data(), kCount, DType::i32, ReduceOp::sum, 0);
+       }},
+      // Another root, which on two hosts of two does not lead its host.
+      {"reduce to the last rank",
+       [](auto& c, auto& in, auto& out) {
+         c.reduce(in.data(), out.data(), kCount, DType::i32, ReduceOp::sum, c.size() - 1);
        }},
       {"barrier", [](auto& c, auto&, auto&) { c.barrier(); }},
   };
