@@ -1764,11 +1764,37 @@ class HostCollective {
     flight.wait_all();
   }
 
+  // Small gather's network round: this leader's host's blocks, `host_blocks`, ride in its
+  // fingerprint message to the root's leader, or in log2 H rounds to every leader where the
+  // leaders gather in rounds (as reduce_one_round's partial results); the root places every
+  // host's blocks. Leaders only.
+  void gather_one_round(const void* host_blocks) {
+    const size_t block = d_.count;
+    const int root_host = g_.hosts.host_of(d_.root);
+    const std::vector<int>& mine = ranks_on(host_);
+    auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
+    Fingerprints fingerprints;
+    if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
+      gather_packed(fingerprints, host_bytes(host_), copy_to(host_blocks), host_bytes);
+    } else {
+      exchange_packed(
+          fingerprints, [&](int h) { return h == root_host ? host_bytes(host_) : 0; },
+          copy_of(host_blocks), [&](int h) { return me_ == d_.root ? host_bytes(h) : 0; });
+    }
+    if (me_ != d_.root) return;
+    place_blocks(d_.recv, host_blocks, mine, block);
+    for (int h = 0; h < hosts(); ++h)
+      if (h != root_host) place_blocks(d_.recv, fingerprints.carried[h], ranks_on(h), block);
+  }
+
   // Gather inside each host to its representative, which sends its host's blocks to the root.
-  // Small, one rank per host: the blocks ride in the fingerprint messages. (Not with several
-  // ranks on a host: a rank that only gives its block to its leader would then return before the
-  // leaders compared fingerprints, and miss a mismatch that every rank must see.) Per rail above
-  // the one-round size where the rails may carry it.
+  // Small, one rank per host: the blocks ride in the fingerprint messages (gather_one_round).
+  // Not with several ranks on a host: a rank that only gives its block to its leader would then
+  // return before the leaders compared fingerprints, and miss a mismatch that every rank must
+  // see; waiting for the comparison in a barrier after (as reduce_one_round does) measured slower
+  // on 2 emulated hosts x 2 ranks than the fingerprint round before (4 ranks on 2 cores: 74-95 us
+  // against 38-102 at 32 B to 8 KiB; docs/fabric.md). Per rail above the one-round size where
+  // the rails may carry it.
   void gather() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return gather_per_rail();
@@ -1783,19 +1809,7 @@ class HostCollective {
       local(local_desc(OpKind::gather, block, rep, d_.send, into));
       host_blocks = into;
     }
-    if (small) {
-      if (!is_leader()) return;
-      Fingerprints fingerprints;
-      exchange_packed(
-          fingerprints, [&](int h) { return h == root_host ? bytes(mine.size() * block) : 0; },
-          copy_of(host_blocks),
-          [&](int h) { return me_ == d_.root ? bytes(ranks_on(h).size() * block) : 0; });
-      if (me_ != d_.root) return;
-      place_blocks(d_.recv, host_blocks, mine, block);
-      for (int h = 0; h < hosts(); ++h)
-        if (h != root_host) place_blocks(d_.recv, fingerprints.carried[h], ranks_on(h), block);
-      return;
-    }
+    if (small) return gather_one_round(host_blocks);
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
       std::vector<void*> landed(hosts());

@@ -595,15 +595,19 @@ TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheRef
 }
 
 // Leaders that exchange in rounds compare every other leader's fingerprint (forwarded), so on five
-// hosts a host in another collective, or in the same one with another count (messages of other
-// sizes), fails every rank with a mismatch, whichever host it is: the neighbours it sends to and
-// receives from, and the hosts it reaches only through them.
+// hosts a host in another collective (all_gather, reduce or gather: messages of the same sizes
+// as all_reduce's), or in the same one with another count (messages of other sizes), fails every
+// rank with a mismatch, whichever host it is: the neighbours it sends to and receives from, and
+// the hosts it reaches only through them.
 TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) {
   const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
+  // What the odd rank calls where the others all_reduce 8 elements.
+  enum class Odd { all_gather, all_reduce_of_another_count, reduce, gather };
   for (const int odd_rank : {0, 2, 4}) {
-    for (const bool other_count : {false, true}) {
-      SCOPED_TRACE("rank " + std::to_string(odd_rank) +
-                   (other_count ? " all_reduce of another count" : " all_gather"));
+    for (const Odd odd :
+         {Odd::all_gather, Odd::all_reduce_of_another_count, Odd::reduce, Odd::gather}) {
+      SCOPED_TRACE("rank " + std::to_string(odd_rank) + " calls variant " +
+                   std::to_string(static_cast<int>(odd)));
       auto outcomes = run_on_hosts(
           five_of_one,
           [&](Communicator& comm) {
@@ -611,10 +615,17 @@ TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) 
             const Error e = expect_error("another call on one host", [&] {
               if (comm.rank() != odd_rank) {
                 comm.all_reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum);
-              } else if (other_count) {
-                comm.all_reduce(in.data(), out.data(), 9, DType::i32, ReduceOp::sum);
-              } else {
-                comm.all_gather(in.data(), out.data(), 8, DType::i32);
+                return;
+              }
+              switch (odd) {
+                case Odd::all_gather: comm.all_gather(in.data(), out.data(), 8, DType::i32); break;
+                case Odd::all_reduce_of_another_count:
+                  comm.all_reduce(in.data(), out.data(), 9, DType::i32, ReduceOp::sum);
+                  break;
+                case Odd::reduce:
+                  comm.reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum, 0);
+                  break;
+                case Odd::gather: comm.gather(in.data(), out.data(), 8, DType::i32, 0); break;
               }
             });
             TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
