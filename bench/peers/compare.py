@@ -34,12 +34,19 @@ import emulated
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 IMPLS = ("tpf", "mpi", "mpiucx", "gloo", "torch")  # mpiucx: across emulated hosts only
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
+               "scatter", "all_to_all")
+# Measured by tpf and Open MPI only (mpi_bench); Gloo's and torch's benches do the first four.
+MPI_ONLY = ("reduce", "gather", "scatter", "all_to_all")
 BUS_FACTOR = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
 }
 COLORS = {"tpf": "#d62728", "mpi": "#1f77b4", "mpiucx": "#9467bd", "gloo": "#2ca02c",
           "torch": "#ff7f0e"}
@@ -104,6 +111,8 @@ class Runner:
         """Returns {bytes: (time_us, wrong)} or None if this implementation cannot do it."""
         if impl == "torch" and coll == "reduce_scatter":
             return None  # PyTorch 1.13's gloo backend has no reduce_scatter
+        if impl in ("gloo", "torch") and coll in MPI_ONLY:
+            return None  # not in gloo_bench / torch_gloo_bench.py
         if self.launch is not None:  # across emulated hosts
             return rows_of(impl, coll, self.launch.run(impl, coll, n))
         if impl == "tpf":

@@ -1,7 +1,8 @@
-// Open MPI baseline for `tpf bench`: MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block and
-// MPI_Bcast on f32, out of place (MPI_Bcast has only one buffer), over the same size sweep and with
-// the same time definition: after warm-ups and a barrier, the mean time of `iters` back-to-back
-// calls, maximised over ranks. One JSON line per size on rank 0's stdout (peer_common.h).
+// Open MPI baseline for `tpf bench`: MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block,
+// MPI_Bcast, and MPI_Reduce, MPI_Gather, MPI_Scatter (root 0) and MPI_Alltoall on f32, out of place
+// (MPI_Bcast has only one buffer), over the same size sweep and with the same time definition:
+// after warm-ups and a barrier, the mean time of `iters` back-to-back calls, maximised over ranks.
+// One JSON line per size on rank 0's stdout (peer_common.h).
 //
 //   mpirun --oversubscribe --allow-run-as-root --mca btl self,vader --bind-to none -np 4
 //       build/bench/mpi_bench -c all_reduce -b 8 -e 32M
@@ -34,6 +35,18 @@ void run_op(Collective c, const float* send, float* recv, const CallShape& s) {
       MPI_Reduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       break;
     case Collective::broadcast: MPI_Bcast(recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    case Collective::reduce:
+      MPI_Reduce(send, recv, count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+      break;
+    case Collective::gather:
+      MPI_Gather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      break;
+    case Collective::scatter:
+      MPI_Scatter(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      break;
+    case Collective::all_to_all:
+      MPI_Alltoall(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
     default: break;
   }
 }
@@ -72,7 +85,12 @@ int run(const PeerArgs& args) {
       // One checked call, so a fast number is also a right one.
       prepare(c, rank, *shape, send, recv);
       run_op(c, send.data(), recv.data(), *shape);
-      const size_t out_elems = c == Collective::all_gather ? shape->recv_elems : shape->count;
+      // What this rank's output holds (of the rooted collectives only root 0's gather and
+      // reduce have one).
+      size_t out_elems = shape->count;
+      if (c == Collective::all_gather || c == Collective::all_to_all) out_elems = shape->recv_elems;
+      if (c == Collective::gather) out_elems = rank == 0 ? shape->recv_elems : 0;
+      if (c == Collective::reduce && rank != 0) out_elems = 0;
       unsigned long long wrong = peer_count_wrong(c, rank, n, shape->count, recv.data(), out_elems);
       unsigned long long total = 0;
       MPI_Reduce(&wrong, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -90,7 +108,8 @@ int run(const PeerArgs& args) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  const tpf::peers::PeerArgs args = tpf::peers::parse_peer_args(argc, argv, "mpi_bench");
+  const tpf::peers::PeerArgs args =
+      tpf::peers::parse_peer_args(argc, argv, "mpi_bench", tpf::peers::mpi_supports);
   const int rc = tpf::peers::run(args);
   MPI_Finalize();
   return rc;

@@ -11,7 +11,7 @@ namespace {
 [[noreturn]] void usage_error(const char* program, const std::string& message) {
   std::fprintf(stderr,
                "%s: %s\n"
-               "usage: %s [-c all_reduce,all_gather,reduce_scatter,broadcast] [-b MIN] [-e MAX]\n"
+               "usage: %s [-c COLLECTIVE,...] [-b MIN] [-e MAX]\n"
                "          [-f FACTOR] [-n ITERS] [-w WARMUP] [-np NPROCS]\n",
                program, message.c_str(), program);
   std::exit(2);
@@ -42,7 +42,21 @@ bool peer_supports(Collective c) noexcept {
          c == Collective::reduce_scatter || c == Collective::broadcast;
 }
 
-PeerArgs parse_peer_args(int argc, char** argv, const char* program) {
+bool mpi_supports(Collective c) noexcept {
+  return peer_supports(c) || c == Collective::reduce || c == Collective::gather ||
+         c == Collective::scatter || c == Collective::all_to_all;
+}
+
+PeerArgs parse_peer_args(int argc, char** argv, const char* program,
+                         bool (*supports)(Collective) noexcept) {
+  std::vector<Collective> supported;  // in the vocabulary's order
+  std::string choices;
+  for (const coll::CollectiveInfo& info : coll::all_collectives()) {
+    if (!supports(info.id)) continue;
+    supported.push_back(info.id);
+    if (!choices.empty()) choices += ',';
+    choices += info.name;
+  }
   PeerArgs a;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -55,9 +69,9 @@ PeerArgs parse_peer_args(int argc, char** argv, const char* program) {
         const size_t comma = rest.find(',');
         const std::string_view name = rest.substr(0, comma);
         const auto c = cli::parse_collective(name);
-        if (!c || !peer_supports(*c)) {
-          usage_error(program, "unsupported collective '" + std::string(name) +
-                                   "'; choose from all_reduce,all_gather,reduce_scatter,broadcast");
+        if (!c || !supports(*c)) {
+          usage_error(program,
+                      "unsupported collective '" + std::string(name) + "'; choose from " + choices);
         }
         a.collectives.push_back(*c);
         rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
@@ -78,10 +92,7 @@ PeerArgs parse_peer_args(int argc, char** argv, const char* program) {
       usage_error(program, "unknown flag '" + std::string(flag) + "'");
     }
   }
-  if (a.collectives.empty()) {
-    a.collectives = {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
-                     Collective::broadcast};
-  }
+  if (a.collectives.empty()) a.collectives = supported;
   if (a.min_bytes > a.max_bytes) usage_error(program, "-b is larger than -e");
   return a;
 }
@@ -103,8 +114,17 @@ size_t peer_count_wrong(Collective c, int rank, int nranks, size_t count, const 
         for (int r = 0; r < nranks; ++r) want += peer_fill(r, j);
         break;
       }
-      case Collective::all_gather: want = peer_fill(static_cast<int>(i / count), i % count); break;
+      case Collective::reduce:
+        for (int r = 0; r < nranks; ++r) want += peer_fill(r, i);
+        break;
+      case Collective::all_gather:
+      case Collective::gather: want = peer_fill(static_cast<int>(i / count), i % count); break;
       case Collective::broadcast: want = peer_fill(0, i); break;
+      case Collective::scatter: want = peer_fill(0, static_cast<size_t>(rank) * count + i); break;
+      case Collective::all_to_all:  // block r: rank r's block for this rank
+        want =
+            peer_fill(static_cast<int>(i / count), static_cast<size_t>(rank) * count + i % count);
+        break;
       default: break;
     }
     wrong += out[i] != want;
