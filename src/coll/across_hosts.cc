@@ -539,9 +539,9 @@ class HostCollective {
                 ctx_.op_label() + ": ranks called different collectives before this one: rank " +
                     std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') and rank " +
                     std::to_string(leader(h)) + " (host '" + g_.hosts.key(h) +
-                    "') differ on a small broadcast whose root did not wait for the other "
-                    "hosts, among the last " +
-                    std::to_string(kAcknowledgedBroadcastEvery - 1) +
+                    "') differ on a small broadcast, reduce or gather that did not wait for "
+                    "every host, among the last " +
+                    std::to_string(kAcknowledgedEvery - 1) +
                     " operations (its root, count or type)");
   }
   // This call's fingerprint, with the choices made for it that leaders must agree on.
@@ -961,12 +961,14 @@ class HostCollective {
   }
 
   // A small reduce in one network round, as small gather goes: each leader's fingerprint message
-  // to the root's leader carries its host's partial result (its messages to the other leaders
-  // the fingerprint alone), and the root's leader combines them in host order once the
-  // fingerprints agree, so a mismatch touches no caller's buffer. Where the root does not lead
-  // its host, its leader hands the result over by a shared-memory broadcast. One round instead
-  // of three (fingerprints, slices to their owners, results to the root): 2.1-2.9x faster at 8 B
-  // to 2 KiB on 2, 4 and 8 emulated hosts of one rank, now as fast as all_reduce (docs/fabric.md).
+  // to the root's leader carries its host's partial result, and the root's leader combines them
+  // in host order once the calls agree, so a mismatch touches no caller's buffer. The senders do
+  // not wait (send_to_root_unacknowledged) but every kAcknowledgedEvery-th operation, when every
+  // leader also sends the others its fingerprint (directly, or in log2 H rounds with the partial
+  // results where the leaders gather in rounds). Where the root does not lead its host, its
+  // leader hands the result over by a shared-memory broadcast. One round instead of three
+  // (fingerprints, slices to their owners, results to the root): 2.1-2.9x faster at 8 B to 2 KiB
+  // on 2, 4 and 8 emulated hosts of one rank (docs/fabric.md).
   void reduce_one_round() {
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
@@ -981,18 +983,23 @@ class HostCollective {
       partial = combined;
     }
     if (is_leader()) {
-      Fingerprints fingerprints;
-      if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
-        // Every leader gathers every partial result in rounds, as small all_reduce's do: no
-        // more bytes into any link than into the root's directly, fewer messages.
-        gather_packed(fingerprints, bytes(n), copy_to(partial), same_for_all(bytes(n)));
+      std::vector<const void*> parts;
+      if (unacknowledged()) {
+        parts = send_to_root_unacknowledged(partial, bytes(n), same_for_all(bytes(n)));
       } else {
-        exchange_packed(
-            fingerprints, [&](int h) { return h == root_host ? bytes(n) : 0; }, copy_of(partial),
-            [&](int) { return root_host_here ? bytes(n) : 0; });
+        Fingerprints fingerprints;
+        if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
+          // Every leader gathers every partial result in rounds, as small all_reduce's do: no
+          // more bytes into any link than into the root's directly, fewer messages.
+          gather_packed(fingerprints, bytes(n), copy_to(partial), same_for_all(bytes(n)));
+        } else {
+          exchange_packed(
+              fingerprints, [&](int h) { return h == root_host ? bytes(n) : 0; }, copy_of(partial),
+              [&](int) { return root_host_here ? bytes(n) : 0; });
+        }
+        parts = fingerprints.carried;
       }
       if (root_host_here) {
-        std::vector<const void*> parts = fingerprints.carried;
         parts[host_] = partial;
         combine_hosts(combined, parts, n);
       }
@@ -1234,7 +1241,7 @@ class HostCollective {
     if (root_leads() && packs(bytes(n))) {
       // Small, from a host leader: the data rides in the root's fingerprint messages.
       if (is_leader()) {
-        if (sequence_ % kAcknowledgedBroadcastEvery != 0) {
+        if (unacknowledged()) {
           broadcast_unacknowledged(root_host);
         } else {
           Fingerprints fingerprints;
@@ -1273,7 +1280,7 @@ class HostCollective {
   //   (broadcast_unacknowledged): the root's call goes down the tree ahead of the data, each
   //   leader compares it with its own before passing anything on, and the calls' digest goes
   //   with the next fingerprint exchange;
-  // - every kAcknowledgedBroadcastEvery-th call, or where the root does not lead, the leaders
+  // - every kAcknowledgedEvery-th call, or where the root does not lead, the leaders
   //   exchange fingerprints beside the data and compare them before the copy.
   // A leader in another call fails (on the call it received, the fingerprints, or a message
   // longer than its own: a mismatch too) and its failure notice reaches those waiting on it.
@@ -1285,7 +1292,7 @@ class HostCollective {
     auto host_at = [&](int position) { return (root_host + position) % hcount; };
     const TreeLinks links = binomial_links((host_ - root_host + hcount) % hcount, hcount);
     const bool receives = is_leader() && host_ != root_host;
-    const bool acknowledged = !root_leads() || sequence_ % kAcknowledgedBroadcastEvery == 0;
+    const bool acknowledged = !root_leads() || !unacknowledged();
     const transport::Fingerprint call = call_fingerprint();
     if (!acknowledged && is_leader()) g_.uncompared.add(call);
     const size_t chunks = chunks_of(n).number;
@@ -1321,7 +1328,7 @@ class HostCollective {
     broadcast_inside_hosts();
   }
 
-  // A small broadcast from a host leader whose root does not wait (kAcknowledgedBroadcastEvery):
+  // A small broadcast from a host leader whose root does not wait (kAcknowledgedEvery):
   // the root sends its call's fingerprint and the data to every other leader, or down a binomial
   // tree of the leaders where the cost model says so (broadcast_in_tree: each leader passes the
   // root's message on to its children once it has it), and returns once its sends are done; each
@@ -1359,6 +1366,52 @@ class HostCollective {
       flight.send(leader(host_at(child)), tag(kFingerprint), packed, message);
     if (me_ != d_.root) copy_bytes(d_.recv, packed + sizeof call, bytes(d_.count));
     flight.wait_all();
+  }
+
+  // Whether this small broadcast, reduce or gather goes without the leaders waiting for each
+  // other (kAcknowledgedEvery): every rank decides the same from the call's sequence number.
+  bool unacknowledged() const { return sequence_ % kAcknowledgedEvery != 0; }
+
+  // A small reduce's or gather's network part where its senders do not wait (unacknowledged(), as
+  // a small broadcast's root does not): every leader but the root's sends its call's fingerprint
+  // and `my_bytes` of `mine` to the root's leader, and returns once the send is done; the root's
+  // leader takes host h's in_bytes(h) bytes, compares each call with its own and returns where
+  // each host's bytes landed (in scratch; null elsewhere). A mismatch fails the root's leader here
+  // and the senders through its failure notice, at their next wait; the digest of these calls
+  // (UncomparedCalls) goes with the next fingerprint exchange. Leaders only.
+  template <class InBytes>
+  std::vector<const void*> send_to_root_unacknowledged(const void* mine, size_t my_bytes,
+                                                       InBytes&& in_bytes) {
+    const transport::Fingerprint call = call_fingerprint();
+    g_.uncompared.add(call);
+    const int root_host = g_.hosts.host_of(d_.root);
+    std::vector<const void*> carried(hosts(), nullptr);
+    InFlight flight(g_.network, ctx_);
+    if (host_ != root_host) {
+      std::byte* message = g_.scratch.get(to_slot(root_host), sizeof call + my_bytes);
+      std::memcpy(message, &call, sizeof call);
+      copy_bytes(message + sizeof call, mine, my_bytes);
+      flight.send(leader(root_host), tag(kFingerprint), message, sizeof call + my_bytes);
+      flight.wait_all();
+      return carried;
+    }
+    std::vector<std::byte*> landed(hosts(), nullptr);
+    std::vector<size_t> arrivals(hosts(), 0);
+    for (int h = 0; h < hosts(); ++h) {
+      if (h == host_) continue;
+      const size_t message = sizeof call + in_bytes(h);
+      landed[h] = g_.scratch.get(from_slot(h), message);
+      arrivals[h] = flight.recv(leader(h), tag(kFingerprint), landed[h], message);
+    }
+    for (int h = 0; h < hosts(); ++h) {
+      if (h == host_) continue;
+      flight.wait(arrivals[h]);
+      transport::Fingerprint theirs;
+      std::memcpy(&theirs, landed[h], sizeof theirs);
+      if (theirs != call) throw call_mismatch(call, h, theirs);
+      carried[h] = landed[h] + sizeof call;
+    }
+    return carried;
   }
 
   // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter
@@ -1765,26 +1818,33 @@ class HostCollective {
   }
 
   // Small gather's network round: this leader's host's blocks, `host_blocks`, ride in its
-  // fingerprint message to the root's leader, or in log2 H rounds to every leader where the
-  // leaders gather in rounds (as reduce_one_round's partial results); the root places every
-  // host's blocks. Leaders only.
+  // fingerprint message to the root's leader, which alone waits (send_to_root_unacknowledged)
+  // but every kAcknowledgedEvery-th operation, when they go to the root's leader or in log2 H
+  // rounds to every leader where the leaders gather in rounds (as reduce_one_round's partial
+  // results); the root places every host's blocks. Leaders only.
   void gather_one_round(const void* host_blocks) {
     const size_t block = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
     const std::vector<int>& mine = ranks_on(host_);
     auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
-    Fingerprints fingerprints;
-    if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
-      gather_packed(fingerprints, host_bytes(host_), copy_to(host_blocks), host_bytes);
+    std::vector<const void*> carried;
+    if (unacknowledged()) {
+      carried = send_to_root_unacknowledged(host_blocks, host_bytes(host_), host_bytes);
     } else {
-      exchange_packed(
-          fingerprints, [&](int h) { return h == root_host ? host_bytes(host_) : 0; },
-          copy_of(host_blocks), [&](int h) { return me_ == d_.root ? host_bytes(h) : 0; });
+      Fingerprints fingerprints;
+      if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
+        gather_packed(fingerprints, host_bytes(host_), copy_to(host_blocks), host_bytes);
+      } else {
+        exchange_packed(
+            fingerprints, [&](int h) { return h == root_host ? host_bytes(host_) : 0; },
+            copy_of(host_blocks), [&](int h) { return me_ == d_.root ? host_bytes(h) : 0; });
+      }
+      carried = fingerprints.carried;
     }
     if (me_ != d_.root) return;
     place_blocks(d_.recv, host_blocks, mine, block);
     for (int h = 0; h < hosts(); ++h)
-      if (h != root_host) place_blocks(d_.recv, fingerprints.carried[h], ranks_on(h), block);
+      if (h != root_host) place_blocks(d_.recv, carried[h], ranks_on(h), block);
   }
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
@@ -1828,10 +1888,42 @@ class HostCollective {
     }
   }
 
+  // A small scatter's network part where its root does not wait (unacknowledged()), as a small
+  // broadcast's root does not: the root (a leader) sends each other leader its call's fingerprint
+  // and that host's blocks, and returns null once its sends are done; each other leader compares
+  // the root's call with its own and returns where its host's blocks landed (in scratch). A
+  // mismatch fails a leader here and the root through its failure notice, at its next wait; the
+  // calls' digest goes with the next fingerprint exchange. Leaders only.
+  const void* scatter_unacknowledged(int root_host) {
+    const transport::Fingerprint call = call_fingerprint();
+    g_.uncompared.add(call);
+    const size_t block = d_.count;
+    auto message_bytes = [&](int h) { return sizeof call + bytes(ranks_on(h).size() * block); };
+    InFlight flight(g_.network, ctx_);
+    if (me_ == d_.root) {
+      const auto fill = blocks_for_host(d_.send, block);
+      for (int h : others_from_next()) {
+        std::byte* message = g_.scratch.get(to_slot(h), message_bytes(h));
+        std::memcpy(message, &call, sizeof call);
+        fill(h, message + sizeof call, message_bytes(h) - sizeof call);
+        flight.send(leader(h), tag(kFingerprint), message, message_bytes(h));
+      }
+      flight.wait_all();
+      return nullptr;
+    }
+    std::byte* landed = g_.scratch.get(from_slot(root_host), message_bytes(host_));
+    flight.wait(flight.recv(d_.root, tag(kFingerprint), landed, message_bytes(host_)));
+    transport::Fingerprint roots;
+    std::memcpy(&roots, landed, sizeof roots);
+    if (roots != call) throw call_mismatch(call, root_host, roots);
+    return landed + sizeof call;
+  }
+
   // The root sends every other host's leader the blocks of its ranks; each host scatters them
   // from its representative.
-  // Small, from a root that leads its host: the blocks ride in the fingerprint messages. Per rail
-  // above the one-round size where the rails may carry it.
+  // Small, from a root that leads its host: the blocks ride in the fingerprint messages, and the
+  // root does not wait for the other leaders but every kAcknowledgedEvery-th operation
+  // (scatter_unacknowledged). Per rail above the one-round size where the rails may carry it.
   void scatter() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return scatter_per_rail();
@@ -1842,7 +1934,10 @@ class HostCollective {
     const void* host_blocks = nullptr;  // this host's blocks in local order, at its representative
     InFlight flight(g_.network, ctx_);
     if (small) {
-      if (is_leader()) {
+      if (is_leader() && unacknowledged()) {
+        const void* landed = scatter_unacknowledged(root_host);
+        host_blocks = me_ == d_.root ? blocks_of(d_.send, mine, block, kHostData) : landed;
+      } else if (is_leader()) {
         Fingerprints fingerprints;
         exchange_packed(
             fingerprints,

@@ -54,19 +54,21 @@ class HostScratch {
   std::vector<Slab> slabs_;
 };
 
-// A small broadcast from a host leader is acknowledged (its root waits for the other leaders'
-// fingerprints) only where its sequence number is a multiple of this; in between the root sends
-// and goes on, like MPI_Bcast's eager root (across_hosts.cc: broadcast_one_round). Every other
-// collective makes the leaders wait for each other, so no leader runs more than this many
-// operations ahead of another, and what waits for a late receiver stays bounded (this many
-// messages of at most kNetworkPackedBytes from each root). Measured, 8 B .. 512 B
+// A small broadcast from a host leader, and a small reduce or gather, is acknowledged (the
+// leaders wait for each other's fingerprints) only where its sequence number is a multiple of
+// this; in between a broadcast's root sends and goes on, like MPI_Bcast's eager root, and so do a
+// reduce's or gather's senders, like MPI_Reduce's and MPI_Gather's (across_hosts.cc:
+// broadcast_one_round, reduce_one_round, gather_one_round). Every other collective, and every
+// this-many-th operation, makes the leaders wait for each other, so no leader runs more than this
+// many operations ahead of another, and what waits for a late receiver stays bounded (this many
+// messages of at most kNetworkPackedBytes from each sender). Measured on broadcast, 8 B .. 512 B
 // (docs/fabric.md): 2 emulated hosts of one rank, 10.0-10.9 us a broadcast with every one
 // acknowledged, 7.1-10.1 with one in 16, 7.0-8.1 with one in 64; 4 hosts of one rank (4 ranks on
 // 2 cores), 85-109, 31-48 and 20-45 us.
-inline constexpr uint64_t kAcknowledgedBroadcastEvery = 64;
+inline constexpr uint64_t kAcknowledgedEvery = 64;
 
-// The small broadcasts whose root did not wait for the other hosts' leaders (across_hosts.cc:
-// broadcast_one_round), folded into one digest that each leader sends with its next fingerprint,
+// The small broadcasts, reduces and gathers whose leaders did not wait for each other
+// (kAcknowledgedEvery), folded into one digest that each leader sends with its next fingerprint,
 // so leaders that disagreed on one of them (on its root, say, where nobody received anything
 // unexpected) fail with a mismatch at the next collective in which the leaders compare calls.
 class UncomparedCalls {

@@ -301,7 +301,7 @@ TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
 }
 
 // Small broadcasts in a row, each from the next rank: where the root leads its host it sends and
-// goes on, acknowledged only every 64th operation (coll::kAcknowledgedBroadcastEvery), so roots
+// goes on, acknowledged only every 64th operation (coll::kAcknowledgedEvery), so roots
 // run ahead of their receivers; every rank must still get every broadcast's data, in order, with
 // either protocol, across an acknowledged one.
 void small_broadcasts_in_a_row(Communicator& comm) {
@@ -1136,7 +1136,7 @@ TEST(AcrossHostsRootsGoOn, ARootThatLeavesRightAfterASmallBroadcastStillDelivers
             Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
                                                      ctx.secret, ctx.comm_options);
             comm.barrier();
-            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
                             "the broadcast would be acknowledged");
             if (ctx.rank == 1) {
               TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == 1; },
@@ -1163,7 +1163,7 @@ void on_two_hosts_after_a_barrier(transport::NetProtocol protocol,
         keys,
         [&](Communicator& comm) {
           comm.barrier();
-          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
                           "the broadcast would be acknowledged");
           body(comm, keys);
         },
@@ -1193,6 +1193,55 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastWhoseRootGoesOnFailsEveryRank) 
   });
 }
 
+// A small reduce or gather whose senders go on, or a small scatter whose root goes on (after a
+// barrier, as above): the hosts that receive fail at once on the other host's call, and the
+// hosts that sent through their failure notice, at their next wait (the barrier after), each with
+// the mismatch naming both calls; the root on either host (on two hosts of two, the last rank does
+// not lead its host: its host's leader compares, or, for scatter, the leaders compare first).
+TEST_P(AcrossHostsFailures, AMismatchInASmallRootedCollectiveThatDoesNotWaitFailsEveryRank) {
+  for (const char* kind : {"reduce", "gather", "scatter"}) {
+    for (const bool root_first : {true, false}) {
+      SCOPED_TRACE(std::string(kind) + " of the " + (root_first ? "first" : "last") + " rank");
+      on_two_hosts_after_a_barrier(GetParam(), [&](Communicator& comm, const HostKeys& keys) {
+        const DType dtype = keys[comm.rank()] == "host-a" ? DType::i32 : DType::f32;
+        const int root = root_first ? 0 : comm.size() - 1;
+        std::vector<int32_t> in(3 * 4, 7), out(3 * 4, 0);
+        const Error e = expect_error("the call or the barrier after it", [&] {
+          if (kind == std::string("reduce")) {
+            comm.reduce(in.data(), out.data(), 3, dtype, ReduceOp::sum, root);
+          } else if (kind == std::string("gather")) {
+            comm.gather(in.data(), out.data(), 3, dtype, root);
+          } else {
+            comm.scatter(in.data(), out.data(), 3, dtype, root);
+          }
+          comm.barrier();
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(what.find("dtype=i32") != std::string::npos &&
+                            what.find("dtype=f32") != std::string::npos,
+                        what);
+      });
+    }
+  }
+}
+
+// Leaders that each take the other host for a small reduce's root both send and go on, and
+// nobody receives anything; the digest of such calls, sent with the next fingerprints, makes the
+// next collective fail on every rank.
+TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallReducesRootFailAtTheNextCollective) {
+  on_two_hosts_after_a_barrier(GetParam(), [](Communicator& comm, const HostKeys& keys) {
+    const int other_leader = keys[comm.rank()] == "host-a" ? static_cast<int>(keys.size()) / 2 : 0;
+    int32_t value = comm.rank(), got = -1;
+    comm.reduce(&value, &got, 1, DType::i32, ReduceOp::sum, other_leader);
+    const Error e = expect_error("the collective after it", [&] {
+      comm.all_reduce(&value, &got, 1, DType::i32, ReduceOp::sum);
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("reduce or gather") != std::string::npos, e.what());
+  });
+}
+
 // The same down a binomial tree of five hosts (forced through the cost of a message): the root's
 // children are the hosts 4, 2 and 1 after it, and host 2 passes the message on to host 3. A host
 // in a call of another dtype fails on the root's (or its parent's) message; one that passes the
@@ -1211,7 +1260,7 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastDownATreeFailsEveryRank) {
           // mismatch there: the other leaders left the barrier once they had every stamp.
           const Error e = expect_error("the broadcast, the barriers before or after it", [&] {
             comm.barrier();
-            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
                             "the broadcast would be acknowledged");
             comm.broadcast(in.data(), out.data(), 3, dtype, 0);
             comm.barrier();
@@ -1244,7 +1293,7 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastForcedDownTheTreeFailsEveryRank
             const Error e = expect_error("the broadcast or the barriers", [&] {
               if (!acknowledged) comm.barrier();
               TPF_CHILD_CHECK(
-                  (comm.next_sequence() % coll::kAcknowledgedBroadcastEvery == 0) == acknowledged,
+                  (comm.next_sequence() % coll::kAcknowledgedEvery == 0) == acknowledged,
                   "the broadcast's sequence");
               comm.broadcast(in.data(), out.data(), count, DType::f32, 0);
               TPF_CHILD_CHECK(!acknowledged, "the acknowledged broadcast returned");
@@ -1315,7 +1364,7 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithA
         c.keys,
         [&c](Communicator& comm) {
           comm.barrier();
-          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedBroadcastEvery != 0,
+          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
                           "the broadcast would be acknowledged");
           std::vector<int32_t> values(c.count, comm.rank()), got(c.count, -1);
           const Error e = expect_error("the broadcast or the barrier after it", [&] {
