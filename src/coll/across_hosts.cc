@@ -539,8 +539,8 @@ class HostCollective {
                 ctx_.op_label() + ": ranks called different collectives before this one: rank " +
                     std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') and rank " +
                     std::to_string(leader(h)) + " (host '" + g_.hosts.key(h) +
-                    "') differ on a small broadcast, reduce or gather that did not wait for "
-                    "every host, among the last " +
+                    "') differ on a small broadcast, reduce, gather or scatter that did not "
+                    "wait for every host, among the last " +
                     std::to_string(kAcknowledgedEvery - 1) +
                     " operations (its root, count or type)");
   }
@@ -1368,8 +1368,8 @@ class HostCollective {
     flight.wait_all();
   }
 
-  // Whether this small broadcast, reduce or gather goes without the leaders waiting for each
-  // other (kAcknowledgedEvery): every rank decides the same from the call's sequence number.
+  // Whether this small broadcast, reduce, gather or scatter goes without the leaders waiting for
+  // each other (kAcknowledgedEvery): every rank decides the same from the call's sequence number.
   bool unacknowledged() const { return sequence_ % kAcknowledgedEvery != 0; }
 
   // A small reduce's or gather's network part where its senders do not wait (unacknowledged(), as

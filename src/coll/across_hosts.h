@@ -54,11 +54,12 @@ class HostScratch {
   std::vector<Slab> slabs_;
 };
 
-// A small broadcast from a host leader, and a small reduce or gather, is acknowledged (the
-// leaders wait for each other's fingerprints) only where its sequence number is a multiple of
-// this; in between a broadcast's root sends and goes on, like MPI_Bcast's eager root, and so do a
-// reduce's or gather's senders, like MPI_Reduce's and MPI_Gather's (across_hosts.cc:
-// broadcast_one_round, reduce_one_round, gather_one_round). Every other collective, and every
+// A small broadcast or scatter from a host leader, and a small reduce or gather, is acknowledged
+// (the leaders wait for each other's fingerprints) only where its sequence number is a multiple
+// of this; in between a broadcast's or scatter's root sends and goes on, like MPI_Bcast's eager
+// root, and so do a reduce's or gather's senders, like MPI_Reduce's and MPI_Gather's
+// (across_hosts.cc: broadcast_one_round, reduce_one_round, gather_one_round,
+// scatter_unacknowledged). Every other collective, and every
 // this-many-th operation, makes the leaders wait for each other, so no leader runs more than this
 // many operations ahead of another, and what waits for a late receiver stays bounded (this many
 // messages of at most kNetworkPackedBytes from each sender). Measured on broadcast, 8 B .. 512 B
@@ -67,7 +68,7 @@ class HostScratch {
 // 2 cores), 85-109, 31-48 and 20-45 us.
 inline constexpr uint64_t kAcknowledgedEvery = 64;
 
-// The small broadcasts, reduces and gathers whose leaders did not wait for each other
+// The small broadcasts, reduces, gathers and scatters whose leaders did not wait for each other
 // (kAcknowledgedEvery), folded into one digest that each leader sends with its next fingerprint,
 // so leaders that disagreed on one of them (on its root, say, where nobody received anything
 // unexpected) fail with a mismatch at the next collective in which the leaders compare calls.
