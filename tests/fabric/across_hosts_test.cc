@@ -1153,6 +1153,61 @@ TEST(AcrossHostsRootsGoOn, ARootThatLeavesRightAfterASmallBroadcastStillDelivers
   }
 }
 
+// The same for the other calls that do not wait: a small reduce's or gather's sender (rank 1, the
+// root 0) and a small scatter's root (rank 0) destroy their communicator before the rank on the
+// other host calls; it still gets the data.
+TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallReduceGatherOrScatterStillDeliversIt) {
+  for (const auto protocol : {transport::NetProtocol::tag, transport::NetProtocol::put}) {
+    for (const std::string kind : {"reduce", "gather", "scatter"}) {
+      SCOPED_TRACE(kind + " over " + transport::net_protocol_name(protocol));
+      const int leaver = kind == "scatter" ? 0 : 1;  // the rank that sends and goes on
+      SharedBlock shared;
+      RunOptions options;
+      options.comm_options.timeout = std::chrono::milliseconds(30000);
+      auto outcomes = run_ranks_raw(
+          2,
+          [&](const RankContext& ctx) {
+            ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+            ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
+            std::vector<int32_t> in = {42 + ctx.rank, 52 + ctx.rank}, out(2, -1);
+            {
+              Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
+                                                       ctx.secret, ctx.comm_options);
+              comm.barrier();
+              TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
+                              "the call would be acknowledged");
+              if (ctx.rank != leaver) {
+                TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == 1; },
+                                           std::chrono::seconds(20)),
+                                "the sender never destroyed its communicator");
+              }
+              call(kind, [&] {
+                if (kind == "reduce") {
+                  comm.reduce(in.data(), out.data(), 2, DType::i32, ReduceOp::sum, 0);
+                } else if (kind == "gather") {
+                  comm.gather(in.data(), out.data(), 1, DType::i32, 0);
+                } else {
+                  comm.scatter(in.data(), out.data(), 1, DType::i32, 0);
+                }
+              });
+            }
+            if (ctx.rank == leaver) shared.counter(0).store(1);
+            // What each receiving rank must hold: rank 0 the sum or both blocks, rank 1 (scatter)
+            // block 1 of rank 0's buffer.
+            const std::vector<int32_t> want = kind == "reduce"   ? std::vector<int32_t>{85, 105}
+                                              : kind == "gather" ? std::vector<int32_t>{42, 43}
+                                                                 : std::vector<int32_t>{52, -1};
+            if (ctx.rank != leaver) {
+              TPF_CHILD_CHECK(out == want,
+                              "got " + std::to_string(out[0]) + ", " + std::to_string(out[1]));
+            }
+          },
+          options);
+      expect_all_ok(outcomes);
+    }
+  }
+}
+
 // Runs body(comm, keys) on two hosts of one rank and on two hosts of two, after a barrier, so
 // that the body's first collective is not one whose small broadcast would be acknowledged.
 void on_two_hosts_after_a_barrier(transport::NetProtocol protocol,
