@@ -1117,50 +1117,16 @@ TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
 }
 
-// A root that goes on may destroy its communicator (closing its connections) before a receiver on
-// another host even calls the broadcast: the receiver must still get the data, which was sent
-// before the connection closed, not fail naming the root. Both protocols.
-TEST(AcrossHostsRootsGoOn, ARootThatLeavesRightAfterASmallBroadcastStillDeliversIt) {
+// A rank that sends and goes on (a small broadcast's or scatter's root, rank 0; a small reduce's
+// or gather's sender, rank 1, the root 0) may destroy its communicator (closing its connections)
+// before the rank on the other host even calls: that rank must still get the data, which was sent
+// before the connection closed, not fail naming the sender. Both protocols.
+TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallCallStillDeliversIt) {
   for (const auto protocol : {transport::NetProtocol::tag, transport::NetProtocol::put}) {
-    SCOPED_TRACE(transport::net_protocol_name(protocol));
-    SharedBlock shared;
-    RunOptions options;
-    options.comm_options.timeout = std::chrono::milliseconds(30000);
-    auto outcomes = run_ranks_raw(
-        2,
-        [&](const RankContext& ctx) {
-          ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
-          ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
-          int32_t value = 42 + ctx.rank, got = -1;
-          {
-            Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
-                                                     ctx.secret, ctx.comm_options);
-            comm.barrier();
-            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                            "the broadcast would be acknowledged");
-            if (ctx.rank == 1) {
-              TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == 1; },
-                                         std::chrono::seconds(20)),
-                              "the root never destroyed its communicator");
-            }
-            call("broadcast", [&] { comm.broadcast(&value, &got, 1, DType::i32, 0); });
-          }
-          if (ctx.rank == 0) shared.counter(0).store(1);
-          TPF_CHILD_CHECK(got == 42, "got " + std::to_string(got));
-        },
-        options);
-    expect_all_ok(outcomes);
-  }
-}
-
-// The same for the other calls that do not wait: a small reduce's or gather's sender (rank 1, the
-// root 0) and a small scatter's root (rank 0) destroy their communicator before the rank on the
-// other host calls; it still gets the data.
-TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallReduceGatherOrScatterStillDeliversIt) {
-  for (const auto protocol : {transport::NetProtocol::tag, transport::NetProtocol::put}) {
-    for (const std::string kind : {"reduce", "gather", "scatter"}) {
+    for (const std::string kind : {"broadcast", "reduce", "gather", "scatter"}) {
       SCOPED_TRACE(kind + " over " + transport::net_protocol_name(protocol));
-      const int leaver = kind == "scatter" ? 0 : 1;  // the rank that sends and goes on
+      const bool from_root = kind == "broadcast" || kind == "scatter";
+      const int leaver = from_root ? 0 : 1;  // the rank that sends and goes on
       SharedBlock shared;
       RunOptions options;
       options.comm_options.timeout = std::chrono::milliseconds(30000);
@@ -1182,7 +1148,9 @@ TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallReduceGatherOrScatte
                                 "the sender never destroyed its communicator");
               }
               call(kind, [&] {
-                if (kind == "reduce") {
+                if (kind == "broadcast") {
+                  comm.broadcast(in.data(), out.data(), 2, DType::i32, 0);
+                } else if (kind == "reduce") {
                   comm.reduce(in.data(), out.data(), 2, DType::i32, ReduceOp::sum, 0);
                 } else if (kind == "gather") {
                   comm.gather(in.data(), out.data(), 1, DType::i32, 0);
@@ -1192,11 +1160,12 @@ TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallReduceGatherOrScatte
               });
             }
             if (ctx.rank == leaver) shared.counter(0).store(1);
-            // What each receiving rank must hold: rank 0 the sum or both blocks, rank 1 (scatter)
-            // block 1 of rank 0's buffer.
-            const std::vector<int32_t> want = kind == "reduce"   ? std::vector<int32_t>{85, 105}
-                                              : kind == "gather" ? std::vector<int32_t>{42, 43}
-                                                                 : std::vector<int32_t>{52, -1};
+            // What the receiving rank must hold: rank 1 rank 0's buffer (broadcast) or its block
+            // 1 (scatter), rank 0 the sum or both blocks.
+            const std::vector<int32_t> want = kind == "broadcast" ? std::vector<int32_t>{42, 52}
+                                              : kind == "scatter" ? std::vector<int32_t>{52, -1}
+                                              : kind == "reduce"  ? std::vector<int32_t>{85, 105}
+                                                                  : std::vector<int32_t>{42, 43};
             if (ctx.rank != leaver) {
               TPF_CHILD_CHECK(out == want,
                               "got " + std::to_string(out[0]) + ", " + std::to_string(out[1]));
