@@ -544,6 +544,14 @@ class HostCollective {
                     std::to_string(kAcknowledgedEvery - 1) +
                     " operations (its root, count or type)");
   }
+  // Throws where the call at the start of host h's `message` differs from this leader's `call`
+  // (the messages of the calls that do not wait: a call's fingerprint, then its data).
+  void check_leading_call(const std::byte* message, int h,
+                          const transport::Fingerprint& call) const {
+    transport::Fingerprint theirs;
+    std::memcpy(&theirs, message, sizeof theirs);
+    if (theirs != call) throw call_mismatch(call, h, theirs);
+  }
   // This call's fingerprint, with the choices made for it that leaders must agree on.
   transport::Fingerprint call_fingerprint() const {
     transport::Fingerprint call = collective_fingerprint(d_, sequence_);
@@ -961,14 +969,12 @@ class HostCollective {
   }
 
   // A small reduce in one network round, as small gather goes: each leader's fingerprint message
-  // to the root's leader carries its host's partial result, and the root's leader combines them
-  // in host order once the calls agree, so a mismatch touches no caller's buffer. The senders do
-  // not wait (send_to_root_unacknowledged) but every kAcknowledgedEvery-th operation, when every
-  // leader also sends the others its fingerprint (directly, or in log2 H rounds with the partial
-  // results where the leaders gather in rounds). Where the root does not lead its host, its
-  // leader hands the result over by a shared-memory broadcast. One round instead of three
-  // (fingerprints, slices to their owners, results to the root): 2.1-2.9x faster at 8 B to 2 KiB
-  // on 2, 4 and 8 emulated hosts of one rank (docs/fabric.md).
+  // to the root's leader carries its host's partial result (to_root_packed), and the root's
+  // leader combines them in host order once the calls agree, so a mismatch touches no caller's
+  // buffer. Where the root does not lead its host, its leader hands the result over by a
+  // shared-memory broadcast. One round instead of three (fingerprints, slices to their owners,
+  // results to the root): 2.1-2.9x faster at 8 B to 2 KiB on 2, 4 and 8 emulated hosts of one
+  // rank (docs/fabric.md).
   void reduce_one_round() {
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
@@ -983,22 +989,7 @@ class HostCollective {
       partial = combined;
     }
     if (is_leader()) {
-      std::vector<const void*> parts;
-      if (unacknowledged()) {
-        parts = send_to_root_unacknowledged(partial, bytes(n), same_for_all(bytes(n)));
-      } else {
-        Fingerprints fingerprints;
-        if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
-          // Every leader gathers every partial result in rounds, as small all_reduce's do: no
-          // more bytes into any link than into the root's directly, fewer messages.
-          gather_packed(fingerprints, bytes(n), copy_to(partial), same_for_all(bytes(n)));
-        } else {
-          exchange_packed(
-              fingerprints, [&](int h) { return h == root_host ? bytes(n) : 0; }, copy_of(partial),
-              [&](int) { return root_host_here ? bytes(n) : 0; });
-        }
-        parts = fingerprints.carried;
-      }
+      std::vector<const void*> parts = to_root_packed(partial, bytes(n), same_for_all(bytes(n)));
       if (root_host_here) {
         parts[host_] = partial;
         combine_hosts(combined, parts, n);
@@ -1358,9 +1349,7 @@ class HostCollective {
       copy_bytes(packed + sizeof call, d_.send, bytes(d_.count));
     } else {
       flight.wait(flight.recv(leader(host_at(links.parent)), tag(kFingerprint), packed, message));
-      transport::Fingerprint roots;
-      std::memcpy(&roots, packed, sizeof roots);
-      if (roots != call) throw call_mismatch(call, root_host, roots);
+      check_leading_call(packed, root_host, call);
     }
     for (int child : links.children)
       flight.send(leader(host_at(child)), tag(kFingerprint), packed, message);
@@ -1371,6 +1360,28 @@ class HostCollective {
   // Whether this small broadcast, reduce, gather or scatter goes without the leaders waiting for
   // each other (kAcknowledgedEvery): every rank decides the same from the call's sequence number.
   bool unacknowledged() const { return sequence_ % kAcknowledgedEvery != 0; }
+
+  // What a small reduce or gather sends to its root: each leader's `my_bytes` of `mine` reach the
+  // root's leader with its fingerprint; returns, there, where host h's in_bytes(h) bytes landed
+  // (in scratch; null elsewhere), once the calls agree. The senders do not wait
+  // (send_to_root_unacknowledged) but every kAcknowledgedEvery-th operation, when the leaders
+  // exchange fingerprints as every collective's do: in log2 H rounds where they gather in rounds,
+  // the data then reaching every leader (no more bytes into any link than into the root's
+  // directly, fewer messages), else directly, the data to the root's leader only. Leaders only.
+  template <class InBytes>
+  std::vector<const void*> to_root_packed(const void* mine, size_t my_bytes, InBytes&& in_bytes) {
+    if (unacknowledged()) return send_to_root_unacknowledged(mine, my_bytes, in_bytes);
+    const int root_host = g_.hosts.host_of(d_.root);
+    Fingerprints fingerprints;
+    if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
+      gather_packed(fingerprints, my_bytes, copy_to(mine), in_bytes);
+    } else {
+      exchange_packed(
+          fingerprints, [&](int h) { return h == root_host ? my_bytes : 0; }, copy_of(mine),
+          [&](int h) { return host_ == root_host ? in_bytes(h) : size_t{0}; });
+    }
+    return fingerprints.carried;
+  }
 
   // A small reduce's or gather's network part where its senders do not wait (unacknowledged(), as
   // a small broadcast's root does not): every leader but the root's sends its call's fingerprint
@@ -1406,9 +1417,7 @@ class HostCollective {
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       flight.wait(arrivals[h]);
-      transport::Fingerprint theirs;
-      std::memcpy(&theirs, landed[h], sizeof theirs);
-      if (theirs != call) throw call_mismatch(call, h, theirs);
+      check_leading_call(landed[h], h, call);
       carried[h] = landed[h] + sizeof call;
     }
     return carried;
@@ -1817,30 +1826,15 @@ class HostCollective {
     flight.wait_all();
   }
 
-  // Small gather's network round: this leader's host's blocks, `host_blocks`, ride in its
-  // fingerprint message to the root's leader, which alone waits (send_to_root_unacknowledged)
-  // but every kAcknowledgedEvery-th operation, when they go to the root's leader or in log2 H
-  // rounds to every leader where the leaders gather in rounds (as reduce_one_round's partial
-  // results); the root places every host's blocks. Leaders only.
+  // Small gather's network round: this leader's host's blocks, `host_blocks`, reach the root's
+  // leader (to_root_packed), and the root places every host's blocks. Leaders only.
   void gather_one_round(const void* host_blocks) {
     const size_t block = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
     const std::vector<int>& mine = ranks_on(host_);
     auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
-    std::vector<const void*> carried;
-    if (unacknowledged()) {
-      carried = send_to_root_unacknowledged(host_blocks, host_bytes(host_), host_bytes);
-    } else {
-      Fingerprints fingerprints;
-      if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
-        gather_packed(fingerprints, host_bytes(host_), copy_to(host_blocks), host_bytes);
-      } else {
-        exchange_packed(
-            fingerprints, [&](int h) { return h == root_host ? host_bytes(host_) : 0; },
-            copy_of(host_blocks), [&](int h) { return me_ == d_.root ? host_bytes(h) : 0; });
-      }
-      carried = fingerprints.carried;
-    }
+    const std::vector<const void*> carried =
+        to_root_packed(host_blocks, host_bytes(host_), host_bytes);
     if (me_ != d_.root) return;
     place_blocks(d_.recv, host_blocks, mine, block);
     for (int h = 0; h < hosts(); ++h)
@@ -1913,9 +1907,7 @@ class HostCollective {
     }
     std::byte* landed = g_.scratch.get(from_slot(root_host), message_bytes(host_));
     flight.wait(flight.recv(d_.root, tag(kFingerprint), landed, message_bytes(host_)));
-    transport::Fingerprint roots;
-    std::memcpy(&roots, landed, sizeof roots);
-    if (roots != call) throw call_mismatch(call, root_host, roots);
+    check_leading_call(landed, root_host, call);
     return landed + sizeof call;
   }
 
