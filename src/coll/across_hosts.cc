@@ -655,6 +655,108 @@ class HostCollective {
     }
     flight.wait_all();  // the sends, as exchange_packed
   }
+  // What a small reduce_scatter or all_to_all exchanges between the leaders: each sends every
+  // other one a block of its own, pair_bytes(from, to) bytes (at most `largest_pair`) that
+  // fill(to, where, bytes) writes. Directly (exchange_packed) or, where the cost model finds the
+  // messages dearer than the rounds and the bytes they add (leaders_exchange_in_rounds), in
+  // ceil(log2 H) rounds (exchange_in_rounds). Returns as exchange_packed does. Leaders only.
+  template <class PairBytes, class Fill>
+  void exchange_blocks(Fingerprints& f, size_t largest_pair, PairBytes&& pair_bytes, Fill&& fill) {
+    if (leaders_exchange_in_rounds(hosts(), largest_pair, tuning_.network_cost)) {
+      return exchange_in_rounds(f, pair_bytes, fill);
+    }
+    exchange_packed(
+        f, [&](int h) { return pair_bytes(host_, h); }, fill,
+        [&](int h) { return pair_bytes(h, host_); });
+  }
+  // Bruck et al.'s all-to-all between the leaders (the index algorithm, IEEE TPDS 8(11), 1997),
+  // in gather_in_rounds' direction: position i (0 < i < H) holds a block [stamp | payload] bound
+  // for the host i before the one it came from, at first this leader's own for host (this - i)
+  // mod H. In round k each leader sends the positions whose i has bit k set, in one message, to
+  // the leader 2^k hosts before it and takes as many from the one 2^k after it into the same
+  // positions: a block moves by the set bits of its distance, and after the last round position
+  // i holds host (this + i)'s block for this host, with that leader's stamp, so every leader
+  // compares every other's as in the direct exchange. Every leader computes every message's size
+  // from the pair sizes (what position i of leader q holds before round k came from host
+  // q + (i mod 2^k)); a leader in another call sends a message of another size or stamp.
+  template <class PairBytes, class Fill>
+  void exchange_in_rounds(Fingerprints& f, PairBytes&& pair_bytes, Fill&& fill) {
+    stamp(f);
+    const int hcount = hosts();
+    auto wrap = [hcount](int h) { return (h % hcount + hcount) % hcount; };
+    // The size of the block at position i of host q's leader before the round that reaches 2^k.
+    auto block_bytes = [&](int q, int i, int reach) {
+      const int from = wrap(q + (i & (reach - 1)));
+      return sizeof f.mine + pair_bytes(from, wrap(from - i));
+    };
+    auto round_bytes = [&](int q, int reach) {
+      size_t total = 0;
+      for (int i = reach; i < hcount; ++i)
+        if ((i & reach) != 0) total += block_bytes(q, i, reach);
+      return total;
+    };
+    // Scratch: this leader's blocks, then each round's message out and message in.
+    size_t total = 0;
+    std::vector<size_t> own(static_cast<size_t>(hcount)), out, in;
+    for (int i = 1; i < hcount; ++i) {
+      own[i] = total;
+      total += block_bytes(host_, i, 1);
+    }
+    for (int reach = 1; reach < hcount; reach *= 2) {
+      out.push_back(total);
+      total += round_bytes(host_, reach);
+      in.push_back(total);
+      total += round_bytes(wrap(host_ + reach), reach);
+    }
+    std::byte* base = g_.scratch.get(kGathered, total);
+    std::vector<std::byte*> position(static_cast<size_t>(hcount), nullptr);
+    for (int i = 1; i < hcount; ++i) {
+      position[i] = base + own[i];
+      std::memcpy(position[i], &f.mine, sizeof f.mine);
+      const int to = wrap(host_ - i);
+      fill(to, position[i] + sizeof f.mine, pair_bytes(host_, to));
+    }
+    InFlight flight(g_.network, ctx_);  // ends before `f`, which points into `base`
+    std::vector<size_t> arrivals;
+    for (int reach = 1, k = 0; reach < hcount; reach *= 2, ++k) {
+      const int from = wrap(host_ + reach);
+      arrivals.push_back(
+          flight.recv(leader(from), tag(kFingerprint, k), base + in[k], round_bytes(from, reach)));
+    }
+    // Once round k's message is here, its positions are what it carried.
+    auto take = [&](int reach, int k) {
+      flight.wait(arrivals[k]);
+      std::byte* next = base + in[k];
+      for (int i = reach; i < hcount; ++i) {
+        if ((i & reach) == 0) continue;
+        position[i] = next;
+        next += block_bytes(wrap(host_ + reach), i, reach);
+      }
+    };
+    int reach = 1, k = 0;
+    for (; reach < hcount; reach *= 2, ++k) {
+      if (k > 0) take(reach / 2, k - 1);
+      std::byte* message = base + out[k];
+      std::byte* next = message;
+      for (int i = reach; i < hcount; ++i) {
+        if ((i & reach) == 0) continue;
+        const size_t n = block_bytes(host_, i, reach);
+        std::memcpy(next, position[i], n);
+        next += n;
+      }
+      flight.send(leader(wrap(host_ - reach)), tag(kFingerprint, k), message,
+                  static_cast<size_t>(next - message));
+    }
+    take(reach / 2, k - 1);
+    for (int i = 1; i < hcount; ++i) {
+      const int h = wrap(host_ + i);
+      f.landed[h] = position[i];
+      f.carried[h] = position[i] + sizeof f.mine;
+      std::memcpy(&f.theirs[h], position[i], sizeof f.mine);
+      check_stamp(f, h);
+    }
+    flight.wait_all();  // the sends, as exchange_packed
+  }
   // A fill for exchange_packed: host h's ranks' blocks of `full` (one block per communicator
   // rank), in local order.
   auto blocks_for_host(const void* full, size_t block) const {
@@ -1666,7 +1768,8 @@ class HostCollective {
   // Where every host's ranks are consecutive (each host's blocks lie together), the reduction
   // inside the host goes chunk by chunk: the other hosts' blocks first, each chunk sent as soon as
   // it is reduced, this host's last, each chunk combined as soon as it is here.
-  // Small: the blocks ride in the fingerprint messages.
+  // Small: the blocks ride in the fingerprint messages (exchange_blocks: directly, or passed on in
+  // rounds on many hosts).
   void reduce_scatter() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
@@ -1688,9 +1791,10 @@ class HostCollective {
                                  : nullptr;
     if (is_leader() && small) {
       Fingerprints fingerprints;
-      exchange_packed(
-          fingerprints, [&](int h) { return bytes(ranks_on(h).size() * block); },
-          blocks_for_host(host_sum, block), same_for_all(bytes(mine.size() * block)));
+      exchange_blocks(
+          fingerprints, bytes(largest_host() * block),
+          [&](int, int to) { return bytes(ranks_on(to).size() * block); },
+          blocks_for_host(host_sum, block));
       std::vector<const void*> parts = fingerprints.carried;
       parts[host_] = blocks_of(host_sum, mine, block, kOwnPart);
       combine_hosts(result, parts, mine.size() * block);
@@ -1963,7 +2067,8 @@ class HostCollective {
   // Through the leaders: gather every local rank's send buffer, exchange between leaders the
   // blocks that cross hosts, arrange every local rank's receive buffer, scatter. A host of one
   // rank sends from and receives into the caller's buffers where the blocks lie together.
-  // Small: the blocks ride in the fingerprint messages.
+  // Small: the blocks ride in the fingerprint messages (exchange_blocks: directly, or passed on in
+  // rounds on many hosts).
   void all_to_all() {
     const size_t block = d_.count;
     const size_t largest = largest_host();
@@ -1990,8 +2095,12 @@ class HostCollective {
     if (is_leader()) {
       auto received_block = [&](size_t t, int i) { return at(receives, t * row + i * block); };
       auto sent_block = [&](size_t s, int j) { return at(sends, s * row + j * block); };
-      // To h: for each local rank s, its blocks for h's ranks, in local order.
-      auto to_bytes = [&](int h) { return bytes(local_n * ranks_on(h).size() * block); };
+      // From host `from` to host `to`: for each rank s of `from`, its blocks for to's ranks, in
+      // local order.
+      auto pair_bytes = [&](int from, int to) {
+        return bytes(ranks_on(from).size() * ranks_on(to).size() * block);
+      };
+      auto to_bytes = [&](int h) { return pair_bytes(host_, h); };
       auto pack_for = [&](int h, std::byte* packed, size_t) {
         const std::vector<int>& theirs = ranks_on(h);
         for (size_t s = 0; s < local_n; ++s)
@@ -1999,13 +2108,11 @@ class HostCollective {
             copy_bytes(at(packed, (s * theirs.size() + j) * block), sent_block(s, theirs[j]),
                        bytes(block));
       };
-      // From h: for each of h's ranks s, its blocks for this host's local ranks t.
-      auto from_bytes = [&](int h) { return bytes(ranks_on(h).size() * local_n * block); };
       Fingerprints fingerprints;  // outlives `flight`
       InFlight flight(g_.network, ctx_);
       std::vector<const void*> from(hosts());
       if (small) {
-        exchange_packed(fingerprints, to_bytes, pack_for, from_bytes);
+        exchange_blocks(fingerprints, bytes(block * largest * largest), pair_bytes, pack_for);
         from = fingerprints.carried;
       } else {
         for (int h = 0; h < hosts(); ++h) {

@@ -1,6 +1,7 @@
 #include "coll/network_cost.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -123,6 +124,21 @@ double leaders_gather_us(int hosts, const NetworkLinkCost& cost) {
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
   if (hosts < 3) return false;  // one round either way, or nobody to exchange with
   return gather_in_rounds_us(hosts, cost) < gather_direct_us(hosts, cost);
+}
+
+size_t exchange_round_blocks(int hosts) {
+  size_t blocks = 0;
+  for (int distance = 1; distance < hosts; ++distance) blocks += std::popcount(unsigned(distance));
+  return blocks;
+}
+
+bool leaders_exchange_in_rounds(int hosts, size_t pair_bytes, const NetworkLinkCost& cost) {
+  if (hosts < 3) return false;  // one round either way, or nobody to exchange with
+  const double block_us = static_cast<double>(pair_bytes) / (cost.link_gbps * 1e3);
+  const double direct_us = gather_direct_us(hosts, cost) + (hosts - 1) * block_us;
+  const double rounds_us = gather_in_rounds_us(hosts, cost) +
+                           static_cast<double>(exchange_round_blocks(hosts)) * block_us;
+  return rounds_us < direct_us;
 }
 
 bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost) {

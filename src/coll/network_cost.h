@@ -164,6 +164,18 @@ bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cos
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost);
 // The rounds of that exchange in rounds: ceil(log2 hosts).
 int gather_rounds(int hosts);
+// The same choice for a personal exchange between the leaders, where each sends every other one
+// a block of its own (small reduce_scatter and all_to_all, at most `pair_bytes` a pair): directly,
+// or in ceil(log2 H) rounds of Bruck et al.'s all-to-all (IEEE TPDS 8(11), 1997), where round k
+// carries the blocks whose distance to their destination has bit k set, each passed on until it
+// arrives. Unlike the all-gather's, the rounds move more bytes through each link (every block
+// crosses as many hops as its distance has set bits: sum_k |{i < H: bit k of i set}| blocks
+// against H - 1), so the link's time for them decides too. Every rank decides from the same host
+// count, call and settings.
+bool leaders_exchange_in_rounds(int hosts, size_t pair_bytes, const NetworkLinkCost& cost);
+// The blocks a leader sends (and receives) in the Bruck rounds among `hosts` leaders: the sum over
+// rounds k of the distances 1 .. hosts - 1 with bit k set.
+size_t exchange_round_blocks(int hosts);
 // Whether a small broadcast whose root does not wait for the other leaders (across_hosts.cc:
 // broadcast_unacknowledged) goes down a binomial tree of the leaders: ceil(log2 H) hops of a step
 // and a message each to the last leader, against the root's H - 1 messages sent one after the

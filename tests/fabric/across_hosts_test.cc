@@ -565,15 +565,17 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
 
 // The leaders exchange their fingerprints, and the small collectives' data that rides in them
 // (all_reduce's and reduce's partial results, all_gather's blocks, the acknowledged broadcast's
-// data), directly or in ceil(log2 H) rounds (coll::leaders_gather_in_rounds), and small
-// broadcasts whose root goes on go straight from the root or down a binomial tree
-// (coll::broadcast_in_tree), each forced here through the cost of a message: rounds and the tree
-// on five hosts, uneven and interleaved (rounds
-// of 1, 2 and 1 messages' worth; the root's children at 4, 2 and 1 hosts from it, the one at 2
-// passing on to 3), rounds on three of one (1 and 1; the broadcasts straight); directly on four
-// hosts of one (the defaults take rounds there). Every collective, at every size class, against
-// the reference (the bits do not depend on the exchange: each leader combines every host's partial
-// result in host order either way), and small broadcasts in a row from every rank in turn.
+// data), directly or in ceil(log2 H) rounds (coll::leaders_gather_in_rounds), small
+// reduce_scatter's and all_to_all's blocks for each host, directly or passed on in rounds
+// (coll::leaders_exchange_in_rounds; on five hosts the blocks of host a's two ranks make pairs
+// of other sizes), and small broadcasts whose root goes on go straight from the root or down a
+// binomial tree (coll::broadcast_in_tree), each forced here through the cost of a message: rounds
+// and the tree on five hosts, uneven and interleaved (rounds of 1, 2 and 1 messages' worth; the
+// root's children at 4, 2 and 1 hosts from it, the one at 2 passing on to 3), rounds on three of
+// one (1 and 1; the broadcasts straight); directly on four hosts of one (the defaults take rounds
+// there). Every collective, at every size class, against the reference (the bits do not depend on
+// the exchange: each leader combines every host's partial result in host order either way), and
+// small broadcasts in a row from every rank in turn.
 TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheReference) {
   const HostKeys five_hosts = {"host-a", "host-b", "host-c", "host-a", "host-d", "host-e"};
   const HostKeys three_of_one = {"host-a", "host-b", "host-c"};
@@ -595,38 +597,55 @@ TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheRef
 }
 
 // Leaders that exchange in rounds compare every other leader's fingerprint (forwarded), so on five
-// hosts a host in another collective (all_gather, reduce or gather: messages of the same sizes
-// as all_reduce's), or in the same one with another count (messages of other sizes), fails every
-// rank with a mismatch, whichever host it is: the neighbours it sends to and receives from, and
-// the hosts it reaches only through them.
+// hosts a host in another collective, or in the same one with another count (messages of other
+// sizes), fails every rank with a mismatch, whichever host it is: the neighbours it sends to and
+// receives from, and the hosts it reaches only through them. Against an all_reduce (the leaders'
+// all-gather in rounds): all_gather, reduce or gather, messages of the same sizes. Against an
+// all_to_all (their all-to-all in rounds, each block passed on): reduce_scatter, blocks of the
+// same sizes, and all_reduce, the all-gather's rounds in the same direction.
 TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) {
   const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
-  // What the odd rank calls where the others all_reduce 8 elements.
-  enum class Odd { all_gather, all_reduce_of_another_count, reduce, gather };
-  for (const int odd_rank : {0, 2, 4}) {
-    for (const Odd odd :
-         {Odd::all_gather, Odd::all_reduce_of_another_count, Odd::reduce, Odd::gather}) {
-      SCOPED_TRACE("rank " + std::to_string(odd_rank) + " calls variant " +
-                   std::to_string(static_cast<int>(odd)));
+  using Call = std::function<void(Communicator&, std::vector<int32_t>&, std::vector<int32_t>&)>;
+  auto all_reduce = [](size_t count) -> Call {
+    return [count](auto& c, auto& in, auto& out) {
+      c.all_reduce(in.data(), out.data(), count, DType::i32, ReduceOp::sum);
+    };
+  };
+  auto all_to_all = [](size_t count) -> Call {
+    return [count](auto& c, auto& in, auto& out) {
+      c.all_to_all(in.data(), out.data(), count, DType::i32);
+    };
+  };
+  struct Case {
+    const char* name;
+    Call everyone, odd;
+  };
+  const Case cases[] = {
+      {"all_gather against all_reduce", all_reduce(8),
+       [](auto& c, auto& in, auto& out) { c.all_gather(in.data(), out.data(), 8, DType::i32); }},
+      {"all_reduce of another count", all_reduce(8), all_reduce(9)},
+      {"reduce against all_reduce", all_reduce(8),
+       [](auto& c, auto& in, auto& out) {
+         c.reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum, 0);
+       }},
+      {"gather against all_reduce", all_reduce(8),
+       [](auto& c, auto& in, auto& out) { c.gather(in.data(), out.data(), 8, DType::i32, 0); }},
+      {"reduce_scatter against all_to_all", all_to_all(2),
+       [](auto& c, auto& in, auto& out) {
+         c.reduce_scatter(in.data(), out.data(), 2, DType::i32, ReduceOp::sum);
+       }},
+      {"all_to_all of another count", all_to_all(2), all_to_all(3)},
+      {"all_reduce against all_to_all", all_to_all(2), all_reduce(10)},
+  };
+  for (const Case& c : cases) {
+    for (const int odd_rank : {0, 2, 4}) {
+      SCOPED_TRACE(std::string(c.name) + " on rank " + std::to_string(odd_rank));
       auto outcomes = run_on_hosts(
           five_of_one,
           [&](Communicator& comm) {
             std::vector<int32_t> in(64, comm.rank()), out(64 * 5, 0);
             const Error e = expect_error("another call on one host", [&] {
-              if (comm.rank() != odd_rank) {
-                comm.all_reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum);
-                return;
-              }
-              switch (odd) {
-                case Odd::all_gather: comm.all_gather(in.data(), out.data(), 8, DType::i32); break;
-                case Odd::all_reduce_of_another_count:
-                  comm.all_reduce(in.data(), out.data(), 9, DType::i32, ReduceOp::sum);
-                  break;
-                case Odd::reduce:
-                  comm.reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum, 0);
-                  break;
-                case Odd::gather: comm.gather(in.data(), out.data(), 8, DType::i32, 0); break;
-              }
+              (comm.rank() == odd_rank ? c.odd : c.everyone)(comm, in, out);
             });
             TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
           },

@@ -191,6 +191,38 @@ TEST(NetworkCost, LeadersGatherInRoundsWhereTheirMessagesCostMoreThanTheRounds) 
   EXPECT_TRUE(coll::leaders_gather_in_rounds(8, cheaper));
 }
 
+// A personal exchange (each leader a block of its own to every other) in Bruck's rounds moves
+// every block as many hops as its distance has set bits: 1, 2, 4, 5, 7 and 12 blocks a leader on
+// 2, 3, 4, 5, 6 and 8 hosts. Hand counts at step_us 11, message_us 7: on 4 hosts of 100 Gb/s
+// (12,500 B/us), 8 KiB pairs (0.655 us each), rounds 50 + 4 x 0.655 against direct 53 + 3 x
+// 0.655: rounds; at 1 Gb/s (125 B/us) 8 KiB (65.5 us) 50 + 262 against 53 + 197: direct, 256 B
+// (2.05 us) 50 + 8.2 against 53 + 6.1: rounds, 512 B (4.1 us) 50 + 16.4 against 53 + 12.3:
+// direct. On 8 hosts at 1 Gb/s, 75 + 12 b against 109 + 7 b: rounds below b = 6.8 us (850 B).
+TEST(NetworkCost, LeadersExchangeBlocksInRoundsWhereTheirMessagesCostMoreThanTheRoundsBytes) {
+  EXPECT_EQ(coll::exchange_round_blocks(1), 0u);
+  EXPECT_EQ(coll::exchange_round_blocks(2), 1u);
+  EXPECT_EQ(coll::exchange_round_blocks(3), 2u);
+  EXPECT_EQ(coll::exchange_round_blocks(4), 4u);
+  EXPECT_EQ(coll::exchange_round_blocks(5), 5u);
+  EXPECT_EQ(coll::exchange_round_blocks(6), 7u);
+  EXPECT_EQ(coll::exchange_round_blocks(8), 12u);
+  const NetworkLinkCost defaults;
+  EXPECT_FALSE(coll::leaders_exchange_in_rounds(2, 8, defaults));
+  EXPECT_FALSE(coll::leaders_exchange_in_rounds(3, 8, defaults));
+  EXPECT_TRUE(coll::leaders_exchange_in_rounds(4, 8192, defaults));
+  NetworkLinkCost gigabit;
+  gigabit.link_gbps = 0.125;
+  EXPECT_FALSE(coll::leaders_exchange_in_rounds(4, 8192, gigabit));
+  EXPECT_TRUE(coll::leaders_exchange_in_rounds(4, 256, gigabit));
+  EXPECT_FALSE(coll::leaders_exchange_in_rounds(4, 512, gigabit));
+  EXPECT_TRUE(coll::leaders_exchange_in_rounds(8, 800, gigabit));
+  EXPECT_FALSE(coll::leaders_exchange_in_rounds(8, 900, gigabit));
+  NetworkLinkCost free_messages;
+  free_messages.message_us = 0;
+  for (int hosts : {4, 8, 64})
+    EXPECT_FALSE(coll::leaders_exchange_in_rounds(hosts, 8, free_messages));
+}
+
 // The small broadcast whose root goes on takes a binomial tree where its ceil(log2 H) hops cost
 // less than the root's H - 1 messages: hand counts at step_us 11, message_us 7: 4 hosts, 2 x 18
 // against 11 + 21: straight; 8 hosts, 3 x 18 against 11 + 49: the tree; 5, 3 x 18 against 11 + 28:
