@@ -1437,6 +1437,50 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithA
   }
 }
 
+// The same for the small reduce, gather and scatter whose senders go on: on two hosts of one
+// rank, leaders that each take their own rank for a reduce's or gather's root, or the other's for
+// a scatter's, each wait for a message the other never sends; the heartbeat finds the two calls.
+TEST_P(AcrossHostsFailures, LeadersWaitingForASmallRootedCallNobodySendsFailWithAMismatch) {
+  enum class Call { reduce, gather, scatter };
+  for (const Call call : {Call::reduce, Call::gather, Call::scatter}) {
+    SCOPED_TRACE(call == Call::reduce ? "reduce" : call == Call::gather ? "gather" : "scatter");
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfOne,
+        [call](Communicator& comm) {
+          comm.barrier();
+          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
+                          "the call would be acknowledged");
+          const int root = call == Call::scatter ? 1 - comm.rank() : comm.rank();
+          std::vector<int32_t> values(2, comm.rank()), got(2, -1);
+          const Error e = expect_error("the call or the barrier after it", [&] {
+            // A 10-minute deadline: only the heartbeat ends the wait, however loaded the machine.
+            const CallOptions long_deadline{std::chrono::minutes(10)};
+            switch (call) {
+              case Call::reduce:
+                comm.reduce(values.data(), got.data(), 1, DType::i32, ReduceOp::sum, root,
+                            long_deadline);
+                break;
+              case Call::gather:
+                comm.gather(values.data(), got.data(), 1, DType::i32, root, long_deadline);
+                break;
+              case Call::scatter:
+                comm.scatter(values.data(), got.data(), 1, DType::i32, root, long_deadline);
+                break;
+            }
+            comm.barrier(long_deadline);
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          const std::string what = e.what();
+          TPF_CHILD_CHECK(what.find("found by the heartbeat") != std::string::npos &&
+                              what.find("root=0") != std::string::npos &&
+                              what.find("root=1") != std::string::npos,
+                          what);
+        },
+        GetParam());
+    expect_all_ok(outcomes);
+  }
+}
+
 // Tagged messages only (the default over TCP): UCX 1.13's emulated puts abort a process that
 // receives one on an endpoint that has failed (tests/fabric/ucx_network_test.cc says more).
 INSTANTIATE_TEST_SUITE_P(ByProtocol, AcrossHostsFailures,
