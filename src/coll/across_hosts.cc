@@ -1987,32 +1987,70 @@ class HostCollective {
   }
 
   // A small scatter's network part where its root does not wait (unacknowledged()), as a small
-  // broadcast's root does not: the root (a leader) sends each other leader its call's fingerprint
-  // and that host's blocks, and returns null once its sends are done; each other leader compares
-  // the root's call with its own and returns where its host's blocks landed (in scratch). A
-  // mismatch fails a leader here and the root through its failure notice, at its next wait; the
-  // calls' digest goes with the next fingerprint exchange. Leaders only.
+  // broadcast's root does not: the root (a leader) sends its call's fingerprint with the blocks of
+  // each other host, and returns null once its sends are done; each other leader compares the
+  // root's call with its own and returns where its host's blocks landed (in scratch). Straight to
+  // every leader, or down the small broadcast's binomial tree where it takes one
+  // (broadcast_in_tree) and the root's largest message packs: a leader then takes the blocks of
+  // its subtree (positions from the root's host [p, p + the lowest set bit of p)), its own first,
+  // and passes each child its subtree's, led by the call. A mismatch fails a leader here (it
+  // passes nothing on: its children fail from its failure notice) and the root at its next wait;
+  // the calls' digest goes with the next fingerprint exchange. Leaders only.
   const void* scatter_unacknowledged(int root_host) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
     const size_t block = d_.count;
-    auto message_bytes = [&](int h) { return sizeof call + bytes(ranks_on(h).size() * block); };
-    InFlight flight(g_.network, ctx_);
-    if (me_ == d_.root) {
-      const auto fill = blocks_for_host(d_.send, block);
-      for (int h : others_from_next()) {
-        std::byte* message = g_.scratch.get(to_slot(h), message_bytes(h));
-        std::memcpy(message, &call, sizeof call);
-        fill(h, message + sizeof call, message_bytes(h) - sizeof call);
-        flight.send(leader(h), tag(kFingerprint), message, message_bytes(h));
-      }
-      flight.wait_all();
-      return nullptr;
+    const int hcount = hosts();
+    const int position = (host_ - root_host + hcount) % hcount;
+    auto host_at = [&](int p) { return (root_host + p) % hcount; };
+    auto blocks_bytes = [&](int p) { return bytes(ranks_on(host_at(p)).size() * block); };
+    // The blocks position p's message carries: its own alone, or its subtree's.
+    bool tree = false;
+    auto carried_end = [&](int p) { return tree ? std::min(p + (p & -p), hcount) : p + 1; };
+    auto payload_bytes = [&](int p) {
+      size_t total = 0;
+      for (int q = p; q < carried_end(p); ++q) total += blocks_bytes(q);
+      return total;
+    };
+    if (broadcast_in_tree(hcount, tuning_.network_cost)) {
+      tree = true;
+      for (int child : binomial_links(0, hcount).children) tree &= packs(payload_bytes(child));
     }
-    std::byte* landed = g_.scratch.get(from_slot(root_host), message_bytes(host_));
-    flight.wait(flight.recv(d_.root, tag(kFingerprint), landed, message_bytes(host_)));
-    check_leading_call(landed, root_host, call);
-    return landed + sizeof call;
+    TreeLinks links;  // by position; the root's parent is itself (unused)
+    if (tree) {
+      links = binomial_links(position, hcount);
+    } else if (position == 0) {
+      for (int p = 1; p < hcount; ++p) links.children.push_back(p);
+    }
+    InFlight flight(g_.network, ctx_);
+    std::byte* landed = nullptr;  // this leader's message: the call, then its blocks and below
+    if (me_ != d_.root) {
+      const size_t message = sizeof call + payload_bytes(position);
+      landed = g_.scratch.get(from_slot(root_host), message);
+      flight.wait(flight.recv(leader(host_at(links.parent)), tag(kFingerprint), landed, message));
+      check_leading_call(landed, root_host, call);
+    }
+    const auto fill = blocks_for_host(d_.send, block);
+    for (int child : links.children) {
+      const int h = host_at(child);
+      const size_t payload = payload_bytes(child);
+      std::byte* message = g_.scratch.get(to_slot(h), sizeof call + payload);
+      std::memcpy(message, &call, sizeof call);
+      if (me_ == d_.root) {
+        std::byte* next = message + sizeof call;
+        for (int q = child; q < carried_end(child); ++q) {
+          fill(host_at(q), next, blocks_bytes(q));
+          next += blocks_bytes(q);
+        }
+      } else {  // the child's subtree follows this leader's own blocks and its earlier children's
+        size_t offset = sizeof call;
+        for (int q = position; q < child; ++q) offset += blocks_bytes(q);
+        std::memcpy(message + sizeof call, landed + offset, payload);
+      }
+      flight.send(leader(h), tag(kFingerprint), message, sizeof call + payload);
+    }
+    flight.wait_all();
+    return landed == nullptr ? nullptr : landed + sizeof call;
   }
 
   // The root sends every other host's leader the blocks of its ranks; each host scatters them

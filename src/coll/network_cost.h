@@ -179,7 +179,9 @@ size_t exchange_round_blocks(int hosts);
 // Whether a small broadcast whose root does not wait for the other leaders (across_hosts.cc:
 // broadcast_unacknowledged) goes down a binomial tree of the leaders: ceil(log2 H) hops of a step
 // and a message each to the last leader, against the root's H - 1 messages sent one after the
-// other in one step.
+// other in one step. A small scatter whose root does not wait (scatter_unacknowledged) takes the
+// same tree, each message carrying its subtree's blocks, where the root's largest message packs:
+// the root's link carries the same bytes either way.
 bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and

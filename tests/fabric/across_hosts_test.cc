@@ -1291,30 +1291,37 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallReducesRootFailAtTheNextC
 // children are the hosts 4, 2 and 1 after it, and host 2 passes the message on to host 3. A host
 // in a call of another dtype fails on the root's (or its parent's) message; one that passes the
 // message on (host c) passes nothing on, so its child (host d) learns of the mismatch from its
-// failure notice. Every rank fails with the mismatch, wherever the host is in the tree.
-TEST_P(AcrossHostsFailures, AMismatchInABroadcastDownATreeFailsEveryRank) {
+// failure notice. Every rank fails with the mismatch, wherever the host is in the tree. The same
+// for a small scatter, whose messages down the tree carry each subtree's blocks.
+TEST_P(AcrossHostsFailures, AMismatchInABroadcastOrScatterDownATreeFailsEveryRank) {
   const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
-  for (const int odd_rank : {2, 3, 4}) {
-    SCOPED_TRACE("rank " + std::to_string(odd_rank) + " broadcasts f32, the others i32");
-    auto outcomes = run_on_hosts(
-        five_of_one,
-        [&](Communicator& comm) {
-          const DType dtype = comm.rank() == odd_rank ? DType::f32 : DType::i32;
-          std::vector<int32_t> in(3, 7), out(3, 0);
-          // A rank still taking its last message of the barrier before may learn of the
-          // mismatch there: the other leaders left the barrier once they had every stamp.
-          const Error e = expect_error("the broadcast, the barriers before or after it", [&] {
-            comm.barrier();
-            TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                            "the broadcast would be acknowledged");
-            comm.broadcast(in.data(), out.data(), 3, dtype, 0);
-            comm.barrier();
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-        },
-        GetParam(), [](int) { ::setenv("TPF_NET_MESSAGE_US", "1000", 1); });
-    expect_all_ok(outcomes);
-  }
+  for (const bool scatter : {false, true})
+    for (const int odd_rank : {2, 3, 4}) {
+      SCOPED_TRACE("rank " + std::to_string(odd_rank) + (scatter ? " scatters" : " broadcasts") +
+                   " f32, the others i32");
+      auto outcomes = run_on_hosts(
+          five_of_one,
+          [&](Communicator& comm) {
+            const DType dtype = comm.rank() == odd_rank ? DType::f32 : DType::i32;
+            std::vector<int32_t> in(3 * 5, 7), out(3, 0);
+            // A rank still taking its last message of the barrier before may learn of the
+            // mismatch there: the other leaders left the barrier once they had every stamp.
+            const Error e = expect_error("the call, the barriers before or after it", [&] {
+              comm.barrier();
+              TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
+                              "the call would be acknowledged");
+              if (scatter) {
+                comm.scatter(in.data(), out.data(), 3, dtype, 0);
+              } else {
+                comm.broadcast(in.data(), out.data(), 3, dtype, 0);
+              }
+              comm.barrier();
+            });
+            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          },
+          GetParam(), [](int) { ::setenv("TPF_NET_MESSAGE_US", "1000", 1); });
+      expect_all_ok(outcomes);
+    }
 }
 
 // A broadcast forced down the tree of five hosts whose ranks disagree on its count (16 KiB, one
