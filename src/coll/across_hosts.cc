@@ -106,6 +106,10 @@ TreeLinks binomial_links(int position, int hosts) {
     if (position + step < hosts) links.children.push_back(position + step);
   return links;
 }
+// The positions at and below `position` in that tree: [position, subtree_end(position, hosts)).
+int subtree_end(int position, int hosts) {
+  return position == 0 ? hosts : std::min(position + (position & -position), hosts);
+}
 
 // Shared-memory steps pipelined with the network work on pieces of whole chunks, at least this
 // large: each step synchronizes the host's ranks, which costs context switches when they
@@ -1992,8 +1996,8 @@ class HostCollective {
   // root's call with its own and returns where its host's blocks landed (in scratch). Straight to
   // every leader, or down the small broadcast's binomial tree where it takes one
   // (broadcast_in_tree) and the root's largest message packs: a leader then takes the blocks of
-  // its subtree (positions from the root's host [p, p + the lowest set bit of p)), its own first,
-  // and passes each child its subtree's, led by the call. A mismatch fails a leader here (it
+  // its subtree (by position from the root's host, subtree_end), its own first, and passes each
+  // child its subtree's, led by the call. A mismatch fails a leader here (it
   // passes nothing on: its children fail from its failure notice) and the root at its next wait;
   // the calls' digest goes with the next fingerprint exchange. Leaders only.
   const void* scatter_unacknowledged(int root_host) {
@@ -2006,7 +2010,7 @@ class HostCollective {
     auto blocks_bytes = [&](int p) { return bytes(ranks_on(host_at(p)).size() * block); };
     // The blocks position p's message carries: its own alone, or its subtree's.
     bool tree = false;
-    auto carried_end = [&](int p) { return tree ? std::min(p + (p & -p), hcount) : p + 1; };
+    auto carried_end = [&](int p) { return tree ? subtree_end(p, hcount) : p + 1; };
     auto payload_bytes = [&](int p) {
       size_t total = 0;
       for (int q = p; q < carried_end(p); ++q) total += blocks_bytes(q);
@@ -2014,7 +2018,8 @@ class HostCollective {
     };
     if (broadcast_in_tree(hcount, tuning_.network_cost)) {
       tree = true;
-      for (int child : binomial_links(0, hcount).children) tree &= packs(payload_bytes(child));
+      for (int child : binomial_links(0, hcount).children)
+        tree = tree && packs(payload_bytes(child));
     }
     TreeLinks links;  // by position; the root's parent is itself (unused)
     if (tree) {
