@@ -198,7 +198,7 @@ TEST(NetworkCost, LeadersGatherInRoundsWhereTheirMessagesCostMoreThanTheRounds) 
 // 0.655: rounds; at 1 Gb/s (125 B/us) 8 KiB (65.5 us) 50 + 262 against 53 + 197: direct, 256 B
 // (2.05 us) 50 + 8.2 against 53 + 6.1: rounds, 512 B (4.1 us) 50 + 16.4 against 53 + 12.3:
 // direct. On 8 hosts at 1 Gb/s, 75 + 12 b against 109 + 7 b: rounds below b = 6.8 us (850 B).
-TEST(NetworkCost, LeadersExchangeBlocksInRoundsWhereTheirMessagesCostMoreThanTheRoundsBytes) {
+TEST(NetworkCost, LeadersExchangeBlocksInRoundsWhereTheSavedMessagesOutweighTheExtraBytes) {
   EXPECT_EQ(coll::exchange_round_blocks(1), 0u);
   EXPECT_EQ(coll::exchange_round_blocks(2), 1u);
   EXPECT_EQ(coll::exchange_round_blocks(3), 2u);
