@@ -215,17 +215,25 @@ class InFlight {
       refill();
     }
     network_.wait_all(one(index), ctx_, refill_windows);
+    sent_since_progress_ = false;  // the wait progressed after any send its refills started
   }
   // Waits for the `count` requests from `first` on: one transfer's chunks, which post_chunks
-  // numbers one after the other.
+  // numbers one after the other. Those already complete (a send UCX took at once, a receive an
+  // earlier wait saw arrive) need no wait of their own, each a round of network progress (an
+  // epoll_wait over TCP) on the collective's critical path. But the network is progressed at
+  // least once after the last send started: a tagged send reported done may keep its tail in
+  // UCX's buffer, over TCP, until the worker is progressed.
   void wait_run(size_t first, size_t count) {
-    for (size_t i = first; i < first + count; ++i) wait(i);
+    for (size_t i = first; i < first + count; ++i)
+      if (!started_[i] || requests_[i].pending != nullptr) wait(i);
+    if (sent_since_progress_) progress();
   }
   void wait_all() { wait_run(0, requests_.size()); }
   // One round of network progress without waiting: moves queued data on while the caller works
   // on shared memory (UCX over TCP sends only what the socket takes when nobody progresses it).
   void progress() {
     network_.advance({}, ctx_);
+    sent_since_progress_ = false;
     refill();
   }
 
@@ -264,6 +272,7 @@ class InFlight {
         requests_[next.index] =
             network_.send(rank, next.tag, next.data, requests_[next.index].bytes);
         started_[next.index] = true;
+        sent_since_progress_ = true;
         peer.in_flight.push_back(next.index);
         news = true;
       }
@@ -277,6 +286,7 @@ class InFlight {
   std::deque<NetRequest> requests_;
   std::deque<bool> started_;
   std::map<int, Peer> peers_;
+  bool sent_since_progress_ = false;  // a send started since the network was last progressed
 };
 
 // One collective across hosts: what every algorithm below needs to know about the layout.
