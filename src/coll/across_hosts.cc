@@ -106,6 +106,16 @@ TreeLinks binomial_links(int position, int hosts) {
     if (position + step < hosts) links.children.push_back(position + step);
   return links;
 }
+// The links of a small call from (or to) a root by position from the root's host: down that tree
+// where `tree`, else straight (the root linked with every other position, each of them with the
+// root). The root's parent is itself (unused).
+TreeLinks rooted_links(int position, int hosts, bool tree) {
+  if (tree) return binomial_links(position, hosts);
+  TreeLinks links;
+  if (position == 0)
+    for (int p = 1; p < hosts; ++p) links.children.push_back(p);
+  return links;
+}
 // The positions at and below `position` in that tree: [position, subtree_end(position, hosts)).
 int subtree_end(int position, int hosts) {
   return position == 0 ? hosts : std::min(position + (position & -position), hosts);
@@ -545,6 +555,14 @@ class HostCollective {
       check_stamp(f, h);
     }
   }
+  // Host h's message [stamp | payload], forwarded to this leader by the rounds: where it landed
+  // and its payload in `f`, its stamp compared with this leader's.
+  void take_message(Fingerprints& f, int h, std::byte* message) const {
+    f.landed[h] = message;
+    f.carried[h] = message + sizeof f.mine;
+    std::memcpy(&f.theirs[h], message, sizeof f.mine);
+    check_stamp(f, h);
+  }
   // Throws where host h's stamp differs from this leader's.
   void check_stamp(const Fingerprints& f, int h) const {
     if (f.theirs[h] == f.mine) return;
@@ -660,13 +678,7 @@ class HostCollective {
       flight.send(to, tag(kFingerprint, k), gathered, offset[carried_end(reach) - reach]);
     }
     flight.wait(arrivals.back());
-    for (int i = 1; i < hcount; ++i) {
-      const int h = host_at(i);
-      f.landed[h] = gathered + offset[i];
-      f.carried[h] = f.landed[h] + sizeof f.mine;
-      std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
-      check_stamp(f, h);
-    }
+    for (int i = 1; i < hcount; ++i) take_message(f, host_at(i), gathered + offset[i]);
     flight.wait_all();  // the sends, as exchange_packed
   }
   // What a small reduce_scatter or all_to_all exchanges between the leaders: each sends every
@@ -762,13 +774,7 @@ class HostCollective {
                   static_cast<size_t>(next - message));
     }
     take(reach / 2, k - 1);
-    for (int i = 1; i < hcount; ++i) {
-      const int h = wrap(host_ + i);
-      f.landed[h] = position[i];
-      f.carried[h] = position[i] + sizeof f.mine;
-      std::memcpy(&f.theirs[h], position[i], sizeof f.mine);
-      check_stamp(f, h);
-    }
+    for (int i = 1; i < hcount; ++i) take_message(f, wrap(host_ + i), position[i]);
     flight.wait_all();  // the sends, as exchange_packed
   }
   // A fill for exchange_packed: host h's ranks' blocks of `full` (one block per communicator
@@ -1452,12 +1458,8 @@ class HostCollective {
     // The hosts this leader hears from and passes the message on to, by position from the root's.
     const int position = (host_ - root_host + hcount) % hcount;
     auto host_at = [&](int p) { return (root_host + p) % hcount; };
-    TreeLinks links;  // by position; the root's parent is itself (unused)
-    if (broadcast_in_tree(hcount, tuning_.network_cost)) {
-      links = binomial_links(position, hcount);
-    } else if (position == 0) {
-      for (int p = 1; p < hcount; ++p) links.children.push_back(p);
-    }
+    const TreeLinks links =
+        rooted_links(position, hcount, broadcast_in_tree(hcount, tuning_.network_cost));
     std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every child
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
@@ -2031,12 +2033,7 @@ class HostCollective {
       for (int child : binomial_links(0, hcount).children)
         tree = tree && packs(payload_bytes(child));
     }
-    TreeLinks links;  // by position; the root's parent is itself (unused)
-    if (tree) {
-      links = binomial_links(position, hcount);
-    } else if (position == 0) {
-      for (int p = 1; p < hcount; ++p) links.children.push_back(p);
-    }
+    const TreeLinks links = rooted_links(position, hcount, tree);
     InFlight flight(g_.network, ctx_);
     std::byte* landed = nullptr;  // this leader's message: the call, then its blocks and below
     if (me_ != d_.root) {
