@@ -225,8 +225,9 @@ int usable_cpu_count() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// `override_timeout`, `override_devices`: TPF_TIMEOUT and UCX_NET_DEVICES are the launcher's too
-// where its options set them for every rank (--timeout, --rail-devices).
+// `override_timeout`, `override_devices`: TPF_TIMEOUT, and UCX_NET_DEVICES and TPF_RAIL_DEVICES
+// (which would win over the launcher's UCX_NET_DEVICES), are the launcher's too where its options
+// set them for every rank (--timeout, --rail-devices).
 bool is_launcher_variable(const char* entry, bool override_timeout, bool override_devices) {
   static const char* const kNames[] = {
       "TPF_RANK",       "TPF_WORLD_SIZE", "TPF_LOCAL_RANK", "TPF_LOCAL_WORLD_SIZE",
@@ -239,7 +240,7 @@ bool is_launcher_variable(const char* entry, bool override_timeout, bool overrid
     if (matches(name)) return true;
   }
   return (override_timeout && matches("TPF_TIMEOUT")) ||
-         (override_devices && matches("UCX_NET_DEVICES"));
+         (override_devices && (matches("UCX_NET_DEVICES") || matches("TPF_RAIL_DEVICES")));
 }
 
 // Where --hosts HOST:N,... puts `rank`: ranks are numbered host by host, in the list's order.
@@ -319,7 +320,14 @@ class Job {
   // --rail-devices: the device of the rail of local rank `local_rank`.
   void add_rail_device(std::vector<std::string>& env, int local_rank) const {
     if (options_.rail_devices.empty()) return;
+    if (topo::is_auto(options_.rail_devices)) {
+      env.push_back(std::string("TPF_RAIL_DEVICES=") + topo::kAutoRailDevices);
+      return;
+    }
     env.push_back("UCX_NET_DEVICES=" + topo::rail_device(options_.rail_devices, local_rank));
+    // Empty is unset: a TPF_RAIL_DEVICES that a remote shell keeping the launcher's environment
+    // (`ip netns exec`) passes on would otherwise win over UCX_NET_DEVICES.
+    env.push_back("TPF_RAIL_DEVICES=");
   }
   // A rank on this machine: the launcher's environment with the job's variables.
   ChildPlan local_plan(const std::vector<std::string>& common, int rank) const {

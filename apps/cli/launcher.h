@@ -40,10 +40,12 @@ struct LaunchOptions {
   std::vector<std::string> remote_shell{"ssh"};
   // Where the store listens (with hosts): an address the ranks can reach, which they are given.
   std::string store_bind;
-  // --rail-devices: local rank l (on every host) gets UCX_NET_DEVICES=rail_devices[l % size], in
+  // --rail-devices: local rank l (on every host) gets UCX_NET_DEVICES=rail_devices[l % size] (and
+  // an empty TPF_RAIL_DEVICES), in
   // place of the launcher's own, so that each rank of a host crosses the network through the NIC
   // of its rail (coll/network_cost.h: per rail where the ranks of a host have devices of their
-  // own). Empty: the ranks keep the launcher's UCX_NET_DEVICES, if any.
+  // own). {"auto"}: every rank gets TPF_RAIL_DEVICES=auto, a device next to its cores
+  // (topo/network_devices.h). Empty: the ranks keep the launcher's UCX_NET_DEVICES, if any.
   std::vector<std::string> rail_devices;
 };
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "topo/network_devices.h"
 #include "tpf/topology.h"
 
 namespace tpf::cli {
@@ -12,9 +13,19 @@ void add_topo_command(CLI::App& tpf) {
   topo.footer(
       "Prints the sockets, NUMA nodes, cores and L3 cache size that this process may use\n"
       "(hwloc discovery, restricted to the process's CPU set). 'tpf run --bind core' pins\n"
-      "local rank r to core r mod <cores>; '--bind numa' to NUMA node r mod <nodes>.");
+      "local rank r to core r mod <cores>; '--bind numa' to NUMA node r mod <nodes>.\n"
+      "Then the network devices UCX may use, each with the CPUs next to it, and those\n"
+      "nearest to this process's binding: what TPF_RAIL_DEVICES=auto (tpf run\n"
+      "--rail-devices auto) chooses from.");
   set_action(topo, [] {
     std::fputs(discover_topology().describe().c_str(), stdout);
+    const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
+    std::string nearest;
+    for (const std::string& name : topo::nearest_devices(devices, topo::process_binding()))
+      nearest += (nearest.empty() ? "" : ", ") + name;
+    std::printf("network devices: %s\nnearest to this process: %s\n",
+                devices.empty() ? "none found" : topo::describe_devices(devices).c_str(),
+                nearest.empty() ? "none (UCX's default, all)" : nearest.c_str());
     return kExitOk;
   });
 }

@@ -106,7 +106,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.label = comm_label;
     net.setup_timeout = setup_.settings.setup_timeout;
     net.transports = setup_.settings.net_transports;
-    net.devices = setup_.settings.net_devices;
+    net.devices = discovered.devices.at(setup_.rank);
     net.protocol = setup_.settings.net_protocol;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     net_p2p_ = std::make_unique<NetP2p>(*network_, setup_.size, setup_.name,

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <vector>
 
+#include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "transport/shm_layout.h"
 
@@ -42,7 +43,9 @@ DiscoveredRanks discovered_from(const std::vector<std::string>& entries) {
     machines.push_back(fields[2].empty() ? fields[0] : fields[2]);
     settings.push_back(fields[3]);
   }
-  return {topo::HostMap(std::move(keys), std::move(devices), machines), std::move(settings)};
+  topo::resolve_auto_rail_requests(keys, devices);
+  topo::HostMap hosts(keys, devices, machines);
+  return {std::move(hosts), std::move(devices), std::move(settings)};
 }
 
 }  // namespace
@@ -50,7 +53,11 @@ DiscoveredRanks discovered_from(const std::vector<std::string>& entries) {
 DiscoveredRanks discover_hosts(Store& store, int rank, int size, const std::string& host_key,
                                const std::string& net_devices, const std::string& shared_settings,
                                std::chrono::milliseconds timeout, const std::string& label) {
-  if (size == 1) return {topo::HostMap({host_key}), {shared_settings}};
+  if (size == 1) {
+    std::vector<std::string> devices{net_devices};
+    topo::resolve_auto_rail_requests({host_key}, devices);
+    return {topo::HostMap({host_key}), std::move(devices), {shared_settings}};
+  }
   const std::string mine =
       entry_of(host_key, net_devices, topo::local_machine_key(), shared_settings);
   const auto deadline = SetupClock::now() + timeout;

@@ -1,5 +1,6 @@
 // Learns which host every rank of a new communicator is on, through its store: each rank
-// publishes its host key, the network devices it was given (UCX_NET_DEVICES) and its shared
+// publishes its host key, the network devices it was given (UCX_NET_DEVICES, or those nearest
+// to it for TPF_RAIL_DEVICES=auto) and its shared
 // settings (comm/settings_agreement.h), rank 0 collects them in rank order and publishes the
 // list, and every rank builds its HostMap from that one list (so all ranks agree even if a key
 // were to change).
@@ -16,6 +17,9 @@ namespace tpf::detail {
 
 struct DiscoveredRanks {
   topo::HostMap hosts;
+  // Per rank: the network devices it uses, its requests for devices chosen by topology resolved
+  // (topo::resolve_auto_rail_requests).
+  std::vector<std::string> devices;
   std::vector<std::string> shared_settings;  // per rank: encode_shared_settings' line
 };
 

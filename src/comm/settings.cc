@@ -10,6 +10,7 @@
 #include "base/env_config.h"
 #include "comm/flight_recorder.h"
 #include "topo/hosts.h"
+#include "topo/network_devices.h"
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "tpf/launch_env.h"
@@ -70,7 +71,9 @@ constexpr SettingInfo kCatalog[] = {
      "per rail"},
     {"TPF_RAIL_DEVICES", "communicator",
      "DEVICE,DEVICE,...: local rank l (the launcher's) uses device l mod the count, in place of "
-     "UCX_NET_DEVICES: a NIC per rail under torchrun, mpirun or srun (tpf run: --rail-devices)"},
+     "UCX_NET_DEVICES: a NIC per rail under torchrun, mpirun or srun (tpf run: --rail-devices); "
+     "auto: each rank takes a device next to its cores (hwloc), the host's ranks spread over "
+     "them"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_MESSAGE_US", "communicator",
@@ -348,9 +351,20 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.report.push_back({"UCX_NET_DEVICES", s.net_devices,
                       net_devices ? "UCX_NET_DEVICES" : "UCX's default (every device)"});
   if (std::optional<std::string> rails = base::env_string("TPF_RAIL_DEVICES")) {
-    s.net_devices = rail_device_of_this_rank(*rails);
-    s.report.back().value = s.net_devices;
-    s.report.back().source = "TPF_RAIL_DEVICES (by the launcher's local rank)";
+    if (topo::is_auto(topo::parse_rail_devices(*rails, "TPF_RAIL_DEVICES"))) {
+      // Resolved when a communicator is created, among the host's ranks (comm/host_discovery.cc).
+      const std::vector<std::string> nearest =
+          topo::nearest_devices(topo::discover_network_devices(), topo::process_binding());
+      s.net_devices = topo::auto_rail_request(nearest);
+      s.report.back().value = nearest.empty() ? "all" : s.net_devices;
+      s.report.back().source =
+          "TPF_RAIL_DEVICES=auto (the devices next to this rank's cores; the host's ranks share "
+          "them out when a communicator is created)";
+    } else {
+      s.net_devices = rail_device_of_this_rank(*rails);
+      s.report.back().value = s.net_devices;
+      s.report.back().source = "TPF_RAIL_DEVICES (by the launcher's local rank)";
+    }
   }
   s.net_transports = read.take("TPF_NET_TRANSPORTS", base::env_string("TPF_NET_TRANSPORTS"),
                                std::string(transport::kNetworkTransports),

@@ -39,8 +39,10 @@ struct CommSettings {
   int job_cpus = 1;                 // cores this job may use on this machine
   int local_world_size = 0;         // the launcher's ranks on this machine; 0 = no launcher
   std::string host_key;             // this rank's host (topo/hosts.h)
-  std::string net_devices;          // the network devices UCX uses here (UCX_NET_DEVICES)
-  std::string net_transports;       // UCX transports between hosts (UCX_TLS syntax)
+  // The network devices UCX uses here (UCX_NET_DEVICES), or, for TPF_RAIL_DEVICES=auto, the
+  // request that the communicator resolves (topo::auto_rail_request).
+  std::string net_devices;
+  std::string net_transports;  // UCX transports between hosts (UCX_TLS syntax)
   transport::NetProtocol net_protocol = transport::NetProtocol::automatic;
   // A rank on another host not heard from for this long is named lost (comm/heartbeat.h).
   std::chrono::milliseconds host_lost_after{0};

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/byte_size.h"
+#include "topo/cpu_sets.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -61,27 +62,8 @@ class HwlocTopology {
   hwloc_topology_t topo_ = nullptr;
 };
 
-std::vector<int> pu_os_indices(hwloc_const_cpuset_t cpuset) {
-  std::vector<int> out;
-  for (int i = hwloc_bitmap_first(cpuset); i >= 0; i = hwloc_bitmap_next(cpuset, i)) {
-    out.push_back(i);
-  }
-  return out;
-}
-
-// "0-3,8,10-11": short enough to print for machines with hundreds of CPUs.
-std::string format_ranges(const std::vector<int>& sorted) {
-  std::ostringstream out;
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    if (i > 0) out << ',';
-    out << sorted[i];
-    if (j > i) out << '-' << sorted[j];
-    i = j + 1;
-  }
-  return out.str();
-}
+using topo::format_ranges;
+using topo::pu_os_indices;
 
 const char* plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
@@ -131,7 +113,8 @@ std::string MachineTopology::describe() const {
       << plural(cores.size(), "core", "cores") << ", " << pus << ' '
       << plural(pus, "hardware thread", "hardware threads") << '\n';
   out << "L3 cache: "
-      << (l3_bytes == 0 ? std::string("unknown") : base::format_exact_bytes(l3_bytes) + " per instance")
+      << (l3_bytes == 0 ? std::string("unknown")
+                        : base::format_exact_bytes(l3_bytes) + " per instance")
       << '\n';
   // One line per (socket, NUMA node) pair, in order of first appearance.
   std::vector<std::pair<int, int>> groups;

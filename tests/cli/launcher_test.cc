@@ -102,7 +102,8 @@ TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
 
 // --rail-devices gives local rank l device l mod the count, in place of the launcher's own
 // UCX_NET_DEVICES (one entry in the environment), on this machine and through the remote shell
-// (local ranks counted per host).
+// (local ranks counted per host); --rail-devices auto gives every rank TPF_RAIL_DEVICES=auto in
+// place of the launcher's.
 TEST(Launcher, RailDevicesGiveEachLocalRankTheDeviceOfItsRail) {
   FakeRemoteShell rsh;
   ASSERT_TRUE(rsh.ok());
@@ -125,6 +126,23 @@ TEST(Launcher, RailDevicesGiveEachLocalRankTheDeviceOfItsRail) {
     ASSERT_EQ(lines.size(), 3u) << r.out;
     for (int rank = 0; rank < 3; ++rank) {
       EXPECT_TRUE(contains(lines[rank], want[run][rank] + " entries=1")) << lines[rank];
+    }
+  }
+  // auto: every rank chooses for itself (TPF_RAIL_DEVICES=auto, in place of the launcher's list)
+  // and keeps the launcher's UCX_NET_DEVICES, which that setting overrides.
+  const std::string print_auto =
+      "echo rank=$TPF_RANK rails=$TPF_RAIL_DEVICES entries=$(env | grep -c '^TPF_RAIL_DEVICES=')";
+  for (const std::vector<std::string>& run :
+       {std::vector<std::string>{"run", "-n", "2", "--rail-devices", "auto", "--", "sh", "-c",
+                                 print_auto},
+        std::vector<std::string>{"run", "--hosts", "alpha:1,beta:1", "--rsh", rsh.path(),
+                                 "--store-bind", "127.0.0.1", "--rail-devices", "auto", "--", "sh",
+                                 "-c", print_auto}}) {
+    Outcome r = run_tpf(run, {"TPF_RAIL_DEVICES=eth0"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(lines_of(r.out).size(), 2u) << r.out;
+    for (const std::string& line : lines_of(r.out)) {
+      EXPECT_TRUE(contains(line, "rails=auto entries=1")) << line;
     }
   }
   // Without the option every rank keeps the launcher's.
@@ -372,6 +390,9 @@ TEST(Launcher, VersionHelpAndTopo) {
   Outcome topo = run_tpf({"topo"});
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
   EXPECT_TRUE(contains(topo.out, "core")) << topo.out;
+  // The network devices, and what TPF_RAIL_DEVICES=auto would choose from (this machine's).
+  EXPECT_TRUE(contains(topo.out, "\nnetwork devices: ")) << topo.out;
+  EXPECT_TRUE(contains(topo.out, "\nnearest to this process: ")) << topo.out;
 }
 
 TEST(Launcher, LeftoverSharedMemoryOfTheJobIsRemoved) {

@@ -14,6 +14,8 @@
 
 #include "base/env_config.h"
 #include "comm/settings.h"
+#include "topo/network_devices.h"
+#include "topo/rail_devices.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
@@ -136,6 +138,21 @@ TEST(CommSettings, RailDevicesGiveEachLocalRankTheDeviceOfItsRail) {
   }
 }
 
+// TPF_RAIL_DEVICES=auto needs no launcher: the rank publishes the devices next to its cores as
+// read on this machine (topo::nearest_devices; which ones depends on the machine), and the
+// communicator resolves them among its host's ranks (tests/fabric/network_devices_test.cc).
+TEST(CommSettings, AutoRailDevicesAskForTheNearestDevicesWithoutALauncher) {
+  ScopedEnv launcher_devices("UCX_NET_DEVICES", "eth0");
+  ScopedEnv rails("TPF_RAIL_DEVICES", "auto");
+  const detail::CommSettings s = detail::resolve_comm_settings();
+  EXPECT_TRUE(topo::is_auto_rail_request(s.net_devices)) << s.net_devices;
+  const std::vector<std::string> nearest =
+      topo::nearest_devices(topo::discover_network_devices(), topo::process_binding());
+  EXPECT_EQ(s.net_devices, topo::auto_rail_request(nearest));
+  EXPECT_EQ(reported(s, "UCX_NET_DEVICES").source.rfind("TPF_RAIL_DEVICES=auto", 0), 0u)
+      << reported(s, "UCX_NET_DEVICES").source;
+}
+
 // A list with an empty item, or one without a launcher to say the local rank, is an error naming
 // the setting and what is wrong.
 TEST(CommSettings, RailDevicesWithoutALocalRankOrWithAnEmptyItemAreErrors) {
@@ -150,8 +167,9 @@ TEST(CommSettings, RailDevicesWithoutALocalRankOrWithAnEmptyItemAreErrors) {
   };
   {
     ScopedEnv rails("TPF_RAIL_DEVICES", "eth0,eth1");
-    expect_invalid("TPF_RAIL_DEVICES='eth0,eth1' gives local rank l the device of rail l, but no "
-                   "launcher says this rank's local rank");
+    expect_invalid(
+        "TPF_RAIL_DEVICES='eth0,eth1' gives local rank l the device of rail l, but no "
+        "launcher says this rank's local rank");
   }
   ScopedEnv rank("TPF_RANK", "1");
   ScopedEnv world("TPF_WORLD_SIZE", "2");

@@ -360,8 +360,10 @@ TEST(EmulatedHosts, TpfRunStartsRanksOnEveryHostThroughTheRemoteShell) {
 // `tpf run --rail-devices eth0,eth1` gives local rank l of every host the link of rail l, so on two
 // emulated hosts with a link per rail the launcher's ranks take the per-rail forms by default:
 // each host's second link carries its share of a 4 MiB all_reduce (2 MiB a call per rank; six
-// calls and more in the bench), counted on the link. Without the option (every rank on eth0) the
-// second links stay idle.
+// calls and more in the bench), counted on the link. `--rail-devices auto` does the same from
+// what each rank finds (the namespace's links, none nearer than the other: the host's two ranks
+// take one each). Without the option (every rank on eth0) the second links stay idle. The
+// option wins over the TPF_RAIL_DEVICES=eth0 the launcher was started with.
 TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
@@ -369,13 +371,14 @@ TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
   auto second_links_sent = [&] {
     return std::vector<long long>{second_link_sent(cluster, 0), second_link_sent(cluster, 1)};
   };
-  for (const bool rails : {true, false}) {
-    SCOPED_TRACE(rails ? "--rail-devices eth0,eth1" : "UCX_NET_DEVICES=eth0");
-    const std::string run = "UCX_NET_DEVICES=eth0 timeout 120 ip netns exec " + n + "-h0 " +
-                            TPF_BINARY + " run --hosts " + n + "-h0:2," + n +
-                            "-h1:2 --rsh 'ip netns exec' --store-bind 127.100.0.1 " +
-                            (rails ? "--rail-devices eth0,eth1 " : "") + "-- " + TPF_BINARY +
-                            " bench all_reduce -b 4M -e 4M -n 2 -w 1";
+  for (const std::string option : {"--rail-devices eth0,eth1", "--rail-devices auto", ""}) {
+    SCOPED_TRACE(option.empty() ? "UCX_NET_DEVICES=eth0" : option);
+    const bool rails = !option.empty();
+    const std::string run =
+        "UCX_NET_DEVICES=eth0 TPF_RAIL_DEVICES=eth0 timeout 120 ip netns exec " + n + "-h0 " +
+        TPF_BINARY + " run --hosts " + n + "-h0:2," + n +
+        "-h1:2 --rsh 'ip netns exec' --store-bind 127.100.0.1 " + option + " -- " + TPF_BINARY +
+        " bench all_reduce -b 4M -e 4M -n 2 -w 1";
     const std::vector<long long> before = second_links_sent();
     const auto [bench, status] = shell(run);
     const std::vector<long long> after = second_links_sent();

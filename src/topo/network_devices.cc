@@ -1,0 +1,162 @@
+#include "topo/network_devices.h"
+
+#include <dirent.h>
+#include <hwloc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "topo/cpu_sets.h"
+#include "tpf/error.h"
+
+namespace tpf::topo {
+namespace {
+
+struct TopologyDeleter {
+  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+};
+using Topology = std::unique_ptr<hwloc_topology, TopologyDeleter>;
+
+struct BitmapDeleter {
+  void operator()(hwloc_bitmap_s* b) const { hwloc_bitmap_free(b); }
+};
+using Bitmap = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
+
+// This machine's topology (or an XML export's), with its PCI devices and their network and
+// OpenFabrics devices where `with_io`; null where hwloc cannot load this machine's.
+Topology load_topology(const std::string& xml, bool with_io) {
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) return nullptr;
+  Topology topology(raw);
+  if (with_io) hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (!xml.empty() && hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
+    throw Error(ErrorCode::invalid_argument, "'" + xml + "' is not an hwloc XML topology");
+  }
+  if (hwloc_topology_load(raw) != 0) {
+    if (!xml.empty()) {
+      throw Error(ErrorCode::invalid_argument,
+                  "hwloc could not load the topology in '" + xml + "'");
+    }
+    return nullptr;
+  }
+  return topology;
+}
+
+// UCX names an RDMA device by its port: the first port hwloc says is active (state 4), else 1.
+std::string rdma_port_name(hwloc_obj_t device) {
+  for (unsigned port = 1; port <= 8; ++port) {
+    const std::string key = "Port" + std::to_string(port) + "State";
+    const char* state = hwloc_obj_get_info_by_name(device, key.c_str());
+    if (state != nullptr && std::string(state) == "4") {
+      return std::string(device->name) + ":" + std::to_string(port);
+    }
+  }
+  return std::string(device->name) + ":1";
+}
+
+std::string busid_of(hwloc_obj_t device) {
+  for (hwloc_obj_t o = device->parent; o != nullptr; o = o->parent) {
+    if (o->type != HWLOC_OBJ_PCI_DEVICE) continue;
+    char text[32];
+    std::snprintf(text, sizeof text, "%04x:%02x:%02x.%01x", o->attr->pcidev.domain,
+                  o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func);
+    return text;
+  }
+  return "";
+}
+
+std::vector<NetworkDevice> hwloc_devices(hwloc_topology_t topology) {
+  std::vector<NetworkDevice> devices;
+  for (hwloc_obj_t o = hwloc_get_next_osdev(topology, nullptr); o != nullptr;
+       o = hwloc_get_next_osdev(topology, o)) {
+    const hwloc_obj_osdev_type_t type = o->attr->osdev.type;
+    if (o->name == nullptr ||
+        (type != HWLOC_OBJ_OSDEV_NETWORK && type != HWLOC_OBJ_OSDEV_OPENFABRICS)) {
+      continue;
+    }
+    NetworkDevice device;
+    device.rdma = type == HWLOC_OBJ_OSDEV_OPENFABRICS;
+    device.name = device.rdma ? rdma_port_name(o) : std::string(o->name);
+    device.pci_busid = busid_of(o);
+    if (device.pci_busid.empty()) continue;  // hwloc lists only what hangs off PCI
+    hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology, o);
+    if (near != nullptr) device.near_cpus = pu_os_indices(near->cpuset);
+    devices.push_back(std::move(device));
+  }
+  std::stable_sort(devices.begin(), devices.end(), [](const auto& a, const auto& b) {
+    return a.pci_busid != b.pci_busid ? a.pci_busid < b.pci_busid : a.name < b.name;
+  });
+  return devices;
+}
+
+// The interfaces of this network namespace that are up, but loopback (/sys/class/net shows the
+// namespace's own).
+std::vector<NetworkDevice> namespace_interfaces() {
+  std::vector<NetworkDevice> devices;
+  DIR* dir = opendir("/sys/class/net");
+  if (dir == nullptr) return devices;
+  while (dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == ".." || name == "lo") continue;
+    std::ifstream state("/sys/class/net/" + name + "/operstate");
+    std::string up;
+    if (state >> up && up == "up") devices.push_back({name, "", false, {}});
+  }
+  closedir(dir);
+  std::sort(devices.begin(), devices.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  return devices;
+}
+
+}  // namespace
+
+std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml) {
+  std::vector<NetworkDevice> devices;
+  if (Topology topology = load_topology(hwloc_xml, /*with_io=*/true))
+    devices = hwloc_devices(topology.get());
+  if (devices.empty() && hwloc_xml.empty()) devices = namespace_interfaces();
+  return devices;
+}
+
+std::vector<int> process_binding() {
+  Topology topology = load_topology("", /*with_io=*/false);
+  if (!topology) return {};
+  Bitmap set(hwloc_bitmap_alloc());
+  if (hwloc_get_cpubind(topology.get(), set.get(), HWLOC_CPUBIND_PROCESS) != 0 ||
+      hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(topology.get()), set.get())) {
+    hwloc_bitmap_copy(set.get(), hwloc_topology_get_allowed_cpuset(topology.get()));
+  }
+  return pu_os_indices(set.get());
+}
+
+std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
+                                         const std::vector<int>& binding) {
+  const bool rdma_only =
+      std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d.rdma; });
+  std::vector<std::string> usable, near;
+  for (const NetworkDevice& device : devices) {
+    if (rdma_only && !device.rdma) continue;
+    usable.push_back(device.name);
+    const bool next_to_binding =
+        device.near_cpus.empty() || binding.empty() ||
+        std::any_of(binding.begin(), binding.end(), [&](int cpu) {
+          return std::binary_search(device.near_cpus.begin(), device.near_cpus.end(), cpu);
+        });
+    if (next_to_binding) near.push_back(device.name);
+  }
+  return near.empty() ? usable : near;
+}
+
+std::string describe_devices(const std::vector<NetworkDevice>& devices) {
+  std::string text;
+  for (const NetworkDevice& device : devices) {
+    if (!text.empty()) text += ", ";
+    text += device.name;
+    if (!device.near_cpus.empty()) text += " (cpus " + format_ranges(device.near_cpus) + ")";
+  }
+  return text;
+}
+
+}  // namespace tpf::topo

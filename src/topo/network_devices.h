@@ -1,0 +1,42 @@
+// The network devices of this machine and which cores each sits next to, read with hwloc, so a
+// rank can cross the network through the NIC nearest to it (TPF_RAIL_DEVICES=auto, `tpf run
+// --rail-devices auto`) instead of the user naming one per local rank. On a GPU server each GPU's
+// NIC hangs off the same PCIe switch, under the socket whose cores the launcher binds the GPU's
+// rank to; the device nearest to the rank's CPU binding is then the one next to its GPU.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tpf::topo {
+
+struct NetworkDevice {
+  std::string name;            // as UCX_NET_DEVICES names it: "mlx5_0:1" (an RDMA port), "eth0"
+  std::string pci_busid;       // "0000:17:00.0"; empty for a device not seen on PCI
+  bool rdma = false;           // an InfiniBand / RoCE port (hwloc's OpenFabrics device)
+  std::vector<int> near_cpus;  // OS indexes of the cores' PUs next to it; empty: not known
+};
+
+// The machine's network devices, in PCI order: hwloc's OpenFabrics ports (the first active port
+// of each; port 1 where hwloc gives no state) and network interfaces on PCI. Where hwloc sees
+// none (a container or network namespace that hides the machine's NICs, such as the emulated
+// hosts of scripts/emulated-hosts.sh), the interfaces the process's network namespace has that
+// are up, other than loopback, in name order, with no locality. `hwloc_xml`: read the topology
+// from that hwloc XML export instead of this machine (tests; the namespace's interfaces are then
+// not looked at). Throws Error(invalid_argument) for an XML file hwloc cannot load.
+std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml = "");
+
+// The CPUs (PU OS indexes) this process is bound to; every allowed one where it is not bound or
+// hwloc cannot say.
+std::vector<int> process_binding();
+
+// The devices a rank bound to `binding` should choose from, in `devices`' order: only the RDMA
+// ports where there are any (a server's Ethernet management port is no rail), and of those the
+// ones next to a CPU of the binding (or whose locality is not known); all of them where none is.
+std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
+                                         const std::vector<int>& binding);
+
+// "mlx5_0:1(cpus 0-7)" per device, comma-separated: what `tpf topo` and the settings report show.
+std::string describe_devices(const std::vector<NetworkDevice>& devices);
+
+}  // namespace tpf::topo
