@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <map>
 #include <optional>
 #include <span>
 #include <utility>
@@ -202,7 +200,9 @@ class InFlight {
   InFlight(transport::UcxNetwork& network, const transport::WaitContext& ctx)
       : network_(network), ctx_(ctx) {}
   ~InFlight() {
-    for (NetRequest& request : requests_) network_.cancel(std::span<NetRequest>(&request, 1));
+    for (NetRequest& request : requests_) {
+      if (request.pending != nullptr) network_.cancel(std::span<NetRequest>(&request, 1));
+    }
   }
   InFlight(const InFlight&) = delete;
   InFlight& operator=(const InFlight&) = delete;
@@ -210,7 +210,7 @@ class InFlight {
   // Start (or queue) a transfer; returns its index for wait().
   size_t send(int peer, uint64_t tag, const void* data, size_t bytes) {
     const size_t index = add(NetRequest{nullptr, peer, true, bytes}, false);
-    peers_[peer].queued.push_back({index, tag, data});
+    peer_of(peer).queued.push_back({index, tag, data});
     refill();
     return index;
   }
@@ -220,7 +220,7 @@ class InFlight {
   void wait(size_t index) {
     auto refill_windows = [this] { return refill(); };
     while (!started_[index]) {  // a send queued behind its peer's window: let that move first
-      const Peer& peer = peers_.at(requests_[index].peer);
+      const Peer& peer = peer_of(requests_[index].peer);
       network_.wait_all(one(peer.in_flight.front()), ctx_, refill_windows);
       refill();
     }
@@ -253,10 +253,33 @@ class InFlight {
     uint64_t tag;
     const void* data;
   };
-  struct Peer {
-    std::deque<size_t> in_flight;  // oldest first
-    std::deque<Queued> queued;
+  // A first-in first-out queue that allocates nothing until its first push: a small collective
+  // sends one or two messages a peer, and its allocations showed in the per-call profile.
+  template <class T>
+  class Fifo {
+   public:
+    bool empty() const { return head_ == items_.size(); }
+    size_t size() const { return items_.size() - head_; }
+    const T& front() const { return items_[head_]; }
+    void push_back(const T& item) { items_.push_back(item); }
+    void pop_front() { ++head_; }
+
+   private:
+    std::vector<T> items_;
+    size_t head_ = 0;
   };
+  struct Peer {
+    int rank;
+    Fifo<size_t> in_flight;  // oldest first
+    Fifo<Queued> queued;
+  };
+
+  // The peer's queues, made at its first send (a collective sends to a few peers: a list).
+  Peer& peer_of(int rank) {
+    for (Peer& peer : peers_)
+      if (peer.rank == rank) return peer;
+    return peers_.emplace_back(Peer{rank, {}, {}});
+  }
 
   size_t add(NetRequest request, bool started) {
     requests_.push_back(request);
@@ -268,7 +291,7 @@ class InFlight {
   // did either.
   bool refill() {
     bool news = false;
-    for (auto& [rank, peer] : peers_) {
+    for (Peer& peer : peers_) {
       while (!peer.in_flight.empty()) {
         NetRequest& oldest = requests_[peer.in_flight.front()];
         if (oldest.pending != nullptr) network_.advance(one(peer.in_flight.front()), ctx_);
@@ -280,7 +303,7 @@ class InFlight {
         const Queued next = peer.queued.front();
         peer.queued.pop_front();
         requests_[next.index] =
-            network_.send(rank, next.tag, next.data, requests_[next.index].bytes);
+            network_.send(peer.rank, next.tag, next.data, requests_[next.index].bytes);
         started_[next.index] = true;
         sent_since_progress_ = true;
         peer.in_flight.push_back(next.index);
@@ -292,10 +315,11 @@ class InFlight {
 
   transport::UcxNetwork& network_;
   const transport::WaitContext& ctx_;
-  // Deques: wait() hands the network a span of one element while refill() appends.
-  std::deque<NetRequest> requests_;
-  std::deque<bool> started_;
-  std::map<int, Peer> peers_;
+  // Appended to by send() and recv() only, never during a wait (whose refills start queued
+  // sends in place), so the span of one element a wait hands the network stays valid.
+  std::vector<NetRequest> requests_;
+  std::vector<bool> started_;
+  std::vector<Peer> peers_;           // in the order the collective first sent to them
   bool sent_since_progress_ = false;  // a send started since the network was last progressed
 };
 
