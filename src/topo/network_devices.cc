@@ -1,11 +1,14 @@
 #include "topo/network_devices.h"
 
-#include <dirent.h>
 #include <hwloc.h>
+#include <ifaddrs.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
+#include <map>
 #include <memory>
 
 #include "topo/cpu_sets.h"
@@ -80,6 +83,7 @@ std::vector<NetworkDevice> hwloc_devices(hwloc_topology_t topology) {
     device.rdma = type == HWLOC_OBJ_OSDEV_OPENFABRICS;
     device.name = device.rdma ? rdma_port_name(o) : std::string(o->name);
     device.pci_busid = busid_of(o);
+    if (const char* address = hwloc_obj_get_info_by_name(o, "Address")) device.address = address;
     if (device.pci_busid.empty()) continue;  // hwloc lists only what hangs off PCI
     hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology, o);
     if (near != nullptr) device.near_cpus = pu_os_indices(near->cpuset);
@@ -91,23 +95,28 @@ std::vector<NetworkDevice> hwloc_devices(hwloc_topology_t topology) {
   return devices;
 }
 
-// The interfaces of this network namespace that are up, but loopback (/sys/class/net shows the
-// namespace's own).
-std::vector<NetworkDevice> namespace_interfaces() {
-  std::vector<NetworkDevice> devices;
-  DIR* dir = opendir("/sys/class/net");
-  if (dir == nullptr) return devices;
-  while (dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name == "." || name == ".." || name == "lo") continue;
-    std::ifstream state("/sys/class/net/" + name + "/operstate");
-    std::string up;
-    if (state >> up && up == "up") devices.push_back({name, "", false, {}});
+// The interfaces of this process's network namespace that are up, but loopback, by name in
+// order, each with its hardware address ("02:fc:00:00:00:01"; empty where it has none).
+// getifaddrs asks the kernel (netlink), which answers for the caller's namespace whether or not
+// /sys was mounted for it.
+std::map<std::string, std::string> namespace_interfaces() {
+  std::map<std::string, std::string> interfaces;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return interfaces;
+  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    std::string& address = interfaces[a->ifa_name];
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_PACKET) continue;
+    const auto* link = reinterpret_cast<const sockaddr_ll*>(a->ifa_addr);
+    address.clear();
+    for (int i = 0; i < link->sll_halen; ++i) {
+      char byte[4];
+      std::snprintf(byte, sizeof byte, i ? ":%02x" : "%02x", link->sll_addr[i]);
+      address += byte;
+    }
   }
-  closedir(dir);
-  std::sort(devices.begin(), devices.end(),
-            [](const auto& a, const auto& b) { return a.name < b.name; });
-  return devices;
+  freeifaddrs(list);
+  return interfaces;
 }
 
 }  // namespace
@@ -116,7 +125,19 @@ std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml
   std::vector<NetworkDevice> devices;
   if (Topology topology = load_topology(hwloc_xml, /*with_io=*/true))
     devices = hwloc_devices(topology.get());
-  if (devices.empty() && hwloc_xml.empty()) devices = namespace_interfaces();
+  if (!hwloc_xml.empty()) return devices;
+  // On this machine: only the interfaces this namespace has (hwloc may list the machine's where
+  // /sys was not remounted for the namespace), or, where hwloc found none, all of those.
+  const std::map<std::string, std::string> here = namespace_interfaces();
+  std::erase_if(devices, [&](const NetworkDevice& d) {
+    if (d.rdma) return false;
+    const auto it = here.find(d.name);  // the same name and, where both say, the same address
+    return it == here.end() || (!d.address.empty() && !it->second.empty() &&
+                                strcasecmp(d.address.c_str(), it->second.c_str()) != 0);
+  });
+  if (devices.empty()) {
+    for (const auto& [name, address] : here) devices.push_back({name, "", false, {}, address});
+  }
   return devices;
 }
 

@@ -1,8 +1,8 @@
 // The network devices of this machine and which cores each sits next to, read with hwloc, so a
 // rank can cross the network through the NIC nearest to it (TPF_RAIL_DEVICES=auto, `tpf run
-// --rail-devices auto`) instead of the user naming one per local rank. On a GPU server each GPU's
-// NIC hangs off the same PCIe switch, under the socket whose cores the launcher binds the GPU's
-// rank to; the device nearest to the rank's CPU binding is then the one next to its GPU.
+// --rail-devices auto`) instead of the user naming one per local rank. On a GPU server a GPU's
+// NIC usually hangs off the GPU's PCIe switch, under the socket whose cores the GPU's rank is
+// bound to; a device next to the rank's CPU binding is then on its GPU's side of the machine.
 #pragma once
 
 #include <string>
@@ -15,15 +15,18 @@ struct NetworkDevice {
   std::string pci_busid;       // "0000:17:00.0"; empty for a device not seen on PCI
   bool rdma = false;           // an InfiniBand / RoCE port (hwloc's OpenFabrics device)
   std::vector<int> near_cpus;  // OS indexes of the cores' PUs next to it; empty: not known
+  std::string address;         // a network interface's hardware address, where known
 };
 
 // The machine's network devices, in PCI order: hwloc's OpenFabrics ports (the first active port
-// of each; port 1 where hwloc gives no state) and network interfaces on PCI. Where hwloc sees
-// none (a container or network namespace that hides the machine's NICs, such as the emulated
-// hosts of scripts/emulated-hosts.sh), the interfaces the process's network namespace has that
-// are up, other than loopback, in name order, with no locality. `hwloc_xml`: read the topology
-// from that hwloc XML export instead of this machine (tests; the namespace's interfaces are then
-// not looked at). Throws Error(invalid_argument) for an XML file hwloc cannot load.
+// of each; port 1 where hwloc gives no state) and the network interfaces on PCI that the
+// process's network namespace has (by name and hardware address: a namespace entered without
+// remounting /sys shows hwloc the machine's). Where there are none (a container or network
+// namespace without the machine's NICs, such as the emulated hosts of scripts/emulated-hosts.sh),
+// the namespace's interfaces that are up, other than loopback, in name order, with no locality.
+// `hwloc_xml`: read the topology from that hwloc XML export instead of this machine (tests; the
+// namespace is then not looked at). Throws Error(invalid_argument) for an XML file hwloc cannot
+// load.
 std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml = "");
 
 // The CPUs (PU OS indexes) this process is bound to; every allowed one where it is not bound or
@@ -36,7 +39,7 @@ std::vector<int> process_binding();
 std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
                                          const std::vector<int>& binding);
 
-// "mlx5_0:1(cpus 0-7)" per device, comma-separated: what `tpf topo` and the settings report show.
+// "mlx5_0:1 (cpus 0-7)" per device, comma-separated: what `tpf topo` prints.
 std::string describe_devices(const std::vector<NetworkDevice>& devices);
 
 }  // namespace tpf::topo

@@ -371,6 +371,17 @@ TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
   auto second_links_sent = [&] {
     return std::vector<long long>{second_link_sent(cluster, 0), second_link_sent(cluster, 1)};
   };
+  // What auto chooses from on an emulated host, however the namespace is entered: with /sys
+  // remounted for it (ip netns exec) hwloc sees no NIC; without (nsenter, or setns as the tests'
+  // ranks do) hwloc sees the machine's, which the namespace does not have, whatever their names.
+  for (const std::string& enter :
+       {"ip netns exec " + n + "-h0 ", "nsenter --net=/run/netns/" + n + "-h0 "}) {
+    const auto [topo, status] = shell(enter + TPF_BINARY + " topo");
+    EXPECT_EQ(status, 0) << topo;
+    EXPECT_NE(topo.find("\nnearest to this process: eth0, eth1\n"), std::string::npos)
+        << enter << "\n"
+        << topo;
+  }
   for (const std::string option : {"--rail-devices eth0,eth1", "--rail-devices auto", ""}) {
     SCOPED_TRACE(option.empty() ? "UCX_NET_DEVICES=eth0" : option);
     const bool rails = !option.empty();
