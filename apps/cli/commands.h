@@ -15,6 +15,7 @@ namespace tpf::cli {
 
 void add_run_command(CLI::App& tpf);
 void add_topo_command(CLI::App& tpf);
+void add_bind_command(CLI::App& tpf);
 void add_bench_command(CLI::App& tpf);
 void add_demo_command(CLI::App& tpf);
 void add_train_command(CLI::App& tpf);

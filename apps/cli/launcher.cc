@@ -219,6 +219,14 @@ std::string host_name() {
   return name;
 }
 
+// This tpf's own path (a remote rank under --bind runs `tpf bind` at the same path on its host).
+std::string own_path() {
+  std::vector<char> path(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
+  if (n <= 0) throw_system_error(ErrorCode::system, "readlink /proc/self/exe", errno);
+  return std::string(path.data(), static_cast<size_t>(n));
+}
+
 int usable_cpu_count() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
@@ -260,6 +268,7 @@ HostSlot host_slot_of(const LaunchOptions& options, int rank) {
 struct ChildPlan {
   std::vector<std::string> env_strings;
   std::vector<std::string> remote_words;  // remote shell, host, "env" (ranks on other hosts)
+  std::vector<std::string> bind_words;    // tpf bind ... -- (ranks on other hosts, with --bind)
   std::vector<char*> envp;
   std::vector<char*> argv;
 };
@@ -279,7 +288,7 @@ struct ChildPlan {
   if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
 
-  if (options.bind != BindPolicy::none) {
+  if (options.bind != BindPolicy::none && plan.remote_words.empty()) {  // remote: tpf bind
     std::string where;
     try {
       where = bind_current_process(options.bind, rank.rank, options.world_size);
@@ -385,8 +394,21 @@ class Job {
     plan.remote_words = options_.remote_shell;
     plan.remote_words.push_back(options_.hosts[host].host);
     plan.remote_words.push_back("env");
+    // --bind: the host pins its own rank, through this tpf (at the same path there).
+    if (options_.bind != BindPolicy::none) {
+      plan.bind_words = {own_path(),
+                         "bind",
+                         "--policy",
+                         bind_policy_name(options_.bind),
+                         "--local-rank",
+                         std::to_string(slot.local_rank),
+                         "--local-size",
+                         std::to_string(options_.hosts[host].ranks),
+                         "--"};
+    }
     for (std::string& word : plan.remote_words) plan.argv.push_back(word.data());
     for (std::string& s : plan.env_strings) plan.argv.push_back(s.data());
+    for (std::string& word : plan.bind_words) plan.argv.push_back(word.data());
     for (const std::string& a : options_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
     plan.argv.push_back(nullptr);
     for (char** e = environ; *e != nullptr; ++e) plan.envp.push_back(*e);

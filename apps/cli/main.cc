@@ -55,6 +55,7 @@ void add_commands(CLI::App& tpf) {
   add_run_command(tpf);
   add_bench_command(tpf);
   add_topo_command(tpf);
+  add_bind_command(tpf);
   add_demo_command(tpf);
   add_train_command(tpf);
   add_generate_command(tpf);

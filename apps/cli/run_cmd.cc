@@ -44,7 +44,9 @@ constexpr const char* kDescription =
     "  They get the variables above (TPF_LOCAL_* per host) and the launcher's own TPF_* and\n"
     "  UCX_* settings; PROGRAM is found on each host. The store listens on --store-bind (default:\n"
     "  every address, and the ranks are given this machine's name). The job's secret is on the\n"
-    "  remote shell's command line. Ranks are not pinned; signals reach the remote shell.\n"
+    "  remote shell's command line. Ranks are not pinned unless --bind says how: each host\n"
+    "  then pins its own ranks (local rank among the host's), through `tpf bind` at this tpf's\n"
+    "  path there. Signals reach the remote shell.\n"
     "  After the job each host's /dev/shm is swept of the job's segments through the remote\n"
     "  shell (find; at most 10 s), as this machine's is. The ranks' flight-recorder dumps come\n"
     "  back through the store (TPF_FLIGHT_RECORDER_STORE=1) into this machine's directory, and\n"
@@ -177,8 +179,6 @@ LaunchOptions launch_options(const RunFlags& flags) {
                        " disagrees with --hosts, which places " + std::to_string(total) + " ranks");
     }
     options.world_size = total;
-    if (flags.bind)
-      throw UsageError("--bind pins ranks on this machine; with --hosts ranks are not pinned");
     if (flags.remote_shell) {
       options.remote_shell = split_words(*flags.remote_shell);
       if (options.remote_shell.empty()) throw UsageError("--rsh names no command");
@@ -238,7 +238,8 @@ void add_run_command(CLI::App& tpf) {
   run.add_option("--bind", flags->bind,
                  "core: rank r on its share of the cores (cores/N consecutive cores,\n"
                  "at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
-                 "Default: core when N <= cores, else none.")
+                 "Default: core when N <= cores, else none; with --hosts none (r and N\n"
+                 "then count each host's ranks)")
       ->type_name("POLICY");
   run.add_option("--timeout", flags->timeout,
                  "per-operation deadline in seconds for the ranks' collectives")

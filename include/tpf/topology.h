@@ -1,10 +1,10 @@
 // What this machine is (from hwloc): cores, NUMA nodes, sockets, caches; and how to pin a rank.
 #pragma once
 
-#include "tpf/export.h"
-
 #include <string>
 #include <vector>
+
+#include "tpf/export.h"
 
 namespace TPF_API tpf {
 
@@ -29,6 +29,8 @@ MachineTopology discover_topology();
 enum class BindPolicy { none, core, numa };
 // Throws Error(invalid_argument) for an unknown name; accepts "none", "core", "numa".
 BindPolicy parse_bind_policy(const std::string& name);
+// "none", "core" or "numa": what parse_bind_policy reads back.
+const char* bind_policy_name(BindPolicy policy) noexcept;
 
 // Pins the calling process: core -> the local_rank-th block of max(1, cores / local_world_size)
 // consecutive cores (round-robin when ranks outnumber cores), numa -> the cores of NUMA node

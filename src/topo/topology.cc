@@ -139,6 +139,15 @@ std::string MachineTopology::describe() const {
   return out.str();
 }
 
+const char* bind_policy_name(BindPolicy policy) noexcept {
+  switch (policy) {
+    case BindPolicy::core: return "core";
+    case BindPolicy::numa: return "numa";
+    case BindPolicy::none: break;
+  }
+  return "none";
+}
+
 BindPolicy parse_bind_policy(const std::string& name) {
   if (name == "none") return BindPolicy::none;
   if (name == "core") return BindPolicy::core;

@@ -356,7 +356,14 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
       {{"run", "--hosts", "a:2,:1", "true"}, "':1' names no host"},
       {{"run", "--hosts", "a:two", "true"}, "'a:two' should be HOST:N"},
       {{"run", "-n", "3", "--hosts", "a:2", "true"}, "-n 3 disagrees with --hosts"},
-      {{"run", "--hosts", "a:1", "--bind", "core", "true"}, "with --hosts ranks are not pinned"},
+      {{"run", "--hosts", "a:1", "--bind", "socket", "true"}, "--bind expects"},
+      {{"bind", "--policy", "socket", "--local-rank", "0", "--local-size", "1", "--", "true"},
+       "--policy expects core, numa or none"},
+      {{"bind", "--policy", "core", "--local-rank", "2", "--local-size", "2", "--", "true"},
+       "--local-rank 2 is not in [0, --local-size 2)"},
+      {{"bind", "--policy", "core", "--local-rank", "0", "--local-size", "1"},
+       "missing the program"},
+      {{"run", "-n", "2", "--rail-devices", "eth0,auto", "true"}, "mixes auto with device names"},
       {{"run", "-n", "2", "--rsh", "ssh", "true"}, "--rsh only applies with --hosts"},
       {{"run", "-n", "2", "--store-bind", "0.0.0.0", "true"}, "--store-bind only applies"},
       {{"run", "--hosts", "a:1", "--rsh", " ", "true"}, "--rsh names no command"},
@@ -415,21 +422,55 @@ TEST(Launcher, LeftoverSharedMemoryOfTheJobIsRemoved) {
   unlink(other.c_str());
 }
 
-TEST(Launcher, BindCoreGivesALoneRankEveryCore) {
-  tpf::MachineTopology machine = tpf::discover_topology();
-  ASSERT_FALSE(machine.cores.empty());
-  // The kernel's list format for the CPUs of all cores, e.g. "0-1" or "0,2".
+// The kernel's list format ("0-1", "0,2") for the PUs of `machine`'s cores [first, first + count).
+std::string cpu_list(const tpf::MachineTopology& machine, size_t first, size_t count) {
   std::vector<int> pus;
-  for (const auto& core : machine.cores) pus.insert(pus.end(), core.pus.begin(), core.pus.end());
+  for (size_t c = first; c < first + count && c < machine.cores.size(); ++c)
+    pus.insert(pus.end(), machine.cores[c].pus.begin(), machine.cores[c].pus.end());
   std::sort(pus.begin(), pus.end());
-  std::string expected;
+  std::string list;
   for (size_t i = 0; i < pus.size();) {
     size_t j = i;
     while (j + 1 < pus.size() && pus[j + 1] == pus[j] + 1) ++j;
-    expected += (i > 0 ? "," : "") + std::to_string(pus[i]);
-    if (j > i) expected += "-" + std::to_string(pus[j]);
+    if (i > 0) list += ',';
+    list += std::to_string(pus[i]);
+    if (j > i) {
+      list += '-';
+      list += std::to_string(pus[j]);
+    }
     i = j + 1;
   }
+  return list;
+}
+
+// With --hosts, --bind pins each host's ranks by their rank among that host's (`tpf bind` run
+// through the remote shell): two ranks on alpha take a half of the cores each, beta's one rank
+// all of them, as tpf run pins 2 and 1 ranks on one machine.
+TEST(Launcher, BindWithHostsPinsEachHostsRanksAmongThatHostsRanks) {
+  const tpf::MachineTopology machine = tpf::discover_topology();
+  ASSERT_FALSE(machine.cores.empty());
+  FakeRemoteShell rsh;
+  ASSERT_TRUE(rsh.ok());
+  Outcome r = run_tpf({"run", "--hosts", "alpha:2,beta:1", "--rsh", rsh.path(), "--store-bind",
+                       "127.0.0.1", "--bind", "core", "--", "sh", "-c",
+                       "echo rank=$TPF_RANK $(grep Cpus_allowed_list /proc/self/status)"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (contains(r.err, "warning")) GTEST_SKIP() << "binding not permitted here: " << r.err;
+  const size_t cores = machine.cores.size(), half = std::max<size_t>(1, cores / 2);
+  const std::string want[] = {cpu_list(machine, 0, half), cpu_list(machine, half % cores, half),
+                              cpu_list(machine, 0, cores)};
+  std::map<int, std::string> lines;
+  for (const std::string& line : lines_of(r.out)) lines[std::stoi(line.substr(5))] = line;
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(contains(lines[rank], "Cpus_allowed_list: " + want[rank])) << lines[rank];
+  }
+}
+
+TEST(Launcher, BindCoreGivesALoneRankEveryCore) {
+  tpf::MachineTopology machine = tpf::discover_topology();
+  ASSERT_FALSE(machine.cores.empty());
+  const std::string expected = cpu_list(machine, 0, machine.cores.size());
   Outcome r = run_tpf({"run", "-n", "1", "--bind", "core", "--", "sh", "-c",
                        "grep Cpus_allowed_list /proc/self/status"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
