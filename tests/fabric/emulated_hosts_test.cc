@@ -362,8 +362,9 @@ TEST(EmulatedHosts, TpfRunStartsRanksOnEveryHostThroughTheRemoteShell) {
 // each host's second link carries its share of a 4 MiB all_reduce (2 MiB a call per rank; six
 // calls and more in the bench), counted on the link. `--rail-devices auto` does the same from
 // what each rank finds (the namespace's links, none nearer than the other: the host's two ranks
-// take one each). Without the option (every rank on eth0) the second links stay idle. The
-// option wins over the TPF_RAIL_DEVICES=eth0 the launcher was started with.
+// take one each), and so with the ranks pinned by their hosts (--bind core, through `tpf bind`).
+// Without the option (every rank on eth0) the second links stay idle. The option wins over the
+// TPF_RAIL_DEVICES=eth0 the launcher was started with.
 TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
@@ -382,7 +383,8 @@ TEST(EmulatedHosts, TpfRunRailDevicesPutEachLocalRankOnItsOwnLink) {
         << enter << "\n"
         << topo;
   }
-  for (const std::string option : {"--rail-devices eth0,eth1", "--rail-devices auto", ""}) {
+  for (const std::string option :
+       {"--rail-devices eth0,eth1", "--rail-devices auto", "--bind core --rail-devices auto", ""}) {
     SCOPED_TRACE(option.empty() ? "UCX_NET_DEVICES=eth0" : option);
     const bool rails = !option.empty();
     const std::string run =
