@@ -225,25 +225,22 @@ class InFlight {
       refill();
     }
     network_.wait_all(one(index), ctx_, refill_windows);
-    sent_since_progress_ = false;  // the wait progressed after any send its refills started
   }
   // Waits for the `count` requests from `first` on: one transfer's chunks, which post_chunks
   // numbers one after the other. Those already complete (a send UCX took at once, a receive an
   // earlier wait saw arrive) need no wait of their own, each a round of network progress (an
-  // epoll_wait over TCP) on the collective's critical path. But the network is progressed at
-  // least once after the last send started: a tagged send reported done may keep its tail in
-  // UCX's buffer, over TCP, until the worker is progressed.
+  // epoll_wait over TCP) on the collective's critical path. What UCX still holds of a send it
+  // reported done (over TCP, the tail a full socket did not take) is pushed on by the
+  // communicator's heartbeat thread (UcxNetwork::push_unsent) where nothing here waits again.
   void wait_run(size_t first, size_t count) {
     for (size_t i = first; i < first + count; ++i)
       if (!started_[i] || requests_[i].pending != nullptr) wait(i);
-    if (sent_since_progress_) progress();
   }
   void wait_all() { wait_run(0, requests_.size()); }
   // One round of network progress without waiting: moves queued data on while the caller works
   // on shared memory (UCX over TCP sends only what the socket takes when nobody progresses it).
   void progress() {
     network_.advance({}, ctx_);
-    sent_since_progress_ = false;
     refill();
   }
 
@@ -305,7 +302,6 @@ class InFlight {
         requests_[next.index] =
             network_.send(peer.rank, next.tag, next.data, requests_[next.index].bytes);
         started_[next.index] = true;
-        sent_since_progress_ = true;
         peer.in_flight.push_back(next.index);
         news = true;
       }
@@ -319,8 +315,7 @@ class InFlight {
   // sends in place), so the span of one element a wait hands the network stays valid.
   std::vector<NetRequest> requests_;
   std::vector<bool> started_;
-  std::vector<Peer> peers_;           // in the order the collective first sent to them
-  bool sent_since_progress_ = false;  // a send started since the network was last progressed
+  std::vector<Peer> peers_;  // in the order the collective first sent to them
 };
 
 // One collective across hosts: what every algorithm below needs to know about the layout.

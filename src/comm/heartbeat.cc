@@ -1,5 +1,6 @@
 #include "comm/heartbeat.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -52,21 +53,29 @@ void Heartbeat::run() {
   const transport::WaitContext ctx =
       transport::WaitContext::with_timeout({}, [label = config_.label] { return label; });
   bool watching = true;
+  auto next_beat = Clock::now();
   std::unique_lock lock(mu_);
   while (!stopping_) {
+    const bool beat = Clock::now() >= next_beat;
     lock.unlock();
     try {
-      network_.send_beat(watcher_, config_.calls ? config_.calls->current() : std::nullopt);
-      if (watching) {
-        network_.advance({}, ctx);  // failure notices from other hosts
-        watch(Clock::now());
+      if (beat) {
+        network_.send_beat(watcher_, config_.calls ? config_.calls->current() : std::nullopt);
+        if (watching) {
+          network_.advance({}, ctx);  // failure notices from other hosts
+          watch(Clock::now());
+        }
       }
+      if (watching) network_.push_unsent(ctx);  // for a sender that went on
     } catch (...) {
       watching = false;
       on_failure_(std::current_exception());
     }
     lock.lock();
-    cv_.wait_for(lock, period, [this] { return stopping_; });
+    if (beat) next_beat = Clock::now() + period;
+    // Between beats, every kPushEvery: the push costs nothing where no send started.
+    const auto wake = std::min(next_beat, Clock::now() + transport::UcxNetwork::kPushEvery);
+    cv_.wait_until(lock, wake, [this] { return stopping_; });
   }
 }
 

@@ -14,7 +14,11 @@
 // would fall silent and be named lost while healthy.
 //
 // The same thread progresses the network once per period, so a failure notice from another host
-// reaches a rank that is blocked in shared memory (`on_failure` then fails the communicator).
+// reaches a rank that is blocked in shared memory (`on_failure` then fails the communicator), and
+// every UcxNetwork::kPushEvery (20 ms) pushes on what UCX holds of sends that their sender did not
+// wait for (UcxNetwork::push_unsent: a small broadcast's root, a reduce's sender go on; the tail
+// of a message a full socket did not take waits in UCX's buffer for the worker's progress), so
+// it reaches its peer while the sender computes, within about that much of the socket's room.
 //
 // Each beat also carries the collective the rank is in (comm/recent_calls.h), and the watcher
 // compares it with its own call at that sequence number: a difference is a mismatch. The

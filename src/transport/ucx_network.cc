@@ -581,7 +581,11 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
   return received_notice_;
 }
 
-UcxNetwork::~UcxNetwork() = default;
+UcxNetwork::~UcxNetwork() {
+  // Before the worker goes: UCX releases a request freed in flight once it completes or is
+  // cancelled with its endpoint.
+  if (push_flush_ != nullptr) ucp_request_free(push_flush_);
+}
 
 void UcxNetwork::send_beat(int peer, const std::optional<Fingerprint>& in_call) {
   auto copy = in_call ? std::make_unique<Fingerprint>(*in_call) : nullptr;
@@ -666,6 +670,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   check_peer(peer, "send to");
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, true, bytes};
+  started_since_push_.store(true, std::memory_order_relaxed);
   ucp_ep_h ep = ucx_->endpoints[peer];
   if (ep == nullptr || tag > kMaxTag) {
     throw_known_failure_locked("sending to rank " + std::to_string(peer));
@@ -842,6 +847,30 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     if (!r.is_send && info.length != r.bytes) fail(wrong_length(r, info.length));
   }
   return progress;
+}
+
+bool UcxNetwork::push_unsent(const WaitContext& ctx) {
+  const bool started = started_since_push_.exchange(false, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mu_);
+    if (!started && push_flush_ == nullptr) return false;
+  }
+  advance({}, ctx);
+  std::lock_guard lock(mu_);
+  push_again_ |= started;
+  if (push_flush_ != nullptr) {
+    if (ucp_request_check_status(push_flush_) == UCS_INPROGRESS) return true;
+    ucp_request_free(push_flush_);
+    push_flush_ = nullptr;
+  }
+  if (!push_again_) return false;
+  push_again_ = false;
+  // Done at once (null) where nothing of those sends is left; an error (a failed endpoint) is
+  // for the waits to report.
+  ucp_request_param_t param{};
+  ucs_status_ptr_t flush = ucp_worker_flush_nbx(ucx_->worker, &param);
+  if (UCS_PTR_IS_PTR(flush)) push_flush_ = flush;
+  return push_flush_ != nullptr;
 }
 
 void UcxNetwork::wait_for_news(std::chrono::milliseconds limit) {

@@ -27,6 +27,7 @@
 // caller's deadline bounds every wait. After a failure the network is unusable. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -111,6 +112,15 @@ class UcxNetwork {
     bool completed = false;  // something completed in this round
   };
   Progress advance(std::span<NetRequest> requests, const WaitContext& ctx);
+  // Moves on what UCX holds of the sends started so far, for a sender that does not wait for
+  // them (a small broadcast's root, a reduce's sender: they go on). A send UCX reports done at
+  // once may leave the tail of its message in UCX's buffer (over TCP, what a full socket did not
+  // take), and sends queued behind it start only when the worker is progressed. Called by the
+  // heartbeat thread every kPushEvery (comm/heartbeat.h): where sends started since its last call,
+  // or the flush it asked for then (ucp_worker_flush_nbx) is not done, one round of progress,
+  // throwing as advance() does; otherwise nothing. Returns whether the flush is still not done.
+  bool push_unsent(const WaitContext& ctx);
+  static constexpr std::chrono::milliseconds kPushEvery{20};
   void cancel(std::span<NetRequest> requests);
   void wait_for_news(std::chrono::milliseconds limit);
 
@@ -171,7 +181,10 @@ class UcxNetwork {
   // transfers wait on it from different threads). Not held while sleeping on its event fd.
   mutable std::mutex mu_;
   std::optional<FailureRecord> received_notice_;
-  std::optional<FailureRecord> own_failure_;  // notify_failure's record: fails this rank's waits
+  std::optional<FailureRecord> own_failure_;     // notify_failure's record: fails this rank's waits
+  std::atomic<bool> started_since_push_{false};  // a send started since push_unsent's last call
+  void* push_flush_ = nullptr;                   // its flush in progress (mu_)
+  bool push_again_ = false;  // sends started while that flush was in progress (mu_)
 };
 
 }  // namespace tpf::transport

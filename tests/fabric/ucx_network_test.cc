@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "comm/heartbeat.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "tpf/error.h"
@@ -188,6 +190,49 @@ TEST_P(ByProtocol, APeerThatNeverSendsIsNamedAtTheDeadline) {
                                           std::chrono::seconds(30)),
                       "rank 0 never finished");
     }
+  });
+  testing::expect_all_ok(outcomes);
+}
+
+// A sender that goes on (a small broadcast's root, a reduce's sender) leaves to UCX what it has
+// not sent yet: sends queued behind a full socket, the tail of a message the socket took in part.
+// Its heartbeat thread pushes that on every 20 ms (UcxNetwork::push_unsent), so the receiver gets
+// all of it while the sender's own thread stays away from the network (here: until the receiver
+// says it has everything). 32 MiB in 8 KiB messages is more than the sockets hold. Without the
+// push only the heartbeat's beat would progress the sender, once a period (two minutes here), and
+// the receiver would fail at its deadline.
+TEST(UcxNetwork, SendsWhoseSenderWentOnArePushedOnByItsHeartbeat) {
+  testing::SharedBlock shared;
+  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+    auto net = connect_network(ctx);
+    std::atomic<bool> failed{false};
+    detail::Heartbeat heartbeat(
+        {ctx.rank, topo::HostMap({"a", "b"}), "push test", std::chrono::minutes(10), nullptr}, *net,
+        [&](std::exception_ptr) { failed = true; });
+    constexpr size_t kMessages = 4096, kBytes = 8192;
+    std::vector<unsigned char> data(kMessages * kBytes);
+    std::vector<NetRequest> requests;
+    if (ctx.rank == 0) {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = pattern(0, 1, i);
+      for (size_t m = 0; m < kMessages; ++m)
+        requests.push_back(net->send(1, m, data.data() + m * kBytes, kBytes));
+      shared.counter(0).store(1);  // sent: now away from the network
+      TPF_CHILD_CHECK(testing::wait_until([&] { return shared.counter(1).load() == 1; },
+                                          std::chrono::seconds(60)),
+                      "rank 1 did not get the messages");
+      net->wait_all(requests, within(std::chrono::seconds(30)));
+    } else {
+      TPF_CHILD_CHECK(testing::wait_until([&] { return shared.counter(0).load() == 1; },
+                                          std::chrono::seconds(60)),
+                      "rank 0 did not send");
+      for (size_t m = 0; m < kMessages; ++m)
+        requests.push_back(net->recv(0, m, data.data() + m * kBytes, kBytes));
+      net->wait_all(requests, within(std::chrono::seconds(20)));
+      for (size_t i = 0; i < data.size(); ++i)
+        TPF_CHILD_CHECK(data[i] == pattern(0, 1, i), "byte " + std::to_string(i) + " differs");
+      shared.counter(1).store(1);
+    }
+    TPF_CHILD_CHECK(!failed, "the heartbeat failed");
   });
   testing::expect_all_ok(outcomes);
 }
