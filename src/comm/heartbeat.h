@@ -18,7 +18,7 @@
 // every UcxNetwork::kPushEvery (20 ms) pushes on what UCX holds of sends that their sender did not
 // wait for (UcxNetwork::push_unsent: a small broadcast's root, a reduce's sender go on; the tail
 // of a message a full socket did not take waits in UCX's buffer for the worker's progress), so
-// it reaches its peer while the sender computes, within about that much of the socket's room.
+// it reaches its peer while the sender computes, within about 20 ms of the socket having room.
 //
 // Each beat also carries the collective the rank is in (comm/recent_calls.h), and the watcher
 // compares it with its own call at that sequence number: a difference is a mismatch. The
