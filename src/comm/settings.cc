@@ -228,8 +228,9 @@ std::optional<size_t> env_flight_recorder_size() {
 
 // TPF_RAIL_DEVICES: this rank's device, by the local rank its launcher gave it (tpf run, torchrun,
 // mpirun, srun: bootstrap/launch_env.cc).
-std::string rail_device_of_this_rank(const std::string& list) {
-  const std::vector<std::string> devices = topo::parse_rail_devices(list, "TPF_RAIL_DEVICES");
+// `devices`: `list` parsed.
+std::string rail_device_of_this_rank(const std::string& list,
+                                     const std::vector<std::string>& devices) {
   if (!launch_env_present()) {
     throw Error(ErrorCode::invalid_argument,
                 "TPF_RAIL_DEVICES='" + list +
@@ -351,7 +352,8 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.report.push_back({"UCX_NET_DEVICES", s.net_devices,
                       net_devices ? "UCX_NET_DEVICES" : "UCX's default (every device)"});
   if (std::optional<std::string> rails = base::env_string("TPF_RAIL_DEVICES")) {
-    if (topo::is_auto(topo::parse_rail_devices(*rails, "TPF_RAIL_DEVICES"))) {
+    const std::vector<std::string> devices = topo::parse_rail_devices(*rails, "TPF_RAIL_DEVICES");
+    if (topo::is_auto(devices)) {
       // Resolved when a communicator is created, among the host's ranks (comm/host_discovery.cc).
       const std::vector<std::string> nearest =
           topo::nearest_devices(topo::discover_network_devices(), topo::process_binding());
@@ -361,7 +363,7 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
           "TPF_RAIL_DEVICES=auto (the devices next to this rank's cores; the host's ranks share "
           "them out when a communicator is created)";
     } else {
-      s.net_devices = rail_device_of_this_rank(*rails);
+      s.net_devices = rail_device_of_this_rank(*rails, devices);
       s.report.back().value = s.net_devices;
       s.report.back().source = "TPF_RAIL_DEVICES (by the launcher's local rank)";
     }

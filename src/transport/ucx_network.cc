@@ -849,28 +849,27 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   return progress;
 }
 
-bool UcxNetwork::push_unsent(const WaitContext& ctx) {
+void UcxNetwork::push_unsent(const WaitContext& ctx) {
   const bool started = started_since_push_.exchange(false, std::memory_order_relaxed);
   {
     std::lock_guard lock(mu_);
-    if (!started && push_flush_ == nullptr) return false;
+    if (!started && push_flush_ == nullptr) return;
   }
   advance({}, ctx);
   std::lock_guard lock(mu_);
   push_again_ |= started;
   if (push_flush_ != nullptr) {
-    if (ucp_request_check_status(push_flush_) == UCS_INPROGRESS) return true;
+    if (ucp_request_check_status(push_flush_) == UCS_INPROGRESS) return;
     ucp_request_free(push_flush_);
     push_flush_ = nullptr;
   }
-  if (!push_again_) return false;
+  if (!push_again_) return;
   push_again_ = false;
   // Done at once (null) where nothing of those sends is left; an error (a failed endpoint) is
   // for the waits to report.
   ucp_request_param_t param{};
   ucs_status_ptr_t flush = ucp_worker_flush_nbx(ucx_->worker, &param);
   if (UCS_PTR_IS_PTR(flush)) push_flush_ = flush;
-  return push_flush_ != nullptr;
 }
 
 void UcxNetwork::wait_for_news(std::chrono::milliseconds limit) {

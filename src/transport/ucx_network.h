@@ -118,8 +118,8 @@ class UcxNetwork {
   // take), and sends queued behind it start only when the worker is progressed. Called by the
   // heartbeat thread every kPushEvery (comm/heartbeat.h): where sends started since its last call,
   // or the flush it asked for then (ucp_worker_flush_nbx) is not done, one round of progress,
-  // throwing as advance() does; otherwise nothing. Returns whether the flush is still not done.
-  bool push_unsent(const WaitContext& ctx);
+  // throwing as advance() does; otherwise nothing.
+  void push_unsent(const WaitContext& ctx);
   static constexpr std::chrono::milliseconds kPushEvery{20};
   void cancel(std::span<NetRequest> requests);
   void wait_for_news(std::chrono::milliseconds limit);
