@@ -235,10 +235,14 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     sink->ucx->failures[sink->rank] = status;
   }
 
+  // Until UCX has nothing more to do: each round ends with a poll that finds nothing (over TCP
+  // an epoll_wait), a system call the waits' loops (advance) need not pay after every arrival.
   void progress() {
     while (ucp_worker_progress(worker) != 0) {
     }
   }
+  // One round: the waits check their requests after each.
+  void progress_once() { ucp_worker_progress(worker); }
 
   // Closes rank p's endpoint: flushing what was sent unless `force`, bounded either way.
   void close(int p, bool force) {
@@ -793,7 +797,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                  ctx.op_label() + ": " + config_.label + " lost rank " + std::to_string(peer) +
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
-  u.progress();
+  u.progress_once();
   if (std::optional<RootCauseError> failure = known_failure_locked([&] { return ctx.op_label(); }))
     fail(*failure);
   if (u.put_protocol) {
