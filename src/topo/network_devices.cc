@@ -9,50 +9,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <memory>
 
 #include "topo/cpu_sets.h"
-#include "tpf/error.h"
+#include "topo/hwloc_topology.h"
 
 namespace tpf::topo {
 namespace {
-
-struct TopologyDeleter {
-  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
-};
-using Topology = std::unique_ptr<hwloc_topology, TopologyDeleter>;
-
-struct BitmapDeleter {
-  void operator()(hwloc_bitmap_s* b) const { hwloc_bitmap_free(b); }
-};
-using Bitmap = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
-
-// This machine's topology (or an XML export's), with its PCI devices and their network and
-// OpenFabrics devices where `with_io`; null where hwloc cannot load this machine's.
-Topology load_topology(const std::string& xml, bool with_io) {
-  hwloc_topology_t raw = nullptr;
-  if (hwloc_topology_init(&raw) != 0) return nullptr;
-  Topology topology(raw);
-  if (with_io) {
-    hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    // Not hwloc's libpciaccess component (it leaks at every load, which LeakSanitizer reports;
-    // hwloc's Linux backend reads the PCI devices and their locality from sysfs anyway), nor its
-    // OpenCL and OpenGL ones (nothing of theirs is a network device).
-    for (const char* component : {"pci", "opencl", "gl"})
-      hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
-  }
-  if (!xml.empty() && hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
-    throw Error(ErrorCode::invalid_argument, "'" + xml + "' is not an hwloc XML topology");
-  }
-  if (hwloc_topology_load(raw) != 0) {
-    if (!xml.empty()) {
-      throw Error(ErrorCode::invalid_argument,
-                  "hwloc could not load the topology in '" + xml + "'");
-    }
-    return nullptr;
-  }
-  return topology;
-}
 
 // UCX names an RDMA device by its port: the first port hwloc says is active (state 4), else 1.
 std::string rdma_port_name(hwloc_obj_t device) {
@@ -130,7 +92,7 @@ std::map<std::string, std::string> namespace_interfaces() {
 
 std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml) {
   std::vector<NetworkDevice> devices;
-  if (Topology topology = load_topology(hwloc_xml, /*with_io=*/true))
+  if (Topology topology = load_topology({.with_io = true, .xml = hwloc_xml}))
     devices = hwloc_devices(topology.get());
   if (!hwloc_xml.empty()) return devices;
   // On this machine: only the interfaces this namespace has (hwloc may list the machine's where
@@ -149,7 +111,7 @@ std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml
 }
 
 std::vector<int> process_binding() {
-  Topology topology = load_topology("", /*with_io=*/false);
+  Topology topology = load_topology();
   if (!topology) return {};
   Bitmap set(hwloc_bitmap_alloc());
   if (hwloc_get_cpubind(topology.get(), set.get(), HWLOC_CPUBIND_PROCESS) != 0 ||

@@ -6,21 +6,14 @@
 #include <cctype>
 #include <cstring>
 
+#include "topo/hwloc_topology.h"
 
 namespace tpf::topo {
 namespace {
 
-// hwloc discovery costs milliseconds, so one topology serves the whole process.
+// hwloc discovery costs milliseconds, so one topology serves the whole process (kept to the end).
 hwloc_topology_t process_topology() {
-  static hwloc_topology_t topology = [] {
-    hwloc_topology_t topo = nullptr;
-    if (hwloc_topology_init(&topo) != 0) return static_cast<hwloc_topology_t>(nullptr);
-    if (hwloc_topology_load(topo) != 0) {
-      hwloc_topology_destroy(topo);
-      return static_cast<hwloc_topology_t>(nullptr);
-    }
-    return topo;
-  }();
+  static hwloc_topology_t topology = load_topology().release();
   return topology;
 }
 

@@ -17,31 +17,24 @@
 
 #include "base/byte_size.h"
 #include "topo/cpu_sets.h"
+#include "topo/hwloc_topology.h"
 #include "tpf/error.h"
 
 namespace tpf {
 namespace {
 
-// Owns one loaded hwloc topology.
+// Owns this machine's loaded hwloc topology (topo/hwloc_topology.h).
 class HwlocTopology {
  public:
-  HwlocTopology() {
-    if (hwloc_topology_init(&topo_) != 0) {
-      throw_system_error(ErrorCode::system,
-                         "hwloc_topology_init (discovering the machine topology)", errno);
-    }
-    if (hwloc_topology_load(topo_) != 0) {
-      int err = errno;
-      hwloc_topology_destroy(topo_);
-      throw_system_error(ErrorCode::system,
-                         "hwloc_topology_load (discovering the machine topology)", err);
+  HwlocTopology() : topo_(topo::load_topology()) {
+    if (!topo_) {
+      throw Error(ErrorCode::system,
+                  "hwloc could not discover the machine topology "
+                  "(hwloc_topology_init or hwloc_topology_load failed)");
     }
   }
-  ~HwlocTopology() { hwloc_topology_destroy(topo_); }
-  HwlocTopology(const HwlocTopology&) = delete;
-  HwlocTopology& operator=(const HwlocTopology&) = delete;
 
-  hwloc_topology_t get() const { return topo_; }
+  hwloc_topology_t get() const { return topo_.get(); }
 
   // Cores in logical order. Some virtual machines and containers expose PUs without a core level;
   // then each PU stands in for a core so callers always get at least one.
@@ -53,13 +46,13 @@ class HwlocTopology {
 
   std::vector<hwloc_obj_t> objects(hwloc_obj_type_t type) const {
     std::vector<hwloc_obj_t> out;
-    int n = hwloc_get_nbobjs_by_type(topo_, type);
-    for (int i = 0; i < n; ++i) out.push_back(hwloc_get_obj_by_type(topo_, type, i));
+    int n = hwloc_get_nbobjs_by_type(get(), type);
+    for (int i = 0; i < n; ++i) out.push_back(hwloc_get_obj_by_type(get(), type, i));
     return out;
   }
 
  private:
-  hwloc_topology_t topo_ = nullptr;
+  topo::Topology topo_;
 };
 
 using topo::format_ranges;
