@@ -1137,13 +1137,17 @@ class HostCollective {
       }
     }
     if (alone()) return;
-    // Every rank of the host waits for its leader's comparison, so that a mismatch fails it too
-    // (one that only handed its part over would return before): by the result's broadcast to a
-    // root that does not lead, elsewhere by a barrier.
+    // A root that does not lead its host gets the result by a broadcast from its leader. Where
+    // the leaders compared their calls (not unacknowledged()), every rank of the host waits for
+    // its leader's comparison, so that a mismatch fails it too (one that only handed its part over
+    // would return before): by that broadcast, elsewhere by a barrier. Where they did not, a
+    // mismatch fails the ranks at their next wait, and the barrier would only hold them up
+    // (2 emulated hosts x 2 ranks, 8 B .. 2 KiB: 21-27 us a call with it, against 5-14 for Open
+    // MPI, whose senders go on).
     if (root_host_here && !root_leads()) {
       void* into = me_ == d_.root ? d_.recv : combined;  // a non-root's copy lands in scratch
       local(local_desc(OpKind::broadcast, n, 0, combined, into));
-    } else {
+    } else if (!unacknowledged()) {
       local(local_desc(OpKind::barrier, 0, 0, nullptr, nullptr));
     }
   }
@@ -1981,17 +1985,20 @@ class HostCollective {
   }
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
-  // Small, one rank per host: the blocks ride in the fingerprint messages (gather_one_round).
-  // Not with several ranks on a host: a rank that only gives its block to its leader would then
-  // return before the leaders compared fingerprints, and miss a mismatch that every rank must
-  // see; waiting for the comparison in a barrier after (as reduce_one_round does) measured slower
-  // on 2 emulated hosts x 2 ranks than the fingerprint round before (4 ranks on 2 cores: 74-95 us
-  // against 38-102 at 32 B to 8 KiB; docs/fabric.md). Per rail above the one-round size where
-  // the rails may carry it.
+  // Small, the host's blocks ride in the fingerprint message to the root (gather_one_round):
+  // with one rank per host always; with several only where the leaders do not wait for each
+  // other (unacknowledged()) and the root leads its host. Otherwise the leaders compare
+  // fingerprints first: a rank that only gives its block to its leader would return before its
+  // leader's comparison and miss a mismatch every rank must see, which a barrier after would
+  // catch, but that measured slower on 2 emulated hosts x 2 ranks (4 ranks on 2 cores: 74-95 us
+  // against 38-102 at 32 B to 8 KiB; docs/fabric.md). A call that does not wait is compared at
+  // the root's leader, and with the next fingerprint exchange (UncomparedCalls), as a small
+  // reduce's or broadcast's. Per rail above the one-round size where the rails may carry it.
   void gather() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return gather_per_rail();
-    const bool small = largest_host() == 1 && packs(bytes(block));
+    const bool small = packs(bytes(block * largest_host())) &&
+                       (largest_host() == 1 || (root_leads() && unacknowledged()));
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
     const int rep = representative_local_rank(host_);
@@ -2002,7 +2009,10 @@ class HostCollective {
       local(local_desc(OpKind::gather, block, rep, d_.send, into));
       host_blocks = into;
     }
-    if (small) return gather_one_round(host_blocks);
+    if (small) {
+      if (is_leader()) gather_one_round(host_blocks);
+      return;
+    }
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
       std::vector<void*> landed(hosts());
