@@ -1142,8 +1142,8 @@ class HostCollective {
     // its leader's comparison, so that a mismatch fails it too (one that only handed its part over
     // would return before): by that broadcast, elsewhere by a barrier. Where they did not, a
     // mismatch fails the ranks at their next wait, and the barrier would only hold them up
-    // (2 emulated hosts x 2 ranks, 8 B .. 2 KiB: 21-27 us a call with it, against 5-14 for Open
-    // MPI, whose senders go on).
+    // (2 emulated hosts x 2 ranks, 8 B .. 2 KiB: 21-51 us a call with it, 13-23 but one point
+    // without; docs/fabric.md).
     if (root_host_here && !root_leads()) {
       void* into = me_ == d_.root ? d_.recv : combined;  // a non-root's copy lands in scratch
       local(local_desc(OpKind::broadcast, n, 0, combined, into));
