@@ -102,9 +102,8 @@ class Launch:
         variables = ["%s=%s" % (k, v) for k, v in env.items()]
         # Where every rank can have a core, rank r runs on core r: the emulated hosts share this
         # machine's cores, and ranks that sleep in their waits are woken onto one core for their
-        # first few hundred calls (bench/net/emulated_hosts_bench.sh). mpirun's ranks poll
-        # without sleeping and stay apart unpinned.
-        pin = ["taskset", "-c", str(rank)] if n <= (os.cpu_count() or 1) else []
+        # first few hundred calls (bench/net/emulated_hosts_bench.sh). mpirun's are pinned alike.
+        pin = ["taskset", "-c", str(rank)] if self._pins(n) else []
         return self._start(["ip", "netns", "exec", self.c.netns(h), "env", *variables, *pin, *cmd],
                            d, rank)
 
@@ -121,8 +120,17 @@ class Launch:
             cmd += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca",
                     "pml_ucx_devices", "any", "--mca", "osc", "^ucx", "-x", "UCX_TLS=tcp",
                     "-x", "UCX_NET_DEVICES=eth0"]
+        if self._pins(n):
+            # Rank r on core r, as the other implementations' ranks: each emulated host's orted
+            # would bind its ranks from core 0 (`--bind-to core` puts every host's first rank on
+            # core 0), so the rank pins itself by its world rank.
+            cmd += ["sh", "-c", 'exec taskset -c "$OMPI_COMM_WORLD_RANK" "$@"', "sh"]
         cmd += [self.r.mpi_bench, "-c", coll, *self.r.sweep_flags()]
         return self._start(cmd, d, 0)
+
+    @staticmethod
+    def _pins(n):
+        return n <= (os.cpu_count() or 1)
 
     @staticmethod
     def secret(d):
