@@ -38,19 +38,17 @@ bool bind_area_to_local_numa(void* addr, size_t bytes) noexcept {
   if (sysfs_numa_nodes() <= 1) return false;
   hwloc_topology_t topo = process_topology();
   if (topo == nullptr || hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) <= 1) return false;
-  hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
-  hwloc_bitmap_t nodes = hwloc_bitmap_alloc();
+  const Bitmap cpus(hwloc_bitmap_alloc());
+  const Bitmap nodes(hwloc_bitmap_alloc());
   // A bound rank (tpf run --bind) gets its binding's nodes; an unbound one the node it runs on.
-  if (hwloc_get_cpubind(topo, cpus, HWLOC_CPUBIND_THREAD) != 0 ||
-      hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(topo), cpus)) {
-    hwloc_get_last_cpu_location(topo, cpus, HWLOC_CPUBIND_THREAD);
+  if (hwloc_get_cpubind(topo, cpus.get(), HWLOC_CPUBIND_THREAD) != 0 ||
+      hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(topo), cpus.get())) {
+    hwloc_get_last_cpu_location(topo, cpus.get(), HWLOC_CPUBIND_THREAD);
   }
-  hwloc_cpuset_to_nodeset(topo, cpus, nodes);
-  bool bound = !hwloc_bitmap_iszero(nodes) &&
-               hwloc_set_area_membind(topo, addr, bytes, nodes, HWLOC_MEMBIND_BIND,
-                                      HWLOC_MEMBIND_BYNODESET) == 0;
-  hwloc_bitmap_free(nodes);
-  hwloc_bitmap_free(cpus);
+  hwloc_cpuset_to_nodeset(topo, cpus.get(), nodes.get());
+  const bool bound = !hwloc_bitmap_iszero(nodes.get()) &&
+                     hwloc_set_area_membind(topo, addr, bytes, nodes.get(), HWLOC_MEMBIND_BIND,
+                                            HWLOC_MEMBIND_BYNODESET) == 0;
   return bound;
 }
 
