@@ -48,9 +48,14 @@ constexpr int kChunkBits = 12;
 constexpr int kStageBits = 4;
 constexpr uint64_t kSequenceMask =
     (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kStageBits - kChunkBits)) - 1;
-enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2 };
+enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2, kCheckpoint = 3 };
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
+uint64_t tag_of(uint64_t sequence, Stage stage, size_t chunk = 0) {
+  return ((sequence & kSequenceMask) << kStageBits | stage) << kChunkBits | chunk;
+}
+// The leaders' stamps of the checkpoint at operation `sequence` (kCheckpointEvery).
+uint64_t checkpoint_tag(uint64_t sequence) { return tag_of(sequence, kCheckpoint); }
 
 // Messages between leaders that carry the fingerprint alone (post_messages' sizes and fill).
 constexpr auto kNoPayload = [](int) { return size_t{0}; };
@@ -318,6 +323,59 @@ class InFlight {
   std::vector<Peer> peers_;  // in the order the collective first sent to them
 };
 
+// The error of a leader (of `g`, in the call `ctx` names) whose call `mine` differs from the call
+// `theirs` of host h's leader.
+Error call_mismatch(const HostGroup& g, const transport::WaitContext& ctx,
+                    const transport::Fingerprint& mine, int h,
+                    const transport::Fingerprint& theirs) {
+  const int my_host = g.hosts.host_of(g.rank);
+  return Error(ErrorCode::mismatch,
+               ctx.op_label() + ": ranks called different collectives: rank " +
+                   std::to_string(g.rank) + " (host '" + g.hosts.key(my_host) + "') called " +
+                   describe_fingerprint(mine) + ", rank " + std::to_string(g.hosts.ranks_on(h)[0]) +
+                   " (host '" + g.hosts.key(h) + "') called " + describe_fingerprint(theirs));
+}
+
+// Throws where host h's stamp `theirs` differs from this leader's `mine`, both taken in this call
+// or, where `checkpoint` says so, at that checkpoint. A stamp's digest covers the operations since
+// the leader's previous stamp, at most the kCheckpointEvery before it.
+void check_stamp(const HostGroup& g, const transport::WaitContext& ctx, const CallStamp& mine,
+                 const CallStamp& theirs, int h, std::optional<uint64_t> checkpoint) {
+  if (theirs == mine) return;
+  if (theirs.call != mine.call) throw call_mismatch(g, ctx, mine.call, h, theirs.call);
+  const int my_host = g.hosts.host_of(g.rank);
+  throw Error(
+      ErrorCode::mismatch,
+      ctx.op_label() + ": ranks called different collectives before " +
+          (checkpoint ? "operation " + std::to_string(*checkpoint) : "this one") + ": rank " +
+          std::to_string(g.rank) + " (host '" + g.hosts.key(my_host) + "') and rank " +
+          std::to_string(g.hosts.ranks_on(h)[0]) + " (host '" + g.hosts.key(h) +
+          "') differ on a small broadcast, reduce, gather or scatter that did not wait "
+          "for every host, among the " +
+          std::to_string(kCheckpointEvery) + " operations before it (its root, count or type)");
+}
+
+// Waits for the stamp of every other host's leader at the checkpoint of operation `at`, in the
+// order of the hosts from the next one, and compares each with the one this leader sent there
+// (UncomparedCalls::checkpoint). A leader more than kCheckpointLag operations behind is waited
+// for; one that called something else fails this one with a mismatch. Leaders only.
+void compare_checkpoint_stamps(const HostGroup& g, uint64_t at, const transport::WaitContext& ctx) {
+  const int hosts = g.hosts.hosts(), mine = g.hosts.host_of(g.rank);
+  std::vector<CallStamp> theirs(hosts);
+  std::vector<size_t> arrivals(hosts);
+  InFlight flight(g.network, ctx);  // ends before `theirs`, which it may still write into
+  for (int k = 1; k < hosts; ++k) {
+    const int h = (mine + k) % hosts;
+    arrivals[h] =
+        flight.recv(g.hosts.ranks_on(h)[0], checkpoint_tag(at), &theirs[h], sizeof(CallStamp));
+  }
+  for (int k = 1; k < hosts; ++k) {
+    const int h = (mine + k) % hosts;
+    flight.wait(arrivals[h]);
+    check_stamp(g, ctx, g.uncompared.checkpoint(), theirs[h], h, at);
+  }
+}
+
 // One collective across hosts: what every algorithm below needs to know about the layout.
 class HostCollective {
  public:
@@ -338,6 +396,7 @@ class HostCollective {
   }
 
   void run() {
+    if (is_leader()) checkpoint();
     switch (d_.kind) {
       case OpKind::all_reduce: return all_reduce();
       case OpKind::reduce: return reduce();
@@ -412,9 +471,7 @@ class HostCollective {
   }
   // Reductions across several steps add; an average divides once at the end.
   ReduceOp partial_op() const { return d_.op == ReduceOp::avg ? ReduceOp::sum : d_.op; }
-  uint64_t tag(Stage stage, size_t chunk = 0) const {
-    return ((sequence_ & kSequenceMask) << kStageBits | stage) << kChunkBits | chunk;
-  }
+  uint64_t tag(Stage stage, size_t chunk = 0) const { return tag_of(sequence_, stage, chunk); }
   size_t bytes(size_t count) const { return count * elem_; }
   std::byte* at(void* base, size_t elements) const {
     return static_cast<std::byte*>(base) + elements * elem_;
@@ -504,13 +561,8 @@ class HostCollective {
     Fingerprints fingerprints;
     gather_packed(fingerprints, 0, kNoPayloadFill, kNoPayload);
   }
-  // What a leader's fingerprint message starts with: its call, and the digest of the small
-  // broadcasts it took part in since its previous fingerprint message (UncomparedCalls).
-  struct Stamp {
-    transport::Fingerprint call{};
-    uint64_t earlier = 0;
-    bool operator==(const Stamp&) const = default;
-  };
+  // What a leader's fingerprint message starts with: its stamp (across_hosts.h).
+  using Stamp = CallStamp;
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
   // send its data along with its fingerprint (exchange_packed, broadcast_one_round). Leaders
   // only. The sends read `mine` or scratch in place (a send may start later, behind its peer's
@@ -571,7 +623,7 @@ class HostCollective {
       if (h == host_) continue;
       flight.wait(f.received[h]);
       if (f.landed[h] != nullptr) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
-      check_stamp(f, h);
+      check_stamp(f.mine, f.theirs[h], h, sequence_);
     }
   }
   // Host h's message [stamp | payload], forwarded to this leader by the rounds: where it landed
@@ -580,21 +632,38 @@ class HostCollective {
     f.landed[h] = message;
     f.carried[h] = message + sizeof f.mine;
     std::memcpy(&f.theirs[h], message, sizeof f.mine);
-    check_stamp(f, h);
+    check_stamp(f.mine, f.theirs[h], h, sequence_);
   }
-  // Throws where host h's stamp differs from this leader's.
-  void check_stamp(const Fingerprints& f, int h) const {
-    if (f.theirs[h] == f.mine) return;
-    if (f.theirs[h].call != f.mine.call) throw call_mismatch(f.mine.call, h, f.theirs[h].call);
-    throw Error(ErrorCode::mismatch,
-                ctx_.op_label() + ": ranks called different collectives before this one: rank " +
-                    std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') and rank " +
-                    std::to_string(leader(h)) + " (host '" + g_.hosts.key(h) +
-                    "') differ on a small broadcast, reduce, gather or scatter that did not "
-                    "wait for every host, among the last " +
-                    std::to_string(kAcknowledgedEvery - 1) +
-                    " operations (its root, count or type)");
+  void check_stamp(const Stamp& mine, const Stamp& theirs, int h, uint64_t at) const {
+    coll::check_stamp(g_, ctx_, mine, theirs, h,
+                      at == sequence_ ? std::nullopt : std::optional(at));
   }
+
+  // The leaders' checkpoints (kCheckpointEvery), at the start of every operation of a leader:
+  // at a checkpoint it sends every other leader its stamp and goes on; kCheckpointLag operations
+  // later it waits for theirs and compares. The stamp's call is the operation's own, before the
+  // algorithm's choices (which its own fingerprints compare, where it has them). Leaders only.
+  void checkpoint() {
+    const uint64_t phase = sequence_ % kCheckpointEvery;
+    if (phase == 0) {
+      send_checkpoint_stamp();
+    } else if (phase == kCheckpointLag) {
+      compare_checkpoint_stamps(sequence_ - kCheckpointLag);
+    }
+  }
+  void send_checkpoint_stamp() {
+    const Stamp stamp{collective_fingerprint(d_, sequence_), g_.uncompared.take()};
+    g_.uncompared.set_checkpoint(stamp);
+    InFlight flight(g_.network, ctx_);
+    for (int h : others_from_next()) {
+      flight.send(leader(h), checkpoint_tag(sequence_), &stamp, sizeof stamp);
+    }
+    flight.wait_all();  // a tagged send's buffer is free at once, mostly; a put's after its flush
+  }
+  // Waits for every other leader's stamp of the checkpoint at operation `at` and compares it with
+  // the one this leader sent there. A leader more than kCheckpointLag operations behind is waited
+  // for; one that called something else fails this one with a mismatch.
+  void compare_checkpoint_stamps(uint64_t at) { coll::compare_checkpoint_stamps(g_, at, ctx_); }
   // Throws where the call at the start of host h's `message` differs from this leader's `call`
   // (the messages of the calls that do not wait: a call's fingerprint, then its data).
   void check_leading_call(const std::byte* message, int h,
@@ -612,11 +681,7 @@ class HostCollective {
   }
   Error call_mismatch(const transport::Fingerprint& mine, int h,
                       const transport::Fingerprint& theirs) const {
-    return Error(ErrorCode::mismatch,
-                 ctx_.op_label() + ": ranks called different collectives: rank " +
-                     std::to_string(me_) + " (host '" + g_.hosts.key(host_) + "') called " +
-                     describe_fingerprint(mine) + ", rank " + std::to_string(leader(h)) +
-                     " (host '" + g_.hosts.key(h) + "') called " + describe_fingerprint(theirs));
+    return coll::call_mismatch(g_, ctx_, mine, h, theirs);
   }
 
   // Small collectives in one network round: every leader's message to every other leader carries
@@ -1137,18 +1202,13 @@ class HostCollective {
       }
     }
     if (alone()) return;
-    // A root that does not lead its host gets the result by a broadcast from its leader. Where
-    // the leaders compared their calls (not unacknowledged()), every rank of the host waits for
-    // its leader's comparison, so that a mismatch fails it too (one that only handed its part over
-    // would return before): by that broadcast, elsewhere by a barrier. Where they did not, a
-    // mismatch fails the ranks at their next wait, and the barrier would only hold them up
-    // (2 emulated hosts x 2 ranks, 8 B .. 2 KiB: 21-51 us a call with it, 13-23 but one point
-    // without; docs/fabric.md).
+    // A root that does not lead its host gets the result by a broadcast from its leader. The
+    // other ranks do not wait for their leader's comparison: a mismatch fails them at their next
+    // wait (a barrier here measured 21-51 us a call against 13-23 but one point without, 2
+    // emulated hosts x 2 ranks, 8 B .. 2 KiB; docs/fabric.md).
     if (root_host_here && !root_leads()) {
       void* into = me_ == d_.root ? d_.recv : combined;  // a non-root's copy lands in scratch
       local(local_desc(OpKind::broadcast, n, 0, combined, into));
-    } else if (!unacknowledged()) {
-      local(local_desc(OpKind::barrier, 0, 0, nullptr, nullptr));
     }
   }
 
@@ -1369,23 +1429,15 @@ class HostCollective {
   // data to every other host's leader while the leaders exchange fingerprints; a leader copies the
   // data (landed in scratch) into the caller's buffer only once the fingerprints agree, then each
   // host broadcasts from its representative. One network latency instead of two (fingerprints, then
-  // the chain).
+  // the chain). Small, from a root that leads its host, the data follows the root's call in one
+  // message and the root does not wait (broadcast_unacknowledged).
   void broadcast_one_round() {
     const size_t n = d_.count;
     const int root_host = g_.hosts.host_of(d_.root);
     const bool receives = is_leader() && host_ != root_host;  // the data, from the root
     if (root_leads() && packs(bytes(n))) {
-      // Small, from a host leader: the data rides in the root's fingerprint messages.
-      if (is_leader()) {
-        if (unacknowledged()) {
-          broadcast_unacknowledged(root_host);
-        } else {
-          Fingerprints fingerprints;
-          gather_packed(fingerprints, me_ == d_.root ? bytes(n) : 0, copy_to(d_.send),
-                        [&](int h) { return h == root_host ? bytes(n) : 0; });
-          if (receives) copy_bytes(d_.recv, fingerprints.carried[root_host], bytes(n));
-        }
-      }
+      // Small, from a host leader: the data follows the root's call, and the root goes on.
+      if (is_leader()) broadcast_unacknowledged(root_host);
     } else {
       Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
       InFlight flight(g_.network, ctx_);
@@ -1415,9 +1467,9 @@ class HostCollective {
   // - where the root leads its host, as a small broadcast whose root does not wait
   //   (broadcast_unacknowledged): the root's call goes down the tree ahead of the data, each
   //   leader compares it with its own before passing anything on, and the calls' digest goes
-  //   with the next fingerprint exchange;
-  // - every kAcknowledgedEvery-th call, or where the root does not lead, the leaders
-  //   exchange fingerprints beside the data and compare them before the copy.
+  //   with the next fingerprint exchange or checkpoint stamp;
+  // - where the root does not lead, the leaders exchange fingerprints beside the data and
+  //   compare them before the copy.
   // A leader in another call fails (on the call it received, the fingerprints, or a message
   // longer than its own: a mismatch too) and its failure notice reaches those waiting on it.
   // Then each host broadcasts from its representative.
@@ -1428,7 +1480,7 @@ class HostCollective {
     auto host_at = [&](int position) { return (root_host + position) % hcount; };
     const TreeLinks links = binomial_links((host_ - root_host + hcount) % hcount, hcount);
     const bool receives = is_leader() && host_ != root_host;
-    const bool acknowledged = !root_leads() || !unacknowledged();
+    const bool acknowledged = !root_leads();
     const transport::Fingerprint call = call_fingerprint();
     if (!acknowledged && is_leader()) g_.uncompared.add(call);
     const size_t chunks = chunks_of(n).number;
@@ -1464,7 +1516,7 @@ class HostCollective {
     broadcast_inside_hosts();
   }
 
-  // A small broadcast from a host leader whose root does not wait (kAcknowledgedEvery):
+  // A small broadcast from a host leader, whose root does not wait (kCheckpointEvery):
   // the root sends its call's fingerprint and the data to every other leader, or down a binomial
   // tree of the leaders where the cost model says so (broadcast_in_tree: each leader passes the
   // root's message on to its children once it has it), and returns once its sends are done; each
@@ -1498,42 +1550,15 @@ class HostCollective {
     flight.wait_all();
   }
 
-  // Whether this small broadcast, reduce, gather or scatter goes without the leaders waiting for
-  // each other (kAcknowledgedEvery): every rank decides the same from the call's sequence number.
-  bool unacknowledged() const { return sequence_ % kAcknowledgedEvery != 0; }
-
-  // What a small reduce or gather sends to its root: each leader's `my_bytes` of `mine` reach the
-  // root's leader with its fingerprint; returns, there, where host h's in_bytes(h) bytes landed
-  // (in scratch; null elsewhere), once the calls agree. The senders do not wait
-  // (send_to_root_unacknowledged) but every kAcknowledgedEvery-th operation, when the leaders
-  // exchange fingerprints as every collective's do: in log2 H rounds where they gather in rounds,
-  // the data then reaching every leader (no more bytes into any link than into the root's
-  // directly, fewer messages), else directly, the data to the root's leader only. Leaders only.
-  template <class InBytes>
-  std::vector<const void*> to_root_packed(const void* mine, size_t my_bytes, InBytes&& in_bytes) {
-    if (unacknowledged()) return send_to_root_unacknowledged(mine, my_bytes, in_bytes);
-    const int root_host = g_.hosts.host_of(d_.root);
-    Fingerprints fingerprints;
-    if (leaders_gather_in_rounds(hosts(), tuning_.network_cost)) {
-      gather_packed(fingerprints, my_bytes, copy_to(mine), in_bytes);
-    } else {
-      exchange_packed(
-          fingerprints, [&](int h) { return h == root_host ? my_bytes : 0; }, copy_of(mine),
-          [&](int h) { return host_ == root_host ? in_bytes(h) : size_t{0}; });
-    }
-    return fingerprints.carried;
-  }
-
-  // A small reduce's or gather's network part where its senders do not wait (unacknowledged(), as
-  // a small broadcast's root does not): every leader but the root's sends its call's fingerprint
-  // and `my_bytes` of `mine` to the root's leader, and returns once the send is done; the root's
+  // What a small reduce or gather sends to its root, whose senders do not wait (as a small
+  // broadcast's root does not): every leader but the root's sends its call's fingerprint and
+  // `my_bytes` of `mine` to the root's leader, and returns once the send is done; the root's
   // leader takes host h's in_bytes(h) bytes, compares each call with its own and returns where
   // each host's bytes landed (in scratch; null elsewhere). A mismatch fails the root's leader here
   // and the senders through its failure notice, at their next wait; the digest of these calls
-  // (UncomparedCalls) goes with the next fingerprint exchange. Leaders only.
+  // (UncomparedCalls) goes with the next fingerprint exchange or checkpoint stamp. Leaders only.
   template <class InBytes>
-  std::vector<const void*> send_to_root_unacknowledged(const void* mine, size_t my_bytes,
-                                                       InBytes&& in_bytes) {
+  std::vector<const void*> to_root_packed(const void* mine, size_t my_bytes, InBytes&& in_bytes) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
     const int root_host = g_.hosts.host_of(d_.root);
@@ -1986,19 +2011,16 @@ class HostCollective {
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
   // Small, the host's blocks ride in the fingerprint message to the root (gather_one_round):
-  // with one rank per host always; with several only where the leaders do not wait for each
-  // other (unacknowledged()) and the root leads its host. Otherwise the leaders compare
-  // fingerprints first: a rank that only gives its block to its leader would return before its
-  // leader's comparison and miss a mismatch every rank must see, which a barrier after would
-  // catch, but that measured slower on 2 emulated hosts x 2 ranks (4 ranks on 2 cores: 74-95 us
-  // against 38-102 at 32 B to 8 KiB; docs/fabric.md). A call that does not wait is compared at
-  // the root's leader, and with the next fingerprint exchange (UncomparedCalls), as a small
-  // reduce's or broadcast's. Per rail above the one-round size where the rails may carry it.
+  // with one rank per host always; with several where the root leads its host. Otherwise the
+  // leaders compare fingerprints first. A small call is compared at the root's leader, and with
+  // the next fingerprint exchange or checkpoint stamp (UncomparedCalls), as a small reduce's or
+  // broadcast's: the other ranks learn of a mismatch at their next wait. Per rail above the
+  // one-round size where the rails may carry it.
   void gather() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return gather_per_rail();
-    const bool small = packs(bytes(block * largest_host())) &&
-                       (largest_host() == 1 || (root_leads() && unacknowledged()));
+    const bool small =
+        packs(bytes(block * largest_host())) && (largest_host() == 1 || root_leads());
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
     const int rep = representative_local_rank(host_);
@@ -2031,7 +2053,7 @@ class HostCollective {
     }
   }
 
-  // A small scatter's network part where its root does not wait (unacknowledged()), as a small
+  // A small scatter's network part, whose root does not wait (kCheckpointEvery), as a small
   // broadcast's root does not: the root (a leader) sends its call's fingerprint with the blocks of
   // each other host, and returns null once its sends are done; each other leader compares the
   // root's call with its own and returns where its host's blocks landed (in scratch). Straight to
@@ -2096,9 +2118,9 @@ class HostCollective {
 
   // The root sends every other host's leader the blocks of its ranks; each host scatters them
   // from its representative.
-  // Small, from a root that leads its host: the blocks ride in the fingerprint messages, and the
-  // root does not wait for the other leaders but every kAcknowledgedEvery-th operation
-  // (scatter_unacknowledged). Per rail above the one-round size where the rails may carry it.
+  // Small, from a root that leads its host: the blocks follow the root's call, and the root does
+  // not wait for the other leaders (scatter_unacknowledged). Per rail above the one-round size
+  // where the rails may carry it.
   void scatter() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return scatter_per_rail();
@@ -2109,18 +2131,9 @@ class HostCollective {
     const void* host_blocks = nullptr;  // this host's blocks in local order, at its representative
     InFlight flight(g_.network, ctx_);
     if (small) {
-      if (is_leader() && unacknowledged()) {
+      if (is_leader()) {
         const void* landed = scatter_unacknowledged(root_host);
         host_blocks = me_ == d_.root ? blocks_of(d_.send, mine, block, kHostData) : landed;
-      } else if (is_leader()) {
-        Fingerprints fingerprints;
-        exchange_packed(
-            fingerprints,
-            [&](int h) { return me_ == d_.root ? bytes(ranks_on(h).size() * block) : 0; },
-            blocks_for_host(d_.send, block),
-            [&](int h) { return h == root_host ? bytes(mine.size() * block) : 0; });
-        host_blocks = me_ == d_.root ? blocks_of(d_.send, mine, block, kHostData)
-                                     : fingerprints.carried[root_host];
       }
     } else if (me_ == d_.root) {
       for (int h = 0; h < hosts(); ++h) {
@@ -2380,6 +2393,14 @@ class HostCollective {
 void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t sequence,
                       const transport::WaitContext& ctx, const CollectiveTuning& tuning) {
   HostCollective(group, desc, sequence, ctx, tuning).run();
+}
+
+void settle_checkpoints(const HostGroup& group, uint64_t operations,
+                        const transport::WaitContext& ctx) {
+  if (operations == 0 || group.hosts.local_rank(group.rank) != 0) return;
+  const uint64_t last = (operations - 1) / kCheckpointEvery * kCheckpointEvery;
+  if (operations - 1 - last >= kCheckpointLag) return;  // compared already
+  compare_checkpoint_stamps(group, last, ctx);
 }
 
 }  // namespace tpf::coll

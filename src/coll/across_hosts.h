@@ -4,9 +4,9 @@
 //
 // Every collective starts with the host leaders (local rank 0) exchanging fingerprints over the
 // network, so ranks that called different collectives fail with Error(mismatch) on every host;
-// inside a host the shared-memory steps compare fingerprints as always. The exception: a small
-// broadcast from a host leader, whose root sends its fingerprint with the data and goes on (63 in
-// 64 of them; the receivers compare, and the root learns of a mismatch at its next network wait).
+// inside a host the shared-memory steps compare fingerprints as always. The exception: small
+// rooted collectives, whose senders send their call with the data and go on (the receivers
+// compare; the leaders compare the rest at checkpoints, kCheckpointEvery).
 // Reductions combine in a fixed order: first inside each host (its ranks in local order, as the
 // shared-memory algorithms do), then the hosts' partial results in host order (hosts numbered by
 // their lowest rank), each part of the result computed once and copied, so every rank gets the same
@@ -54,32 +54,51 @@ class HostScratch {
   std::vector<Slab> slabs_;
 };
 
-// A small broadcast or scatter from a host leader, and a small reduce or gather, is acknowledged
-// (the leaders wait for each other's fingerprints) only where its sequence number is a multiple
-// of this; in between a broadcast's or scatter's root sends and goes on, like MPI_Bcast's eager
-// root, and so do a reduce's or gather's senders, like MPI_Reduce's and MPI_Gather's
-// (across_hosts.cc: broadcast_one_round, reduce_one_round, gather_one_round,
-// scatter_unacknowledged). Every other collective, and every
-// this-many-th operation, makes the leaders wait for each other, so no leader runs more than this
-// many operations ahead of another, and what waits for a late receiver stays bounded (this many
-// messages of at most kNetworkPackedBytes from each sender). Measured on broadcast, 8 B .. 512 B
-// (docs/fabric.md): 2 emulated hosts of one rank, 10.0-10.9 us a broadcast with every one
-// acknowledged, 7.1-10.1 with one in 16, 7.0-8.1 with one in 64; 4 hosts of one rank (4 ranks on
-// 2 cores), 85-109, 31-48 and 20-45 us.
-inline constexpr uint64_t kAcknowledgedEvery = 64;
+// A small broadcast or scatter from a host leader, and a small reduce or gather, does not wait
+// for the leaders to compare their calls: a broadcast's or scatter's root sends and goes on, like
+// MPI_Bcast's eager root, and so do a reduce's or gather's senders, like MPI_Reduce's and
+// MPI_Gather's; each receiving leader compares the call that comes with the data
+// (across_hosts.cc: broadcast_unacknowledged, scatter_unacknowledged, to_root_packed). What no
+// receiver can see (leaders that disagree on a root, say) the leaders find at their checkpoints:
+// at every operation whose sequence number is a multiple of kCheckpointEvery each leader sends
+// every other one its stamp (its call, and the digest of the calls nobody compared since its last
+// stamp or fingerprint exchange: UncomparedCalls), and kCheckpointLag operations later it waits for
+// theirs and compares. So no leader runs more than kCheckpointEvery + kCheckpointLag - 1
+// operations ahead of another, and what waits for a late receiver stays bounded (that many
+// messages of at most kNetworkPackedBytes from each sender), yet no checkpoint drains the stream:
+// a root that waits there waits for receivers kCheckpointLag operations behind it, which have that
+// much work left. Every other collective's leaders compare fingerprints before any data moves.
+// The window must outlast a scheduler time slice where ranks share cores: measured on small
+// broadcasts, 2 emulated hosts x 2 ranks (4 ranks on 2 cores; docs/fabric.md), checkpoints every
+// 64 operations ran at the speed of the acknowledged 64th they replaced (8-16 us a call), every
+// 512 at 4-5 us (6 MiB at most waiting from each sender at 8 KiB a message).
+inline constexpr uint64_t kCheckpointEvery = 512;
+inline constexpr uint64_t kCheckpointLag = kCheckpointEvery / 2;
+static_assert(kCheckpointLag > 0 && kCheckpointLag < kCheckpointEvery);
 
-// The small broadcasts, reduces, gathers and scatters whose leaders did not wait for each other
-// (kAcknowledgedEvery), folded into one digest that each leader sends with its next fingerprint,
-// so leaders that disagreed on one of them (on its root, say, where nobody received anything
-// unexpected) fail with a mismatch at the next collective in which the leaders compare calls.
+// A leader's stamp: its call, and the digest of the calls before it that no leader compared.
+struct CallStamp {
+  transport::Fingerprint call{};
+  uint64_t earlier = 0;
+  bool operator==(const CallStamp&) const = default;
+};
+
+// The small broadcasts, reduces, gathers and scatters whose leaders did not wait for each other,
+// folded into one digest that each leader sends with its next fingerprint or checkpoint stamp, so
+// leaders that disagreed on one of them (on its root, say, where nobody received anything
+// unexpected) fail with a mismatch at the next comparison; and the stamp this leader sent at its
+// last checkpoint, which it compares with the others' kCheckpointLag operations later.
 class UncomparedCalls {
  public:
   void add(const transport::Fingerprint& call);
   // The digest of the calls added since the last take(), and a fresh start.
   uint64_t take();
+  void set_checkpoint(const CallStamp& stamp) { checkpoint_ = stamp; }
+  const CallStamp& checkpoint() const { return checkpoint_; }
 
  private:
   uint64_t digest_ = 0;
+  CallStamp checkpoint_{};
 };
 
 struct HostGroup {
@@ -94,5 +113,15 @@ struct HostGroup {
 // Runs the collective `desc` (validated; not send/recv) as operation `sequence`.
 void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t sequence,
                       const transport::WaitContext& ctx, const CollectiveTuning& tuning);
+
+// Before a communicator across hosts goes, on a leader that ran `operations` operations: where
+// the comparison of its last checkpoint is still ahead (fewer than kCheckpointLag operations
+// after it), makes it now: waits for the other leaders' stamps of it, so that none of them sends
+// to a leader that has left (a send to a closed endpoint would fail the sender's communicator),
+// and compares them, so that a call of its own that went on without the others (a small
+// broadcast's root, a small reduce's sender) and was the last is still compared. Bounded by
+// `ctx`; throws a mismatch, or what a wait throws (a peer's failure, the deadline).
+void settle_checkpoints(const HostGroup& group, uint64_t operations,
+                        const transport::WaitContext& ctx);
 
 }  // namespace tpf::coll

@@ -70,11 +70,10 @@ struct NetworkLinkCost {
 //   consecutive, unless pipelined is forced (coll/across_hosts.cc).
 // - tree (broadcast, 3 or more hosts): the whole buffer down a binomial tree of the leaders from
 //   the root's host, ceil(log2 H) hops, each leader sending to its children one after the other
-//   (farthest first), the root's call ahead of the data (or, every kAcknowledgedEvery-th
-//   call and from a root that does not lead, the leaders' fingerprints beside it: the small
-//   broadcast's rule, coll/across_hosts.h). Between one round, whose root sends H - 1 copies
-//   through its link, and the chain, whose chunks cross H - 1 hops: mid sizes on many hosts (on
-//   8 hosts at 1 Gb/s, 16 to 64 KiB: docs/fabric.md).
+//   (farthest first), the root's call ahead of the data (or, from a root that does not lead,
+//   the leaders' fingerprints beside it: the small broadcast's rule, coll/across_hosts.h). Between
+//   one round, whose root sends H - 1 copies through its link, and the chain, whose chunks cross H
+//   - 1 hops: mid sizes on many hosts (on 8 hosts at 1 Gb/s, 16 to 64 KiB: docs/fabric.md).
 enum class NetworkAlgorithm { one_shot, pipelined, per_rail, tree };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;

@@ -134,12 +134,31 @@ CommImpl::~CommImpl() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  settle_checkpoints();
   p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
   net_p2p_.reset();
   for (Task& task : queue_) {
     task.state->complete(std::make_exception_ptr(
         Error(ErrorCode::aborted, std::string(task.name) + " on communicator '" + setup_.name +
                                       "': the communicator was destroyed before it started")));
+  }
+}
+
+void CommImpl::settle_checkpoints() noexcept {
+  if (!network_ || failed_.load()) return;
+  try {
+    const transport::WaitContext ctx = transport::WaitContext::with_timeout(
+        timeout_of("destroying the communicator", {}),
+        [this] { return "destroying communicator '" + setup_.name + "'"; });
+    coll::settle_checkpoints({*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_},
+                             sequence_.load(), ctx);
+  } catch (...) {
+    // Destroying cannot throw: the failure (a mismatch in the last calls, a peer that failed or
+    // never came) is recorded, which tells the peers, some perhaps still waiting on this rank.
+    try {
+      record_failure(std::current_exception());
+    } catch (...) {  // nothing more to be done while the communicator goes
+    }
   }
 }
 

@@ -97,6 +97,10 @@ class CommImpl {
   bool same_host(int peer) const;
   coll::OpDesc on_this_host(const coll::OpDesc& desc) const;
   std::string label(const coll::OpDesc& desc, uint64_t sequence) const;
+  // Across hosts, before the communicator goes: its leader compares the stamps of its last
+  // checkpoint if it has not yet (coll::settle_checkpoints), bounded by the communicator's
+  // timeout; what that finds is recorded as the communicator's failure, which its peers are told.
+  void settle_checkpoints() noexcept;
   // Keeps `error` as the communicator's failure if it is the first (peers are told, and so are the
   // other communicators of this process) and returns the first failure's error, which pending
   // and later operations report.
@@ -113,7 +117,7 @@ class CommImpl {
   std::unique_ptr<transport::UcxNetwork> network_;
   std::unique_ptr<NetP2p> net_p2p_;   // send/recv to other hosts; declared after network_
   coll::HostScratch host_scratch_;    // buffers the collectives across hosts reuse
-  coll::UncomparedCalls uncompared_;  // small broadcasts across hosts not yet compared
+  coll::UncomparedCalls uncompared_;  // calls across hosts not compared yet; the last stamp
   RecentCalls recent_calls_;          // across hosts: what the heartbeat tells and compares
   // Names a stopped or unreachable rank on another host; declared last: stopped first.
   std::unique_ptr<Heartbeat> heartbeat_;

@@ -1,6 +1,11 @@
 #include "comm/recent_calls.h"
 
+#include "coll/across_hosts.h"
+
 namespace tpf::detail {
+
+static_assert(RecentCalls::kKept > coll::kCheckpointEvery + coll::kCheckpointLag,
+              "a watched rank's call must still be kept when its watcher has run ahead");
 
 void RecentCalls::begin(const transport::Fingerprint& call) {
   std::lock_guard lock(mu_);

@@ -18,10 +18,11 @@ namespace tpf::detail {
 
 class RecentCalls {
  public:
-  // How many calls are kept: far more than a rank can run ahead of the ranks it watches (a
-  // small broadcast's or scatter's root and a small reduce's or gather's senders, the only ones
-  // that go on without them, run at most 63 ahead: coll::kAcknowledgedEvery).
-  static constexpr size_t kKept = 256;
+  // How many calls are kept: more than a rank can run ahead of the ranks it watches (a small
+  // broadcast's or scatter's root and a small reduce's or gather's senders, the only ones that go
+  // on without them, run at most kCheckpointEvery + kCheckpointLag - 1 ahead:
+  // coll/across_hosts.h; checked in recent_calls.cc).
+  static constexpr size_t kKept = 1024;
 
   // The communicator's thread that runs collectives: one began, or ended (either way).
   void begin(const transport::Fingerprint& call);

@@ -301,12 +301,12 @@ TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
 }
 
 // Small broadcasts in a row, each from the next rank: where the root leads its host it sends and
-// goes on, acknowledged only every 64th operation (coll::kAcknowledgedEvery), so roots
+// goes on, its leaders comparing calls only at checkpoints (coll::kCheckpointEvery), so roots
 // run ahead of their receivers; every rank must still get every broadcast's data, in order, with
-// either protocol, across an acknowledged one.
+// either protocol, across checkpoints.
 void small_broadcasts_in_a_row(Communicator& comm) {
   const int n = comm.size(), me = comm.rank();
-  for (int i = 0; i < 80; ++i) {
+  for (int i = 0; i < 300; ++i) {  // past the first checkpoint's comparison (256)
     const int root = i % n;
     const size_t count = 1 + static_cast<size_t>(i % 5);
     std::vector<int32_t> in(count), out(count, -1);
@@ -564,18 +564,17 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
 }
 
 // The leaders exchange their fingerprints, and the small collectives' data that rides in them
-// (all_reduce's and reduce's partial results, all_gather's blocks, the acknowledged broadcast's
-// data), directly or in ceil(log2 H) rounds (coll::leaders_gather_in_rounds), small
-// reduce_scatter's and all_to_all's blocks for each host, directly or passed on in rounds
-// (coll::leaders_exchange_in_rounds; on five hosts the blocks of host a's two ranks make pairs
-// of other sizes), and small broadcasts whose root goes on go straight from the root or down a
-// binomial tree (coll::broadcast_in_tree), each forced here through the cost of a message: rounds
-// and the tree on five hosts, uneven and interleaved (rounds of 1, 2 and 1 messages' worth; the
-// root's children at 4, 2 and 1 hosts from it, the one at 2 passing on to 3), rounds on three of
-// one (1 and 1; the broadcasts straight); directly on four hosts of one (the defaults take rounds
-// there). Every collective, at every size class, against the reference (the bits do not depend on
-// the exchange: each leader combines every host's partial result in host order either way), and
-// small broadcasts in a row from every rank in turn.
+// (all_reduce's partial results, all_gather's blocks), directly or in ceil(log2 H) rounds
+// (coll::leaders_gather_in_rounds), small reduce_scatter's and all_to_all's blocks for each host,
+// directly or passed on in rounds (coll::leaders_exchange_in_rounds; on five hosts the blocks of
+// host a's two ranks make pairs of other sizes), and small broadcasts whose root goes on go
+// straight from the root or down a binomial tree (coll::broadcast_in_tree), each forced here
+// through the cost of a message: rounds and the tree on five hosts, uneven and interleaved (rounds
+// of 1, 2 and 1 messages' worth; the root's children at 4, 2 and 1 hosts from it, the one at 2
+// passing on to 3), rounds on three of one (1 and 1; the broadcasts straight); directly on four
+// hosts of one (the defaults take rounds there). Every collective, at every size class, against the
+// reference (the bits do not depend on the exchange: each leader combines every host's partial
+// result in host order either way), and small broadcasts in a row from every rank in turn.
 TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheReference) {
   const HostKeys five_hosts = {"host-a", "host-b", "host-c", "host-a", "host-d", "host-e"};
   const HostKeys three_of_one = {"host-a", "host-b", "host-c"};
@@ -602,7 +601,10 @@ TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheRef
 // receives from, and the hosts it reaches only through them. Against an all_reduce (the leaders'
 // all-gather in rounds): all_gather, reduce or gather, messages of the same sizes. Against an
 // all_to_all (their all-to-all in rounds, each block passed on): reduce_scatter, blocks of the
-// same sizes, and all_reduce, the all-gather's rounds in the same direction.
+// same sizes, and all_reduce, the all-gather's rounds in the same direction. A host whose small
+// reduce or gather to rank 0 sends and goes on returns from it, and destroys its communicator:
+// its leader then compares the stamps of the checkpoint at operation 0 (coll::settle_checkpoints)
+// and tells the others the mismatch, which every other rank fails with.
 TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) {
   const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
   using Call = std::function<void(Communicator&, std::vector<int32_t>&, std::vector<int32_t>&)>;
@@ -619,6 +621,7 @@ TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) 
   struct Case {
     const char* name;
     Call everyone, odd;
+    bool odd_sends_to_rank_0 = false;  // a small reduce or gather to rank 0: it goes on
   };
   const Case cases[] = {
       {"all_gather against all_reduce", all_reduce(8),
@@ -627,9 +630,11 @@ TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) 
       {"reduce against all_reduce", all_reduce(8),
        [](auto& c, auto& in, auto& out) {
          c.reduce(in.data(), out.data(), 8, DType::i32, ReduceOp::sum, 0);
-       }},
+       },
+       true},
       {"gather against all_reduce", all_reduce(8),
-       [](auto& c, auto& in, auto& out) { c.gather(in.data(), out.data(), 8, DType::i32, 0); }},
+       [](auto& c, auto& in, auto& out) { c.gather(in.data(), out.data(), 8, DType::i32, 0); },
+       true},
       {"reduce_scatter against all_to_all", all_to_all(2),
        [](auto& c, auto& in, auto& out) {
          c.reduce_scatter(in.data(), out.data(), 2, DType::i32, ReduceOp::sum);
@@ -644,6 +649,10 @@ TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) 
           five_of_one,
           [&](Communicator& comm) {
             std::vector<int32_t> in(64, comm.rank()), out(64 * 5, 0);
+            if (comm.rank() == odd_rank && odd_rank != 0 && c.odd_sends_to_rank_0) {
+              call("the call that goes on", [&] { c.odd(comm, in, out); });
+              return;  // the communicator goes: its checkpoint's comparison tells the others
+            }
             const Error e = expect_error("another call on one host", [&] {
               (comm.rank() == odd_rank ? c.odd : c.everyone)(comm, in, out);
             });
@@ -704,7 +713,9 @@ TEST_P(AcrossHostsFailures, PerRailGatherAndScatterOnDifferentHostsAreAMismatchO
 // Small collectives carry their data in the fingerprint messages between leaders (one round), so
 // two hosts in different small collectives exchange messages of different sizes or different
 // fingerprints: every rank must fail with a mismatch, whichever pair it is, in either order
-// (each collective against the next in the list, and that pair reversed).
+// (each collective against the next in the list, and that pair reversed): in the call, or, where
+// its rank sent and went on (a small broadcast's root, a small reduce's sender), at its next wait,
+// the barrier after it.
 TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEveryRank) {
   constexpr size_t kCount = 3;  // per block: every message well under the packed limit
   using Call = std::function<void(Communicator&, std::vector<int32_t>&, std::vector<int32_t>&)>;
@@ -749,8 +760,9 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
             keys,
             [&](Communicator& comm) {
               std::vector<int32_t> in(kCount * 4, comm.rank()), out(kCount * 4, 0);
-              const Error e = expect_error("different small collectives", [&] {
+              const Error e = expect_error("different small collectives or the barrier", [&] {
                 (keys[comm.rank()] == "host-a" ? a_call : b_call)(comm, in, out);
+                comm.barrier();
               });
               TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
             },
@@ -1159,8 +1171,6 @@ TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallCallStillDeliversIt)
               Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
                                                        ctx.secret, ctx.comm_options);
               comm.barrier();
-              TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                              "the call would be acknowledged");
               if (ctx.rank != leaver) {
                 TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == 1; },
                                            std::chrono::seconds(20)),
@@ -1196,8 +1206,60 @@ TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallCallStillDeliversIt)
   }
 }
 
-// Runs body(comm, keys) on two hosts of one rank and on two hosts of two, after a barrier, so
-// that the body's first collective is not one whose small broadcast would be acknowledged.
+// A small broadcast's root does not wait for its receivers, but no leader runs more than
+// kCheckpointEvery + kCheckpointLag - 1 operations ahead of another: on two hosts of one rank,
+// rank 1 takes part in the first operation (a barrier, the checkpoint at 0) and then calls nothing
+// while rank 0 broadcasts. Rank 0's broadcasts up to operation 767 go (at 256 it compares the
+// stamps of checkpoint 0, which rank 1 sent), and the one at 768, which compares those of
+// checkpoint 512 that rank 1 never sent, waits for rank 1 and times out naming it. Tagged messages:
+// their small sends complete without the receiver (over put + signal a sender also waits for the
+// receiver's credits, four slots ahead).
+TEST(AcrossHostsCheckpoints, NoLeaderRunsMoreThanACheckpointAndItsLagAheadOfAnother) {
+  SharedBlock shared;
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(30000);
+  constexpr uint64_t kFirstWait = coll::kCheckpointEvery + coll::kCheckpointLag;
+  auto outcomes = run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+        ::setenv("TPF_NET_PROTOCOL", "tag", 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        comm.barrier();
+        if (ctx.rank == 1) {
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(120)),
+              "rank 0 never finished its broadcasts");
+          return;
+        }
+        struct Done {  // rank 1 goes once rank 0 is done, whatever it found
+          SharedBlock& shared;
+          ~Done() { shared.counter(0).store(1); }
+        } done{shared};
+        int32_t value = 5;
+        while (comm.next_sequence() < kFirstWait) {
+          call("the broadcast at operation " + std::to_string(comm.next_sequence()),
+               [&] { comm.broadcast(&value, &value, 1, DType::i32, 0); });
+        }
+        const Error e =
+            expect_error("the broadcast at operation " + std::to_string(kFirstWait), [&] {
+              comm.broadcast(&value, &value, 1, DType::i32, 0,
+                             CallOptions{std::chrono::milliseconds(1000)});
+            });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(
+            what.find("(sequence " + std::to_string(kFirstWait) + ")") != std::string::npos &&
+                what.find("waiting for rank 1 ") != std::string::npos,
+            what);
+      },
+      options);
+  expect_all_ok(outcomes);
+}
+
+// Runs body(comm, keys) on two hosts of one rank and on two hosts of two, after a barrier (every
+// rank's communicator is up and its leaders have talked before the body's first call).
 void on_two_hosts_after_a_barrier(transport::NetProtocol protocol,
                                   const std::function<void(Communicator&, const HostKeys&)>& body) {
   for (const HostKeys& keys : {kTwoHostsOfOne, kTwoHostsOfTwo}) {
@@ -1206,13 +1268,38 @@ void on_two_hosts_after_a_barrier(transport::NetProtocol protocol,
         keys,
         [&](Communicator& comm) {
           comm.barrier();
-          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                          "the broadcast would be acknowledged");
           body(comm, keys);
         },
         protocol);
     expect_all_ok(outcomes);
   }
+}
+
+// Leaders that disagree on small broadcasts' roots and call nothing else never compare
+// fingerprints in a call: their checkpoints find it. Each host broadcasts from its own leader
+// (both send, nobody receives), after a barrier: the stamps of the checkpoint at 512 differ, so
+// every rank fails with a mismatch naming both calls by operation 768, when they are compared
+// (or earlier, from another rank's failure notice).
+TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnlyOnSmallBroadcastsFailAtACheckpoint) {
+  on_two_hosts_after_a_barrier(GetParam(), [](Communicator& comm, const HostKeys& keys) {
+    const int my_leader = keys[comm.rank()] == "host-a" ? 0 : static_cast<int>(keys.size()) / 2;
+    const int other_leader = static_cast<int>(keys.size()) / 2 - my_leader;
+    int32_t value = comm.rank(), got = -1;
+    uint64_t failed_at = 0;
+    const Error e = expect_error("the broadcasts", [&] {
+      for (uint64_t i = 0; i < 2 * coll::kCheckpointEvery; ++i) {
+        failed_at = comm.next_sequence();
+        comm.broadcast(&value, &got, 1, DType::i32, my_leader);
+      }
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+    TPF_CHILD_CHECK(failed_at <= coll::kCheckpointEvery + coll::kCheckpointLag,
+                    "failed at operation " + std::to_string(failed_at) + ": " + e.what());
+    const std::string what = e.what();
+    TPF_CHILD_CHECK(what.find("root=" + std::to_string(my_leader)) != std::string::npos &&
+                        what.find("root=" + std::to_string(other_leader)) != std::string::npos,
+                    what);
+  });
 }
 
 // A small broadcast whose root does not wait (not a multiple of 64 in sequence: the barrier
@@ -1308,8 +1395,6 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastOrScatterDownATreeFailsEveryRan
             // mismatch there: the other leaders left the barrier once they had every stamp.
             const Error e = expect_error("the call, the barriers before or after it", [&] {
               comm.barrier();
-              TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                              "the call would be acknowledged");
               if (scatter) {
                 comm.scatter(in.data(), out.data(), 3, dtype, 0);
               } else {
@@ -1327,28 +1412,24 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastOrScatterDownATreeFailsEveryRan
 // A broadcast forced down the tree of five hosts whose ranks disagree on its count (16 KiB, one
 // rank 64 bytes more) fails every rank with a mismatch, whichever host disagrees: the root (which
 // sends before anything is compared), host c (which passes the buffer on to host d) or host d;
-// as the first call (the leaders compare fingerprints beside the data) and after a barrier (the
-// root's call goes down the tree ahead of the data: the leaders that agree with it return, and
-// learn of the mismatch from its failure notice at their next wait, the barrier after; a rank
-// still in the barrier before may learn of it there).
+// as the communicator's first call (a checkpoint: the leaders send their stamps, compared 32
+// operations later) and after a barrier. The root's call goes down the tree ahead of the data:
+// the leaders that agree with it return, and learn of the mismatch from its failure notice at
+// their next wait, the barrier after (a rank still in the barrier before may learn of it there).
 TEST_P(AcrossHostsFailures, AMismatchInABroadcastForcedDownTheTreeFailsEveryRank) {
   const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
-  for (const bool acknowledged : {true, false}) {
+  for (const bool first_call : {true, false}) {
     for (const int odd_rank : {0, 2, 3}) {
       SCOPED_TRACE("rank " + std::to_string(odd_rank) + " broadcasts 16 more elements, " +
-                   (acknowledged ? "acknowledged" : "after a barrier"));
+                   (first_call ? "as the first call" : "after a barrier"));
       auto outcomes = run_on_hosts(
           five_of_one,
           [&](Communicator& comm) {
             const size_t count = 4096 + (comm.rank() == odd_rank ? 16 : 0);
             std::vector<float> in(count, 7), out(count, 0);
             const Error e = expect_error("the broadcast or the barriers", [&] {
-              if (!acknowledged) comm.barrier();
-              TPF_CHILD_CHECK(
-                  (comm.next_sequence() % coll::kAcknowledgedEvery == 0) == acknowledged,
-                  "the broadcast's sequence");
+              if (!first_call) comm.barrier();
               comm.broadcast(in.data(), out.data(), count, DType::f32, 0);
-              TPF_CHILD_CHECK(!acknowledged, "the acknowledged broadcast returned");
               comm.barrier();
             });
             TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
@@ -1416,8 +1497,6 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallBroadcastNobodySendsFailWithA
         c.keys,
         [&c](Communicator& comm) {
           comm.barrier();
-          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                          "the broadcast would be acknowledged");
           std::vector<int32_t> values(c.count, comm.rank()), got(c.count, -1);
           const Error e = expect_error("the broadcast or the barrier after it", [&] {
             // A 10-minute deadline: only the heartbeat ends the wait, however loaded the machine.
@@ -1455,8 +1534,6 @@ TEST_P(AcrossHostsFailures, LeadersWaitingForASmallRootedCallNobodySendsFailWith
         kTwoHostsOfOne,
         [call](Communicator& comm) {
           comm.barrier();
-          TPF_CHILD_CHECK(comm.next_sequence() % coll::kAcknowledgedEvery != 0,
-                          "the call would be acknowledged");
           const int root = call == Call::scatter ? 1 - comm.rank() : comm.rank();
           std::vector<int32_t> values(2, comm.rank()), got(2, -1);
           const Error e = expect_error("the call or the barrier after it", [&] {
