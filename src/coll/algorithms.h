@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-
 #include <optional>
 
 #include "coll/cost_model.h"
@@ -53,8 +52,8 @@ void scatter(transport::ShmFabric& fabric, const OpDesc& desc, const transport::
 void barrier(transport::ShmFabric& fabric, const transport::Fingerprint& fp,
              const transport::WaitContext& ctx);
 
-// Small collectives over eager messages (eager.cc): all_reduce, all_gather, reduce_scatter and
-// broadcast whose per-rank message is at most `eager_max_bytes`.
+// Small collectives over eager messages (eager.cc): all_reduce, all_gather, reduce_scatter,
+// broadcast and scatter whose per-rank message is at most `eager_max_bytes`.
 bool fits_eager(const OpDesc& desc, int nranks, size_t eager_max_bytes);
 void run_eager(transport::ShmFabric& fabric, const OpDesc& desc, const transport::Fingerprint& fp,
                const transport::WaitContext& ctx);

@@ -1,7 +1,7 @@
-// The eager path of small collectives (src/coll/eager.cc, ShmFabric::eager_*): a broadcast root
-// returns without waiting for its readers, messages wrap around the ring, and calls that disagree
-// are reported as mismatches, also against a staged call or a dead root, instead of timing out.
-// Also the fallback from asymmetric fences to full ones (transport/asymmetric_fence.h).
+// The eager path of small collectives (src/coll/eager.cc, ShmFabric::eager_*): a broadcast's or
+// scatter's root returns without waiting for its readers, messages wrap around the ring, and calls
+// that disagree are reported as mismatches, also against a staged call or a dead root, instead of
+// timing out. Also the fallback from asymmetric fences to full ones (transport/asymmetric_fence.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -93,6 +93,61 @@ TEST(EagerMessages, BroadcastRootReturnsWithoutReadersAndMessagesWrapTheRing) {
         comm.all_reduce(&one, &sum, 1, DType::i32, ReduceOp::sum);
         TPF_CHILD_CHECK(sum == comm.size(),
                         "all_reduce after the broadcasts gave " + std::to_string(sum));
+      },
+      run_options()));
+}
+
+// A small scatter's root posts every block in one eager message and returns, as a broadcast's
+// does; each rank reads its own block. Then scatters from every root, of every count up to twice
+// the eager size (the larger ones staged), each rank checking its block.
+TEST(EagerMessages, ScatterRootReturnsWithoutReadersAndEveryRankGetsItsBlock) {
+  SharedBlock shared;
+  auto& root_done = shared.counter(0);
+  constexpr int kUnread = static_cast<int>(ShmFabric::kEagerEntries) - 1;
+  constexpr size_t kRanks = 3;
+  expect_all_ok(run_ranks(
+      kRanks,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        constexpr size_t kMostCount = 2 * 256 / (kRanks * sizeof(int32_t));
+        std::vector<int32_t> blocks(kRanks * kMostCount), mine(kMostCount);
+        // Scatter i's element j of rank r's block.
+        auto value = [](int i, size_t r, size_t j) {
+          return payload(i, j) + static_cast<int32_t>(r) * 100000;
+        };
+        auto fill = [&](int i, size_t count) {
+          for (size_t r = 0; r < kRanks; ++r)
+            for (size_t j = 0; j < count; ++j) blocks[r * count + j] = value(i, r, j);
+        };
+        auto check = [&](int i, size_t count) {
+          for (size_t j = 0; j < count; ++j) {
+            TPF_CHILD_CHECK(mine[j] == value(i, static_cast<size_t>(me), j),
+                            "scatter " + std::to_string(i) + " element " + std::to_string(j) +
+                                " is " + std::to_string(mine[j]));
+          }
+        };
+        if (me == 0) {
+          for (int i = 0; i < kUnread; ++i) {
+            fill(i, 2);
+            comm.scatter(blocks.data(), mine.data(), 2, DType::i32, 0);
+            check(i, 2);
+          }
+          root_done.store(1);
+        } else {
+          TPF_CHILD_CHECK(wait_until([&] { return root_done.load() == 1; }, milliseconds(20000)),
+                          "the root did not return from scatters nobody had read yet");
+          for (int i = 0; i < kUnread; ++i) {
+            comm.scatter(blocks.data(), mine.data(), 2, DType::i32, 0);
+            check(i, 2);
+          }
+        }
+        for (int i = 0; i < 200; ++i) {
+          const size_t count = 1 + static_cast<size_t>(i * 7) % kMostCount;
+          const int root = i % comm.size();
+          if (me == root) fill(i, count);
+          comm.scatter(blocks.data(), mine.data(), count, DType::i32, root);
+          check(i, count);
+        }
       },
       run_options()));
 }
