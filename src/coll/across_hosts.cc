@@ -623,7 +623,7 @@ class HostCollective {
       if (h == host_) continue;
       flight.wait(f.received[h]);
       if (f.landed[h] != nullptr) std::memcpy(&f.theirs[h], f.landed[h], sizeof f.mine);
-      check_stamp(f.mine, f.theirs[h], h, sequence_);
+      coll::check_stamp(g_, ctx_, f.mine, f.theirs[h], h, std::nullopt);
     }
   }
   // Host h's message [stamp | payload], forwarded to this leader by the rounds: where it landed
@@ -632,11 +632,7 @@ class HostCollective {
     f.landed[h] = message;
     f.carried[h] = message + sizeof f.mine;
     std::memcpy(&f.theirs[h], message, sizeof f.mine);
-    check_stamp(f.mine, f.theirs[h], h, sequence_);
-  }
-  void check_stamp(const Stamp& mine, const Stamp& theirs, int h, uint64_t at) const {
-    coll::check_stamp(g_, ctx_, mine, theirs, h,
-                      at == sequence_ ? std::nullopt : std::optional(at));
+    coll::check_stamp(g_, ctx_, f.mine, f.theirs[h], h, std::nullopt);
   }
 
   // The leaders' checkpoints (kCheckpointEvery), at the start of every operation of a leader:
@@ -648,7 +644,7 @@ class HostCollective {
     if (phase == 0) {
       send_checkpoint_stamp();
     } else if (phase == kCheckpointLag) {
-      compare_checkpoint_stamps(sequence_ - kCheckpointLag);
+      compare_checkpoint_stamps(g_, sequence_ - kCheckpointLag, ctx_);
     }
   }
   void send_checkpoint_stamp() {
@@ -660,10 +656,6 @@ class HostCollective {
     }
     flight.wait_all();  // a tagged send's buffer is free at once, mostly; a put's after its flush
   }
-  // Waits for every other leader's stamp of the checkpoint at operation `at` and compares it with
-  // the one this leader sent there. A leader more than kCheckpointLag operations behind is waited
-  // for; one that called something else fails this one with a mismatch.
-  void compare_checkpoint_stamps(uint64_t at) { coll::compare_checkpoint_stamps(g_, at, ctx_); }
   // Throws where the call at the start of host h's `message` differs from this leader's `call`
   // (the messages of the calls that do not wait: a call's fingerprint, then its data).
   void check_leading_call(const std::byte* message, int h,

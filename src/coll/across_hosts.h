@@ -71,7 +71,7 @@ class HostScratch {
 // The window must outlast a scheduler time slice where ranks share cores: measured on small
 // broadcasts, 2 emulated hosts x 2 ranks (4 ranks on 2 cores; docs/fabric.md), checkpoints every
 // 64 operations ran at the speed of the acknowledged 64th they replaced (8-16 us a call), every
-// 512 at 4-5 us (6 MiB at most waiting from each sender at 8 KiB a message).
+// 512 at 3.6-6.6 us (6 MiB at most waiting from each sender at 8 KiB a message).
 inline constexpr uint64_t kCheckpointEvery = 512;
 inline constexpr uint64_t kCheckpointLag = kCheckpointEvery / 2;
 static_assert(kCheckpointLag > 0 && kCheckpointLag < kCheckpointEvery);

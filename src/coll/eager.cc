@@ -43,7 +43,7 @@ void reduce_blocks(transport::ShmFabric& fabric, const OpDesc& desc, size_t bloc
 constexpr size_t kEagerAllReduceBytes = 256;
 // A scatter's root posts every block: measured at N = 2 (us per call, eager / staged), 128 B 0.21 /
 // 0.35, 256 B 0.34-0.35 / 0.35-0.49, 512 B 0.60-0.69 / 0.38 (a 512 B broadcast took 0.63-0.65
-// eagerly then too, against 1 KiB staged at 0.39: see the note of 2026-11-29).
+// eagerly then too, against 1 KiB staged at 0.39; docs/fabric.md, "Eager messages").
 constexpr size_t kEagerScatterBytes = 256;
 
 }  // namespace

@@ -1412,7 +1412,7 @@ TEST_P(AcrossHostsFailures, AMismatchInABroadcastOrScatterDownATreeFailsEveryRan
 // A broadcast forced down the tree of five hosts whose ranks disagree on its count (16 KiB, one
 // rank 64 bytes more) fails every rank with a mismatch, whichever host disagrees: the root (which
 // sends before anything is compared), host c (which passes the buffer on to host d) or host d;
-// as the communicator's first call (a checkpoint: the leaders send their stamps, compared 32
+// as the communicator's first call (a checkpoint: the leaders send their stamps, compared 256
 // operations later) and after a barrier. The root's call goes down the tree ahead of the data:
 // the leaders that agree with it return, and learn of the mismatch from its failure notice at
 // their next wait, the barrier after (a rank still in the barrier before may learn of it there).

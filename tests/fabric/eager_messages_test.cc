@@ -109,6 +109,7 @@ TEST(EagerMessages, ScatterRootReturnsWithoutReadersAndEveryRankGetsItsBlock) {
       kRanks,
       [&](Communicator& comm) {
         const int me = comm.rank();
+        // Blocks of up to twice the eager scatter's 256 bytes (coll/eager.cc).
         constexpr size_t kMostCount = 2 * 256 / (kRanks * sizeof(int32_t));
         std::vector<int32_t> blocks(kRanks * kMostCount), mine(kMostCount);
         // Scatter i's element j of rank r's block.
