@@ -561,8 +561,6 @@ class HostCollective {
     Fingerprints fingerprints;
     gather_packed(fingerprints, 0, kNoPayloadFill, kNoPayload);
   }
-  // What a leader's fingerprint message starts with: its stamp (across_hosts.h).
-  using Stamp = CallStamp;
   // The exchange of compare_fingerprints_across_hosts in two halves, so that a collective can
   // send its data along with its fingerprint (exchange_packed, broadcast_one_round). Leaders
   // only. The sends read `mine` or scratch in place (a send may start later, behind its peer's
@@ -573,8 +571,8 @@ class HostCollective {
     Fingerprints() = default;
     Fingerprints(const Fingerprints&) = delete;
     Fingerprints& operator=(const Fingerprints&) = delete;
-    Stamp mine{};
-    std::vector<Stamp> theirs;
+    CallStamp mine{};  // what this leader's messages start with (across_hosts.h)
+    std::vector<CallStamp> theirs;
     std::vector<size_t> received;      // per host: the request of its fingerprint
     std::vector<std::byte*> landed;    // per host whose message carries a payload: the message
     std::vector<const void*> carried;  // per host whose message carries a payload: the payload
@@ -648,7 +646,7 @@ class HostCollective {
     }
   }
   void send_checkpoint_stamp() {
-    const Stamp stamp{collective_fingerprint(d_, sequence_), g_.uncompared.take()};
+    const CallStamp stamp{collective_fingerprint(d_, sequence_), g_.uncompared.take()};
     g_.uncompared.set_checkpoint(stamp);
     InFlight flight(g_.network, ctx_);
     for (int h : others_from_next()) {
@@ -691,15 +689,11 @@ class HostCollective {
     // a put one after its flush, no later than the other leader's message arrives here.)
     flight.wait_all();
   }
-  // Sizes and fills for exchange_packed: the same number of bytes to or from every host; a copy
-  // of the same data to every host.
+  // The same number of bytes to or from every host (exchange_packed's and gather_packed's sizes).
   static auto same_for_all(size_t bytes) {
     return [bytes](int) { return bytes; };
   }
-  static auto copy_of(const void* data) {
-    return [data](int, std::byte* to, size_t bytes) { copy_bytes(to, data, bytes); };
-  }
-  // The same for gather_packed, which fills its one message.
+  // gather_packed's fill: a copy of `data` into its one message.
   static auto copy_to(const void* data) {
     return [data](std::byte* to, size_t bytes) { copy_bytes(to, data, bytes); };
   }
@@ -1472,23 +1466,24 @@ class HostCollective {
     auto host_at = [&](int position) { return (root_host + position) % hcount; };
     const TreeLinks links = binomial_links((host_ - root_host + hcount) % hcount, hcount);
     const bool receives = is_leader() && host_ != root_host;
-    const bool acknowledged = !root_leads();
+    const bool fingerprints_beside_data = !root_leads();
     const transport::Fingerprint call = call_fingerprint();
-    if (!acknowledged && is_leader()) g_.uncompared.add(call);
+    if (!fingerprints_beside_data && is_leader()) g_.uncompared.add(call);
     const size_t chunks = chunks_of(n).number;
     // Outlive `flight`, which cancels what is pending into them.
     Fingerprints fingerprints;
     transport::Fingerprint roots{};
     InFlight flight(g_.network, ctx_);
-    if (acknowledged && is_leader()) post_fingerprints(flight, fingerprints);
+    if (fingerprints_beside_data && is_leader()) post_fingerprints(flight, fingerprints);
     std::byte* landed = nullptr;
     if (receives) {
       landed = scratch(kHostData, n);
       const int parent = links.parent == 0 ? d_.root : leader(host_at(links.parent));
-      const size_t roots_call =
-          acknowledged ? 0 : flight.recv(parent, tag(kFingerprint), &roots, sizeof roots);
+      const size_t roots_call = fingerprints_beside_data
+                                    ? 0
+                                    : flight.recv(parent, tag(kFingerprint), &roots, sizeof roots);
       const size_t arrival = post_recv(flight, parent, kFirst, landed, n);
-      if (!acknowledged) {
+      if (!fingerprints_beside_data) {
         flight.wait(roots_call);
         if (roots != call) throw call_mismatch(call, root_host, roots);
       }
@@ -1498,11 +1493,11 @@ class HostCollective {
       const void* data = me_ == d_.root ? d_.send : landed;
       for (int child : links.children) {
         const int to = leader(host_at(child));
-        if (!acknowledged) flight.send(to, tag(kFingerprint), &call, sizeof call);
+        if (!fingerprints_beside_data) flight.send(to, tag(kFingerprint), &call, sizeof call);
         flight.wait_run(post_send(flight, to, kFirst, data, n), chunks);
       }
     }
-    if (acknowledged && is_leader()) check_fingerprints(flight, fingerprints);
+    if (fingerprints_beside_data && is_leader()) check_fingerprints(flight, fingerprints);
     flight.wait_all();
     if (receives) copy_bytes(d_.recv, landed, bytes(n));
     broadcast_inside_hosts();
@@ -2003,7 +1998,7 @@ class HostCollective {
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
   // Small, the host's blocks ride in the fingerprint message to the root (gather_one_round):
-  // with one rank per host always; with several where the root leads its host. Otherwise the
+  // where the root leads its host (with one rank per host, always). Otherwise the
   // leaders compare fingerprints first. A small call is compared at the root's leader, and with
   // the next fingerprint exchange or checkpoint stamp (UncomparedCalls), as a small reduce's or
   // broadcast's: the other ranks learn of a mismatch at their next wait. Per rail above the
@@ -2011,8 +2006,7 @@ class HostCollective {
   void gather() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return gather_per_rail();
-    const bool small =
-        packs(bytes(block * largest_host())) && (largest_host() == 1 || root_leads());
+    const bool small = packs(bytes(block * largest_host())) && root_leads();
     if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
     const int rep = representative_local_rank(host_);
