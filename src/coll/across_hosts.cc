@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "base/call_arena.h"
 #include "coll/reduce_kernels.h"
 #include "tpf/error.h"
 
@@ -92,33 +94,32 @@ bool consecutive(const std::vector<int>& ranks) {
   return ranks.empty() || ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
 }
 
-// A position's neighbours in the binomial tree of `hosts` positions rooted at position 0: position
-// p hears from p minus its lowest set bit and passes on to p + 2^j for every 2^j below that bit
-// (the root: below the top), the farthest first, so that the hosts with the most below them
-// start passing on first.
-struct TreeLinks {
-  int parent = 0;
-  std::vector<int> children;
-};
-TreeLinks binomial_links(int position, int hosts) {
-  TreeLinks links;
-  int reach = 1;
-  while (reach < hosts && (position & reach) == 0) reach *= 2;
-  if (position != 0) links.parent = position - reach;
-  for (int step = reach / 2; step >= 1; step /= 2)
-    if (position + step < hosts) links.children.push_back(position + step);
-  return links;
-}
-// The links of a small call from (or to) a root by position from the root's host: down that tree
+// A position's neighbours among `hosts` positions, rooted at position 0: down the binomial tree
 // where `tree`, else straight (the root linked with every other position, each of them with the
-// root). The root's parent is itself (unused).
-TreeLinks rooted_links(int position, int hosts, bool tree) {
-  if (tree) return binomial_links(position, hosts);
-  TreeLinks links;
-  if (position == 0)
-    for (int p = 1; p < hosts; ++p) links.children.push_back(p);
-  return links;
-}
+// root; the root's parent is itself, unused). In the tree position p hears from p minus its lowest
+// set bit and passes on to p + 2^j for every 2^j below that bit (the root: below the top), the
+// farthest first, so that the hosts with the most below them start passing on first. Built in
+// place: the children live inline (up to 32: a tree's, a straight root's on up to 33 hosts).
+struct TreeLinks {
+  TreeLinks(int position, int hosts, bool tree) : children(&arena) {
+    if (!tree) {
+      if (position == 0)
+        for (int p = 1; p < hosts; ++p) children.push_back(p);
+      return;
+    }
+    int reach = 1;
+    while (reach < hosts && (position & reach) == 0) reach *= 2;
+    if (position != 0) parent = position - reach;
+    for (int step = reach / 2; step >= 1; step /= 2)
+      if (position + step < hosts) children.push_back(position + step);
+  }
+  TreeLinks(const TreeLinks&) = delete;
+  TreeLinks& operator=(const TreeLinks&) = delete;
+
+  base::CallArena<32 * sizeof(int)> arena;
+  int parent = 0;
+  std::pmr::vector<int> children;
+};
 // The positions at and below `position` in that tree: [position, subtree_end(position, hosts)).
 int subtree_end(int position, int hosts) {
   return position == 0 ? hosts : std::min(position + (position & -position), hosts);
@@ -203,7 +204,10 @@ struct SliceOwners {
 class InFlight {
  public:
   InFlight(transport::UcxNetwork& network, const transport::WaitContext& ctx)
-      : network_(network), ctx_(ctx) {}
+      : network_(network), ctx_(ctx), requests_(&arena_), started_(&arena_), peers_(&arena_) {
+    requests_.reserve(kReserved);  // one allocation for a small collective's transfers
+    started_.reserve(kReserved);
+  }
   ~InFlight() {
     for (NetRequest& request : requests_) {
       if (request.pending != nullptr) network_.cancel(std::span<NetRequest>(&request, 1));
@@ -214,8 +218,14 @@ class InFlight {
 
   // Start (or queue) a transfer; returns its index for wait().
   size_t send(int peer, uint64_t tag, const void* data, size_t bytes) {
+    Peer& to = peer_of(peer);
+    if (to.queued.empty() && to.in_flight.size() < kSendWindow) {  // room: start it now
+      const size_t index = add(network_.send(peer, tag, data, bytes), true);
+      if (requests_[index].pending != nullptr) to.in_flight.push_back(index);
+      return index;
+    }
     const size_t index = add(NetRequest{nullptr, peer, true, bytes}, false);
-    peer_of(peer).queued.push_back({index, tag, data});
+    to.queued.push_back({index, tag, data});
     refill();
     return index;
   }
@@ -255,11 +265,11 @@ class InFlight {
     uint64_t tag;
     const void* data;
   };
-  // A first-in first-out queue that allocates nothing until its first push: a small collective
-  // sends one or two messages a peer, and its allocations showed in the per-call profile.
+  // A first-in first-out queue in the transfers' arena.
   template <class T>
   class Fifo {
    public:
+    explicit Fifo(std::pmr::memory_resource* arena) : items_(arena) {}
     bool empty() const { return head_ == items_.size(); }
     size_t size() const { return items_.size() - head_; }
     const T& front() const { return items_[head_]; }
@@ -267,7 +277,7 @@ class InFlight {
     void pop_front() { ++head_; }
 
    private:
-    std::vector<T> items_;
+    std::pmr::vector<T> items_;
     size_t head_ = 0;
   };
   struct Peer {
@@ -280,9 +290,10 @@ class InFlight {
   Peer& peer_of(int rank) {
     for (Peer& peer : peers_)
       if (peer.rank == rank) return peer;
-    return peers_.emplace_back(Peer{rank, {}, {}});
+    return peers_.emplace_back(Peer{rank, Fifo<size_t>(&arena_), Fifo<Queued>(&arena_)});
   }
 
+  static constexpr size_t kReserved = 8;
   size_t add(NetRequest request, bool started) {
     requests_.push_back(request);
     started_.push_back(started);
@@ -316,11 +327,14 @@ class InFlight {
 
   transport::UcxNetwork& network_;
   const transport::WaitContext& ctx_;
+  // Every container below lives in this arena, inline for a small collective's few transfers
+  // (the heap beyond): the malloc and free of each showed in the per-call profile.
+  base::CallArena<2048> arena_;
   // Appended to by send() and recv() only, never during a wait (whose refills start queued
   // sends in place), so the span of one element a wait hands the network stays valid.
-  std::vector<NetRequest> requests_;
-  std::vector<bool> started_;
-  std::vector<Peer> peers_;  // in the order the collective first sent to them
+  std::pmr::vector<NetRequest> requests_;
+  std::pmr::vector<uint8_t> started_;  // a flag per request (vector<bool>'s bit inserts cost more)
+  std::pmr::vector<Peer> peers_;       // in the order the collective first sent to them
 };
 
 // The error of a leader (of `g`, in the call `ctx` names) whose call `mine` differs from the call
@@ -464,9 +478,11 @@ class HostCollective {
   // from the same size, host count and settings (shared: comm/settings_agreement.h); remembered
   // for the fingerprint, a second guard.
   NetworkAlgorithm choose_network(Collective op) {
-    network_ = choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
-                                        tuning_.network_cost, usable_rails(),
-                                        op != Collective::broadcast || root_leads());
+    const bool leads = op != Collective::broadcast || root_leads();
+    network_ = g_.choices.get(op, bytes(d_.count), leads, [&] {
+      return choose_network_algorithm(op, bytes(d_.count), hosts(), tuning_.forced_network,
+                                      tuning_.network_cost, usable_rails(), leads);
+    });
     return *network_;
   }
   // Reductions across several steps add; an average divides once at the end.
@@ -568,14 +584,15 @@ class HostCollective {
   // outlives its InFlight; no copies or moves. A message may carry a payload after the
   // fingerprint; `carried[h]` is where host h's payload landed.
   struct Fingerprints {
-    Fingerprints() = default;
+    Fingerprints() : theirs(&arena), received(&arena), landed(&arena), carried(&arena) {}
     Fingerprints(const Fingerprints&) = delete;
     Fingerprints& operator=(const Fingerprints&) = delete;
-    CallStamp mine{};  // what this leader's messages start with (across_hosts.h)
-    std::vector<CallStamp> theirs;
-    std::vector<size_t> received;      // per host: the request of its fingerprint
-    std::vector<std::byte*> landed;    // per host whose message carries a payload: the message
-    std::vector<const void*> carried;  // per host whose message carries a payload: the payload
+    base::CallArena<1024> arena;  // the vectors' memory (a malloc each showed per call)
+    CallStamp mine{};             // what this leader's messages start with (across_hosts.h)
+    std::pmr::vector<CallStamp> theirs;
+    std::pmr::vector<size_t> received;      // per host: the request of its fingerprint
+    std::pmr::vector<std::byte*> landed;    // per host whose message carries a payload: the message
+    std::pmr::vector<const void*> carried;  // per host whose message carries a payload: the payload
   };
   void post_fingerprints(InFlight& flight, Fingerprints& f) {
     post_messages(flight, f, kNoPayload, kNoFill, kNoPayload);
@@ -869,7 +886,7 @@ class HostCollective {
 
   // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order), an average
   // divided. dst may be any of the parts.
-  void combine_hosts(void* dst, const std::vector<const void*>& parts, size_t count) {
+  void combine_hosts(void* dst, std::span<const void* const> parts, size_t count) {
     if (count == 0) return;  // the parts of an empty call may be null
     bool clash = false;      // reduce_n lets dst alias the first part only
     for (size_t h = 1; h < parts.size(); ++h)
@@ -1125,9 +1142,8 @@ class HostCollective {
     if (is_leader() && packs(bytes(n))) {
       Fingerprints fingerprints;
       gather_packed(fingerprints, bytes(n), copy_to(partial), same_for_all(bytes(n)));
-      std::vector<const void*> parts = fingerprints.carried;
-      parts[host_] = partial;
-      combine_hosts(d_.recv, parts, n);
+      fingerprints.carried[host_] = partial;
+      combine_hosts(d_.recv, fingerprints.carried, n);
     } else if (is_leader()) {
       Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
       InFlight flight(g_.network, ctx_);
@@ -1181,7 +1197,8 @@ class HostCollective {
       partial = combined;
     }
     if (is_leader()) {
-      std::vector<const void*> parts = to_root_packed(partial, bytes(n), same_for_all(bytes(n)));
+      std::pmr::vector<const void*> parts =
+          to_root_packed(partial, bytes(n), same_for_all(bytes(n)));
       if (root_host_here) {
         parts[host_] = partial;
         combine_hosts(combined, parts, n);
@@ -1464,7 +1481,7 @@ class HostCollective {
     const int hcount = hosts();
     const int root_host = g_.hosts.host_of(d_.root);
     auto host_at = [&](int position) { return (root_host + position) % hcount; };
-    const TreeLinks links = binomial_links((host_ - root_host + hcount) % hcount, hcount);
+    const TreeLinks links((host_ - root_host + hcount) % hcount, hcount, /*tree=*/true);
     const bool receives = is_leader() && host_ != root_host;
     const bool fingerprints_beside_data = !root_leads();
     const transport::Fingerprint call = call_fingerprint();
@@ -1520,8 +1537,7 @@ class HostCollective {
     // The hosts this leader hears from and passes the message on to, by position from the root's.
     const int position = (host_ - root_host + hcount) % hcount;
     auto host_at = [&](int p) { return (root_host + p) % hcount; };
-    const TreeLinks links =
-        rooted_links(position, hcount, broadcast_in_tree(hcount, tuning_.network_cost));
+    const TreeLinks links(position, hcount, broadcast_in_tree(hcount, tuning_.network_cost));
     std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every child
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
@@ -1545,11 +1561,11 @@ class HostCollective {
   // and the senders through its failure notice, at their next wait; the digest of these calls
   // (UncomparedCalls) goes with the next fingerprint exchange or checkpoint stamp. Leaders only.
   template <class InBytes>
-  std::vector<const void*> to_root_packed(const void* mine, size_t my_bytes, InBytes&& in_bytes) {
+  std::pmr::vector<const void*> to_root_packed(const void* mine, size_t my_bytes,
+                                               InBytes&& in_bytes) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
     const int root_host = g_.hosts.host_of(d_.root);
-    std::vector<const void*> carried(hosts(), nullptr);
     InFlight flight(g_.network, ctx_);
     if (host_ != root_host) {
       std::byte* message = g_.scratch.get(to_slot(root_host), sizeof call + my_bytes);
@@ -1557,10 +1573,11 @@ class HostCollective {
       copy_bytes(message + sizeof call, mine, my_bytes);
       flight.send(leader(root_host), tag(kFingerprint), message, sizeof call + my_bytes);
       flight.wait_all();
-      return carried;
+      return std::pmr::vector<const void*>(&arena_);  // nothing lands here
     }
-    std::vector<std::byte*> landed(hosts(), nullptr);
-    std::vector<size_t> arrivals(hosts(), 0);
+    std::pmr::vector<const void*> carried(hosts(), nullptr, &arena_);
+    std::pmr::vector<std::byte*> landed(hosts(), nullptr, &arena_);
+    std::pmr::vector<size_t> arrivals(hosts(), 0, &arena_);
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       const size_t message = sizeof call + in_bytes(h);
@@ -1846,9 +1863,8 @@ class HostCollective {
           fingerprints, bytes(largest_host() * block),
           [&](int, int to) { return bytes(ranks_on(to).size() * block); },
           blocks_for_host(host_sum, block));
-      std::vector<const void*> parts = fingerprints.carried;
-      parts[host_] = blocks_of(host_sum, mine, block, kOwnPart);
-      combine_hosts(result, parts, mine.size() * block);
+      fingerprints.carried[host_] = blocks_of(host_sum, mine, block, kOwnPart);
+      combine_hosts(result, fingerprints.carried, mine.size() * block);
     } else if (is_leader()) {
       InFlight flight(g_.network, ctx_);
       const Arrivals arrivals = expect_parts(flight, mine.size() * block);
@@ -1988,7 +2004,7 @@ class HostCollective {
     const int root_host = g_.hosts.host_of(d_.root);
     const std::vector<int>& mine = ranks_on(host_);
     auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
-    const std::vector<const void*> carried =
+    const std::pmr::vector<const void*> carried =
         to_root_packed(host_blocks, host_bytes(host_), host_bytes);
     if (me_ != d_.root) return;
     place_blocks(d_.recv, host_blocks, mine, block);
@@ -2067,10 +2083,10 @@ class HostCollective {
     };
     if (broadcast_in_tree(hcount, tuning_.network_cost)) {
       tree = true;
-      for (int child : binomial_links(0, hcount).children)
-        tree = tree && packs(payload_bytes(child));
+      const TreeLinks from_root(0, hcount, /*tree=*/true);
+      for (int child : from_root.children) tree = tree && packs(payload_bytes(child));
     }
-    const TreeLinks links = rooted_links(position, hcount, tree);
+    const TreeLinks links(position, hcount, tree);
     InFlight flight(g_.network, ctx_);
     std::byte* landed = nullptr;  // this leader's message: the call, then its blocks and below
     if (me_ != d_.root) {
@@ -2191,7 +2207,7 @@ class HostCollective {
       std::vector<const void*> from(hosts());
       if (small) {
         exchange_blocks(fingerprints, bytes(block * largest * largest), pair_bytes, pack_for);
-        from = fingerprints.carried;
+        from.assign(fingerprints.carried.begin(), fingerprints.carried.end());
       } else {
         for (int h = 0; h < hosts(); ++h) {
           if (h == host_) continue;
@@ -2372,6 +2388,7 @@ class HostCollective {
   const int local_rank_;
   std::optional<NetworkAlgorithm> network_;  // set by choose_network (all_reduce, broadcast)
   std::optional<bool> gather_ring_;          // all_gather's exchange: round a ring or direct
+  base::CallArena<1024> arena_;  // the small per-host vectors of the call (a malloc each showed)
 };
 
 }  // namespace

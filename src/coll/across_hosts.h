@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "coll/algorithms.h"
+#include "coll/network_cost.h"
 #include "coll/op_desc.h"
 #include "topo/hosts.h"
 #include "transport/shm_fabric.h"
@@ -108,6 +109,7 @@ struct HostGroup {
   int rank;                     // this rank in the communicator
   HostScratch& scratch;         // the communicator's, reused across its collectives
   UncomparedCalls& uncompared;  // the communicator's (leaders' only)
+  NetworkChoices& choices;      // the communicator's
 };
 
 // Runs the collective `desc` (validated; not send/recv) as operation `sequence`.

@@ -4,7 +4,9 @@
 // --network` refits the constants from `tpf bench` runs across hosts.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -233,5 +235,35 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
                                           std::optional<NetworkAlgorithm> forced,
                                           const NetworkLinkCost& cost, int rails = 1,
                                           bool root_leads = true);
+
+// The choices of one communicator, remembered: its host count, rails and settings never change,
+// so a choice depends on the collective, the size and whether a broadcast's root leads its host
+// alone. Pricing every form took about a tenth of a small collective's own instructions (534 of
+// 5,900 a call, callgrind). Direct-mapped: a loop's few sizes stay, others evict. Not shared
+// between threads (a communicator runs one collective at a time).
+class NetworkChoices {
+ public:
+  template <class Choose>
+  NetworkAlgorithm get(Collective op, size_t bytes, bool root_leads, Choose&& choose) {
+    // Fibonacci hashing: sizes are mostly multiples of a power of two, which a plain modulo
+    // would crowd into a few slots.
+    const uint64_t key = (uint64_t{bytes} << 5) ^ (static_cast<uint64_t>(op) << 1) ^ root_leads;
+    Entry& e = entries_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits)];
+    if (!e.used || e.bytes != bytes || e.op != op || e.root_leads != root_leads)
+      e = {bytes, op, root_leads, choose(), true};
+    return e.algorithm;
+  }
+
+ private:
+  static constexpr int kSlotBits = 6;
+  struct Entry {
+    size_t bytes = 0;
+    Collective op{};
+    bool root_leads = false;
+    NetworkAlgorithm algorithm{};
+    bool used = false;
+  };
+  std::array<Entry, size_t{1} << kSlotBits> entries_{};
+};
 
 }  // namespace tpf::coll

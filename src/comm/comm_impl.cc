@@ -150,8 +150,9 @@ void CommImpl::settle_checkpoints() noexcept {
     const transport::WaitContext ctx = transport::WaitContext::with_timeout(
         timeout_of("destroying the communicator", {}),
         [this] { return "destroying communicator '" + setup_.name + "'"; });
-    coll::settle_checkpoints({*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_},
-                             sequence_.load(), ctx);
+    coll::settle_checkpoints(
+        {*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_, network_choices_},
+        sequence_.load(), ctx);
   } catch (...) {
     // Destroying cannot throw: the failure (a mismatch in the last calls, a peer that failed or
     // never came) is recorded, which tells the peers, some perhaps still waiting on this rank.
@@ -393,8 +394,9 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
         RecentCalls& calls;
         ~EndCall() { calls.end(); }
       } end_call{recent_calls_};
-      coll::run_across_hosts({*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_},
-                             desc, sequence, ctx, setup_.settings.tuning);
+      coll::run_across_hosts(
+          {*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_, network_choices_}, desc,
+          sequence, ctx, setup_.settings.tuning);
     } else {
       coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
     }

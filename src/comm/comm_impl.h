@@ -115,10 +115,11 @@ class CommImpl {
   std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
-  std::unique_ptr<NetP2p> net_p2p_;   // send/recv to other hosts; declared after network_
-  coll::HostScratch host_scratch_;    // buffers the collectives across hosts reuse
-  coll::UncomparedCalls uncompared_;  // calls across hosts not compared yet; the last stamp
-  RecentCalls recent_calls_;          // across hosts: what the heartbeat tells and compares
+  std::unique_ptr<NetP2p> net_p2p_;       // send/recv to other hosts; declared after network_
+  coll::HostScratch host_scratch_;        // buffers the collectives across hosts reuse
+  coll::UncomparedCalls uncompared_;      // calls across hosts not compared yet; the last stamp
+  coll::NetworkChoices network_choices_;  // the cost model's choices across hosts, remembered
+  RecentCalls recent_calls_;              // across hosts: what the heartbeat tells and compares
   // Names a stopped or unreachable rank on another host; declared last: stopped first.
   std::unique_ptr<Heartbeat> heartbeat_;
   std::chrono::milliseconds default_timeout_;

@@ -159,6 +159,11 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     void* pending = nullptr;
   };
   std::vector<NoticeSlot> notices_in;  // by rank
+  // How many of those receives completed (their callback counts; a cancel counts too), and how
+  // many notice_locked has looked at: every wait's round of progress asks whether a notice
+  // came, and testing each peer's receive there cost a round O(peers).
+  uint64_t notices_completed = 0;
+  uint64_t notices_examined = 0;
   std::string notice_out;
   std::vector<void*> notices_out;  // sends in flight
   // Acknowledgements: of this rank's notice, by rank (a receive posted per peer told), and those
@@ -444,7 +449,12 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
     Ucx::NoticeSlot& slot = u.notices_in[p];
     slot.buffer.resize(kMaxNoticeBytes);
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.op_attr_mask =
+        UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv = [](void*, ucs_status_t, const ucp_tag_recv_info_t*, void* completed) {
+      ++*static_cast<uint64_t*>(completed);
+    };
+    param.user_data = &u.notices_completed;
     ucs_status_ptr_t posted = ucp_tag_recv_nbx(u.worker, slot.buffer.data(), slot.buffer.size(),
                                                ucx_tag(p, kNoticeTag), ~uint64_t{0}, &param);
     if (!UCS_PTR_IS_ERR(posted)) slot.pending = posted;
@@ -559,7 +569,10 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
 
 std::optional<FailureRecord> UcxNetwork::notice_locked() {
   Ucx& u = *ucx_;
-  for (size_t p = 0; p < u.notices_in.size(); ++p) {
+  if (u.notices_examined == u.notices_completed) return received_notice_;
+  const uint64_t completed = u.notices_completed;
+  bool took_one = false;  // one a round, as before: the next round looks again
+  for (size_t p = 0; p < u.notices_in.size() && !took_one; ++p) {
     Ucx::NoticeSlot& slot = u.notices_in[p];
     if (slot.pending == nullptr) continue;
     ucp_tag_recv_info_t info{};
@@ -580,8 +593,9 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
     received_notice_ =
         FailureRecord{static_cast<ErrorCode>(code),
                       std::string(slot.buffer.data() + sizeof code, info.length - sizeof code)};
-    break;
+    took_one = true;
   }
+  if (!took_one) u.notices_examined = completed;
   return received_notice_;
 }
 

@@ -308,6 +308,61 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
       NetworkAlgorithm::one_shot);
 }
 
+// A communicator remembers its choices (NetworkChoices): each is the one choose_network_algorithm
+// makes, computed once per (collective, size, leading root) while it keeps its slot, and again
+// after another key took it.
+TEST(NetworkCost, RememberedChoicesAreTheModelsAndComputedOncePerKey) {
+  NetworkLinkCost c;
+  c.link_gbps = 0.125;
+  coll::NetworkChoices choices;
+  int computed = 0;
+  struct Key {
+    Collective op;
+    size_t bytes;
+    bool root_leads;
+  };
+  const std::vector<Key> keys = {{Collective::broadcast, 2048, true},
+                                 {Collective::broadcast, 2048, false},
+                                 {Collective::broadcast, size_t{16} << 10, true},
+                                 {Collective::all_reduce, 2048, true},
+                                 {Collective::all_reduce, size_t{64} << 20, true},
+                                 {Collective::broadcast, size_t{256} << 10, true}};
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Key& k : keys) {
+      const NetworkAlgorithm direct =
+          coll::choose_network_algorithm(k.op, k.bytes, 8, std::nullopt, c, 1, k.root_leads);
+      EXPECT_EQ(choices.get(k.op, k.bytes, k.root_leads,
+                            [&] {
+                              ++computed;
+                              return direct;
+                            }),
+                direct)
+          << k.bytes;
+    }
+  }
+  EXPECT_EQ(computed, static_cast<int>(keys.size()));  // the second pass remembered them all
+  // More keys than slots (64): some evict others, which are then computed again, with the same
+  // answer.
+  computed = 0;
+  const int many = 100;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < many; ++i) {
+      const size_t bytes = size_t{1024} * static_cast<size_t>(i + 1);
+      const NetworkAlgorithm direct =
+          coll::choose_network_algorithm(Collective::all_reduce, bytes, 8, std::nullopt, c);
+      EXPECT_EQ(choices.get(Collective::all_reduce, bytes, true,
+                            [&] {
+                              ++computed;
+                              return direct;
+                            }),
+                direct)
+          << bytes;
+    }
+  }
+  EXPECT_GT(computed, many);
+  EXPECT_LT(computed, 2 * many);  // and those alone in their slot stayed
+}
+
 // The tree takes a broadcast's mid sizes on many hosts. Hand counts at the defaults on links of
 // 0.125 GB/s (a 16 KiB buffer is 131.072 us through a link), 8 hosts, 16 KiB (more than one
 // packed message):
