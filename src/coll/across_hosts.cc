@@ -1,6 +1,7 @@
 #include "coll/across_hosts.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <functional>
 #include <memory_resource>
@@ -99,14 +100,16 @@ bool consecutive(const std::vector<int>& ranks) {
 // root; the root's parent is itself, unused). In the tree position p hears from p minus its lowest
 // set bit and passes on to p + 2^j for every 2^j below that bit (the root: below the top), the
 // farthest first, so that the hosts with the most below them start passing on first. Built in
-// place: the children live inline (up to 32: a tree's, a straight root's on up to 33 hosts).
+// place: the children live inline up to 32 (a tree's always; a straight root's on up to 33 hosts).
 struct TreeLinks {
   TreeLinks(int position, int hosts, bool tree) : children(&arena) {
     if (!tree) {
-      if (position == 0)
-        for (int p = 1; p < hosts; ++p) children.push_back(p);
+      if (position != 0) return;
+      children.reserve(static_cast<size_t>(hosts - 1));
+      for (int p = 1; p < hosts; ++p) children.push_back(p);
       return;
     }
+    children.reserve(std::bit_width(static_cast<unsigned>(hosts)));  // at least the children
     int reach = 1;
     while (reach < hosts && (position & reach) == 0) reach *= 2;
     if (position != 0) parent = position - reach;
