@@ -2207,7 +2207,7 @@ class HostCollective {
       };
       Fingerprints fingerprints;  // outlives `flight`
       InFlight flight(g_.network, ctx_);
-      std::vector<const void*> from(hosts());
+      std::pmr::vector<const void*> from(hosts(), nullptr, &arena_);
       if (small) {
         exchange_blocks(fingerprints, bytes(block * largest * largest), pair_bytes, pack_for);
         from.assign(fingerprints.carried.begin(), fingerprints.carried.end());
