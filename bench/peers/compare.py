@@ -2,8 +2,8 @@
 """Compare tpfabric's collectives with Open MPI, Gloo and PyTorch (gloo backend) on this machine.
 
 For every rank count N and collective, the implementations run in ALTERNATION (tpf, mpi, gloo,
-torch, then again, ROUNDS times), so that a noisy neighbour or a frequency change hurts all of them
-alike. Each run sweeps the same sizes with the same definitions (apps/tpf/bench_spec.cc): bytes =
+torch, then again, ROUNDS times, each round starting one implementation later), so that a noisy
+neighbour, a frequency change or the run before hurts all of them alike. Each run sweeps the same sizes with the same definitions (apps/tpf/bench_spec.cc): bytes =
 the largest buffer a rank touches, time = mean per call over ITERS calls after WARMUP calls,
 maximised over ranks; the report takes the median over rounds.
 
@@ -311,7 +311,11 @@ def compare(a, cluster=None):
     for n in a.nranks:
         for coll in a.collectives:
             for rnd in range(a.rounds):
-                for impl in a.impls:  # the alternation: one run of each, then the next round
+                # The alternation: one run of each, then the next round, each round starting one
+                # implementation later, so that no implementation always runs right after the
+                # same other one (a run after Open MPI's measured slower at its first size).
+                shift = rnd % len(a.impls)
+                for impl in a.impls[shift:] + a.impls[:shift]:
                     if not runner.available[impl]:
                         continue
                     try:
