@@ -488,6 +488,11 @@ class HostCollective {
     });
     return *network_;
   }
+  // A vector of `n` value-initialized elements for this call only, in its arena (arena_).
+  template <class T>
+  std::pmr::vector<T> per_call(size_t n = 0) {
+    return std::pmr::vector<T>(n, T{}, &arena_);
+  }
   // Reductions across several steps add; an average divides once at the end.
   ReduceOp partial_op() const { return d_.op == ReduceOp::avg ? ReduceOp::sum : d_.op; }
   uint64_t tag(Stage stage, size_t chunk = 0) const { return tag_of(sequence_, stage, chunk); }
@@ -745,7 +750,7 @@ class HostCollective {
     stamp(f);
     const int hcount = hosts();
     auto host_at = [&](int position) { return (host_ + position) % hcount; };
-    std::vector<size_t> offset(static_cast<size_t>(hcount) + 1, 0);  // of each position
+    auto offset = per_call<size_t>(static_cast<size_t>(hcount) + 1);  // of each position
     for (int i = 0; i < hcount; ++i)
       offset[i + 1] = offset[i] + sizeof f.mine + (i == 0 ? my_bytes : in_bytes(host_at(i)));
     std::byte* gathered = g_.scratch.get(kGathered, offset[hcount]);
@@ -754,7 +759,7 @@ class HostCollective {
     InFlight flight(g_.network, ctx_);  // ends before `f`, which points into `gathered`
     // Round k carries positions [reach, reach + min(reach, H - reach)), reach = 2^k.
     auto carried_end = [&](int reach) { return reach + std::min(reach, hcount - reach); };
-    std::vector<size_t> arrivals;
+    auto arrivals = per_call<size_t>();
     for (int reach = 1, k = 0; reach < hcount; reach *= 2, ++k) {
       arrivals.push_back(flight.recv(leader(host_at(reach)), tag(kFingerprint, k),
                                      gathered + offset[reach],
@@ -813,7 +818,8 @@ class HostCollective {
     };
     // Scratch: this leader's blocks, then each round's message out and message in.
     size_t total = 0;
-    std::vector<size_t> own(static_cast<size_t>(hcount)), out, in;
+    auto own = per_call<size_t>(static_cast<size_t>(hcount));
+    auto out = per_call<size_t>(), in = per_call<size_t>();
     for (int i = 1; i < hcount; ++i) {
       own[i] = total;
       total += block_bytes(host_, i, 1);
@@ -825,7 +831,7 @@ class HostCollective {
       total += round_bytes(wrap(host_ + reach), reach);
     }
     std::byte* base = g_.scratch.get(kGathered, total);
-    std::vector<std::byte*> position(static_cast<size_t>(hcount), nullptr);
+    auto position = per_call<std::byte*>(static_cast<size_t>(hcount));
     for (int i = 1; i < hcount; ++i) {
       position[i] = base + own[i];
       std::memcpy(position[i], &f.mine, sizeof f.mine);
@@ -833,7 +839,7 @@ class HostCollective {
       fill(to, position[i] + sizeof f.mine, pair_bytes(host_, to));
     }
     InFlight flight(g_.network, ctx_);  // ends before `f`, which points into `base`
-    std::vector<size_t> arrivals;
+    auto arrivals = per_call<size_t>();
     for (int reach = 1, k = 0; reach < hcount; reach *= 2, ++k) {
       const int from = wrap(host_ + reach);
       arrivals.push_back(
@@ -1576,11 +1582,11 @@ class HostCollective {
       copy_bytes(message + sizeof call, mine, my_bytes);
       flight.send(leader(root_host), tag(kFingerprint), message, sizeof call + my_bytes);
       flight.wait_all();
-      return std::pmr::vector<const void*>(&arena_);  // nothing lands here
+      return per_call<const void*>();  // nothing lands here
     }
-    std::pmr::vector<const void*> carried(hosts(), nullptr, &arena_);
-    std::pmr::vector<std::byte*> landed(hosts(), nullptr, &arena_);
-    std::pmr::vector<size_t> arrivals(hosts(), 0, &arena_);
+    auto carried = per_call<const void*>(hosts());
+    auto landed = per_call<std::byte*>(hosts());
+    auto arrivals = per_call<size_t>(hosts());
     for (int h = 0; h < hosts(); ++h) {
       if (h == host_) continue;
       const size_t message = sizeof call + in_bytes(h);
@@ -2207,7 +2213,7 @@ class HostCollective {
       };
       Fingerprints fingerprints;  // outlives `flight`
       InFlight flight(g_.network, ctx_);
-      std::pmr::vector<const void*> from(hosts(), nullptr, &arena_);
+      auto from = per_call<const void*>(hosts());
       if (small) {
         exchange_blocks(fingerprints, bytes(block * largest * largest), pair_bytes, pack_for);
         from.assign(fingerprints.carried.begin(), fingerprints.carried.end());
