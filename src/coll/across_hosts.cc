@@ -1186,7 +1186,8 @@ class HostCollective {
   }
 
   // A small reduce in one network round, as small gather goes: each leader's fingerprint message
-  // to the root's leader carries its host's partial result (to_root_packed), and the root's
+  // to the root's leader carries its host's partial result (to_root_packed; on many hosts up a
+  // binomial tree of the leaders, each message its subtree's partial results), and the root's
   // leader combines them in host order once the calls agree, so a mismatch touches no caller's
   // buffer. Where the root does not lead its host, its leader hands the result over by a
   // shared-memory broadcast. One round instead of three (fingerprints, slices to their owners,
@@ -1206,8 +1207,7 @@ class HostCollective {
       partial = combined;
     }
     if (is_leader()) {
-      std::pmr::vector<const void*> parts =
-          to_root_packed(partial, bytes(n), same_for_all(bytes(n)));
+      std::pmr::vector<const void*> parts = to_root_packed(partial, same_for_all(bytes(n)));
       if (root_host_here) {
         parts[host_] = partial;
         combine_hosts(combined, parts, n);
@@ -1531,7 +1531,7 @@ class HostCollective {
 
   // A small broadcast from a host leader, whose root does not wait (kCheckpointEvery):
   // the root sends its call's fingerprint and the data to every other leader, or down a binomial
-  // tree of the leaders where the cost model says so (broadcast_in_tree: each leader passes the
+  // tree of the leaders where the cost model says so (rooted_in_tree: each leader passes the
   // root's message on to its children once it has it), and returns once its sends are done; each
   // leader compares the root's call with its own and takes the data. So a mismatch fails the other
   // leaders here (a leader that fails passes nothing on: its children learn of it from its failure
@@ -1546,7 +1546,7 @@ class HostCollective {
     // The hosts this leader hears from and passes the message on to, by position from the root's.
     const int position = (host_ - root_host + hcount) % hcount;
     auto host_at = [&](int p) { return (root_host + p) % hcount; };
-    const TreeLinks links(position, hcount, broadcast_in_tree(hcount, tuning_.network_cost));
+    const TreeLinks links(position, hcount, rooted_in_tree(hcount, tuning_.network_cost));
     std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every child
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
@@ -1562,44 +1562,93 @@ class HostCollective {
     flight.wait_all();
   }
 
-  // What a small reduce or gather sends to its root, whose senders do not wait (as a small
-  // broadcast's root does not): every leader but the root's sends its call's fingerprint and
-  // `my_bytes` of `mine` to the root's leader, and returns once the send is done; the root's
-  // leader takes host h's in_bytes(h) bytes, compares each call with its own and returns where
-  // each host's bytes landed (in scratch; null elsewhere). A mismatch fails the root's leader here
-  // and the senders through its failure notice, at their next wait; the digest of these calls
-  // (UncomparedCalls) goes with the next fingerprint exchange or checkpoint stamp. Leaders only.
-  template <class InBytes>
-  std::pmr::vector<const void*> to_root_packed(const void* mine, size_t my_bytes,
-                                               InBytes&& in_bytes) {
+  // What a small reduce or gather sends to its root, whose senders do not wait for the root (as a
+  // small broadcast's root does not wait for them): every leader but the root's sends its call's
+  // fingerprint and host_bytes(host) bytes of `mine` towards the root's leader and returns once
+  // its send is done; the root's leader compares each call with its own and returns where each
+  // host's bytes landed (in scratch; an empty list elsewhere). Straight to the root, or up the
+  // small broadcast's binomial tree where it takes one (rooted_tree_packs): a leader then waits
+  // for its children's messages, compares their calls with its own and sends its parent its own
+  // bytes and its subtree's, by position from the root's host (subtree_end), led by the call.
+  // Nothing is combined on the way: a reduce's partial results reach the root as they left their
+  // hosts, so the bits do not depend on the path. A mismatch fails the leader that finds it here
+  // (it sends nothing on) and the others through its failure notice, at their next wait; the
+  // digest of these calls (UncomparedCalls) goes with the next fingerprint exchange or checkpoint
+  // stamp. Leaders only.
+  template <class HostBytes>
+  std::pmr::vector<const void*> to_root_packed(const void* mine, HostBytes&& host_bytes) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
     const int root_host = g_.hosts.host_of(d_.root);
+    const int hcount = hosts();
+    const int position = (host_ - root_host + hcount) % hcount;
+    auto host_at = [&](int p) { return (root_host + p) % hcount; };
+    const bool tree = rooted_tree_packs(root_host, host_bytes);
+    // A message from position p carries the bytes of positions [p, carried_end(p)), in order.
+    auto carried_end = [&](int p) { return tree ? subtree_end(p, hcount) : p + 1; };
+    auto bytes_between = [&](int from, int to) {
+      size_t total = 0;
+      for (int q = from; q < to; ++q) total += host_bytes(host_at(q));
+      return total;
+    };
+    const TreeLinks links(position, hcount, tree);
     InFlight flight(g_.network, ctx_);
-    if (host_ != root_host) {
-      std::byte* message = g_.scratch.get(to_slot(root_host), sizeof call + my_bytes);
-      std::memcpy(message, &call, sizeof call);
-      copy_bytes(message + sizeof call, mine, my_bytes);
-      flight.send(leader(root_host), tag(kFingerprint), message, sizeof call + my_bytes);
-      flight.wait_all();
-      return per_call<const void*>();  // nothing lands here
+    const size_t children = links.children.size();
+    auto landed = per_call<std::byte*>(children);
+    auto arrivals = per_call<size_t>(children);
+    for (size_t i = 0; i < children; ++i) {
+      const int child = links.children[i];
+      const size_t message = sizeof call + bytes_between(child, carried_end(child));
+      landed[i] = g_.scratch.get(from_slot(host_at(child)), message);
+      arrivals[i] = flight.recv(leader(host_at(child)), tag(kFingerprint), landed[i], message);
     }
-    auto carried = per_call<const void*>(hosts());
-    auto landed = per_call<std::byte*>(hosts());
-    auto arrivals = per_call<size_t>(hosts());
-    for (int h = 0; h < hosts(); ++h) {
-      if (h == host_) continue;
-      const size_t message = sizeof call + in_bytes(h);
-      landed[h] = g_.scratch.get(from_slot(h), message);
-      arrivals[h] = flight.recv(leader(h), tag(kFingerprint), landed[h], message);
+    auto take = [&](size_t i) {
+      flight.wait(arrivals[i]);
+      check_leading_call(landed[i], host_at(links.children[i]), call);
+      return landed[i] + sizeof call;
+    };
+    if (position == 0) {  // the root's leader
+      auto carried = per_call<const void*>(hcount);
+      for (size_t i = 0; i < children; ++i) {
+        const int child = links.children[i];
+        const std::byte* next = take(i);
+        for (int q = child; q < carried_end(child); ++q) {
+          carried[host_at(q)] = next;
+          next += host_bytes(host_at(q));
+        }
+      }
+      return carried;
     }
-    for (int h = 0; h < hosts(); ++h) {
-      if (h == host_) continue;
-      flight.wait(arrivals[h]);
-      check_leading_call(landed[h], h, call);
-      carried[h] = landed[h] + sizeof call;
+    const int parent_host = host_at(links.parent);
+    const size_t message = sizeof call + bytes_between(position, carried_end(position));
+    std::byte* packed = g_.scratch.get(to_slot(parent_host), message);
+    std::memcpy(packed, &call, sizeof call);
+    copy_bytes(packed + sizeof call, mine, host_bytes(host_));
+    for (size_t i = 0; i < children; ++i) {  // each child's subtree where its positions fall
+      const int child = links.children[i];
+      copy_bytes(packed + sizeof call + bytes_between(position, child), take(i),
+                 bytes_between(child, carried_end(child)));
     }
-    return carried;
+    flight.send(leader(parent_host), tag(kFingerprint), packed, message);
+    flight.wait_all();
+    return per_call<const void*>();  // nothing lands here
+  }
+  // Whether a small scatter's, gather's or reduce's leaders pass their messages through the
+  // binomial tree (rooted_in_tree) instead of straight from or to the root: where the cost model
+  // says so and each of the root's messages (its child's subtree, host_bytes(h) for each host h in
+  // it) packs.
+  template <class HostBytes>
+  bool rooted_tree_packs(int root_host, HostBytes&& host_bytes) const {
+    const int hcount = hosts();
+    if (!rooted_in_tree(hcount, tuning_.network_cost)) return false;
+    const TreeLinks from_root(0, hcount, /*tree=*/true);
+    for (int child : from_root.children) {
+      size_t subtree = 0;
+      for (int q = child; q < subtree_end(child, hcount); ++q)
+        subtree += host_bytes((root_host + q) % hcount);
+      if (!packs(subtree)) return false;
+    }
+    return true;
   }
 
   // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter
@@ -2013,8 +2062,7 @@ class HostCollective {
     const int root_host = g_.hosts.host_of(d_.root);
     const std::vector<int>& mine = ranks_on(host_);
     auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
-    const std::pmr::vector<const void*> carried =
-        to_root_packed(host_blocks, host_bytes(host_), host_bytes);
+    const std::pmr::vector<const void*> carried = to_root_packed(host_blocks, host_bytes);
     if (me_ != d_.root) return;
     place_blocks(d_.recv, host_blocks, mine, block);
     for (int h = 0; h < hosts(); ++h)
@@ -2022,12 +2070,12 @@ class HostCollective {
   }
 
   // Gather inside each host to its representative, which sends its host's blocks to the root.
-  // Small, the host's blocks ride in the fingerprint message to the root (gather_one_round):
-  // where the root leads its host (with one rank per host, always). Otherwise the
-  // leaders compare fingerprints first. A small call is compared at the root's leader, and with
-  // the next fingerprint exchange or checkpoint stamp (UncomparedCalls), as a small reduce's or
-  // broadcast's: the other ranks learn of a mismatch at their next wait. Per rail above the
-  // one-round size where the rails may carry it.
+  // Small, the host's blocks ride in the fingerprint message to the root (gather_one_round; on
+  // many hosts up a binomial tree of the leaders, to_root_packed): where the root leads its host
+  // (with one rank per host, always). Otherwise the leaders compare fingerprints first. A small
+  // call is compared at the root's leader, and with the next fingerprint exchange or checkpoint
+  // stamp (UncomparedCalls), as a small reduce's or broadcast's: the other ranks learn of a
+  // mismatch at their next wait. Per rail above the one-round size where the rails may carry it.
   void gather() {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return gather_per_rail();
@@ -2069,11 +2117,11 @@ class HostCollective {
   // each other host, and returns null once its sends are done; each other leader compares the
   // root's call with its own and returns where its host's blocks landed (in scratch). Straight to
   // every leader, or down the small broadcast's binomial tree where it takes one
-  // (broadcast_in_tree) and the root's largest message packs: a leader then takes the blocks of
-  // its subtree (by position from the root's host, subtree_end), its own first, and passes each
-  // child its subtree's, led by the call. A mismatch fails a leader here (it
-  // passes nothing on: its children fail from its failure notice) and the root at its next wait;
-  // the calls' digest goes with the next fingerprint exchange. Leaders only.
+  // (rooted_tree_packs: the model's choice, and the root's largest message packs): a leader then
+  // takes the blocks of its subtree (by position from the root's host, subtree_end), its own
+  // first, and passes each child its subtree's, led by the call. A mismatch fails a leader here
+  // (it passes nothing on: its children fail from its failure notice) and the root at its next
+  // wait; the calls' digest goes with the next fingerprint exchange. Leaders only.
   const void* scatter_unacknowledged(int root_host) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
@@ -2082,19 +2130,15 @@ class HostCollective {
     const int position = (host_ - root_host + hcount) % hcount;
     auto host_at = [&](int p) { return (root_host + p) % hcount; };
     auto blocks_bytes = [&](int p) { return bytes(ranks_on(host_at(p)).size() * block); };
+    const bool tree =
+        rooted_tree_packs(root_host, [&](int h) { return bytes(ranks_on(h).size() * block); });
     // The blocks position p's message carries: its own alone, or its subtree's.
-    bool tree = false;
     auto carried_end = [&](int p) { return tree ? subtree_end(p, hcount) : p + 1; };
     auto payload_bytes = [&](int p) {
       size_t total = 0;
       for (int q = p; q < carried_end(p); ++q) total += blocks_bytes(q);
       return total;
     };
-    if (broadcast_in_tree(hcount, tuning_.network_cost)) {
-      tree = true;
-      const TreeLinks from_root(0, hcount, /*tree=*/true);
-      for (int child : from_root.children) tree = tree && packs(payload_bytes(child));
-    }
     const TreeLinks links(position, hcount, tree);
     InFlight flight(g_.network, ctx_);
     std::byte* landed = nullptr;  // this leader's message: the call, then its blocks and below

@@ -6,7 +6,8 @@
 // network, so ranks that called different collectives fail with Error(mismatch) on every host;
 // inside a host the shared-memory steps compare fingerprints as always. The exception: small
 // rooted collectives, whose senders send their call with the data and go on (the receivers
-// compare; the leaders compare the rest at checkpoints, kCheckpointEvery).
+// compare, and on many hosts so does every leader that passes messages on through the leaders'
+// binomial tree; the leaders compare the rest at checkpoints, kCheckpointEvery).
 // Reductions combine in a fixed order: first inside each host (its ranks in local order, as the
 // shared-memory algorithms do), then the hosts' partial results in host order (hosts numbered by
 // their lowest rank), each part of the result computed once and copied, so every rank gets the same

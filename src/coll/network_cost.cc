@@ -141,7 +141,7 @@ bool leaders_exchange_in_rounds(int hosts, size_t pair_bytes, const NetworkLinkC
   return rounds_us < direct_us;
 }
 
-bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost) {
+bool rooted_in_tree(int hosts, const NetworkLinkCost& cost) {
   if (hosts < 3) return false;  // the tree is the root's one message, or nobody to send to
   const double direct_us = cost.step_us + (hosts - 1) * cost.message_us;
   const double tree_us = gather_rounds(hosts) * (cost.step_us + cost.message_us);
@@ -256,7 +256,7 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
     if (packed && root_leads) {
       // The root's data rides in its messages to the other leaders (broadcast_unacknowledged):
       // down the tree, ceil(log2 H) hops of a step, a message and the data each.
-      if (broadcast_in_tree(hosts, cost)) {
+      if (rooted_in_tree(hosts, cost)) {
         const StepTraffic down_the_tree = network_traffic(op, NetworkAlgorithm::tree, bytes, hosts,
                                                           min_slice_bytes, chain_cut(cost));
         return cost.call_us + traffic_us(down_the_tree, cost.link_class()) +

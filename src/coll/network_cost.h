@@ -177,13 +177,15 @@ bool leaders_exchange_in_rounds(int hosts, size_t pair_bytes, const NetworkLinkC
 // The blocks a leader sends (and receives) in the Bruck rounds among `hosts` leaders: the sum over
 // rounds k of the distances 1 .. hosts - 1 with bit k set.
 size_t exchange_round_blocks(int hosts);
-// Whether a small broadcast whose root does not wait for the other leaders (across_hosts.cc:
-// broadcast_unacknowledged) goes down a binomial tree of the leaders: ceil(log2 H) hops of a step
-// and a message each to the last leader, against the root's H - 1 messages sent one after the
-// other in one step. A small scatter whose root does not wait (scatter_unacknowledged) takes the
-// same tree, each message carrying its subtree's blocks, where the root's largest message packs:
-// the root's link carries the same bytes either way.
-bool broadcast_in_tree(int hosts, const NetworkLinkCost& cost);
+// Whether the small rooted collectives whose root's leader does not wait for the others before
+// the data moves go through a binomial tree of the leaders: ceil(log2 H) hops of a step and a
+// message each, against the root's H - 1 messages, sent or taken one after the other in one step.
+// Down from the root: a broadcast (across_hosts.cc: broadcast_unacknowledged), and a scatter
+// (scatter_unacknowledged), each message carrying its subtree's blocks. Up to the root: a gather's
+// blocks and a reduce's partial results (to_root_packed), each message carrying its subtree's,
+// combined only at the root, in host order. Scatter, gather and reduce take it where the root's
+// largest message packs: the root's link carries the same bytes either way.
+bool rooted_in_tree(int hosts, const NetworkLinkCost& cost);
 
 // What a leader does in the network part of `op` (all_reduce or broadcast) on `hosts` hosts, and
 // its microseconds: call_us plus the traffic over the network link class. The broadcast chain's
@@ -205,11 +207,11 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 
 // What the choice between the algorithms compares (choose_network_algorithm): predict_network_us
 // (the fitted call, steps and bytes) with the leaders' messages counted as
-// leaders_gather_in_rounds and broadcast_in_tree count them: the fingerprint round as the leaders
+// leaders_gather_in_rounds and rooted_in_tree count them: the fingerprint round as the leaders
 // run it (directly or in rounds) in place of its one step, and message_us for every further
 // message on a leader's path: a chain's hops, a pipelined all_reduce's 4 (H - 1) a segment, the
 // one-round forms' sends to every other leader. A packed broadcast whose root leads its host goes
-// down the tree where broadcast_in_tree says so: ceil(log2 H) hops, each a step, a message and the
+// down the tree where rooted_in_tree says so: ceil(log2 H) hops, each a step, a message and the
 // data. The tree: two messages a hop (the root's call ahead of the data) from a leading root;
 // else a message a hop and the leaders' direct fingerprint exchange beside the hops. Not a
 // prediction: the fitted step_us already holds the two-host runs' one message each way, so this

@@ -567,8 +567,10 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
 // (all_reduce's partial results, all_gather's blocks), directly or in ceil(log2 H) rounds
 // (coll::leaders_gather_in_rounds), small reduce_scatter's and all_to_all's blocks for each host,
 // directly or passed on in rounds (coll::leaders_exchange_in_rounds; on five hosts the blocks of
-// host a's two ranks make pairs of other sizes), and small broadcasts whose root goes on go
-// straight from the root or down a binomial tree (coll::broadcast_in_tree), each forced here
+// host a's two ranks make pairs of other sizes), small broadcasts and scatters whose root goes on
+// straight from the root or down a binomial tree (coll::rooted_in_tree), and small reduces and
+// gathers straight to the root or up that tree (their messages carry their subtree's partial
+// results or blocks: the reference comparison checks every root's), each forced here
 // through the cost of a message: rounds and the tree on five hosts, uneven and interleaved (rounds
 // of 1, 2 and 1 messages' worth; the root's children at 4, 2 and 1 hosts from it, the one at 2
 // passing on to 3), rounds on three of one (1 and 1; the broadcasts straight); directly on four
@@ -601,10 +603,12 @@ TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheRef
 // receives from, and the hosts it reaches only through them. Against an all_reduce (the leaders'
 // all-gather in rounds): all_gather, reduce or gather, messages of the same sizes. Against an
 // all_to_all (their all-to-all in rounds, each block passed on): reduce_scatter, blocks of the
-// same sizes, and all_reduce, the all-gather's rounds in the same direction. A host whose small
-// reduce or gather to rank 0 sends and goes on returns from it, and destroys its communicator:
-// its leader then compares the stamps of the checkpoint at operation 0 (coll::settle_checkpoints)
-// and tells the others the mismatch, which every other rank fails with.
+// same sizes, and all_reduce, the all-gather's rounds in the same direction. A small reduce or
+// gather to rank 0 goes up the leaders' binomial tree here (coll::rooted_in_tree, forced through
+// the cost of a message): from a leaf (rank 4) it sends and goes on, returns, and destroys its
+// communicator, whose leader then compares the stamps of the checkpoint at operation 0
+// (coll::settle_checkpoints) and tells the others the mismatch, which every other rank fails
+// with; rank 2 passes on rank 3's message, so it waits for it and finds the mismatch itself.
 TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) {
   const HostKeys five_of_one = {"host-a", "host-b", "host-c", "host-d", "host-e"};
   using Call = std::function<void(Communicator&, std::vector<int32_t>&, std::vector<int32_t>&)>;
@@ -649,7 +653,7 @@ TEST_P(AcrossHostsFailures, LeadersInRoundsFindAnyHostInAnotherCallOnEveryRank) 
           five_of_one,
           [&](Communicator& comm) {
             std::vector<int32_t> in(64, comm.rank()), out(64 * 5, 0);
-            if (comm.rank() == odd_rank && odd_rank != 0 && c.odd_sends_to_rank_0) {
+            if (comm.rank() == odd_rank && odd_rank == 4 && c.odd_sends_to_rank_0) {
               call("the call that goes on", [&] { c.odd(comm, in, out); });
               return;  // the communicator goes: its checkpoint's comparison tells the others
             }
@@ -1465,7 +1469,7 @@ TEST_P(AcrossHostsFailures, LeadersThatDisagreeOnASmallBroadcastsRootFailAtTheNe
 // Two hosts that each take the other for the root (both wait); three where host b alone waits for
 // host c, which took host a's broadcast and went on (its watcher, host a, went on too: it
 // compares with the call it made); three where host a waits for host c, which took host b's; and
-// four down a binomial tree (coll::broadcast_in_tree), where a leader waits for its parent, not
+// four down a binomial tree (coll::rooted_in_tree), where a leader waits for its parent, not
 // the root: host c, alone in taking host a for the root, waits for host a, which took host b's;
 // and the same with 16 KiB forced down the tree of mid-sized broadcasts (NetworkAlgorithm::tree),
 // where host b also waits for host c to take the buffer.

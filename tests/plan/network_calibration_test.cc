@@ -230,22 +230,22 @@ TEST(NetworkCost, LeadersExchangeBlocksInRoundsWhereTheSavedMessagesOutweighTheE
 // 3000), not on 3 (2 x 1011 against 11 + 2000).
 TEST(NetworkCost, SmallBroadcastsGoDownATreeWhereTheRootsMessagesCostMoreThanItsHops) {
   const NetworkLinkCost defaults;
-  EXPECT_FALSE(coll::broadcast_in_tree(1, defaults));
-  EXPECT_FALSE(coll::broadcast_in_tree(2, defaults));
-  EXPECT_FALSE(coll::broadcast_in_tree(4, defaults));
-  EXPECT_FALSE(coll::broadcast_in_tree(5, defaults));
-  EXPECT_TRUE(coll::broadcast_in_tree(8, defaults));
-  EXPECT_TRUE(coll::broadcast_in_tree(64, defaults));
+  EXPECT_FALSE(coll::rooted_in_tree(1, defaults));
+  EXPECT_FALSE(coll::rooted_in_tree(2, defaults));
+  EXPECT_FALSE(coll::rooted_in_tree(4, defaults));
+  EXPECT_FALSE(coll::rooted_in_tree(5, defaults));
+  EXPECT_TRUE(coll::rooted_in_tree(8, defaults));
+  EXPECT_TRUE(coll::rooted_in_tree(64, defaults));
   NetworkLinkCost free_messages;
   free_messages.message_us = 0;
-  for (int hosts : {2, 8, 12500}) EXPECT_FALSE(coll::broadcast_in_tree(hosts, free_messages));
+  for (int hosts : {2, 8, 12500}) EXPECT_FALSE(coll::rooted_in_tree(hosts, free_messages));
   NetworkLinkCost dear;
   dear.message_us = 1000;
-  EXPECT_FALSE(coll::broadcast_in_tree(3, dear));
-  EXPECT_TRUE(coll::broadcast_in_tree(4, dear));
+  EXPECT_FALSE(coll::rooted_in_tree(3, dear));
+  EXPECT_TRUE(coll::rooted_in_tree(4, dear));
 }
 
-// The choice counts the leaders' messages as leaders_gather_in_rounds and broadcast_in_tree do.
+// The choice counts the leaders' messages as leaders_gather_in_rounds and rooted_in_tree do.
 // Hand counts at the defaults (call 4 us, step 11, message 7) on links of 0.125 GB/s (1 Gb/s: a
 // 2 KiB buffer is 16.384 us through a link), 8 hosts:
 // - broadcast, 2 KiB, root leading its host: the packed message down the tree, 3 hops of 11 + 7 +
