@@ -223,12 +223,12 @@ TEST(NetworkCost, LeadersExchangeBlocksInRoundsWhereTheSavedMessagesOutweighTheE
     EXPECT_FALSE(coll::leaders_exchange_in_rounds(hosts, 8, free_messages));
 }
 
-// The small broadcast whose root goes on takes a binomial tree where its ceil(log2 H) hops cost
-// less than the root's H - 1 messages: hand counts at step_us 11, message_us 7: 4 hosts, 2 x 18
-// against 11 + 21: straight; 8 hosts, 3 x 18 against 11 + 49: the tree; 5, 3 x 18 against 11 + 28:
-// straight. With messages free, never; at 1000 us a message from 4 hosts (2 x 1011 against 11 +
-// 3000), not on 3 (2 x 1011 against 11 + 2000).
-TEST(NetworkCost, SmallBroadcastsGoDownATreeWhereTheRootsMessagesCostMoreThanItsHops) {
+// The small rooted collectives whose senders go on (broadcast, scatter, gather, reduce) take a
+// binomial tree where its ceil(log2 H) hops cost less than the root's H - 1 messages: hand counts
+// at step_us 11, message_us 7: 4 hosts, 2 x 18 against 11 + 21: straight; 8 hosts, 3 x 18 against
+// 11 + 49: the tree; 5, 3 x 18 against 11 + 28: straight. With messages free, never; at 1000 us a
+// message from 4 hosts (2 x 1011 against 11 + 3000), not on 3 (2 x 1011 against 11 + 2000).
+TEST(NetworkCost, SmallRootedCollectivesGoThroughATreeWhereTheRootsMessagesCostMoreThanItsHops) {
   const NetworkLinkCost defaults;
   EXPECT_FALSE(coll::rooted_in_tree(1, defaults));
   EXPECT_FALSE(coll::rooted_in_tree(2, defaults));
