@@ -108,6 +108,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.transports = setup_.settings.net_transports;
     net.devices = discovered.devices.at(setup_.rank);
     net.protocol = setup_.settings.net_protocol;
+    net.oversubscribed = config.excess_ranks > 0;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     net_p2p_ = std::make_unique<NetP2p>(*network_, setup_.size, setup_.name,
                                         [this](std::exception_ptr e) { return record_failure(e); });

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "tpf/error.h"
 #include "transport/put_protocol.h"
@@ -19,10 +20,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Polls this many times without progress before sleeping on the worker's event descriptor: a
-// message often arrives within a few microseconds, but two busy ranks on one core starve each
-// other.
-constexpr int kSpinsBeforeSleep = 64;
+// A wait without progress polls this many times (a round of network progress each), then, with a
+// core to itself, yields the core between polls for kYieldFor, then sleeps on the worker's event
+// descriptor. A message often arrives within a few microseconds; past that, a yield returns at
+// once where nothing else wants the core, while a sleep costs a context switch and a wake-up: on 2
+// emulated hosts x 1 rank, a core each, an 8 B all_reduce that slept after its polls slept in 1-4 %
+// of its calls, and they cost it 8 % of its time (docs/fabric.md). With more ranks than cores the
+// ranks being waited for need the core: yielding to each other there made 8 hosts x 1 rank on 2
+// cores 10-15 % slower than sleeping, so an oversubscribed wait sleeps after its polls.
+constexpr int kSpinsBeforeYield = 64;
+constexpr auto kYieldFor = std::chrono::milliseconds(1);
 // A closing endpoint flushes what was sent (a send completes once buffered, not delivered).
 constexpr auto kCloseFlushLimit = std::chrono::seconds(10);
 constexpr auto kCancelLimit = std::chrono::seconds(2);
@@ -903,13 +910,26 @@ void UcxNetwork::wait_for_news(std::chrono::milliseconds limit) {
 void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx,
                           const std::function<bool()>& between_rounds) {
   std::optional<Clock::time_point> deadline;
+  std::optional<Clock::time_point> sleep_from;  // the yields' end, since the last progress
   int idle = 0;
   for (;;) {
     const Progress progress = advance(requests, ctx);
     if (progress.done) return;
     const bool news = between_rounds && between_rounds();
-    idle = progress.completed || news ? 0 : idle + 1;
-    if (idle < kSpinsBeforeSleep) continue;
+    if (progress.completed || news) {
+      idle = 0;
+      sleep_from.reset();
+      continue;
+    }
+    if (++idle < kSpinsBeforeYield) continue;
+    if (!config_.oversubscribed) {
+      const Clock::time_point now = Clock::now();
+      if (!sleep_from) sleep_from = now + kYieldFor;
+      if (now < *sleep_from) {
+        std::this_thread::yield();
+        continue;
+      }
+    }
     if (!deadline) deadline = ctx.deadline();
     if (Clock::now() >= *deadline) {
       std::vector<int> missing;

@@ -61,6 +61,9 @@ struct NetworkConfig {
   // (UCX_NET_DEVICES, or TPF_RAIL_DEVICES by local rank).
   std::string devices = "all";
   NetProtocol protocol = NetProtocol::automatic;
+  // More ranks on this machine than cores (emulated hosts of one machine count together): a wait
+  // sleeps after its spin instead of yielding the core between polls (wait_all).
+  bool oversubscribed = false;
 };
 
 // One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.
