@@ -24,9 +24,9 @@ using Clock = std::chrono::steady_clock;
 // core to itself, yields the core between polls for kYieldFor, then sleeps on the worker's event
 // descriptor. A message often arrives within a few microseconds; past that, a yield returns at
 // once where nothing else wants the core, while a sleep costs a context switch and a wake-up: on 2
-// emulated hosts x 1 rank, a core each, an 8 B all_reduce that slept after its polls slept in 1-4 %
-// of its calls, and they cost it 8 % of its time (docs/fabric.md). With more ranks than cores the
-// ranks being waited for need the core: yielding to each other there made 8 hosts x 1 rank on 2
+// emulated hosts x 1 rank, a core each, an 8 B all_reduce that slept after its polls slept in up to
+// 4 % of its calls, and they cost it 4-8 % of its time (docs/fabric.md). With more ranks than cores
+// the ranks being waited for need the core: yielding to each other there made 8 hosts x 1 rank on 2
 // cores 10-15 % slower than sleeping, so an oversubscribed wait sleeps after its polls.
 constexpr int kSpinsBeforeYield = 64;
 constexpr auto kYieldFor = std::chrono::milliseconds(1);
