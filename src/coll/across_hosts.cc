@@ -1567,7 +1567,7 @@ class HostCollective {
   // fingerprint and host_bytes(host) bytes of `mine` towards the root's leader and returns once
   // its send is done; the root's leader compares each call with its own and returns where each
   // host's bytes landed (in scratch; an empty list elsewhere). Straight to the root, or up the
-  // small broadcast's binomial tree where it takes one (rooted_tree_packs): a leader then waits
+  // small broadcast's binomial tree where it takes one (RootedLeaders): a leader then waits
   // for its children's messages, compares their calls with its own and sends its parent its own
   // bytes and its subtree's, by position from the root's host (subtree_end), led by the call.
   // Nothing is combined on the way: a reduce's partial results reach the root as they left their
@@ -1579,77 +1579,84 @@ class HostCollective {
   std::pmr::vector<const void*> to_root_packed(const void* mine, HostBytes&& host_bytes) {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
-    const int root_host = g_.hosts.host_of(d_.root);
-    const int hcount = hosts();
-    const int position = (host_ - root_host + hcount) % hcount;
-    auto host_at = [&](int p) { return (root_host + p) % hcount; };
-    const bool tree = rooted_tree_packs(root_host, host_bytes);
-    // A message from position p carries the bytes of positions [p, carried_end(p)), in order.
-    auto carried_end = [&](int p) { return tree ? subtree_end(p, hcount) : p + 1; };
-    auto bytes_between = [&](int from, int to) {
-      size_t total = 0;
-      for (int q = from; q < to; ++q) total += host_bytes(host_at(q));
-      return total;
-    };
-    const TreeLinks links(position, hcount, tree);
+    const RootedLeaders leaders(*this, g_.hosts.host_of(d_.root), host_bytes);
+    const TreeLinks links(leaders.position, leaders.hosts, leaders.tree);
     InFlight flight(g_.network, ctx_);
     const size_t children = links.children.size();
     auto landed = per_call<std::byte*>(children);
     auto arrivals = per_call<size_t>(children);
     for (size_t i = 0; i < children; ++i) {
       const int child = links.children[i];
-      const size_t message = sizeof call + bytes_between(child, carried_end(child));
-      landed[i] = g_.scratch.get(from_slot(host_at(child)), message);
-      arrivals[i] = flight.recv(leader(host_at(child)), tag(kFingerprint), landed[i], message);
+      const size_t message = sizeof call + leaders.carried_bytes(child);
+      landed[i] = g_.scratch.get(from_slot(leaders.host_at(child)), message);
+      arrivals[i] =
+          flight.recv(leader(leaders.host_at(child)), tag(kFingerprint), landed[i], message);
     }
     auto take = [&](size_t i) {
       flight.wait(arrivals[i]);
-      check_leading_call(landed[i], host_at(links.children[i]), call);
+      check_leading_call(landed[i], leaders.host_at(links.children[i]), call);
       return landed[i] + sizeof call;
     };
-    if (position == 0) {  // the root's leader
-      auto carried = per_call<const void*>(hcount);
+    if (leaders.position == 0) {  // the root's leader
+      auto carried = per_call<const void*>(leaders.hosts);
       for (size_t i = 0; i < children; ++i) {
         const int child = links.children[i];
         const std::byte* next = take(i);
-        for (int q = child; q < carried_end(child); ++q) {
-          carried[host_at(q)] = next;
-          next += host_bytes(host_at(q));
+        for (int q = child; q < leaders.carried_end(child); ++q) {
+          carried[leaders.host_at(q)] = next;
+          next += host_bytes(leaders.host_at(q));
         }
       }
       return carried;
     }
-    const int parent_host = host_at(links.parent);
-    const size_t message = sizeof call + bytes_between(position, carried_end(position));
+    const int parent_host = leaders.host_at(links.parent);
+    const size_t message = sizeof call + leaders.carried_bytes(leaders.position);
     std::byte* packed = g_.scratch.get(to_slot(parent_host), message);
     std::memcpy(packed, &call, sizeof call);
     copy_bytes(packed + sizeof call, mine, host_bytes(host_));
     for (size_t i = 0; i < children; ++i) {  // each child's subtree where its positions fall
       const int child = links.children[i];
-      copy_bytes(packed + sizeof call + bytes_between(position, child), take(i),
-                 bytes_between(child, carried_end(child)));
+      copy_bytes(packed + sizeof call + leaders.bytes_between(leaders.position, child), take(i),
+                 leaders.carried_bytes(child));
     }
     flight.send(leader(parent_host), tag(kFingerprint), packed, message);
     flight.wait_all();
     return per_call<const void*>();  // nothing lands here
   }
-  // Whether a small scatter's, gather's or reduce's leaders pass their messages through the
-  // binomial tree (rooted_in_tree) instead of straight from or to the root: where the cost model
-  // says so and each of the root's messages (its child's subtree, host_bytes(h) for each host h in
-  // it) packs.
+  // The leaders of a small scatter, gather or reduce whose root's leader does not wait, by
+  // position from the root's host (position 0), and what each one's message carries: its host's
+  // host_bytes(h) alone (straight to or from the root), or its subtree's in position order (through
+  // the binomial tree). The tree where the cost model takes it (rooted_in_tree) and each of the
+  // root's messages, its child's subtree, packs.
   template <class HostBytes>
-  bool rooted_tree_packs(int root_host, HostBytes&& host_bytes) const {
-    const int hcount = hosts();
-    if (!rooted_in_tree(hcount, tuning_.network_cost)) return false;
-    const TreeLinks from_root(0, hcount, /*tree=*/true);
-    for (int child : from_root.children) {
-      size_t subtree = 0;
-      for (int q = child; q < subtree_end(child, hcount); ++q)
-        subtree += host_bytes((root_host + q) % hcount);
-      if (!packs(subtree)) return false;
+  struct RootedLeaders {
+    RootedLeaders(const HostCollective& c, int root_host, const HostBytes& host_bytes)
+        : hosts(c.hosts()),
+          root_host(root_host),
+          position((c.host_ - root_host + hosts) % hosts),
+          host_bytes(host_bytes) {
+      if (!rooted_in_tree(hosts, c.tuning_.network_cost)) return;
+      const TreeLinks from_root(0, hosts, /*tree=*/true);
+      for (int child : from_root.children)
+        if (!packs(bytes_between(child, subtree_end(child, hosts)))) return;
+      tree = true;
     }
-    return true;
-  }
+    int host_at(int p) const { return (root_host + p) % hosts; }
+    // A message from position p carries the bytes of positions [p, carried_end(p)).
+    int carried_end(int p) const { return tree ? subtree_end(p, hosts) : p + 1; }
+    size_t carried_bytes(int p) const { return bytes_between(p, carried_end(p)); }
+    size_t bytes_between(int from, int to) const {
+      size_t total = 0;
+      for (int q = from; q < to; ++q) total += host_bytes(host_at(q));
+      return total;
+    }
+
+    const int hosts;
+    const int root_host;
+    const int position;  // this leader's
+    const HostBytes& host_bytes;
+    bool tree = false;
+  };
 
   // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter
   // crosses per rail: every host has the same number L >= 2 of ranks, usable as rails (links of
@@ -2117,7 +2124,7 @@ class HostCollective {
   // each other host, and returns null once its sends are done; each other leader compares the
   // root's call with its own and returns where its host's blocks landed (in scratch). Straight to
   // every leader, or down the small broadcast's binomial tree where it takes one
-  // (rooted_tree_packs: the model's choice, and the root's largest message packs): a leader then
+  // (RootedLeaders: the model's choice, and the root's largest message packs): a leader then
   // takes the blocks of its subtree (by position from the root's host, subtree_end), its own
   // first, and passes each child its subtree's, led by the call. A mismatch fails a leader here
   // (it passes nothing on: its children fail from its failure notice) and the root at its next
@@ -2126,44 +2133,33 @@ class HostCollective {
     const transport::Fingerprint call = call_fingerprint();
     g_.uncompared.add(call);
     const size_t block = d_.count;
-    const int hcount = hosts();
-    const int position = (host_ - root_host + hcount) % hcount;
-    auto host_at = [&](int p) { return (root_host + p) % hcount; };
-    auto blocks_bytes = [&](int p) { return bytes(ranks_on(host_at(p)).size() * block); };
-    const bool tree =
-        rooted_tree_packs(root_host, [&](int h) { return bytes(ranks_on(h).size() * block); });
-    // The blocks position p's message carries: its own alone, or its subtree's.
-    auto carried_end = [&](int p) { return tree ? subtree_end(p, hcount) : p + 1; };
-    auto payload_bytes = [&](int p) {
-      size_t total = 0;
-      for (int q = p; q < carried_end(p); ++q) total += blocks_bytes(q);
-      return total;
-    };
-    const TreeLinks links(position, hcount, tree);
+    auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
+    const RootedLeaders leaders(*this, root_host, host_bytes);
+    const TreeLinks links(leaders.position, leaders.hosts, leaders.tree);
     InFlight flight(g_.network, ctx_);
     std::byte* landed = nullptr;  // this leader's message: the call, then its blocks and below
     if (me_ != d_.root) {
-      const size_t message = sizeof call + payload_bytes(position);
+      const size_t message = sizeof call + leaders.carried_bytes(leaders.position);
       landed = g_.scratch.get(from_slot(root_host), message);
-      flight.wait(flight.recv(leader(host_at(links.parent)), tag(kFingerprint), landed, message));
+      flight.wait(
+          flight.recv(leader(leaders.host_at(links.parent)), tag(kFingerprint), landed, message));
       check_leading_call(landed, root_host, call);
     }
     const auto fill = blocks_for_host(d_.send, block);
     for (int child : links.children) {
-      const int h = host_at(child);
-      const size_t payload = payload_bytes(child);
+      const int h = leaders.host_at(child);
+      const size_t payload = leaders.carried_bytes(child);
       std::byte* message = g_.scratch.get(to_slot(h), sizeof call + payload);
       std::memcpy(message, &call, sizeof call);
       if (me_ == d_.root) {
         std::byte* next = message + sizeof call;
-        for (int q = child; q < carried_end(child); ++q) {
-          fill(host_at(q), next, blocks_bytes(q));
-          next += blocks_bytes(q);
+        for (int q = child; q < leaders.carried_end(child); ++q) {
+          fill(leaders.host_at(q), next, host_bytes(leaders.host_at(q)));
+          next += host_bytes(leaders.host_at(q));
         }
       } else {  // the child's subtree follows this leader's own blocks and its earlier children's
-        size_t offset = sizeof call;
-        for (int q = position; q < child; ++q) offset += blocks_bytes(q);
-        std::memcpy(message + sizeof call, landed + offset, payload);
+        std::memcpy(message + sizeof call,
+                    landed + sizeof call + leaders.bytes_between(leaders.position, child), payload);
       }
       flight.send(leader(h), tag(kFingerprint), message, sizeof call + payload);
     }
