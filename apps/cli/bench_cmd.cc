@@ -115,9 +115,55 @@ Placement placement(Step& s, bool in_place) {
   }
 }
 
+// Both transfers in flight before either is waited for, so neither order can deadlock.
+void run_sendrecv_async(Step& s, const void* sbuf, void* rbuf) {
+  const int n = s.comm.size();
+  const int rank = s.comm.rank();
+  Work received = s.comm.recv_async(rbuf, s.shape.count, s.opt.dtype, (rank + n - 1) % n);
+  Work sent = s.comm.send_async(sbuf, s.shape.count, s.opt.dtype, (rank + 1) % n);
+  sent.wait();
+  received.wait();
+}
+
+void run_async_call(Step& s, const Placement& p) {
+  const BenchOptions& o = s.opt;
+  const size_t c = s.shape.count;
+  Work work;
+  switch (o.collective) {
+    case Collective::all_reduce:
+      work = s.comm.all_reduce_async(p.sendp, p.recvp, c, o.dtype, o.op);
+      break;
+    case Collective::reduce:
+      work = s.comm.reduce_async(p.sendp, p.recvp, c, o.dtype, o.op, o.root);
+      break;
+    case Collective::broadcast:
+      work = s.comm.broadcast_async(p.sendp, p.recvp, c, o.dtype, o.root);
+      break;
+    case Collective::all_gather:
+      work = s.comm.all_gather_async(p.sendp, p.recvp, c, o.dtype);
+      break;
+    case Collective::reduce_scatter:
+      work = s.comm.reduce_scatter_async(p.sendp, p.recvp, c, o.dtype, o.op);
+      break;
+    case Collective::all_to_all:
+      work = s.comm.all_to_all_async(p.sendp, p.recvp, c, o.dtype);
+      break;
+    case Collective::gather:
+      work = s.comm.gather_async(p.sendp, p.recvp, c, o.dtype, o.root);
+      break;
+    case Collective::scatter:
+      work = s.comm.scatter_async(p.sendp, p.recvp, c, o.dtype, o.root);
+      break;
+    case Collective::send_recv: run_sendrecv_async(s, p.sendp, p.recvp); return;
+    case Collective::barrier: work = s.comm.barrier_async(); break;
+  }
+  work.wait();
+}
+
 void run_call(Step& s, const Placement& p) {
   const BenchOptions& o = s.opt;
   const size_t c = s.shape.count;
+  if (o.async_calls) return run_async_call(s, p);
   switch (o.collective) {
     case Collective::all_reduce: s.comm.all_reduce(p.sendp, p.recvp, c, o.dtype, o.op); break;
     case Collective::reduce: s.comm.reduce(p.sendp, p.recvp, c, o.dtype, o.op, o.root); break;
@@ -207,6 +253,7 @@ int run_bench(const BenchOptions& opt) {
   report.root = collective_has_root(opt.collective) ? opt.root : -1;
   report.iters = opt.iters;
   report.warmup = opt.warmup;
+  report.async_calls = opt.async_calls;
   // The settings this communicator resolved (the same environment, the same resolver).
   const detail::CommSettings settings = detail::resolve_comm_settings();
   if (settings.tuning.forced_all_reduce) {

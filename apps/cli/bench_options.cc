@@ -74,9 +74,9 @@ ReduceOp parse_op_arg(const std::string& value) {
   return *op;
 }
 
-bool parse_check(const std::string& value) {
+bool parse_flag(const char* name, const std::string& value) {
   if (value != "0" && value != "1") {
-    throw UsageError("-c expects 0 or 1, got " + single_quoted(value));
+    throw UsageError(std::string(name) + " expects 0 or 1, got " + single_quoted(value));
   }
   return value == "1";
 }
@@ -118,6 +118,11 @@ void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
       .add_option("-c,--check", flags.check,
                   "1: check every result against the expected values (default 1)")
       ->type_name("0|1");
+  bench
+      .add_option("--async", flags.async_calls,
+                  "1: call the asynchronous form and wait for it; send_recv posts the\n"
+                  "receive and the send, then waits for both (default 0)")
+      ->type_name("0|1");
   bench.add_option("--json", flags.json, "rank 0 also writes the results as JSON")
       ->type_name("FILE");
 }
@@ -133,7 +138,8 @@ BenchOptions bench_options(const BenchFlags& flags) {
   if (flags.dtype) o.dtype = parse_dtype_arg(*flags.dtype);
   if (flags.op) o.op = parse_op_arg(*flags.op);
   o.root = parse_int(flags.root, "-r", o.root, 0);
-  if (flags.check) o.check = parse_check(*flags.check);
+  if (flags.check) o.check = parse_flag("-c", *flags.check);
+  if (flags.async_calls) o.async_calls = parse_flag("--async", *flags.async_calls);
   if (flags.json) {
     if (flags.json->empty()) throw UsageError("--json needs a file name");
     o.json_path = *flags.json;

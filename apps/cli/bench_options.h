@@ -23,6 +23,9 @@ struct BenchOptions {
   ReduceOp op = ReduceOp::sum;
   int root = 0;
   bool check = true;
+  // Calls the *_async form and waits for it; send_recv posts its receive and send and then waits
+  // for both (how a pipeline stage exchanges activations).
+  bool async_calls = false;
   std::string json_path;  // empty: no JSON file
 };
 
@@ -38,6 +41,7 @@ struct BenchFlags {
   std::optional<std::string> op;
   std::optional<std::string> root;
   std::optional<std::string> check;
+  std::optional<std::string> async_calls;
   std::optional<std::string> json;
 };
 
