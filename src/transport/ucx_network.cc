@@ -157,6 +157,12 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int event_fd = -1;
+  // Rounds of progress that moved something, and the threads sleeping on event_fd. A thread that
+  // progresses the worker may complete another thread's requests, and that thread, asleep, would
+  // not hear of it (their events were taken) until its sleep ran out: so a sleeper sleeps only if
+  // nothing moved since its last look, and whoever moves something wakes the sleepers.
+  uint64_t generation = 0;  // under UcxNetwork::mu_, as every call into the worker
+  std::atomic<int> sleepers{0};
   std::vector<ucp_ep_h> endpoints;     // by rank; null where there is none (or it was closed)
   std::vector<ucs_status_t> failures;  // by rank: why its endpoint failed, UCS_OK if it did not
   std::vector<ErrorSink> sinks;        // by rank: the error handler's argument
@@ -250,11 +256,18 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   // Until UCX has nothing more to do: each round ends with a poll that finds nothing (over TCP
   // an epoll_wait), a system call the waits' loops (advance) need not pay after every arrival.
   void progress() {
-    while (ucp_worker_progress(worker) != 0) {
-    }
+    bool moved = false;
+    while (ucp_worker_progress(worker) != 0) moved = true;
+    if (moved) note_progress();
   }
   // One round: the waits check their requests after each.
-  void progress_once() { ucp_worker_progress(worker); }
+  void progress_once() {
+    if (ucp_worker_progress(worker) != 0) note_progress();
+  }
+  void note_progress() {
+    ++generation;
+    if (sleepers.load() > 0) ucp_worker_signal(worker);
+  }
 
   // Closes rank p's endpoint: flushing what was sent unless `force`, bounded either way.
   void close(int p, bool force) {
@@ -871,6 +884,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     }
     if (!r.is_send && info.length != r.bytes) fail(wrong_length(r, info.length));
   }
+  progress.generation = u.generation;
   return progress;
 }
 
@@ -897,39 +911,42 @@ void UcxNetwork::push_unsent(const WaitContext& ctx) {
   if (UCS_PTR_IS_PTR(flush)) push_flush_ = flush;
 }
 
-void UcxNetwork::wait_for_news(std::chrono::milliseconds limit) {
+void UcxNetwork::wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation) {
   {
     std::lock_guard lock(mu_);
+    if (ucx_->generation != seen_generation) return;  // another thread moved something: look
     // UCS_ERR_BUSY: there are events to progress first.
     if (ucp_worker_arm(ucx_->worker) != UCS_OK) return;
+    ucx_->sleepers.fetch_add(1);  // from here, whoever moves something signals the worker
   }
   pollfd fd{ucx_->event_fd, POLLIN, 0};
   ::poll(&fd, 1, static_cast<int>(limit.count()));
+  ucx_->sleepers.fetch_sub(1);
+}
+
+bool UcxNetwork::Idle::should_sleep() {
+  if (++rounds_ < kSpinsBeforeYield) return false;
+  if (oversubscribed_) return true;
+  const Clock::time_point now = Clock::now();
+  if (!sleep_from_) sleep_from_ = now + kYieldFor;
+  if (now >= *sleep_from_) return true;
+  std::this_thread::yield();
+  return false;
 }
 
 void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx,
                           const std::function<bool()>& between_rounds) {
   std::optional<Clock::time_point> deadline;
-  std::optional<Clock::time_point> sleep_from;  // the yields' end, since the last progress
-  int idle = 0;
+  Idle idle = this->idle();
   for (;;) {
     const Progress progress = advance(requests, ctx);
     if (progress.done) return;
     const bool news = between_rounds && between_rounds();
     if (progress.completed || news) {
-      idle = 0;
-      sleep_from.reset();
+      idle.progressed();
       continue;
     }
-    if (++idle < kSpinsBeforeYield) continue;
-    if (!config_.oversubscribed) {
-      const Clock::time_point now = Clock::now();
-      if (!sleep_from) sleep_from = now + kYieldFor;
-      if (now < *sleep_from) {
-        std::this_thread::yield();
-        continue;
-      }
-    }
+    if (!idle.should_sleep()) continue;
     if (!deadline) deadline = ctx.deadline();
     if (Clock::now() >= *deadline) {
       std::vector<int> missing;
@@ -945,8 +962,8 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
                                           "operation)");
     }
     // Until the network has news, or 1 ms passes (the deadline, and peers failed meanwhile).
-    wait_for_news(std::chrono::milliseconds(1));
-    idle = 0;
+    wait_for_news(std::chrono::milliseconds(1), progress.generation);
+    idle.slept();
   }
 }
 

@@ -109,10 +109,12 @@ class UcxNetwork {
   // The steps of wait_all, for callers that wait on several things (async point-to-point):
   // one round of progress, completing what finished (throws as wait_all does, minus the
   // deadline, which is the caller's); stopping what is in flight; sleeping until the network may
-  // have news, at most `limit`.
+  // have news, at most `limit`, or not at all where the worker moved on since `seen_generation`
+  // (another thread's progress may have completed the caller's requests).
   struct Progress {
-    bool done = true;        // nothing of the requests is in flight
-    bool completed = false;  // something completed in this round
+    bool done = true;         // nothing of the requests is in flight
+    bool completed = false;   // something completed in this round
+    uint64_t generation = 0;  // the worker's rounds that moved something, after this one
   };
   Progress advance(std::span<NetRequest> requests, const WaitContext& ctx);
   // Moves on what UCX holds of the sends started so far, for a sender that does not wait for
@@ -125,7 +127,28 @@ class UcxNetwork {
   void push_unsent(const WaitContext& ctx);
   static constexpr std::chrono::milliseconds kPushEvery{20};
   void cancel(std::span<NetRequest> requests);
-  void wait_for_news(std::chrono::milliseconds limit);
+  void wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation);
+  // What a wait does between rounds of progress that completed nothing: the next round at once,
+  // a few dozen times; then, with a core to itself, yields the core between rounds for a
+  // millisecond; then sleeps (wait_for_news). One per wait; progress starts it over.
+  class Idle {
+   public:
+    explicit Idle(bool oversubscribed) : oversubscribed_(oversubscribed) {}
+    void progressed() {
+      rounds_ = 0;
+      sleep_from_.reset();
+    }
+    // After a round that completed nothing: true where the caller should sleep now (then
+    // call slept()); otherwise it has yielded, or need not.
+    bool should_sleep();
+    void slept() { rounds_ = 0; }
+
+   private:
+    bool oversubscribed_;
+    int rounds_ = 0;
+    std::optional<Clock::time_point> sleep_from_;  // the yields' end, since the last progress
+  };
+  Idle idle() const { return Idle(config_.oversubscribed); }
 
   // Tells every peer that this rank's communicator failed (once; later calls do nothing): their
   // waits then fail at once with this record as the root cause (RootCauseError), instead of at
