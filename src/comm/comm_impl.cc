@@ -110,7 +110,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.protocol = setup_.settings.net_protocol;
     net.oversubscribed = config.excess_ranks > 0;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
-    net_p2p_ = std::make_unique<NetP2p>(*network_, setup_.size, setup_.name,
+    net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,
                                         [this](std::exception_ptr e) { return record_failure(e); });
   }
   fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));
@@ -137,6 +137,7 @@ CommImpl::~CommImpl() {
   if (worker_.joinable()) worker_.join();
   settle_checkpoints();
   p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
+  if (net_p2p_) net_p2p_->stop();  // a waiter may still hold it; the network goes below
   net_p2p_.reset();
   for (Task& task : queue_) {
     task.state->complete(std::make_exception_ptr(

@@ -115,7 +115,7 @@ class CommImpl {
   std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
-  std::unique_ptr<NetP2p> net_p2p_;       // send/recv to other hosts; declared after network_
+  std::shared_ptr<NetP2p> net_p2p_;       // send/recv to other hosts; declared after network_
   coll::HostScratch host_scratch_;        // buffers the collectives across hosts reuse
   coll::UncomparedCalls uncompared_;      // calls across hosts not compared yet; the last stamp
   coll::NetworkChoices network_choices_;  // the cost model's choices across hosts, remembered

@@ -12,14 +12,23 @@ NetP2p::NetP2p(transport::UcxNetwork& network, int comm_size, std::string comm_n
       sent_(comm_size, 0),
       received_(comm_size, 0) {}
 
-NetP2p::~NetP2p() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
+namespace {
+// The engine's thread looks at the transfers once a tick where nobody waits for them.
+constexpr auto kTick = std::chrono::milliseconds(1);
+// Ticks it keeps with nothing pending before it sleeps until woken (submit need not wake it).
+constexpr int kQuietTicks = 100;
+}  // namespace
+
+NetP2p::~NetP2p() { stop(); }
+
+void NetP2p::stop() {
+  std::unique_lock lock(mu_);
+  stopping_ = true;
   cv_.notify_all();
+  lock.unlock();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard lock(mu_);
+  lock.lock();
+  left_.wait(lock, [&] { return waiters_ == 0; });  // each leaves within a round or a tick
   fail_pending_locked(
       std::make_exception_ptr(Error(ErrorCode::aborted, "communicator '" + comm_name_ +
                                                             "' was destroyed before a send or "
@@ -74,15 +83,26 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
 Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
+  // The state outlives its waits (Work holds it); the engine may not, hence the weak pointer.
+  state->drive = [engine = weak_from_this(), raw = state.get()] {
+    if (const std::shared_ptr<NetP2p> self = engine.lock()) self->drive_until_done(*raw);
+  };
   std::unique_lock lock(mu_);
-  if (failure_) {
-    state->complete(failure_);
+  if (failure_ || stopping_) {
+    state->complete(failure_ ? failure_
+                             : std::make_exception_ptr(
+                                   Error(ErrorCode::aborted, label(desc) + ": the communicator is "
+                                                                           "being destroyed")));
     return Work(state);
   }
   pending_.push_back({desc, post_locked(desc), state, deadline, label(desc)});
-  if (!thread_.joinable()) thread_ = std::thread([this] { progress_loop(); });
-  lock.unlock();
-  cv_.notify_all();
+  leave_for_a_tick_ = true;  // its waiter is probably on the way
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { progress_loop(); });
+  } else if (thread_asleep_) {
+    lock.unlock();
+    cv_.notify_all();
+  }
   return Work(state);
 }
 
@@ -100,51 +120,97 @@ void NetP2p::fail_pending_locked(std::exception_ptr error) {
   pending_.clear();
 }
 
-void NetP2p::progress_loop() {
+bool NetP2p::advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen) {
+  bool completed = false;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const std::string& what = it->label;
+    try {
+      const auto ctx = transport::WaitContext::with_deadline(it->deadline, [&] { return what; });
+      const auto progress =
+          network_.advance(std::span<transport::NetRequest>(&it->request, 1), ctx);
+      seen = progress.generation;
+      if (progress.done) {
+        check_dtype(it->desc, it->request);
+        it->state->complete(nullptr);
+        it = pending_.erase(it);
+        completed = true;
+        continue;
+      }
+      if (Clock::now() >= it->deadline) {
+        network_.cancel(std::span<transport::NetRequest>(&it->request, 1));
+        throw Error(ErrorCode::timeout, what + ": timed out (is the peer calling the matching " +
+                                            std::string(it->request.is_send ? "recv" : "send") +
+                                            "?)");
+      }
+      ++it;
+    } catch (...) {
+      // The failing transfer's request is stopped already; the others fail with the first error.
+      const std::exception_ptr error = std::current_exception();
+      Pending failed = std::move(*it);
+      pending_.erase(it);
+      lock.unlock();
+      const std::exception_ptr first = on_failure_(error);  // calls fail_all: takes mu_
+      failed.state->complete(error);
+      lock.lock();
+      if (!failure_) failure_ = first;
+      fail_pending_locked(failure_);
+      return true;
+    }
+  }
+  return completed;
+}
+
+void NetP2p::drive_until_done(WorkState& state) {
+  auto done = [&] {
+    std::lock_guard state_lock(state.mu);
+    return state.done;
+  };
   std::unique_lock lock(mu_);
-  while (!stopping_) {
-    if (pending_.empty()) {
-      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+  ++waiters_;
+  transport::UcxNetwork::Idle idle = network_.idle();
+  while (!stopping_ && !pending_.empty() && !done()) {
+    uint64_t seen = 0;
+    if (advance_pending(lock, seen)) {
+      idle.progressed();
       continue;
     }
-    bool completed = false;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      const std::string& what = it->label;
-      try {
-        const auto ctx = transport::WaitContext::with_deadline(it->deadline, [&] { return what; });
-        const auto progress =
-            network_.advance(std::span<transport::NetRequest>(&it->request, 1), ctx);
-        if (progress.done) {
-          check_dtype(it->desc, it->request);
-          it->state->complete(nullptr);
-          it = pending_.erase(it);
-          completed = true;
-          continue;
-        }
-        if (Clock::now() >= it->deadline) {
-          network_.cancel(std::span<transport::NetRequest>(&it->request, 1));
-          throw Error(ErrorCode::timeout, what + ": timed out (is the peer calling the matching " +
-                                              std::string(it->request.is_send ? "recv" : "send") +
-                                              "?)");
-        }
-        ++it;
-      } catch (...) {
-        // The failing transfer's request is stopped already; the others fail with the first error.
-        const std::exception_ptr error = std::current_exception();
-        Pending failed = std::move(*it);
-        pending_.erase(it);
-        lock.unlock();
-        const std::exception_ptr first = on_failure_(error);  // calls fail_all: takes mu_
-        failed.state->complete(error);
-        lock.lock();
-        if (!failure_) failure_ = first;
-        fail_pending_locked(failure_);
-        break;
-      }
+    lock.unlock();  // other waiters may take a round meanwhile
+    if (idle.should_sleep()) {
+      network_.wait_for_news(kTick, seen);
+      idle.slept();
     }
-    if (!completed && !pending_.empty()) {
+    lock.lock();
+  }
+  --waiters_;
+  leave_for_a_tick_ = true;  // the thread looks again a tick later: the waiter may be back
+  if (waiters_ == 0) left_.notify_all();
+}
+
+void NetP2p::progress_loop() {
+  std::unique_lock lock(mu_);
+  int quiet_ticks = 0;
+  while (!stopping_) {
+    if (pending_.empty()) {
+      if (quiet_ticks < kQuietTicks) {
+        ++quiet_ticks;
+        cv_.wait_for(lock, kTick, [&] { return stopping_; });
+      } else {
+        thread_asleep_ = true;
+        cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+        thread_asleep_ = false;
+      }
+      continue;
+    }
+    quiet_ticks = 0;
+    if (waiters_ > 0 || leave_for_a_tick_) {
+      leave_for_a_tick_ = false;
+      cv_.wait_for(lock, kTick, [&] { return stopping_; });
+      continue;
+    }
+    uint64_t seen = 0;
+    if (!advance_pending(lock, seen) && !pending_.empty()) {
       lock.unlock();
-      network_.wait_for_news(std::chrono::milliseconds(1));
+      network_.wait_for_news(kTick, seen);
       lock.lock();
     }
   }

@@ -5,6 +5,7 @@ namespace tpf {
 
 void Work::wait() {
   if (!state_) return;
+  if (state_->drive) state_->drive();
   // No timeout here: the operation itself is bounded (every wait inside it has the deadline, and
   // the communicator completes every queued task, with an error if it must). Returning earlier
   // would hand the buffers back while the operation may still use them.

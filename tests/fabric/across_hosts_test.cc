@@ -13,9 +13,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <exception>
+#include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -381,6 +386,75 @@ TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
     TPF_CHILD_CHECK(got == prev, "ring token " + std::to_string(got));
     comm.all_reduce(&token, &sum, 1, DType::i64, ReduceOp::sum);
     TPF_CHILD_CHECK(sum == int64_t{n} * (n - 1) / 2, "all_reduce after send/recv");
+  }));
+}
+
+// An asynchronous transfer across hosts is moved by whoever waits for it (Work::wait drives the
+// network itself, from any thread, several threads at once), and by the engine's own thread where
+// nobody does: Work::wait_for does not drive, so only that thread can complete them there. 4 MiB
+// messages: more than one round of progress after they are posted.
+TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
+  expect_all_ok(run([](Communicator& comm) {
+    const int n = comm.size(), me = comm.rank();
+    const int next = (me + 1) % n, prev = (me + n - 1) % n;
+    const size_t count = (size_t{1} << 20) + 3;
+    auto value = [](int from, size_t i) { return static_cast<int32_t>(from * 7919 + i); };
+    std::vector<int32_t> out(count), in(count, -1);
+    for (size_t i = 0; i < count; ++i) out[i] = value(me, i);
+    auto expect_received = [&](const std::string& how) {
+      for (size_t i = 0; i < count; i += 997) {
+        TPF_CHILD_CHECK(in[i] == value(prev, i), how + ": element " + std::to_string(i));
+      }
+      std::fill(in.begin(), in.end(), -1);
+    };
+    for (int round = 0; round < 3; ++round) {
+      Work received = comm.recv_async(in.data(), count, DType::i32, prev);
+      Work sent = comm.send_async(out.data(), count, DType::i32, next);
+      std::exception_ptr other_failed;
+      std::thread other([&] {
+        try {
+          received.wait();
+        } catch (...) {
+          other_failed = std::current_exception();
+        }
+      });
+      sent.wait();
+      other.join();
+      if (other_failed) std::rethrow_exception(other_failed);
+      expect_received("waited for by two threads, round " + std::to_string(round));
+    }
+    Work received = comm.recv_async(in.data(), count, DType::i32, prev);
+    Work sent = comm.send_async(out.data(), count, DType::i32, next);
+    TPF_CHILD_CHECK(sent.wait_for(std::chrono::seconds(60)), "the unwaited send never finished");
+    TPF_CHILD_CHECK(received.wait_for(std::chrono::seconds(60)),
+                    "the unwaited receive never finished");
+    expect_received("moved by the engine's thread");
+  }));
+}
+
+// A thread waiting for a transfer that never comes, while its communicator is destroyed: the wait
+// ends with Error(aborted), whether it was moving the transfer itself at that moment or not yet.
+TEST_P(AcrossHosts, AWaitOnATransferOfADestroyedCommunicatorEndsAborted) {
+  expect_all_ok(run([](Communicator& comm) {
+    const int n = comm.size(), me = comm.rank();
+    int32_t never = -1;
+    std::optional<Communicator> pair = comm.split(0, me);
+    Work received = pair->recv_async(&never, 1, DType::i32, (me + n - 1) % n);
+    std::exception_ptr failure;
+    std::thread waiter([&] {
+      try {
+        received.wait();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    comm.barrier();  // every rank has posted its receive; none sends
+    pair.reset();
+    waiter.join();
+    TPF_CHILD_CHECK(failure != nullptr, "the wait returned without an error");
+    const Error e = expect_error("the wait", [&] { std::rethrow_exception(failure); });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, e.what());
+    TPF_CHILD_CHECK(never == -1, "the buffer was written");
   }));
 }
 
