@@ -114,7 +114,7 @@ CommImpl::CommImpl(CommSetup setup)
                                         [this](std::exception_ptr e) { return record_failure(e); });
   }
   fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));
-  p2p_ = std::make_unique<P2pEngine>(*fabric_, setup_.name, recorder_,
+  p2p_ = std::make_shared<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());
   recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder
@@ -136,7 +136,10 @@ CommImpl::~CommImpl() {
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   settle_checkpoints();
-  p2p_.reset();  // after the worker, whose failures reach it; fails its pending transfers
+  // After the worker, whose failures reach it: fails its pending transfers. A waiter may still
+  // hold it; the fabric goes below.
+  if (p2p_) p2p_->stop();
+  p2p_.reset();
   if (net_p2p_) net_p2p_->stop();  // a waiter may still hold it; the network goes below
   net_p2p_.reset();
   for (Task& task : queue_) {

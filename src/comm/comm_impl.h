@@ -112,7 +112,7 @@ class CommImpl {
   // Declared before fabric_ and p2p_: it outlives everything that records into it.
   FlightRecorder recorder_;
   std::unique_ptr<transport::ShmFabric> fabric_;
-  std::unique_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
+  std::shared_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
   std::shared_ptr<NetP2p> net_p2p_;       // send/recv to other hosts; declared after network_

@@ -5,10 +5,11 @@
 // wait, a collective's, or an asynchronous transfer's): a rank's large send and its receive never
 // wait on each other, and collectives keep their sequence numbers.
 // An asynchronous transfer is moved by the thread that waits for it (Work::wait), as a blocking
-// call moves its own: handing it to another thread and back cost a wake-up each way (an 8 B
-// exchange between 2 hosts took 4-5x the blocking one's time). This engine's thread moves what
-// nobody waits for, within about a millisecond (background progress while the rank computes).
-// Messages between ranks of one host go through the shared-memory P2pEngine instead.
+// call moves its own (so does the shared-memory P2pEngine): handing it to another thread and back
+// cost a wake-up each way (an 8 B exchange between 2 hosts took 4-5x the blocking one's time). This
+// engine's thread moves what nobody waits for, within about a millisecond (background progress
+// while the rank computes). Messages between ranks of one host go through the shared-memory
+// P2pEngine instead.
 #pragma once
 
 #include <condition_variable>

@@ -20,17 +20,30 @@ P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name, Flight
       sends_(fabric.size()),
       recvs_(fabric.size()) {}
 
-P2pEngine::~P2pEngine() {
+namespace {
+// The progress thread looks at the transfers once a tick where nobody waits for them.
+constexpr auto kTick = std::chrono::milliseconds(1);
+// Ticks it keeps with nothing pending before it sleeps until woken (submit need not wake it).
+constexpr int kQuietTicks = 100;
+}  // namespace
+
+P2pEngine::~P2pEngine() { stop(); }
+
+void P2pEngine::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
     stop_requested_.store(true);
   }
   cv_.notify_all();
+  role_free_.notify_all();
   fabric_.wake_p2p();
   if (thread_.joinable()) thread_.join();
+  std::unique_lock lock(mu_);
+  role_free_.wait(lock, [&] { return waiters_.load() == 0; });  // each leaves within a poll
   // No driver is left: whatever is still queued never started moving or cannot finish.
-  take_incoming();
+  take_incoming_locked();
+  lock.unlock();
   fail_pending(std::make_exception_ptr(Error(
       ErrorCode::aborted,
       "communicator '" + comm_name_ + "' was destroyed before its point-to-point transfer ended")));
@@ -53,9 +66,17 @@ std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
                                               Clock::time_point deadline) {
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
+  // The state outlives its waits (Work holds it); the engine may not, hence the weak pointer.
+  state->drive = [engine = weak_from_this(), raw = state.get()] {
+    if (const std::shared_ptr<P2pEngine> self = engine.lock()) self->drive_until_done(*raw);
+  };
   std::unique_lock lock(mu_);
-  if (failure_) {
-    state->complete(failure_);
+  if (failure_ || stopping_) {
+    state->complete(failure_ ? failure_
+                             : std::make_exception_ptr(
+                                   Error(ErrorCode::aborted, "communicator '" + comm_name_ +
+                                                                 "' is being destroyed: no more "
+                                                                 "point-to-point transfers")));
     return state;
   }
   incoming_.push_back(make_pending(desc, deadline, state, nullptr));
@@ -65,12 +86,18 @@ std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
 
 Work P2pEngine::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
   std::shared_ptr<WorkState> state = enqueue(desc, deadline);
+  bool wake_thread = false;
   {
     std::lock_guard lock(mu_);
-    if (!thread_.joinable() && !stopping_) thread_ = std::thread([this] { progress_loop(); });
+    leave_for_a_tick_ = true;  // its waiter is probably on the way
+    if (!thread_.joinable() && !stopping_) {
+      thread_ = std::thread([this] { progress_loop(); });
+    } else {
+      wake_thread = thread_asleep_;
+    }
   }
-  cv_.notify_all();    // an idle progress thread
-  fabric_.wake_p2p();  // a driver asleep on the mailboxes
+  if (wake_thread) cv_.notify_all();
+  fabric_.wake_p2p();  // a driver asleep on the mailboxes takes it
   return Work(state);
 }
 
@@ -94,11 +121,15 @@ void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   lock.lock();
   driving_ = false;
   const bool more = pending_ > 0 || !incoming_.empty();
+  bool wake_thread = false;
   if (more && !thread_.joinable() && !stopping_) {
     thread_ = std::thread([this] { progress_loop(); });
+  } else {
+    wake_thread = more && thread_asleep_;
   }
   lock.unlock();
-  if (more) cv_.notify_all();
+  role_free_.notify_all();  // a waiter for the role
+  if (wake_thread) cv_.notify_all();
   if (result.error) std::rethrow_exception(result.error);
 }
 
@@ -121,7 +152,15 @@ void P2pEngine::complete(Pending& p, std::exception_ptr error) {
   } else {
     recorder_.end(p.flight, FlightState::completed);
   }
-  if (p.state) return p.state->complete(std::move(error));
+  if (p.state) {
+    p.state->complete(std::move(error));
+    // Its waiter may be waiting for the driver role (drive_until_done) rather than on the state.
+    if (waiters_.load() > 0) {
+      { std::lock_guard lock(mu_); }  // so the notice cannot fall between its check and its wait
+      role_free_.notify_all();
+    }
+    return;
+  }
   p.inline_result->error = std::move(error);
   p.inline_result->done = true;
 }
@@ -137,17 +176,59 @@ void P2pEngine::fail_all(std::exception_ptr error) {
   fabric_.wake_p2p();
 }
 
-void P2pEngine::progress_loop() {
+void P2pEngine::drive_until_done(WorkState& state) {
+  auto done = [&] {
+    std::lock_guard state_lock(state.mu);
+    return state.done;
+  };
   std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock,
-             [&] { return stopping_ || (!driving_ && (pending_ > 0 || !incoming_.empty())); });
-    if (stopping_) return;
+  waiters_.fetch_add(1);
+  fabric_.wake_p2p();  // a driver asleep on the mailboxes: the progress thread hands the role over
+  // The holder (the progress thread, or a blocking call until its own transfer is done) may
+  // complete this transfer meanwhile.
+  role_free_.wait(lock, [&] { return stopping_ || !driving_ || done(); });
+  if (!stopping_ && !done()) {
     driving_ = true;
+    take_incoming_locked();
     lock.unlock();
-    drive([&] { return stop_requested_.load(std::memory_order_relaxed); });
+    drive([&] { return stop_requested_.load(std::memory_order_relaxed) || done(); });
     lock.lock();
     driving_ = false;
+  }
+  waiters_.fetch_sub(1);
+  leave_for_a_tick_ = true;  // the progress thread looks again a tick later: the waiter may be back
+  lock.unlock();
+  role_free_.notify_all();  // another waiter for the role, or stop()
+}
+
+void P2pEngine::progress_loop() {
+  std::unique_lock lock(mu_);
+  int quiet_ticks = 0;
+  while (!stopping_) {
+    if (driving_ || waiters_.load() > 0 || leave_for_a_tick_) {
+      leave_for_a_tick_ = false;
+      cv_.wait_for(lock, kTick, [&] { return stopping_; });
+      continue;
+    }
+    if (pending_ == 0 && incoming_.empty()) {  // the role is free: nobody touches pending_
+      if (quiet_ticks < kQuietTicks) {
+        ++quiet_ticks;
+        cv_.wait_for(lock, kTick, [&] { return stopping_; });
+      } else {
+        thread_asleep_ = true;
+        cv_.wait(lock,
+                 [&] { return stopping_ || !incoming_.empty() || (!driving_ && pending_ > 0); });
+        thread_asleep_ = false;
+      }
+      continue;
+    }
+    quiet_ticks = 0;
+    driving_ = true;
+    lock.unlock();
+    drive([&] { return stop_requested_.load(std::memory_order_relaxed) || waiters_.load() > 0; });
+    lock.lock();
+    driving_ = false;
+    role_free_.notify_all();
   }
 }
 
@@ -258,7 +339,8 @@ void P2pEngine::drive(const std::function<bool()>& done) {
       if (stage == transport::Backoff::Stage::spin && !has_failure_.load()) continue;
       check_stalled();
       if (stage == transport::Backoff::Stage::sleep) {
-        fabric_.sleep_p2p([this] { return any_ready(); });
+        // done() too: a waiter that wants the role rings the same bell.
+        fabric_.sleep_p2p([&] { return any_ready() || done(); });
       }
     } catch (...) {
       // The first failure of a transfer breaks the whole communicator (later messages of the pair

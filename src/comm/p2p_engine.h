@@ -6,8 +6,10 @@
 // do not take part in a send/recv stay in step for the next collective.
 //
 // The driver is whichever thread holds the role: a blocking send/recv drives inline when nobody
-// else does (no thread hand-off on the latency path), otherwise a progress thread, started on the
-// first asynchronous call, drives while transfers are pending.
+// else does, and so does a thread waiting for an asynchronous transfer (Work::wait): no thread
+// hand-off on the latency path (handing an 8 B exchange to another thread and back took 5x the
+// blocking exchange's time). A progress thread, started on the first asynchronous call, drives
+// what nobody waits for: it looks once a millisecond and hands the role to any waiter.
 #pragma once
 
 #include <atomic>
@@ -29,7 +31,7 @@
 
 namespace tpf::detail {
 
-class P2pEngine {
+class P2pEngine : public std::enable_shared_from_this<P2pEngine> {
  public:
   // Records a failure of a transfer as the communicator's (first failure wins) and returns the
   // error every other transfer should then fail with.
@@ -38,11 +40,16 @@ class P2pEngine {
   // Records every transfer in `recorder` (which outlives the engine).
   P2pEngine(transport::ShmFabric& fabric, std::string comm_name, FlightRecorder& recorder,
             FailureSink on_failure);
-  ~P2pEngine();  // transfers still pending fail with Error(aborted)
+  ~P2pEngine();
   P2pEngine(const P2pEngine&) = delete;
   P2pEngine& operator=(const P2pEngine&) = delete;
 
-  // Queues a validated send or recv that must be done by `deadline`.
+  // Transfers still pending fail with Error(aborted); waiters driving them leave. Called before
+  // the fabric goes: a waiter may hold this engine past its owner.
+  void stop();
+
+  // Queues a validated send or recv that must be done by `deadline`. Held by a shared_ptr: the
+  // returned Work's waiter reaches this engine through a weak one.
   Work submit(const coll::OpDesc& desc, Clock::time_point deadline);
   // Queues it and returns when it is done (rethrowing its error); drives everything meanwhile if
   // no other thread does.
@@ -95,6 +102,8 @@ class P2pEngine {
   void take_incoming_locked();  // with mu_ held
   // Drives until done() holds or nothing is pending. Only the holder of the driver role.
   void drive(const std::function<bool()>& done);
+  // Work::wait's: takes the driver role once it is free and drives until `state` is done.
+  void drive_until_done(WorkState& state);
   void take_incoming();
   // Advances every queue's head as far as it goes, completing finished transfers.
   bool advance_all();
@@ -113,15 +122,23 @@ class P2pEngine {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Pending> incoming_;         // guarded by mu_
-  std::vector<uint64_t> sends_issued_;    // guarded by mu_; per peer
-  std::vector<uint64_t> recvs_issued_;    // guarded by mu_; per peer
-  bool driving_ = false;                  // guarded by mu_; some thread holds the driver role
-  bool stopping_ = false;                 // guarded by mu_
+  std::vector<Pending> incoming_;            // guarded by mu_
+  std::vector<uint64_t> sends_issued_;       // guarded by mu_; per peer
+  std::vector<uint64_t> recvs_issued_;       // guarded by mu_; per peer
+  bool driving_ = false;                     // guarded by mu_; some thread holds the driver role
+  bool stopping_ = false;                    // guarded by mu_
   std::atomic<bool> stop_requested_{false};  // stopping_, readable by the driver without the lock
-  std::exception_ptr failure_;            // guarded by mu_; once set, everything fails with it
-  std::atomic<bool> has_incoming_{false};  // incoming_ is not empty
-  std::atomic<bool> has_failure_{false};   // failure_ is set
+  std::exception_ptr failure_;               // guarded by mu_; once set, everything fails with it
+  std::atomic<bool> has_incoming_{false};    // incoming_ is not empty
+  std::atomic<bool> has_failure_{false};     // failure_ is set
+  // Threads in drive_until_done (changed under mu_; the progress thread reads it while driving,
+  // to hand the role over).
+  std::atomic<int> waiters_{0};
+  // A transfer was issued or a waiter left since the progress thread last looked: it leaves the
+  // transfers to their waiters for a tick more (guarded by mu_).
+  bool leave_for_a_tick_ = false;
+  bool thread_asleep_ = false;         // guarded by mu_; until submit wakes it
+  std::condition_variable role_free_;  // the driver role was released, or a waiter left
   std::thread thread_;
 
   // The driver's own state (only the holder of the role touches it).

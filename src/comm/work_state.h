@@ -16,8 +16,9 @@ struct WorkState {
   bool done = false;
   std::exception_ptr error;
   Clock::time_point deadline;  // the operation's deadline, counted from when it was issued
-  // Where the waiting thread can move the operation itself (a network transfer), Work::wait runs
-  // this first: it returns once the operation is done, or where it cannot move it any more.
+  // Where the waiting thread can move the operation itself (a point-to-point transfer),
+  // Work::wait runs this first: it returns once the operation is done, or where it cannot move it
+  // any more.
   std::function<void()> drive;
 
   void complete(std::exception_ptr failure) {

@@ -3,8 +3,12 @@
 // beside collectives), and a stuck or broken transfer names the peer.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -217,6 +221,128 @@ TEST(P2pProgress, BlockingCallsFromTwoThreadsOfOneRank) {
     }
     comm.barrier();
   }, run_options()));
+}
+
+// An asynchronous transfer is moved by whoever waits for it (Work::wait takes the driver role,
+// from any thread, one after another), beside a blocking call of another thread that holds the
+// role meanwhile, and by the progress thread where nobody waits (Work::wait_for does not drive).
+// 1 MiB messages: many chunks, so no single round of the driver finishes one.
+TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
+  expect_all_ok(run_ranks(
+      3,
+      [](Communicator& comm) {
+        const int n = comm.size(), me = comm.rank();
+        const int next = (me + 1) % n, prev = (me + n - 1) % n;
+        const size_t count = size_t{1} << 18;
+        auto expect_from_prev = [&](const std::vector<int32_t>& in, int round) {
+          const std::string diff = first_difference(in, prev, round);
+          TPF_CHILD_CHECK(diff.empty(), "round " + std::to_string(round) + ": " + diff);
+        };
+        for (int round = 0; round < 6; ++round) {
+          const std::vector<int32_t> out = message(me, count, round);
+          std::vector<int32_t> in(count, -1);
+          Work received = comm.recv_async(in.data(), count, DType::i32, prev);
+          std::exception_ptr other_failed;
+          std::thread other([&] {
+            try {
+              received.wait();
+            } catch (...) {
+              other_failed = std::current_exception();
+            }
+          });
+          if (round % 2 == 0) {
+            comm.send_async(out.data(), count, DType::i32, next).wait();
+          } else {
+            comm.send(out.data(), count, DType::i32, next);  // holds the role while it drives
+          }
+          other.join();
+          if (other_failed) std::rethrow_exception(other_failed);
+          expect_from_prev(in, round);
+        }
+        const std::vector<int32_t> out = message(me, count, 6);
+        std::vector<int32_t> in(count, -1);
+        Work received = comm.recv_async(in.data(), count, DType::i32, prev);
+        Work sent = comm.send_async(out.data(), count, DType::i32, next);
+        TPF_CHILD_CHECK(sent.wait_for(std::chrono::seconds(60)),
+                        "the unwaited send never finished");
+        TPF_CHILD_CHECK(received.wait_for(std::chrono::seconds(60)),
+                        "the unwaited receive never finished");
+        expect_from_prev(in, 6);
+      },
+      run_options()));
+}
+
+// A waiter that does not hold the driver role returns as soon as its transfer is done, though
+// the holder goes on: here the holder waits for a message that rank 1 sends only after a barrier
+// that the other thread of rank 0 joins once its wait returned.
+TEST(P2pProgress, AWaiterReturnsOnceItsTransferIsDoneWhileTheRoleHolderGoesOn) {
+  expect_all_ok(run_ranks(
+      3,
+      [](Communicator& comm) {
+        const int me = comm.rank();
+        int32_t value = 7, got = -1;
+        if (me == 0) {
+          Work from_1 = comm.recv_async(&got, 1, DType::i32, 1);
+          std::atomic<bool> waiting{false};
+          std::exception_ptr other_failed;
+          std::thread other([&] {
+            try {
+              waiting.store(true);
+              from_1.wait();  // takes the role first, most often, and keeps it until rank 1 sends
+            } catch (...) {
+              other_failed = std::current_exception();
+            }
+          });
+          while (!waiting.load()) std::this_thread::yield();
+          comm.send_async(&value, 1, DType::i32, 2).wait();
+          comm.barrier();
+          other.join();
+          if (other_failed) std::rethrow_exception(other_failed);
+          TPF_CHILD_CHECK(got == 8, "from rank 1: " + std::to_string(got));
+        } else if (me == 1) {
+          comm.barrier();
+          value = 8;
+          comm.send(&value, 1, DType::i32, 0);
+        } else {
+          comm.recv(&got, 1, DType::i32, 0);
+          TPF_CHILD_CHECK(got == 7, "from rank 0: " + std::to_string(got));
+          comm.barrier();
+        }
+      },
+      run_options(milliseconds(20000))));
+}
+
+// A thread waiting for a transfer that never comes, while its communicator is destroyed: the wait
+// ends with Error(aborted), whether it held the driver role at that moment or not yet. The peer
+// keeps its communicator until then (had it left first, the wait would name it instead).
+TEST(P2pProgress, AWaitOnATransferOfADestroyedCommunicatorEndsAborted) {
+  expect_all_ok(run_ranks(
+      2,
+      [](Communicator& comm) {
+        const int me = comm.rank();
+        const int peer = 1 - me;
+        std::optional<Communicator> pair = comm.split(0, me);
+        if (me == 0) {
+          int32_t never = -1;
+          Work received = pair->recv_async(&never, 1, DType::i32, peer);
+          std::exception_ptr failure;
+          std::thread waiter([&] {
+            try {
+              received.wait();
+            } catch (...) {
+              failure = std::current_exception();
+            }
+          });
+          pair.reset();
+          waiter.join();
+          TPF_CHILD_CHECK(failure != nullptr, "the wait returned without an error");
+          const Error e = expect_error("the wait", [&] { std::rethrow_exception(failure); });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, e.what());
+          TPF_CHILD_CHECK(never == -1, "the buffer was written");
+        }
+        comm.barrier();  // rank 0 is done: the peer may leave now
+      },
+      run_options()));
 }
 
 TEST(P2pErrors, ReceiveThatNeverArrivesTimesOutNamingThePeer) {
