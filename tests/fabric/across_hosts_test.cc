@@ -16,14 +16,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <exception>
-#include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "support/async_waits.h"
 #include "support/coll_reference.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
@@ -408,19 +406,9 @@ TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
       std::fill(in.begin(), in.end(), -1);
     };
     for (int round = 0; round < 3; ++round) {
-      Work received = comm.recv_async(in.data(), count, DType::i32, prev);
-      Work sent = comm.send_async(out.data(), count, DType::i32, next);
-      std::exception_ptr other_failed;
-      std::thread other([&] {
-        try {
-          received.wait();
-        } catch (...) {
-          other_failed = std::current_exception();
-        }
-      });
-      sent.wait();
-      other.join();
-      if (other_failed) std::rethrow_exception(other_failed);
+      WaitOnAnotherThread received(comm.recv_async(in.data(), count, DType::i32, prev));
+      comm.send_async(out.data(), count, DType::i32, next).wait();
+      received.join();
       expect_received("waited for by two threads, round " + std::to_string(round));
     }
     Work received = comm.recv_async(in.data(), count, DType::i32, prev);
@@ -432,35 +420,11 @@ TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
   }));
 }
 
-// A thread waiting for a transfer that never comes, while its communicator is destroyed: the wait
-// ends with Error(aborted), whether it was moving the transfer itself at that moment or not yet.
-// Rank 0 waits for the last rank, which keeps its communicator until then (had it left first, the
-// wait would name it instead); the others leave at once.
+// A wait on a transfer across hosts of a communicator destroyed meanwhile ends with
+// Error(aborted), whether it was moving the transfer itself at that moment or not yet.
 TEST_P(AcrossHosts, AWaitOnATransferOfADestroyedCommunicatorEndsAborted) {
-  expect_all_ok(run([](Communicator& comm) {
-    const int me = comm.rank();
-    const int peer = comm.size() - 1;
-    std::optional<Communicator> pair = comm.split(0, me);
-    if (me == 0) {
-      int32_t never = -1;
-      Work received = pair->recv_async(&never, 1, DType::i32, peer);
-      std::exception_ptr failure;
-      std::thread waiter([&] {
-        try {
-          received.wait();
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      });
-      pair.reset();
-      waiter.join();
-      TPF_CHILD_CHECK(failure != nullptr, "the wait returned without an error");
-      const Error e = expect_error("the wait", [&] { std::rethrow_exception(failure); });
-      TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, e.what());
-      TPF_CHILD_CHECK(never == -1, "the buffer was written");
-    }
-    comm.barrier();  // rank 0 is done: the peer may leave now
-  }));
+  expect_all_ok(
+      run([](Communicator& comm) { expect_destroy_ends_a_pending_wait(comm, comm.size() - 1); }));
 }
 
 // Each network algorithm forced at every size class: the cost model picks one per size

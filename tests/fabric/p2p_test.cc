@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <exception>
 #include <numeric>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "support/async_waits.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
@@ -241,22 +241,13 @@ TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
         for (int round = 0; round < 6; ++round) {
           const std::vector<int32_t> out = message(me, count, round);
           std::vector<int32_t> in(count, -1);
-          Work received = comm.recv_async(in.data(), count, DType::i32, prev);
-          std::exception_ptr other_failed;
-          std::thread other([&] {
-            try {
-              received.wait();
-            } catch (...) {
-              other_failed = std::current_exception();
-            }
-          });
+          WaitOnAnotherThread received(comm.recv_async(in.data(), count, DType::i32, prev));
           if (round % 2 == 0) {
             comm.send_async(out.data(), count, DType::i32, next).wait();
           } else {
             comm.send(out.data(), count, DType::i32, next);  // holds the role while it drives
           }
-          other.join();
-          if (other_failed) std::rethrow_exception(other_failed);
+          received.join();
           expect_from_prev(in, round);
         }
         const std::vector<int32_t> out = message(me, count, 6);
@@ -312,37 +303,11 @@ TEST(P2pProgress, AWaiterReturnsOnceItsTransferIsDoneWhileTheRoleHolderGoesOn) {
       run_options(milliseconds(20000))));
 }
 
-// A thread waiting for a transfer that never comes, while its communicator is destroyed: the wait
-// ends with Error(aborted), whether it held the driver role at that moment or not yet. The peer
-// keeps its communicator until then (had it left first, the wait would name it instead).
+// A wait on a transfer of a communicator destroyed meanwhile ends with Error(aborted), whether it
+// held the driver role at that moment or not yet.
 TEST(P2pProgress, AWaitOnATransferOfADestroyedCommunicatorEndsAborted) {
   expect_all_ok(run_ranks(
-      2,
-      [](Communicator& comm) {
-        const int me = comm.rank();
-        const int peer = 1 - me;
-        std::optional<Communicator> pair = comm.split(0, me);
-        if (me == 0) {
-          int32_t never = -1;
-          Work received = pair->recv_async(&never, 1, DType::i32, peer);
-          std::exception_ptr failure;
-          std::thread waiter([&] {
-            try {
-              received.wait();
-            } catch (...) {
-              failure = std::current_exception();
-            }
-          });
-          pair.reset();
-          waiter.join();
-          TPF_CHILD_CHECK(failure != nullptr, "the wait returned without an error");
-          const Error e = expect_error("the wait", [&] { std::rethrow_exception(failure); });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, e.what());
-          TPF_CHILD_CHECK(never == -1, "the buffer was written");
-        }
-        comm.barrier();  // rank 0 is done: the peer may leave now
-      },
-      run_options()));
+      2, [](Communicator& comm) { expect_destroy_ends_a_pending_wait(comm, 1); }, run_options()));
 }
 
 TEST(P2pErrors, ReceiveThatNeverArrivesTimesOutNamingThePeer) {
