@@ -68,10 +68,13 @@ class Work {
   Work() = default;
   // Blocks until done; rethrows the operation's error. Every wait inside the operation is bounded
   // by its deadline, so this returns (or throws) once the operation has stopped using its buffers.
+  // A send or recv is moved by the waiting thread itself (no hand-off to another thread).
   void wait();
-  // True if done (rethrows the error if it failed); never blocks.
+  // True if done (rethrows the error if it failed); never blocks. A send or recv is moved one
+  // round first where no other thread is moving it, so a caller that polls makes progress.
   bool test();
-  // Waits until done or the deadline; true if done (rethrows the error if it failed).
+  // Waits until done or the deadline; true if done (rethrows the error if it failed). Does not
+  // move a send or recv itself: the communicator's thread does, within about a millisecond.
   bool wait_until(Clock::time_point deadline);
   bool wait_for(std::chrono::nanoseconds duration) { return wait_until(Clock::now() + duration); }
 

@@ -84,8 +84,11 @@ Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
   // The state outlives its waits (Work holds it); the engine may not, hence the weak pointer.
-  state->drive = [engine = weak_from_this(), raw = state.get()] {
-    if (const std::shared_ptr<NetP2p> self = engine.lock()) self->drive_until_done(*raw);
+  state->drive = [engine = weak_from_this(), raw = state.get()](bool until_done) {
+    const std::shared_ptr<NetP2p> self = engine.lock();
+    if (!self) return;
+    if (until_done) return self->drive_until_done(*raw);
+    self->poll_once();
   };
   std::unique_lock lock(mu_);
   if (failure_ || stopping_) {
@@ -183,6 +186,16 @@ void NetP2p::drive_until_done(WorkState& state) {
   }
   --waiters_;
   leave_for_a_tick_ = true;  // the thread looks again a tick later: the waiter may be back
+  if (waiters_ == 0) left_.notify_all();
+}
+
+void NetP2p::poll_once() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || stopping_) return;  // another thread is taking a round
+  ++waiters_;  // stop() waits for it: the failure path below releases mu_ for a moment
+  uint64_t seen = 0;
+  advance_pending(lock, seen);
+  --waiters_;
   if (waiters_ == 0) left_.notify_all();
 }
 

@@ -77,6 +77,8 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
   bool advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen);
   // Work::wait's: moves the pending transfers until `state` is done or the engine stops.
   void drive_until_done(WorkState& state);
+  // Work::test's: one round over the pending transfers, unless another thread is taking one.
+  void poll_once();
   void progress_loop();
 
   transport::UcxNetwork& network_;
@@ -88,7 +90,7 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
   std::list<Pending> pending_;             // asynchronous transfers, oldest first
   std::exception_ptr failure_;             // set: everything fails with it
   bool stopping_ = false;
-  int waiters_ = 0;  // threads in drive_until_done
+  int waiters_ = 0;  // threads in drive_until_done or poll_once
   // A transfer was issued or a waiter left since the thread last looked: it leaves the
   // transfers to their waiters for a tick more.
   bool leave_for_a_tick_ = false;

@@ -40,7 +40,8 @@ void P2pEngine::stop() {
   fabric_.wake_p2p();
   if (thread_.joinable()) thread_.join();
   std::unique_lock lock(mu_);
-  role_free_.wait(lock, [&] { return waiters_.load() == 0; });  // each leaves within a poll
+  // Each leaves within a poll.
+  role_free_.wait(lock, [&] { return waiters_.load() == 0 && pollers_ == 0; });
   // No driver is left: whatever is still queued never started moving or cannot finish.
   take_incoming_locked();
   lock.unlock();
@@ -67,8 +68,11 @@ std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
   // The state outlives its waits (Work holds it); the engine may not, hence the weak pointer.
-  state->drive = [engine = weak_from_this(), raw = state.get()] {
-    if (const std::shared_ptr<P2pEngine> self = engine.lock()) self->drive_until_done(*raw);
+  state->drive = [engine = weak_from_this(), raw = state.get()](bool until_done) {
+    const std::shared_ptr<P2pEngine> self = engine.lock();
+    if (!self) return;
+    if (until_done) return self->drive_until_done(*raw);
+    self->poll_once();
   };
   std::unique_lock lock(mu_);
   if (failure_ || stopping_) {
@@ -199,6 +203,22 @@ void P2pEngine::drive_until_done(WorkState& state) {
   leave_for_a_tick_ = true;  // the progress thread looks again a tick later: the waiter may be back
   lock.unlock();
   role_free_.notify_all();  // another waiter for the role, or stop()
+}
+
+void P2pEngine::poll_once() {
+  {
+    std::lock_guard lock(mu_);
+    if (driving_ || stopping_) return;  // the holder moves it
+    driving_ = true;
+    ++pollers_;
+  }
+  drive([] { return true; });  // one round: takes what was issued, advances every queue
+  {
+    std::lock_guard lock(mu_);
+    driving_ = false;
+    --pollers_;
+  }
+  role_free_.notify_all();
 }
 
 void P2pEngine::progress_loop() {

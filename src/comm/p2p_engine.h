@@ -104,6 +104,8 @@ class P2pEngine : public std::enable_shared_from_this<P2pEngine> {
   void drive(const std::function<bool()>& done);
   // Work::wait's: takes the driver role once it is free and drives until `state` is done.
   void drive_until_done(WorkState& state);
+  // Work::test's: one round of the driver where the role is free.
+  void poll_once();
   void take_incoming();
   // Advances every queue's head as far as it goes, completing finished transfers.
   bool advance_all();
@@ -137,6 +139,7 @@ class P2pEngine : public std::enable_shared_from_this<P2pEngine> {
   // A transfer was issued or a waiter left since the progress thread last looked: it leaves the
   // transfers to their waiters for a tick more (guarded by mu_).
   bool leave_for_a_tick_ = false;
+  int pollers_ = 0;                    // guarded by mu_; threads in poll_once
   bool thread_asleep_ = false;         // guarded by mu_; until submit wakes it
   std::condition_variable role_free_;  // the driver role was released, or a waiter left
   std::thread thread_;

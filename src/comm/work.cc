@@ -5,7 +5,7 @@ namespace tpf {
 
 void Work::wait() {
   if (!state_) return;
-  if (state_->drive) state_->drive();
+  if (state_->drive) state_->drive(true);
   // No timeout here: the operation itself is bounded (every wait inside it has the deadline, and
   // the communicator completes every queued task, with an error if it must). Returning earlier
   // would hand the buffers back while the operation may still use them.
@@ -16,6 +16,7 @@ void Work::wait() {
 
 bool Work::test() {
   if (!state_) return true;
+  if (state_->drive) state_->drive(false);
   std::lock_guard lock(state_->mu);
   if (state_->done && state_->error) std::rethrow_exception(state_->error);
   return state_->done;

@@ -16,10 +16,10 @@ struct WorkState {
   bool done = false;
   std::exception_ptr error;
   Clock::time_point deadline;  // the operation's deadline, counted from when it was issued
-  // Where the waiting thread can move the operation itself (a point-to-point transfer),
-  // Work::wait runs this first: it returns once the operation is done, or where it cannot move it
-  // any more.
-  std::function<void()> drive;
+  // Where the calling thread can move the operation itself (a point-to-point transfer): Work::wait
+  // runs drive(true) first, which returns once the operation is done or cannot be moved any more;
+  // Work::test runs drive(false), one round of progress where no other thread is moving it.
+  std::function<void(bool until_done)> drive;
 
   void complete(std::exception_ptr failure) {
     {

@@ -388,8 +388,9 @@ TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
 }
 
 // An asynchronous transfer across hosts is moved by whoever waits for it (Work::wait drives the
-// network itself, from any thread, several threads at once), and by the engine's own thread where
-// nobody does: Work::wait_for does not drive, so only that thread can complete them there. 4 MiB
+// network itself, from any thread, several threads at once), by a thread that polls (Work::test
+// takes one round), and by the engine's own thread where nobody does: Work::wait_for does not
+// drive, so only that thread can complete them there. 4 MiB
 // messages: more than one round of progress after they are posted.
 TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
   expect_all_ok(run([](Communicator& comm) {
@@ -410,6 +411,15 @@ TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
       comm.send_async(out.data(), count, DType::i32, next).wait();
       received.join();
       expect_received("waited for by two threads, round " + std::to_string(round));
+    }
+    {  // polled: each test() takes a round unless another thread is taking one
+      Work received = comm.recv_async(in.data(), count, DType::i32, prev);
+      Work sent = comm.send_async(out.data(), count, DType::i32, next);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!(sent.test() && received.test()) && std::chrono::steady_clock::now() < give_up) {
+      }
+      TPF_CHILD_CHECK(sent.test() && received.test(), "the polled transfers never finished");
+      expect_received("polled");
     }
     Work received = comm.recv_async(in.data(), count, DType::i32, prev);
     Work sent = comm.send_async(out.data(), count, DType::i32, next);

@@ -225,7 +225,8 @@ TEST(P2pProgress, BlockingCallsFromTwoThreadsOfOneRank) {
 
 // An asynchronous transfer is moved by whoever waits for it (Work::wait takes the driver role,
 // from any thread, one after another), beside a blocking call of another thread that holds the
-// role meanwhile, and by the progress thread where nobody waits (Work::wait_for does not drive).
+// role meanwhile, by a thread that polls (Work::test takes one round), and by the progress thread
+// where nobody waits (Work::wait_for does not drive).
 // 1 MiB messages: many chunks, so no single round of the driver finishes one.
 TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
   expect_all_ok(run_ranks(
@@ -250,7 +251,18 @@ TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
           received.join();
           expect_from_prev(in, round);
         }
-        const std::vector<int32_t> out = message(me, count, 6);
+        {  // polled: each test() takes a round where the role is free
+          const std::vector<int32_t> out = message(me, count, 6);
+          std::vector<int32_t> in(count, -1);
+          Work received = comm.recv_async(in.data(), count, DType::i32, prev);
+          Work sent = comm.send_async(out.data(), count, DType::i32, next);
+          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (!(sent.test() && received.test()) && std::chrono::steady_clock::now() < give_up) {
+          }
+          TPF_CHILD_CHECK(sent.test() && received.test(), "the polled transfers never finished");
+          expect_from_prev(in, 6);
+        }
+        const std::vector<int32_t> out = message(me, count, 7);
         std::vector<int32_t> in(count, -1);
         Work received = comm.recv_async(in.data(), count, DType::i32, prev);
         Work sent = comm.send_async(out.data(), count, DType::i32, next);
@@ -258,7 +270,7 @@ TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
                         "the unwaited send never finished");
         TPF_CHILD_CHECK(received.wait_for(std::chrono::seconds(60)),
                         "the unwaited receive never finished");
-        expect_from_prev(in, 6);
+        expect_from_prev(in, 7);
       },
       run_options()));
 }
