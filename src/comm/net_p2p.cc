@@ -1,5 +1,6 @@
 #include "comm/net_p2p.h"
 
+#include "comm/background_progress.h"
 #include "tpf/error.h"
 
 namespace tpf::detail {
@@ -11,13 +12,6 @@ NetP2p::NetP2p(transport::UcxNetwork& network, int comm_size, std::string comm_n
       on_failure_(std::move(on_failure)),
       sent_(comm_size, 0),
       received_(comm_size, 0) {}
-
-namespace {
-// The engine's thread looks at the transfers once a tick where nobody waits for them.
-constexpr auto kTick = std::chrono::milliseconds(1);
-// Ticks it keeps with nothing pending before it sleeps until woken (submit need not wake it).
-constexpr int kQuietTicks = 100;
-}  // namespace
 
 NetP2p::~NetP2p() { stop(); }
 
@@ -179,7 +173,7 @@ void NetP2p::drive_until_done(WorkState& state) {
     }
     lock.unlock();  // other waiters may take a round meanwhile
     if (idle.should_sleep()) {
-      network_.wait_for_news(kTick, seen);
+      network_.wait_for_news(kBackgroundTick, seen);
       idle.slept();
     }
     lock.lock();
@@ -204,9 +198,9 @@ void NetP2p::progress_loop() {
   int quiet_ticks = 0;
   while (!stopping_) {
     if (pending_.empty()) {
-      if (quiet_ticks < kQuietTicks) {
+      if (quiet_ticks < kBackgroundQuietTicks) {
         ++quiet_ticks;
-        cv_.wait_for(lock, kTick, [&] { return stopping_; });
+        cv_.wait_for(lock, kBackgroundTick, [&] { return stopping_; });
       } else {
         thread_asleep_ = true;
         cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
@@ -217,13 +211,13 @@ void NetP2p::progress_loop() {
     quiet_ticks = 0;
     if (waiters_ > 0 || leave_for_a_tick_) {
       leave_for_a_tick_ = false;
-      cv_.wait_for(lock, kTick, [&] { return stopping_; });
+      cv_.wait_for(lock, kBackgroundTick, [&] { return stopping_; });
       continue;
     }
     uint64_t seen = 0;
     if (!advance_pending(lock, seen) && !pending_.empty()) {
       lock.unlock();
-      network_.wait_for_news(kTick, seen);
+      network_.wait_for_news(kBackgroundTick, seen);
       lock.lock();
     }
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 
+#include "comm/background_progress.h"
 #include "tpf/error.h"
 #include "transport/signal.h"
 
@@ -19,13 +20,6 @@ P2pEngine::P2pEngine(transport::ShmFabric& fabric, std::string comm_name, Flight
       recvs_issued_(fabric.size(), 0),
       sends_(fabric.size()),
       recvs_(fabric.size()) {}
-
-namespace {
-// The progress thread looks at the transfers once a tick where nobody waits for them.
-constexpr auto kTick = std::chrono::milliseconds(1);
-// Ticks it keeps with nothing pending before it sleeps until woken (submit need not wake it).
-constexpr int kQuietTicks = 100;
-}  // namespace
 
 P2pEngine::~P2pEngine() { stop(); }
 
@@ -227,13 +221,13 @@ void P2pEngine::progress_loop() {
   while (!stopping_) {
     if (driving_ || waiters_.load() > 0 || leave_for_a_tick_) {
       leave_for_a_tick_ = false;
-      cv_.wait_for(lock, kTick, [&] { return stopping_; });
+      cv_.wait_for(lock, kBackgroundTick, [&] { return stopping_; });
       continue;
     }
     if (pending_ == 0 && incoming_.empty()) {  // the role is free: nobody touches pending_
-      if (quiet_ticks < kQuietTicks) {
+      if (quiet_ticks < kBackgroundQuietTicks) {
         ++quiet_ticks;
-        cv_.wait_for(lock, kTick, [&] { return stopping_; });
+        cv_.wait_for(lock, kBackgroundTick, [&] { return stopping_; });
       } else {
         thread_asleep_ = true;
         cv_.wait(lock,
