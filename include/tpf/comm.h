@@ -8,8 +8,11 @@
 //   the communicator. Issuing collectives concurrently from two threads on one communicator is safe
 //   but leaves their order unspecified, so do it only if every rank does it identically.
 // - *_async calls return at once; the collectives of one communicator run one after another, in
-//   issue order, on a progress thread. A blocking collective waits for all earlier async
-//   collectives first.
+//   issue order, each on the first thread to reach it: a thread in Work::wait, which runs the
+//   queued collectives up to its own itself, or the communicator's progress thread, which starts
+//   what nobody waits for within about 16 ms (so it overlaps the caller's longer work). A blocking
+//   collective waits for all earlier async collectives first (and runs them, where nothing else
+//   has yet).
 // - Point-to-point calls (send/recv) are matched per pair and direction in issue order, and
 //   progress independently of each other and of the collectives: a rank may post a large send
 //   and its receive and wait for both (no deadlock), or run collectives while a send is pending.
@@ -68,13 +71,16 @@ class Work {
   Work() = default;
   // Blocks until done; rethrows the operation's error. Every wait inside the operation is bounded
   // by its deadline, so this returns (or throws) once the operation has stopped using its buffers.
-  // A send or recv is moved by the waiting thread itself (no hand-off to another thread).
+  // A send or recv is moved by the waiting thread itself (no hand-off to another thread), and so
+  // is a collective that has not started yet, with the collectives queued before it.
   void wait();
   // True if done (rethrows the error if it failed); never blocks. A send or recv is moved one
-  // round first where no other thread is moving it, so a caller that polls makes progress.
+  // round first where no other thread is moving it, so a caller that polls makes progress; a
+  // collective is left to the thread running it (it may block until its peers join).
   bool test();
   // Waits until done or the deadline; true if done (rethrows the error if it failed). Does not
-  // move a send or recv itself: the communicator's thread does, within about a millisecond.
+  // move a send or recv or start a collective itself: the communicator's threads do, a send or
+  // recv within about a millisecond, a collective within about 16 ms (1 ms while it is busy).
   bool wait_until(Clock::time_point deadline);
   bool wait_for(std::chrono::nanoseconds duration) { return wait_until(Clock::now() + duration); }
 

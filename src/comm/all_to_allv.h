@@ -14,7 +14,7 @@
 namespace tpf::detail {
 
 // The two collectives all_to_allv is made of. The blocking call runs them through the public
-// calls on the caller's thread; all_to_allv_async on the progress thread, as one queued operation.
+// calls on the caller's thread; all_to_allv_async as one queued operation (comm/operation_queue.h).
 struct AllToAllvSteps {
   // all_gather of `row` int64 per rank.
   std::function<void(const int64_t* send, int64_t* recv, size_t row)> gather_rows;

@@ -62,7 +62,9 @@ CommImpl::CommImpl(CommSetup setup)
     : setup_(std::move(setup)),
       recorder_(setup_.settings.flight_recorder_size),
       default_timeout_(setup_.settings.timeout),
-      gate_(setup_.settings.asymmetric_fences && transport::register_asymmetric_fences()) {
+      queue_(std::make_shared<OperationQueue>(
+          setup_.settings.asymmetric_fences && transport::register_asymmetric_fences(),
+          [this](const Task& task) { return run_task(task); }, setup_.name)) {
   if (setup_.size < 1 || setup_.rank < 0 || setup_.rank >= setup_.size) {
     throw Error(ErrorCode::invalid_argument,
                 "communicator '" + setup_.name + "': rank " + std::to_string(setup_.rank) +
@@ -129,24 +131,15 @@ CommImpl::CommImpl(CommSetup setup)
 CommImpl::~CommImpl() {
   heartbeat_.reset();  // its failures reach everything below
   ProcessFailures::instance().remove(fabric_.get());
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  // Runs nothing after this (a waiter may still hold the queue) and fails what is still queued.
+  queue_->stop();
   settle_checkpoints();
-  // After the worker, whose failures reach it: fails its pending transfers. A waiter may still
+  // After the queue, whose failures reach it: fails its pending transfers. A waiter may still
   // hold it; the fabric goes below.
   if (p2p_) p2p_->stop();
   p2p_.reset();
   if (net_p2p_) net_p2p_->stop();  // a waiter may still hold it; the network goes below
   net_p2p_.reset();
-  for (Task& task : queue_) {
-    task.state->complete(std::make_exception_ptr(
-        Error(ErrorCode::aborted, std::string(task.name) + " on communicator '" + setup_.name +
-                                      "': the communicator was destroyed before it started")));
-  }
 }
 
 void CommImpl::settle_checkpoints() noexcept {
@@ -188,8 +181,9 @@ coll::OpDesc CommImpl::on_this_host(const coll::OpDesc& desc) const {
 uint64_t CommImpl::next_sequence() const { return sequence_.load(std::memory_order_acquire); }
 
 uint64_t CommImpl::take_sequence() noexcept {
-  // Only the party that currently has the fabric (owner, worker or a claimed blocking call)
-  // calls this: a plain load and store, no locked instruction.
+  // Only the party that currently has the fabric (the owner inline, a claimed blocking call or
+  // the thread running the queue's front) calls this: a plain load and store, no locked
+  // instruction.
   const uint64_t sequence = sequence_.load(std::memory_order_relaxed);
   sequence_.store(sequence + 1, std::memory_order_release);
   return sequence;
@@ -275,25 +269,22 @@ Work CommImpl::submit_async(const coll::OpDesc& desc, const CallOptions& call) {
     if (!same_host(desc.peer)) return net_p2p_->submit(desc, deadline);
     return p2p_->submit(on_this_host(desc), deadline);
   }
-  return enqueue(Task{desc, nullptr, coll::op_kind_name(desc.kind)}, call);
+  return enqueue(Task{desc, coll::op_kind_name(desc.kind)}, call);
 }
 
 Work CommImpl::submit_composite(const char* name, std::function<void(const RunCollective&)> body,
                                 const CallOptions& call) {
-  return enqueue(Task{coll::OpDesc{}, nullptr, name, std::move(body)}, call);
+  return enqueue(Task{coll::OpDesc{}, name, std::move(body)}, call);
 }
 
 Work CommImpl::enqueue(Task task, const CallOptions& call) {
-  task.state = std::make_shared<WorkState>();
-  task.state->deadline = Clock::now() + timeout_of(task.name, call);
-  Work work(task.state);
-  gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
-  std::unique_lock lock(mu_);
-  queue_.push_back(std::move(task));
-  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-  lock.unlock();
-  cv_.notify_all();
-  return work;
+  const Clock::time_point deadline = Clock::now() + timeout_of(task.name, call);
+  return queue_->enqueue(std::move(task), deadline);
+}
+
+std::exception_ptr CommImpl::run_task(const Task& task) {
+  if (task.composite) return run_composite(task);
+  return run(task.desc, take_sequence(), task.state->deadline, {});
 }
 
 std::exception_ptr CommImpl::run_composite(const Task& task) {
@@ -318,52 +309,24 @@ void CommImpl::run_blocking(const coll::OpDesc& desc, const CallOptions& call) {
     if (!same_host(desc.peer)) return net_p2p_->run(desc, deadline);
     return p2p_->run(on_this_host(desc), deadline);
   }
-  if (gate_.owner_enter()) {  // the common case: one thread per communicator, nothing queued
+  OwnerGate& gate = queue_->gate();
+  if (gate.owner_enter()) {  // the common case: one thread per communicator, nothing queued
     std::exception_ptr failure = run(desc, take_sequence(), std::nullopt, timeout);
-    gate_.owner_exit();
+    gate.owner_exit();
     if (failure) std::rethrow_exception(failure);
     return;
   }
-  gate_.add_claim();
-  gate_.wait_owner_out();
-  std::unique_lock lock(mu_);
-  if (!queue_.empty() || running_) {  // keep issue order behind the queued work
-    lock.unlock();
-    gate_.release_claim();
+  gate.add_claim();
+  gate.wait_owner_out();
+  if (!queue_->begin_inline()) {  // behind queued work: queued, and run by this thread's wait
+    gate.release_claim();
     submit_async(desc, call).wait();
     return;
   }
-  running_ = true;
-  lock.unlock();
   std::exception_ptr failure = run(desc, take_sequence(), std::nullopt, timeout);
-  lock.lock();
-  running_ = false;
-  const bool wake_worker = !queue_.empty();
-  lock.unlock();
-  gate_.release_claim();
-  if (wake_worker) cv_.notify_all();
+  gate.release_claim();
+  queue_->end_inline();
   if (failure) std::rethrow_exception(failure);
-}
-
-void CommImpl::worker_loop() {
-  bool owner_out = false;  // the owner is known to be out, and a claim was held ever since
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
-    if (stopping_) return;
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    if (!owner_out) gate_.wait_owner_out();
-    task.state->complete(task.composite
-                             ? run_composite(task)
-                             : run(task.desc, take_sequence(), task.state->deadline, {}));
-    owner_out = !gate_.release_claim();
-    lock.lock();
-    running_ = false;
-    cv_.notify_all();
-  }
 }
 
 std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,

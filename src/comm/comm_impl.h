@@ -1,23 +1,20 @@
-// The state behind a Communicator: its fabric, its queue of operations and the thread that
-// progresses asynchronous ones, its sequence counter and its error state.
+// The state behind a Communicator: its fabric and network, its queue of operations
+// (comm/operation_queue.h), its point-to-point engines, its sequence counter and its error state.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "coll/across_hosts.h"
 #include "coll/op_desc.h"
 #include "comm/flight_recorder.h"
 #include "comm/heartbeat.h"
 #include "comm/net_p2p.h"
-#include "comm/owner_gate.h"
+#include "comm/operation_queue.h"
 #include "comm/p2p_engine.h"
 #include "comm/recent_calls.h"
 #include "comm/settings.h"
@@ -55,14 +52,13 @@ class CommImpl {
   const std::string& name() const noexcept { return setup_.name; }
   uint64_t next_sequence() const;
 
-  // Validates, then queues the operation for the progress thread (point-to-point operations: for
+  // Validates, then queues the operation (comm/operation_queue.h; point-to-point operations: for
   // the point-to-point engine).
   Work submit_async(const coll::OpDesc& desc, const CallOptions& call);
   // Validates and runs the operation on the calling thread when nothing is queued (no hand-off,
   // no allocation: the small-message latency path); otherwise queues it and waits.
   void run_blocking(const coll::OpDesc& desc, const CallOptions& call);
-  // Runs one collective now, on the progress thread, under the queued operation's deadline.
-  using RunCollective = std::function<void(const coll::OpDesc&)>;
+  using RunCollective = OperationQueue::RunCollective;
   // Queues several collectives as one operation (all_to_allv: its counts, then its data), in
   // issue order with the rest; `body` runs them through the RunCollective it is given. `name`
   // names the operation in errors.
@@ -72,16 +68,11 @@ class CommImpl {
   void abort();
 
  private:
-  struct Task {
-    coll::OpDesc desc;  // unused by a composite operation
-    std::shared_ptr<WorkState> state;
-    const char* name;                                          // the operation, in errors
-    std::function<void(const RunCollective&)> composite = {};  // set for a composite operation
-  };
-  // Gives the task its state and deadline and queues it for the progress thread.
+  using Task = OperationQueue::Task;
+  // Queues the task with the call's deadline.
   Work enqueue(Task task, const CallOptions& call);
   // The next sequence number. Numbers are taken when an operation starts; operations start in
-  // issue order (FIFO queue; the owner runs inline only when nothing is queued).
+  // issue order (operation_queue.h).
   uint64_t take_sequence() noexcept;
   // Runs one operation and returns its failure, if any (and marks the communicator broken). It
   // must end by `deadline` if given, else within `timeout` of its first wait that blocks.
@@ -90,7 +81,8 @@ class CommImpl {
                          std::chrono::milliseconds timeout);
   // The call's timeout, else the communicator's; `what` names the operation in errors.
   std::chrono::milliseconds timeout_of(const char* what, const CallOptions& call) const;
-  void worker_loop();
+  // Runs a queued task, on whichever thread took it.
+  std::exception_ptr run_task(const Task& task);
   std::exception_ptr run_composite(const Task& task);
   void validate(const coll::OpDesc& desc) const;
   // Several hosts: whether `peer` shares this rank's host, and a send/recv in the host's numbering.
@@ -124,14 +116,9 @@ class CommImpl {
   std::unique_ptr<Heartbeat> heartbeat_;
   std::chrono::milliseconds default_timeout_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool running_ = false;  // a claimed operation is executing (inline or on the worker)
-  bool stopping_ = false;
-  std::thread worker_;
+  std::shared_ptr<OperationQueue> queue_;  // its tasks call into this communicator: stopped first
   std::atomic<uint64_t> sequence_{0};
-  OwnerGate gate_;
+  mutable std::mutex mu_;  // guards splits_ and the failure below
   uint64_t splits_ = 0;
   // The first failure (its root cause): the communicator is unusable after it.
   transport::FailureRecord failure_;

@@ -24,6 +24,11 @@ class OwnerGate {
   // claim is held; it must then call owner_exit() when its operation is done.
   bool owner_enter() noexcept;
   void owner_exit() noexcept { owner_busy_.store(false, std::memory_order_release); }
+  // True on the owner thread (set once, never changed): outside owner_enter/owner_exit it is not
+  // in the fabric, so it need not wait for itself.
+  bool owned_by_this_thread() const noexcept {
+    return owner_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
 
   // Takes a claim (the owner cannot enter from now on) without waiting.
   void add_claim() noexcept { claims_.fetch_add(1, std::memory_order_seq_cst); }

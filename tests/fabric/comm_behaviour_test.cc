@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/async_waits.h"
 #include "support/coll_reference.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
@@ -212,6 +213,44 @@ TEST(CommAsync, WaitForReturnsFalseWhileAPeerHasNotJoined) {
       comm.all_reduce(&v, &s, 1, DType::i32, ReduceOp::sum);
     }
     TPF_CHILD_CHECK(s == 3, "sum " + std::to_string(s));
+  }, run_options()));
+}
+
+// Several threads of each rank wait on queued collectives while another makes a blocking call
+// behind them: each waiter runs the queue up to its own operation (comm/operation_queue.h), so the
+// collectives move from thread to thread, yet they run once each, in issue order, alike on every
+// rank (a collective run out of order would meet its peers' other collective: a mismatch).
+TEST(CommAsync, ThreadsWaitingOnQueuedCollectivesRunThemInIssueOrder) {
+  expect_all_ok(run_ranks(3, [](Communicator& comm) {
+    const int r = comm.rank();
+    constexpr int kOps = 6;
+    const size_t counts[kOps] = {1, 70001, 3, 1 << 16, 5, 300001};
+    std::vector<std::vector<int32_t>> ins, outs;
+    std::vector<Work> works;
+    const uint64_t first = comm.next_sequence();
+    for (int i = 0; i < kOps; ++i) {
+      ins.emplace_back(counts[i], i * 10 + r);
+      outs.emplace_back(counts[i], -1);
+    }
+    for (int i = 0; i < kOps; ++i) {
+      auto& in = ins[static_cast<size_t>(i)];
+      works.push_back(comm.all_reduce_async(in.data(), outs[static_cast<size_t>(i)].data(), in.size(), DType::i32, ReduceOp::sum));
+    }
+    WaitOnAnotherThread second(works[1]), fifth(works[4]);
+    int32_t v = r, s = -1;
+    comm.all_reduce(&v, &s, 1, DType::i32, ReduceOp::sum);  // behind all six
+    TPF_CHILD_CHECK(s == 3, "blocking all_reduce behind the queue gave " + std::to_string(s));
+    for (int i = 0; i < kOps; ++i)
+      TPF_CHILD_CHECK(works[static_cast<size_t>(i)].test(), "op " + std::to_string(i) + " not done before the blocking call behind it returned");
+    second.join();
+    fifth.join();
+    for (int i = 0; i < kOps; ++i) {
+      const int32_t want = 3 * i * 10 + 3;
+      const auto& out = outs[static_cast<size_t>(i)];
+      TPF_CHILD_CHECK(std::all_of(out.begin(), out.end(), [&](int32_t x) { return x == want; }),
+                      "op " + std::to_string(i) + " result " + std::to_string(out.front()) + ", want " + std::to_string(want));
+    }
+    TPF_CHILD_CHECK(comm.next_sequence() == first + kOps + 1, "sequence " + std::to_string(comm.next_sequence()) + " after " + std::to_string(first));
   }, run_options()));
 }
 

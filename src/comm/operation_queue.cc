@@ -1,0 +1,163 @@
+#include "comm/operation_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "comm/background_progress.h"
+#include "tpf/error.h"
+
+namespace tpf::detail {
+
+OperationQueue::OperationQueue(bool asymmetric_fences, Runner runner, std::string comm_name,
+                               bool start_worker)
+    : gate_(asymmetric_fences),
+      runner_(std::move(runner)),
+      comm_name_(std::move(comm_name)),
+      start_worker_(start_worker) {}
+
+OperationQueue::~OperationQueue() { stop(); }
+
+Work OperationQueue::enqueue(Task task, Clock::time_point deadline) {
+  task.state = std::make_shared<WorkState>();
+  task.state->deadline = deadline;
+  // The state outlives its waits (Work holds it); the queue may not, hence the weak pointer. A
+  // collective cannot be moved one round at a time, so test() leaves it to the running thread.
+  task.state->drive = [queue = weak_from_this(), raw = task.state.get()](bool until_done) {
+    if (!until_done) return;
+    if (const std::shared_ptr<OperationQueue> self = queue.lock()) self->drive_until_done(*raw);
+  };
+  Work work(task.state);
+  gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
+  std::unique_lock lock(mu_);
+  if (stopping_) {
+    lock.unlock();
+    gate_.release_claim();
+    task.state->complete(std::make_exception_ptr(
+        Error(ErrorCode::aborted, std::string(task.name) + " on communicator '" + comm_name_ +
+                                      "': the communicator is being destroyed")));
+    return work;
+  }
+  task.index = issued_++;
+  queue_.push_back(std::move(task));
+  // Not woken for it unless asleep: the worker takes what has waited a tick (worker_loop).
+  if (start_worker_ && !worker_.joinable()) {
+    worker_ = std::thread([this] { worker_loop(); });
+  } else if (worker_asleep_) {
+    lock.unlock();
+    worker_cv_.notify_one();
+  }
+  return work;
+}
+
+bool OperationQueue::begin_inline() {
+  std::lock_guard lock(mu_);
+  if (!queue_.empty() || running_) return false;  // keep issue order behind the queued work
+  running_ = true;
+  return true;
+}
+
+void OperationQueue::end_inline() {
+  {
+    std::lock_guard lock(mu_);
+    running_ = false;
+  }
+  turn_cv_.notify_all();
+}
+
+bool OperationQueue::worker_asleep() {
+  std::lock_guard lock(mu_);
+  return worker_asleep_;
+}
+
+void OperationQueue::stop() {
+  std::unique_lock lock(mu_);
+  stopping_ = true;
+  lock.unlock();
+  worker_cv_.notify_one();
+  turn_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  lock.lock();
+  turn_cv_.wait(lock, [&] { return !running_; });  // bounded by that operation's deadline
+  for (Task& task : queue_) {
+    task.state->complete(std::make_exception_ptr(
+        Error(ErrorCode::aborted, std::string(task.name) + " on communicator '" + comm_name_ +
+                                      "': the communicator was destroyed before it started")));
+  }
+  queue_.clear();
+}
+
+void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_out) {
+  Task task = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  lock.unlock();
+  // The owner thread itself is out of the fabric while it is here; any other thread waits for it.
+  const bool owner_thread = gate_.owned_by_this_thread();
+  if (!owner_out && !owner_thread) gate_.wait_owner_out();
+  task.state->complete(runner_(task));
+  lock.lock();
+  // Under the lock: the queued tasks' claims stay held until this thread pops the next one, so
+  // the owner stays out meanwhile if this was not the last claim.
+  owner_out = owner_thread || !gate_.release_claim();
+  running_ = false;
+  turn_cv_.notify_all();
+}
+
+bool OperationQueue::queued_locked(const WorkState& state) const {
+  return std::any_of(queue_.begin(), queue_.end(),
+                     [&](const Task& task) { return task.state.get() == &state; });
+}
+
+void OperationQueue::drive_until_done(const WorkState& state) {
+  bool owner_out = false;
+  std::unique_lock lock(mu_);
+  auto my_turn = [&] { return stopping_ || !running_ || !queued_locked(state); };
+  for (;;) {
+    if (!my_turn()) {
+      owner_out = false;  // the lock is given up: other threads may drop the last claim meanwhile
+      turn_cv_.wait(lock, my_turn);
+    }
+    // Taken by another thread (or done), or failed by stop(): Work::wait waits on the state.
+    if (stopping_ || !queued_locked(state)) return;
+    run_front(lock, owner_out);  // the front is this operation or one issued before it
+  }
+}
+
+void OperationQueue::worker_loop() {
+  bool owner_out = false;
+  auto tick = kBackgroundTick;
+  Clock::duration quiet{0};          // since the queue was last seen holding anything
+  uint64_t issued_by_last_look = 0;  // operations issued before the worker's last look
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    // Queued since before the last look and nobody has taken it: its waiter is not on the way.
+    if (!running_ && !queue_.empty() && queue_.front().index < issued_by_last_look) {
+      run_front(lock, owner_out);
+      tick = kBackgroundTick;
+      quiet = {};
+      continue;  // awake anyway: what waited as long goes at once
+    }
+    owner_out = false;  // the lock is given up: other threads may drop the last claim meanwhile
+    issued_by_last_look = issued_;
+    if (!queue_.empty()) {  // new work: the next look takes it unless its waiter comes first
+      tick = kBackgroundTick;
+      quiet = {};
+    } else {
+      // Waiters take what they issue (or nothing is issued): look less often, for each look
+      // preempts a rank where the ranks fill the cores.
+      tick = std::min(2 * tick, kBackgroundLongestTick);
+      quiet += tick;
+    }
+    if (quiet <= kBackgroundQuietTicks * kBackgroundTick) {
+      worker_cv_.wait_for(lock, tick, [&] { return stopping_; });
+      continue;
+    }
+    worker_asleep_ = true;  // until enqueue wakes it
+    worker_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    worker_asleep_ = false;
+    tick = kBackgroundTick;
+    quiet = {};
+  }
+}
+
+}  // namespace tpf::detail

@@ -1,0 +1,95 @@
+// Runs a communicator's collectives one at a time, in issue order. A blocking call runs inline when
+// nothing is queued (the owner thread without a locked instruction, through OwnerGate); otherwise
+// operations queue, and each is run by whichever thread reaches it first: the thread that waits
+// for it (Work::wait runs the queue up to its own operation: no hand-off to another thread and
+// back) or the queue's worker thread, which runs what nobody waits for (overlap) once it has sat
+// in the queue through one of the worker's looks (every 1-16 ms, comm/background_progress.h).
+// The worker is not woken for each operation: where the ranks fill the cores, that wake-up cost
+// more than a small operation (docs/fabric.md, "Threads").
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "coll/op_desc.h"
+#include "comm/owner_gate.h"
+#include "comm/work_state.h"
+#include "tpf/comm.h"
+
+namespace tpf::detail {
+
+class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
+ public:
+  // Runs one collective now, on the thread running the queued operation, under its deadline.
+  using RunCollective = std::function<void(const coll::OpDesc&)>;
+  struct Task {
+    coll::OpDesc desc;  // unused by a composite operation
+    const char* name;   // the operation, in errors
+    // Set for a composite operation (all_to_allv: its counts, then its data), which runs its
+    // collectives through the RunCollective it is given.
+    std::function<void(const RunCollective&)> composite = {};
+    std::shared_ptr<WorkState> state = {};  // set by enqueue
+    uint64_t index = 0;                     // set by enqueue: how many were issued before it
+  };
+  // Runs a task on whichever thread took it and returns its failure, if any.
+  using Runner = std::function<std::exception_ptr(const Task&)>;
+
+  // `comm_name` names the communicator in errors. Without `start_worker` (tests only) nothing
+  // runs an operation until a thread waits for it.
+  OperationQueue(bool asymmetric_fences, Runner runner, std::string comm_name,
+                 bool start_worker = true);
+  ~OperationQueue();
+  OperationQueue(const OperationQueue&) = delete;
+  OperationQueue& operator=(const OperationQueue&) = delete;
+
+  // Who may use the fabric now: the owner thread inline, or a claim holder.
+  OwnerGate& gate() noexcept { return gate_; }
+
+  // Queues the task behind everything issued before it (it holds a gate claim until it has run).
+  Work enqueue(Task task, Clock::time_point deadline);
+  // For a blocking call that holds a gate claim and found the owner out: true if nothing is queued
+  // or running, and the caller now runs its operation inline; it must then call end_inline().
+  bool begin_inline();
+  void end_inline();
+
+  // Whether the worker sleeps until an enqueue wakes it (it found the queue empty for a while).
+  bool worker_asleep();
+
+  // Joins the worker, waits for an operation another thread is running (bounded by its deadline)
+  // and fails what is still queued with Error(aborted). Nothing runs after it.
+  void stop();
+
+ private:
+  void worker_loop();
+  // Work::wait's: runs the queue up to and including `state`'s operation unless another thread
+  // took it; returns once it is done or taken, or the queue stops.
+  void drive_until_done(const WorkState& state);
+  bool queued_locked(const WorkState& state) const;
+  // Pops the front task and runs it with the lock released; `owner_out` tells whether the owner
+  // is known to be out of the fabric since this thread's last task (then no fence is needed).
+  void run_front(std::unique_lock<std::mutex>& lock, bool& owner_out);
+
+  OwnerGate gate_;
+  const Runner runner_;
+  const std::string comm_name_;
+  const bool start_worker_;
+  std::mutex mu_;
+  // Two, so that the end of each operation does not wake the worker.
+  std::condition_variable worker_cv_;  // an enqueue for the sleeping worker, or stopping
+  std::condition_variable turn_cv_;    // `running_` or the queue changed, or stopping
+  std::deque<Task> queue_;
+  bool running_ = false;  // an operation is executing (inline, on the worker or on a waiter)
+  bool stopping_ = false;
+  uint64_t issued_ = 0;         // operations enqueued so far
+  bool worker_asleep_ = false;  // until an enqueue wakes it (after ~100 ms of an empty queue)
+  std::thread worker_;
+};
+
+}  // namespace tpf::detail

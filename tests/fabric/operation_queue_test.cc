@@ -1,0 +1,227 @@
+// OperationQueue (comm/operation_queue.h): a communicator's collectives run one at a time in issue
+// order, each on the first thread to reach it — a thread in Work::wait (which runs the queue up to
+// its own operation) or the queue's worker (what nobody waits for). The tasks here only record
+// where they ran; the communicators' tests run real collectives through it (CommAsync.*).
+#include "comm/operation_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tpf/error.h"
+
+namespace tpf::detail {
+namespace {
+
+using Task = OperationQueue::Task;
+constexpr auto kBound = std::chrono::seconds(60);  // far beyond any step here; only bounds a bug
+
+Clock::time_point far_deadline() { return Clock::now() + kBound; }
+
+// A task numbered by its count.
+Task numbered(size_t index) {
+  Task task{coll::OpDesc{}, "all_reduce"};
+  task.desc.count = index;
+  return task;
+}
+
+// What ran, in order, and on which thread; at most one at a time.
+class RunLog {
+ public:
+  void begin(size_t index) {
+    std::lock_guard lock(mu_);
+    ran_.push_back({index, std::this_thread::get_id()});
+    ++inside_;
+    most_inside_ = std::max(most_inside_, inside_);
+  }
+  void end() {
+    std::lock_guard lock(mu_);
+    --inside_;
+  }
+  std::vector<size_t> order() const {
+    std::lock_guard lock(mu_);
+    std::vector<size_t> order;
+    for (const auto& [index, thread] : ran_) order.push_back(index);
+    return order;
+  }
+  std::thread::id thread_of(size_t index) const {
+    std::lock_guard lock(mu_);
+    for (const auto& [i, thread] : ran_)
+      if (i == index) return thread;
+    return {};
+  }
+  int most_inside() const {
+    std::lock_guard lock(mu_);
+    return most_inside_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::pair<size_t, std::thread::id>> ran_;
+  int inside_ = 0;
+  int most_inside_ = 0;
+};
+
+// Holds the tasks it is told to until released, and says when one has entered.
+class Latch {
+ public:
+  void enter() {
+    std::unique_lock lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait_for(lock, kBound, [&] { return released_; });
+  }
+  bool wait_entered() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, kBound, [&] { return entered_; });
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool released_ = false;
+};
+
+std::shared_ptr<OperationQueue> queue_logging_to(RunLog& log, bool start_worker,
+                                                 Latch* hold_first = nullptr) {
+  return std::make_shared<OperationQueue>(
+      false,
+      [&log, hold_first](const Task& task) -> std::exception_ptr {
+        log.begin(task.desc.count);
+        if (hold_first && task.desc.count == 0) hold_first->enter();
+        log.end();
+        return nullptr;
+      },
+      "q", start_worker);
+}
+
+TEST(OperationQueue, AWaiterRunsTheQueueUpToItsOwnOperationInIssueOrder) {
+  RunLog log;
+  auto queue = queue_logging_to(log, /*start_worker=*/false);
+  std::vector<Work> works;
+  for (size_t i = 0; i < 5; ++i) works.push_back(queue->enqueue(numbered(i), far_deadline()));
+  works[2].wait();
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
+  for (size_t i = 0; i <= 2; ++i) EXPECT_EQ(log.thread_of(i), std::this_thread::get_id()) << i;
+  // test() does not start a collective (it could block until the peers join).
+  EXPECT_FALSE(works[3].test());
+  EXPECT_FALSE(works[4].test());
+  std::thread::id other_id;
+  std::thread other([&] {
+    other_id = std::this_thread::get_id();
+    works[4].wait();
+  });
+  other.join();
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(log.thread_of(3), other_id);
+  EXPECT_EQ(log.thread_of(4), other_id);
+  EXPECT_TRUE(works[0].test() && works[3].test());
+}
+
+TEST(OperationQueue, TheWorkerRunsWhatNobodyWaitsFor) {
+  RunLog log;
+  auto queue = queue_logging_to(log, /*start_worker=*/true);
+  std::vector<Work> works;
+  for (size_t i = 0; i < 3; ++i) works.push_back(queue->enqueue(numbered(i), far_deadline()));
+  ASSERT_TRUE(works[2].wait_for(kBound));  // wait_for does not run anything itself
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(log.thread_of(i), std::this_thread::get_id()) << i;
+  // Quiet for a while, the worker sleeps until an enqueue wakes it.
+  const auto give_up = Clock::now() + kBound;
+  while (!queue->worker_asleep() && Clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polled: a bounded wait
+  ASSERT_TRUE(queue->worker_asleep());
+  Work after_sleep = queue->enqueue(numbered(3), far_deadline());
+  ASSERT_TRUE(after_sleep.wait_for(kBound));
+  EXPECT_NE(log.thread_of(3), std::this_thread::get_id());
+}
+
+TEST(OperationQueue, OneRunsAtATimeAndAWaiterWaitsForTheOneRunningElsewhere) {
+  RunLog log;
+  Latch latch;
+  auto queue = queue_logging_to(log, /*start_worker=*/false, &latch);
+  Work first = queue->enqueue(numbered(0), far_deadline());
+  std::thread runs_first([&] { first.wait(); });
+  ASSERT_TRUE(latch.wait_entered());
+  EXPECT_FALSE(queue->begin_inline());  // a blocking call would queue behind it
+  Work second = queue->enqueue(numbered(1), far_deadline());
+  std::thread::id second_waiter;
+  std::thread waits_second([&] {
+    second_waiter = std::this_thread::get_id();
+    second.wait();
+  });
+  latch.release();
+  waits_second.join();
+  runs_first.join();
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(log.thread_of(1), second_waiter);
+  EXPECT_EQ(log.most_inside(), 1);
+  // Nothing queued or running: a blocking call runs inline, and holds queued work back meanwhile.
+  ASSERT_TRUE(queue->begin_inline());
+  Work third = queue->enqueue(numbered(2), far_deadline());
+  EXPECT_FALSE(queue->begin_inline());
+  queue->end_inline();
+  third.wait();
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
+}
+
+TEST(OperationQueue, AFailureReachesTheWaiterOfItsOperationOnly) {
+  auto queue = std::make_shared<OperationQueue>(
+      false,
+      [](const Task& task) -> std::exception_ptr {
+        if (task.desc.count != 1) return nullptr;
+        return std::make_exception_ptr(Error(ErrorCode::mismatch, "task 1 failed"));
+      },
+      "q", /*start_worker=*/false);
+  std::vector<Work> works;
+  for (size_t i = 0; i < 3; ++i) works.push_back(queue->enqueue(numbered(i), far_deadline()));
+  works[2].wait();  // runs all three; the failure belongs to the second
+  EXPECT_TRUE(works[0].test());
+  try {
+    works[1].wait();
+    ADD_FAILURE() << "the failed task's wait returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::mismatch);
+    EXPECT_STREQ(e.what(), "task 1 failed");
+  }
+}
+
+void expect_aborted(Work& work, const std::string& why) {
+  try {
+    work.wait();
+    ADD_FAILURE() << "the wait returned; expected: " << why;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::aborted);
+    EXPECT_NE(std::string(e.what()).find("communicator 'q'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+TEST(OperationQueue, StopFailsWhatHasNotStartedAndWhatComesAfter) {
+  RunLog log;
+  auto queue = queue_logging_to(log, /*start_worker=*/false);
+  Work queued = queue->enqueue(numbered(0), far_deadline());
+  queue->stop();
+  expect_aborted(queued, "destroyed before it started");
+  Work late = queue->enqueue(numbered(1), far_deadline());
+  expect_aborted(late, "being destroyed");
+  queue.reset();  // a Work may outlive its queue: waiting again only reads its state
+  expect_aborted(queued, "destroyed before it started");
+  EXPECT_TRUE(log.order().empty());
+}
+
+}  // namespace
+}  // namespace tpf::detail
