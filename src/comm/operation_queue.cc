@@ -39,10 +39,11 @@ Work OperationQueue::enqueue(Task task, Clock::time_point deadline) {
   }
   task.index = issued_++;
   queue_.push_back(std::move(task));
-  // Not woken for it unless asleep: the worker takes what has waited a tick (worker_loop).
+  // Woken for it only where it sleeps or ran the last operation (no waiter came for it, so none
+  // is expected now); otherwise it takes what has sat through one of its looks (worker_loop).
   if (start_worker_ && !worker_.joinable()) {
     worker_ = std::thread([this] { worker_loop(); });
-  } else if (worker_asleep_) {
+  } else if (worker_asleep_ || worker_starts_next_) {
     lock.unlock();
     worker_cv_.notify_one();
   }
@@ -69,6 +70,11 @@ bool OperationQueue::worker_asleep() {
   return worker_asleep_;
 }
 
+bool OperationQueue::worker_starts_next() {
+  std::lock_guard lock(mu_);
+  return worker_starts_next_;
+}
+
 void OperationQueue::stop() {
   std::unique_lock lock(mu_);
   stopping_ = true;
@@ -86,10 +92,13 @@ void OperationQueue::stop() {
   queue_.clear();
 }
 
-void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_out) {
+void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_out,
+                               bool on_worker) {
   Task task = std::move(queue_.front());
   queue_.pop_front();
   running_ = true;
+  running_on_worker_ = on_worker ? task.state.get() : nullptr;
+  worker_starts_next_ = on_worker;
   lock.unlock();
   // The owner thread itself is out of the fabric while it is here; any other thread waits for it.
   const bool owner_thread = gate_.owned_by_this_thread();
@@ -100,6 +109,7 @@ void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_o
   // the owner stays out meanwhile if this was not the last claim.
   owner_out = owner_thread || !gate_.release_claim();
   running_ = false;
+  running_on_worker_ = nullptr;
   turn_cv_.notify_all();
 }
 
@@ -118,8 +128,12 @@ void OperationQueue::drive_until_done(const WorkState& state) {
       turn_cv_.wait(lock, my_turn);
     }
     // Taken by another thread (or done), or failed by stop(): Work::wait waits on the state.
-    if (stopping_ || !queued_locked(state)) return;
-    run_front(lock, owner_out);  // the front is this operation or one issued before it
+    if (stopping_ || !queued_locked(state)) {
+      // The worker started it while this waiter was on the way: it was woken too soon.
+      if (running_on_worker_ == &state) worker_starts_next_ = false;
+      return;
+    }
+    run_front(lock, owner_out, /*on_worker=*/false);  // this operation or one issued before it
   }
 }
 
@@ -130,9 +144,11 @@ void OperationQueue::worker_loop() {
   uint64_t issued_by_last_look = 0;  // operations issued before the worker's last look
   std::unique_lock lock(mu_);
   while (!stopping_) {
-    // Queued since before the last look and nobody has taken it: its waiter is not on the way.
-    if (!running_ && !queue_.empty() && queue_.front().index < issued_by_last_look) {
-      run_front(lock, owner_out);
+    // Queued since before the last look and nobody has taken it (its waiter is not on the way),
+    // or the worker ran the last one and was woken for this one.
+    if (!running_ && !queue_.empty() &&
+        (queue_.front().index < issued_by_last_look || worker_starts_next_)) {
+      run_front(lock, owner_out, /*on_worker=*/true);
       tick = kBackgroundTick;
       quiet = {};
       continue;  // awake anyway: what waited as long goes at once

@@ -2,10 +2,12 @@
 // nothing is queued (the owner thread without a locked instruction, through OwnerGate); otherwise
 // operations queue, and each is run by whichever thread reaches it first: the thread that waits
 // for it (Work::wait runs the queue up to its own operation: no hand-off to another thread and
-// back) or the queue's worker thread, which runs what nobody waits for (overlap) once it has sat
-// in the queue through one of the worker's looks (every 1-16 ms, comm/background_progress.h).
-// The worker is not woken for each operation: where the ranks fill the cores, that wake-up cost
-// more than a small operation (docs/fabric.md, "Threads").
+// back) or the queue's worker thread, which runs what nobody waits for (overlap). The worker is
+// not woken for each operation (where the ranks fill the cores, that wake-up cost more than a
+// small operation: docs/fabric.md, "Threads"): it takes what has sat in the queue through one of
+// its looks (every 1-16 ms, comm/background_progress.h), and it is woken to start an operation at
+// once only where it ran the last one while no waiter came (as when async collectives overlap
+// the caller's work, step after step).
 #pragma once
 
 #include <condition_variable>
@@ -61,6 +63,9 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
 
   // Whether the worker sleeps until an enqueue wakes it (it found the queue empty for a while).
   bool worker_asleep();
+  // Whether the next operation is the worker's to start at once: the last one ran on the worker
+  // and its waiter, if any, came after it had started.
+  bool worker_starts_next();
 
   // Joins the worker, waits for an operation another thread is running (bounded by its deadline)
   // and fails what is still queued with Error(aborted). Nothing runs after it.
@@ -74,7 +79,7 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   bool queued_locked(const WorkState& state) const;
   // Pops the front task and runs it with the lock released; `owner_out` tells whether the owner
   // is known to be out of the fabric since this thread's last task (then no fence is needed).
-  void run_front(std::unique_lock<std::mutex>& lock, bool& owner_out);
+  void run_front(std::unique_lock<std::mutex>& lock, bool& owner_out, bool on_worker);
 
   OwnerGate gate_;
   const Runner runner_;
@@ -89,6 +94,10 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   bool stopping_ = false;
   uint64_t issued_ = 0;         // operations enqueued so far
   bool worker_asleep_ = false;  // until an enqueue wakes it (after ~100 ms of an empty queue)
+  // Who is expected to start the next operation: the worker (woken at enqueue) where it ran the
+  // last one unless that one's waiter found it running; otherwise its waiter.
+  bool worker_starts_next_ = false;
+  const WorkState* running_on_worker_ = nullptr;  // the operation the worker runs, if any
   std::thread worker_;
 };
 

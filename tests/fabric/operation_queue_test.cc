@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/async_waits.h"
 #include "tpf/error.h"
 
 namespace tpf::detail {
@@ -95,6 +96,15 @@ class Latch {
   bool released_ = false;
 };
 
+// Polls `condition` until it holds or kBound passes (a bounded wait, not a synchronization).
+template <typename Condition>
+bool eventually(Condition condition) {
+  const auto give_up = Clock::now() + kBound;
+  while (!condition() && Clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return condition();
+}
+
 std::shared_ptr<OperationQueue> queue_logging_to(RunLog& log, bool start_worker,
                                                  Latch* hold_first = nullptr) {
   return std::make_shared<OperationQueue>(
@@ -140,13 +150,39 @@ TEST(OperationQueue, TheWorkerRunsWhatNobodyWaitsFor) {
   EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
   for (size_t i = 0; i < 3; ++i) EXPECT_NE(log.thread_of(i), std::this_thread::get_id()) << i;
   // Quiet for a while, the worker sleeps until an enqueue wakes it.
-  const auto give_up = Clock::now() + kBound;
-  while (!queue->worker_asleep() && Clock::now() < give_up)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polled: a bounded wait
-  ASSERT_TRUE(queue->worker_asleep());
+  ASSERT_TRUE(eventually([&] { return queue->worker_asleep(); }));
   Work after_sleep = queue->enqueue(numbered(3), far_deadline());
   ASSERT_TRUE(after_sleep.wait_for(kBound));
   EXPECT_NE(log.thread_of(3), std::this_thread::get_id());
+}
+
+// The worker is woken to start an operation at once where it ran the last one and no waiter came;
+// a waiter that finds the worker running its operation turns that off.
+TEST(OperationQueue, TheWorkerStartsTheNextAtOnceOnlyWhileNoWaiterComes) {
+  RunLog log;
+  Latch hold_second;
+  auto queue = std::make_shared<OperationQueue>(
+      false,
+      [&](const Task& task) -> std::exception_ptr {
+        log.begin(task.desc.count);
+        if (task.desc.count == 1) hold_second.enter();
+        log.end();
+        return nullptr;
+      },
+      "q", /*start_worker=*/true);
+  EXPECT_FALSE(queue->worker_starts_next());
+  Work first = queue->enqueue(numbered(0), far_deadline());
+  ASSERT_TRUE(first.wait_for(kBound));  // nobody but the worker runs it
+  EXPECT_TRUE(queue->worker_starts_next());
+  Work second = queue->enqueue(numbered(1), far_deadline());
+  ASSERT_TRUE(hold_second.wait_entered());  // nobody but the worker runs it either
+  EXPECT_NE(log.thread_of(1), std::this_thread::get_id());
+  EXPECT_TRUE(queue->worker_starts_next());
+  tpf::testing::WaitOnAnotherThread waiter(second);  // finds it running on the worker
+  EXPECT_TRUE(eventually([&] { return !queue->worker_starts_next(); }));
+  hold_second.release();
+  waiter.join();
+  EXPECT_FALSE(queue->worker_starts_next());
 }
 
 TEST(OperationQueue, OneRunsAtATimeAndAWaiterWaitsForTheOneRunningElsewhere) {
