@@ -142,12 +142,13 @@ void OperationQueue::worker_loop() {
   auto tick = kBackgroundTick;
   Clock::duration quiet{0};          // since the queue was last seen holding anything
   uint64_t issued_by_last_look = 0;  // operations issued before the worker's last look
+  // Woken by enqueue where it ran the last operation: it starts the new one at once.
+  auto started_by_worker = [&] { return !running_ && !queue_.empty() && worker_starts_next_; };
   std::unique_lock lock(mu_);
   while (!stopping_) {
-    // Queued since before the last look and nobody has taken it (its waiter is not on the way),
-    // or the worker ran the last one and was woken for this one.
-    if (!running_ && !queue_.empty() &&
-        (queue_.front().index < issued_by_last_look || worker_starts_next_)) {
+    // Queued since before the last look and nobody has taken it (its waiter is not on the way).
+    if (started_by_worker() ||
+        (!running_ && !queue_.empty() && queue_.front().index < issued_by_last_look)) {
       run_front(lock, owner_out, /*on_worker=*/true);
       tick = kBackgroundTick;
       quiet = {};
@@ -165,7 +166,7 @@ void OperationQueue::worker_loop() {
       quiet += tick;
     }
     if (quiet <= kBackgroundQuietTicks * kBackgroundTick) {
-      worker_cv_.wait_for(lock, tick, [&] { return stopping_; });
+      worker_cv_.wait_for(lock, tick, [&] { return stopping_ || started_by_worker(); });
       continue;
     }
     worker_asleep_ = true;  // until enqueue wakes it
