@@ -152,7 +152,7 @@ void OperationQueue::worker_loop() {
       run_front(lock, owner_out, /*on_worker=*/true);
       tick = kBackgroundTick;
       quiet = {};
-      continue;  // awake anyway: what waited as long goes at once
+      continue;  // awake anyway, and now worker_starts_next_: the rest goes at once
     }
     owner_out = false;  // the lock is given up: other threads may drop the last claim meanwhile
     issued_by_last_look = issued_;
