@@ -17,6 +17,7 @@ NetP2p::~NetP2p() { stop(); }
 
 void NetP2p::stop() {
   std::unique_lock lock(mu_);
+  if (stopping_) return;  // stopped before: as in P2pEngine::stop, the network may be gone
   stopping_ = true;
   cv_.notify_all();
   lock.unlock();
@@ -163,6 +164,7 @@ void NetP2p::drive_until_done(WorkState& state) {
     return state.done;
   };
   std::unique_lock lock(mu_);
+  if (stopping_) return;  // stop() fails what is pending; the network may be gone
   ++waiters_;
   transport::UcxNetwork::Idle idle = network_.idle();
   while (!stopping_ && !pending_.empty() && !done()) {

@@ -26,6 +26,9 @@ P2pEngine::~P2pEngine() { stop(); }
 void P2pEngine::stop() {
   {
     std::lock_guard lock(mu_);
+    // Stopped before (CommImpl's destructor), and this is the destructor of the last reference,
+    // which a waiter's hook may hold past its communicator: the fabric may be gone by now.
+    if (stopping_) return;
     stopping_ = true;
     stop_requested_.store(true);
   }
@@ -180,6 +183,7 @@ void P2pEngine::drive_until_done(WorkState& state) {
     return state.done;
   };
   std::unique_lock lock(mu_);
+  if (stopping_) return;  // stop() fails what is pending; the fabric may be gone
   waiters_.fetch_add(1);
   fabric_.wake_p2p();  // a driver asleep on the mailboxes: the progress thread hands the role over
   // The holder (the progress thread, or a blocking call until its own transfer is done) may
