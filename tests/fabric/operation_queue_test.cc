@@ -16,13 +16,15 @@
 #include <vector>
 
 #include "support/async_waits.h"
+#include "support/multiproc.h"
 #include "tpf/error.h"
 
 namespace tpf::detail {
 namespace {
 
 using Task = OperationQueue::Task;
-constexpr auto kBound = std::chrono::seconds(60);  // far beyond any step here; only bounds a bug
+constexpr auto kBound =
+    std::chrono::milliseconds(60000);  // far beyond any step here; only bounds a bug
 
 Clock::time_point far_deadline() { return Clock::now() + kBound; }
 
@@ -96,15 +98,6 @@ class Latch {
   bool released_ = false;
 };
 
-// Polls `condition` until it holds or kBound passes (a bounded wait, not a synchronization).
-template <typename Condition>
-bool eventually(Condition condition) {
-  const auto give_up = Clock::now() + kBound;
-  while (!condition() && Clock::now() < give_up)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return condition();
-}
-
 std::shared_ptr<OperationQueue> queue_logging_to(RunLog& log, bool start_worker,
                                                  Latch* hold_first = nullptr) {
   return std::make_shared<OperationQueue>(
@@ -150,7 +143,7 @@ TEST(OperationQueue, TheWorkerRunsWhatNobodyWaitsFor) {
   EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
   for (size_t i = 0; i < 3; ++i) EXPECT_NE(log.thread_of(i), std::this_thread::get_id()) << i;
   // Quiet for a while, the worker sleeps until an enqueue wakes it.
-  ASSERT_TRUE(eventually([&] { return queue->worker_asleep(); }));
+  ASSERT_TRUE(tpf::testing::wait_until([&] { return queue->worker_asleep(); }, kBound));
   Work after_sleep = queue->enqueue(numbered(3), far_deadline());
   ASSERT_TRUE(after_sleep.wait_for(kBound));
   EXPECT_NE(log.thread_of(3), std::this_thread::get_id());
@@ -179,7 +172,7 @@ TEST(OperationQueue, TheWorkerStartsTheNextAtOnceOnlyWhileNoWaiterComes) {
   EXPECT_NE(log.thread_of(1), std::this_thread::get_id());
   EXPECT_TRUE(queue->worker_starts_next());
   tpf::testing::WaitOnAnotherThread waiter(second);  // finds it running on the worker
-  EXPECT_TRUE(eventually([&] { return !queue->worker_starts_next(); }));
+  EXPECT_TRUE(tpf::testing::wait_until([&] { return !queue->worker_starts_next(); }, kBound));
   hold_second.release();
   waiter.join();
   EXPECT_FALSE(queue->worker_starts_next());
