@@ -115,14 +115,22 @@ Placement placement(Step& s, bool in_place) {
   }
 }
 
+// Work::wait, or a loop of Work::wait_for with a limit far above any operation's time, so that
+// each call returns with the operation done (the timed path's own cost is what is measured).
+void wait_for_work(Work& work, bool timed) {
+  if (!timed) return work.wait();
+  while (!work.wait_for(std::chrono::seconds(1))) {
+  }
+}
+
 // Both transfers in flight before either is waited for, so neither order can deadlock.
 void run_sendrecv_async(Step& s, const void* sbuf, void* rbuf) {
   const int n = s.comm.size();
   const int rank = s.comm.rank();
   Work received = s.comm.recv_async(rbuf, s.shape.count, s.opt.dtype, (rank + n - 1) % n);
   Work sent = s.comm.send_async(sbuf, s.shape.count, s.opt.dtype, (rank + 1) % n);
-  sent.wait();
-  received.wait();
+  wait_for_work(sent, s.opt.timed_waits);
+  wait_for_work(received, s.opt.timed_waits);
 }
 
 void run_async_call(Step& s, const Placement& p) {
@@ -157,7 +165,7 @@ void run_async_call(Step& s, const Placement& p) {
     case Collective::send_recv: run_sendrecv_async(s, p.sendp, p.recvp); return;
     case Collective::barrier: work = s.comm.barrier_async(); break;
   }
-  work.wait();
+  wait_for_work(work, o.timed_waits);
 }
 
 void run_call(Step& s, const Placement& p) {
@@ -254,6 +262,7 @@ int run_bench(const BenchOptions& opt) {
   report.iters = opt.iters;
   report.warmup = opt.warmup;
   report.async_calls = opt.async_calls;
+  report.timed_waits = opt.timed_waits;
   // The settings this communicator resolved (the same environment, the same resolver).
   const detail::CommSettings settings = detail::resolve_comm_settings();
   if (settings.tuning.forced_all_reduce) {

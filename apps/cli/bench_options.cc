@@ -121,8 +121,10 @@ void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
   bench
       .add_option("--async", flags.async_calls,
                   "1: call the asynchronous form and wait for it; send_recv posts the\n"
-                  "receive and the send, then waits for both (default 0)")
-      ->type_name("0|1");
+                  "receive and the send, then waits for both; timed: the same, waiting\n"
+                  "with a time limit (Work::wait_for, as Python's wait(timeout=...))\n"
+                  "(default 0)")
+      ->type_name("0|1|timed");
   bench.add_option("--json", flags.json, "rank 0 also writes the results as JSON")
       ->type_name("FILE");
 }
@@ -139,7 +141,14 @@ BenchOptions bench_options(const BenchFlags& flags) {
   if (flags.op) o.op = parse_op_arg(*flags.op);
   o.root = parse_int(flags.root, "-r", o.root, 0);
   if (flags.check) o.check = parse_flag("-c", *flags.check);
-  if (flags.async_calls) o.async_calls = parse_flag("--async", *flags.async_calls);
+  if (flags.async_calls) {
+    const std::string& value = *flags.async_calls;
+    if (value != "0" && value != "1" && value != "timed") {
+      throw UsageError("--async expects 0, 1 or timed, got " + single_quoted(value));
+    }
+    o.async_calls = value != "0";
+    o.timed_waits = value == "timed";
+  }
   if (flags.json) {
     if (flags.json->empty()) throw UsageError("--json needs a file name");
     o.json_path = *flags.json;

@@ -26,6 +26,9 @@ struct BenchOptions {
   // Calls the *_async form and waits for it; send_recv posts its receive and send and then waits
   // for both (how a pipeline stage exchanges activations).
   bool async_calls = false;
+  // With async_calls: waits with a time limit (Work::wait_for, in a loop), as Python's
+  // Work.wait(timeout=...) does, instead of Work::wait.
+  bool timed_waits = false;
   std::string json_path;  // empty: no JSON file
 };
 

@@ -78,9 +78,15 @@ class Work {
   // round first where no other thread is moving it, so a caller that polls makes progress; a
   // collective is left to the thread running it (it may block until its peers join).
   bool test();
-  // Waits until done or the deadline; true if done (rethrows the error if it failed). Does not
-  // move a send or recv or start a collective itself: the communicator's threads do, a send or
-  // recv within about a millisecond, a collective within about 16 ms (1 ms while it is busy).
+  // True once the operation has ended, successfully or not (wait() or test() then say which);
+  // never moves it and never throws: for bookkeeping of finished handles, and to watch the
+  // communicator's own threads at work.
+  bool completed() const;
+  // Waits until done or the deadline; true if done (rethrows the error if it failed). A send or
+  // recv is moved by the waiting thread itself until then, as in wait(). A collective cannot be
+  // stopped midway at this deadline, so the waiting thread runs it (and those queued before it)
+  // only where the operation's own deadline comes first; otherwise the communicator's thread is
+  // told to start it at once. Returns within about a millisecond of the deadline.
   bool wait_until(Clock::time_point deadline);
   bool wait_for(std::chrono::nanoseconds duration) { return wait_until(Clock::now() + duration); }
 

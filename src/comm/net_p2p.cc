@@ -78,13 +78,7 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
 Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
-  // The state outlives its waits (Work holds it); the engine may not, hence the weak pointer.
-  state->drive = [engine = weak_from_this(), raw = state.get()](bool until_done) {
-    const std::shared_ptr<NetP2p> self = engine.lock();
-    if (!self) return;
-    if (until_done) return self->drive_until_done(*raw);
-    self->poll_once();
-  };
+  state->drive = drive_hook(weak_from_this(), *state);
   std::unique_lock lock(mu_);
   if (failure_ || stopping_) {
     state->complete(failure_ ? failure_
@@ -158,11 +152,17 @@ bool NetP2p::advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen)
   return completed;
 }
 
-void NetP2p::drive_until_done(WorkState& state) {
+void NetP2p::drive(WorkState& state, const DriveRequest& request) {
+  if (request.one_round) return poll_once();
+  drive_until_done(state, request.until);
+}
+
+void NetP2p::drive_until_done(WorkState& state, Clock::time_point until) {
   auto done = [&] {
     std::lock_guard state_lock(state.mu);
     return state.done;
   };
+  const bool timed = until != Clock::time_point::max();
   std::unique_lock lock(mu_);
   if (stopping_) return;  // stop() fails what is pending; the network may be gone
   ++waiters_;
@@ -173,6 +173,8 @@ void NetP2p::drive_until_done(WorkState& state) {
       idle.progressed();
       continue;
     }
+    // The network sleeps whole milliseconds: a timed wait ends within one of its time.
+    if (timed && Clock::now() >= until) break;
     lock.unlock();  // other waiters may take a round meanwhile
     if (idle.should_sleep()) {
       network_.wait_for_news(kBackgroundTick, seen);

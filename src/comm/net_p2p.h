@@ -4,7 +4,8 @@
 // is posted to UCX when it is issued, so whoever drives the network moves it (a blocking call's
 // wait, a collective's, or an asynchronous transfer's): a rank's large send and its receive never
 // wait on each other, and collectives keep their sequence numbers.
-// An asynchronous transfer is moved by the thread that waits for it (Work::wait), as a blocking
+// An asynchronous transfer is moved by the thread that waits for it (Work::wait, and
+// Work::wait_until up to its time), as a blocking
 // call moves its own (so does the shared-memory P2pEngine): handing it to another thread and back
 // cost a wake-up each way (an 8 B exchange between 2 hosts took 4-5x the blocking one's time). This
 // engine's thread moves what nobody waits for, within about a millisecond (background progress
@@ -58,6 +59,9 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
   void run(const coll::OpDesc& desc, Clock::time_point deadline);
   // Every pending and later transfer fails with `error` (the first given wins). Any thread.
   void fail_all(std::exception_ptr error);
+  // Work's hook (drive_hook): moves the pending transfers until `state`'s is done or
+  // `request.until` comes; or one round unless another thread is taking one (test).
+  void drive(WorkState& state, const DriveRequest& request);
 
  private:
   struct Pending {
@@ -75,8 +79,9 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
   // One round over the pending transfers (mu_ held; released while failing them): completes what
   // finished, fails everything on the first error. `seen` gets the network's generation after it.
   bool advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen);
-  // Work::wait's: moves the pending transfers until `state` is done or the engine stops.
-  void drive_until_done(WorkState& state);
+  // Work::wait's: moves the pending transfers until `state` is done, `until` comes or the engine
+  // stops.
+  void drive_until_done(WorkState& state, Clock::time_point until);
   // Work::test's: one round over the pending transfers, unless another thread is taking one.
   void poll_once();
   void progress_loop();

@@ -20,12 +20,7 @@ OperationQueue::~OperationQueue() { stop(); }
 Work OperationQueue::enqueue(Task task, Clock::time_point deadline) {
   task.state = std::make_shared<WorkState>();
   task.state->deadline = deadline;
-  // The state outlives its waits (Work holds it); the queue may not, hence the weak pointer. A
-  // collective cannot be moved one round at a time, so test() leaves it to the running thread.
-  task.state->drive = [queue = weak_from_this(), raw = task.state.get()](bool until_done) {
-    if (!until_done) return;
-    if (const std::shared_ptr<OperationQueue> self = queue.lock()) self->drive_until_done(*raw);
-  };
+  task.state->drive = drive_hook(weak_from_this(), *task.state);
   Work work(task.state);
   gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
   std::unique_lock lock(mu_);
@@ -111,6 +106,22 @@ void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_o
   running_ = false;
   running_on_worker_ = nullptr;
   turn_cv_.notify_all();
+  if (!on_worker && worker_starts_front_locked()) worker_cv_.notify_one();
+}
+
+bool OperationQueue::worker_starts_front_locked() const {
+  return !running_ && !queue_.empty() &&
+         (worker_starts_next_ || queue_.front().index < hurried_through_);
+}
+
+void OperationQueue::hurry_locked(const WorkState& state) {
+  for (const Task& task : queue_) {
+    if (task.state.get() != &state) continue;
+    hurried_through_ = std::max(hurried_through_, task.index + 1);
+    // Otherwise run_front wakes it at the end of the running operation.
+    if (worker_starts_front_locked()) worker_cv_.notify_one();
+    return;
+  }
 }
 
 bool OperationQueue::queued_locked(const WorkState& state) const {
@@ -118,21 +129,37 @@ bool OperationQueue::queued_locked(const WorkState& state) const {
                      [&](const Task& task) { return task.state.get() == &state; });
 }
 
-void OperationQueue::drive_until_done(const WorkState& state) {
+void OperationQueue::drive(const WorkState& state, const DriveRequest& request) {
+  if (!request.one_round) drive_until_done(state, request.until);
+}
+
+void OperationQueue::drive_until_done(const WorkState& state, Clock::time_point until) {
+  const bool timed = until != Clock::time_point::max();
+  // The worker starts everything queued at once (it ran the last operation and goes on): a
+  // timed waiter would only take the lock from it.
+  if (timed && worker_starts_next_.load(std::memory_order_relaxed)) return;
   bool owner_out = false;
   std::unique_lock lock(mu_);
   auto my_turn = [&] { return stopping_ || !running_ || !queued_locked(state); };
   for (;;) {
     if (!my_turn()) {
       owner_out = false;  // the lock is given up: other threads may drop the last claim meanwhile
-      turn_cv_.wait(lock, my_turn);
+      if (!timed) {
+        turn_cv_.wait(lock, my_turn);
+      } else if (!turn_cv_.wait_until(lock, until, my_turn)) {
+        return hurry_locked(state);
+      }
     }
     // Taken by another thread (or done), or failed by stop(): Work::wait waits on the state.
     if (stopping_ || !queued_locked(state)) {
-      // The worker started it while this waiter was on the way: it was woken too soon.
-      if (running_on_worker_ == &state) worker_starts_next_ = false;
+      // The worker started it while this waiter, which would have run it, was on the way: the
+      // worker was woken too soon.
+      if (running_on_worker_ == &state && state.deadline <= until) worker_starts_next_ = false;
       return;
     }
+    // A timed waiter cannot stop an operation midway at its time: it runs one only where the
+    // operation's own deadline comes first (it ends by then either way).
+    if (timed && queue_.front().state->deadline > until) return hurry_locked(state);
     run_front(lock, owner_out, /*on_worker=*/false);  // this operation or one issued before it
   }
 }
@@ -142,8 +169,8 @@ void OperationQueue::worker_loop() {
   auto tick = kBackgroundTick;
   Clock::duration quiet{0};          // since the queue was last seen holding anything
   uint64_t issued_by_last_look = 0;  // operations issued before the worker's last look
-  // Woken by enqueue where it ran the last operation: it starts the new one at once.
-  auto started_by_worker = [&] { return !running_ && !queue_.empty() && worker_starts_next_; };
+  // Woken by enqueue where it ran the last operation, or by a hurried waiter: it starts at once.
+  auto started_by_worker = [&] { return worker_starts_front_locked(); };
   std::unique_lock lock(mu_);
   while (!stopping_) {
     // Queued since before the last look and nobody has taken it (its waiter is not on the way).

@@ -6,10 +6,13 @@
 // not woken for each operation (where the ranks fill the cores, that wake-up cost more than a
 // small operation: docs/fabric.md, "Threads"): it takes what has sat in the queue through one of
 // its looks (every 1-16 ms, comm/background_progress.h), and it is woken to start an operation at
-// once only where it ran the last one while no waiter came (as when async collectives overlap
-// the caller's work, step after step).
+// once where it ran the last one while no waiter came (as when async collectives overlap the
+// caller's work, step after step), or where a waiter with a time limit hurries it (that waiter
+// runs an operation itself only where the operation's own deadline comes first: it could not
+// stop one midway at its time).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -67,6 +70,12 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   // and its waiter, if any, came after it had started.
   bool worker_starts_next();
 
+  // Work's hook (drive_hook): runs the queue up to and including `state`'s operation unless
+  // another thread took it (Work::wait), as far as each operation's deadline comes before
+  // `request.until` (Work::wait_until; the worker is told to start the rest at once). Work::test
+  // does nothing here: a collective cannot be moved one round at a time.
+  void drive(const WorkState& state, const DriveRequest& request);
+
   // Joins the worker, waits for an operation another thread is running (bounded by its deadline)
   // and fails what is still queued with Error(aborted). Nothing runs after it.
   void stop();
@@ -74,9 +83,14 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
  private:
   void worker_loop();
   // Work::wait's: runs the queue up to and including `state`'s operation unless another thread
-  // took it; returns once it is done or taken, or the queue stops.
-  void drive_until_done(const WorkState& state);
+  // took it; returns once it is done or taken, or the queue stops, or at `until` (or where the
+  // next operation's deadline is later) after hurrying the worker.
+  void drive_until_done(const WorkState& state, Clock::time_point until);
   bool queued_locked(const WorkState& state) const;
+  // The worker is to start everything up to `state`'s operation at once.
+  void hurry_locked(const WorkState& state);
+  // Whether the worker starts the front operation now, without waiting for its next look.
+  bool worker_starts_front_locked() const;
   // Pops the front task and runs it with the lock released; `owner_out` tells whether the owner
   // is known to be out of the fabric since this thread's last task (then no fence is needed).
   void run_front(std::unique_lock<std::mutex>& lock, bool& owner_out, bool on_worker);
@@ -96,8 +110,10 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   bool worker_asleep_ = false;  // until an enqueue wakes it (after ~100 ms of an empty queue)
   // Who is expected to start the next operation: the worker (woken at enqueue) where it ran the
   // last one unless that one's waiter found it running; otherwise its waiter.
-  bool worker_starts_next_ = false;
+  // Changed under mu_; read without it by a timed waiter, which has nothing to do where it holds.
+  std::atomic<bool> worker_starts_next_{false};
   const WorkState* running_on_worker_ = nullptr;  // the operation the worker runs, if any
+  uint64_t hurried_through_ = 0;  // operations with a lower index are the worker's to start now
   std::thread worker_;
 };
 

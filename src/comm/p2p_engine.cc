@@ -64,13 +64,7 @@ std::shared_ptr<WorkState> P2pEngine::enqueue(const coll::OpDesc& desc,
                                               Clock::time_point deadline) {
   auto state = std::make_shared<WorkState>();
   state->deadline = deadline;
-  // The state outlives its waits (Work holds it); the engine may not, hence the weak pointer.
-  state->drive = [engine = weak_from_this(), raw = state.get()](bool until_done) {
-    const std::shared_ptr<P2pEngine> self = engine.lock();
-    if (!self) return;
-    if (until_done) return self->drive_until_done(*raw);
-    self->poll_once();
-  };
+  state->drive = drive_hook(weak_from_this(), *state);
   std::unique_lock lock(mu_);
   if (failure_ || stopping_) {
     state->complete(failure_ ? failure_
@@ -118,7 +112,7 @@ void P2pEngine::run(const coll::OpDesc& desc, Clock::time_point deadline) {
       make_pending(desc, deadline, nullptr, &result));
   ++pending_;
   lock.unlock();
-  drive([&] { return result.done; });
+  move_until([&] { return result.done; });
   lock.lock();
   driving_ = false;
   const bool more = pending_ > 0 || !incoming_.empty();
@@ -177,23 +171,39 @@ void P2pEngine::fail_all(std::exception_ptr error) {
   fabric_.wake_p2p();
 }
 
-void P2pEngine::drive_until_done(WorkState& state) {
+void P2pEngine::drive(WorkState& state, const DriveRequest& request) {
+  if (request.one_round) return poll_once();
+  drive_until_done(state, request.until);
+}
+
+void P2pEngine::drive_until_done(WorkState& state, Clock::time_point until) {
   auto done = [&] {
     std::lock_guard state_lock(state.mu);
     return state.done;
   };
+  const bool timed = until != Clock::time_point::max();
   std::unique_lock lock(mu_);
   if (stopping_) return;  // stop() fails what is pending; the fabric may be gone
   waiters_.fetch_add(1);
   fabric_.wake_p2p();  // a driver asleep on the mailboxes: the progress thread hands the role over
   // The holder (the progress thread, or a blocking call until its own transfer is done) may
   // complete this transfer meanwhile.
-  role_free_.wait(lock, [&] { return stopping_ || !driving_ || done(); });
-  if (!stopping_ && !done()) {
+  auto role_free = [&] { return stopping_ || !driving_ || done(); };
+  if (timed) {
+    role_free_.wait_until(lock, until, role_free);
+  } else {
+    role_free_.wait(lock, role_free);
+  }
+  if (!stopping_ && !driving_ && !done()) {
     driving_ = true;
     take_incoming_locked();
     lock.unlock();
-    drive([&] { return stop_requested_.load(std::memory_order_relaxed) || done(); });
+    move_until(
+        [&] {
+          return stop_requested_.load(std::memory_order_relaxed) || done() ||
+                 (timed && Clock::now() >= until);
+        },
+        until);
     lock.lock();
     driving_ = false;
   }
@@ -210,7 +220,7 @@ void P2pEngine::poll_once() {
     driving_ = true;
     ++pollers_;
   }
-  drive([] { return true; });  // one round: takes what was issued, advances every queue
+  move_until([] { return true; });  // one round: takes what was issued, advances every queue
   {
     std::lock_guard lock(mu_);
     driving_ = false;
@@ -243,7 +253,8 @@ void P2pEngine::progress_loop() {
     quiet_ticks = 0;
     driving_ = true;
     lock.unlock();
-    drive([&] { return stop_requested_.load(std::memory_order_relaxed) || waiters_.load() > 0; });
+    move_until(
+        [&] { return stop_requested_.load(std::memory_order_relaxed) || waiters_.load() > 0; });
     lock.lock();
     driving_ = false;
     role_free_.notify_all();
@@ -341,7 +352,7 @@ void P2pEngine::check_stalled() {
   }
 }
 
-void P2pEngine::drive(const std::function<bool()>& done) {
+void P2pEngine::move_until(const std::function<bool()>& done, Clock::time_point until) {
   std::optional<transport::Backoff> backoff;  // from the first poll that moves nothing
   for (;;) {
     try {
@@ -358,7 +369,7 @@ void P2pEngine::drive(const std::function<bool()>& done) {
       check_stalled();
       if (stage == transport::Backoff::Stage::sleep) {
         // done() too: a waiter that wants the role rings the same bell.
-        fabric_.sleep_p2p([&] { return any_ready() || done(); });
+        fabric_.sleep_p2p([&] { return any_ready() || done(); }, until);
       }
     } catch (...) {
       // The first failure of a transfer breaks the whole communicator (later messages of the pair

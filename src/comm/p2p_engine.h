@@ -6,10 +6,11 @@
 // do not take part in a send/recv stay in step for the next collective.
 //
 // The driver is whichever thread holds the role: a blocking send/recv drives inline when nobody
-// else does, and so does a thread waiting for an asynchronous transfer (Work::wait): no thread
-// hand-off on the latency path (handing an 8 B exchange to another thread and back took 5x the
-// blocking exchange's time). A progress thread, started on the first asynchronous call, drives
-// what nobody waits for: it looks once a millisecond and hands the role to any waiter.
+// else does, and so does a thread waiting for an asynchronous transfer (Work::wait, and
+// Work::wait_until up to its time): no thread hand-off on the latency path (handing an 8 B
+// exchange to another thread and back took 5x the blocking exchange's time). A progress thread,
+// started on the first asynchronous call, drives what nobody waits for: it looks once a
+// millisecond and hands the role to any waiter.
 #pragma once
 
 #include <atomic>
@@ -57,6 +58,9 @@ class P2pEngine : public std::enable_shared_from_this<P2pEngine> {
   // Every pending and later transfer fails with `error` (abort, or a failure elsewhere on the
   // communicator). Any thread; the first error given wins.
   void fail_all(std::exception_ptr error);
+  // Work's hook (drive_hook): moves every transfer until `state`'s is done or `request.until`
+  // comes, taking the driver role once it is free; or one round where the role is free (test).
+  void drive(WorkState& state, const DriveRequest& request);
 
  private:
   // The outcome of a blocking call that drives its own transfer: no WorkState, no allocation.
@@ -100,10 +104,13 @@ class P2pEngine : public std::enable_shared_from_this<P2pEngine> {
                        std::shared_ptr<WorkState> state, InlineResult* inline_result);
   std::shared_ptr<WorkState> enqueue(const coll::OpDesc& desc, Clock::time_point deadline);
   void take_incoming_locked();  // with mu_ held
-  // Drives until done() holds or nothing is pending. Only the holder of the driver role.
-  void drive(const std::function<bool()>& done);
-  // Work::wait's: takes the driver role once it is free and drives until `state` is done.
-  void drive_until_done(WorkState& state);
+  // Drives until done() holds or nothing is pending, sleeping no later than `until` (when done()
+  // looks at the time). Only the holder of the driver role.
+  void move_until(const std::function<bool()>& done,
+                  Clock::time_point until = Clock::time_point::max());
+  // Work::wait's: takes the driver role once it is free and drives until `state` is done or
+  // `until` comes.
+  void drive_until_done(WorkState& state, Clock::time_point until);
   // Work::test's: one round of the driver where the role is free.
   void poll_once();
   void take_incoming();

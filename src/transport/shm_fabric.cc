@@ -424,8 +424,16 @@ void ShmFabric::check_p2p_peer(int peer, const WaitContext& ctx) const {
   check_peer(peer, ctx);
 }
 
-void ShmFabric::sleep_p2p(const std::function<bool()>& ready) {
-  sleep_on(control(config_.rank).p2p_bell, kMaxSleep, light_posts_, ready);
+void ShmFabric::sleep_p2p(const std::function<bool()>& ready,
+                          std::chrono::steady_clock::time_point until) {
+  using Clock = std::chrono::steady_clock;
+  std::chrono::microseconds longest = kMaxSleep;
+  if (until != Clock::time_point::max()) {
+    const auto left = std::chrono::ceil<std::chrono::microseconds>(
+        std::max(until - Clock::now(), Clock::duration{}));
+    longest = std::clamp(left, std::chrono::microseconds(1), kMaxSleep);
+  }
+  sleep_on(control(config_.rank).p2p_bell, longest, light_posts_, ready);
 }
 
 void ShmFabric::wake_p2p() noexcept { control(config_.rank).p2p_bell.ring(); }

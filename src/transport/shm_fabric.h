@@ -168,10 +168,12 @@ class ShmFabric {
   // Throws what keeps `peer` from ever completing a transfer with this rank: this rank aborted,
   // or the peer aborted, failed or died.
   void check_p2p_peer(int peer, const WaitContext& ctx) const;
-  // Sleeps until a peer moves one of this rank's mailboxes, wake_p2p() is called or one sleep
-  // slice passes (as in wait(): dead peers and deadlines are looked at between slices); returns
-  // at once if ready() holds once the sleep is announced (no lost wake-ups).
-  void sleep_p2p(const std::function<bool()>& ready);
+  // Sleeps until a peer moves one of this rank's mailboxes, wake_p2p() is called, one sleep
+  // slice passes (as in wait(): dead peers and deadlines are looked at between slices) or `until`
+  // comes; returns at once if ready() holds once the sleep is announced (no lost wake-ups).
+  void sleep_p2p(
+      const std::function<bool()>& ready,
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
   // Wakes sleep_p2p on this rank (from another thread of this process, after making it ready).
   void wake_p2p() noexcept;
 

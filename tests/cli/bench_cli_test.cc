@@ -74,19 +74,25 @@ TEST(BenchCli, ReductionsAreCheckedInBothPlacements) {
 }
 
 // --async 1: the *_async forms, waited for at once, checked like the blocking ones; the header
-// and the JSON say so.
+// and the JSON say so. --async timed: the same, waited for with a time limit.
 TEST(BenchCli, AsyncCallsAreCheckedAndReported) {
   ScratchDir dir;
-  for (const char* collective : {"send_recv", "all_reduce", "gather"}) {
-    const std::string path = dir / (std::string(collective) + ".json");
-    const Outcome r = run_on_ranks(3, {"bench", collective, "-b", "64", "-e", "4K", "-f", "8", "-n",
-                                       "3", "-w", "1", "--async", "1", "--json", path});
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    EXPECT_TRUE(contains(r.out, "warmup 1, async\n")) << r.out;
-    const auto rows = table_rows(r.out);
-    ASSERT_EQ(rows.size(), 3u) << r.out;  // 64 B, 512 B, 4 KiB
-    for (const auto& row : rows) EXPECT_EQ(row[8], "0") << collective << ":\n" << r.out;
-    EXPECT_TRUE(contains(read_file(path), "\"async\":true")) << read_file(path);
+  for (const char* wait : {"1", "timed"}) {
+    const bool timed = std::string(wait) == "timed";
+    for (const char* collective : {"send_recv", "all_reduce", "gather"}) {
+      const std::string path = dir / (std::string(collective) + wait + ".json");
+      const Outcome r = run_on_ranks(3, {"bench", collective, "-b", "64", "-e", "4K", "-f", "8",
+                                         "-n", "3", "-w", "1", "--async", wait, "--json", path});
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      EXPECT_TRUE(contains(r.out, timed ? "warmup 1, async, timed waits\n" : "warmup 1, async\n"))
+          << r.out;
+      const auto rows = table_rows(r.out);
+      ASSERT_EQ(rows.size(), 3u) << r.out;  // 64 B, 512 B, 4 KiB
+      for (const auto& row : rows) EXPECT_EQ(row[8], "0") << collective << ":\n" << r.out;
+      const std::string json = read_file(path);
+      EXPECT_TRUE(contains(json, "\"async\":true")) << json;
+      EXPECT_TRUE(contains(json, timed ? "\"timed_waits\":true" : "\"timed_waits\":false")) << json;
+    }
   }
 }
 
@@ -132,7 +138,7 @@ TEST(BenchCli, BadInputIsAUsageErrorNamingIt) {
   EXPECT_TRUE(contains(name.err, "send_recv|barrier")) << name.err;
   const Outcome async = run_tpf({"bench", "all_reduce", "--async", "yes"});
   EXPECT_EQ(async.exit_code, 2);
-  EXPECT_TRUE(contains(async.err, "--async expects 0 or 1, got 'yes'")) << async.err;
+  EXPECT_TRUE(contains(async.err, "--async expects 0, 1 or timed, got 'yes'")) << async.err;
   const Outcome alone = run_on_ranks(1, {"bench", "send_recv", "-n", "1", "-w", "0"});
   EXPECT_NE(alone.exit_code, 0);  // tpf run reports a failed rank as 1
   EXPECT_TRUE(contains(alone.err, "send_recv needs at least 2 ranks")) << alone.err;

@@ -389,8 +389,8 @@ TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
 
 // An asynchronous transfer across hosts is moved by whoever waits for it (Work::wait drives the
 // network itself, from any thread, several threads at once), by a thread that polls (Work::test
-// takes one round), and by the engine's own thread where nobody does: Work::wait_for does not
-// drive, so only that thread can complete them there. 4 MiB
+// takes one round), and by the engine's own thread where nobody does: Work::completed only looks,
+// so only that thread can complete them there. 4 MiB
 // messages: more than one round of progress after they are posted.
 TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
   expect_all_ok(run([](Communicator& comm) {
@@ -423,9 +423,12 @@ TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
     }
     Work received = comm.recv_async(in.data(), count, DType::i32, prev);
     Work sent = comm.send_async(out.data(), count, DType::i32, next);
-    TPF_CHILD_CHECK(sent.wait_for(std::chrono::seconds(60)), "the unwaited send never finished");
-    TPF_CHILD_CHECK(received.wait_for(std::chrono::seconds(60)),
+    TPF_CHILD_CHECK(wait_until([&] { return sent.completed(); }, std::chrono::seconds(60)),
+                    "the unwaited send never finished");
+    TPF_CHILD_CHECK(wait_until([&] { return received.completed(); }, std::chrono::seconds(60)),
                     "the unwaited receive never finished");
+    sent.wait();  // rethrows a failure
+    received.wait();
     expect_received("moved by the engine's thread");
   }));
 }
@@ -435,6 +438,13 @@ TEST_P(AcrossHosts, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
 TEST_P(AcrossHosts, AWaitOnATransferOfADestroyedCommunicatorEndsAborted) {
   expect_all_ok(
       run([](Communicator& comm) { expect_destroy_ends_a_pending_wait(comm, comm.size() - 1); }));
+}
+
+// Work::wait_for on a transfer across hosts ends at its time with the transfer still pending,
+// and moves it meanwhile.
+TEST_P(AcrossHosts, TimedWaitsEndAtTheirTimeAndMoveTheTransfer) {
+  expect_all_ok(
+      run([](Communicator& comm) { expect_timed_waits_end_at_their_time(comm, comm.size() - 1); }));
 }
 
 // Each network algorithm forced at every size class: the cost model picks one per size

@@ -28,6 +28,12 @@ constexpr auto kBound =
 
 Clock::time_point far_deadline() { return Clock::now() + kBound; }
 
+// Whether `work` ends without this thread touching it (Work::completed moves nothing): only the
+// worker can have run it then.
+bool ended_without_this_thread(const Work& work) {
+  return tpf::testing::wait_until([&] { return work.completed(); }, kBound);
+}
+
 // A task numbered by its count.
 Task numbered(size_t index) {
   Task task{coll::OpDesc{}, "all_reduce"};
@@ -139,13 +145,13 @@ TEST(OperationQueue, TheWorkerRunsWhatNobodyWaitsFor) {
   auto queue = queue_logging_to(log, /*start_worker=*/true);
   std::vector<Work> works;
   for (size_t i = 0; i < 3; ++i) works.push_back(queue->enqueue(numbered(i), far_deadline()));
-  ASSERT_TRUE(works[2].wait_for(kBound));  // wait_for does not run anything itself
+  ASSERT_TRUE(ended_without_this_thread(works[2]));
   EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
   for (size_t i = 0; i < 3; ++i) EXPECT_NE(log.thread_of(i), std::this_thread::get_id()) << i;
   // Quiet for a while, the worker sleeps until an enqueue wakes it.
   ASSERT_TRUE(tpf::testing::wait_until([&] { return queue->worker_asleep(); }, kBound));
   Work after_sleep = queue->enqueue(numbered(3), far_deadline());
-  ASSERT_TRUE(after_sleep.wait_for(kBound));
+  ASSERT_TRUE(ended_without_this_thread(after_sleep));
   EXPECT_NE(log.thread_of(3), std::this_thread::get_id());
 }
 
@@ -165,7 +171,7 @@ TEST(OperationQueue, TheWorkerStartsTheNextAtOnceOnlyWhileNoWaiterComes) {
       "q", /*start_worker=*/true);
   EXPECT_FALSE(queue->worker_starts_next());
   Work first = queue->enqueue(numbered(0), far_deadline());
-  ASSERT_TRUE(first.wait_for(kBound));  // nobody but the worker runs it
+  ASSERT_TRUE(ended_without_this_thread(first));
   EXPECT_TRUE(queue->worker_starts_next());
   Work second = queue->enqueue(numbered(1), far_deadline());
   ASSERT_TRUE(hold_second.wait_entered());  // nobody but the worker runs it either
@@ -205,6 +211,51 @@ TEST(OperationQueue, OneRunsAtATimeAndAWaiterWaitsForTheOneRunningElsewhere) {
   queue->end_inline();
   third.wait();
   EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1, 2}));
+}
+
+// A timed waiter runs an operation itself only where the operation's own deadline comes before
+// its time (the operation ends by then either way); one it could not stop at its time it leaves
+// to the worker, told to start everything up to it at once.
+TEST(OperationQueue, ATimedWaiterRunsOnlyWhatEndsBeforeItsTime) {
+  {
+    RunLog log;
+    auto queue = queue_logging_to(log, /*start_worker=*/false);
+    Work early = queue->enqueue(numbered(0), Clock::now() + kBound);
+    ASSERT_TRUE(early.wait_until(Clock::now() + 2 * kBound));  // no worker: this thread runs it
+    EXPECT_EQ(log.thread_of(0), std::this_thread::get_id());
+    // Its time before the deadline, and no worker: nothing runs it, and the wait ends unfinished.
+    Work late = queue->enqueue(numbered(1), Clock::now() + 10 * kBound);
+    EXPECT_FALSE(late.wait_for(std::chrono::milliseconds(1)));
+    EXPECT_EQ(log.order(), (std::vector<size_t>{0}));
+    late.wait();  // a wait without a time runs it
+    EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1}));
+  }
+  RunLog log;
+  auto queue = queue_logging_to(log, /*start_worker=*/true);
+  Work early = queue->enqueue(numbered(0), Clock::now() + kBound);
+  Work late = queue->enqueue(numbered(1), Clock::now() + 10 * kBound);
+  ASSERT_TRUE(late.wait_for(2 * kBound));  // the worker runs it (and whatever is left before it)
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_NE(log.thread_of(1), std::this_thread::get_id());
+  EXPECT_TRUE(early.test());
+}
+
+// A timed waiter behind an operation that another thread runs leaves its own to the worker when
+// its time comes first.
+TEST(OperationQueue, ATimedWaiterBehindARunningOperationLeavesItsOwnToTheWorker) {
+  RunLog log;
+  Latch latch;
+  auto queue = queue_logging_to(log, /*start_worker=*/true, &latch);
+  Work first = queue->enqueue(numbered(0), far_deadline());
+  tpf::testing::WaitOnAnotherThread runs_first(first);
+  ASSERT_TRUE(latch.wait_entered());
+  Work second = queue->enqueue(numbered(1), far_deadline());
+  EXPECT_FALSE(second.wait_for(std::chrono::milliseconds(1)));  // the first still runs
+  latch.release();
+  runs_first.join();
+  ASSERT_TRUE(ended_without_this_thread(second));
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_NE(log.thread_of(1), std::this_thread::get_id());
 }
 
 TEST(OperationQueue, AFailureReachesTheWaiterOfItsOperationOnly) {

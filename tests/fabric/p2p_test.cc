@@ -226,7 +226,7 @@ TEST(P2pProgress, BlockingCallsFromTwoThreadsOfOneRank) {
 // An asynchronous transfer is moved by whoever waits for it (Work::wait takes the driver role,
 // from any thread, one after another), beside a blocking call of another thread that holds the
 // role meanwhile, by a thread that polls (Work::test takes one round), and by the progress thread
-// where nobody waits (Work::wait_for does not drive).
+// where nobody moves them (Work::completed only looks).
 // 1 MiB messages: many chunks, so no single round of the driver finishes one.
 TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
   expect_all_ok(run_ranks(
@@ -266,10 +266,12 @@ TEST(P2pProgress, AsyncTransfersMoveWithTheirWaitersAndWithoutThem) {
         std::vector<int32_t> in(count, -1);
         Work received = comm.recv_async(in.data(), count, DType::i32, prev);
         Work sent = comm.send_async(out.data(), count, DType::i32, next);
-        TPF_CHILD_CHECK(sent.wait_for(std::chrono::seconds(60)),
+        TPF_CHILD_CHECK(wait_until([&] { return sent.completed(); }, std::chrono::seconds(60)),
                         "the unwaited send never finished");
-        TPF_CHILD_CHECK(received.wait_for(std::chrono::seconds(60)),
+        TPF_CHILD_CHECK(wait_until([&] { return received.completed(); }, std::chrono::seconds(60)),
                         "the unwaited receive never finished");
+        sent.wait();  // rethrows a failure
+        received.wait();
         expect_from_prev(in, 7);
       },
       run_options()));
@@ -320,6 +322,12 @@ TEST(P2pProgress, AWaiterReturnsOnceItsTransferIsDoneWhileTheRoleHolderGoesOn) {
 TEST(P2pProgress, AWaitOnATransferOfADestroyedCommunicatorEndsAborted) {
   expect_all_ok(run_ranks(
       2, [](Communicator& comm) { expect_destroy_ends_a_pending_wait(comm, 1); }, run_options()));
+}
+
+// Work::wait_for ends at its time with the transfer still pending, and moves it meanwhile.
+TEST(P2pProgress, TimedWaitsEndAtTheirTimeAndMoveTheTransfer) {
+  expect_all_ok(run_ranks(
+      3, [](Communicator& comm) { expect_timed_waits_end_at_their_time(comm, 2); }, run_options()));
 }
 
 TEST(P2pErrors, ReceiveThatNeverArrivesTimesOutNamingThePeer) {

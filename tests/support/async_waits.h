@@ -43,4 +43,10 @@ class WaitOnAnotherThread {
 // the wait would name it instead).
 void expect_destroy_ends_a_pending_wait(Communicator& comm, int peer);
 
+// Every rank calls it. Rank 0 posts a receive from `peer` (of many chunks), which `peer` sends only
+// after a barrier that rank 0 enters after a wait_for of 1 ms: that wait must return false with
+// the receive still pending, and a later wait_for, moving the transfer itself, true with every
+// element in place.
+void expect_timed_waits_end_at_their_time(Communicator& comm, int peer);
+
 }  // namespace tpf::testing
