@@ -16,7 +16,7 @@ struct DriveRequest {
   // Work::test: one round of progress, where no other thread is moving the operation.
   bool one_round = false;
   // Work::wait (no limit) and Work::wait_until: move the operation until it is done or this
-  // time has come, and hand what is left to the engine's thread at once.
+  // time has come (an engine that cannot stop an operation midway hands it to its thread).
   Clock::time_point until = Clock::time_point::max();
 };
 
