@@ -4,7 +4,8 @@
 // Time of one size = max over ranks of (wall time of `iters` back-to-back calls / iters), measured
 // after `warmup` calls and a barrier, exactly as nccl-tests reports it. With -c 1 the buffers are
 // refilled after timing, the call runs once more and every rank counts the elements that differ
-// from the serially computed expectation; the counts are summed over ranks.
+// from the serially computed expectation; the counts are summed over ranks. With --compute-us the
+// time spent in the caller's own work (a sleep) is left out of the wall time.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "cli/bench_check.h"
 #include "cli/bench_options.h"
@@ -73,7 +75,16 @@ struct Step {
   size_t elem = 0;  // bytes per element
   AlignedBuffer& send;
   AlignedBuffer& recv;  // max(send_elems, recv_elems) elements: also the in-place buffer
+  std::chrono::steady_clock::duration computed{};  // spent in compute() since measure() reset it
 };
+
+// The caller's own work (--compute-us), timed so that measure() can leave it out.
+void compute(Step& s) {
+  if (s.opt.compute_us == 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::microseconds(s.opt.compute_us));
+  s.computed += std::chrono::steady_clock::now() - start;
+}
 
 void run_sendrecv(Step& s, const void* sbuf, void* rbuf) {
   const int n = s.comm.size();
@@ -129,6 +140,7 @@ void run_sendrecv_async(Step& s, const void* sbuf, void* rbuf) {
   const int rank = s.comm.rank();
   Work received = s.comm.recv_async(rbuf, s.shape.count, s.opt.dtype, (rank + n - 1) % n);
   Work sent = s.comm.send_async(sbuf, s.shape.count, s.opt.dtype, (rank + 1) % n);
+  compute(s);
   wait_for_work(sent, s.opt.timed_waits);
   wait_for_work(received, s.opt.timed_waits);
 }
@@ -165,6 +177,7 @@ void run_async_call(Step& s, const Placement& p) {
     case Collective::send_recv: run_sendrecv_async(s, p.sendp, p.recvp); return;
     case Collective::barrier: work = s.comm.barrier_async(); break;
   }
+  compute(s);
   wait_for_work(work, o.timed_waits);
 }
 
@@ -172,6 +185,7 @@ void run_call(Step& s, const Placement& p) {
   const BenchOptions& o = s.opt;
   const size_t c = s.shape.count;
   if (o.async_calls) return run_async_call(s, p);
+  compute(s);
   switch (o.collective) {
     case Collective::all_reduce: s.comm.all_reduce(p.sendp, p.recvp, c, o.dtype, o.op); break;
     case Collective::reduce: s.comm.reduce(p.sendp, p.recvp, c, o.dtype, o.op, o.root); break;
@@ -220,10 +234,12 @@ Measurement measure(Step& s, bool in_place) {
   const Placement p = placement(s, in_place);
   for (int i = 0; i < s.opt.warmup; ++i) run_call(s, p);
   s.comm.barrier();
+  s.computed = {};
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < s.opt.iters; ++i) run_call(s, p);
   const auto t1 = std::chrono::steady_clock::now();
-  const double mine = std::chrono::duration<double, std::micro>(t1 - t0).count() / s.opt.iters;
+  const double mine =
+      std::chrono::duration<double, std::micro>(t1 - t0 - s.computed).count() / s.opt.iters;
   const double time_us = max_over_ranks(s.comm, mine);
 
   std::optional<uint64_t> wrong;
@@ -263,6 +279,7 @@ int run_bench(const BenchOptions& opt) {
   report.warmup = opt.warmup;
   report.async_calls = opt.async_calls;
   report.timed_waits = opt.timed_waits;
+  report.compute_us = opt.compute_us;
   // The settings this communicator resolved (the same environment, the same resolver).
   const detail::CommSettings settings = detail::resolve_comm_settings();
   if (settings.tuning.forced_all_reduce) {

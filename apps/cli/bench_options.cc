@@ -125,6 +125,12 @@ void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
                   "with a time limit (Work::wait_for, as Python's wait(timeout=...))\n"
                   "(default 0)")
       ->type_name("0|1|timed");
+  bench
+      .add_option("--compute-us", flags.compute_us,
+                  "the caller's own work per call, as a sleep of US microseconds: between\n"
+                  "issuing and waiting with --async (overlap), else before the call; the\n"
+                  "time column leaves it out (default 0)")
+      ->type_name("US");
   bench.add_option("--json", flags.json, "rank 0 also writes the results as JSON")
       ->type_name("FILE");
 }
@@ -149,6 +155,7 @@ BenchOptions bench_options(const BenchFlags& flags) {
     o.async_calls = value != "0";
     o.timed_waits = value == "timed";
   }
+  o.compute_us = parse_int(flags.compute_us, "--compute-us", o.compute_us, 0);
   if (flags.json) {
     if (flags.json->empty()) throw UsageError("--json needs a file name");
     o.json_path = *flags.json;

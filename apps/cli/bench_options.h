@@ -29,6 +29,10 @@ struct BenchOptions {
   // With async_calls: waits with a time limit (Work::wait_for, in a loop), as Python's
   // Work.wait(timeout=...) does, instead of Work::wait.
   bool timed_waits = false;
+  // The caller's own work per call, modelled as a sleep (its thread off the CPU, as while a GPU
+  // computes): between issuing and waiting with async_calls (overlap), before the call otherwise.
+  // The time column leaves it out: it is the time spent inside the library's calls.
+  int compute_us = 0;
   std::string json_path;  // empty: no JSON file
 };
 
@@ -45,6 +49,7 @@ struct BenchFlags {
   std::optional<std::string> root;
   std::optional<std::string> check;
   std::optional<std::string> async_calls;
+  std::optional<std::string> compute_us;
   std::optional<std::string> json;
 };
 

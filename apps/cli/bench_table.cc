@@ -80,10 +80,15 @@ Measurement make_measurement(Collective c, int nranks, size_t bytes, double time
 }
 
 void print_table_header(std::FILE* out, const BenchReport& r) {
-  std::fprintf(out, "# tpf bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d%s\n",
+  std::fprintf(out, "# tpf bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d%s",
                collective_name(r.collective), r.nranks, r.dtype.c_str(), r.op.c_str(), r.root,
                r.iters, r.warmup,
                r.timed_waits ? ", async, timed waits" : (r.async_calls ? ", async" : ""));
+  if (r.compute_us > 0) {
+    std::fprintf(out, ", %d us of compute per call %s (left out of the times)", r.compute_us,
+                 r.async_calls ? "between issue and wait" : "before it");
+  }
+  std::fprintf(out, "\n");
   if (r.hosts > 1) {
     std::fprintf(
         out, "# across %d hosts, network algorithm %s (one round up to %zu KiB a message)\n",
@@ -148,7 +153,8 @@ std::string report_to_json(const BenchReport& r) {
      << ",\"dtype\":\"" << r.dtype << "\",\"op\":\"" << r.op << "\",\"root\":" << r.root
      << ",\"iters\":" << r.iters << ",\"warmup\":" << r.warmup
      << ",\"async\":" << (r.async_calls ? "true" : "false")
-     << ",\"timed_waits\":" << (r.timed_waits ? "true" : "false");
+     << ",\"timed_waits\":" << (r.timed_waits ? "true" : "false")
+     << ",\"compute_us\":" << r.compute_us;
   if (r.collective == Collective::all_reduce) os << ",\"algorithm\":\"" << r.algorithm << "\"";
   os << ",\"hosts\":" << r.hosts;
   if (r.hosts > 1 && coll::has_network_choice(r.collective)) {

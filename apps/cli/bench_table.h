@@ -37,6 +37,7 @@ struct BenchReport {
   int warmup = 0;
   bool async_calls = false;  // the *_async forms, waited for at once
   bool timed_waits = false;  // ... with Work::wait_for
+  int compute_us = 0;        // the caller's own work per call (BenchOptions::compute_us)
   // How the fabric was set up (rank 0's communicator settings), so that `tpf plan calibrate` can
   // read a result without help: the all-reduce algorithm inside a host ("one_shot", "two_shot"
   // where TPF_ALLREDUCE_ALGO forced one, else "automatic"), the staging slot, the cores, the ranks

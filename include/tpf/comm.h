@@ -10,7 +10,8 @@
 // - *_async calls return at once; the collectives of one communicator run one after another, in
 //   issue order, each on the first thread to reach it: a thread in Work::wait, which runs the
 //   queued collectives up to its own itself, or the communicator's progress thread, which starts
-//   what nobody waits for within about 16 ms (so it overlaps the caller's longer work). A blocking
+//   what nobody waits for within about 16 ms (so it overlaps the caller's longer work), and at
+//   once while the caller waits for each a while after issuing it (50 us or more). A blocking
 //   collective waits for all earlier async collectives first (and runs them, where nothing else
 //   has yet).
 // - Point-to-point calls (send/recv) are matched per pair and direction in issue order, and

@@ -14,5 +14,10 @@ inline constexpr int kBackgroundQuietTicks = 100;
 // preempts a rank where the ranks fill the cores (a 1 ms tick cost 10 % of an async all_reduce of
 // 4 MiB on 2 cores), and a queue its waiters empty needs none.
 inline constexpr auto kBackgroundLongestTick = std::chrono::milliseconds(16);
+// OperationQueue: a waiter that comes at least this long after its collective was issued did work
+// of its own meanwhile (it overlaps), so the worker is woken to start the next collective at once;
+// one that comes sooner would have run it itself, and waking the worker for it would only cost a
+// core where the ranks fill them (docs/fabric.md, "Threads").
+inline constexpr auto kOverlappingWaiter = std::chrono::microseconds(50);
 
 }  // namespace tpf::detail

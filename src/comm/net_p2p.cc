@@ -154,15 +154,15 @@ bool NetP2p::advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen)
 
 void NetP2p::drive(WorkState& state, const DriveRequest& request) {
   if (request.one_round) return poll_once();
-  drive_until_done(state, request.until);
+  drive_until_done(state, request);
 }
 
-void NetP2p::drive_until_done(WorkState& state, Clock::time_point until) {
+void NetP2p::drive_until_done(WorkState& state, const DriveRequest& request) {
   auto done = [&] {
     std::lock_guard state_lock(state.mu);
     return state.done;
   };
-  const bool timed = until != Clock::time_point::max();
+  const bool timed = request.timed();
   std::unique_lock lock(mu_);
   if (stopping_) return;  // stop() fails what is pending; the network may be gone
   ++waiters_;
@@ -174,7 +174,7 @@ void NetP2p::drive_until_done(WorkState& state, Clock::time_point until) {
       continue;
     }
     // The network sleeps whole milliseconds: a timed wait ends within one of its time.
-    if (timed && Clock::now() >= until) break;
+    if (timed && Clock::now() >= request.until) break;
     lock.unlock();  // other waiters may take a round meanwhile
     if (idle.should_sleep()) {
       network_.wait_for_news(kBackgroundTick, seen);

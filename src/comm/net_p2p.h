@@ -79,9 +79,9 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
   // One round over the pending transfers (mu_ held; released while failing them): completes what
   // finished, fails everything on the first error. `seen` gets the network's generation after it.
   bool advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen);
-  // Work::wait's: moves the pending transfers until `state` is done, `until` comes or the engine
-  // stops.
-  void drive_until_done(WorkState& state, Clock::time_point until);
+  // Work::wait's: moves the pending transfers until `state` is done, `request.until` comes or the
+  // engine stops.
+  void drive_until_done(WorkState& state, const DriveRequest& request);
   // Work::test's: one round over the pending transfers, unless another thread is taking one.
   void poll_once();
   void progress_loop();

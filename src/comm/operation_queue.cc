@@ -9,17 +9,19 @@
 namespace tpf::detail {
 
 OperationQueue::OperationQueue(bool asymmetric_fences, Runner runner, std::string comm_name,
-                               bool start_worker)
+                               bool start_worker, Clock::duration overlapping_waiter)
     : gate_(asymmetric_fences),
       runner_(std::move(runner)),
       comm_name_(std::move(comm_name)),
-      start_worker_(start_worker) {}
+      start_worker_(start_worker),
+      overlapping_waiter_(overlapping_waiter) {}
 
 OperationQueue::~OperationQueue() { stop(); }
 
 Work OperationQueue::enqueue(Task task, Clock::time_point deadline) {
   task.state = std::make_shared<WorkState>();
   task.state->deadline = deadline;
+  task.state->issued_at = Clock::now();
   task.state->drive = drive_hook(weak_from_this(), *task.state);
   Work work(task.state);
   gate_.add_claim();  // held until the task has run: the owner stays out of the fabric meanwhile
@@ -114,53 +116,62 @@ bool OperationQueue::worker_starts_front_locked() const {
          (worker_starts_next_ || queue_.front().index < hurried_through_);
 }
 
-void OperationQueue::hurry_locked(const WorkState& state) {
-  for (const Task& task : queue_) {
-    if (task.state.get() != &state) continue;
-    hurried_through_ = std::max(hurried_through_, task.index + 1);
-    // Otherwise run_front wakes it at the end of the running operation.
-    if (worker_starts_front_locked()) worker_cv_.notify_one();
-    return;
-  }
+void OperationQueue::hurry_locked(const Task& task) {
+  hurried_through_ = std::max(hurried_through_, task.index + 1);
+  // Otherwise run_front wakes it at the end of the running operation.
+  if (worker_starts_front_locked()) worker_cv_.notify_one();
 }
 
-bool OperationQueue::queued_locked(const WorkState& state) const {
-  return std::any_of(queue_.begin(), queue_.end(),
-                     [&](const Task& task) { return task.state.get() == &state; });
+const OperationQueue::Task* OperationQueue::find_locked(const WorkState& state) const {
+  const auto it = std::find_if(queue_.begin(), queue_.end(),
+                               [&](const Task& task) { return task.state.get() == &state; });
+  return it == queue_.end() ? nullptr : &*it;
 }
 
 void OperationQueue::drive(const WorkState& state, const DriveRequest& request) {
-  if (!request.one_round) drive_until_done(state, request.until);
+  if (!request.one_round) drive_until_done(state, request);
 }
 
-void OperationQueue::drive_until_done(const WorkState& state, Clock::time_point until) {
-  const bool timed = until != Clock::time_point::max();
+void OperationQueue::drive_until_done(const WorkState& state, const DriveRequest& request) {
+  const bool timed = request.timed();
   // The worker starts everything queued at once (it ran the last operation and goes on): a
   // timed waiter would only take the lock from it.
   if (timed && worker_starts_next_.load(std::memory_order_relaxed)) return;
+  // The caller worked between issuing the operation and waiting for it: the next one, issued as
+  // this one was, is the worker's to start at once, so that it overlaps that work.
+  const bool overlapping = Clock::now() - state.issued_at >= overlapping_waiter_;
   bool owner_out = false;
   std::unique_lock lock(mu_);
-  auto my_turn = [&] { return stopping_ || !running_ || !queued_locked(state); };
+  auto my_turn = [&] { return stopping_ || !running_ || find_locked(state) == nullptr; };
   for (;;) {
     if (!my_turn()) {
       owner_out = false;  // the lock is given up: other threads may drop the last claim meanwhile
       if (!timed) {
         turn_cv_.wait(lock, my_turn);
-      } else if (!turn_cv_.wait_until(lock, until, my_turn)) {
-        return hurry_locked(state);
+      } else if (!turn_cv_.wait_until(lock, request.until, my_turn)) {
+        return hurry_locked(*find_locked(state));  // still queued: my_turn() is false
       }
     }
+    const Task* mine = stopping_ ? nullptr : find_locked(state);
     // Taken by another thread (or done), or failed by stop(): Work::wait waits on the state.
-    if (stopping_ || !queued_locked(state)) {
-      // The worker started it while this waiter, which would have run it, was on the way: the
-      // worker was woken too soon.
-      if (running_on_worker_ == &state && state.deadline <= until) worker_starts_next_ = false;
+    if (mine == nullptr) {
+      // The worker started it while this waiter was on the way: unless the caller overlaps, the
+      // waiter would have run it, and the worker was woken too soon.
+      if (running_on_worker_ == &state && state.deadline <= request.until) {
+        worker_starts_next_ = overlapping;
+      }
       return;
     }
     // A timed waiter cannot stop an operation midway at its time: it runs one only where the
     // operation's own deadline comes first (it ends by then either way).
-    if (timed && queue_.front().state->deadline > until) return hurry_locked(state);
+    if (timed && queue_.front().state->deadline > request.until) return hurry_locked(*mine);
+    const bool runs_mine = mine == &queue_.front();
     run_front(lock, owner_out, /*on_worker=*/false);  // this operation or one issued before it
+    if (runs_mine && overlapping) {
+      // It sat in the queue while the caller worked: the worker starts the next one at once.
+      worker_starts_next_ = true;
+      if (worker_starts_front_locked()) worker_cv_.notify_one();
+    }
   }
 }
 

@@ -6,8 +6,9 @@
 // not woken for each operation (where the ranks fill the cores, that wake-up cost more than a
 // small operation: docs/fabric.md, "Threads"): it takes what has sat in the queue through one of
 // its looks (every 1-16 ms, comm/background_progress.h), and it is woken to start an operation at
-// once where it ran the last one while no waiter came (as when async collectives overlap the
-// caller's work, step after step), or where a waiter with a time limit hurries it (that waiter
+// once where it ran the last one while no waiter came, or where the last one's waiter came late
+// (as when async collectives overlap the caller's work, step after step: kOverlappingWaiter), or
+// where a waiter with a time limit hurries it (that waiter
 // runs an operation itself only where the operation's own deadline comes first: it could not
 // stop one midway at its time).
 #pragma once
@@ -24,6 +25,7 @@
 #include <thread>
 
 #include "coll/op_desc.h"
+#include "comm/background_progress.h"
 #include "comm/owner_gate.h"
 #include "comm/work_state.h"
 #include "tpf/comm.h"
@@ -47,9 +49,10 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   using Runner = std::function<std::exception_ptr(const Task&)>;
 
   // `comm_name` names the communicator in errors. Without `start_worker` (tests only) nothing
-  // runs an operation until a thread waits for it.
+  // runs an operation until a thread waits for it. A waiter that comes `overlapping_waiter` or
+  // more after its operation was issued overlaps (tests choose zero, or never).
   OperationQueue(bool asymmetric_fences, Runner runner, std::string comm_name,
-                 bool start_worker = true);
+                 bool start_worker = true, Clock::duration overlapping_waiter = kOverlappingWaiter);
   ~OperationQueue();
   OperationQueue(const OperationQueue&) = delete;
   OperationQueue& operator=(const OperationQueue&) = delete;
@@ -67,7 +70,7 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   // Whether the worker sleeps until an enqueue wakes it (it found the queue empty for a while).
   bool worker_asleep();
   // Whether the next operation is the worker's to start at once: the last one ran on the worker
-  // and its waiter, if any, came after it had started.
+  // and its waiter, if any, came after it had started, or its waiter overlapped.
   bool worker_starts_next();
 
   // Work's hook (drive_hook): runs the queue up to and including `state`'s operation unless
@@ -85,10 +88,11 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   // Work::wait's: runs the queue up to and including `state`'s operation unless another thread
   // took it; returns once it is done or taken, or the queue stops, or at `until` (or where the
   // next operation's deadline is later) after hurrying the worker.
-  void drive_until_done(const WorkState& state, Clock::time_point until);
-  bool queued_locked(const WorkState& state) const;
-  // The worker is to start everything up to `state`'s operation at once.
-  void hurry_locked(const WorkState& state);
+  void drive_until_done(const WorkState& state, const DriveRequest& request);
+  // `state`'s task while it is queued (not taken by any thread), else null.
+  const Task* find_locked(const WorkState& state) const;
+  // The worker is to start everything up to `task` at once.
+  void hurry_locked(const Task& task);
   // Whether the worker starts the front operation now, without waiting for its next look.
   bool worker_starts_front_locked() const;
   // Pops the front task and runs it with the lock released; `owner_out` tells whether the owner
@@ -99,6 +103,7 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   const Runner runner_;
   const std::string comm_name_;
   const bool start_worker_;
+  const Clock::duration overlapping_waiter_;
   std::mutex mu_;
   // Two, so that the end of each operation does not wake the worker.
   std::condition_variable worker_cv_;  // an enqueue for the sleeping worker, or stopping
@@ -109,7 +114,8 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   uint64_t issued_ = 0;         // operations enqueued so far
   bool worker_asleep_ = false;  // until an enqueue wakes it (after ~100 ms of an empty queue)
   // Who is expected to start the next operation: the worker (woken at enqueue) where it ran the
-  // last one unless that one's waiter found it running; otherwise its waiter.
+  // last one unless that one's waiter, right behind it, found it running, or where the last one's
+  // waiter overlapped; otherwise its waiter.
   // Changed under mu_; read without it by a timed waiter, which has nothing to do where it holds.
   std::atomic<bool> worker_starts_next_{false};
   const WorkState* running_on_worker_ = nullptr;  // the operation the worker runs, if any

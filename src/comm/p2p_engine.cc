@@ -173,15 +173,16 @@ void P2pEngine::fail_all(std::exception_ptr error) {
 
 void P2pEngine::drive(WorkState& state, const DriveRequest& request) {
   if (request.one_round) return poll_once();
-  drive_until_done(state, request.until);
+  drive_until_done(state, request);
 }
 
-void P2pEngine::drive_until_done(WorkState& state, Clock::time_point until) {
+void P2pEngine::drive_until_done(WorkState& state, const DriveRequest& request) {
   auto done = [&] {
     std::lock_guard state_lock(state.mu);
     return state.done;
   };
-  const bool timed = until != Clock::time_point::max();
+  const bool timed = request.timed();
+  const Clock::time_point until = request.until;
   std::unique_lock lock(mu_);
   if (stopping_) return;  // stop() fails what is pending; the fabric may be gone
   waiters_.fetch_add(1);

@@ -109,8 +109,8 @@ class P2pEngine : public std::enable_shared_from_this<P2pEngine> {
   void move_until(const std::function<bool()>& done,
                   Clock::time_point until = Clock::time_point::max());
   // Work::wait's: takes the driver role once it is free and drives until `state` is done or
-  // `until` comes.
-  void drive_until_done(WorkState& state, Clock::time_point until);
+  // `request.until` comes.
+  void drive_until_done(WorkState& state, const DriveRequest& request);
   // Work::test's: one round of the driver where the role is free.
   void poll_once();
   void take_incoming();

@@ -18,6 +18,9 @@ struct DriveRequest {
   // Work::wait (no limit) and Work::wait_until: move the operation until it is done or this
   // time has come (an engine that cannot stop an operation midway hands it to its thread).
   Clock::time_point until = Clock::time_point::max();
+
+  // Whether the engine must watch the time (Work::wait_until), not only the operation.
+  bool timed() const noexcept { return until != Clock::time_point::max(); }
 };
 
 struct WorkState {
@@ -25,7 +28,8 @@ struct WorkState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
-  Clock::time_point deadline;  // the operation's deadline, counted from when it was issued
+  Clock::time_point deadline;   // the operation's deadline, counted from when it was issued
+  Clock::time_point issued_at;  // set by OperationQueue: how long after it its waiter came
   // Where the calling thread can move the operation itself: Work's calls run it first (see
   // DriveRequest); it returns once the operation is done, cannot be moved any more, or the
   // request's time has come. Set through drive_hook().

@@ -96,6 +96,29 @@ TEST(BenchCli, AsyncCallsAreCheckedAndReported) {
   }
 }
 
+// --compute-us: the caller's own work per call (a sleep), before a blocking call and between issue
+// and wait of an async one; the calls are still checked, and the header and the JSON say so.
+TEST(BenchCli, ComputeBetweenCallsIsReportedAndTheResultsChecked) {
+  ScratchDir dir;
+  for (const char* async : {"0", "1"}) {
+    const bool is_async = std::string(async) == "1";
+    const std::string path = dir / (std::string("compute") + async + ".json");
+    const Outcome r =
+        run_on_ranks(2, {"bench", "all_reduce", "-b", "64", "-e", "4K", "-f", "8", "-n", "3", "-w",
+                         "1", "--async", async, "--compute-us", "100", "--json", path});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_TRUE(contains(r.out, std::string(", 100 us of compute per call ") +
+                                    (is_async ? "between issue and wait" : "before it") +
+                                    " (left out of the times)\n"))
+        << r.out;
+    const auto rows = table_rows(r.out);
+    ASSERT_EQ(rows.size(), 3u) << r.out;
+    for (const auto& row : rows) EXPECT_EQ(row[8], "0") << r.out;
+    const std::string json = read_file(path);
+    EXPECT_TRUE(contains(json, "\"compute_us\":100")) << json;
+  }
+}
+
 TEST(BenchCli, JsonIsWhatThePlannersCalibrationReads) {
   ScratchDir dir;
   const std::string path = dir / "all_reduce.json";
@@ -139,6 +162,9 @@ TEST(BenchCli, BadInputIsAUsageErrorNamingIt) {
   const Outcome async = run_tpf({"bench", "all_reduce", "--async", "yes"});
   EXPECT_EQ(async.exit_code, 2);
   EXPECT_TRUE(contains(async.err, "--async expects 0, 1 or timed, got 'yes'")) << async.err;
+  const Outcome compute = run_tpf({"bench", "all_reduce", "--compute-us", "-5"});
+  EXPECT_EQ(compute.exit_code, 2);
+  EXPECT_TRUE(contains(compute.err, "--compute-us must be an integer in [0, ")) << compute.err;
   const Outcome alone = run_on_ranks(1, {"bench", "send_recv", "-n", "1", "-w", "0"});
   EXPECT_NE(alone.exit_code, 0);  // tpf run reports a failed rank as 1
   EXPECT_TRUE(contains(alone.err, "send_recv needs at least 2 ranks")) << alone.err;

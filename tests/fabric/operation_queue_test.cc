@@ -104,8 +104,14 @@ class Latch {
   bool released_ = false;
 };
 
-std::shared_ptr<OperationQueue> queue_logging_to(RunLog& log, bool start_worker,
-                                                 Latch* hold_first = nullptr) {
+// Whether a waiter counts as overlapping its caller's work is a matter of time in the queue
+// (kOverlappingWaiter); tests fix the answer instead.
+constexpr Clock::duration kEveryWaiterOverlaps = Clock::duration::zero();
+constexpr Clock::duration kNoWaiterOverlaps = Clock::duration::max();
+
+std::shared_ptr<OperationQueue> queue_logging_to(
+    RunLog& log, bool start_worker, Latch* hold_first = nullptr,
+    Clock::duration overlapping_waiter = kNoWaiterOverlaps) {
   return std::make_shared<OperationQueue>(
       false,
       [&log, hold_first](const Task& task) -> std::exception_ptr {
@@ -114,7 +120,7 @@ std::shared_ptr<OperationQueue> queue_logging_to(RunLog& log, bool start_worker,
         log.end();
         return nullptr;
       },
-      "q", start_worker);
+      "q", start_worker, overlapping_waiter);
 }
 
 TEST(OperationQueue, AWaiterRunsTheQueueUpToItsOwnOperationInIssueOrder) {
@@ -156,7 +162,7 @@ TEST(OperationQueue, TheWorkerRunsWhatNobodyWaitsFor) {
 }
 
 // The worker is woken to start an operation at once where it ran the last one and no waiter came;
-// a waiter that finds the worker running its operation turns that off.
+// a waiter right behind its operation that finds the worker running it turns that off.
 TEST(OperationQueue, TheWorkerStartsTheNextAtOnceOnlyWhileNoWaiterComes) {
   RunLog log;
   Latch hold_second;
@@ -168,7 +174,7 @@ TEST(OperationQueue, TheWorkerStartsTheNextAtOnceOnlyWhileNoWaiterComes) {
         log.end();
         return nullptr;
       },
-      "q", /*start_worker=*/true);
+      "q", /*start_worker=*/true, kNoWaiterOverlaps);
   EXPECT_FALSE(queue->worker_starts_next());
   Work first = queue->enqueue(numbered(0), far_deadline());
   ASSERT_TRUE(ended_without_this_thread(first));
@@ -182,6 +188,33 @@ TEST(OperationQueue, TheWorkerStartsTheNextAtOnceOnlyWhileNoWaiterComes) {
   hold_second.release();
   waiter.join();
   EXPECT_FALSE(queue->worker_starts_next());
+}
+
+// A waiter that comes a while after its operation was issued overlaps its caller's work with it:
+// the worker starts the next operation at once, whether this one sat in the queue (the waiter ran
+// it) or the worker was running it when the waiter came.
+TEST(OperationQueue, AWaiterThatOverlapsHasTheWorkerStartTheNextAtOnce) {
+  for (const Clock::duration overlapping_waiter : {kNoWaiterOverlaps, kEveryWaiterOverlaps}) {
+    const bool overlaps = overlapping_waiter == kEveryWaiterOverlaps;
+    SCOPED_TRACE(overlaps ? "every waiter overlaps" : "no waiter overlaps");
+    RunLog log;
+    auto queue = queue_logging_to(log, /*start_worker=*/false, nullptr, overlapping_waiter);
+    queue->enqueue(numbered(0), far_deadline()).wait();  // no worker: this thread runs it
+    EXPECT_EQ(log.thread_of(0), std::this_thread::get_id());
+    EXPECT_EQ(queue->worker_starts_next(), overlaps);
+  }
+  RunLog log;
+  Latch latch;
+  auto queue = queue_logging_to(log, /*start_worker=*/true, &latch, kEveryWaiterOverlaps);
+  Work first = queue->enqueue(numbered(0), far_deadline());
+  ASSERT_TRUE(latch.wait_entered());  // the worker runs it: nobody waits for it yet
+  tpf::testing::WaitOnAnotherThread waiter(first);
+  latch.release();
+  waiter.join();
+  EXPECT_TRUE(queue->worker_starts_next());  // however the waiter found it, running or done
+  Work second = queue->enqueue(numbered(1), far_deadline());
+  ASSERT_TRUE(ended_without_this_thread(second));
+  EXPECT_NE(log.thread_of(1), std::this_thread::get_id());
 }
 
 TEST(OperationQueue, OneRunsAtATimeAndAWaiterWaitsForTheOneRunningElsewhere) {
