@@ -29,7 +29,7 @@ struct WorkState {
   bool done = false;
   std::exception_ptr error;
   Clock::time_point deadline;   // the operation's deadline, counted from when it was issued
-  Clock::time_point issued_at;  // set by OperationQueue: how long after it its waiter came
+  Clock::time_point issued_at;  // when OperationQueue queued it: did its waiter come right behind?
   // Where the calling thread can move the operation itself: Work's calls run it first (see
   // DriveRequest); it returns once the operation is done, cannot be moved any more, or the
   // request's time has come. Set through drive_hook().
