@@ -89,13 +89,13 @@ void OperationQueue::stop() {
   queue_.clear();
 }
 
-void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_out,
-                               bool on_worker) {
+void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_out, bool on_worker,
+                               bool worker_starts_next) {
   Task task = std::move(queue_.front());
   queue_.pop_front();
   running_ = true;
   running_on_worker_ = on_worker ? task.state.get() : nullptr;
-  worker_starts_next_ = on_worker;
+  worker_starts_next_ = worker_starts_next;
   lock.unlock();
   // The owner thread itself is out of the fabric while it is here; any other thread waits for it.
   const bool owner_thread = gate_.owned_by_this_thread();
@@ -165,13 +165,11 @@ void OperationQueue::drive_until_done(const WorkState& state, const DriveRequest
     // A timed waiter cannot stop an operation midway at its time: it runs one only where the
     // operation's own deadline comes first (it ends by then either way).
     if (timed && queue_.front().state->deadline > request.until) return hurry_locked(*mine);
+    // This operation or one issued before it. Where it is this one and it sat in the queue while
+    // the caller worked, the worker starts the next one at once.
     const bool runs_mine = mine == &queue_.front();
-    run_front(lock, owner_out, /*on_worker=*/false);  // this operation or one issued before it
-    if (runs_mine && overlapping) {
-      // It sat in the queue while the caller worked: the worker starts the next one at once.
-      worker_starts_next_ = true;
-      if (worker_starts_front_locked()) worker_cv_.notify_one();
-    }
+    run_front(lock, owner_out, /*on_worker=*/false,
+              /*worker_starts_next=*/runs_mine && overlapping);
   }
 }
 
@@ -187,7 +185,7 @@ void OperationQueue::worker_loop() {
     // Queued since before the last look and nobody has taken it (its waiter is not on the way).
     if (started_by_worker() ||
         (!running_ && !queue_.empty() && queue_.front().index < issued_by_last_look)) {
-      run_front(lock, owner_out, /*on_worker=*/true);
+      run_front(lock, owner_out, /*on_worker=*/true, /*worker_starts_next=*/true);
       tick = kBackgroundTick;
       quiet = {};
       continue;  // awake anyway, and now worker_starts_next_: the rest goes at once

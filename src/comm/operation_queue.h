@@ -97,7 +97,10 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   bool worker_starts_front_locked() const;
   // Pops the front task and runs it with the lock released; `owner_out` tells whether the owner
   // is known to be out of the fabric since this thread's last task (then no fence is needed).
-  void run_front(std::unique_lock<std::mutex>& lock, bool& owner_out, bool on_worker);
+  // `worker_starts_next` becomes worker_starts_next_ (the worker is woken at its end for a queued
+  // front where it holds and this thread is not the worker).
+  void run_front(std::unique_lock<std::mutex>& lock, bool& owner_out, bool on_worker,
+                 bool worker_starts_next);
 
   OwnerGate gate_;
   const Runner runner_;
