@@ -75,6 +75,9 @@ void bind_work(py::module_& m) {
            "buffer; None if the timeout passed first. Raises the operation's error.")
       .def("is_completed", &PythonWork::is_completed,
            "True once done; never blocks. Raises the operation's error if it failed.")
+      .def_property_readonly("ended", &PythonWork::ended,
+                             "True once the operation has ended, successfully or not (wait() "
+                             "then says which); never blocks, never moves it, never raises.")
       .def_property_readonly("result", &PythonWork::result,
                              "The output buffer (valid once the operation completed).");
 }

@@ -34,6 +34,7 @@ class PythonWork {
   // Returns the result, or None if the timeout passed first.
   py::object wait(std::optional<double> timeout_seconds);
   bool is_completed();  // never blocks; raises the operation's error if it failed
+  bool ended() const { return work_.completed(); }  // never moves it, never raises
   const py::object& result() const { return result_; }
 
  private:

@@ -9,9 +9,11 @@ futures; send and recv run asynchronously (a ring exchange through batch_isend_i
 deadlock). Messages between a pair match in issue order: tags are accepted and not used to match.
 """
 
+import atexit
 import datetime
 import queue
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -105,30 +107,81 @@ def _done(result):
 class _Completer:
     """Completes the futures of asynchronous tpfabric operations (send, recv) as they finish,
     whether or not anybody waits: one daemon thread per process group, waiting with the GIL
-    released (tpfabric.Work.wait releases it)."""
+    released (tpfabric.Work.wait releases it).
+
+    The thread must never be inside tpfabric or torch with the GIL released when the interpreter
+    finalizes: a thread that asks for the GIL back then is ended by pthread_exit, whose unwinding
+    through pybind11's GIL guard (a noexcept destructor) aborts the process ("terminate called
+    without an active exception"). So it waits in slices, and `stop` (at interpreter exit, from an
+    atexit hook, which runs before finalization) ends it within one slice. `close` (when its
+    process group is collected) ends it after the works already handed to it."""
+
+    # Longest a stop waits for the thread to notice it: one slice of a wait.
+    _SLICE_SECONDS = 0.05
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
         self._thread = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        _completers.add(self)
 
-    def work(self, tpf_work, result):
+    def work(self, start, result):
+        """A torch work for the operation `start()` issues (a tpfabric Work), completed with
+        `result`."""
         future = Future()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="tpfabric-completer",
-                                            daemon=True)
-            self._thread.start()
-        self._queue.put((tpf_work, future, result))
+        with self._lock:
+            if self._stopping.is_set():
+                raise _tpf.InvalidArgumentError(
+                    "tpfabric.torch: send and recv cannot start once the interpreter's exit "
+                    "hooks have stopped the backend's completer thread")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tpfabric-completer",
+                                                daemon=True)
+                self._thread.start()
+            self._queue.put((start(), future, result))
         return _create_work_from_future(future)
+
+    def close(self):
+        """Ends the thread once it has completed the works handed to it so far."""
+        self._queue.put(None)
+
+    def stop(self):
+        """Ends the thread within a slice, leaving works not yet done to the communicator (whose
+        close waits for them); returns once the thread has ended."""
+        with self._lock:  # after any work() under way: nothing is queued behind the end
+            self._stopping.set()
+            self._queue.put(None)
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def _run(self):
         while True:
-            tpf_work, future, result = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            tpf_work, future, result = item
             try:
-                tpf_work.wait()
+                while not tpf_work.ended:
+                    if self._stopping.is_set():
+                        return
+                    tpf_work.wait(timeout=self._SLICE_SECONDS)
+                tpf_work.wait()  # raises the operation's error
             except Exception as error:  # noqa: BLE001  (handed to whoever waits)
                 future.set_exception(error)
             else:
                 future.set_result(result)
+
+
+# Every completer not yet collected, for the exit hook below.
+_completers = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_completers():
+    for completer in list(_completers):
+        completer.stop()
 
 
 class ProcessGroupTpf(dist.ProcessGroup):
@@ -139,6 +192,8 @@ class ProcessGroupTpf(dist.ProcessGroup):
         self._comm = _tpf.Communicator.create(rank, size, store, name="tpf",
                                               timeout=_seconds(timeout))
         self._completer = _Completer()
+        # A destroyed group (destroy_process_group) takes its thread with it.
+        weakref.finalize(self, self._completer.close)
 
     @property
     def communicator(self):
@@ -261,11 +316,11 @@ class ProcessGroupTpf(dist.ProcessGroup):
     # -- point to point (asynchronous: isend/irecv must not deadlock) ---------------------
     def send(self, tensors, dst_rank, tag=0):
         tensor = _flat(_one(tensors, "send"), "tensor")
-        return self._completer.work(self._comm.send_async(tensor, dst_rank), tensors)
+        return self._completer.work(lambda: self._comm.send_async(tensor, dst_rank), tensors)
 
     def recv(self, tensors, src_rank, tag=0):
         tensor = _flat(_one(tensors, "recv"), "tensor")
-        return self._completer.work(self._comm.recv_async(tensor, src_rank), tensors)
+        return self._completer.work(lambda: self._comm.recv_async(tensor, src_rank), tensors)
 
     def recv_anysource(self, tensors, tag=0):
         raise _tpf.InvalidArgumentError(

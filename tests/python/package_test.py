@@ -126,6 +126,16 @@ comm.recv(ring, (rank - 1) % size)
 sent.wait()
 check("send/recv ring", ring, np.full(1 << 16, (rank - 1) % size, np.float32))
 comm.barrier()
+# Work.ended: a receive posted before any rank sends (the sends come after the barrier) has not
+# ended; once waited for it has.
+early = np.zeros(4, np.float32)
+posted = comm.recv_async(early, (rank - 1) % size)
+check("recv_async .ended before its send", posted.ended, False)
+comm.barrier()
+comm.send(np.full(4, rank, np.float32), (rank + 1) % size)
+posted.wait()
+check("recv_async .ended after wait", posted.ended, True)
+check("recv_async after barrier", early, np.full(4, (rank - 1) % size, np.float32))
 
 # -- the buffer protocol and reinterpretation -------------------------------------------------
 ba = bytearray([rank + 1] * 5)

@@ -3,13 +3,14 @@
 #   run.sh package TPF_BINARY   package_test.py under `tpf run -n 3`
 #   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3`, a job per case
 #   run.sh torch TPF_BINARY     torch_backend_test.py under a real torchrun (one node)
+#   run.sh torch-exit TPF_BINARY  torch_exit_test.py under a real torchrun, 2 ranks
 # PYTHONPATH must hold the built package (build/python); PYTHON names the interpreter with torch
 # and numpy (default /usr/bin/python3), which both tests use for their references. Exit 77 (a
 # skip) when it has no torch, except under CI=true, where that fails.
 set -euo pipefail
 
-mode=${1:?usage: run.sh package|failures|torch TPF_BINARY}
-tpf=${2:?usage: run.sh package|failures|torch TPF_BINARY}
+mode=${1:?usage: run.sh package|failures|torch|torch-exit TPF_BINARY}
+tpf=${2:?usage: run.sh package|failures|torch|torch-exit TPF_BINARY}
 python=${PYTHON:-/usr/bin/python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if ! "$python" -c 'import torch, numpy' 2>/dev/null; then
@@ -25,13 +26,13 @@ case "$mode" in
       echo "== $case"
       timeout 120 "$tpf" run -n 3 "$python" "$here/failure_test.py" "$case"
     done ;;
-  torch)
+  torch|torch-exit)
+    if [[ "$mode" == torch ]]; then ranks=3 test=torch_backend_test.py; else ranks=2 test=torch_exit_test.py; fi
     # Debian's torchrun on Python 3.11 needs --redirects/--tee. Not --standalone: its rendezvous
     # store sits on the fixed port 29400, which another torchrun job of the suite may hold (and
     # take down with it); the static rendezvous on a free port is this job's alone.
     port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     exec timeout 400 "$python" -m torch.distributed.run --redirects 1 --tee 1 --nnodes 1 \
-      --nproc_per_node 3 --master_addr 127.0.0.1 --master_port "$port" \
-      "$here/torch_backend_test.py" ;;
+      --nproc_per_node "$ranks" --master_addr 127.0.0.1 --master_port "$port" "$here/$test" ;;
   *) echo "run.sh: unknown mode '$mode'" >&2; exit 2 ;;
 esac

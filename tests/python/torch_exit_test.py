@@ -1,0 +1,98 @@
+"""The torch backend "tpf"'s completer threads (they complete send/recv Works) at the ends of their
+process groups, on 2 ranks under torchrun:
+- a group taken down with destroy_process_group takes its thread with it (five groups, each with a
+  send/recv exchange; the old threads ran until the process ended);
+- at exit, the world group's thread has ended before the interpreter finalizes, even with an
+  isend never waited for still pending (the old thread, a daemon, stayed inside its wait, came
+  back into a finalizing interpreter when the send completed, and the process aborted:
+  "terminate called without an active exception"), and that send still arrives: the peer posts
+  the matching recv only once this process has begun to exit; an isend from a later exit hook is
+  refused, naming why.
+Exits non-zero, naming the check, where one fails; torchrun fails where a rank does."""
+
+import atexit
+import datetime
+import gc
+import os
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+_store = None
+_world_thread = None
+
+
+def _fail_at_exit(what):
+    # A failure in an exit hook does not change the exit status: leave at once with one.
+    print(f"rank {rank}: {what}", flush=True)
+    os._exit(1)
+
+
+def _at_exit():
+    # After the backend's exit hook: its completer thread must have ended by now, as the
+    # interpreter finalizes next (the old thread, a daemon, was left inside its wait).
+    if _world_thread is not None and _world_thread.is_alive():
+        _fail_at_exit("the world group's completer thread still runs at exit")
+    try:
+        dist.isend(torch.zeros(1), peer)
+    except tpfabric.InvalidArgumentError as error:
+        if "exit hooks" not in str(error):
+            _fail_at_exit(f"an isend after the backend's exit hook failed otherwise: {error}")
+    else:
+        _fail_at_exit("an isend after the backend's exit hook was not refused")
+    _store.set(f"rank {rank} exiting", "1")
+
+
+# Registered before tpfabric.torch is imported, so it runs after the backend's exit hook (atexit
+# runs hooks last-registered first): rank 0's send is still pending when this one runs.
+atexit.register(_at_exit)
+
+import tpfabric  # noqa: E402
+import tpfabric.torch  # noqa: E402,F401  (registers the backend)
+
+dist.init_process_group("tpf", timeout=datetime.timedelta(seconds=60))
+rank, size = dist.get_rank(), dist.get_world_size()
+assert size == 2, f"run on 2 ranks, not {size}"
+peer = 1 - rank
+_store = dist.distributed_c10d._get_default_store()
+
+
+def exchange(group=None):
+    got = torch.empty(4)
+    ops = [dist.P2POp(dist.isend, torch.full((4,), float(rank)), peer, group),
+           dist.P2POp(dist.irecv, got, peer, group)]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+    assert torch.equal(got, torch.full((4,), float(peer))), f"exchange got {got}"
+
+
+exchange()
+_world_thread = dist.group.WORLD._completer._thread
+others = []
+for _ in range(5):
+    group = dist.new_group([0, 1])
+    exchange(group)
+    others.append(group._completer._thread)
+    dist.destroy_process_group(group)
+    del group
+gc.collect()
+# The destroyed groups' threads end once they take the close from their queues: join them (the
+# bound only keeps a regression finite; it is not a measure of time).
+deadline = time.monotonic() + 60
+for thread in others:
+    thread.join(timeout=max(0.0, deadline - time.monotonic()))
+alive = sum(thread.is_alive() for thread in others)
+assert alive == 0, f"{alive} of 5 destroyed groups' completer threads still run"
+assert _world_thread.is_alive(), "the world group's completer thread ended"
+
+x = torch.arange(1 << 20, dtype=torch.float32)
+if rank == 0:
+    dist.isend(x, 1)  # never waited for; rank 1 receives it while this process exits
+else:
+    _store.wait(["rank 0 exiting"], datetime.timedelta(seconds=60))
+    got = torch.empty_like(x)
+    dist.recv(got, 0)
+    assert torch.equal(got, x), "the send rank 0 did not wait for arrived wrong"
+print(f"rank {rank}: completer threads end with their groups and at exit", flush=True)
