@@ -109,20 +109,17 @@ class _Completer:
     whether or not anybody waits: one daemon thread per process group, waiting with the GIL
     released (tpfabric.Work.wait releases it).
 
-    The thread must never be inside tpfabric or torch with the GIL released when the interpreter
+    The thread must not be inside tpfabric or torch with the GIL released when the interpreter
     finalizes: a thread that asks for the GIL back then is ended by pthread_exit, whose unwinding
     through pybind11's GIL guard (a noexcept destructor) aborts the process ("terminate called
-    without an active exception"). So it waits in slices, and `stop` (at interpreter exit, from an
-    atexit hook, which runs before finalization) ends it within one slice. `close` (when its
-    process group is collected) ends it after the works already handed to it."""
-
-    # Longest a stop waits for the thread to notice it: one slice of a wait.
-    _SLICE_SECONDS = 0.05
+    without an active exception"). So an atexit hook, which runs before finalization, closes
+    every completer and joins its thread: the works handed to it end first, each bounded by its
+    deadline, as the communicator's own close at exit would wait for them anyway."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
         self._thread = None
-        self._stopping = threading.Event()
+        self._closed = False
         self._lock = threading.Lock()
         _completers.add(self)
 
@@ -131,10 +128,10 @@ class _Completer:
         `result`."""
         future = Future()
         with self._lock:
-            if self._stopping.is_set():
+            if self._closed:
                 raise _tpf.InvalidArgumentError(
                     "tpfabric.torch: send and recv cannot start once the interpreter's exit "
-                    "hooks have stopped the backend's completer thread")
+                    "hooks have closed the backend's completer thread")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tpfabric-completer",
                                                 daemon=True)
@@ -143,16 +140,15 @@ class _Completer:
         return _create_work_from_future(future)
 
     def close(self):
-        """Ends the thread once it has completed the works handed to it so far."""
-        self._queue.put(None)
-
-    def stop(self):
-        """Ends the thread within a slice, leaving works not yet done to the communicator (whose
-        close waits for them); returns once the thread has ended."""
+        """Ends the thread once it has completed the works handed to it so far; nothing can be
+        handed to it after this."""
         with self._lock:  # after any work() under way: nothing is queued behind the end
-            self._stopping.set()
+            self._closed = True
             self._queue.put(None)
-            thread = self._thread
+            return self._thread
+
+    def close_and_join(self):
+        thread = self.close()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
@@ -163,11 +159,7 @@ class _Completer:
                 return
             tpf_work, future, result = item
             try:
-                while not tpf_work.ended:
-                    if self._stopping.is_set():
-                        return
-                    tpf_work.wait(timeout=self._SLICE_SECONDS)
-                tpf_work.wait()  # raises the operation's error
+                tpf_work.wait()
             except Exception as error:  # noqa: BLE001  (handed to whoever waits)
                 future.set_exception(error)
             else:
@@ -179,9 +171,9 @@ _completers = weakref.WeakSet()
 
 
 @atexit.register
-def _stop_completers():
+def _close_completers():
     for completer in list(_completers):
-        completer.stop()
+        completer.close_and_join()
 
 
 class ProcessGroupTpf(dist.ProcessGroup):

@@ -2,12 +2,11 @@
 process groups, on 2 ranks under torchrun:
 - a group taken down with destroy_process_group takes its thread with it (five groups, each with a
   send/recv exchange; the old threads ran until the process ended);
-- at exit, the world group's thread has ended before the interpreter finalizes, even with an
-  isend never waited for still pending (the old thread, a daemon, stayed inside its wait, came
-  back into a finalizing interpreter when the send completed, and the process aborted:
-  "terminate called without an active exception"), and that send still arrives: the peer posts
-  the matching recv only once this process has begun to exit; an isend from a later exit hook is
-  refused, naming why.
+- at exit, the world group's thread has ended before the interpreter finalizes (the old thread,
+  a daemon, could be inside its wait then and abort the process when its operation completed:
+  "terminate called without an active exception"), after completing an isend never waited for:
+  the peer posts the matching recv only once this process has begun to exit, and gets the data;
+- an isend from an exit hook that runs after the backend's is refused, naming why.
 Exits non-zero, naming the check, where one fails; torchrun fails where a rank does."""
 
 import atexit
@@ -30,9 +29,8 @@ def _fail_at_exit(what):
     os._exit(1)
 
 
-def _at_exit():
-    # After the backend's exit hook: its completer thread must have ended by now, as the
-    # interpreter finalizes next (the old thread, a daemon, was left inside its wait).
+def _after_the_backends_hook():
+    # The interpreter finalizes next: the completer thread must have ended.
     if _world_thread is not None and _world_thread.is_alive():
         _fail_at_exit("the world group's completer thread still runs at exit")
     try:
@@ -42,12 +40,15 @@ def _at_exit():
             _fail_at_exit(f"an isend after the backend's exit hook failed otherwise: {error}")
     else:
         _fail_at_exit("an isend after the backend's exit hook was not refused")
+
+
+def _before_the_backends_hook():
     _store.set(f"rank {rank} exiting", "1")
 
 
-# Registered before tpfabric.torch is imported, so it runs after the backend's exit hook (atexit
-# runs hooks last-registered first): rank 0's send is still pending when this one runs.
-atexit.register(_at_exit)
+# atexit runs hooks last-registered first: this one, registered before tpfabric.torch is
+# imported, runs after the backend's; the other, registered after, runs before it.
+atexit.register(_after_the_backends_hook)
 
 import tpfabric  # noqa: E402
 import tpfabric.torch  # noqa: E402,F401  (registers the backend)
@@ -57,6 +58,7 @@ rank, size = dist.get_rank(), dist.get_world_size()
 assert size == 2, f"run on 2 ranks, not {size}"
 peer = 1 - rank
 _store = dist.distributed_c10d._get_default_store()
+atexit.register(_before_the_backends_hook)
 
 
 def exchange(group=None):
