@@ -126,11 +126,18 @@ Placement placement(Step& s, bool in_place) {
   }
 }
 
-// Work::wait, or a loop of Work::wait_for with a limit far above any operation's time, so that
-// each call returns with the operation done (the timed path's own cost is what is measured).
-void wait_for_work(Work& work, bool timed) {
-  if (!timed) return work.wait();
-  while (!work.wait_for(std::chrono::seconds(1))) {
+// Work::wait; a loop of Work::wait_for with a limit far above any operation's time, so that each
+// call returns with the operation done; or a loop of Work::test. The form's own cost is measured.
+void wait_for_work(Work& work, AsyncWait form) {
+  switch (form) {
+    case AsyncWait::wait: return work.wait();
+    case AsyncWait::timed:
+      while (!work.wait_for(std::chrono::seconds(1))) {
+      }
+      return;
+    case AsyncWait::poll:
+      while (!work.test()) std::this_thread::yield();
+      return;
   }
 }
 
@@ -141,8 +148,8 @@ void run_sendrecv_async(Step& s, const void* sbuf, void* rbuf) {
   Work received = s.comm.recv_async(rbuf, s.shape.count, s.opt.dtype, (rank + n - 1) % n);
   Work sent = s.comm.send_async(sbuf, s.shape.count, s.opt.dtype, (rank + 1) % n);
   compute(s);
-  wait_for_work(sent, s.opt.timed_waits);
-  wait_for_work(received, s.opt.timed_waits);
+  wait_for_work(sent, s.opt.async_wait);
+  wait_for_work(received, s.opt.async_wait);
 }
 
 void run_async_call(Step& s, const Placement& p) {
@@ -178,7 +185,7 @@ void run_async_call(Step& s, const Placement& p) {
     case Collective::barrier: work = s.comm.barrier_async(); break;
   }
   compute(s);
-  wait_for_work(work, o.timed_waits);
+  wait_for_work(work, o.async_wait);
 }
 
 void run_call(Step& s, const Placement& p) {
@@ -278,7 +285,7 @@ int run_bench(const BenchOptions& opt) {
   report.iters = opt.iters;
   report.warmup = opt.warmup;
   report.async_calls = opt.async_calls;
-  report.timed_waits = opt.timed_waits;
+  report.async_wait = opt.async_wait;
   report.compute_us = opt.compute_us;
   // The settings this communicator resolved (the same environment, the same resolver).
   const detail::CommSettings settings = detail::resolve_comm_settings();

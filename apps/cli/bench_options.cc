@@ -122,9 +122,10 @@ void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
       .add_option("--async", flags.async_calls,
                   "1: call the asynchronous form and wait for it; send_recv posts the\n"
                   "receive and the send, then waits for both; timed: the same, waiting\n"
-                  "with a time limit (Work::wait_for, as Python's wait(timeout=...))\n"
+                  "with a time limit (Work::wait_for, as Python's wait(timeout=...));\n"
+                  "poll: the same, polling Work::test (yielding between polls)\n"
                   "(default 0)")
-      ->type_name("0|1|timed");
+      ->type_name("0|1|timed|poll");
   bench
       .add_option("--compute-us", flags.compute_us,
                   "the caller's own work per call, as a sleep of US microseconds: between\n"
@@ -149,11 +150,12 @@ BenchOptions bench_options(const BenchFlags& flags) {
   if (flags.check) o.check = parse_flag("-c", *flags.check);
   if (flags.async_calls) {
     const std::string& value = *flags.async_calls;
-    if (value != "0" && value != "1" && value != "timed") {
-      throw UsageError("--async expects 0, 1 or timed, got " + single_quoted(value));
+    if (value != "0" && value != "1" && value != "timed" && value != "poll") {
+      throw UsageError("--async expects 0, 1, timed or poll, got " + single_quoted(value));
     }
     o.async_calls = value != "0";
-    o.timed_waits = value == "timed";
+    if (value == "timed") o.async_wait = AsyncWait::timed;
+    if (value == "poll") o.async_wait = AsyncWait::poll;
   }
   o.compute_us = parse_int(flags.compute_us, "--compute-us", o.compute_us, 0);
   if (flags.json) {

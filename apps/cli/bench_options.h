@@ -26,9 +26,7 @@ struct BenchOptions {
   // Calls the *_async form and waits for it; send_recv posts its receive and send and then waits
   // for both (how a pipeline stage exchanges activations).
   bool async_calls = false;
-  // With async_calls: waits with a time limit (Work::wait_for, in a loop), as Python's
-  // Work.wait(timeout=...) does, instead of Work::wait.
-  bool timed_waits = false;
+  AsyncWait async_wait = AsyncWait::wait;  // with async_calls: how each call is waited for
   // The caller's own work per call, modelled as a sleep (its thread off the CPU, as while a GPU
   // computes): between issuing and waiting with async_calls (overlap), before the call otherwise.
   // The time column leaves it out: it is the time spent inside the library's calls.

@@ -7,6 +7,15 @@
 
 namespace tpf::cli {
 
+const char* async_wait_name(AsyncWait wait) {
+  switch (wait) {
+    case AsyncWait::wait: return "wait";
+    case AsyncWait::timed: return "timed";
+    case AsyncWait::poll: return "poll";
+  }
+  return "?";
+}
+
 std::optional<CallShape> call_shape(Collective c, size_t bytes, size_t elem_size, int nranks) {
   if (elem_size == 0 || nranks <= 0) return std::nullopt;
   const size_t n = static_cast<size_t>(nranks);

@@ -20,6 +20,13 @@ using coll::collective_name;
 using coll::collective_reduces;
 using coll::parse_collective;
 
+// How `tpf bench --async` waits for each call: Work::wait; a loop of Work::wait_for (as Python's
+// Work.wait(timeout=...)); a loop of Work::test with a yield between polls (as torch's
+// `while not work.is_completed()`).
+enum class AsyncWait { wait, timed, poll };
+// "wait", "timed", "poll" (the JSON's "wait").
+const char* async_wait_name(AsyncWait wait);
+
 // Element counts of one call, following nccl-tests: `bytes` is the largest buffer a rank touches
 // (all_gather's output, reduce_scatter's input, the root's gather/scatter buffer, each rank's
 // all_to_all buffer), so blocks of nranks elements are rounded down.

@@ -64,6 +64,17 @@ void json_measurement(std::ostringstream& os, const Measurement& m) {
   os << "}";
 }
 
+// The header's words for how the calls were made and waited for.
+const char* async_heading(const BenchReport& r) {
+  if (!r.async_calls) return "";
+  switch (r.async_wait) {
+    case AsyncWait::wait: return ", async";
+    case AsyncWait::timed: return ", async, timed waits";
+    case AsyncWait::poll: return ", async, polled";
+  }
+  return "";
+}
+
 }  // namespace
 
 Measurement make_measurement(Collective c, int nranks, size_t bytes, double time_us,
@@ -82,8 +93,7 @@ Measurement make_measurement(Collective c, int nranks, size_t bytes, double time
 void print_table_header(std::FILE* out, const BenchReport& r) {
   std::fprintf(out, "# tpf bench %s: nranks %d, dtype %s, op %s, root %d, iters %d, warmup %d%s",
                collective_name(r.collective), r.nranks, r.dtype.c_str(), r.op.c_str(), r.root,
-               r.iters, r.warmup,
-               r.timed_waits ? ", async, timed waits" : (r.async_calls ? ", async" : ""));
+               r.iters, r.warmup, async_heading(r));
   if (r.compute_us > 0) {
     std::fprintf(out, ", %d us of compute per call %s (left out of the times)", r.compute_us,
                  r.async_calls ? "between issue and wait" : "before it");
@@ -152,9 +162,8 @@ std::string report_to_json(const BenchReport& r) {
   os << "{\"collective\":\"" << collective_name(r.collective) << "\",\"nranks\":" << r.nranks
      << ",\"dtype\":\"" << r.dtype << "\",\"op\":\"" << r.op << "\",\"root\":" << r.root
      << ",\"iters\":" << r.iters << ",\"warmup\":" << r.warmup
-     << ",\"async\":" << (r.async_calls ? "true" : "false")
-     << ",\"timed_waits\":" << (r.timed_waits ? "true" : "false")
-     << ",\"compute_us\":" << r.compute_us;
+     << ",\"async\":" << (r.async_calls ? "true" : "false") << ",\"wait\":\""
+     << async_wait_name(r.async_wait) << '"' << ",\"compute_us\":" << r.compute_us;
   if (r.collective == Collective::all_reduce) os << ",\"algorithm\":\"" << r.algorithm << "\"";
   os << ",\"hosts\":" << r.hosts;
   if (r.hosts > 1 && coll::has_network_choice(r.collective)) {

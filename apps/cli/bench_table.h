@@ -36,7 +36,7 @@ struct BenchReport {
   int iters = 0;
   int warmup = 0;
   bool async_calls = false;  // the *_async forms, waited for at once
-  bool timed_waits = false;  // ... with Work::wait_for
+  AsyncWait async_wait = AsyncWait::wait;  // ... and how
   int compute_us = 0;        // the caller's own work per call (BenchOptions::compute_us)
   // How the fabric was set up (rank 0's communicator settings), so that `tpf plan calibrate` can
   // read a result without help: the all-reduce algorithm inside a host ("one_shot", "two_shot"

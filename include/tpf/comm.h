@@ -77,7 +77,8 @@ class Work {
   void wait();
   // True if done (rethrows the error if it failed); never blocks. A send or recv is moved one
   // round first where no other thread is moving it, so a caller that polls makes progress; a
-  // collective is left to the thread running it (it may block until its peers join).
+  // collective not yet started is handed to the communicator's thread to start at once (it runs
+  // there: it may block until its peers join).
   bool test();
   // True once the operation has ended, successfully or not (wait() or test() then say which);
   // never moves it and never throws: for bookkeeping of finished handles, and to watch the

@@ -72,6 +72,11 @@ bool OperationQueue::worker_starts_next() {
   return worker_starts_next_;
 }
 
+bool OperationQueue::worker_starts_front() {
+  std::lock_guard lock(mu_);
+  return worker_starts_front_locked();
+}
+
 void OperationQueue::stop() {
   std::unique_lock lock(mu_);
   stopping_ = true;
@@ -129,7 +134,14 @@ const OperationQueue::Task* OperationQueue::find_locked(const WorkState& state) 
 }
 
 void OperationQueue::drive(const WorkState& state, const DriveRequest& request) {
-  if (!request.one_round) drive_until_done(state, request);
+  if (request.one_round) return hurry(state);
+  drive_until_done(state, request);
+}
+
+void OperationQueue::hurry(const WorkState& state) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return;
+  if (const Task* task = find_locked(state)) hurry_locked(*task);
 }
 
 void OperationQueue::drive_until_done(const WorkState& state, const DriveRequest& request) {

@@ -8,9 +8,9 @@
 // its looks (every 1-16 ms, comm/background_progress.h), and it is woken to start an operation at
 // once where it ran the last one while no waiter came, or where the last one's waiter came late
 // (as when async collectives overlap the caller's work, step after step: kOverlappingWaiter), or
-// where a waiter with a time limit hurries it (that waiter
-// runs an operation itself only where the operation's own deadline comes first: it could not
-// stop one midway at its time).
+// where a waiter with a time limit hurries it (that waiter runs an operation itself only where
+// the operation's own deadline comes first: it could not stop one midway at its time), or a
+// caller polling with Work::test does.
 #pragma once
 
 #include <atomic>
@@ -73,10 +73,15 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   // and its waiter, if any, came after it had started, or its waiter overlapped.
   bool worker_starts_next();
 
+  // Whether the worker is to start the queued front operation at once, without waiting for its
+  // next look (it ran the last one, or a waiter or a poller hurried it).
+  bool worker_starts_front();
+
   // Work's hook (drive_hook): runs the queue up to and including `state`'s operation unless
   // another thread took it (Work::wait), as far as each operation's deadline comes before
   // `request.until` (Work::wait_until; the worker is told to start the rest at once). Work::test
-  // does nothing here: a collective cannot be moved one round at a time.
+  // cannot move a collective one round at a time: it tells the worker to start it (and those
+  // queued before it) at once, so a caller that polls does not wait for the worker's next look.
   void drive(const WorkState& state, const DriveRequest& request);
 
   // Joins the worker, waits for an operation another thread is running (bounded by its deadline)
@@ -89,6 +94,8 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
   // took it; returns once it is done or taken, or the queue stops, or at `until` (or where the
   // next operation's deadline is later) after hurrying the worker.
   void drive_until_done(const WorkState& state, const DriveRequest& request);
+  // Work::test's: the worker is to start `state`'s operation at once, if it is still queued.
+  void hurry(const WorkState& state);
   // `state`'s task while it is queued (not taken by any thread), else null.
   const Task* find_locked(const WorkState& state) const;
   // The worker is to start everything up to `task` at once.

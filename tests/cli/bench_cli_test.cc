@@ -4,6 +4,7 @@
 
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "plan/calibration.h"
@@ -74,24 +75,27 @@ TEST(BenchCli, ReductionsAreCheckedInBothPlacements) {
 }
 
 // --async 1: the *_async forms, waited for at once, checked like the blocking ones; the header
-// and the JSON say so. --async timed: the same, waited for with a time limit.
+// and the JSON say so. --async timed: the same, waited for with a time limit; --async poll: the
+// same, polled with Work::test.
 TEST(BenchCli, AsyncCallsAreCheckedAndReported) {
   ScratchDir dir;
-  for (const char* wait : {"1", "timed"}) {
-    const bool timed = std::string(wait) == "timed";
+  const std::vector<std::tuple<std::string, std::string, std::string>> forms = {
+      {"1", "warmup 1, async\n", "wait"},
+      {"timed", "warmup 1, async, timed waits\n", "timed"},
+      {"poll", "warmup 1, async, polled\n", "poll"}};
+  for (const auto& [wait, heading, json_wait] : forms) {
     for (const char* collective : {"send_recv", "all_reduce", "gather"}) {
       const std::string path = dir / (std::string(collective) + wait + ".json");
       const Outcome r = run_on_ranks(3, {"bench", collective, "-b", "64", "-e", "4K", "-f", "8",
                                          "-n", "3", "-w", "1", "--async", wait, "--json", path});
       ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-      EXPECT_TRUE(contains(r.out, timed ? "warmup 1, async, timed waits\n" : "warmup 1, async\n"))
-          << r.out;
+      EXPECT_TRUE(contains(r.out, heading)) << r.out;
       const auto rows = table_rows(r.out);
       ASSERT_EQ(rows.size(), 3u) << r.out;  // 64 B, 512 B, 4 KiB
       for (const auto& row : rows) EXPECT_EQ(row[8], "0") << collective << ":\n" << r.out;
       const std::string json = read_file(path);
       EXPECT_TRUE(contains(json, "\"async\":true")) << json;
-      EXPECT_TRUE(contains(json, timed ? "\"timed_waits\":true" : "\"timed_waits\":false")) << json;
+      EXPECT_TRUE(contains(json, "\"wait\":\"" + json_wait + "\"")) << json;
     }
   }
 }
@@ -161,7 +165,7 @@ TEST(BenchCli, BadInputIsAUsageErrorNamingIt) {
   EXPECT_TRUE(contains(name.err, "send_recv|barrier")) << name.err;
   const Outcome async = run_tpf({"bench", "all_reduce", "--async", "yes"});
   EXPECT_EQ(async.exit_code, 2);
-  EXPECT_TRUE(contains(async.err, "--async expects 0, 1 or timed, got 'yes'")) << async.err;
+  EXPECT_TRUE(contains(async.err, "--async expects 0, 1, timed or poll, got 'yes'")) << async.err;
   const Outcome compute = run_tpf({"bench", "all_reduce", "--compute-us", "-5"});
   EXPECT_EQ(compute.exit_code, 2);
   EXPECT_TRUE(contains(compute.err, "--compute-us must be an integer in [0, ")) << compute.err;

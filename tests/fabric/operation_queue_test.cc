@@ -217,6 +217,25 @@ TEST(OperationQueue, AWaiterThatOverlapsHasTheWorkerStartTheNextAtOnce) {
   EXPECT_NE(log.thread_of(1), std::this_thread::get_id());
 }
 
+// Work::test cannot move a collective one round at a time: it has the worker start the polled
+// operation, and those queued before it, at once (not at the worker's next look), and never runs
+// one on the polling thread.
+TEST(OperationQueue, APollerHasTheWorkerStartItsOperationAtOnce) {
+  RunLog log;
+  auto queue = queue_logging_to(log, /*start_worker=*/false);
+  Work first = queue->enqueue(numbered(0), far_deadline());
+  Work second = queue->enqueue(numbered(1), far_deadline());
+  EXPECT_FALSE(queue->worker_starts_front());
+  EXPECT_FALSE(second.test());  // no worker here: nothing runs it, and the poll returns
+  EXPECT_TRUE(log.order().empty());
+  EXPECT_TRUE(queue->worker_starts_front());
+  first.wait();                               // a waiter runs its own
+  EXPECT_TRUE(queue->worker_starts_front());  // the polled one is still the worker's at once
+  second.wait();
+  EXPECT_EQ(log.order(), (std::vector<size_t>{0, 1}));
+  EXPECT_FALSE(queue->worker_starts_front());
+}
+
 TEST(OperationQueue, OneRunsAtATimeAndAWaiterWaitsForTheOneRunningElsewhere) {
   RunLog log;
   Latch latch;
