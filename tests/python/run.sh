@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs a test of the Python package on 3 ranks, as users start them:
+# Runs a test of the Python package on several ranks, as users start them:
 #   run.sh package TPF_BINARY   package_test.py under `tpf run -n 3`
 #   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3`, a job per case
 #   run.sh torch TPF_BINARY     torch_backend_test.py under a real torchrun (one node)
-#   run.sh torch-exit TPF_BINARY  torch_exit_test.py under a real torchrun, 2 ranks
+#   run.sh torch-exit TPF_BINARY  torch_exit_test.py's cases under a real torchrun, 2 ranks
 # PYTHONPATH must hold the built package (build/python); PYTHON names the interpreter with torch
 # and numpy (default /usr/bin/python3), which both tests use for their references. Exit 77 (a
 # skip) when it has no torch, except under CI=true, where that fails.
@@ -18,7 +18,18 @@ if ! "$python" -c 'import torch, numpy' 2>/dev/null; then
   [[ "${CI:-}" == true ]] && exit 1
   exit 77
 fi
-# The bound keeps a wedged job finite; ctest's own timeout is larger.
+# Debian's torchrun on Python 3.11 needs --redirects/--tee. Not --standalone: its rendezvous store
+# sits on the fixed port 29400, which another torchrun job of the suite may hold (and take down
+# with it); the static rendezvous on a free port is this job's alone. The bound keeps a wedged job
+# finite; ctest's own timeout is larger.
+torchrun() {  # RANKS SCRIPT [ARGS...]
+  local ranks=$1
+  shift
+  local port
+  port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  timeout 400 "$python" -m torch.distributed.run --redirects 1 --tee 1 --nnodes 1 \
+    --nproc_per_node "$ranks" --master_addr 127.0.0.1 --master_port "$port" "$@"
+}
 case "$mode" in
   package) exec timeout 240 "$tpf" run -n 3 "$python" "$here/package_test.py" ;;
   failures)
@@ -26,13 +37,15 @@ case "$mode" in
       echo "== $case"
       timeout 120 "$tpf" run -n 3 "$python" "$here/failure_test.py" "$case"
     done ;;
-  torch|torch-exit)
-    if [[ "$mode" == torch ]]; then ranks=3 test=torch_backend_test.py; else ranks=2 test=torch_exit_test.py; fi
-    # Debian's torchrun on Python 3.11 needs --redirects/--tee. Not --standalone: its rendezvous
-    # store sits on the fixed port 29400, which another torchrun job of the suite may hold (and
-    # take down with it); the static rendezvous on a free port is this job's alone.
-    port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    exec timeout 400 "$python" -m torch.distributed.run --redirects 1 --tee 1 --nnodes 1 \
-      --nproc_per_node "$ranks" --master_addr 127.0.0.1 --master_port "$port" "$here/$test" ;;
+  torch) torchrun 3 "$here/torch_backend_test.py" ;;
+  torch-exit)
+    echo "== exit"
+    torchrun 2 "$here/torch_exit_test.py" exit
+    # Rank 0 dies of an uncaught exception, so the job fails; rank 1 says whether it saw why.
+    echo "== raise"
+    out=$(torchrun 2 "$here/torch_exit_test.py" raise 2>&1) || true
+    echo "$out"
+    grep -q "rank 1: the abort of the rank that raised reached this rank" <<<"$out"
+    ! grep -q "FAILED:" <<<"$out" ;;
   *) echo "run.sh: unknown mode '$mode'" >&2; exit 2 ;;
 esac

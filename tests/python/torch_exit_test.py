@@ -1,5 +1,5 @@
 """The torch backend "tpf"'s completer threads (they complete send/recv Works) at the ends of their
-process groups, on 2 ranks under torchrun:
+process groups, on 2 ranks under torchrun. Case `exit` (the default):
 - a group taken down with destroy_process_group takes its thread with it (five groups, each with a
   send/recv exchange; the old threads ran until the process ended);
 - at exit, the world group's thread has ended before the interpreter finalizes (the old thread,
@@ -7,12 +7,17 @@ process groups, on 2 ranks under torchrun:
   "terminate called without an active exception"), after completing an isend never waited for:
   the peer posts the matching recv only once this process has begun to exit, and gets the data;
 - an isend from an exit hook that runs after the backend's is refused, naming why.
-Exits non-zero, naming the check, where one fails; torchrun fails where a rank does."""
+Case `raise`: rank 0 dies of an uncaught exception with an irecv posted while rank 1 waits for it
+in an all_reduce; rank 1's all_reduce fails on rank 0's abort (not at its deadline, as before)
+and rank 1 prints "rank 1: the abort of the rank that raised reached this rank" (rank 0's own exit
+status is the exception's: tests/python/run.sh looks for that line).
+Exits non-zero, or prints "FAILED:", naming the check, where one fails."""
 
 import atexit
 import datetime
 import gc
 import os
+import sys
 import threading
 import time
 
@@ -25,7 +30,7 @@ _world_thread = None
 
 def _fail_at_exit(what):
     # A failure in an exit hook does not change the exit status: leave at once with one.
-    print(f"rank {rank}: {what}", flush=True)
+    print(f"rank {rank}: FAILED: {what}", flush=True)
     os._exit(1)
 
 
@@ -59,6 +64,20 @@ assert size == 2, f"run on 2 ranks, not {size}"
 peer = 1 - rank
 _store = dist.distributed_c10d._get_default_store()
 atexit.register(_before_the_backends_hook)
+
+if sys.argv[1:] == ["raise"]:
+    if rank == 0:
+        dist.irecv(torch.empty(4), 1)
+        _world_thread = dist.group.WORLD._completer._thread
+        raise RuntimeError("rank 0 fails on purpose with an irecv posted")
+    try:
+        dist.all_reduce(torch.ones(4))
+    except Exception as error:  # noqa: BLE001  (the message says whose failure it is)
+        if "rank 0 aborted the communicator" not in str(error):
+            sys.exit(f"rank 1: FAILED: the all_reduce failed otherwise: {error}")
+        print("rank 1: the abort of the rank that raised reached this rank", flush=True)
+        sys.exit(0)
+    sys.exit("rank 1: FAILED: the all_reduce with a rank that raised succeeded")
 
 
 def exchange(group=None):
