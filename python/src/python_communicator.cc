@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <unordered_set>
 #include <utility>
 
 #include "tpf/error.h"
@@ -48,13 +49,28 @@ py::object PythonWork::wait(std::optional<double> timeout_seconds) {
 
 bool PythonWork::is_completed() { return work_.test(); }
 
+namespace {
+
+// Every PythonCommunicator alive in this process, for abort_unfinished(). Guarded by the GIL:
+// pybind11 constructs, moves and destroys them with it held.
+std::unordered_set<PythonCommunicator*>& live_communicators() {
+  static auto* live = new std::unordered_set<PythonCommunicator*>;  // outlives every holder
+  return *live;
+}
+
+}  // namespace
+
 PythonCommunicator::PythonCommunicator(Communicator* comm, std::shared_ptr<void> owner)
-    : comm_(comm), owner_(std::move(owner)) {}
+    : comm_(comm), owner_(std::move(owner)) {
+  live_communicators().insert(this);
+}
 
 PythonCommunicator::PythonCommunicator(PythonCommunicator&& other) noexcept
     : comm_(std::exchange(other.comm_, nullptr)),
       owner_(std::move(other.owner_)),
-      outstanding_(std::move(other.outstanding_)) {}
+      outstanding_(std::move(other.outstanding_)) {
+  live_communicators().insert(this);
+}
 
 PythonCommunicator PythonCommunicator::owning(Communicator comm) {
   auto owned = std::make_shared<Communicator>(std::move(comm));
@@ -65,6 +81,22 @@ PythonCommunicator PythonCommunicator::owning(Communicator comm) {
 PythonCommunicator::~PythonCommunicator() {
   // pybind11 destroys objects with the GIL held; a moved-from object holds nothing.
   if (comm_ != nullptr) close();
+  live_communicators().erase(this);
+}
+
+int PythonCommunicator::abort_unfinished() {
+  int aborted = 0;
+  for (PythonCommunicator* python_comm : live_communicators()) {
+    if (python_comm->comm_ == nullptr || !python_comm->has_unfinished()) continue;
+    python_comm->comm_->abort();
+    ++aborted;
+  }
+  return aborted;
+}
+
+bool PythonCommunicator::has_unfinished() const {
+  return std::any_of(outstanding_.begin(), outstanding_.end(),
+                     [](const Outstanding& entry) { return !entry.work.completed(); });
 }
 
 Communicator& PythonCommunicator::comm() {

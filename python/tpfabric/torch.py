@@ -12,7 +12,6 @@ deadlock). Messages between a pair match in issue order: tags are accepted and n
 import atexit
 import datetime
 import queue
-import sys
 import threading
 import weakref
 
@@ -115,17 +114,13 @@ class _Completer:
     through pybind11's GIL guard (a noexcept destructor) aborts the process ("terminate called
     without an active exception"). So an atexit hook, which runs before finalization, closes
     every completer and joins its thread: the works handed to it end first, each bounded by its
-    deadline, as the communicator's own close at exit would wait for them anyway. Where the
-    process exits on an uncaught exception, works not done are failed first by aborting the
-    communicator: the peers waiting for this rank fail now, naming it, instead of at their
-    deadline (a pipeline stage dies with its next activation's irecv posted)."""
+    deadline, as the communicator's own close at exit would wait for them anyway (on an uncaught
+    exception, the package's exit hook has aborted the communicator first: they end at once)."""
 
-    def __init__(self, abort):
+    def __init__(self):
         self._queue = queue.SimpleQueue()
         self._thread = None
         self._closed = False
-        self._pending = 0  # works handed to the thread and not yet completed
-        self._abort = abort  # the communicator's abort
         self._lock = threading.Lock()
         _completers.add(self)
 
@@ -143,7 +138,6 @@ class _Completer:
                                                 daemon=True)
                 self._thread.start()
             self._queue.put((start(), future, result))
-            self._pending += 1
         return _create_work_from_future(future)
 
     def close(self):
@@ -154,16 +148,7 @@ class _Completer:
             self._queue.put(None)
             return self._thread
 
-    def close_at_exit(self, failing):
-        """Closes and joins the thread; with `failing` (an uncaught exception ends the process),
-        aborts the communicator first where works are not done."""
-        with self._lock:
-            abort = failing and self._pending > 0
-        if abort:
-            try:
-                self._abort()
-            except _tpf.Error:  # closed by its owner meanwhile: its works ended with it
-                pass
+    def close_and_join(self):
         thread = self.close()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -180,8 +165,6 @@ class _Completer:
                 future.set_exception(error)
             else:
                 future.set_result(result)
-            with self._lock:
-                self._pending -= 1
 
 
 # Every completer not yet collected, for the exit hook below.
@@ -190,10 +173,11 @@ _completers = weakref.WeakSet()
 
 @atexit.register
 def _close_completers():
-    # Python sets sys.last_value where it printed an uncaught exception before exiting.
-    failing = getattr(sys, "last_value", None) is not None
+    # Registered after the package's own exit hook, so it runs first: the abort must come before
+    # the joins, which would otherwise wait for the unfinished works.
+    _tpf._abort_unfinished_on_uncaught_exception()
     for completer in list(_completers):
-        completer.close_at_exit(failing)
+        completer.close_and_join()
 
 
 class ProcessGroupTpf(dist.ProcessGroup):
@@ -203,7 +187,7 @@ class ProcessGroupTpf(dist.ProcessGroup):
         super().__init__(rank, size)
         self._comm = _tpf.Communicator.create(rank, size, store, name="tpf",
                                               timeout=_seconds(timeout))
-        self._completer = _Completer(self._comm.abort)
+        self._completer = _Completer()
         # A destroyed group (destroy_process_group) takes its thread with it.
         weakref.finalize(self, self._completer.close)
 

@@ -4,7 +4,11 @@ once per case, since the fabric ties a later failure to an earlier one in the sa
   death     a rank that dies makes the survivors' next collective raise tpfabric.PeerDiedError
             naming it (the deadline is 120 s; the fabric's own detection must come first)
   abort     rank 1 aborts while the others wait in a collective: they get tpfabric.AbortedError
-            naming rank 1, and rank 1's own next call fails too."""
+            naming rank 1, and rank 1's own next call fails too
+  raise     rank 0 dies of an uncaught exception with a recv posted: its exit hook aborts the
+            communicator, so the others' collective fails at once naming rank 0 (without it,
+            rank 0's exit waited for the recv until the deadline, and they with it). The job
+            fails by design: run.sh checks ranks 1 and 2 said they passed."""
 
 import os
 import sys
@@ -52,6 +56,15 @@ if case == "abort":
         e = expect(tpf.AbortedError, lambda: world.all_reduce(np.ones(4)), "rank 1 aborted the communicator")
     assert e.code == tpf.ErrorCode.aborted, e.code
     print(f"rank {rank}: abort named: {e}")
+    print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
+    sys.exit(0)
+if case == "raise":
+    if rank == 0:
+        pending = world.recv_async(np.zeros(4, np.float32), 1)  # rank 1 never sends
+        raise RuntimeError("rank 0 fails on purpose with a recv posted")
+    e = expect(tpf.AbortedError, lambda: world.all_reduce(np.ones(4)),
+               "rank 0 aborted the communicator")
+    print(f"rank {rank}: the abort of the rank that raised reached this rank: {e}")
     print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
     sys.exit(0)
 assert case == "death", case

@@ -36,7 +36,14 @@ case "$mode" in
     for case in mismatch abort death; do
       echo "== $case"
       timeout 120 "$tpf" run -n 3 "$python" "$here/failure_test.py" "$case"
-    done ;;
+    done
+    # Rank 0 dies of an uncaught exception, so the job fails; ranks 1 and 2 say whether they
+    # saw why (within the bound: the deadline is as long, so a rank still waiting for it fails).
+    echo "== raise"
+    out=$(timeout 120 "$tpf" run -n 3 "$python" "$here/failure_test.py" raise 2>&1) || true
+    echo "$out"
+    grep -q "rank 1: tpfabric failures (raise): all checks passed" <<<"$out"
+    grep -q "rank 2: tpfabric failures (raise): all checks passed" <<<"$out" ;;
   torch) torchrun 3 "$here/torch_backend_test.py" ;;
   torch-exit)
     echo "== exit"
