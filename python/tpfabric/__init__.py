@@ -46,14 +46,13 @@ from ._tpfabric import (  # noqa: F401  (re-exported)
 )
 
 
-
 @_atexit.register
 def _abort_unfinished_on_uncaught_exception():
     """At an exit on an uncaught exception, aborts every communicator with an operation not yet
     done (a pipeline stage dies with its next activation's recv posted). Its close at
     finalization would wait for those operations until their deadline, and the peers waiting for
     this rank with it; aborted, they fail at once, naming this rank. A normal exit or sys.exit()
-    waits: an isend never waited for should still arrive."""
+    waits: a send_async never waited for should still arrive."""
     # Python sets sys.last_value where it printed an uncaught exception before exiting.
     if getattr(_sys, "last_value", None) is not None:
         _tpfabric._abort_unfinished()
