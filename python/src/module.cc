@@ -236,8 +236,8 @@ PYBIND11_MODULE(_tpfabric, m) {
   bind_communicator(m);
   bind_mesh(m);
   m.def("_abort_unfinished", &PythonCommunicator::abort_unfinished,
-        "Aborts every open communicator with an operation not yet done; returns how many (for "
-        "the exit on an uncaught exception: tpfabric._abort_unfinished_on_uncaught_exception).");
+        "Aborts every open communicator with an operation not yet done (for the exit on an "
+        "uncaught exception: tpfabric._abort_unfinished_on_uncaught_exception).");
 }
 
 }  // namespace tpf::python

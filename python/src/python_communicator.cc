@@ -84,14 +84,10 @@ PythonCommunicator::~PythonCommunicator() {
   live_communicators().erase(this);
 }
 
-int PythonCommunicator::abort_unfinished() {
-  int aborted = 0;
+void PythonCommunicator::abort_unfinished() {
   for (PythonCommunicator* python_comm : live_communicators()) {
-    if (python_comm->comm_ == nullptr || !python_comm->has_unfinished()) continue;
-    python_comm->comm_->abort();
-    ++aborted;
+    if (python_comm->comm_ != nullptr && python_comm->has_unfinished()) python_comm->comm_->abort();
   }
-  return aborted;
 }
 
 bool PythonCommunicator::has_unfinished() const {

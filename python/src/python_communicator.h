@@ -54,11 +54,11 @@ class PythonCommunicator {
 
   Communicator& comm();  // raises tpf::Error(invalid_argument) after close()
   bool closed() const { return comm_ == nullptr; }
-  // Aborts every open communicator of this process with an operation not yet done; returns how
-  // many. For the exit on an uncaught exception (tpfabric/__init__.py): close() at finalization
-  // would wait for those operations until their deadline, and the peers waiting for this rank
-  // with them; aborted, they fail at once naming it. The GIL must be held.
-  static int abort_unfinished();
+  // Aborts every open communicator of this process with an operation not yet done. For the exit on
+  // an uncaught exception (tpfabric/__init__.py): close() at finalization would wait for those
+  // operations until their deadline, and the peers waiting for this rank with them; aborted, they
+  // fail at once naming it. The GIL must be held.
+  static void abort_unfinished();
   // Waits for this object's outstanding operations, then releases the communicator (the last
   // holder of a split or mesh group destroys it). Idempotent.
   void close();
