@@ -6,7 +6,6 @@
 // refilled after timing, the call runs once more and every rank counts the elements that differ
 // from the serially computed expectation; the counts are summed over ranks. With --compute-us the
 // time spent in the caller's own work (a sleep) is left out of the wall time.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +19,7 @@
 #include "cli/bench_options.h"
 #include "cli/bench_spec.h"
 #include "cli/bench_table.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "coll/cost_model.h"
 #include "coll/network_cost.h"
@@ -361,8 +361,8 @@ int run_bench(const BenchOptions& opt) {
 }  // namespace
 
 // Errors propagate to main(), which prints them and picks the exit status (UsageError: 2).
-void add_bench_command(CLI::App& tpf) {
-  CLI::App& bench = *tpf.add_subcommand("bench", "measure collective bandwidth and latency");
+void add_bench_command(Command& tpf) {
+  Command bench = tpf.add_subcommand("bench", "measure collective bandwidth and latency");
   auto flags = std::make_shared<BenchFlags>();
   add_bench_flags(bench, *flags);
   set_action(bench, [flags] { return run_bench(bench_options(*flags)); });

@@ -1,10 +1,10 @@
 #include "cli/bench_options.h"
 
-#include <CLI/CLI.hpp>
 #include <limits>
 #include <optional>
 #include <string_view>
 
+#include "cli/command_line.h"
 #include "cli/option_values.h"
 
 namespace tpf::cli {
@@ -83,41 +83,41 @@ bool parse_flag(const char* name, const std::string& value) {
 
 }  // namespace
 
-void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
+void add_bench_flags(Command& bench, BenchFlags& flags) {
   bench.footer("Run it on every rank, e.g. tpf run -n 4 -- tpf bench all_reduce -e 64M");
   bench
       .add_option("collective", flags.collective,
                   "all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|\n"
                   "gather|scatter|send_recv (ring shift; also sendrecv)|barrier")
-      ->type_name("COLLECTIVE");
+      .type_name("COLLECTIVE");
   bench
       .add_option("-b,--minbytes", flags.min_bytes,
                   "smallest size in bytes, suffixes K/M/G (default 8); the size is the\n"
                   "largest buffer a rank touches (nccl-tests convention)")
-      ->type_name("MIN_BYTES");
+      .type_name("MIN_BYTES");
   bench.add_option("-e,--maxbytes", flags.max_bytes, "largest size in bytes (default 32M)")
-      ->type_name("MAX_BYTES");
+      .type_name("MAX_BYTES");
   bench
       .add_option("-f,--stepfactor", flags.factor,
                   "multiply the size by FACTOR each step (default 2)")
-      ->type_name("FACTOR");
+      .type_name("FACTOR");
   bench.add_option("-n,--iters", flags.iters, "timed iterations per size (default 20)")
-      ->type_name("ITERS");
+      .type_name("ITERS");
   bench
       .add_option("-w,--warmup_iters,--warmup", flags.warmup,
                   "warm-up iterations per size (default 5)")
-      ->type_name("WARMUP");
+      .type_name("WARMUP");
   bench
       .add_option("-d,--datatype,--dtype", flags.dtype,
                   "f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)")
-      ->type_name("DTYPE");
-  bench.add_option("-o,--op", flags.op, "sum prod min max avg (default sum)")->type_name("OP");
+      .type_name("DTYPE");
+  bench.add_option("-o,--op", flags.op, "sum prod min max avg (default sum)").type_name("OP");
   bench.add_option("-r,--root", flags.root, "root of broadcast/reduce/gather/scatter (default 0)")
-      ->type_name("ROOT");
+      .type_name("ROOT");
   bench
       .add_option("-c,--check", flags.check,
                   "1: check every result against the expected values (default 1)")
-      ->type_name("0|1");
+      .type_name("0|1");
   bench
       .add_option("--async", flags.async_calls,
                   "1: call the asynchronous form and wait for it; send_recv posts the\n"
@@ -125,15 +125,15 @@ void add_bench_flags(CLI::App& bench, BenchFlags& flags) {
                   "with a time limit (Work::wait_for, as Python's wait(timeout=...));\n"
                   "poll: the same, polling Work::test (yielding between polls)\n"
                   "(default 0)")
-      ->type_name("0|1|timed|poll");
+      .type_name("0|1|timed|poll");
   bench
       .add_option("--compute-us", flags.compute_us,
                   "the caller's own work per call, as a sleep of US microseconds: between\n"
                   "issuing and waiting with --async (overlap), else before the call; the\n"
                   "time column leaves it out (default 0)")
-      ->type_name("US");
+      .type_name("US");
   bench.add_option("--json", flags.json, "rank 0 also writes the results as JSON")
-      ->type_name("FILE");
+      .type_name("FILE");
 }
 
 BenchOptions bench_options(const BenchFlags& flags) {

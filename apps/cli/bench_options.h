@@ -53,7 +53,7 @@ struct BenchFlags {
 
 // Adds the collective and the flags (nccl-tests' short and long spellings) to `bench`, bound to
 // `flags`, with the help text.
-void add_bench_flags(CLI::App& bench, BenchFlags& flags);
+void add_bench_flags(Command& bench, BenchFlags& flags);
 
 // Throws UsageError (main() prints it, exit status 2) naming the flag and the bad value.
 BenchOptions bench_options(const BenchFlags& flags);

@@ -4,7 +4,6 @@
 // pinned by the machine it runs on, whose cores the launcher does not know.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "tpf/error.h"
@@ -58,23 +58,23 @@ int bind_and_exec(const BindFlags& flags) {
 
 }  // namespace
 
-void add_bind_command(CLI::App& tpf) {
+void add_bind_command(Command& tpf) {
   auto flags = std::make_shared<BindFlags>();
-  CLI::App& bind =
-      *tpf.add_subcommand("bind", "run a program pinned as tpf run --bind pins a local rank");
+  Command bind =
+      tpf.add_subcommand("bind", "run a program pinned as tpf run --bind pins a local rank");
   bind.footer(
       "Pins this process as 'tpf run --bind POLICY' pins local rank R of N on this machine\n"
       "(core: its share of the cores; numa: NUMA node R mod <nodes>), then runs PROGRAM in\n"
       "its place. tpf run --hosts starts remote ranks through it when given --bind. A binding\n"
       "the machine refuses is a warning, and PROGRAM runs unpinned.");
-  bind.add_option("--policy", flags->policy, "core, numa or none")->required()->type_name("P");
+  bind.add_option("--policy", flags->policy, "core, numa or none").required().type_name("P");
   bind.add_option("--local-rank", flags->local_rank, "R: this rank among the machine's ranks")
-      ->required()
-      ->type_name("R");
+      .required()
+      .type_name("R");
   bind.add_option("--local-size", flags->local_size, "N: the ranks on this machine")
-      ->required()
-      ->type_name("N");
-  bind.add_option("program", flags->command, "PROGRAM [ARGS...], after --")->type_name("");
+      .required()
+      .type_name("N");
+  bind.add_option("program", flags->command, "PROGRAM [ARGS...], after --").type_name("");
   bind.positionals_at_end();
   set_action(bind, [flags] { return bind_and_exec(*flags); });
 }

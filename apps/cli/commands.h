@@ -1,34 +1,32 @@
-// The subcommands of the `tpf` CLI. Each add_*_command adds its subcommand to the one CLI::App of
-// main(): its options, bound to the command's options struct so that CLI11 writes the help from
-// their descriptions, and its action (set_action).
+// The subcommands of the `tpf` CLI. Each add_*_command adds its subcommand to the one command line
+// of main() (cli/command_line.h): its options, bound to the command's options struct so that CLI11
+// writes the help from their descriptions, and its action (set_action).
 #pragma once
 
 #include <functional>
 #include <stdexcept>
 #include <string>
 
-namespace CLI {
-class App;
-}  // namespace CLI
+#include "cli/command_line.h"
 
 namespace tpf::cli {
 
-void add_run_command(CLI::App& tpf);
-void add_topo_command(CLI::App& tpf);
-void add_bind_command(CLI::App& tpf);
-void add_bench_command(CLI::App& tpf);
-void add_demo_command(CLI::App& tpf);
-void add_train_command(CLI::App& tpf);
-void add_generate_command(CLI::App& tpf);
-void add_export_command(CLI::App& tpf);
-void add_import_command(CLI::App& tpf);
-void add_plan_command(CLI::App& tpf);
-void add_settings_command(CLI::App& tpf);
+void add_run_command(Command& tpf);
+void add_topo_command(Command& tpf);
+void add_bind_command(Command& tpf);
+void add_bench_command(Command& tpf);
+void add_demo_command(Command& tpf);
+void add_train_command(Command& tpf);
+void add_generate_command(Command& tpf);
+void add_export_command(Command& tpf);
+void add_import_command(Command& tpf);
+void add_plan_command(Command& tpf);
+void add_settings_command(Command& tpf);
 
 // Makes `action` what `command` does once the whole command line is parsed and checked; tpf exits
 // with the status it returns. A command whose subcommand was given (tpf plan collective) leaves
 // the work to that subcommand's action.
-void set_action(CLI::App& command, std::function<int()> action);
+void set_action(Command command, std::function<int()> action);
 
 // Thrown for bad command-line input (unknown option, missing or malformed value). main() prints
 // "tpf <command>: error: <message>" and a hint to `tpf <command> --help`, and exits with

@@ -2,7 +2,6 @@
 // results have a closed form, checks every element it received, and rank 0 prints one line per
 // collective (verified, time, bus bandwidth) and one line per rank, collected with a gather. The
 // exit status is non-zero if any rank saw any wrong value, so the demo doubles as a smoke test.
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +11,7 @@
 
 #include "base/byte_size.h"
 #include "cli/bench_spec.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "tpf/comm.h"
 #include "tpf/half.h"
@@ -207,8 +207,8 @@ int run_demo() {
 
 }  // namespace
 
-void add_demo_command(CLI::App& tpf) {
-  CLI::App& demo = *tpf.add_subcommand("demo", "run a small end-to-end example");
+void add_demo_command(Command& tpf) {
+  Command demo = tpf.add_subcommand("demo", "run a small end-to-end example");
   demo.footer(
       "Runs all_reduce, all_gather, reduce_scatter, broadcast and a bf16 all_reduce on every\n"
       "rank, checks each result against its closed form and prints a short report.\n"

@@ -1,6 +1,5 @@
 // `tpf generate`: samples text from a checkpoint with the model sharded over this job's ranks and
 // a key/value cache split by heads. --temperature 0 is greedy decoding.
-#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/model_cli.h"
 #include "cli/option_values.h"
@@ -144,35 +144,35 @@ int run_generate(const GenerateFlags& flags) {
 
 }  // namespace
 
-void add_generate_command(CLI::App& tpf) {
-  CLI::App& generate = *tpf.add_subcommand("generate", "sample text from a trained checkpoint");
+void add_generate_command(Command& tpf) {
+  Command generate = tpf.add_subcommand("generate", "sample text from a trained checkpoint");
   generate.footer(
       "Continues TEXT with a trained model (any TP size: start it with `tpf run -n T -- ...`).");
   auto flags = std::make_shared<GenerateFlags>();
   generate
       .add_option("--checkpoint", flags->checkpoint,
                   "a checkpoint or a `tpf train --out` directory (its latest checkpoint)")
-      ->type_name("DIR")
-      ->required();
+      .type_name("DIR")
+      .required();
   generate.add_option("--prompt", flags->prompt, "at most the model's context in bytes")
-      ->type_name("TEXT")
-      ->required();
+      .type_name("TEXT")
+      .required();
   generate
       .add_option("--tokens", flags->tokens,
                   "bytes to generate (default 200; beyond the model's context the\n"
                   "window slides: the last context/2 bytes are re-read); written as\n"
                   "raw bytes, which need not be text if the model was trained on\n"
                   "binary data")
-      ->type_name("N");
+      .type_name("N");
   generate
       .add_option("--temperature", flags->temperature,
                   "0 = greedy (the same text at every TP size); default 0.8")
-      ->type_name("X");
-  generate.add_option("--seed", flags->seed, "sampling seed (default 1)")->type_name("S");
+      .type_name("X");
+  generate.add_option("--seed", flags->seed, "sampling seed (default 1)").type_name("S");
   generate
       .add_option("--threads", flags->threads,
                   "BLAS threads per rank (default: cores / ranks on this machine)")
-      ->type_name("N");
+      .type_name("N");
   set_action(generate, [flags] { return run_generate(*flags); });
 }
 

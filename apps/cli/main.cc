@@ -1,6 +1,6 @@
 // `tpf`: one CLI for launching, benchmarking and inspecting tpfabric jobs. This file builds the
-// command line (one CLI::App, a subcommand per command, each added by its own *_cmd.cc), parses
-// it and turns every error into a message and an exit status.
+// command line (one CLI::App, a subcommand per command, each added by its own *_cmd.cc through
+// cli/command_line.h), parses it and turns every error into a message and an exit status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -30,7 +30,7 @@ void add_help_command(CLI::App& tpf) {
       *tpf.add_subcommand("help", "show this help, or 'tpf help <command>' for a command's help");
   auto name = std::make_shared<std::string>();
   help.add_option("command", *name, "the command whose options to show")->type_name("");
-  set_action(help, [&tpf, name] {
+  set_action(Command(help), [&tpf, name] {
     if (name->empty()) {
       std::fputs(usage(tpf).c_str(), stdout);
       return kExitOk;
@@ -52,20 +52,21 @@ void add_commands(CLI::App& tpf) {
   tpf.require_subcommand(0, 1);  // one command; its arguments are never taken for another one
   // An option given twice takes its last value (vectors keep all), as tpf always did.
   tpf.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  add_run_command(tpf);
-  add_bench_command(tpf);
-  add_topo_command(tpf);
-  add_bind_command(tpf);
-  add_demo_command(tpf);
-  add_train_command(tpf);
-  add_generate_command(tpf);
-  add_export_command(tpf);
-  add_import_command(tpf);
-  add_plan_command(tpf);
-  add_settings_command(tpf);
+  Command line(tpf);
+  add_run_command(line);
+  add_bench_command(line);
+  add_topo_command(line);
+  add_bind_command(line);
+  add_demo_command(line);
+  add_train_command(line);
+  add_generate_command(line);
+  add_export_command(line);
+  add_import_command(line);
+  add_plan_command(line);
+  add_settings_command(line);
   add_help_command(tpf);
   // The spelling of --version before there was one; not listed.
-  set_action(*tpf.add_subcommand("version")->group(""), [] {
+  set_action(Command(*tpf.add_subcommand("version")->group("")), [] {
     std::printf("tpf %s\n", TPF_VERSION);
     return kExitOk;
   });
@@ -130,9 +131,10 @@ int failure(const CLI::App& tpf, const char* message) {
 
 }  // namespace
 
-void set_action(CLI::App& command, std::function<int()> action) {
-  command.callback([&command, action = std::move(action)] {
-    if (command.get_subcommands().empty()) command_status = action();
+void set_action(Command command, std::function<int()> action) {
+  CLI::App& app = command.app();
+  app.callback([&app, action = std::move(action)] {
+    if (app.get_subcommands().empty()) command_status = action();
   });
 }
 

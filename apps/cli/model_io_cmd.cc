@@ -1,11 +1,11 @@
 // `tpf export` and `tpf import`: between tpfabric's sharded checkpoints and one unsharded
 // safetensors file in the Hugging Face GPT-2 layout. Both run in one process.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/option_values.h"
 #include "model/checkpoint.h"
@@ -54,9 +54,9 @@ int run_import(const ImportFlags& flags) {
 
 }  // namespace
 
-void add_export_command(CLI::App& tpf) {
-  CLI::App& command =
-      *tpf.add_subcommand("export", "write a checkpoint as one Hugging Face GPT-2 file");
+void add_export_command(Command& tpf) {
+  Command command =
+      tpf.add_subcommand("export", "write a checkpoint as one Hugging Face GPT-2 file");
   command.footer(
       "Writes the model of a checkpoint (any TP size) as one unsharded safetensors file with\n"
       "Hugging Face GPT-2 tensor names and layout; the configuration is in its metadata.");
@@ -64,32 +64,32 @@ void add_export_command(CLI::App& tpf) {
   command
       .add_option("--checkpoint", flags->checkpoint,
                   "a checkpoint or a `tpf train --out` directory")
-      ->type_name("DIR")
-      ->required();
+      .type_name("DIR")
+      .required();
   command.add_option("--out", flags->out, "the safetensors file to write")
-      ->type_name("FILE.safetensors")
-      ->required();
+      .type_name("FILE.safetensors")
+      .required();
   set_action(command, [flags] { return run_export(*flags); });
 }
 
-void add_import_command(CLI::App& tpf) {
-  CLI::App& command =
-      *tpf.add_subcommand("import", "make a checkpoint from a Hugging Face GPT-2 file");
+void add_import_command(Command& tpf) {
+  Command command =
+      tpf.add_subcommand("import", "make a checkpoint from a Hugging Face GPT-2 file");
   command.footer(
       "Reads an unsharded Hugging Face GPT-2 safetensors file (f32) and writes a checkpoint\n"
       "sharded for TP size T (default 1; any later --resume or generate may use another).\n"
       "Files written by `tpf export` also restore the training configuration, step and seed.");
   auto flags = std::make_shared<ImportFlags>();
   command.add_option("--in", flags->in, "the safetensors file to read")
-      ->type_name("FILE.safetensors")
-      ->required();
+      .type_name("FILE.safetensors")
+      .required();
   command.add_option("--out", flags->out, "the checkpoint directory to write")
-      ->type_name("DIR")
-      ->required();
-  command.add_option("--tp", flags->tp, "1 to 4096, a divisor of the head count")->type_name("T");
+      .type_name("DIR")
+      .required();
+  command.add_option("--tp", flags->tp, "1 to 4096, a divisor of the head count").type_name("T");
   command
       .add_option("--heads", flags->heads, "the head count, if the file's metadata has no n_head")
-      ->type_name("H");
+      .type_name("H");
   set_action(command, [flags] { return run_import(*flags); });
 }
 

@@ -3,7 +3,6 @@
 // states its error on the rest (larger sizes, other rank counts).
 #include "cli/plan_calibrate_cmd.h"
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "cli/bench_spec.h"  // parse_byte_size
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "comm/settings.h"
 #include "formats/json.h"
@@ -318,9 +318,9 @@ int calibrate(const Options& o) {
 
 }  // namespace
 
-void add_plan_calibrate_command(CLI::App& plan) {
-  CLI::App& command =
-      *plan.add_subcommand("calibrate", "fit the shared-memory link class to tpf bench results");
+void add_plan_calibrate_command(Command& plan) {
+  Command command =
+      plan.add_subcommand("calibrate", "fit the shared-memory link class to tpf bench results");
   command.footer(kDescription);
   auto flags = std::make_shared<CalibrateFlags>();
   command
@@ -328,20 +328,20 @@ void add_plan_calibrate_command(CLI::App& plan) {
                   "`tpf bench all_reduce --json` output with the top-level keys\n"
                   "\"algorithm\", \"oversubscribed\", \"slot_bytes\" and \"cpus\" added,\n"
                   "as bench/plan/calibrate.sh writes them (repeat for several files)")
-      ->type_name("FILE.json")
-      ->allow_extra_args(false);  // one file per --bench, as before
+      .type_name("FILE.json")
+      .allow_extra_args(false);  // one file per --bench, as before
   command
       .add_option("--train-max-bytes", flags->train_max_bytes,
                   "largest message size of the training set (default 64K)")
-      ->type_name("N");
+      .type_name("N");
   command
       .add_option("--train-ranks", flags->train_ranks,
                   "rank counts of the training set (default 2)")
-      ->type_name("2[,3...]");
+      .type_name("2[,3...]");
   command
       .add_option("--placement", flags->placement,
                   "out-of-place (oop, default), in-place (ip) or both rows")
-      ->type_name("oop|ip|both");
+      .type_name("oop|ip|both");
   command.add_flag("--json", flags->json, "print the result as one JSON object instead of text");
   set_action(command, [flags] { return calibrate(options(*flags)); });
 }

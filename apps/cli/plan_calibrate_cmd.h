@@ -8,6 +8,6 @@ namespace tpf::cli {
 
 // Adds `tpf plan calibrate` to `plan`. Bad flags are UsageErrors; unreadable or malformed bench
 // files and training sets that cannot be fitted throw tpf::Error.
-void add_plan_calibrate_command(CLI::App& plan);
+void add_plan_calibrate_command(Command& plan);
 
 }  // namespace tpf::cli

@@ -1,6 +1,5 @@
 #include "cli/plan_calibrate_network_cmd.h"
 
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "cli/bench_spec.h"  // parse_byte_size
+#include "cli/command_line.h"
 #include "cli/option_values.h"
 #include "comm/settings.h"
 #include "plan/calibration.h"  // median
@@ -219,8 +219,8 @@ int calibrate(const Flags& flags) {
 
 }  // namespace
 
-void add_plan_calibrate_network_command(CLI::App& plan) {
-  CLI::App& command = *plan.add_subcommand(
+void add_plan_calibrate_network_command(Command& plan) {
+  Command command = plan.add_subcommand(
       "calibrate-network", "fit the network link class to tpf bench results across hosts");
   command.footer(kDescription);
   auto flags = std::make_shared<Flags>();
@@ -228,14 +228,14 @@ void add_plan_calibrate_network_command(CLI::App& plan) {
       .add_option("--bench", flags->bench_files,
                   "`tpf bench all_reduce|broadcast --json` across hosts, one rank per host, with\n"
                   "TPF_NET_ALGO set (repeat for several files)")
-      ->type_name("FILE.json");
+      .type_name("FILE.json");
   command
       .add_option("--train-hosts", flags->train_hosts, "host count of the training set (default 2)")
-      ->type_name("H");
+      .type_name("H");
   command
       .add_option("--train-max-bytes", flags->train_max_bytes,
                   "largest message size of the training set (default: all)")
-      ->type_name("N");
+      .type_name("N");
   set_action(command, [flags] { return calibrate(*flags); });
 }
 

@@ -9,6 +9,6 @@ namespace tpf::cli {
 
 // Adds `tpf plan calibrate-network` to `plan`. Bad flags are UsageErrors; unreadable or
 // malformed bench files and training sets that cannot be fitted throw tpf::Error.
-void add_plan_calibrate_network_command(CLI::App& plan);
+void add_plan_calibrate_network_command(Command& plan);
 
 }  // namespace tpf::cli

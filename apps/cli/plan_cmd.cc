@@ -1,7 +1,6 @@
 // `tpf plan`: predicts a training step of a model under a parallel layout on a cluster (or ranks
 // every layout), and collectives on that cluster's network. Thin: takes the options, calls
 // src/plan, prints.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -11,6 +10,7 @@
 
 #include "base/byte_size.h"
 #include "cli/bench_spec.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/host_cluster.h"
 #include "cli/option_values.h"
@@ -360,22 +360,22 @@ constexpr const char* kHostsHelp =
     "each with one link of TPF_NET_GBPS GB/s (default 12.5); default 1 host";
 
 // --cluster C (returned, for a command that requires it), --gpus N and --hosts H.
-CLI::Option* add_cluster_options(CLI::App& command, std::optional<std::string>& cluster,
-                                 std::optional<std::string>& gpus,
-                                 std::optional<std::string>& hosts, const std::string& gpus_help) {
-  CLI::Option* option =
+CommandOption add_cluster_options(Command& command, std::optional<std::string>& cluster,
+                                  std::optional<std::string>& gpus,
+                                  std::optional<std::string>& hosts, const std::string& gpus_help) {
+  CommandOption option =
       command
           .add_option("--cluster", cluster,
                       "a preset (dgx-h100, dgx-a100, h100-ethernet), this-host (this machine's\n"
                       "cores as tpf train uses them, measured now: docs/model.md) or a YAML file")
-          ->type_name("C");
-  command.add_option("--gpus", gpus, gpus_help)->type_name("N");
-  command.add_option("--hosts", hosts, kHostsHelp)->type_name("H");
+          .type_name("C");
+  command.add_option("--gpus", gpus, gpus_help).type_name("N");
+  command.add_option("--hosts", hosts, kHostsHelp).type_name("H");
   return option;
 }
 
-void add_collective_command(CLI::App& plan) {
-  CLI::App& command = *plan.add_subcommand(
+void add_collective_command(Command& plan) {
+  Command command = plan.add_subcommand(
       "collective", "predict a collective's algorithms and what routing does to it");
   command.footer(
       "Predicts every algorithm of the collective for a group of --ranks GPUs, --stride apart\n"
@@ -384,49 +384,49 @@ void add_collective_command(CLI::App& plan) {
   auto flags = std::make_shared<CollectiveFlags>();
   add_cluster_options(command, flags->cluster, flags->gpus, flags->hosts,
                       "size a preset (a multiple of 8; default: --ranks x --stride)")
-      ->required();
+      .required();
   command
       .add_option("--op", flags->op,
                   "all_reduce (default), all_gather, reduce_scatter, broadcast,\n"
                   "all_to_all, send_recv")
-      ->type_name("OP");
+      .type_name("OP");
   command.add_option("--bytes", flags->bytes, "1M,64M or a range 8K:1G; suffixes K M G")
-      ->type_name("SIZES")
-      ->required();
+      .type_name("SIZES")
+      .required();
   command.add_option("--factor", flags->factor, "step of a --bytes range (default 4)")
-      ->type_name("F");
-  command.add_option("--ranks", flags->ranks, "group size (at least 2)")->type_name("R");
+      .type_name("F");
+  command.add_option("--ranks", flags->ranks, "group size (at least 2)").type_name("R");
   command.add_option("--stride", flags->stride, "GPUs between members (1 = packed in a node)")
-      ->type_name("S");
+      .type_name("S");
   command.add_flag("--json", flags->json, "machine-readable output instead of tables");
   set_action(command, [flags] { return plan_collective(*flags); });
 }
 
-void add_show_commands(CLI::App& plan) {
-  CLI::App& cluster =
-      *plan.add_subcommand("show-cluster", "print a cluster as YAML (a starting point)");
+void add_show_commands(Command& plan) {
+  Command cluster =
+      plan.add_subcommand("show-cluster", "print a cluster as YAML (a starting point)");
   auto cluster_flags = std::make_shared<ShowFlags>();
-  cluster.add_option("name", cluster_flags->name, "a preset or a YAML file")->type_name("C");
+  cluster.add_option("name", cluster_flags->name, "a preset or a YAML file").type_name("C");
   cluster.add_option("--cluster", cluster_flags->option, "the same, as `tpf plan` takes it")
-      ->type_name("C");
+      .type_name("C");
   cluster.add_option("--gpus", cluster_flags->gpus, "size a preset (a multiple of 8)")
-      ->type_name("N");
-  cluster.add_option("--hosts", cluster_flags->hosts, kHostsHelp)->type_name("H");
+      .type_name("N");
+  cluster.add_option("--hosts", cluster_flags->hosts, kHostsHelp).type_name("H");
   set_action(cluster, [cluster_flags] { return show(*cluster_flags, true); });
 
-  CLI::App& model = *plan.add_subcommand("show-model", "print a model as YAML");
+  Command model = plan.add_subcommand("show-model", "print a model as YAML");
   auto model_flags = std::make_shared<ShowFlags>();
-  model.add_option("name", model_flags->name, "a preset or a YAML file")->type_name("M");
+  model.add_option("name", model_flags->name, "a preset or a YAML file").type_name("M");
   model.add_option("--model", model_flags->option, "the same, as `tpf plan` takes it")
-      ->type_name("M");
+      .type_name("M");
   set_action(model, [model_flags] { return show(*model_flags, false); });
 }
 
 }  // namespace
 
-void add_plan_command(CLI::App& tpf) {
-  CLI::App& plan =
-      *tpf.add_subcommand("plan", "predict a model's training step on a cluster, rank layouts");
+void add_plan_command(Command& tpf) {
+  Command plan =
+      tpf.add_subcommand("plan", "predict a model's training step on a cluster, rank layouts");
   plan.require_subcommand(0, 1);
   auto flags = std::make_shared<PlanFlags>();
   add_cluster_options(
@@ -438,18 +438,18 @@ void add_plan_command(CLI::App& tpf) {
     presets += (presets.empty() ? "" : ", ") + name;
   }
   plan.add_option("--model", flags->model, "a preset (" + presets + ") or a YAML file")
-      ->type_name("M");
+      .type_name("M");
   plan.add_option("--layout", flags->layout,
                   "tp=8,pp=8,dp=16[,cp=2][,ep=8][,mb=1][,gb=1536][,sp=1][,vp=2]\n"
                   "[,recompute=none|selective|full][,zero=0..3][,order=tp-dp-pp]\n"
                   "[,precision=bf16|fp8|fp32][,attention=flash|materialized]\n"
                   "[,overlap=tp+pp+dp_grads+dp_params|none][,first=N][,last=N]\n"
                   "[,bucket=N] [,capacity=1.25] (ep, capacity: mixture-of-experts models)")
-      ->type_name("L");
+      .type_name("L");
   plan.add_option("--global-batch", flags->global_batch,
                   "sequences per step (default: the model's); --search runs every layout\n"
                   "at it (see --allow-batch-rounding)")
-      ->type_name("B");
+      .type_name("B");
   plan.add_flag("--search", flags->search, "rank every layout that multiplies to --gpus");
   plan.add_flag("--allow-batch-rounding", flags->allow_batch_rounding,
                 "--search: run a layout whose dp x micro-batch does not divide the batch at\n"
@@ -457,11 +457,11 @@ void add_plan_command(CLI::App& tpf) {
   plan.add_option("--with", flags->framework,
                   "--search: what the framework does, for every layout:\n"
                   "precision=..., attention=..., overlap=... (as in --layout)")
-      ->type_name("OPTS");
+      .type_name("OPTS");
   plan.add_option("--top", flags->top, "rows of the ranking to print and draw (default 15)")
-      ->type_name("K");
+      .type_name("K");
   plan.add_option("--svg", flags->svg, "draw the ranking with each layout's breakdown")
-      ->type_name("FILE");
+      .type_name("FILE");
   plan.add_flag("--json", flags->json, "machine-readable output instead of tables");
   set_action(plan, [flags] { return plan_layouts(*flags); });
   add_collective_command(plan);

@@ -1,5 +1,4 @@
 // `tpf run`: its command line, handed to the launcher.
-#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "base/env_config.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "topo/rail_devices.h"
@@ -213,41 +213,40 @@ LaunchOptions launch_options(const RunFlags& flags) {
 
 }  // namespace
 
-void add_run_command(CLI::App& tpf) {
-  CLI::App& run =
-      *tpf.add_subcommand("run", "launch N ranks of a program, here or on several hosts");
+void add_run_command(Command& tpf) {
+  Command run = tpf.add_subcommand("run", "launch N ranks of a program, here or on several hosts");
   run.footer(kDescription);
   auto flags = std::make_shared<RunFlags>();
   run.add_option("-n,--nproc", flags->world_size,
                  "number of ranks (1..4096; required without --hosts)")
-      ->type_name("N")
-      ->transform(without_equals_sign);
+      .type_name("N")
+      .transform(without_equals_sign);
   run.add_option("--hosts", flags->hosts,
                  "ranks on other machines: HOST:N,HOST:N,... (ranks in that order),\n"
                  "started through --rsh; -n may be left out")
-      ->type_name("LIST");
+      .type_name("LIST");
   run.add_option("--rsh", flags->remote_shell,
                  "with --hosts: the command that runs a command on HOST, as\n"
                  "'RSH HOST COMMAND...' (default ssh; e.g. 'ssh -p 2222', or\n"
                  "'ip netns exec' for emulated hosts)")
-      ->type_name("CMD");
+      .type_name("CMD");
   run.add_option("--store-bind", flags->store_bind,
                  "with --hosts: the address the rendezvous store listens on and the\n"
                  "ranks connect to (default: every address; ranks get this machine's name)")
-      ->type_name("ADDR");
+      .type_name("ADDR");
   run.add_option("--bind", flags->bind,
                  "core: rank r on its share of the cores (cores/N consecutive cores,\n"
                  "at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
                  "Default: core when N <= cores, else none; with --hosts none (r and N\n"
                  "then count each host's ranks)")
-      ->type_name("POLICY");
+      .type_name("POLICY");
   run.add_option("--timeout", flags->timeout,
                  "per-operation deadline in seconds for the ranks' collectives")
-      ->type_name("S");
+      .type_name("S");
   run.add_option("--job-timeout", flags->job_timeout,
                  "stop the job after S seconds: print where every rank is (from their\n"
                  "flight recorders), then stop the ranks; exit status 124")
-      ->type_name("S");
+      .type_name("S");
   run.add_option("--rail-devices", flags->rail_devices,
                  "local rank l on every host crosses the network through device l mod\n"
                  "the count (UCX_NET_DEVICES, in place of the launcher's), e.g.\n"
@@ -255,13 +254,13 @@ void add_run_command(CLI::App& tpf) {
                  "collectives go per rail, each rank over its own NIC; auto: each\n"
                  "rank a device next to its cores (hwloc; see tpf topo), a host's\n"
                  "ranks spread over them")
-      ->type_name("LIST");
+      .type_name("LIST");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");
   run.add_option("program", flags->command,
                  "PROGRAM [ARGS...]: everything from PROGRAM on (or after --) is passed\n"
                  "to it untouched, options included")
-      ->type_name("");
+      .type_name("");
   // Once PROGRAM is named, everything after it is its own, options included.
   run.positionals_at_end();
   set_action(run, [flags] { return launch_job(launch_options(*flags)); });

@@ -1,13 +1,13 @@
 // `tpf settings`: the effective value of every TPF_* variable, where each came from, who reads it
 // and what it sets. Communicator values are resolved exactly as a communicator created now would
 // resolve them (comm/settings.h), so a malformed value fails here with the communicator's error.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "coll/reduce_kernels.h"
 #include "comm/settings.h"
@@ -72,9 +72,9 @@ int print_settings() {
 
 }  // namespace
 
-void add_settings_command(CLI::App& tpf) {
-  CLI::App& settings =
-      *tpf.add_subcommand("settings", "show every TPF_* setting's value and where it came from");
+void add_settings_command(Command& tpf) {
+  Command settings =
+      tpf.add_subcommand("settings", "show every TPF_* setting's value and where it came from");
   settings.footer(kDescription);
   set_action(settings, print_settings);
 }

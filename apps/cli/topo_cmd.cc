@@ -1,15 +1,15 @@
 // `tpf topo`: what tpfabric sees of this machine (the CPUs this process may use).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "topo/network_devices.h"
 #include "tpf/topology.h"
 
 namespace tpf::cli {
 
-void add_topo_command(CLI::App& tpf) {
-  CLI::App& topo = *tpf.add_subcommand("topo", "show this machine's cores, NUMA nodes and caches");
+void add_topo_command(Command& tpf) {
+  Command topo = tpf.add_subcommand("topo", "show this machine's cores, NUMA nodes and caches");
   topo.footer(
       "Prints the sockets, NUMA nodes, cores and L3 cache size that this process may use\n"
       "(hwloc discovery, restricted to the process's CPU set). 'tpf run --bind core' pins\n"

@@ -1,7 +1,6 @@
 // `tpf train`: trains a GPT over the ranks of the job, with tensor parallelism over all of them
 // or the tensor x pipeline x data-parallel layout --layout gives, e.g.
 // `tpf run -n 4 -- tpf train --preset small --layout tp=2,pp=2 --data text.txt --out runs/small`.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "cli/auto_layout.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/host_cluster.h"
 #include "cli/model_cli.h"
@@ -182,39 +182,39 @@ int run_train(const TrainFlags& flags) {
 
 }  // namespace
 
-void add_train_command(CLI::App& tpf) {
-  CLI::App& train = *tpf.add_subcommand("train", "train a parallel GPT on a text file");
+void add_train_command(Command& tpf) {
+  Command train = tpf.add_subcommand("train", "train a parallel GPT on a text file");
   train.footer(
       "Trains a GPT-2-style byte-level model over this job's ranks: tensor parallelism over all\n"
       "of them, or the layout --layout gives (start it with `tpf run -n N -- tpf train ...`;\n"
       "alone it trains on one rank). Give exactly one of --preset, --config or --resume.");
   auto flags = std::make_shared<TrainFlags>();
   train.add_option("--preset", flags->preset, "a built-in configuration:" + preset_list())
-      ->type_name("NAME");
+      .type_name("NAME");
   train
       .add_option("--config", flags->config,
                   "a JSON configuration (see src/model/gpt_config.h); may name a preset")
-      ->type_name("FILE");
+      .type_name("FILE");
   train
       .add_option("--resume", flags->resume,
                   "continue from a checkpoint or a previous --out directory, at any\n"
                   "layout (model, optimizer state and data position are restored)")
-      ->type_name("DIR");
+      .type_name("DIR");
   train.add_option("--data", flags->data, "any UTF-8 (or binary) file; the tokenizer is its bytes")
-      ->type_name("TEXT_FILE")
-      ->required();
+      .type_name("TEXT_FILE")
+      .required();
   train
       .add_option("--steps", flags->steps,
                   "total optimizer steps, at least 1 (overrides the configuration;\n"
                   "with --resume, the step to stop at)")
-      ->type_name("N");
+      .type_name("N");
   train.add_option("--seed", flags->seed, "initialization, data order and dropout (default 1)")
-      ->type_name("S");
+      .type_name("S");
   train
       .add_option("--out", flags->out,
                   "writes config.json, log.jsonl (one record per step), loss.svg and\n"
                   "checkpoints/ (every train.checkpoint_every steps and at the end)")
-      ->type_name("DIR");
+      .type_name("DIR");
   train
       .add_option("--layout", flags->layout,
                   "tp=T,pp=P,dp=D[,vp=V][,zero1][,first=N][,last=N] with T x P x D = the\n"
@@ -226,18 +226,18 @@ void add_train_command(CLI::App& tpf) {
                   "last= give the end stages' layers (the others share the rest); auto: the\n"
                   "layout the planner predicts fastest here (tpf plan --cluster this-host;\n"
                   "across hosts also --hosts H, with TPF_NET_GBPS the links' rate)")
-      ->type_name("SIZES");
+      .type_name("SIZES");
   train
       .add_option("--trace", flags->trace,
                   "write every rank's compute, TP, pipeline and DP spans to FILE in the\n"
                   "Chrome trace format (open it in https://ui.perfetto.dev)")
-      ->type_name("FILE");
+      .type_name("FILE");
   train.add_flag("--sequence-parallel", flags->sequence_parallel,
                  "shard LayerNorm/dropout activations along the sequence");
   train
       .add_option("--threads", flags->threads,
                   "BLAS threads per rank (default: cores / ranks on this machine)")
-      ->type_name("N");
+      .type_name("N");
   train.add_flag("--quiet", flags->quiet, "no progress lines");
   train.add_flag("--predict", flags->predict,
                  "print the planner's tokens/s and step breakdown for this run's layout on\n"
