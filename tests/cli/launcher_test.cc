@@ -76,6 +76,14 @@ TEST(Launcher, RanksGetTheirEnvironment) {
   EXPECT_EQ(jobs.size(), 1u) << "all ranks share one job id";
 }
 
+// -n=3, as tpf run has always taken it (CLI11 alone would read the value as "=3").
+TEST(Launcher, NprocTakesAnEqualsSign) {
+  Outcome r = run_tpf({"run", "-n=3", "--", "sh", "-c", "echo size=$TPF_WORLD_SIZE"});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_of(r.out), std::vector<std::string>(3, "size=3")) << r.out;
+}
+
 // --hosts starts every rank through the remote shell as RSH HOST env VARIABLES... PROGRAM.
 TEST(Launcher, HostsStartRanksThroughTheRemoteShellWithTheirHostsVariables) {
   FakeRemoteShell rsh;

@@ -295,5 +295,29 @@ TEST(PlanCommand, CalibrateNetworkFitsTheSavedRunsAndNamesBadInput) {
   EXPECT_TRUE(contains(hosts.err, "--train-hosts")) << hosts.err;
 }
 
+// `tpf plan calibrate` takes one file per --bench: a second word after it is an unexpected
+// argument, named, not a second file; repeated --bench options are all read.
+TEST(PlanCommand, CalibrateTakesOneFilePerBench) {
+  const std::string runs = std::string(TPF_SOURCE_DIR) + "/docs/results/calibration/";
+  const Outcome two_words =
+      run_tpf({"plan", "calibrate", "--bench", runs + "all_reduce_n2_one_shot_r1.json",
+               runs + "all_reduce_n2_two_shot_r1.json"});
+  EXPECT_EQ(two_words.exit_code, 2) << two_words.err;
+  EXPECT_TRUE(
+      contains(two_words.err, "unexpected argument '" + runs + "all_reduce_n2_two_shot_r1.json'"))
+      << two_words.err;
+  std::vector<std::string> args = {"plan", "calibrate"};
+  for (const char* name : {"one_shot", "two_shot"}) {
+    for (int run = 1; run <= 3; ++run) {
+      args.push_back("--bench");
+      args.push_back(runs + "all_reduce_n2_" + name + "_r" + std::to_string(run) + ".json");
+    }
+  }
+  const Outcome repeated = run_tpf(args);
+  ASSERT_EQ(repeated.exit_code, 0) << repeated.err;
+  EXPECT_TRUE(contains(repeated.out, "N=2 one_shot")) << repeated.out;
+  EXPECT_TRUE(contains(repeated.out, "N=2 two_shot")) << repeated.out;
+}
+
 }  // namespace
 }  // namespace tpf::testing
