@@ -66,7 +66,8 @@ std::optional<Collective> parse_collective(std::string_view spelling) noexcept {
 std::string collective_choices() {
   std::string choices;
   for (const CollectiveInfo& info : kCollectives) {
-    choices += (choices.empty() ? "" : "|") + std::string(info.name);
+    if (!choices.empty()) choices += '|';
+    choices += info.name;
   }
   return choices;
 }

@@ -100,6 +100,14 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw Error(ErrorCode::invalid_argument, "configuration: " + message);
 }
 
+// "[lo, hi]" and " (got v)", for the range errors of validate(). Appended rather than
+// "[" + std::to_string(lo): GCC 12 warns -Wrestrict on that form, wrongly.
+std::string range(int64_t lo, int64_t hi) {
+  return std::string("[").append(std::to_string(lo)).append(", ").append(std::to_string(hi)) + "]";
+}
+
+std::string got(int64_t v) { return std::string(" (got ").append(std::to_string(v)).append(")"); }
+
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -208,10 +216,6 @@ std::string config_to_json(const RunConfig& c) { return json::dump(config_to_jso
 
 void validate(const ModelConfig& m) {
   auto in_range = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
-  auto range = [](int64_t lo, int64_t hi) {
-    return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  };
-  auto got = [](int64_t v) { return " (got " + std::to_string(v) + ")"; };
   require(in_range(m.layers, 1, kMaxLayers),
           "model.layers must be in " + range(1, kMaxLayers) + got(m.layers));
   require(in_range(m.width, 1, kMaxWidth),
@@ -230,10 +234,6 @@ void validate(const ModelConfig& m) {
 void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
-  auto range = [](int64_t lo, int64_t hi) {
-    return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  };
-  auto got = [](int64_t v) { return " (got " + std::to_string(v) + ")"; };
   validate(m);
   require(t.batch_size >= 1 && t.batch_size <= kMaxBatchSize,
           "train.batch_size must be in " + range(1, kMaxBatchSize) + got(t.batch_size));
