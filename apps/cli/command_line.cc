@@ -1,8 +1,6 @@
 #include "cli/command_line.h"
 
 #include <CLI/CLI.hpp>
-#include <cstddef>
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
