@@ -22,7 +22,7 @@ class CommandOption {
   explicit CommandOption(CLI::Option& option) : option_(&option) {}
 
   CommandOption& required();
-  // The value's placeholder in the help ("N", "FILE"); "" shows none.
+  // The name the help gives the option's value ("N", "FILE"); "" gives none.
   CommandOption& type_name(const std::string& name);
   // false: a repeated vector option takes one value each time (--bench A --bench B).
   CommandOption& allow_extra_args(bool allow);

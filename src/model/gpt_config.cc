@@ -5,6 +5,7 @@
 
 #include "formats/json.h"
 #include "formats/text_files.h"
+#include "model/parse_number.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -100,12 +101,8 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw Error(ErrorCode::invalid_argument, "configuration: " + message);
 }
 
-// "[lo, hi]" and " (got v)", for the range errors of validate(). Appended rather than
-// "[" + std::to_string(lo): GCC 12 warns -Wrestrict on that form, wrongly.
-std::string range(int64_t lo, int64_t hi) {
-  return std::string("[").append(std::to_string(lo)).append(", ").append(std::to_string(hi)) + "]";
-}
-
+// " (got v)", for the range errors of validate(). Appended rather than " (got " + ...: GCC 12
+// warns -Wrestrict on that form, wrongly.
 std::string got(int64_t v) { return std::string(" (got ").append(std::to_string(v)).append(")"); }
 
 }  // namespace
@@ -217,14 +214,14 @@ std::string config_to_json(const RunConfig& c) { return json::dump(config_to_jso
 void validate(const ModelConfig& m) {
   auto in_range = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
   require(in_range(m.layers, 1, kMaxLayers),
-          "model.layers must be in " + range(1, kMaxLayers) + got(m.layers));
+          "model.layers must be " + range_text(1, kMaxLayers) + got(m.layers));
   require(in_range(m.width, 1, kMaxWidth),
-          "model.width must be in " + range(1, kMaxWidth) + got(m.width));
+          "model.width must be " + range_text(1, kMaxWidth) + got(m.width));
   require(m.heads >= 1 && m.heads <= m.width && m.width % m.heads == 0,
           "model.width (" + std::to_string(m.width) + ") must be a positive multiple of heads (" +
               std::to_string(m.heads) + ")");
   require(in_range(m.context, 2, kMaxContext),
-          "model.context must be in " + range(2, kMaxContext) + got(m.context));
+          "model.context must be " + range_text(2, kMaxContext) + got(m.context));
   require(in_range(m.vocab, 2, kMaxVocab), "model.vocab must be in [2, 2^24]" + got(m.vocab));
   require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1)");
   require(m.layer_norm_eps > 0 && std::isfinite(m.layer_norm_eps),
@@ -236,7 +233,7 @@ void validate(const RunConfig& c) {
   const TrainConfig& t = c.train;
   validate(m);
   require(t.batch_size >= 1 && t.batch_size <= kMaxBatchSize,
-          "train.batch_size must be in " + range(1, kMaxBatchSize) + got(t.batch_size));
+          "train.batch_size must be " + range_text(1, kMaxBatchSize) + got(t.batch_size));
   // Both factors are bounded above, so the product cannot overflow.
   require(t.batch_size * m.context <= kMaxTokensPerMicroBatch,
           "train.batch_size x model.context (" + std::to_string(t.batch_size) + " x " +
@@ -244,9 +241,9 @@ void validate(const RunConfig& c) {
               std::to_string(kMaxTokensPerMicroBatch) +
               " tokens per micro-batch; use train.grad_accum for larger batches");
   require(t.grad_accum >= 1 && t.grad_accum <= kMaxGradAccum,
-          "train.grad_accum must be in " + range(1, kMaxGradAccum) + got(t.grad_accum));
+          "train.grad_accum must be " + range_text(1, kMaxGradAccum) + got(t.grad_accum));
   require(t.steps >= 1 && t.steps <= kMaxSteps,
-          "train.steps must be in " + range(1, kMaxSteps) + got(t.steps));
+          "train.steps must be " + range_text(1, kMaxSteps) + got(t.steps));
   require(t.lr > 0 && t.min_lr >= 0 && t.min_lr <= t.lr, "train.lr > 0 and 0 <= min_lr <= lr");
   require(t.warmup >= 0, "train.warmup must not be negative");
   require(t.weight_decay >= 0, "train.weight_decay must not be negative");

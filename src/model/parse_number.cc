@@ -8,12 +8,12 @@
 
 namespace tpf {
 
-namespace {
-
 std::string range_text(int64_t lo, int64_t hi) {
   if (hi == std::numeric_limits<int64_t>::max()) return ">= " + std::to_string(lo);
   return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
+
+namespace {
 
 std::string real_text(double v) {
   char buf[32];

@@ -11,6 +11,10 @@
 
 namespace tpf {
 
+// "in [lo, hi]", or ">= lo" where hi is int64_t's maximum: the words of a range in the errors
+// below and in other range checks ("model.layers must be in [1, 4096]").
+std::string range_text(int64_t lo, int64_t hi);
+
 // Decimal integer in [min_value, max_value]. Throws tpf::Error(invalid_argument):
 // "<what> must be an integer in [min, max], got '<text>'" (what: "metadata 'n_head' of m.st").
 int64_t parse_integer(std::string_view text, int64_t min_value, int64_t max_value,
