@@ -5,12 +5,15 @@
 # table and the fraction of the link cap each size reached:
 #   per-link bandwidth = busbw / links per host (one here), against RATE.
 #
-#   bench/net/emulated_hosts_bench.sh [-H HOSTS] [-r RANKS] [-R RATE] [-N NICS] [-t TPF] -- BENCH_ARGS...
+#   bench/net/emulated_hosts_bench.sh [-H HOSTS] [-r RANKS] [-R RATE] [-N NICS] [-c] [-t TPF] -- BENCH_ARGS...
 #   e.g. bench/net/emulated_hosts_bench.sh -H 2 -r 1 -R 1gbit -- all_reduce -b 1M -e 256M -f 4
 #
 # With -N NICS each host has NICS links, each capped at RATE (rails: the fraction is then of one
 # link's cap, so a collective that uses every rail can reach NICS), and the rank of local rank l
 # uses link l % NICS, as GPU servers pair each GPU with its nearest NIC.
+# With -c the ranks are placed cyclically (rank r on host r % HOSTS, local rank r / HOSTS, as
+# `mpirun --map-by node` places them), so no host's ranks are consecutive; by default in blocks
+# (rank r on host r / RANKS).
 #
 # Where every rank can have a core, rank r runs on core r: the emulated hosts share this machine's
 # cores, and ranks that sleep in their waits get woken onto one core by the kernel (wake-affine
@@ -18,12 +21,12 @@
 # ~60 us unpinned against 12 us pinned. Separate machines do not share cores. With more ranks than
 # cores the scheduler places them.
 set -euo pipefail
-hosts=2 ranks=1 rate=1gbit nics=1 tpf=build/tpf
-while getopts "H:r:R:N:t:" opt; do
+hosts=2 ranks=1 rate=1gbit nics=1 tpf=build/tpf cyclic=0
+while getopts "H:r:R:N:ct:" opt; do
   case $opt in
     H) hosts=$OPTARG ;; r) ranks=$OPTARG ;; R) rate=$OPTARG ;; N) nics=$OPTARG ;;
-    t) tpf=$OPTARG ;;
-    *) sed -n 2,15p "$0" >&2; exit 2 ;;
+    c) cyclic=1 ;; t) tpf=$OPTARG ;;
+    *) sed -n 2,18p "$0" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -44,19 +47,20 @@ rate_bps=$(awk -v r="$rate" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, 
 "$root/scripts/emulated-hosts.sh" run "$name" "$hosts" "$rate" "$nics" -- bash -c '
   pids=()
   for (( r = 0; r < '"$world"'; r++ )); do
-    h=$(( r / '"$ranks"' ))
+    if (( '"$cyclic"' )); then h=$(( r % '"$hosts"' )) l=$(( r / '"$hosts"' ))
+    else h=$(( r / '"$ranks"' )) l=$(( r % '"$ranks"' )); fi
     pin=""
     (( '"$pinned"' )) && pin="taskset -c $r"
-    ip netns exec '"$name"'-h$h env RANK=$r WORLD_SIZE='"$world"' LOCAL_RANK=$(( r % '"$ranks"' )) \
+    ip netns exec '"$name"'-h$h env RANK=$r WORLD_SIZE='"$world"' LOCAL_RANK=$l \
       LOCAL_WORLD_SIZE='"$ranks"' MASTER_ADDR=127.100.0.1 MASTER_PORT=29655 \
-      TPF_JOB_SECRET='"$secret"' UCX_NET_DEVICES=eth$(( r % '"$ranks"' % '"$nics"' )) $pin '"$tpf"' bench "$@" > '"$out"'/rank$r.log 2>&1 &
+      TPF_JOB_SECRET='"$secret"' UCX_NET_DEVICES=eth$(( l % '"$nics"' )) $pin '"$tpf"' bench "$@" > '"$out"'/rank$r.log 2>&1 &
     pids+=($!)
   done
   status=0
   for p in "${pids[@]}"; do wait "$p" || status=1; done
   exit $status' bench "$@" || { cat "$out"/rank*.log >&2; exit 1; }
-echo "# $hosts hosts x $ranks ranks, $nics link(s) per host capped at $rate each ($(hostname)," \
-  "$(nproc) cores)"
+echo "# $hosts hosts x $ranks ranks$( (( cyclic )) && echo ' placed cyclically'), $nics link(s) per" \
+  "host capped at $rate each ($(hostname), $(nproc) cores)"
 # Per link (NCCL's "per NIC" convention, counted against one link's cap even where a host has
 # several, so that their use shows as more than 1): all_reduce moves 2(H-1)/H of the
 # size through each host's link, the gathers and scatters (H-1)/H, broadcast and reduce all of it;

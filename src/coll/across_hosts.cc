@@ -959,10 +959,13 @@ class HostCollective {
     if (consecutive(ranks)) return at(full, ranks.empty() ? 0 : ranks[0] * block);
     return scratch(slot, ranks.size() * block);
   }
-  void place_blocks(void* full, const void* packed, const std::vector<int>& ranks,
-                    size_t block) const {
+  // The blocks of `ranks`, packed in local order, to their places in a buffer of one block per
+  // communicator rank: all but local rank `except`'s, where that is one.
+  void place_blocks(void* full, const void* packed, const std::vector<int>& ranks, size_t block,
+                    int except = -1) const {
     for (size_t i = 0; i < ranks.size(); ++i)
-      copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
+      if (static_cast<int>(i) != except)
+        copy_bytes(at(full, ranks[i] * block), at(packed, i * block), bytes(block));
   }
 
   void all_reduce() {
@@ -1179,7 +1182,7 @@ class HostCollective {
   // where the rails may carry it (goes_per_rail), else between the representatives.
   void reduce() {
     if (packs(bytes(d_.count))) return reduce_one_round();
-    if (goes_per_rail(/*needs_consecutive_hosts=*/false)) {
+    if (goes_per_rail()) {
       return reduce_per_rail(/*to_everyone=*/false);
     }
     reduce_in_slices(/*to_everyone=*/false);
@@ -1660,12 +1663,11 @@ class HostCollective {
 
   // Whether a (not small) reduce, all_gather, reduce_scatter, all_to_all, gather or scatter
   // crosses per rail: every host has the same number L >= 2 of ranks, usable as rails (links of
-  // their own, or TPF_NET_ALGO=per_rail), consecutive where the collective needs it (each host's
-  // blocks lie together), and TPF_NET_ALGO does not force the leaders' algorithm (`pipelined`).
-  // Where it could, the choice is remembered for the fingerprint (a second guard behind the
-  // shared settings).
-  bool goes_per_rail(bool needs_consecutive_hosts) {
-    if (usable_rails() < 2 || (needs_consecutive_hosts && !hosts_consecutive())) return false;
+  // their own, or TPF_NET_ALGO=per_rail), consecutive or not, and TPF_NET_ALGO does not force the
+  // leaders' algorithm (`pipelined`). Where it could, the choice is remembered for the
+  // fingerprint (a second guard behind the shared settings).
+  bool goes_per_rail() {
+    if (usable_rails() < 2) return false;
     network_ = tuning_.forced_network == NetworkAlgorithm::pipelined ? NetworkAlgorithm::pipelined
                                                                      : NetworkAlgorithm::per_rail;
     return network_ == NetworkAlgorithm::per_rail;
@@ -1673,9 +1675,9 @@ class HostCollective {
   // all_gather's, reduce_scatter's, gather's and scatter's choice: per rail where a host's blocks
   // are more than one round carries (packs) and the rails may carry them.
   bool blocks_go_per_rail(size_t block) {
-    return !packs(bytes(block * largest_host())) && goes_per_rail(/*needs_consecutive_hosts=*/true);
+    return !packs(bytes(block * largest_host())) && goes_per_rail();
   }
-  // Host h's blocks in a buffer of one block per rank (hosts consecutive): where they start.
+  // Host h's blocks in a buffer of one block per rank (h's ranks consecutive): where they start.
   size_t host_start(int h, size_t block) const { return ranks_on(h)[0] * block; }
 
   // all_gather's exchange between one rank per host (the leaders, or one rail's ranks). Round a
@@ -1781,8 +1783,9 @@ class HostCollective {
 
   // all_gather per rail: the ranks of each rail (one per host) exchange their blocks
   // (GatherRing), each received into place; as host h's blocks arrive (this host's first, then
-  // the others) the host's ranks all-gather them in shared memory, in place. Each host's link
-  // carries what the leaders' form carries, in L flows (one per rail).
+  // the others) the host's ranks all-gather them in shared memory, in place where h's ranks are
+  // consecutive, else into scratch and from there to their places. Each host's link carries what
+  // the leaders' form carries, in L flows (one per rail).
   void all_gather_per_rail() {
     const size_t block = d_.count;
     GatherRing ring = agreed_gather_exchange(std::vector<size_t>(hosts(), block), bytes(block));
@@ -1795,7 +1798,14 @@ class HostCollective {
       const int h = ring.arrival(k);
       if (k > 0) ring.arrived(h);
       const void* ours = k == 0 ? d_.send : mine_on(h);
-      local(local_desc(OpKind::all_gather, block, 0, ours, at(d_.recv, host_start(h, block))));
+      void* host_blocks = landing_for(d_.recv, ranks_on(h), block, kHostData);
+      local(local_desc(OpKind::all_gather, block, 0, ours, host_blocks));
+      // The others' blocks to their places; this rank's own is put there once (it may still be
+      // on its way round the ring from there).
+      if (!consecutive(ranks_on(h))) {
+        place_blocks(d_.recv, host_blocks, ranks_on(h), block, local_rank_);
+        if (k == 0) copy_bytes(mine_on(h), d_.send, bytes(block));
+      }
     }
     flight.wait_all();
   }
@@ -1872,9 +1882,10 @@ class HostCollective {
   }
 
   // reduce_scatter per rail: for every other host h (from the next one on), the host's ranks
-  // reduce-scatter h's blocks in shared memory, so that each rank holds its host's partial of the
-  // block of its rail's rank on h, and send it there at once; then this host's own blocks, and
-  // each rank combines its block from every host in host order, chunk by chunk as they arrive.
+  // reduce-scatter h's blocks in shared memory (packed into scratch first where h's ranks are
+  // not consecutive), so that each rank holds its host's partial of the block of its rail's rank
+  // on h, and send it there at once; then this host's own blocks, and each rank combines its
+  // block from every host in host order, chunk by chunk as they arrive.
   void reduce_scatter_per_rail() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
@@ -1883,14 +1894,14 @@ class HostCollective {
     const Arrivals arrivals = expect_parts(flight, block, [this](int h) { return rail_peer(h); });
     for (int h : others_from_next()) {
       std::byte* partial = scratch(to_slot(h), block);  // read by its send until that completes
-      local(local_desc(OpKind::reduce_scatter, block, 0, at(d_.send, host_start(h, block)), partial,
-                       partial_op()));
+      local(local_desc(OpKind::reduce_scatter, block, 0,
+                       blocks_of(d_.send, ranks_on(h), block, kHostData), partial, partial_op()));
       post_send(flight, rail_peer(h), kFirst, partial, block);
       flight.progress();
     }
     std::byte* own = scratch(kOwnPart, block);
-    local(local_desc(OpKind::reduce_scatter, block, 0, at(d_.send, host_start(host_, block)), own,
-                     partial_op()));
+    local(local_desc(OpKind::reduce_scatter, block, 0,
+                     blocks_of(d_.send, ranks_on(host_), block, kHostData), own, partial_op()));
     for (size_t c = 0; c < arrivals.chunks.number; ++c)
       combine_arrived(flight, arrivals, c, own, d_.recv);
     flight.wait_all();
@@ -2000,11 +2011,12 @@ class HostCollective {
     flight.wait_all();
   }
 
-  // gather per rail (hosts consecutive, L >= 2 ranks each, rails usable): every rank of another
-  // host sends its block straight from its input to its rail's rank on the root's host; there,
-  // the blocks are gathered to the root in shared memory host by host (this host's first, then
-  // from the next host on, each as its L blocks are in), straight into place. The root's host
-  // receives through its L rails' links; in the representatives' form all of it reaches the root.
+  // gather per rail (L >= 2 ranks on every host, rails usable): every rank of another host sends
+  // its block straight from its input to its rail's rank on the root's host; there, the blocks
+  // are gathered to the root in shared memory host by host (this host's first, then from the
+  // next host on, each as its L blocks are in), straight into place where the host's ranks are
+  // consecutive (else into scratch, and from there to their places). The root's host receives
+  // through its L rails' links; in the representatives' form all of it reaches the root.
   void gather_per_rail() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
@@ -2020,8 +2032,9 @@ class HostCollective {
                   : scratch(from_slot(h), block);
     };
     auto gather_host = [&](int h, const void* mine) {
-      local(local_desc(OpKind::gather, block, local_root, mine,
-                       root ? at(d_.recv, host_start(h, block)) : nullptr));
+      void* host_blocks = root ? landing_for(d_.recv, ranks_on(h), block, kHostData) : nullptr;
+      local(local_desc(OpKind::gather, block, local_root, mine, host_blocks));
+      if (root && !consecutive(ranks_on(h))) place_blocks(d_.recv, host_blocks, ranks_on(h), block);
     };
     const std::vector<int> others = others_from_next();
     std::vector<size_t> arrival(hosts());
@@ -2036,9 +2049,9 @@ class HostCollective {
   }
 
   // scatter per rail (as gather per rail): on the root's host, host by host from the next one
-  // on, the root scatters that host's blocks in shared memory and each rank sends its block to
-  // its rail's rank there, which receives it straight into its output; the root's own host's
-  // blocks last.
+  // on, the root scatters that host's blocks in shared memory (packed into scratch first where
+  // the host's ranks are not consecutive) and each rank sends its block to its rail's rank there,
+  // which receives it straight into its output; the root's own host's blocks last.
   void scatter_per_rail() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
@@ -2050,7 +2063,7 @@ class HostCollective {
     const int local_root = g_.hosts.local_rank(d_.root);
     auto scatter_host = [&](int h, void* mine) {
       local(local_desc(OpKind::scatter, block, local_root,
-                       root ? at(d_.send, host_start(h, block)) : nullptr, mine));
+                       root ? blocks_of(d_.send, ranks_on(h), block, kHostData) : nullptr, mine));
     };
     for (int h : others_from_next()) {
       std::byte* mine = scratch(to_slot(h), block);  // read by its send until that completes
@@ -2218,7 +2231,7 @@ class HostCollective {
     const bool small = packs(bytes(block * largest * largest));
     if (!small) {
       // Before the fingerprints, which carry the choice.
-      const bool per_rail = goes_per_rail(/*needs_consecutive_hosts=*/true);
+      const bool per_rail = goes_per_rail();
       compare_fingerprints_across_hosts();
       if (per_rail) return all_to_all_per_rail();
       if (!alone() && hosts_consecutive()) return all_to_all_pipelined();
@@ -2384,38 +2397,42 @@ class HostCollective {
 
   // all_to_all per rail, as NCCL's PXN routes it: the blocks that this host's ranks send to local
   // rank m of host h are first brought together on this host's local rank m (an all-to-all in
-  // shared memory of the L blocks each rank has for h), which sends them to its rail's rank on h
-  // in one message; they arrive in the order of this host's ranks, which is where they belong in
-  // the receiver's buffer (hosts consecutive), so they land in place. Each rank's link carries
-  // 1/L of its host's traffic; hosts are taken from the next one on, the all-to-all for the next
-  // host running while the last one's message travels.
+  // shared memory of the L blocks each rank has for h, packed into scratch first where h's ranks
+  // are not consecutive), which sends them to its rail's rank on h in one message; they arrive
+  // in the order of this host's ranks, which is where they belong in the receiver's buffer where
+  // the sender's ranks are consecutive, so they land in place (else in scratch, placed once all
+  // are in; so too when the call is in place, its send blocks still to be read). Each rank's
+  // link carries 1/L of its host's traffic; hosts are taken from the next one on, the all-to-all
+  // for the next host running while the last one's message travels.
   void all_to_all_per_rail() {
     const size_t block = d_.count;
     const size_t rails = static_cast<size_t>(this->rails());
     const size_t row = block * static_cast<size_t>(g_.hosts.ranks());  // one rank's whole buffer
-    // In place, the blocks for h must be read before h's blocks arrive over them: into scratch.
     const bool in_place = overlap(d_.send, bytes(row), d_.recv, bytes(row));
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
     const std::vector<int> others = others_from_next();
     std::vector<void*> landing(hosts());
+    auto lands_in_place = [&](int h) { return !in_place && consecutive(ranks_on(h)); };
     for (int h : others) {
-      landing[h] = in_place ? static_cast<void*>(scratch(from_slot(h), rails * block))
-                            : at(d_.recv, host_start(h, block));
+      landing[h] = lands_in_place(h) ? at(d_.recv, host_start(h, block))
+                                     : static_cast<void*>(scratch(from_slot(h), rails * block));
       post_recv(flight, rail_peer(h), kFirst, landing[h], rails * block);
     }
     for (int h : others) {
       std::byte* for_peer = scratch(to_slot(h), rails * block);
-      local(local_desc(OpKind::all_to_all, block, 0, at(d_.send, host_start(h, block)), for_peer));
+      local(local_desc(OpKind::all_to_all, block, 0,
+                       blocks_of(d_.send, ranks_on(h), block, kHostData), for_peer));
       post_send(flight, rail_peer(h), kFirst, for_peer, rails * block);
     }
-    const size_t own = host_start(host_, block);
-    local(local_desc(OpKind::all_to_all, block, 0, at(d_.send, own), at(d_.recv, own)));
+    const std::vector<int>& mine = ranks_on(host_);
+    const void* own_sends = blocks_of(d_.send, mine, block, kHostData);
+    void* own_receives = landing_for(d_.recv, mine, block, kOwnPart);
+    local(local_desc(OpKind::all_to_all, block, 0, own_sends, own_receives));
+    if (!consecutive(mine)) place_blocks(d_.recv, own_receives, mine, block);
     flight.wait_all();
-    if (in_place) {
-      for (int h : others)
-        copy_bytes(at(d_.recv, host_start(h, block)), landing[h], bytes(rails * block));
-    }
+    for (int h : others)
+      if (!lands_in_place(h)) place_blocks(d_.recv, landing[h], ranks_on(h), block);
   }
 
   // Everyone on each host arrives, the leaders meet, and release their hosts.

@@ -15,8 +15,8 @@
 // once per host and once more across hosts (inside a host: once).
 //
 // The data crosses the network between host representatives (the leader, or the root on the
-// root's host), except large all_reduce, all_gather, reduce_scatter and broadcast where every
-// host has the same number of ranks and each rank has network devices of its own
+// root's host), except the large collectives other than barrier where every host has the same
+// number of ranks (consecutive or not) and each rank has network devices of its own
 // (topo::HostMap), which cross per rail (local rank l of every host carries its share;
 // network_cost.h). Transfers between them go in chunks of at least 512 KiB, each its own message,
 // at most 2 in flight per peer; all_reduce, reduce_scatter, all_gather, all_to_all and per-rail

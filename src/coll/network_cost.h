@@ -67,9 +67,9 @@ struct NetworkLinkCost {
 //   usual GPU server) the flows take L links, and the combining and the network's software cost
 //   are spread over the host's ranks instead of falling on its leader. Chosen where each rank
 //   has network devices of its own (topo::HostMap::rails_have_own_links); through one shared
-//   link it measured 0.77-1.19x the leaders' speed. Large reduce goes per rail there too, and
-//   large all_gather, reduce_scatter, all_to_all, gather and scatter where the hosts' ranks are
-//   consecutive, unless pipelined is forced (coll/across_hosts.cc).
+//   link it measured 0.77-1.19x the leaders' speed. Large reduce, all_gather, reduce_scatter,
+//   all_to_all, gather and scatter go per rail there too (the hosts' ranks consecutive or not),
+//   unless pipelined is forced (coll/across_hosts.cc).
 // - tree (broadcast, 3 or more hosts): the whole buffer down a binomial tree of the leaders from
 //   the root's host, ceil(log2 H) hops, each leader sending to its children one after the other
 //   (farthest first), the root's call ahead of the data (or, from a root that does not lead,

@@ -253,6 +253,8 @@ void data_movement(Communicator& comm) {
 
 const HostKeys kTwoHostsOfOne = {"host-a", "host-b"};
 const HostKeys kTwoHostsOfTwo = {"host-a", "host-a", "host-b", "host-b"};
+// Even and interleaved: host-a holds ranks 0 and 2, host-b ranks 1 and 3 (rails: {0, 1}, {2, 3}).
+const HostKeys kTwoHostsOfTwoInterleaved = {"host-a", "host-b", "host-a", "host-b"};
 // Uneven and interleaved: host-a holds ranks 0 and 2, host-b rank 1, host-c rank 3.
 const HostKeys kThreeHostsInterleaved = {"host-a", "host-b", "host-a", "host-c"};
 const HostKeys kFourHostsOfOne = {"host-a", "host-b", "host-c", "host-d"};
@@ -578,8 +580,7 @@ void force_per_rail(int) {
 // put.)
 TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
-  const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-b"};
-  for (const HostKeys& keys : {three_of_two, interleaved}) {
+  for (const HostKeys& keys : {three_of_two, kTwoHostsOfTwoInterleaved}) {
     const topo::HostMap hosts(keys);
     SCOPED_TRACE(hosts.describe());
     expect_all_ok(run_on_hosts(
@@ -603,9 +604,8 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
             }
           }
           log.throw_if_any("rank " + std::to_string(me));
-          // And every collective on these layouts: broadcast goes per rail on both; all_gather,
-          // reduce_scatter and all_to_all on the three hosts of two, between the leaders on the
-          // interleaved hosts.
+          // And every collective on these layouts, per rail on both above the one-round size
+          // (on the interleaved hosts each host's blocks are packed and placed through scratch).
           reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
           data_movement(comm);
         },
@@ -614,16 +614,20 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
 }
 
 // Per rail over the put protocol (the suites above run it over tagged messages; on loopback, where
-// the ranks of a host share their devices, nothing goes per rail unless forced).
+// the ranks of a host share their devices, nothing goes per rail unless forced), the hosts' ranks
+// consecutive and interleaved.
 TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
-  const topo::HostMap hosts(kTwoHostsOfTwo);
-  expect_all_ok(run_on_hosts(
-      kTwoHostsOfTwo,
-      [&](Communicator& comm) {
-        reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
-        data_movement(comm);
-      },
-      transport::NetProtocol::put, force_per_rail));
+  for (const HostKeys& keys : {kTwoHostsOfTwo, kTwoHostsOfTwoInterleaved}) {
+    const topo::HostMap hosts(keys);
+    SCOPED_TRACE(hosts.describe());
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
+          data_movement(comm);
+        },
+        transport::NetProtocol::put, force_per_rail));
+  }
 }
 
 // The leaders exchange their fingerprints, and the small collectives' data that rides in them

@@ -132,19 +132,31 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
 // leader, 3 MiB (below); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB block;
 // broadcasts of 4 MiB from each host's leader, its 2 MiB half once; gather to rank 0 and scatter
 // from it of 1 MiB blocks, its 1 MiB block (below); all_to_all of 1 MiB blocks, the two blocks
-// its host's ranks send to its rail's rank on the other host.
+// its host's ranks send to its rail's rank on the other host. The same per rail with the hosts'
+// ranks interleaved (host 0 holds ranks 0 and 2, host 1 ranks 1 and 3: each host's blocks of a
+// buffer lie apart, as under a cyclic placement).
 TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
   EmulatedCluster cluster(2, /*nics=*/2);
   ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
-  for (const char* algorithm : {"", "pipelined"}) {  // "": the default
-    SCOPED_TRACE(std::string("TPF_NET_ALGO='") + algorithm + "'");
+  struct Case {
+    const char* algorithm;  // TPF_NET_ALGO; "": the default
+    bool interleaved;
+  };
+  for (const auto [algorithm, interleaved] :
+       {Case{"", false}, Case{"pipelined", false}, Case{"", true}}) {
+    SCOPED_TRACE(std::string("TPF_NET_ALGO='") + algorithm + "'" +
+                 (interleaved ? ", hosts interleaved" : ""));
+    // Rank r's host and local rank; the second host's leader.
+    auto host_of = [&](int r) { return interleaved ? r % 2 : r / 2; };
+    auto local_of = [&](int r) { return interleaved ? r / 2 : r % 2; };
+    const int second_leader = interleaved ? 1 : 2;
     RunOptions options;
     options.comm_options.timeout = std::chrono::milliseconds(30000);
     auto outcomes = run_ranks_raw(
         4,
         [&](const RankContext& ctx) {
-          const std::string device = "eth" + std::to_string(ctx.rank % 2);
-          auto store = connect_then_enter(ctx, cluster.netns(ctx.rank / 2), device);
+          const std::string device = "eth" + std::to_string(local_of(ctx.rank));
+          auto store = connect_then_enter(ctx, cluster.netns(host_of(ctx.rank)), device);
           if (*algorithm != '\0') ::setenv("TPF_NET_ALGO", algorithm, 1);
           Communicator comm =
               Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
@@ -163,7 +175,7 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
                 std::string(what) + ": " + device + " sent " + std::to_string(sent) + " bytes";
             if (*algorithm == '\0') {  // per rail
               TPF_CHILD_CHECK(sent >= least, said);
-            } else if (ctx.rank % 2 == 1) {  // the second rail: not a leader
+            } else if (local_of(ctx.rank) == 1) {  // the second rail: not a leader
               TPF_CHILD_CHECK(sent < least / 8, said);
             } else {
               TPF_CHILD_CHECK(sent >= 2 * least, said);
@@ -188,14 +200,16 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
           std::vector<float> to_first(count), to_second(count);
           expect_rail_traffic("reduce", 3LL << 20, [&] {
             comm.reduce(in.data(), to_first.data(), count, DType::f32, ReduceOp::sum, 0);
-            comm.reduce(in.data(), to_second.data(), count, DType::f32, ReduceOp::sum, 2);
+            comm.reduce(in.data(), to_second.data(), count, DType::f32, ReduceOp::sum,
+                        second_leader);
           });
-          for (size_t i = 0; ctx.rank % 2 == 0 && i < count; i += 997) {
+          const bool leads = local_of(ctx.rank) == 0;
+          for (size_t i = 0; leads && i < count; i += 997) {
             const std::vector<float>& got = ctx.rank == 0 ? to_first : to_second;
             TPF_CHILD_CHECK(got[i] == static_cast<float>((i % 1000) * 10),
                             "reduce element " + std::to_string(i));
           }
-          if (ctx.rank % 2 == 0) {
+          if (leads) {
             const std::vector<float>& got = ctx.rank == 0 ? to_first : to_second;
             TPF_CHILD_CHECK(got[count - 1] == static_cast<float>(((count - 1) % 1000) * 10),
                             "reduce's last element (the tail of the last rail)");
@@ -221,15 +235,16 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
           std::vector<float> first(count), second(count);
           expect_rail_traffic("broadcast", 2LL << 20, [&] {
             comm.broadcast(in.data(), first.data(), count, DType::f32, 0);
-            comm.broadcast(in.data(), second.data(), count, DType::f32, 2);
+            comm.broadcast(in.data(), second.data(), count, DType::f32, second_leader);
           });
           for (size_t i = 0; i < count; i += 997) {
             TPF_CHILD_CHECK(first[i] == static_cast<float>(i % 1000) &&
-                                second[i] == static_cast<float>((i % 1000) * 3),
+                                second[i] == static_cast<float>((i % 1000) * (second_leader + 1)),
                             "broadcast element " + std::to_string(i));
           }
-          TPF_CHILD_CHECK(second[count - 1] == static_cast<float>(((count - 1) % 1000) * 3),
-                          "broadcast's last element (the tail of the last rail)");
+          TPF_CHILD_CHECK(
+              second[count - 1] == static_cast<float>(((count - 1) % 1000) * (second_leader + 1)),
+              "broadcast's last element (the tail of the last rail)");
           // gather to rank 0 and scatter from it: per rail, host b's ranks send their 1 MiB
           // blocks to the root's host and host a's ranks host b's blocks, 1 MiB a rail.
           std::vector<float> gathered(4 * block);
