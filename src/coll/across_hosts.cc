@@ -1887,10 +1887,10 @@ class HostCollective {
   }
 
   // reduce_scatter per rail: for every other host h (from the next one on), the host's ranks
-  // reduce-scatter h's blocks in shared memory (packed into scratch first where h's ranks are
-  // not consecutive), so that each rank holds its host's partial of the block of its rail's rank
-  // on h, and send it there at once; then this host's own blocks, and each rank combines its
-  // block from every host in host order, chunk by chunk as they arrive.
+  // reduce-scatter h's blocks in shared memory (reduce_scatter_inside), so that each rank holds
+  // its host's partial of the block of its rail's rank on h, and send it there at once; then this
+  // host's own blocks, and each rank combines its block from every host in host order, chunk by
+  // chunk as they arrive.
   void reduce_scatter_per_rail() {
     compare_fingerprints_across_hosts();
     const size_t block = d_.count;
@@ -1899,17 +1899,36 @@ class HostCollective {
     const Arrivals arrivals = expect_parts(flight, block, [this](int h) { return rail_peer(h); });
     for (int h : others_from_next()) {
       std::byte* partial = scratch(to_slot(h), block);  // read by its send until that completes
-      local(local_desc(OpKind::reduce_scatter, block, 0,
-                       blocks_of(d_.send, ranks_on(h), block, kHostData), partial, partial_op()));
+      reduce_scatter_inside(h, partial);
       post_send(flight, rail_peer(h), kFirst, partial, block);
       flight.progress();
     }
     std::byte* own = scratch(kOwnPart, block);
-    local(local_desc(OpKind::reduce_scatter, block, 0,
-                     blocks_of(d_.send, ranks_on(host_), block, kHostData), own, partial_op()));
+    reduce_scatter_inside(host_, own);
     for (size_t c = 0; c < arrivals.chunks.number; ++c)
       combine_arrived(flight, arrivals, c, own, d_.recv);
     flight.wait_all();
+  }
+
+  // reduce_scatter per rail's step inside the host for host h's blocks: this rank gets its host's
+  // partial of the block of its rail's rank on h. Where h's ranks are not consecutive (their
+  // blocks lie apart), one reduce per rank of the host, each to the rank whose rail takes it:
+  // measured on 2 x 2 interleaved with a link per rail, 64 MiB, 1.77-1.87 of one link's cap
+  // against 1.56-1.72 packing h's blocks into scratch for one reduce-scatter (2 x 4: 3.46-3.69
+  // against 2.78-3.19; docs/results/per-rail-interleaved.txt).
+  void reduce_scatter_inside(int h, void* partial) {
+    const size_t block = d_.count;
+    const std::vector<int>& theirs = ranks_on(h);
+    if (consecutive(theirs)) {
+      local(local_desc(OpKind::reduce_scatter, block, 0, at(d_.send, host_start(h, block)), partial,
+                       partial_op()));
+      return;
+    }
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      const bool mine = static_cast<int>(i) == local_rank_;
+      local(local_desc(OpKind::reduce, block, static_cast<int>(i), at(d_.send, theirs[i] * block),
+                       mine ? partial : nullptr, partial_op()));
+    }
   }
 
   // Reduce inside each host, send every other host's leader the blocks of its ranks, combine
