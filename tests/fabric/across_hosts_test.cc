@@ -570,17 +570,20 @@ void force_per_rail(int) {
   ::setenv("TPF_NET_GBPS", "0.0625", 1);  // 128 KiB slices
 }
 
-// Per rail on layouts of its own: three hosts of two (three ranks combine each slice), and two
-// hosts of two interleaved (a rail's ranks are not the hosts' first ranks, and the leaders are
-// ranks 0 and 1). all_reduce at every dtype and op (a subset under the sanitizers, above), sizes
-// from empty to several segments with a tail (the large count is odd: n % 2 trailing elements go
-// with the last rail), out of place and in place, against the documented order (the same bits as
-// the leaders' algorithms, which the other suites check against the same reference); then every
-// collective. (TwoHostsOfTwo runs per rail in the Forced suite over tagged messages, and below over
-// put.)
+// Per rail on layouts of its own: three hosts of two (three ranks combine each slice), and three
+// hosts of two interleaved (host h holds ranks h and h + 3: a rail's ranks are not the hosts'
+// first ranks, the leaders are ranks 0, 1 and 2, and each host's blocks of a buffer lie apart).
+// all_reduce at every dtype and op (a subset under the sanitizers, above), sizes from empty to
+// several segments with a tail (the large count is odd: n % 2 trailing elements go with the last
+// rail), out of place and in place, against the documented order (the same bits as the leaders'
+// algorithms, which the other suites check against the same reference); then every collective.
+// (TwoHostsOfTwo runs per rail in the Forced suite over tagged messages, and below over put with
+// two hosts of two interleaved.)
 TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
-  for (const HostKeys& keys : {three_of_two, kTwoHostsOfTwoInterleaved}) {
+  const HostKeys three_of_two_interleaved = {"host-a", "host-b", "host-c",
+                                             "host-a", "host-b", "host-c"};
+  for (const HostKeys& keys : {three_of_two, three_of_two_interleaved}) {
     const topo::HostMap hosts(keys);
     SCOPED_TRACE(hosts.describe());
     expect_all_ok(run_on_hosts(
@@ -604,8 +607,7 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
             }
           }
           log.throw_if_any("rank " + std::to_string(me));
-          // And every collective on these layouts, per rail on both above the one-round size
-          // (on the interleaved hosts each host's blocks are packed and placed through scratch).
+          // And every collective on these layouts, per rail on both above the one-round size.
           reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
           data_movement(comm);
         },
