@@ -1805,7 +1805,7 @@ class HostCollective {
         local(local_desc(OpKind::all_gather, block, 0, ours, at(d_.recv, host_start(h, block))));
         continue;
       }
-      for (size_t i = 0; i < theirs.size(); ++i) {  // the own block's root works in place
+      for (size_t i = 0; i < theirs.size(); ++i) {  // h's rank i's block, from local rank i
         void* place = at(d_.recv, theirs[i] * block);
         const bool mine = static_cast<int>(i) == local_rank_;
         local(
