@@ -437,7 +437,8 @@ class HostCollective {
   bool is_leader() const { return local_rank_ == 0; }
   const std::vector<int>& ranks_on(int host) const { return g_.hosts.ranks_on(host); }
   // Every host's ranks are consecutive: each host's blocks of a buffer of one block per rank lie
-  // together (the usual layout; interleaved hosts take the unpipelined paths).
+  // together (the usual layout, which the leaders' pipelined forms need; interleaved hosts take
+  // the leaders' unpipelined paths, or the per-rail forms where the rails may carry the data).
   bool hosts_consecutive() const {
     for (int h = 0; h < hosts(); ++h)
       if (!consecutive(ranks_on(h))) return false;
