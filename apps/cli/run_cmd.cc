@@ -252,8 +252,9 @@ void add_run_command(Command& tpf) {
                  "the count (UCX_NET_DEVICES, in place of the launcher's), e.g.\n"
                  "mlx5_0:1,mlx5_1:1: with a device per local rank the large\n"
                  "collectives go per rail, each rank over its own NIC; auto: each\n"
-                 "rank a device next to its cores (hwloc; see tpf topo), a host's\n"
-                 "ranks spread over them")
+                 "rank the device on its GPU's PCIe path (GPU local rank l mod the\n"
+                 "visible ones, or TPF_GPU), or, on a machine without GPUs, one next\n"
+                 "to its cores (hwloc; see tpf topo), a host's ranks spread over them")
       .type_name("LIST");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");

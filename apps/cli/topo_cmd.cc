@@ -3,6 +3,7 @@
 
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "topo/gpus.h"
 #include "topo/network_devices.h"
 #include "tpf/topology.h"
 
@@ -15,8 +16,10 @@ void add_topo_command(Command& tpf) {
       "(hwloc discovery, restricted to the process's CPU set). 'tpf run --bind core' pins\n"
       "local rank r to core r mod <cores>; '--bind numa' to NUMA node r mod <nodes>.\n"
       "Then the network devices UCX may use, each with the CPUs next to it, and those\n"
-      "nearest to this process's binding: what TPF_RAIL_DEVICES=auto (tpf run\n"
-      "--rail-devices auto) chooses from.");
+      "nearest to this process's binding, and the GPUs (NVIDIA and AMD, in PCI order) with\n"
+      "the devices on each one's PCIe path: what TPF_RAIL_DEVICES=auto (tpf run\n"
+      "--rail-devices auto) chooses from, for a rank that drives that GPU (TPF_GPU) or,\n"
+      "where it drives none, for a rank bound as this process is.");
   set_action(topo, [] {
     std::fputs(discover_topology().describe().c_str(), stdout);
     const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
@@ -26,6 +29,16 @@ void add_topo_command(Command& tpf) {
     std::printf("network devices: %s\nnearest to this process: %s\n",
                 devices.empty() ? "none found" : topo::describe_devices(devices).c_str(),
                 nearest.empty() ? "none (UCX's default, all)" : nearest.c_str());
+    const std::vector<topo::Gpu> gpus = topo::discover_gpus();
+    std::string gpu_lines;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      std::string near_gpu;
+      for (const std::string& name : topo::devices_nearest_gpu(devices, gpus[i].pci_path))
+        near_gpu += (near_gpu.empty() ? "" : ", ") + name;
+      gpu_lines += "  " + std::to_string(i) + " = " + gpus[i].pci_busid + ": nearest " +
+                   (near_gpu.empty() ? "none" : near_gpu) + "\n";
+    }
+    std::printf("GPUs:%s\n%s", gpus.empty() ? " none on PCI" : "", gpu_lines.c_str());
     return kExitOk;
   });
 }

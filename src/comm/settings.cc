@@ -9,6 +9,7 @@
 
 #include "base/env_config.h"
 #include "comm/flight_recorder.h"
+#include "topo/gpus.h"
 #include "topo/hosts.h"
 #include "topo/network_devices.h"
 #include "topo/rail_devices.h"
@@ -72,8 +73,11 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_RAIL_DEVICES", "communicator",
      "DEVICE,DEVICE,...: local rank l (the launcher's) uses device l mod the count, in place of "
      "UCX_NET_DEVICES: a NIC per rail under torchrun, mpirun or srun (tpf run: --rail-devices); "
-     "auto: each rank takes a device next to its cores (hwloc), the host's ranks spread over "
-     "them"},
+     "auto: each rank takes a device on its GPU's PCIe path (TPF_GPU), or next to its cores "
+     "where it drives none (hwloc), the host's ranks spread over them"},
+    {"TPF_GPU", "communicator",
+     "this rank's GPU for TPF_RAIL_DEVICES=auto: a PCI bus id, an index in PCI order, or none "
+     "(default: CUDA device local rank mod the visible ones, through CUDA_VISIBLE_DEVICES)"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
     {"TPF_NET_MESSAGE_US", "communicator",
@@ -241,6 +245,25 @@ std::string rail_device_of_this_rank(const std::string& list,
   return topo::rail_device(devices, detect_launch_env().local_rank);
 }
 
+// TPF_RAIL_DEVICES=auto: the devices on this rank's GPU's PCIe path where it drives one
+// (topo/gpus.h), else those next to its cores; and what they are nearest, for the report.
+std::pair<std::vector<std::string>, std::string> auto_rail_candidates() {
+  const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
+  const std::vector<topo::Gpu> gpus = topo::discover_gpus();
+  const topo::GpuChoice gpu = topo::choose_gpu(
+      gpus, {.tpf_gpu = base::env_string("TPF_GPU"),
+             .cuda_visible_devices = base::env_string("CUDA_VISIBLE_DEVICES"),
+             .local_rank = launch_env_present() ? std::optional<int>(detect_launch_env().local_rank)
+                                                : std::nullopt});
+  if (gpu.gpu) {
+    const topo::Gpu& mine = gpus[*gpu.gpu];
+    return {topo::devices_nearest_gpu(devices, mine.pci_path),
+            "GPU " + mine.pci_busid + " (" + gpu.why + ")"};
+  }
+  return {topo::nearest_devices(devices, topo::process_binding()),
+          "this rank's cores (no GPU: " + gpu.why + ")"};
+}
+
 coll::ShmLinkCost link_cost(Reader& read) {
   const coll::ShmLinkCost defaults;
   coll::ShmLinkCost cost;
@@ -355,13 +378,11 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
     const std::vector<std::string> devices = topo::parse_rail_devices(*rails, "TPF_RAIL_DEVICES");
     if (topo::is_auto(devices)) {
       // Resolved when a communicator is created, among the host's ranks (comm/host_discovery.cc).
-      const std::vector<std::string> nearest =
-          topo::nearest_devices(topo::discover_network_devices(), topo::process_binding());
+      const auto [nearest, near_what] = auto_rail_candidates();
       s.net_devices = topo::auto_rail_request(nearest);
       s.report.back().value = nearest.empty() ? "all" : s.net_devices;
-      s.report.back().source =
-          "TPF_RAIL_DEVICES=auto (the devices next to this rank's cores; the host's ranks share "
-          "them out when a communicator is created)";
+      s.report.back().source = "TPF_RAIL_DEVICES=auto (the devices nearest " + near_what +
+                               "; the host's ranks share them out when a communicator is created)";
     } else {
       s.net_devices = rail_device_of_this_rank(*rails, devices);
       s.report.back().value = s.net_devices;

@@ -1,13 +1,14 @@
 // Loading hwloc topologies: the one place that knows how (which of hwloc's components to leave
 // out, how an XML export stands for the machine), for the modules that read the machine
-// (tpf/topology.h, topo/network_devices.h, topo/numa_placement.h), and owning handles for what
-// they load.
+// (tpf/topology.h, topo/network_devices.h, topo/gpus.h, topo/numa_placement.h), owning handles
+// for what they load, and where an object sits in what they load.
 #pragma once
 
 #include <hwloc.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tpf::topo {
 
@@ -32,5 +33,18 @@ struct TopologyRequest {
 // use: cgroup cpuset, taskset), or the XML export's; null where hwloc cannot load the machine's.
 // Throws Error(invalid_argument) naming an XML file hwloc cannot load.
 Topology load_topology(const TopologyRequest& request = {});
+
+// "0000:17:00.0": a PCI device's bus id as lspci and UCX print it.
+std::string pci_busid(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci);
+
+// Where `object` sits: a label for each of its ancestors, from the machine down to its parent
+// ("Package#0", "host bridge 0000:[80-ff]", "PCI bridge 0000:85:00.0", "PCI 0000:17:00.0").
+// The labels come from logical indexes and PCI addresses, so two loads of one machine give the
+// same path; the longer the prefix two paths share, the nearer their objects (the same PCIe
+// switch before the same host bridge before the same socket).
+std::vector<std::string> ancestry(hwloc_obj_t object);
+
+// The length of the prefix `a` and `b` share.
+size_t shared_ancestry(const std::vector<std::string>& a, const std::vector<std::string>& b);
 
 }  // namespace tpf::topo

@@ -30,11 +30,7 @@ std::string rdma_port_name(hwloc_obj_t device) {
 
 std::string busid_of(hwloc_obj_t device) {
   for (hwloc_obj_t o = device->parent; o != nullptr; o = o->parent) {
-    if (o->type != HWLOC_OBJ_PCI_DEVICE) continue;
-    char text[32];
-    std::snprintf(text, sizeof text, "%04x:%02x:%02x.%01x", o->attr->pcidev.domain,
-                  o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func);
-    return text;
+    if (o->type == HWLOC_OBJ_PCI_DEVICE) return pci_busid(o->attr->pcidev);
   }
   return "";
 }
@@ -56,6 +52,7 @@ std::vector<NetworkDevice> hwloc_devices(hwloc_topology_t topology) {
     if (device.pci_busid.empty()) continue;  // hwloc lists only what hangs off PCI
     hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology, o);
     if (near != nullptr) device.near_cpus = pu_os_indices(near->cpuset);
+    device.pci_path = ancestry(o);
     devices.push_back(std::move(device));
   }
   std::stable_sort(devices.begin(), devices.end(), [](const auto& a, const auto& b) {
@@ -105,7 +102,7 @@ std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml
                                 strcasecmp(d.address.c_str(), it->second.c_str()) != 0);
   });
   if (devices.empty()) {
-    for (const auto& [name, address] : here) devices.push_back({name, "", false, {}, address});
+    for (const auto& [name, address] : here) devices.push_back({name, "", false, {}, address, {}});
   }
   return devices;
 }
@@ -121,13 +118,26 @@ std::vector<int> process_binding() {
   return pu_os_indices(set.get());
 }
 
-std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
-                                         const std::vector<int>& binding) {
+namespace {
+
+// The devices that can be rails: the RDMA ports where there are any (a server's Ethernet
+// management port is no rail), else all.
+std::vector<const NetworkDevice*> rail_candidates(const std::vector<NetworkDevice>& devices) {
   const bool rdma_only =
       std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d.rdma; });
+  std::vector<const NetworkDevice*> candidates;
+  for (const NetworkDevice& device : devices)
+    if (device.rdma || !rdma_only) candidates.push_back(&device);
+  return candidates;
+}
+
+}  // namespace
+
+std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
+                                         const std::vector<int>& binding) {
   std::vector<std::string> usable, near;
-  for (const NetworkDevice& device : devices) {
-    if (rdma_only && !device.rdma) continue;
+  for (const NetworkDevice* candidate : rail_candidates(devices)) {
+    const NetworkDevice& device = *candidate;
     usable.push_back(device.name);
     const bool next_to_binding =
         device.near_cpus.empty() || binding.empty() ||
@@ -137,6 +147,21 @@ std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devic
     if (next_to_binding) near.push_back(device.name);
   }
   return near.empty() ? usable : near;
+}
+
+std::vector<std::string> devices_nearest_gpu(const std::vector<NetworkDevice>& devices,
+                                             const std::vector<std::string>& gpu_path) {
+  std::vector<std::string> nearest;
+  size_t deepest = 0;
+  for (const NetworkDevice* device : rail_candidates(devices)) {
+    const size_t shared = shared_ancestry(device->pci_path, gpu_path);
+    if (shared > deepest) {
+      nearest.clear();
+      deepest = shared;
+    }
+    if (shared == deepest) nearest.push_back(device->name);
+  }
+  return nearest;
 }
 
 std::string describe_devices(const std::vector<NetworkDevice>& devices) {

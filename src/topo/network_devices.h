@@ -16,6 +16,8 @@ struct NetworkDevice {
   bool rdma = false;           // an InfiniBand / RoCE port (hwloc's OpenFabrics device)
   std::vector<int> near_cpus;  // OS indexes of the cores' PUs next to it; empty: not known
   std::string address;         // a network interface's hardware address, where known
+  std::vector<std::string> pci_path;  // its ancestors in hwloc's tree (topo::ancestry); empty:
+                                      // not known
 };
 
 // The machine's network devices, in PCI order: hwloc's OpenFabrics ports (the first active port
@@ -38,6 +40,13 @@ std::vector<int> process_binding();
 // ones next to a CPU of the binding (or whose locality is not known); all of them where none is.
 std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
                                          const std::vector<int>& binding);
+
+// The devices a rank driving the GPU whose ancestors are `gpu_path` (topo/gpus.h) should choose
+// from, in `devices`' order: of the same usable ones (the RDMA ports where there are any), those
+// whose PCI path meets the GPU's deepest, NCCL's "PIX before PXB before PHB before SYS": the
+// NIC under the GPU's own PCIe switch, else those under its host bridge, else its socket's.
+std::vector<std::string> devices_nearest_gpu(const std::vector<NetworkDevice>& devices,
+                                             const std::vector<std::string>& gpu_path);
 
 // "mlx5_0:1 (cpus 0-7)" per device, comma-separated: what `tpf topo` prints.
 std::string describe_devices(const std::vector<NetworkDevice>& devices);

@@ -408,6 +408,17 @@ TEST(Launcher, VersionHelpAndTopo) {
   // The network devices, and what TPF_RAIL_DEVICES=auto would choose from (this machine's).
   EXPECT_TRUE(contains(topo.out, "\nnetwork devices: ")) << topo.out;
   EXPECT_TRUE(contains(topo.out, "\nnearest to this process: ")) << topo.out;
+  EXPECT_TRUE(contains(topo.out, "\nGPUs:")) << topo.out;
+  // On a GPU server (an hwloc export, through hwloc's HWLOC_XMLFILE): each GPU with the HCAs on
+  // its PCIe path (tests/fabric/gpus_test.cc has the server).
+  Outcome gpu_server = run_tpf(
+      {"topo"}, {"HWLOC_XMLFILE=" TPF_SOURCE_DIR "/tests/fabric/data/two-sockets-four-gpus.xml"});
+  EXPECT_EQ(gpu_server.exit_code, 0) << gpu_server.err;
+  EXPECT_TRUE(contains(gpu_server.out,
+                       "\nGPUs:\n  0 = 0000:07:00.0: nearest mlx5_0:1\n  1 = 0000:12:00.0: nearest "
+                       "mlx5_1:1\n  2 = 0000:87:00.0: nearest mlx5_2:1\n  3 = 0000:92:00.0: "
+                       "nearest mlx5_2:1, mlx5_3:1\n"))
+      << gpu_server.out;
 }
 
 TEST(Launcher, LeftoverSharedMemoryOfTheJobIsRemoved) {

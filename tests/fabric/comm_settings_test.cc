@@ -153,6 +153,47 @@ TEST(CommSettings, AutoRailDevicesAskForTheNearestDevicesWithoutALauncher) {
       << reported(s, "UCX_NET_DEVICES").source;
 }
 
+// With a GPU (the machine an hwloc XML export describes, through hwloc's HWLOC_XMLFILE), auto
+// asks for the HCA on the GPU's PCIe switch: torchrun's local rank 1 drives GPU 1, whose switch
+// holds mlx5_1 (tests/fabric/gpus_test.cc has the server); TPF_GPU names another outright.
+TEST(CommSettings, AutoRailDevicesAskForTheDeviceOnTheRanksGpuPath) {
+  ScopedEnv machine("HWLOC_XMLFILE", TPF_SOURCE_DIR "/tests/fabric/data/two-sockets-four-gpus.xml");
+  ScopedEnv rank("RANK", "1");
+  ScopedEnv world("WORLD_SIZE", "4");
+  ScopedEnv local("LOCAL_RANK", "1");
+  ScopedEnv local_world("LOCAL_WORLD_SIZE", "4");
+  ScopedEnv addr("MASTER_ADDR", "127.0.0.1");
+  ScopedEnv port("MASTER_PORT", "29500");
+  ScopedEnv rails("TPF_RAIL_DEVICES", "auto");
+  detail::CommSettings s = detail::resolve_comm_settings();
+  EXPECT_EQ(s.net_devices, "auto:mlx5_1:1");
+  EXPECT_NE(reported(s, "UCX_NET_DEVICES")
+                .source.find("nearest GPU 0000:12:00.0 (CUDA device 1 of local rank 1"),
+            std::string::npos)
+      << reported(s, "UCX_NET_DEVICES").source;
+  {
+    ScopedEnv gpu("TPF_GPU", "0000:92:00.0");  // its switch has no HCA: its host bridge's two
+    EXPECT_EQ(detail::resolve_comm_settings().net_devices, "auto:mlx5_2:1|mlx5_3:1");
+  }
+  {
+    ScopedEnv gpu("TPF_GPU", "none");  // the cores' HCAs: unbound (an export), all four
+    s = detail::resolve_comm_settings();
+    EXPECT_EQ(s.net_devices, "auto:mlx5_0:1|mlx5_1:1|mlx5_2:1|mlx5_3:1");
+    EXPECT_NE(
+        reported(s, "UCX_NET_DEVICES").source.find("this rank's cores (no GPU: TPF_GPU=none)"),
+        std::string::npos)
+        << reported(s, "UCX_NET_DEVICES").source;
+  }
+  ScopedEnv gpu("TPF_GPU", "9");
+  try {
+    detail::resolve_comm_settings();
+    ADD_FAILURE() << "TPF_GPU=9 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("TPF_GPU='9' names no GPU of this machine", 0), 0u)
+        << e.what();
+  }
+}
+
 // A list with an empty item, or one without a launcher to say the local rank, is an error naming
 // the setting and what is wrong.
 TEST(CommSettings, RailDevicesWithoutALocalRankOrWithAnEmptyItemAreErrors) {

@@ -57,9 +57,9 @@ TEST(NetworkDevices, ARankChoosesAmongTheRdmaPortsNextToItsCores) {
   // Bound to cores no device is next to: all of them rather than none.
   EXPECT_EQ(nearest_devices(devices, {9}), all);
   // Without RDMA the Ethernet ports are the rails; a device of unknown locality is near anyone.
-  const std::vector<NetworkDevice> ethernet{{"eth0", "0000:05:00.0", false, cpus(0, 3), ""},
-                                            {"eth1", "0000:b1:00.0", false, cpus(4, 7), ""},
-                                            {"veth9", "", false, {}, ""}};
+  const std::vector<NetworkDevice> ethernet{{"eth0", "0000:05:00.0", false, cpus(0, 3), "", {}},
+                                            {"eth1", "0000:b1:00.0", false, cpus(4, 7), "", {}},
+                                            {"veth9", "", false, {}, "", {}}};
   EXPECT_EQ(nearest_devices(ethernet, {5}), (Names{"eth1", "veth9"}));
   EXPECT_TRUE(nearest_devices({}, {5}).empty());
 }
