@@ -539,6 +539,24 @@ class HostCollective {
       return flight.recv(peer, tag(stage, c), at(data, begin), bytes(length));
     });
   }
+  // A transfer of `blocks` blocks of `block` elements, each block cut on its own (`block`'s
+  // chunks), so that each can land in a place of its own; at most kNetworkMaxChunks chunks in all
+  // (their tags), so with many blocks each is cut into fewer, larger chunks.
+  Chunks block_chunks_of(size_t block, size_t blocks) const {
+    const size_t most_per_block =
+        std::max<size_t>(1, kNetworkMaxChunks / std::max<size_t>(blocks, 1));
+    const size_t per_chunk =
+        std::max(network_chunk_elems(block, elem_), (block + most_per_block - 1) / most_per_block);
+    return {block, per_chunk, chunks_of_size(block, per_chunk)};
+  }
+  // Calls start(i, chunk, begin, length) for every chunk of each of `blocks` blocks cut by
+  // `per_block` (block_chunks_of): `chunk` numbers them across the blocks, for their tags.
+  template <class Start>
+  void post_blocks(size_t blocks, const Chunks& per_block, Start&& start) {
+    for (size_t i = 0; i < blocks; ++i)
+      for (size_t c = 0; c < per_block.number; ++c)
+        start(i, i * per_block.number + c, per_block.begin(c), per_block.length(c));
+  }
   template <class Start>
   size_t post_chunks(size_t count, Start&& start) {
     return post_chunks(chunks_of(count), start);
@@ -2425,10 +2443,14 @@ class HostCollective {
   // shared memory of the L blocks each rank has for h, packed into scratch first where h's ranks
   // are not consecutive), which sends them to its rail's rank on h in one message; they arrive
   // in the order of this host's ranks, which is where they belong in the receiver's buffer where
-  // the sender's ranks are consecutive, so they land in place (else in scratch, placed once all
-  // are in; so too when the call is in place, its send blocks still to be read). Each rank's
-  // link carries 1/L of its host's traffic; hosts are taken from the next one on, the all-to-all
-  // for the next host running while the last one's message travels.
+  // the sender's ranks are consecutive, so they land in place. Where they lie apart and a block
+  // fills a network chunk, the message is cut at its blocks' boundaries (block_chunks_of) and
+  // each block lands in its own place: a copy of everything a rank receives, after the last
+  // byte, would cost as much as the transfer on a link as fast as a memory copy. Smaller blocks,
+  // and every block of a call in place (its send blocks still to be read), land in scratch and
+  // are placed once all are in. Each rank's link carries 1/L of its host's traffic; hosts are
+  // taken from the next one on, the all-to-all for the next host running while the last one's
+  // message travels.
   void all_to_all_per_rail() {
     const size_t block = d_.count;
     const size_t rails = static_cast<size_t>(this->rails());
@@ -2437,18 +2459,41 @@ class HostCollective {
     InFlight flight(g_.network, ctx_);
     const ProgressInsideHost progress_inside(*this, flight);
     const std::vector<int> others = others_from_next();
+    const Chunks per_block = block_chunks_of(block, rails);
+    // Both ends know how host h's messages are cut: from h's layout and the block's size.
+    auto cut_per_block = [&](int h) {
+      return !consecutive(ranks_on(h)) && bytes(block) >= kNetworkMinChunkBytes &&
+             rails <= kNetworkMaxChunks;
+    };
+    auto lands_in_place = [&](int h) {
+      return !in_place && (consecutive(ranks_on(h)) || cut_per_block(h));
+    };
     std::vector<void*> landing(hosts());
-    auto lands_in_place = [&](int h) { return !in_place && consecutive(ranks_on(h)); };
     for (int h : others) {
-      landing[h] = lands_in_place(h) ? at(d_.recv, host_start(h, block))
-                                     : static_cast<void*>(scratch(from_slot(h), rails * block));
-      post_recv(flight, rail_peer(h), kFirst, landing[h], rails * block);
+      if (!lands_in_place(h)) landing[h] = scratch(from_slot(h), rails * block);
+      if (!cut_per_block(h)) {
+        if (lands_in_place(h)) landing[h] = at(d_.recv, host_start(h, block));
+        post_recv(flight, rail_peer(h), kFirst, landing[h], rails * block);
+        continue;
+      }
+      post_blocks(rails, per_block, [&](size_t i, size_t chunk, size_t begin, size_t length) {
+        std::byte* to =
+            lands_in_place(h) ? at(d_.recv, ranks_on(h)[i] * block) : at(landing[h], i * block);
+        return flight.recv(rail_peer(h), tag(kFirst, chunk), at(to, begin), bytes(length));
+      });
     }
     for (int h : others) {
       std::byte* for_peer = scratch(to_slot(h), rails * block);
       local(local_desc(OpKind::all_to_all, block, 0,
                        blocks_of(d_.send, ranks_on(h), block, kHostData), for_peer));
-      post_send(flight, rail_peer(h), kFirst, for_peer, rails * block);
+      if (!cut_per_block(host_)) {
+        post_send(flight, rail_peer(h), kFirst, for_peer, rails * block);
+        continue;
+      }
+      post_blocks(rails, per_block, [&](size_t i, size_t chunk, size_t begin, size_t length) {
+        return flight.send(rail_peer(h), tag(kFirst, chunk), at(for_peer, i * block + begin),
+                           bytes(length));
+      });
     }
     const std::vector<int>& mine = ranks_on(host_);
     const void* own_sends = blocks_of(d_.send, mine, block, kHostData);
