@@ -12,7 +12,8 @@
 namespace tpf::topo {
 namespace {
 
-constexpr unsigned kDisplayClass = 0x03;  // PCI base class: VGA (0300), 3D (0302), other (0380)
+constexpr unsigned kDisplayClass = 0x03;      // PCI base classes
+constexpr unsigned kAcceleratorClass = 0x12;  // processing accelerators
 constexpr unsigned kNvidia = 0x10de;
 constexpr unsigned kAmd = 0x1002;
 
@@ -74,6 +75,12 @@ std::optional<std::vector<size_t>> visible_indexes(const std::string& text, size
 
 }  // namespace
 
+bool is_gpu(unsigned pci_class_id, unsigned pci_vendor_id) {
+  const unsigned base_class = pci_class_id >> 8;
+  return (base_class == kDisplayClass || base_class == kAcceleratorClass) &&
+         (pci_vendor_id == kNvidia || pci_vendor_id == kAmd);
+}
+
 std::vector<Gpu> discover_gpus(const std::string& hwloc_xml) {
   std::vector<Gpu> gpus;
   Topology topology = load_topology({.with_io = true, .xml = hwloc_xml});
@@ -81,11 +88,7 @@ std::vector<Gpu> discover_gpus(const std::string& hwloc_xml) {
   for (hwloc_obj_t o = hwloc_get_next_pcidev(topology.get(), nullptr); o != nullptr;
        o = hwloc_get_next_pcidev(topology.get(), o)) {
     const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci = o->attr->pcidev;
-    if ((pci.class_id >> 8) != kDisplayClass ||
-        (pci.vendor_id != kNvidia && pci.vendor_id != kAmd)) {
-      continue;
-    }
-    gpus.push_back({pci_busid(pci), ancestry(o)});
+    if (is_gpu(pci.class_id, pci.vendor_id)) gpus.push_back({pci_busid(pci), ancestry(o)});
   }
   std::sort(gpus.begin(), gpus.end(),
             [](const Gpu& a, const Gpu& b) { return a.pci_busid < b.pci_busid; });

@@ -1,7 +1,7 @@
 // The GPUs of this machine and which one this rank drives, so TPF_RAIL_DEVICES=auto can give a
 // rank the NIC on its GPU's PCIe path (topo::devices_nearest_gpu), as NCCL does, rather than one
-// next to its cores. Read with hwloc from PCI (no CUDA needed): the NVIDIA and AMD display-class
-// devices (an ASPEED or Matrox BMC console is no GPU), in PCI order, which is CUDA's order with
+// next to its cores. Read with hwloc from PCI (no CUDA needed): the NVIDIA and AMD GPUs (is_gpu;
+// an ASPEED or Matrox BMC console is none), in PCI order, which is CUDA's order with
 // CUDA_DEVICE_ORDER=PCI_BUS_ID and, on a server of one GPU model, its default order too.
 #pragma once
 
@@ -15,6 +15,10 @@ struct Gpu {
   std::string pci_busid;              // "0000:07:00.0"
   std::vector<std::string> pci_path;  // its ancestors in hwloc's tree (topo::ancestry)
 };
+
+// Whether a PCI device is a GPU: an NVIDIA or AMD device of the display class (VGA 0300, 3D
+// 0302, other 0380) or of the processing accelerators (1200: AMD's Instinct MI300 line).
+bool is_gpu(unsigned pci_class_id, unsigned pci_vendor_id);
 
 // `hwloc_xml`: read that hwloc XML export instead of this machine (tests). Throws
 // Error(invalid_argument) for an XML file hwloc cannot load.

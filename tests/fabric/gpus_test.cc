@@ -36,6 +36,18 @@ TEST(Gpus, HwlocFindsTheGpusInPciOrderAndWhereEachSits) {
   EXPECT_TRUE(discover_gpus(kCpuServer).empty());
 }
 
+TEST(Gpus, AGpuIsAnNvidiaOrAmdDisplayOrAcceleratorDevice) {
+  EXPECT_TRUE(is_gpu(0x0302, 0x10de));   // NVIDIA A100 / H100: 3D controller
+  EXPECT_TRUE(is_gpu(0x0300, 0x10de));   // NVIDIA, VGA
+  EXPECT_TRUE(is_gpu(0x0380, 0x1002));   // AMD Instinct MI100 / MI200: display controller
+  EXPECT_TRUE(is_gpu(0x1200, 0x1002));   // AMD Instinct MI300: processing accelerator
+  EXPECT_FALSE(is_gpu(0x0300, 0x1a03));  // ASPEED BMC console
+  EXPECT_FALSE(is_gpu(0x0300, 0x102b));  // Matrox BMC console
+  EXPECT_FALSE(is_gpu(0x0300, 0x8086));  // Intel integrated graphics
+  EXPECT_FALSE(is_gpu(0x1200, 0x1da3));  // Habana Gaudi: not a CUDA or ROCm device
+  EXPECT_FALSE(is_gpu(0x0207, 0x15b3));  // a Mellanox HCA
+}
+
 // The HCA under the GPU's own switch; where the switch has none, those under its host bridge.
 // The CPU binding alone (a rank bound to its GPU's socket) leaves each rank two HCAs to pick.
 TEST(Gpus, ARankChoosesTheHcaOnItsGpusPcieSwitch) {
