@@ -32,7 +32,7 @@ int bind_and_exec(const BindFlags& flags) {
   try {
     policy = parse_bind_policy(flags.policy);
   } catch (const Error&) {
-    throw UsageError("--policy expects core, numa or none, got '" + flags.policy + "'");
+    throw UsageError("--policy expects core, numa, gpu or none, got '" + flags.policy + "'");
   }
   if (flags.local_size < 1 || flags.local_rank < 0 || flags.local_rank >= flags.local_size) {
     throw UsageError("--local-rank " + std::to_string(flags.local_rank) + " is not in [0, " +
@@ -64,10 +64,11 @@ void add_bind_command(Command& tpf) {
       tpf.add_subcommand("bind", "run a program pinned as tpf run --bind pins a local rank");
   bind.footer(
       "Pins this process as 'tpf run --bind POLICY' pins local rank R of N on this machine\n"
-      "(core: its share of the cores; numa: NUMA node R mod <nodes>), then runs PROGRAM in\n"
-      "its place. tpf run --hosts starts remote ranks through it when given --bind. A binding\n"
-      "the machine refuses is a warning, and PROGRAM runs unpinned.");
-  bind.add_option("--policy", flags->policy, "core, numa or none").required().type_name("P");
+      "(core: its share of the cores; numa: NUMA node R mod <nodes>; gpu: the cores and\n"
+      "memory next to its GPU), then runs PROGRAM in its place. tpf run --hosts starts remote\n"
+      "ranks through it when given --bind. A binding the machine refuses is a warning, and\n"
+      "PROGRAM runs unpinned.");
+  bind.add_option("--policy", flags->policy, "core, numa, gpu or none").required().type_name("P");
   bind.add_option("--local-rank", flags->local_rank, "R: this rank among the machine's ranks")
       .required()
       .type_name("R");

@@ -100,7 +100,7 @@ BindPolicy parse_bind(const std::string& text) {
   try {
     return parse_bind_policy(text);
   } catch (const Error&) {
-    throw UsageError("--bind expects core, numa or none, got '" + text + "'");
+    throw UsageError("--bind expects core, numa, gpu or none, got '" + text + "'");
   }
 }
 
@@ -236,7 +236,9 @@ void add_run_command(Command& tpf) {
       .type_name("ADDR");
   run.add_option("--bind", flags->bind,
                  "core: rank r on its share of the cores (cores/N consecutive cores,\n"
-                 "at least one); numa: on NUMA node r mod <nodes>; none: no pinning.\n"
+                 "at least one); numa: on NUMA node r mod <nodes>; gpu: on the cores\n"
+                 "and memory next to its GPU (GPU r mod the visible ones, or TPF_GPU;\n"
+                 "see tpf topo); none: no pinning.\n"
                  "Default: core when N <= cores, else none; with --hosts none (r and N\n"
                  "then count each host's ranks)")
       .type_name("POLICY");

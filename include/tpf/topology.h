@@ -26,15 +26,18 @@ struct MachineTopology {
 
 MachineTopology discover_topology();
 
-enum class BindPolicy { none, core, numa };
-// Throws Error(invalid_argument) for an unknown name; accepts "none", "core", "numa".
+enum class BindPolicy { none, core, numa, gpu };
+// Throws Error(invalid_argument) for an unknown name; accepts "none", "core", "numa", "gpu".
 BindPolicy parse_bind_policy(const std::string& name);
-// "none", "core" or "numa": what parse_bind_policy reads back.
+// "none", "core", "numa" or "gpu": what parse_bind_policy reads back.
 const char* bind_policy_name(BindPolicy policy) noexcept;
 
 // Pins the calling process: core -> the local_rank-th block of max(1, cores / local_world_size)
 // consecutive cores (round-robin when ranks outnumber cores), numa -> the cores of NUMA node
-// (local_rank mod nodes). Returns a description of where it was bound ("" for none).
+// (local_rank mod nodes), gpu -> the cores and memory next to the GPU this local rank drives
+// (TPF_GPU, else CUDA device local_rank mod the visible ones: topo/gpus.h). Returns a
+// description of where it was bound ("" for none); a binding the machine refuses, or a GPU that
+// cannot be told, comes back as a string starting with "warning:".
 std::string bind_current_process(BindPolicy policy, int local_rank, int local_world_size);
 
 }  // namespace tpf

@@ -76,7 +76,8 @@ constexpr SettingInfo kCatalog[] = {
      "auto: each rank takes a device on its GPU's PCIe path (TPF_GPU), or next to its cores "
      "where it drives none (hwloc), the host's ranks spread over them"},
     {"TPF_GPU", "communicator",
-     "this rank's GPU for TPF_RAIL_DEVICES=auto: a PCI bus id, an index in PCI order, or none "
+     "this rank's GPU for TPF_RAIL_DEVICES=auto and tpf run --bind gpu: a PCI bus id, an index "
+     "in PCI order, or none "
      "(default: CUDA device local rank mod the visible ones, through CUDA_VISIBLE_DEVICES)"},
     {"TPF_NET_CALL_US", "communicator", "cost model: a collective's fixed cost across hosts, us"},
     {"TPF_NET_STEP_US", "communicator", "cost model: one network round between hosts, us"},
@@ -250,11 +251,9 @@ std::string rail_device_of_this_rank(const std::string& list,
 std::pair<std::vector<std::string>, std::string> auto_rail_candidates() {
   const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
   const std::vector<topo::Gpu> gpus = topo::discover_gpus();
-  const topo::GpuChoice gpu = topo::choose_gpu(
-      gpus, {.tpf_gpu = base::env_string("TPF_GPU"),
-             .cuda_visible_devices = base::env_string("CUDA_VISIBLE_DEVICES"),
-             .local_rank = launch_env_present() ? std::optional<int>(detect_launch_env().local_rank)
-                                                : std::nullopt});
+  const std::optional<int> local_rank =
+      launch_env_present() ? std::optional<int>(detect_launch_env().local_rank) : std::nullopt;
+  const topo::GpuChoice gpu = topo::choose_gpu(gpus, topo::gpu_hints_from_environment(local_rank));
   if (gpu.gpu) {
     const topo::Gpu& mine = gpus[*gpu.gpu];
     return {topo::devices_nearest_gpu(devices, mine.pci_path),

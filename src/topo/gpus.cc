@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 
+#include "base/env_config.h"
+#include "topo/cpu_sets.h"
 #include "topo/hwloc_topology.h"
 #include "tpf/error.h"
 
@@ -88,7 +91,15 @@ std::vector<Gpu> discover_gpus(const std::string& hwloc_xml) {
   for (hwloc_obj_t o = hwloc_get_next_pcidev(topology.get(), nullptr); o != nullptr;
        o = hwloc_get_next_pcidev(topology.get(), o)) {
     const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci = o->attr->pcidev;
-    if (is_gpu(pci.class_id, pci.vendor_id)) gpus.push_back({pci_busid(pci), ancestry(o)});
+    if (!is_gpu(pci.class_id, pci.vendor_id)) continue;
+    Gpu gpu{pci_busid(pci), ancestry(o), {}, {}};
+    if (hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology.get(), o)) {
+      gpu.near_cpus = pu_os_indices(near->cpuset);
+      for (int node = hwloc_bitmap_first(near->nodeset); node >= 0;
+           node = hwloc_bitmap_next(near->nodeset, node))
+        gpu.near_numa_nodes.push_back(node);
+    }
+    gpus.push_back(std::move(gpu));
   }
   std::sort(gpus.begin(), gpus.end(),
             [](const Gpu& a, const Gpu& b) { return a.pci_busid < b.pci_busid; });
@@ -117,6 +128,14 @@ GpuChoice choose_gpu(const std::vector<Gpu>& gpus, const GpuHints& hints) {
                                (hints.cuda_visible_devices
                                     ? " through CUDA_VISIBLE_DEVICES=" + *hints.cuda_visible_devices
                                     : std::string(", every GPU visible"))};
+}
+
+GpuHints gpu_hints_from_environment(std::optional<int> local_rank) {
+  // Set but empty, CUDA_VISIBLE_DEVICES hides every GPU (base::env_string reads it as unset).
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return {.tpf_gpu = base::env_string("TPF_GPU"),
+          .cuda_visible_devices = visible ? std::optional<std::string>(visible) : std::nullopt,
+          .local_rank = local_rank};
 }
 
 }  // namespace tpf::topo

@@ -1,8 +1,9 @@
 // The GPUs of this machine and which one this rank drives, so TPF_RAIL_DEVICES=auto can give a
 // rank the NIC on its GPU's PCIe path (topo::devices_nearest_gpu), as NCCL does, rather than one
-// next to its cores. Read with hwloc from PCI (no CUDA needed): the NVIDIA and AMD GPUs (is_gpu;
-// an ASPEED or Matrox BMC console is none), in PCI order, which is CUDA's order with
-// CUDA_DEVICE_ORDER=PCI_BUS_ID and, on a server of one GPU model, its default order too.
+// next to its cores, and `tpf run --bind gpu` can pin it next to its GPU (tpf/topology.h). Read
+// with hwloc from PCI (no CUDA needed): the NVIDIA and AMD GPUs (is_gpu; an ASPEED or Matrox BMC
+// console is none), in PCI order, which is CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID and, on a
+// server of one GPU model, its default order too.
 #pragma once
 
 #include <optional>
@@ -14,6 +15,10 @@ namespace tpf::topo {
 struct Gpu {
   std::string pci_busid;              // "0000:07:00.0"
   std::vector<std::string> pci_path;  // its ancestors in hwloc's tree (topo::ancestry)
+  // Its nearest non-I/O ancestor's (the socket or NUMA node its PCIe root hangs off) CPUs (PU OS
+  // indexes) and NUMA nodes (OS indexes): where `tpf run --bind gpu` pins its rank.
+  std::vector<int> near_cpus;
+  std::vector<int> near_numa_nodes;
 };
 
 // Whether a PCI device is a GPU: an NVIDIA or AMD device of the display class (VGA 0300, 3D
@@ -44,5 +49,8 @@ struct GpuChoice {
 // GPUs by UUID (only CUDA can map those: set TPF_GPU). Throws Error(invalid_argument) naming
 // TPF_GPU for a value that is none of those or names no GPU of `gpus`.
 GpuChoice choose_gpu(const std::vector<Gpu>& gpus, const GpuHints& hints);
+
+// TPF_GPU and CUDA_VISIBLE_DEVICES as this process's environment gives them, with `local_rank`.
+GpuHints gpu_hints_from_environment(std::optional<int> local_rank);
 
 }  // namespace tpf::topo

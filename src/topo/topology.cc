@@ -17,6 +17,7 @@
 
 #include "base/byte_size.h"
 #include "topo/cpu_sets.h"
+#include "topo/gpus.h"
 #include "topo/hwloc_topology.h"
 #include "tpf/error.h"
 
@@ -136,6 +137,7 @@ const char* bind_policy_name(BindPolicy policy) noexcept {
   switch (policy) {
     case BindPolicy::core: return "core";
     case BindPolicy::numa: return "numa";
+    case BindPolicy::gpu: return "gpu";
     case BindPolicy::none: break;
   }
   return "none";
@@ -145,9 +147,61 @@ BindPolicy parse_bind_policy(const std::string& name) {
   if (name == "none") return BindPolicy::none;
   if (name == "core") return BindPolicy::core;
   if (name == "numa") return BindPolicy::numa;
-  throw Error(ErrorCode::invalid_argument,
-              "parse_bind_policy: unknown binding '" + name + "'; use one of core, numa, none");
+  if (name == "gpu") return BindPolicy::gpu;
+  throw Error(ErrorCode::invalid_argument, "parse_bind_policy: unknown binding '" + name +
+                                               "'; use one of core, numa, gpu, none");
 }
+
+namespace {
+
+// Pins this process to `cpus` and its memory to `nodes`, described as `where`; a refusal is a
+// warning (below).
+std::string bind_cpus_and_memory(const HwlocTopology& topo, hwloc_const_cpuset_t cpus,
+                                 hwloc_const_nodeset_t nodes, const std::string& where,
+                                 int local_rank) {
+  if (hwloc_bitmap_iszero(cpus)) {
+    return "warning: " + where + " has no CPUs; local rank " + std::to_string(local_rank) +
+           " runs unbound";
+  }
+  if (hwloc_set_cpubind(topo.get(), cpus, HWLOC_CPUBIND_PROCESS) != 0) {
+    return "warning: could not bind local rank " + std::to_string(local_rank) + " to " + where +
+           ": " + std::strerror(errno) + "; running unbound";
+  }
+  const hwloc_topology_support* support = hwloc_topology_get_support(topo.get());
+  bool can_membind = support != nullptr && support->membind != nullptr &&
+                     support->membind->set_thisproc_membind && support->membind->bind_membind;
+  if (!can_membind || hwloc_bitmap_iszero(nodes)) return where + ", memory not bound (unsupported)";
+  if (hwloc_set_membind(topo.get(), nodes, HWLOC_MEMBIND_BIND,
+                        HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0) {
+    return "warning: bound local rank " + std::to_string(local_rank) + " to " + where +
+           " but not its memory: " + std::strerror(errno);
+  }
+  return where + ", memory bound";
+}
+
+// gpu: the CPUs and memory of the GPU's nearest non-I/O ancestor (its socket or NUMA node).
+std::string bind_next_to_gpu(const HwlocTopology& topo, int local_rank) {
+  const std::vector<topo::Gpu> gpus = topo::discover_gpus();
+  const topo::GpuChoice choice =
+      topo::choose_gpu(gpus, topo::gpu_hints_from_environment(local_rank));
+  if (!choice.gpu) {
+    return "warning: no GPU for local rank " + std::to_string(local_rank) + " (" + choice.why +
+           "); running unbound";
+  }
+  const topo::Gpu& gpu = gpus[*choice.gpu];
+  if (gpu.near_cpus.empty()) {
+    return "warning: hwloc does not say which CPUs GPU " + gpu.pci_busid +
+           " is next to; local rank " + std::to_string(local_rank) + " runs unbound";
+  }
+  topo::Bitmap cpus(hwloc_bitmap_alloc()), nodes(hwloc_bitmap_alloc());
+  for (int cpu : gpu.near_cpus) hwloc_bitmap_set(cpus.get(), static_cast<unsigned>(cpu));
+  for (int node : gpu.near_numa_nodes) hwloc_bitmap_set(nodes.get(), static_cast<unsigned>(node));
+  const std::string where =
+      "GPU " + gpu.pci_busid + "'s CPUs " + format_ranges(gpu.near_cpus) + " (" + choice.why + ")";
+  return bind_cpus_and_memory(topo, cpus.get(), nodes.get(), where, local_rank);
+}
+
+}  // namespace
 
 // A failure to bind (seccomp, restricted containers, a cpuset that changed under us) must not stop
 // a job that would otherwise run fine, only slower: it comes back as a string that starts with
@@ -187,6 +241,8 @@ std::string bind_current_process(BindPolicy policy, int local_rank, int local_wo
     return where;
   }
 
+  if (policy == BindPolicy::gpu) return bind_next_to_gpu(topo, local_rank);
+
   // numa: CPUs of the node, and memory from it where the kernel lets us.
   std::vector<hwloc_obj_t> nodes = topo.objects(HWLOC_OBJ_NUMANODE);
   if (nodes.empty()) {
@@ -196,24 +252,7 @@ std::string bind_current_process(BindPolicy policy, int local_rank, int local_wo
   hwloc_obj_t node = nodes[static_cast<size_t>(local_rank) % nodes.size()];
   std::string where = "NUMA node " + std::to_string(node->logical_index) + " (CPUs " +
                       format_ranges(pu_os_indices(node->cpuset)) + ")";
-  if (hwloc_bitmap_iszero(node->cpuset)) {
-    return "warning: " + where + " has no CPUs; local rank " + std::to_string(local_rank) +
-           " runs unbound";
-  }
-  if (hwloc_set_cpubind(topo.get(), node->cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
-    return "warning: could not bind local rank " + std::to_string(local_rank) + " to " + where +
-           ": " + std::strerror(errno) + "; running unbound";
-  }
-  const hwloc_topology_support* support = hwloc_topology_get_support(topo.get());
-  bool can_membind = support != nullptr && support->membind != nullptr &&
-                     support->membind->set_thisproc_membind && support->membind->bind_membind;
-  if (!can_membind) return where + ", memory not bound (unsupported)";
-  if (hwloc_set_membind(topo.get(), node->nodeset, HWLOC_MEMBIND_BIND,
-                        HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0) {
-    return "warning: bound local rank " + std::to_string(local_rank) + " to " + where +
-           " but not its memory: " + std::strerror(errno);
-  }
-  return where + ", memory bound";
+  return bind_cpus_and_memory(topo, node->cpuset, node->nodeset, where, local_rank);
 }
 
 }  // namespace tpf

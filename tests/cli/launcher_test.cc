@@ -366,7 +366,7 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
       {{"run", "-n", "3", "--hosts", "a:2", "true"}, "-n 3 disagrees with --hosts"},
       {{"run", "--hosts", "a:1", "--bind", "socket", "true"}, "--bind expects"},
       {{"bind", "--policy", "socket", "--local-rank", "0", "--local-size", "1", "--", "true"},
-       "--policy expects core, numa or none"},
+       "--policy expects core, numa, gpu or none"},
       {{"bind", "--policy", "core", "--local-rank", "2", "--local-size", "2", "--", "true"},
        "--local-rank 2 is not in [0, --local-size 2)"},
       {{"bind", "--policy", "core", "--local-rank", "0", "--local-size", "1"},
@@ -484,6 +484,23 @@ TEST(Launcher, BindWithHostsPinsEachHostsRanksAmongThatHostsRanks) {
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_TRUE(contains(lines[rank], "Cpus_allowed_list: " + want[rank])) << lines[rank];
   }
+}
+
+// --bind gpu on a machine without GPUs (this one; tests/fabric/topology_test.cc checks the
+// choice on a GPU server's hwloc export): each rank is told why it runs unbound, and runs.
+TEST(Launcher, BindGpuWithoutGpusWarnsAndRunsUnbound) {
+  Outcome r = run_tpf({"run", "-n", "2", "--bind", "gpu", "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_TRUE(contains(r.err, std::string("tpf run: rank ") + rank +
+                                    ": warning: no GPU for local rank " + rank +
+                                    " (no GPU on PCI); running unbound"))
+        << r.err;
+  }
+  Outcome bound =
+      run_tpf({"bind", "--policy", "gpu", "--local-rank", "1", "--local-size", "2", "--", "true"});
+  EXPECT_EQ(bound.exit_code, 0) << bound.err;
+  EXPECT_TRUE(contains(bound.err, "tpf bind: warning: no GPU for local rank 1")) << bound.err;
 }
 
 TEST(Launcher, BindCoreGivesALoneRankEveryCore) {

@@ -34,10 +34,10 @@ TEST(Topology, DescribeMentionsCoresAndCpus) {
   EXPECT_NE(text.find("CPUs"), std::string::npos) << text;
 }
 
-TEST(Topology, ParseBindPolicyAcceptsTheThreeNames) {
-  EXPECT_EQ(parse_bind_policy("none"), BindPolicy::none);
-  EXPECT_EQ(parse_bind_policy("core"), BindPolicy::core);
-  EXPECT_EQ(parse_bind_policy("numa"), BindPolicy::numa);
+TEST(Topology, ParseBindPolicyAcceptsTheFourNames) {
+  for (BindPolicy policy : {BindPolicy::none, BindPolicy::core, BindPolicy::numa, BindPolicy::gpu})
+    EXPECT_EQ(parse_bind_policy(bind_policy_name(policy)), policy);
+  EXPECT_STREQ(bind_policy_name(BindPolicy::gpu), "gpu");
 }
 
 TEST(Topology, ParseBindPolicyRejectsJunkWithTheValueInTheMessage) {
@@ -109,6 +109,44 @@ TEST(Topology, BindCorePinsToTheRanksShareOfTheCores) {
 }
 
 TEST(Topology, BindNumaSucceedsOrWarns) { EXPECT_EQ(bind_in_child(BindPolicy::numa, 0, 1), 0); }
+
+// Sets an environment variable for the test's scope (each test runs in its own process).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// gpu: next to the GPU the local rank drives, on a GPU server that an hwloc export describes
+// (tests/fabric/gpus_test.cc has it; hwloc's binding hooks for an export accept any set, so
+// only the choice is checked here): local rank 2 drives GPU 0000:87:00.0 on socket 1 (CPUs
+// 4-7); TPF_GPU names another; on this machine, without GPUs, a warning and no binding.
+TEST(Topology, BindGpuPinsNextToTheRanksGpu) {
+  {
+    ScopedEnv machine("HWLOC_XMLFILE",
+                      TPF_SOURCE_DIR "/tests/fabric/data/two-sockets-four-gpus.xml");
+    std::string where = bind_current_process(BindPolicy::gpu, 2, 4);
+    EXPECT_EQ(where.rfind("GPU 0000:87:00.0's CPUs 4-7 (CUDA device 2 of local rank 2", 0), 0u)
+        << where;
+    {
+      ScopedEnv gpu("TPF_GPU", "0000:12:00.0");
+      where = bind_current_process(BindPolicy::gpu, 2, 4);
+      EXPECT_EQ(where.rfind("GPU 0000:12:00.0's CPUs 0-3 (TPF_GPU=0000:12:00.0)", 0), 0u) << where;
+    }
+    ScopedEnv hidden("CUDA_VISIBLE_DEVICES", "");
+    where = bind_current_process(BindPolicy::gpu, 2, 4);
+    EXPECT_EQ(where,
+              "warning: no GPU for local rank 2 (CUDA_VISIBLE_DEVICES leaves no GPU visible); "
+              "running unbound");
+  }
+  EXPECT_EQ(bind_current_process(BindPolicy::gpu, 0, 1),
+            "warning: no GPU for local rank 0 (no GPU on PCI); running unbound");
+}
 
 }  // namespace
 }  // namespace tpf
