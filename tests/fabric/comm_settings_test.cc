@@ -119,12 +119,18 @@ TEST(CommSettings, TheLaunchersRanksOnThisMachineComeFromItsEnvironment) {
 
 // TPF_RAIL_DEVICES gives local rank l (its launcher's: torchrun's LOCAL_RANK here) device l mod
 // the count, in place of UCX_NET_DEVICES, which is what the network and the hosts' map then use.
+// A rank of a torchrun job of `world` ranks, `local_world` a host (LOCAL_RANK is the test's).
+struct TorchrunRank {
+  TorchrunRank(const char* rank, const char* world, const char* local_world)
+      : rank_("RANK", rank),
+        world_("WORLD_SIZE", world),
+        local_world_("LOCAL_WORLD_SIZE", local_world) {}
+  ScopedEnv rank_, world_, local_world_;
+  ScopedEnv addr_{"MASTER_ADDR", "127.0.0.1"}, port_{"MASTER_PORT", "29500"};
+};
+
 TEST(CommSettings, RailDevicesGiveEachLocalRankTheDeviceOfItsRail) {
-  ScopedEnv rank("RANK", "5");
-  ScopedEnv world("WORLD_SIZE", "8");
-  ScopedEnv local_world("LOCAL_WORLD_SIZE", "4");
-  ScopedEnv addr("MASTER_ADDR", "127.0.0.1");
-  ScopedEnv port("MASTER_PORT", "29500");
+  const TorchrunRank torchrun("5", "8", "4");
   ScopedEnv launcher_devices("UCX_NET_DEVICES", "eth0");
   ScopedEnv rails("TPF_RAIL_DEVICES", "mlx5_0:1,mlx5_1:1,mlx5_2:1");
   for (const auto& [local_rank, device] :
@@ -158,12 +164,8 @@ TEST(CommSettings, AutoRailDevicesAskForTheNearestDevicesWithoutALauncher) {
 // holds mlx5_1 (tests/fabric/gpus_test.cc has the server); TPF_GPU names another outright.
 TEST(CommSettings, AutoRailDevicesAskForTheDeviceOnTheRanksGpuPath) {
   ScopedEnv machine("HWLOC_XMLFILE", TPF_SOURCE_DIR "/tests/fabric/data/two-sockets-four-gpus.xml");
-  ScopedEnv rank("RANK", "1");
-  ScopedEnv world("WORLD_SIZE", "4");
+  const TorchrunRank torchrun("1", "4", "4");
   ScopedEnv local("LOCAL_RANK", "1");
-  ScopedEnv local_world("LOCAL_WORLD_SIZE", "4");
-  ScopedEnv addr("MASTER_ADDR", "127.0.0.1");
-  ScopedEnv port("MASTER_PORT", "29500");
   ScopedEnv rails("TPF_RAIL_DEVICES", "auto");
   detail::CommSettings s = detail::resolve_comm_settings();
   EXPECT_EQ(s.net_devices, "auto:mlx5_1:1");
