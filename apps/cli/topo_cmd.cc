@@ -3,6 +3,7 @@
 
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "topo/cpu_sets.h"
 #include "topo/gpus.h"
 #include "topo/network_devices.h"
 #include "tpf/topology.h"
@@ -16,10 +17,11 @@ void add_topo_command(Command& tpf) {
       "(hwloc discovery, restricted to the process's CPU set). 'tpf run --bind core' pins\n"
       "local rank r to core r mod <cores>; '--bind numa' to NUMA node r mod <nodes>.\n"
       "Then the network devices UCX may use, each with the CPUs next to it, and those\n"
-      "nearest to this process's binding, and the GPUs (NVIDIA and AMD, in PCI order) with\n"
-      "the devices on each one's PCIe path: what TPF_RAIL_DEVICES=auto (tpf run\n"
-      "--rail-devices auto) chooses from, for a rank that drives that GPU (TPF_GPU) or,\n"
-      "where it drives none, for a rank bound as this process is.");
+      "nearest to this process's binding; and the GPUs (NVIDIA and AMD, in PCI order), each\n"
+      "with the CPUs next to it ('--bind gpu') and the devices on its PCIe path. What\n"
+      "TPF_RAIL_DEVICES=auto (tpf run --rail-devices auto) chooses from: a rank that drives\n"
+      "a GPU (TPF_GPU), that GPU's devices; a rank that drives none, those nearest its\n"
+      "binding.");
   set_action(topo, [] {
     std::fputs(discover_topology().describe().c_str(), stdout);
     const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
@@ -35,7 +37,9 @@ void add_topo_command(Command& tpf) {
       std::string near_gpu;
       for (const std::string& name : topo::devices_nearest_gpu(devices, gpus[i].pci_path))
         near_gpu += (near_gpu.empty() ? "" : ", ") + name;
-      gpu_lines += "  " + std::to_string(i) + " = " + gpus[i].pci_busid + ": nearest " +
+      const std::string cpus =
+          gpus[i].near_cpus.empty() ? "" : " (cpus " + topo::format_ranges(gpus[i].near_cpus) + ")";
+      gpu_lines += "  " + std::to_string(i) + " = " + gpus[i].pci_busid + cpus + ": nearest " +
                    (near_gpu.empty() ? "none" : near_gpu) + "\n";
     }
     std::printf("GPUs:%s\n%s", gpus.empty() ? " none on PCI" : "", gpu_lines.c_str());

@@ -415,9 +415,10 @@ TEST(Launcher, VersionHelpAndTopo) {
       {"topo"}, {"HWLOC_XMLFILE=" TPF_SOURCE_DIR "/tests/fabric/data/two-sockets-four-gpus.xml"});
   EXPECT_EQ(gpu_server.exit_code, 0) << gpu_server.err;
   EXPECT_TRUE(contains(gpu_server.out,
-                       "\nGPUs:\n  0 = 0000:07:00.0: nearest mlx5_0:1\n  1 = 0000:12:00.0: nearest "
-                       "mlx5_1:1\n  2 = 0000:87:00.0: nearest mlx5_2:1\n  3 = 0000:92:00.0: "
-                       "nearest mlx5_2:1, mlx5_3:1\n"))
+                       "\nGPUs:\n  0 = 0000:07:00.0 (cpus 0-3): nearest mlx5_0:1\n"
+                       "  1 = 0000:12:00.0 (cpus 0-3): nearest mlx5_1:1\n"
+                       "  2 = 0000:87:00.0 (cpus 4-7): nearest mlx5_2:1\n"
+                       "  3 = 0000:92:00.0 (cpus 4-7): nearest mlx5_2:1, mlx5_3:1\n"))
       << gpu_server.out;
 }
 
