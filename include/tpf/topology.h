@@ -37,7 +37,8 @@ const char* bind_policy_name(BindPolicy policy) noexcept;
 // (local_rank mod nodes), gpu -> the cores and memory next to the GPU this local rank drives
 // (TPF_GPU, else CUDA device local_rank mod the visible ones: topo/gpus.h). Returns a
 // description of where it was bound ("" for none); a binding the machine refuses, or a GPU that
-// cannot be told, comes back as a string starting with "warning:".
+// cannot be told, comes back as a string starting with "warning:". Throws Error(invalid_argument)
+// for a local rank outside [0, local_world_size) and, with gpu, a TPF_GPU that names no GPU.
 std::string bind_current_process(BindPolicy policy, int local_rank, int local_world_size);
 
 }  // namespace tpf

@@ -170,7 +170,8 @@ std::string bind_cpus_and_memory(const HwlocTopology& topo, hwloc_const_cpuset_t
   const hwloc_topology_support* support = hwloc_topology_get_support(topo.get());
   bool can_membind = support != nullptr && support->membind != nullptr &&
                      support->membind->set_thisproc_membind && support->membind->bind_membind;
-  if (!can_membind || hwloc_bitmap_iszero(nodes)) return where + ", memory not bound (unsupported)";
+  if (!can_membind) return where + ", memory not bound (unsupported)";
+  if (hwloc_bitmap_iszero(nodes)) return where + ", memory not bound (no NUMA node known)";
   if (hwloc_set_membind(topo.get(), nodes, HWLOC_MEMBIND_BIND,
                         HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0) {
     return "warning: bound local rank " + std::to_string(local_rank) + " to " + where +
