@@ -17,15 +17,21 @@ namespace tpf::topo {
 namespace {
 
 // UCX names an RDMA device by its port: the first port hwloc says is active (state 4), else 1.
-std::string rdma_port_name(hwloc_obj_t device) {
+// Down where hwloc gives port states and none is active (a cable out, a storage HCA left unused).
+struct RdmaPort {
+  std::string name;
+  bool down = false;
+};
+RdmaPort rdma_port(hwloc_obj_t device) {
+  bool any_state = false;
   for (unsigned port = 1; port <= 8; ++port) {
     const std::string key = "Port" + std::to_string(port) + "State";
     const char* state = hwloc_obj_get_info_by_name(device, key.c_str());
-    if (state != nullptr && std::string(state) == "4") {
-      return std::string(device->name) + ":" + std::to_string(port);
-    }
+    if (state == nullptr) continue;
+    if (std::string(state) == "4") return {std::string(device->name) + ":" + std::to_string(port)};
+    any_state = true;
   }
-  return std::string(device->name) + ":1";
+  return {std::string(device->name) + ":1", any_state};
 }
 
 std::string busid_of(hwloc_obj_t device) {
@@ -46,7 +52,13 @@ std::vector<NetworkDevice> hwloc_devices(hwloc_topology_t topology) {
     }
     NetworkDevice device;
     device.rdma = type == HWLOC_OBJ_OSDEV_OPENFABRICS;
-    device.name = device.rdma ? rdma_port_name(o) : std::string(o->name);
+    if (device.rdma) {
+      RdmaPort port = rdma_port(o);
+      device.name = std::move(port.name);
+      device.down = port.down;
+    } else {
+      device.name = o->name;
+    }
     device.pci_busid = busid_of(o);
     if (const char* address = hwloc_obj_get_info_by_name(o, "Address")) device.address = address;
     if (device.pci_busid.empty()) continue;  // hwloc lists only what hangs off PCI
@@ -102,7 +114,8 @@ std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml
                                 strcasecmp(d.address.c_str(), it->second.c_str()) != 0);
   });
   if (devices.empty()) {
-    for (const auto& [name, address] : here) devices.push_back({name, "", false, {}, address, {}});
+    for (const auto& [name, address] : here)
+      devices.push_back({name, "", false, {}, address, {}, false});
   }
   return devices;
 }
@@ -121,13 +134,13 @@ std::vector<int> process_binding() {
 namespace {
 
 // The devices that can be rails: the RDMA ports where there are any (a server's Ethernet
-// management port is no rail), else all.
+// management port is no rail), else all; none that is down.
 std::vector<const NetworkDevice*> rail_candidates(const std::vector<NetworkDevice>& devices) {
   const bool rdma_only =
-      std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d.rdma; });
+      std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d.rdma && !d.down; });
   std::vector<const NetworkDevice*> candidates;
   for (const NetworkDevice& device : devices)
-    if (device.rdma || !rdma_only) candidates.push_back(&device);
+    if (!device.down && (device.rdma || !rdma_only)) candidates.push_back(&device);
   return candidates;
 }
 
@@ -170,6 +183,7 @@ std::string describe_devices(const std::vector<NetworkDevice>& devices) {
     if (!text.empty()) text += ", ";
     text += device.name;
     if (!device.near_cpus.empty()) text += " (cpus " + format_ranges(device.near_cpus) + ")";
+    if (device.down) text += " (down)";
   }
   return text;
 }

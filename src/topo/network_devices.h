@@ -18,6 +18,7 @@ struct NetworkDevice {
   std::string address;         // a network interface's hardware address, where known
   std::vector<std::string> pci_path;  // its ancestors in hwloc's tree (topo::ancestry); empty:
                                       // not known
+  bool down = false;  // an RDMA device none of whose ports hwloc reports active: never a rail
 };
 
 // The machine's network devices, in PCI order: hwloc's OpenFabrics ports (the first active port
@@ -36,8 +37,9 @@ std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml
 std::vector<int> process_binding();
 
 // The devices a rank bound to `binding` should choose from, in `devices`' order: only the RDMA
-// ports where there are any (a server's Ethernet management port is no rail), and of those the
-// ones next to a CPU of the binding (or whose locality is not known); all of them where none is.
+// ports where there are any (a server's Ethernet management port is no rail), none that is down,
+// and of those the ones next to a CPU of the binding (or whose locality is not known); all of them
+// where none is.
 std::vector<std::string> nearest_devices(const std::vector<NetworkDevice>& devices,
                                          const std::vector<int>& binding);
 

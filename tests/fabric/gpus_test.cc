@@ -2,7 +2,8 @@
 // two-socket GPU server described by an hwloc XML export (tests/fabric/data/two-sockets-four-
 // gpus.xml): socket 0 with a BMC console (no GPU) and two PCIe switches of a GPU and an HCA each
 // (0000:07:00.0 with mlx5_0, 0000:12:00.0 with mlx5_1), socket 1 with a switch of GPU
-// 0000:87:00.0 and mlx5_2, a switch with GPU 0000:92:00.0 alone, and mlx5_3 on the host bridge.
+// 0000:87:00.0 and mlx5_2, a switch with GPU 0000:92:00.0 alone, and on the host bridge mlx5_3
+// and mlx5_4, whose ports are all down.
 #include "topo/gpus.h"
 
 #include <gtest/gtest.h>
@@ -58,14 +59,19 @@ TEST(Gpus, ARankChoosesTheHcaOnItsGpusPcieSwitch) {
   EXPECT_EQ(devices_nearest_gpu(devices, gpus[1].pci_path), Names{"mlx5_1:1"});
   EXPECT_EQ(devices_nearest_gpu(devices, gpus[2].pci_path), Names{"mlx5_2:1"});
   EXPECT_EQ(devices_nearest_gpu(devices, gpus[3].pci_path), (Names{"mlx5_2:1", "mlx5_3:1"}));
+  // mlx5_4 is listed, down, and never a rail: not for GPU 3, not for a rank bound to its socket.
+  ASSERT_EQ(devices.size(), 6u) << describe_devices(devices);  // eno1 and five HCAs
+  EXPECT_TRUE(devices.back().down);
+  EXPECT_EQ(describe_devices({devices.back()}), "mlx5_4:1 (cpus 4-7) (down)");
+  EXPECT_EQ(nearest_devices(devices, {4, 5}), (Names{"mlx5_2:1", "mlx5_3:1"}));
   EXPECT_EQ(nearest_devices(devices, {0, 1, 2, 3}), (Names{"mlx5_0:1", "mlx5_1:1"}));
   // Across sockets only: every HCA of the machine is as near as any other.
   const std::vector<std::string> far{"Machine#0", "Package#7"};
   EXPECT_EQ(devices_nearest_gpu(devices, far),
             (Names{"mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"}));
   // Devices of unknown place (a namespace's own interfaces) are all equally near.
-  const std::vector<NetworkDevice> unplaced{{"veth0", "", false, {}, "", {}},
-                                            {"veth1", "", false, {}, "", {}}};
+  const std::vector<NetworkDevice> unplaced{{"veth0", "", false, {}, "", {}, false},
+                                            {"veth1", "", false, {}, "", {}, false}};
   EXPECT_EQ(devices_nearest_gpu(unplaced, gpus[0].pci_path), (Names{"veth0", "veth1"}));
 }
 

@@ -40,6 +40,7 @@ TEST(NetworkDevices, HwlocGivesEachDeviceItsUcxNameAndTheCoresNextToIt) {
     EXPECT_EQ(devices[i].pci_busid, busids[i]) << names[i];
     EXPECT_EQ(devices[i].rdma, i >= 2) << names[i];
     EXPECT_EQ(devices[i].near_cpus, i < 4 ? cpus(0, 3) : cpus(4, 7)) << names[i];
+    EXPECT_FALSE(devices[i].down) << names[i];  // an active port, or no state given
   }
   EXPECT_EQ(describe_devices({devices[0], devices[5]}), "eno1 (cpus 0-3), mlx5_3:1 (cpus 4-7)");
 }
@@ -57,9 +58,10 @@ TEST(NetworkDevices, ARankChoosesAmongTheRdmaPortsNextToItsCores) {
   // Bound to cores no device is next to: all of them rather than none.
   EXPECT_EQ(nearest_devices(devices, {9}), all);
   // Without RDMA the Ethernet ports are the rails; a device of unknown locality is near anyone.
-  const std::vector<NetworkDevice> ethernet{{"eth0", "0000:05:00.0", false, cpus(0, 3), "", {}},
-                                            {"eth1", "0000:b1:00.0", false, cpus(4, 7), "", {}},
-                                            {"veth9", "", false, {}, "", {}}};
+  const std::vector<NetworkDevice> ethernet{
+      {"eth0", "0000:05:00.0", false, cpus(0, 3), "", {}, false},
+      {"eth1", "0000:b1:00.0", false, cpus(4, 7), "", {}, false},
+      {"veth9", "", false, {}, "", {}, false}};
   EXPECT_EQ(nearest_devices(ethernet, {5}), (Names{"eth1", "veth9"}));
   EXPECT_TRUE(nearest_devices({}, {5}).empty());
 }
