@@ -24,19 +24,20 @@ void add_topo_command(Command& tpf) {
       "binding.");
   set_action(topo, [] {
     std::fputs(discover_topology().describe().c_str(), stdout);
+    auto joined = [](const std::vector<std::string>& names) {
+      std::string text;
+      for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+      return text;
+    };
     const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
-    std::string nearest;
-    for (const std::string& name : topo::nearest_devices(devices, topo::process_binding()))
-      nearest += (nearest.empty() ? "" : ", ") + name;
+    const std::string nearest = joined(topo::nearest_devices(devices, topo::process_binding()));
     std::printf("network devices: %s\nnearest to this process: %s\n",
                 devices.empty() ? "none found" : topo::describe_devices(devices).c_str(),
                 nearest.empty() ? "none (UCX's default, all)" : nearest.c_str());
     const std::vector<topo::Gpu> gpus = topo::discover_gpus();
     std::string gpu_lines;
     for (size_t i = 0; i < gpus.size(); ++i) {
-      std::string near_gpu;
-      for (const std::string& name : topo::devices_nearest_gpu(devices, gpus[i].pci_path))
-        near_gpu += (near_gpu.empty() ? "" : ", ") + name;
+      const std::string near_gpu = joined(topo::devices_nearest_gpu(devices, gpus[i].pci_path));
       const std::string cpus =
           gpus[i].near_cpus.empty() ? "" : " (cpus " + topo::format_ranges(gpus[i].near_cpus) + ")";
       gpu_lines += "  " + std::to_string(i) + " = " + gpus[i].pci_busid + cpus + ": nearest " +

@@ -2468,18 +2468,20 @@ class HostCollective {
     auto lands_in_place = [&](int h) {
       return !in_place && (consecutive(ranks_on(h)) || cut_per_block(h));
     };
-    std::vector<void*> landing(hosts());
+    std::vector<std::byte*> landing(hosts());  // scratch, for the hosts placed after the last byte
     for (int h : others) {
       if (!lands_in_place(h)) landing[h] = scratch(from_slot(h), rails * block);
+      // Where h's block i lands (in place, h's blocks together unless the message is cut).
+      auto block_at = [&](size_t i) {
+        return landing[h] != nullptr ? at(landing[h], i * block)
+                                     : at(d_.recv, ranks_on(h)[i] * block);
+      };
       if (!cut_per_block(h)) {
-        if (lands_in_place(h)) landing[h] = at(d_.recv, host_start(h, block));
-        post_recv(flight, rail_peer(h), kFirst, landing[h], rails * block);
+        post_recv(flight, rail_peer(h), kFirst, block_at(0), rails * block);
         continue;
       }
       post_blocks(rails, per_block, [&](size_t i, size_t chunk, size_t begin, size_t length) {
-        std::byte* to =
-            lands_in_place(h) ? at(d_.recv, ranks_on(h)[i] * block) : at(landing[h], i * block);
-        return flight.recv(rail_peer(h), tag(kFirst, chunk), at(to, begin), bytes(length));
+        return flight.recv(rail_peer(h), tag(kFirst, chunk), at(block_at(i), begin), bytes(length));
       });
     }
     for (int h : others) {
@@ -2502,7 +2504,7 @@ class HostCollective {
     if (!consecutive(mine)) place_blocks(d_.recv, own_receives, mine, block);
     flight.wait_all();
     for (int h : others)
-      if (!lands_in_place(h)) place_blocks(d_.recv, landing[h], ranks_on(h), block);
+      if (landing[h] != nullptr) place_blocks(d_.recv, landing[h], ranks_on(h), block);
   }
 
   // Everyone on each host arrives, the leaders meet, and release their hosts.
