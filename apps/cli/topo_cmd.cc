@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "topo/cpu_sets.h"
 #include "topo/gpus.h"
+#include "topo/hwloc_topology.h"
 #include "topo/network_devices.h"
 #include "tpf/topology.h"
 
@@ -29,12 +30,14 @@ void add_topo_command(Command& tpf) {
       for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
       return text;
     };
-    const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
+    const topo::Topology machine = topo::load_topology({.with_io = true, .xml = {}});
+    const std::vector<topo::NetworkDevice> devices =
+        topo::network_devices_in(machine.get(), /*this_machine=*/true);
     const std::string nearest = joined(topo::nearest_devices(devices, topo::process_binding()));
     std::printf("network devices: %s\nnearest to this process: %s\n",
                 devices.empty() ? "none found" : topo::describe_devices(devices).c_str(),
                 nearest.empty() ? "none (UCX's default, all)" : nearest.c_str());
-    const std::vector<topo::Gpu> gpus = topo::discover_gpus();
+    const std::vector<topo::Gpu> gpus = topo::gpus_in(machine.get());
     std::string gpu_lines;
     for (size_t i = 0; i < gpus.size(); ++i) {
       const std::string near_gpu = joined(topo::devices_nearest_gpu(devices, gpus[i].pci_path));

@@ -11,6 +11,7 @@
 #include "comm/flight_recorder.h"
 #include "topo/gpus.h"
 #include "topo/hosts.h"
+#include "topo/hwloc_topology.h"
 #include "topo/network_devices.h"
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
@@ -249,8 +250,10 @@ std::string rail_device_of_this_rank(const std::string& list,
 // TPF_RAIL_DEVICES=auto: the devices on this rank's GPU's PCIe path where it drives one
 // (topo/gpus.h), else those next to its cores; and what they are nearest, for the report.
 std::pair<std::vector<std::string>, std::string> auto_rail_candidates() {
-  const std::vector<topo::NetworkDevice> devices = topo::discover_network_devices();
-  const std::vector<topo::Gpu> gpus = topo::discover_gpus();
+  const topo::Topology machine = topo::load_topology({.with_io = true, .xml = {}});
+  const std::vector<topo::NetworkDevice> devices =
+      topo::network_devices_in(machine.get(), /*this_machine=*/true);
+  const std::vector<topo::Gpu> gpus = topo::gpus_in(machine.get());
   const std::optional<int> local_rank =
       launch_env_present() ? std::optional<int>(detect_launch_env().local_rank) : std::nullopt;
   const topo::GpuChoice gpu = topo::choose_gpu(gpus, topo::gpu_hints_from_environment(local_rank));

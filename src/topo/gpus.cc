@@ -8,7 +8,6 @@
 #include <cstdlib>
 
 #include "base/env_config.h"
-#include "topo/cpu_sets.h"
 #include "topo/hwloc_topology.h"
 #include "tpf/error.h"
 
@@ -85,16 +84,19 @@ bool is_gpu(unsigned pci_class_id, unsigned pci_vendor_id) {
 }
 
 std::vector<Gpu> discover_gpus(const std::string& hwloc_xml) {
+  const Topology topology = load_topology({.with_io = true, .xml = hwloc_xml});
+  return gpus_in(topology.get());
+}
+
+std::vector<Gpu> gpus_in(hwloc_topology* io_topology) {
   std::vector<Gpu> gpus;
-  Topology topology = load_topology({.with_io = true, .xml = hwloc_xml});
-  if (!topology) return gpus;
-  for (hwloc_obj_t o = hwloc_get_next_pcidev(topology.get(), nullptr); o != nullptr;
-       o = hwloc_get_next_pcidev(topology.get(), o)) {
+  if (io_topology == nullptr) return gpus;
+  for (hwloc_obj_t o = hwloc_get_next_pcidev(io_topology, nullptr); o != nullptr;
+       o = hwloc_get_next_pcidev(io_topology, o)) {
     const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci = o->attr->pcidev;
     if (!is_gpu(pci.class_id, pci.vendor_id)) continue;
-    Gpu gpu{pci_busid(pci), ancestry(o), {}, {}};
-    if (hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology.get(), o)) {
-      gpu.near_cpus = pu_os_indices(near->cpuset);
+    Gpu gpu{pci_busid(pci), ancestry(o), cpus_near(io_topology, o), {}};
+    if (hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(io_topology, o)) {
       for (int node = hwloc_bitmap_first(near->nodeset); node >= 0;
            node = hwloc_bitmap_next(near->nodeset, node))
         gpu.near_numa_nodes.push_back(node);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+struct hwloc_topology;  // hwloc.h's, for the loaded forms (topo/hwloc_topology.h)
+
 namespace tpf::topo {
 
 struct Gpu {
@@ -28,6 +30,9 @@ bool is_gpu(unsigned pci_class_id, unsigned pci_vendor_id);
 // `hwloc_xml`: read that hwloc XML export instead of this machine (tests). Throws
 // Error(invalid_argument) for an XML file hwloc cannot load.
 std::vector<Gpu> discover_gpus(const std::string& hwloc_xml = "");
+// The same from a topology loaded with I/O (topo::load_topology; null: none), so that a caller
+// that reads the network devices too loads the machine once.
+std::vector<Gpu> gpus_in(hwloc_topology* io_topology);
 
 // What tells this rank's GPU: the settings as the environment gives them (nullopt: not set).
 struct GpuHints {

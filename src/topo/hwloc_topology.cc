@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "topo/cpu_sets.h"
 #include "tpf/error.h"
 
 namespace tpf::topo {
@@ -65,6 +66,11 @@ std::vector<std::string> ancestry(hwloc_obj_t object) {
   for (hwloc_obj_t o = object->parent; o != nullptr; o = o->parent) path.push_back(label_of(o));
   std::reverse(path.begin(), path.end());
   return path;
+}
+
+std::vector<int> cpus_near(hwloc_topology_t topology, hwloc_obj_t object) {
+  const hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology, object);
+  return near != nullptr ? pu_os_indices(near->cpuset) : std::vector<int>{};
 }
 
 size_t shared_ancestry(const std::vector<std::string>& a, const std::vector<std::string>& b) {

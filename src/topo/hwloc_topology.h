@@ -44,6 +44,10 @@ std::string pci_busid(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci);
 // switch before the same host bridge before the same socket).
 std::vector<std::string> ancestry(hwloc_obj_t object);
 
+// The CPUs (PU OS indexes) of `object`'s nearest non-I/O ancestor: the socket or NUMA node the
+// PCIe root it hangs off belongs to. Empty where it has none.
+std::vector<int> cpus_near(hwloc_topology_t topology, hwloc_obj_t object);
+
 // The length of the prefix `a` and `b` share.
 size_t shared_ancestry(const std::vector<std::string>& a, const std::vector<std::string>& b);
 

@@ -62,8 +62,7 @@ std::vector<NetworkDevice> hwloc_devices(hwloc_topology_t topology) {
     device.pci_busid = busid_of(o);
     if (const char* address = hwloc_obj_get_info_by_name(o, "Address")) device.address = address;
     if (device.pci_busid.empty()) continue;  // hwloc lists only what hangs off PCI
-    hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topology, o);
-    if (near != nullptr) device.near_cpus = pu_os_indices(near->cpuset);
+    device.near_cpus = cpus_near(topology, o);
     device.pci_path = ancestry(o);
     devices.push_back(std::move(device));
   }
@@ -100,10 +99,14 @@ std::map<std::string, std::string> namespace_interfaces() {
 }  // namespace
 
 std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml) {
+  const Topology topology = load_topology({.with_io = true, .xml = hwloc_xml});
+  return network_devices_in(topology.get(), hwloc_xml.empty());
+}
+
+std::vector<NetworkDevice> network_devices_in(hwloc_topology* io_topology, bool this_machine) {
   std::vector<NetworkDevice> devices;
-  if (Topology topology = load_topology({.with_io = true, .xml = hwloc_xml}))
-    devices = hwloc_devices(topology.get());
-  if (!hwloc_xml.empty()) return devices;
+  if (io_topology != nullptr) devices = hwloc_devices(io_topology);
+  if (!this_machine) return devices;
   // On this machine: only the interfaces this namespace has (hwloc may list the machine's where
   // /sys was not remounted for the namespace), or, where hwloc found none, all of those.
   const std::map<std::string, std::string> here = namespace_interfaces();

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+struct hwloc_topology;  // hwloc.h's, for the loaded forms (topo/hwloc_topology.h)
+
 namespace tpf::topo {
 
 struct NetworkDevice {
@@ -31,6 +33,10 @@ struct NetworkDevice {
 // namespace is then not looked at). Throws Error(invalid_argument) for an XML file hwloc cannot
 // load.
 std::vector<NetworkDevice> discover_network_devices(const std::string& hwloc_xml = "");
+// The same from a topology loaded with I/O (topo::load_topology; null where hwloc could not load
+// the machine), so that a caller that reads the GPUs too loads the machine once (~10 ms a load).
+// `this_machine`: the topology is this machine's, not an export's (the namespace is looked at).
+std::vector<NetworkDevice> network_devices_in(hwloc_topology* io_topology, bool this_machine);
 
 // The CPUs (PU OS indexes) this process is bound to; every allowed one where it is not bound or
 // hwloc cannot say.
