@@ -2438,19 +2438,45 @@ class HostCollective {
     return groups;
   }
 
+  // all_to_all per rail's step inside the host for host h: the blocks this host's ranks send to
+  // h's local rank m come together in `for_peer` on local rank m, in local order, and send() is
+  // called there once they are in. Where h's ranks are consecutive (their blocks lie together in
+  // every input), one all-to-all in shared memory. Where they lie apart and a block fills a network
+  // chunk, one gather per rank of h, each to the rank whose rail takes it, which sends as soon as
+  // its gather is done: packing h's blocks into scratch for one all-to-all would copy every byte
+  // once more (as reduce_scatter_inside). Smaller blocks are packed: L steps inside the host would
+  // cost more than their copy.
+  template <class Send>
+  void bring_together_for(int h, void* for_peer, Send&& send) {
+    const size_t block = d_.count;
+    const std::vector<int>& theirs = ranks_on(h);
+    if (consecutive(theirs) || bytes(block) < kNetworkMinChunkBytes) {
+      local(local_desc(OpKind::all_to_all, block, 0, blocks_of(d_.send, theirs, block, kHostData),
+                       for_peer));
+      send();
+      return;
+    }
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      const bool mine = static_cast<int>(i) == local_rank_;
+      local(local_desc(OpKind::gather, block, static_cast<int>(i), at(d_.send, theirs[i] * block),
+                       mine ? for_peer : nullptr));
+      if (mine) send();
+    }
+  }
+
   // all_to_all per rail, as NCCL's PXN routes it: the blocks that this host's ranks send to local
   // rank m of host h are first brought together on this host's local rank m (an all-to-all in
-  // shared memory of the L blocks each rank has for h, packed into scratch first where h's ranks
-  // are not consecutive), which sends them to its rail's rank on h in one message; they arrive
-  // in the order of this host's ranks, which is where they belong in the receiver's buffer where
-  // the sender's ranks are consecutive, so they land in place. Where they lie apart and a block
-  // fills a network chunk, the message is cut at its blocks' boundaries (block_chunks_of) and
-  // each block lands in its own place: a copy of everything a rank receives, after the last
-  // byte, would cost as much as the transfer on a link as fast as a memory copy. Smaller blocks,
-  // and every block of a call in place (its send blocks still to be read), land in scratch and
-  // are placed once all are in. Each rank's link carries 1/L of its host's traffic; hosts are
-  // taken from the next one on, the all-to-all for the next host running while the last one's
-  // message travels.
+  // shared memory of the L blocks each rank has for h, or one gather per rank of h where h's
+  // ranks are not consecutive: bring_together_for), which sends them to its rail's rank on h in one
+  // message; they arrive in the order of this host's ranks, which is where they belong in the
+  // receiver's buffer where the sender's ranks are consecutive, so they land in place. Where they
+  // lie apart and a block fills a network chunk, the message is cut at its blocks' boundaries
+  // (block_chunks_of) and each block lands in its own place: a copy of everything a rank receives,
+  // after the last byte, would cost as much as the transfer on a link as fast as a memory copy.
+  // Smaller blocks, and every block of a call in place (its send blocks still to be read), land in
+  // scratch and are placed once all are in. Each rank's link carries 1/L of its host's traffic;
+  // hosts are taken from the next one on, the all-to-all for the next host running while the last
+  // one's message travels.
   void all_to_all_per_rail() {
     const size_t block = d_.count;
     const size_t rails = static_cast<size_t>(this->rails());
@@ -2486,16 +2512,17 @@ class HostCollective {
     }
     for (int h : others) {
       std::byte* for_peer = scratch(to_slot(h), rails * block);
-      local(local_desc(OpKind::all_to_all, block, 0,
-                       blocks_of(d_.send, ranks_on(h), block, kHostData), for_peer));
-      if (!cut_per_block(host_)) {
-        post_send(flight, rail_peer(h), kFirst, for_peer, rails * block);
-        continue;
-      }
-      post_blocks(rails, per_block, [&](size_t i, size_t chunk, size_t begin, size_t length) {
-        return flight.send(rail_peer(h), tag(kFirst, chunk), at(for_peer, i * block + begin),
-                           bytes(length));
-      });
+      auto send = [&] {
+        if (!cut_per_block(host_)) {
+          post_send(flight, rail_peer(h), kFirst, for_peer, rails * block);
+          return;
+        }
+        post_blocks(rails, per_block, [&](size_t i, size_t chunk, size_t begin, size_t length) {
+          return flight.send(rail_peer(h), tag(kFirst, chunk), at(for_peer, i * block + begin),
+                             bytes(length));
+        });
+      };
+      bring_together_for(h, for_peer, send);
     }
     const std::vector<int>& mine = ranks_on(host_);
     const void* own_sends = blocks_of(d_.send, mine, block, kHostData);
