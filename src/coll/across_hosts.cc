@@ -1952,9 +1952,9 @@ class HostCollective {
 
   // Reduce inside each host, send every other host's leader the blocks of its ranks, combine
   // this host's blocks from every host in host order as they arrive, scatter inside the host.
-  // Where every host's ranks are consecutive (each host's blocks lie together), the reduction
-  // inside the host goes chunk by chunk: the other hosts' blocks first, each chunk sent as soon as
-  // it is reduced, this host's last, each chunk combined as soon as it is here.
+  // Where every host's ranks are consecutive (each host's blocks lie together), or a block fills
+  // a network chunk, the reduction inside the host goes piece by piece with the network
+  // (reduce_scatter_pipelined); else the whole buffer is reduced first.
   // Small: the blocks ride in the fingerprint messages (exchange_blocks: directly, or passed on in
   // rounds on many hosts).
   void reduce_scatter() {
@@ -1963,7 +1963,8 @@ class HostCollective {
     if (blocks_go_per_rail(block)) return reduce_scatter_per_rail();
     if (!small) {
       compare_fingerprints_across_hosts();
-      if (!alone() && hosts_consecutive()) return reduce_scatter_pipelined();
+      if (!alone() && (hosts_consecutive() || bytes(block) >= kNetworkMinChunkBytes))
+        return reduce_scatter_pipelined();
     }
     const size_t total = block * static_cast<size_t>(g_.hosts.ranks());
     const std::vector<int>& mine = ranks_on(host_);
@@ -1999,39 +2000,54 @@ class HostCollective {
     if (!alone()) local(local_desc(OpKind::scatter, block, 0, result, d_.recv));
   }
 
+  // The pipelined form: the other hosts' blocks first, each piece reduced inside the host and its
+  // chunks sent at once, this host's last, each chunk combined as soon as it is here. The leader's
+  // host sums lie host after host (each host's blocks in its local order, the message it is sent),
+  // so where a host's ranks are not consecutive its blocks are reduced one by one to their places
+  // in that message: one reduce per block a piece touches, blocks of at least a network chunk.
   void reduce_scatter_pipelined() {
     const size_t block = d_.count;
     const std::vector<int>& mine = ranks_on(host_);
     const size_t my_count = mine.size() * block;
+    std::vector<size_t> sums_at(hosts());  // where each host's message starts in host_sum
+    for (int h = 1; h < hosts(); ++h) sums_at[h] = sums_at[h - 1] + ranks_on(h - 1).size() * block;
     std::byte* host_sum =
         is_leader() ? scratch(kHostData, block * static_cast<size_t>(g_.hosts.ranks())) : nullptr;
     std::byte* result = is_leader() ? scratch(kCombined, my_count) : nullptr;
     InFlight flight(g_.network, ctx_);
     Arrivals arrivals;
     if (is_leader()) arrivals = expect_parts(flight, my_count);
-    auto reduce_inside = [&](size_t begin, size_t count) {
-      local(local_desc(OpKind::reduce, count, 0, at(d_.send, begin),
-                       is_leader() ? at(host_sum, begin) : nullptr, partial_op()));
+    // Elements [begin, begin + count) of host h's message, reduced into host_sum at the leader.
+    auto reduce_inside = [&](int h, size_t begin, size_t count) {
+      const std::vector<int>& theirs = ranks_on(h);
+      for (size_t done = 0; done < count;) {
+        const size_t at_element = begin + done;
+        const size_t i = consecutive(theirs) ? 0 : at_element / block;
+        const size_t offset = consecutive(theirs) ? at_element : at_element % block;
+        const size_t length = consecutive(theirs) ? count : std::min(block - offset, count - done);
+        local(local_desc(OpKind::reduce, length, 0, at(d_.send, theirs[i] * block + offset),
+                         is_leader() ? at(host_sum, sums_at[h] + at_element) : nullptr,
+                         partial_op()));
+        done += length;
+      }
     };
     for (int k = 1; k < hosts(); ++k) {
       const int h = (host_ + k) % hosts();
-      const size_t start = ranks_on(h)[0] * block;
       const Chunks chunks = chunks_of(ranks_on(h).size() * block);
       for_each_piece(chunks, [&](size_t c, size_t last) {
-        reduce_inside(start + chunks.begin(c), chunks.span_length(c, last));
+        reduce_inside(h, chunks.begin(c), chunks.span_length(c, last));
         for (size_t i = c; is_leader() && i < last; ++i) {
-          flight.send(leader(h), tag(kFirst, i), at(host_sum, start + chunks.begin(i)),
+          flight.send(leader(h), tag(kFirst, i), at(host_sum, sums_at[h] + chunks.begin(i)),
                       bytes(chunks.length(i)));
         }
         if (is_leader()) flight.progress();
       });
     }
-    const size_t start = mine[0] * block;
     const Chunks chunks = chunks_of(my_count);
     for_each_piece(chunks, [&](size_t c, size_t last) {
-      reduce_inside(start + chunks.begin(c), chunks.span_length(c, last));
+      reduce_inside(host_, chunks.begin(c), chunks.span_length(c, last));
       for (size_t i = c; is_leader() && i < last; ++i)
-        combine_arrived(flight, arrivals, i, at(host_sum, start), result);
+        combine_arrived(flight, arrivals, i, at(host_sum, sums_at[host_]), result);
     });
     flight.wait_all();
     local(local_desc(OpKind::scatter, block, 0, result, d_.recv));
