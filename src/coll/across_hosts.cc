@@ -1835,9 +1835,10 @@ class HostCollective {
   }
 
   // Gather inside each host to the leader, the leaders exchange their hosts' blocks (GatherRing),
-  // broadcast inside: where every host's ranks are consecutive, each host's blocks are broadcast
-  // inside the host as their chunks arrive. Small: the hosts' blocks ride in the fingerprint
-  // messages.
+  // broadcast inside: where every host's ranks are consecutive, or a block fills a network chunk,
+  // each host's blocks are broadcast inside the host as their chunks arrive (block by block where
+  // a host's ranks lie apart); else once all are in. Small: the hosts' blocks ride in the
+  // fingerprint messages.
   void all_gather() {
     const size_t block = d_.count;
     const bool small = packs(bytes(block * largest_host()));
@@ -1879,16 +1880,32 @@ class HostCollective {
           host_blocks);
       place_blocks(d_.recv, host_blocks, mine, block);
     }
-    if (!alone() && hosts_consecutive()) {
+    if (!alone() && (hosts_consecutive() || bytes(block) >= kNetworkMinChunkBytes)) {
+      // Elements [begin, begin + count) of host h's blocks (in its local order) to their places
+      // in every rank's output: from where they landed at the leader (in place for this host's
+      // and a consecutive host's; in scratch for a host whose ranks lie apart), block by block
+      // where they lie apart.
+      auto broadcast_inside = [&](int h, size_t begin, size_t count) {
+        const std::vector<int>& theirs = ranks_on(h);
+        const void* landed = h == host_ || consecutive(theirs) ? nullptr : ring.landed(h);
+        for (size_t done = 0; done < count;) {
+          const size_t element = begin + done;
+          const size_t i = consecutive(theirs) ? 0 : element / block;
+          const size_t offset = consecutive(theirs) ? element : element % block;
+          const size_t length =
+              consecutive(theirs) ? count - done : std::min(block - offset, count - done);
+          void* place = at(d_.recv, theirs[i] * block + offset);
+          const void* from = is_leader() && landed != nullptr ? at(landed, element) : place;
+          local(local_desc(OpKind::broadcast, length, 0, from, place));
+          done += length;
+        }
+      };
       for (int k = 0; k < n; ++k) {
         const int h = ring.arrival(k);
-        const size_t start = ranks_on(h)[0] * block;
         const Chunks& chunks = ring.chunks(h);
         for_each_piece(chunks, [&](size_t c, size_t last) {
           for (size_t i = c; is_leader() && k > 0 && i < last; ++i) ring.arrived(h, i);
-          const size_t at_element = start + chunks.begin(c);
-          local(local_desc(OpKind::broadcast, chunks.span_length(c, last), 0,
-                           at(d_.recv, at_element), at(d_.recv, at_element)));
+          broadcast_inside(h, chunks.begin(c), chunks.span_length(c, last));
         });
       }
       flight.wait_all();
