@@ -978,6 +978,23 @@ class HostCollective {
     if (consecutive(ranks)) return at(full, ranks.empty() ? 0 : ranks[0] * block);
     return scratch(slot, ranks.size() * block);
   }
+  // Elements [begin, begin + count) of host h's blocks in its local order (what h's leader sends
+  // or is sent), in the parts that lie together in a buffer of one block per communicator rank:
+  // span(place, element, length) for each, `place` where it lies in such a buffer, `element`
+  // where it starts among h's blocks. One part where h's ranks are consecutive, else one per
+  // block touched.
+  template <class Span>
+  void for_each_place(int h, size_t begin, size_t count, Span&& span) const {
+    const size_t block = d_.count;
+    const std::vector<int>& theirs = ranks_on(h);
+    if (consecutive(theirs)) return span(theirs[0] * block + begin, begin, count);
+    for (size_t done = 0; done < count;) {
+      const size_t element = begin + done;
+      const size_t length = std::min(block - element % block, count - done);
+      span(theirs[element / block] * block + element % block, element, length);
+      done += length;
+    }
+  }
   // The blocks of `ranks`, packed in local order, to their places in a buffer of one block per
   // communicator rank.
   void place_blocks(void* full, const void* packed, const std::vector<int>& ranks,
@@ -1886,19 +1903,12 @@ class HostCollective {
       // and a consecutive host's; in scratch for a host whose ranks lie apart), block by block
       // where they lie apart.
       auto broadcast_inside = [&](int h, size_t begin, size_t count) {
-        const std::vector<int>& theirs = ranks_on(h);
-        const void* landed = h == host_ || consecutive(theirs) ? nullptr : ring.landed(h);
-        for (size_t done = 0; done < count;) {
-          const size_t element = begin + done;
-          const size_t i = consecutive(theirs) ? 0 : element / block;
-          const size_t offset = consecutive(theirs) ? element : element % block;
-          const size_t length =
-              consecutive(theirs) ? count - done : std::min(block - offset, count - done);
-          void* place = at(d_.recv, theirs[i] * block + offset);
-          const void* from = is_leader() && landed != nullptr ? at(landed, element) : place;
-          local(local_desc(OpKind::broadcast, length, 0, from, place));
-          done += length;
-        }
+        const void* landed = h == host_ || consecutive(ranks_on(h)) ? nullptr : ring.landed(h);
+        for_each_place(h, begin, count, [&](size_t place, size_t element, size_t length) {
+          void* to = at(d_.recv, place);
+          const void* from = is_leader() && landed != nullptr ? at(landed, element) : to;
+          local(local_desc(OpKind::broadcast, length, 0, from, to));
+        });
       };
       for (int k = 0; k < n; ++k) {
         const int h = ring.arrival(k);
@@ -2036,17 +2046,10 @@ class HostCollective {
     if (is_leader()) arrivals = expect_parts(flight, my_count);
     // Elements [begin, begin + count) of host h's message, reduced into host_sum at the leader.
     auto reduce_inside = [&](int h, size_t begin, size_t count) {
-      const std::vector<int>& theirs = ranks_on(h);
-      for (size_t done = 0; done < count;) {
-        const size_t at_element = begin + done;
-        const size_t i = consecutive(theirs) ? 0 : at_element / block;
-        const size_t offset = consecutive(theirs) ? at_element : at_element % block;
-        const size_t length = consecutive(theirs) ? count : std::min(block - offset, count - done);
-        local(local_desc(OpKind::reduce, length, 0, at(d_.send, theirs[i] * block + offset),
-                         is_leader() ? at(host_sum, sums_at[h] + at_element) : nullptr,
-                         partial_op()));
-        done += length;
-      }
+      for_each_place(h, begin, count, [&](size_t place, size_t element, size_t length) {
+        local(local_desc(OpKind::reduce, length, 0, at(d_.send, place),
+                         is_leader() ? at(host_sum, sums_at[h] + element) : nullptr, partial_op()));
+      });
     };
     for (int k = 1; k < hosts(); ++k) {
       const int h = (host_ + k) % hosts();
