@@ -974,6 +974,28 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
   }
 }
 
+// The leaders' forms on hosts whose ranks are interleaved (two hosts of two, three of two; rank r
+// on host r mod H), forced (TPF_NET_ALGO=pipelined) so that nothing goes per rail: every host's
+// blocks lie apart in every buffer, and where a block fills a network chunk (the large size here)
+// reduce_scatter reduces, all_gather broadcasts and all_to_all gathers and scatters them block by
+// block (or row by row) as the network moves them. Every collective, dtype and op (a subset under
+// the sanitizers) against the reference, out of place and in place.
+TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
+  const HostKeys three_of_two_interleaved = {"host-a", "host-b", "host-c",
+                                             "host-a", "host-b", "host-c"};
+  for (const HostKeys& keys : {kTwoHostsOfTwoInterleaved, three_of_two_interleaved}) {
+    const topo::HostMap hosts(keys);
+    SCOPED_TRACE(hosts.describe());
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
+          data_movement(comm);
+        },
+        transport::NetProtocol::tag, [](int) { ::setenv("TPF_NET_ALGO", "pipelined", 1); }));
+  }
+}
+
 // all_gather's leaders go round a ring of the hosts where the link is slow beside a round
 // (TPF_NET_GBPS=0.0625 here; at the default 100 Gb/s the suites above take the direct exchange at
 // these sizes), each chunk forwarded as it arrives: on three hosts of one (an odd ring) and on
