@@ -437,13 +437,23 @@ class HostCollective {
   bool is_leader() const { return local_rank_ == 0; }
   const std::vector<int>& ranks_on(int host) const { return g_.hosts.ranks_on(host); }
   // Every host's ranks are consecutive: each host's blocks of a buffer of one block per rank lie
-  // together (the usual layout, which the leaders' pipelined forms need; interleaved hosts take
-  // the leaders' unpipelined paths, or the per-rail forms where the rails may carry the data).
+  // together (the usual layout).
   bool hosts_consecutive() const {
     for (int h = 0; h < hosts(); ++h)
       if (!consecutive(ranks_on(h))) return false;
     return true;
   }
+  // Whether the leaders' reduce_scatter, all_gather and all_to_all of blocks of `block` elements
+  // pipeline their steps inside the hosts with the network: where every host's blocks lie
+  // together, or else (interleaved hosts) where a block fills a network chunk, since a host's
+  // blocks then take a step inside the host each (for_each_place); smaller blocks would take
+  // many small steps, and go through scratch in the unpipelined forms instead.
+  bool pipelines_inside_hosts(size_t block) const {
+    return hosts_consecutive() || fills_a_chunk(block);
+  }
+  // A block of at least a network chunk: where a host's blocks lie apart, worth a step inside the
+  // host, or network messages, of its own.
+  bool fills_a_chunk(size_t block) const { return bytes(block) >= kNetworkMinChunkBytes; }
   // The other hosts, from the next one round. Sending in this order, each host receives from one
   // host at a time (measured: 4 hosts x 2 ranks, all_gather 0.40 of the link when every host
   // sent to host 0 first).
@@ -1897,7 +1907,7 @@ class HostCollective {
           host_blocks);
       place_blocks(d_.recv, host_blocks, mine, block);
     }
-    if (!alone() && (hosts_consecutive() || bytes(block) >= kNetworkMinChunkBytes)) {
+    if (!alone() && pipelines_inside_hosts(block)) {
       // Elements [begin, begin + count) of host h's blocks (in its local order) to their places
       // in every rank's output: from where they landed at the leader (in place for this host's
       // and a consecutive host's; in scratch for a host whose ranks lie apart), block by block
@@ -1990,8 +2000,7 @@ class HostCollective {
     if (blocks_go_per_rail(block)) return reduce_scatter_per_rail();
     if (!small) {
       compare_fingerprints_across_hosts();
-      if (!alone() && (hosts_consecutive() || bytes(block) >= kNetworkMinChunkBytes))
-        return reduce_scatter_pipelined();
+      if (!alone() && pipelines_inside_hosts(block)) return reduce_scatter_pipelined();
     }
     const size_t total = block * static_cast<size_t>(g_.hosts.ranks());
     const std::vector<int>& mine = ranks_on(host_);
@@ -2313,8 +2322,7 @@ class HostCollective {
       const bool per_rail = goes_per_rail();
       compare_fingerprints_across_hosts();
       if (per_rail) return all_to_all_per_rail();
-      if (!alone() && (hosts_consecutive() || bytes(block) >= kNetworkMinChunkBytes))
-        return all_to_all_pipelined();
+      if (!alone() && pipelines_inside_hosts(block)) return all_to_all_pipelined();
     }
     const std::vector<int>& mine = ranks_on(host_);
     const size_t local_n = mine.size();
@@ -2400,9 +2408,10 @@ class HostCollective {
   // of h (its blocks for this host's local ranks), and the rows are scattered inside the host as
   // they arrive, in groups of at least kMinPieceBytes (scatter_groups; one row a group, to its
   // own place, where h's ranks are not consecutive), so that the copies overlap the network
-  // rather than all following its last byte. Measured on 4 emulated hosts x 2 ranks, against waiting for all
-  // of a host's rows and rearranging them before one scatter: 0.86 -> 0.91-0.92 of the link at
-  // 500 Mb/s on 2 cores, 0.82-0.84 -> 0.88-0.89 at 2 Gb/s on 16 (docs/fabric.md).
+  // rather than all following its last byte. Measured on 4 emulated hosts x 2 ranks, against
+  // waiting for all of a host's rows and rearranging them before one scatter: 0.86 -> 0.91-0.92
+  // of the link at 500 Mb/s on 2 cores, 0.82-0.84 -> 0.88-0.89 at 2 Gb/s on 16 (docs/fabric.md);
+  // on interleaved hosts, 0.86-0.88 -> 0.92-0.94 at 500 Mb/s on 2 cores.
   void all_to_all_pipelined() {
     const size_t block = d_.count;
     const std::vector<int>& mine = ranks_on(host_);
@@ -2502,7 +2511,7 @@ class HostCollective {
   void bring_together_for(int h, void* for_peer, Send&& send) {
     const size_t block = d_.count;
     const std::vector<int>& theirs = ranks_on(h);
-    if (consecutive(theirs) || bytes(block) < kNetworkMinChunkBytes) {
+    if (consecutive(theirs) || !fills_a_chunk(block)) {
       local(local_desc(OpKind::all_to_all, block, 0, blocks_of(d_.send, theirs, block, kHostData),
                        for_peer));
       send();
@@ -2540,8 +2549,7 @@ class HostCollective {
     const Chunks per_block = block_chunks_of(block, rails);
     // Both ends know how host h's messages are cut: from h's layout and the block's size.
     auto cut_per_block = [&](int h) {
-      return !consecutive(ranks_on(h)) && bytes(block) >= kNetworkMinChunkBytes &&
-             rails <= kNetworkMaxChunks;
+      return !consecutive(ranks_on(h)) && fills_a_chunk(block) && rails <= kNetworkMaxChunks;
     };
     auto lands_in_place = [&](int h) {
       return !in_place && (consecutive(ranks_on(h)) || cut_per_block(h));

@@ -257,6 +257,9 @@ const HostKeys kTwoHostsOfTwo = {"host-a", "host-a", "host-b", "host-b"};
 const HostKeys kTwoHostsOfTwoInterleaved = {"host-a", "host-b", "host-a", "host-b"};
 // Uneven and interleaved: host-a holds ranks 0 and 2, host-b rank 1, host-c rank 3.
 const HostKeys kThreeHostsInterleaved = {"host-a", "host-b", "host-a", "host-c"};
+// Three hosts of two interleaved: host h holds ranks h and h + 3.
+const HostKeys kThreeHostsOfTwoInterleaved = {"host-a", "host-b", "host-c",
+                                              "host-a", "host-b", "host-c"};
 const HostKeys kFourHostsOfOne = {"host-a", "host-b", "host-c", "host-d"};
 
 struct Layout {
@@ -581,9 +584,7 @@ void force_per_rail(int) {
 // two hosts of two interleaved.)
 TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
-  const HostKeys three_of_two_interleaved = {"host-a", "host-b", "host-c",
-                                             "host-a", "host-b", "host-c"};
-  for (const HostKeys& keys : {three_of_two, three_of_two_interleaved}) {
+  for (const HostKeys& keys : {three_of_two, kThreeHostsOfTwoInterleaved}) {
     const topo::HostMap hosts(keys);
     SCOPED_TRACE(hosts.describe());
     expect_all_ok(run_on_hosts(
@@ -981,9 +982,7 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
 // block (or row by row) as the network moves them. Every collective, dtype and op (a subset under
 // the sanitizers) against the reference, out of place and in place.
 TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
-  const HostKeys three_of_two_interleaved = {"host-a", "host-b", "host-c",
-                                             "host-a", "host-b", "host-c"};
-  for (const HostKeys& keys : {kTwoHostsOfTwoInterleaved, three_of_two_interleaved}) {
+  for (const HostKeys& keys : {kTwoHostsOfTwoInterleaved, kThreeHostsOfTwoInterleaved}) {
     const topo::HostMap hosts(keys);
     SCOPED_TRACE(hosts.describe());
     expect_all_ok(run_on_hosts(
