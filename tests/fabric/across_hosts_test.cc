@@ -616,11 +616,13 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   }
 }
 
-// Per rail over the put protocol (the suites above run it over tagged messages; on loopback, where
-// the ranks of a host share their devices, nothing goes per rail unless forced), the hosts' ranks
-// consecutive and interleaved.
-TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
-  for (const HostKeys& keys : {kTwoHostsOfTwo, kTwoHostsOfTwoInterleaved}) {
+// Every collective (reductions, data movement; the per-rail subset of dtypes and ops under the
+// sanitizers) on each layout of `layouts`, over `protocol`, every rank set up by `settings`,
+// against the reference.
+void expect_every_collective_matches(std::initializer_list<HostKeys> layouts,
+                                     transport::NetProtocol protocol,
+                                     const RankSettings& settings) {
+  for (const HostKeys& keys : layouts) {
     const topo::HostMap hosts(keys);
     SCOPED_TRACE(hosts.describe());
     expect_all_ok(run_on_hosts(
@@ -629,8 +631,16 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
           reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
           data_movement(comm);
         },
-        transport::NetProtocol::put, force_per_rail));
+        protocol, settings));
   }
+}
+
+// Per rail over the put protocol (the suites above run it over tagged messages; on loopback, where
+// the ranks of a host share their devices, nothing goes per rail unless forced), the hosts' ranks
+// consecutive and interleaved.
+TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
+  expect_every_collective_matches({kTwoHostsOfTwo, kTwoHostsOfTwoInterleaved},
+                                  transport::NetProtocol::put, force_per_rail);
 }
 
 // The leaders exchange their fingerprints, and the small collectives' data that rides in them
@@ -982,17 +992,9 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
 // block (or row by row) as the network moves them. Every collective, dtype and op (a subset under
 // the sanitizers) against the reference, out of place and in place.
 TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
-  for (const HostKeys& keys : {kTwoHostsOfTwoInterleaved, kThreeHostsOfTwoInterleaved}) {
-    const topo::HostMap hosts(keys);
-    SCOPED_TRACE(hosts.describe());
-    expect_all_ok(run_on_hosts(
-        keys,
-        [&](Communicator& comm) {
-          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
-          data_movement(comm);
-        },
-        transport::NetProtocol::tag, [](int) { ::setenv("TPF_NET_ALGO", "pipelined", 1); }));
-  }
+  expect_every_collective_matches({kTwoHostsOfTwoInterleaved, kThreeHostsOfTwoInterleaved},
+                                  transport::NetProtocol::tag,
+                                  [](int) { ::setenv("TPF_NET_ALGO", "pipelined", 1); });
 }
 
 // all_gather's leaders go round a ring of the hosts where the link is slow beside a round
