@@ -445,11 +445,11 @@ class HostCollective {
   }
   // Whether the leaders' reduce_scatter, all_gather and all_to_all of blocks of `block` elements
   // pipeline their steps inside the hosts with the network: where every host's blocks lie
-  // together, or else (interleaved hosts) where a block fills a network chunk, since a host's
+  // together, or else (interleaved hosts) from blocks of `interleaved_min_bytes`, since a host's
   // blocks then take a step inside the host each (for_each_place); smaller blocks would take
   // many small steps, and go through scratch in the unpipelined forms instead.
-  bool pipelines_inside_hosts(size_t block) const {
-    return hosts_consecutive() || fills_a_chunk(block);
+  bool pipelines_inside_hosts(size_t block, size_t interleaved_min_bytes) const {
+    return hosts_consecutive() || bytes(block) >= interleaved_min_bytes;
   }
   // A block of at least a network chunk: where a host's blocks lie apart, worth a step inside the
   // host, or network messages, of its own.
@@ -1907,7 +1907,7 @@ class HostCollective {
           host_blocks);
       place_blocks(d_.recv, host_blocks, mine, block);
     }
-    if (!alone() && pipelines_inside_hosts(block)) {
+    if (!alone() && pipelines_inside_hosts(block, kNetworkMinChunkBytes)) {
       // Elements [begin, begin + count) of host h's blocks (in its local order) to their places
       // in every rank's output: from where they landed at the leader (in place for this host's
       // and a consecutive host's; in scratch for a host whose ranks lie apart), block by block
@@ -2000,7 +2000,8 @@ class HostCollective {
     if (blocks_go_per_rail(block)) return reduce_scatter_per_rail();
     if (!small) {
       compare_fingerprints_across_hosts();
-      if (!alone() && pipelines_inside_hosts(block)) return reduce_scatter_pipelined();
+      if (!alone() && pipelines_inside_hosts(block, kNetworkMinChunkBytes))
+        return reduce_scatter_pipelined();
     }
     const size_t total = block * static_cast<size_t>(g_.hosts.ranks());
     const std::vector<int>& mine = ranks_on(host_);
@@ -2322,7 +2323,8 @@ class HostCollective {
       const bool per_rail = goes_per_rail();
       compare_fingerprints_across_hosts();
       if (per_rail) return all_to_all_per_rail();
-      if (!alone() && pipelines_inside_hosts(block)) return all_to_all_pipelined();
+      if (!alone() && pipelines_inside_hosts(block, kInterleavedAllToAllPipelineMinBlockBytes))
+        return all_to_all_pipelined();
     }
     const std::vector<int>& mine = ranks_on(host_);
     const size_t local_n = mine.size();

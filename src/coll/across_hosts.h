@@ -78,6 +78,16 @@ inline constexpr uint64_t kCheckpointEvery = 512;
 inline constexpr uint64_t kCheckpointLag = kCheckpointEvery / 2;
 static_assert(kCheckpointLag > 0 && kCheckpointLag < kCheckpointEvery);
 
+// Where a host's blocks lie apart (interleaved hosts), the leaders' all_to_all pipelines its
+// shared-memory steps with the network from blocks of this size, each block a step of its own
+// (across_hosts.cc: pipelines_inside_hosts); smaller blocks go through scratch unpipelined. Their
+// reduce_scatter and all_gather pipeline from one network chunk (kNetworkMinChunkBytes). Measured
+// on 4 x 2 interleaved hosts, blocks of 64-256 KiB, alternated with pipelining from one chunk
+// (docs/results/interleaved-pipeline-threshold.txt): all_to_all 0.63-1.02x the time (median
+// 0.82x), reduce_scatter 0.79-1.10x and all_gather 0.93-1.08x (level within the noise), so only
+// all_to_all's threshold came down.
+inline constexpr size_t kInterleavedAllToAllPipelineMinBlockBytes = size_t{64} << 10;
+
 // A leader's stamp: its call, and the digest of the calls before it that no leader compared.
 struct CallStamp {
   transport::Fingerprint call{};

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "coll/network_cost.h"
 #include "support/async_waits.h"
 #include "support/coll_reference.h"
 #include "support/expect_error.h"
@@ -104,11 +105,14 @@ std::vector<uint8_t> hierarchical_reduce(DType dt, ReduceOp op, const topo::Host
   return reference_reduce(dt, ReduceOp::avg, padded, 0, count);
 }
 
+// The element counts each collective is tried at: the size classes (kSmallCounts; f32 also the
+// large size, whose blocks the suites spread over the ranks: see `spread_large`).
 std::vector<size_t> counts_for(DType dt) {
   std::vector<size_t> counts(std::begin(kSmallCounts), std::end(kSmallCounts));
   if (dt == DType::f32) counts.push_back(kLargeBytes / element_size(dt) + 3);
   return counts;
 }
+using CountsFor = std::vector<size_t> (*)(DType);
 
 // all_reduce of rank `me`'s input, out of place and in place, against `want`.
 void check_all_reduce(Communicator& comm, FailureLog& log, DType dt, ReduceOp op,
@@ -124,16 +128,19 @@ void check_all_reduce(Communicator& comm, FailureLog& log, DType dt, ReduceOp op
   if (!out.guards_intact()) log.add("all_reduce " + what + ": wrote outside its buffer");
 }
 
+// Every reduction of every dtype and op at every count of `counts_of`; where `spread_large`, a
+// count over 4099 is spread over the ranks for reduce_scatter (its blocks still several chunks
+// per host), else every count is the block.
 void reductions(Communicator& comm, const topo::HostMap& hosts,
-                std::span<const DType> dtypes = kAllDTypes,
-                std::span<const ReduceOp> ops = kAllOps) {
+                std::span<const DType> dtypes = kAllDTypes, std::span<const ReduceOp> ops = kAllOps,
+                CountsFor counts_of = counts_for, bool spread_large = true) {
   const int n = comm.size(), me = comm.rank();
   FailureLog log;
   uint64_t salt = 100;
   for (DType dt : dtypes) {
     const size_t es = element_size(dt);
     for (ReduceOp op : ops) {
-      for (size_t count : counts_for(dt)) {
+      for (size_t count : counts_of(dt)) {
         ++salt;
         std::vector<std::vector<uint8_t>> inputs;
         for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count * n, r, salt));
@@ -164,7 +171,7 @@ void reductions(Communicator& comm, const topo::HostMap& hosts,
         }
         // reduce_scatter: rank r gets block r of the reduction of the whole buffers (the large
         // size spread over the ranks, still several chunks per host), out of place and in place.
-        const size_t block_count = count > 4099 ? count / n + 1 : count;
+        const size_t block_count = spread_large && count > 4099 ? count / n + 1 : count;
         const auto all = hierarchical_reduce(dt, op, hosts, inputs, 0, block_count * n);
         const auto* want_block = all.data() + me * block_count * es;
         GuardedBuffer block(block_count * es);
@@ -183,14 +190,15 @@ void reductions(Communicator& comm, const topo::HostMap& hosts,
   log.throw_if_any("rank " + std::to_string(me));
 }
 
-void data_movement(Communicator& comm) {
+// Every data movement from and to every root at every count of `counts_of` (as reductions).
+void data_movement(Communicator& comm, CountsFor counts_of = counts_for, bool spread_large = true) {
   const int n = comm.size(), me = comm.rank();
   FailureLog log;
   uint64_t salt = 9000;
   for (DType dt : {DType::f32, DType::bf16, DType::i8, DType::i64}) {
     const size_t es = element_size(dt);
-    for (size_t count : counts_for(dt)) {
-      if (count > 4099) count = count / n + 1;  // the large size, spread over the ranks
+    for (size_t count : counts_of(dt)) {
+      if (spread_large && count > 4099) count = count / n + 1;  // the large size, spread
       ++salt;
       std::vector<std::vector<uint8_t>> inputs;  // n blocks per rank
       for (int r = 0; r < n; ++r)
@@ -288,7 +296,9 @@ TEST_P(AcrossHosts, ReductionsMatchTheHierarchicalReferenceOnEveryRank) {
   expect_all_ok(run([&](Communicator& comm) { reductions(comm, hosts); }));
 }
 
-TEST_P(AcrossHosts, DataMovementDeliversEveryBlock) { expect_all_ok(run(data_movement)); }
+TEST_P(AcrossHosts, DataMovementDeliversEveryBlock) {
+  expect_all_ok(run([](Communicator& comm) { data_movement(comm); }));
+}
 
 TEST_P(AcrossHosts, AsyncCollectivesAndSplitsAcrossHosts) {
   expect_all_ok(run([](Communicator& comm) {
@@ -995,6 +1005,52 @@ TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
   expect_every_collective_matches({kTwoHostsOfTwoInterleaved, kThreeHostsOfTwoInterleaved},
                                   transport::NetProtocol::tag,
                                   [](int) { ::setenv("TPF_NET_ALGO", "pipelined", 1); });
+}
+
+// Element counts next to each size at which the forms between hosts change, one under, at and
+// one over: half and all of the one-round size (kNetworkPackedBytes; a host of two ranks sends
+// two blocks in one message), the block from which all_to_all pipelines on interleaved hosts
+// (kInterleavedAllToAllPipelineMinBlockBytes) and one network chunk (kNetworkMinChunkBytes:
+// reduce_scatter and all_gather pipeline from it on interleaved hosts, and per rail such hosts'
+// blocks travel on their own from it); and just over two chunks.
+std::vector<size_t> counts_next_to_thresholds(DType dt) {
+  const size_t es = element_size(dt);
+  std::vector<size_t> counts;
+  for (const size_t bytes :
+       {coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
+        coll::kInterleavedAllToAllPipelineMinBlockBytes, coll::kNetworkMinChunkBytes}) {
+    for (const size_t count : {bytes / es - 1, bytes / es, bytes / es + 1}) counts.push_back(count);
+  }
+  counts.push_back(2 * coll::kNetworkMinChunkBytes / es + 3);
+  return counts;
+}
+
+// Every collective at counts next to those sizes, each count the block of the block collectives,
+// on hosts of uneven sizes: interleaved (host a: ranks 0 and 2, b: 1 and 4, c: 3), three and one,
+// one, two and three; both protocols on the first. Reductions in f32, bf16 and i8 (sums; f32
+// only under the sanitizers), data movement in f32, bf16, i8 and i64, from and to every root.
+TEST(AcrossHostsLeaders, CountsNextToEachSizeThresholdMatchTheReference) {
+  const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-c", "host-b"};
+  const HostKeys three_and_one = {"host-a", "host-a", "host-a", "host-b"};
+  const HostKeys one_two_three = {"host-a", "host-b", "host-b", "host-c", "host-c", "host-c"};
+  const DType all_dtypes[] = {DType::f32, DType::bf16, DType::i8};
+  const std::span<const DType> dtypes =
+      kSanitizedBuild ? std::span<const DType>(all_dtypes, 1) : all_dtypes;
+  const ReduceOp sum[] = {ReduceOp::sum};
+  for (const auto& [keys, protocol] : {std::pair{interleaved, transport::NetProtocol::tag},
+                                       std::pair{interleaved, transport::NetProtocol::put},
+                                       std::pair{three_and_one, transport::NetProtocol::tag},
+                                       std::pair{one_two_three, transport::NetProtocol::tag}}) {
+    const topo::HostMap hosts(keys);
+    SCOPED_TRACE(hosts.describe() + " over " + transport::net_protocol_name(protocol));
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          reductions(comm, hosts, dtypes, sum, counts_next_to_thresholds, false);
+          data_movement(comm, counts_next_to_thresholds, false);
+        },
+        protocol));
+  }
 }
 
 // all_gather's leaders go round a ring of the hosts where the link is slow beside a round
