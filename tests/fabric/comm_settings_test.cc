@@ -14,6 +14,7 @@
 
 #include "base/env_config.h"
 #include "comm/settings.h"
+#include "support/scoped_env.h"
 #include "topo/network_devices.h"
 #include "topo/rail_devices.h"
 #include "tpf/comm.h"
@@ -23,15 +24,7 @@
 namespace tpf {
 namespace {
 
-// Sets an environment variable for the test's scope (each test runs in its own process).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 Error creation_error() {
   TcpStoreServer server("127.0.0.1", 0, "s3cret");

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "support/multiproc.h"
+#include "support/scoped_env.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
@@ -85,7 +86,11 @@ TEST(OneRankCommunicator, OversizedBufferIsRejectedAtCreation) {
   }
 }
 
+// A job name of its own: other tests' communicators, which ctest may run beside this one, make
+// segments under the default name ("local") at any time.
 TEST(OneRankCommunicator, CollectivesWorkAndLeaveNoSegment) {
+  const std::string job = "onerank" + std::to_string(::getpid());
+  const testing::ScopedEnv job_id("TPF_JOB_ID", job.c_str());
   TcpStoreServer server("127.0.0.1", 0, "");
   Communicator comm = Communicator::create(0, 1, "127.0.0.1:" + std::to_string(server.port()));
   float in[3] = {1.5f, -2.0f, 4.0f}, out[3] = {};
@@ -95,11 +100,9 @@ TEST(OneRankCommunicator, CollectivesWorkAndLeaveNoSegment) {
   comm.all_reduce(in, in, 3, DType::f32, ReduceOp::avg);  // in place
   EXPECT_EQ(in[1], -2.0f);
   EXPECT_EQ(comm.next_sequence(), 2u);
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    EXPECT_EQ(entry.path().filename().string().find("tpf-" + std::to_string(::getuid()) +
-                                                    "-local-world-g"),
-              std::string::npos)
-        << "segment left after setup: " << entry.path();
+  for (const std::string& left :
+       testing::list_dev_shm("tpf-" + std::to_string(::getuid()) + "-" + job + "-")) {
+    ADD_FAILURE() << "segment left after setup: /dev/shm/" << left;
   }
 }
 

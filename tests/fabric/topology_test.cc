@@ -1,14 +1,14 @@
 #include "tpf/topology.h"
 
 #include <gtest/gtest.h>
-
-#include <algorithm>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
+#include "support/scoped_env.h"
 #include "tpf/error.h"
 
 namespace tpf {
@@ -110,17 +110,7 @@ TEST(Topology, BindCorePinsToTheRanksShareOfTheCores) {
 
 TEST(Topology, BindNumaSucceedsOrWarns) { EXPECT_EQ(bind_in_child(BindPolicy::numa, 0, 1), 0); }
 
-// Sets an environment variable for the test's scope (each test runs in its own process).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 // gpu: next to the GPU the local rank drives, on a GPU server that an hwloc export describes
 // (tests/fabric/gpus_test.cc has it; hwloc's binding hooks for an export accept any set, so
