@@ -451,9 +451,11 @@ class HostCollective {
   bool pipelines_inside_hosts(size_t block, size_t interleaved_min_bytes) const {
     return hosts_consecutive() || bytes(block) >= interleaved_min_bytes;
   }
-  // A block of at least a network chunk: where a host's blocks lie apart, worth a step inside the
-  // host, or network messages, of its own.
-  bool fills_a_chunk(size_t block) const { return bytes(block) >= kNetworkMinChunkBytes; }
+  // Whether all_to_all per rail moves the blocks of a host whose ranks lie apart one by one (a
+  // step inside the host, and network messages, of their own) rather than packed.
+  bool apart_blocks_travel_alone(size_t block) const {
+    return bytes(block) >= kInterleavedPerRailAllToAllMinBlockBytes;
+  }
   // The other hosts, from the next one round. Sending in this order, each host receives from one
   // host at a time (measured: 4 hosts x 2 ranks, all_gather 0.40 of the link when every host
   // sent to host 0 first).
@@ -2402,7 +2404,8 @@ class HostCollective {
     }
   }
 
-  // Where every host's ranks are consecutive, or a block fills a network chunk, host by host:
+  // Where every host's ranks are consecutive, or a block is at least
+  // kInterleavedAllToAllPipelineMinBlockBytes, host by host:
   // the blocks this host's ranks send to host h are gathered at the leader (already in the order
   // h's leader wants them; each rank packs its blocks for h into scratch first where h's ranks
   // are not consecutive) and sent while the next host's are gathered; the blocks between this
@@ -2504,16 +2507,16 @@ class HostCollective {
   // all_to_all per rail's step inside the host for host h: the blocks this host's ranks send to
   // h's local rank m come together in `for_peer` on local rank m, in local order, and send() is
   // called there once they are in. Where h's ranks are consecutive (their blocks lie together in
-  // every input), one all-to-all in shared memory. Where they lie apart and a block fills a network
-  // chunk, one gather per rank of h, each to the rank whose rail takes it, which sends as soon as
-  // its gather is done: packing h's blocks into scratch for one all-to-all would copy every byte
-  // once more (as reduce_scatter_inside). Smaller blocks are packed: L steps inside the host would
-  // cost more than their copy.
+  // every input), one all-to-all in shared memory. Where they lie apart and blocks travel alone
+  // (apart_blocks_travel_alone), one gather per rank of h, each to the rank whose rail takes it,
+  // which sends as soon as its gather is done: packing h's blocks into scratch for one all-to-all
+  // would copy every byte once more (as reduce_scatter_inside). Smaller blocks are packed: L steps
+  // inside the host would cost more than their copy.
   template <class Send>
   void bring_together_for(int h, void* for_peer, Send&& send) {
     const size_t block = d_.count;
     const std::vector<int>& theirs = ranks_on(h);
-    if (consecutive(theirs) || !fills_a_chunk(block)) {
+    if (consecutive(theirs) || !apart_blocks_travel_alone(block)) {
       local(local_desc(OpKind::all_to_all, block, 0, blocks_of(d_.send, theirs, block, kHostData),
                        for_peer));
       send();
@@ -2533,7 +2536,7 @@ class HostCollective {
   // ranks are not consecutive: bring_together_for), which sends them to its rail's rank on h in one
   // message; they arrive in the order of this host's ranks, which is where they belong in the
   // receiver's buffer where the sender's ranks are consecutive, so they land in place. Where they
-  // lie apart and a block fills a network chunk, the message is cut at its blocks' boundaries
+  // lie apart and blocks travel alone, the message is cut at its blocks' boundaries
   // (block_chunks_of) and each block lands in its own place: a copy of everything a rank receives,
   // after the last byte, would cost as much as the transfer on a link as fast as a memory copy.
   // Smaller blocks, and every block of a call in place (its send blocks still to be read), land in
@@ -2551,7 +2554,8 @@ class HostCollective {
     const Chunks per_block = block_chunks_of(block, rails);
     // Both ends know how host h's messages are cut: from h's layout and the block's size.
     auto cut_per_block = [&](int h) {
-      return !consecutive(ranks_on(h)) && fills_a_chunk(block) && rails <= kNetworkMaxChunks;
+      return !consecutive(ranks_on(h)) && apart_blocks_travel_alone(block) &&
+             rails <= kNetworkMaxChunks;
     };
     auto lands_in_place = [&](int h) {
       return !in_place && (consecutive(ranks_on(h)) || cut_per_block(h));

@@ -87,6 +87,16 @@ static_assert(kCheckpointLag > 0 && kCheckpointLag < kCheckpointEvery);
 // 0.82x), reduce_scatter 0.79-1.10x and all_gather 0.93-1.08x (level within the noise), so only
 // all_to_all's threshold came down.
 inline constexpr size_t kInterleavedAllToAllPipelineMinBlockBytes = size_t{64} << 10;
+// all_to_all per rail where a host's blocks lie apart: from blocks of this size each rank's
+// blocks for such a host are gathered straight from its input, one shared-memory step per rank of
+// that host, and the blocks from such a host land in place, each its own message (across_hosts.cc:
+// apart_blocks_travel_alone); smaller blocks are packed into scratch and placed after the last
+// byte. Measured on 4 x 2 interleaved hosts, two links each, alternated with the form from one
+// network chunk (512 KiB, before), at 2 Gb/s where the cores set the pace
+// (docs/results/interleaved-pipeline-threshold.txt): 0.84x the time at 256 KiB blocks (faster in
+// 8 of 8 pairs); at 64 and 128 KiB 1.25x and 0.93x, within the noise (the same code swung
+// 1.11-1.17x between two builds there); level at 500 Mb/s, where the links set the pace.
+inline constexpr size_t kInterleavedPerRailAllToAllMinBlockBytes = size_t{256} << 10;
 
 // A leader's stamp: its call, and the digest of the calls before it that no leader compared.
 struct CallStamp {

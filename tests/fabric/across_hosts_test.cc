@@ -1009,16 +1009,18 @@ TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
 
 // Element counts next to each size at which the forms between hosts change, one under, at and
 // one over: half and all of the one-round size (kNetworkPackedBytes; a host of two ranks sends
-// two blocks in one message), the block from which all_to_all pipelines on interleaved hosts
-// (kInterleavedAllToAllPipelineMinBlockBytes) and one network chunk (kNetworkMinChunkBytes:
-// reduce_scatter and all_gather pipeline from it on interleaved hosts, and per rail such hosts'
-// blocks travel on their own from it); and just over two chunks.
+// two blocks in one message), the blocks from which all_to_all pipelines on interleaved hosts
+// (kInterleavedAllToAllPipelineMinBlockBytes) and from which all_to_all per rail moves such
+// hosts' blocks one by one (kInterleavedPerRailAllToAllMinBlockBytes), and one network chunk
+// (kNetworkMinChunkBytes: reduce_scatter and all_gather pipeline from it on interleaved hosts);
+// and just over two chunks.
 std::vector<size_t> counts_next_to_thresholds(DType dt) {
   const size_t es = element_size(dt);
   std::vector<size_t> counts;
   for (const size_t bytes :
        {coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
-        coll::kInterleavedAllToAllPipelineMinBlockBytes, coll::kNetworkMinChunkBytes}) {
+        coll::kInterleavedAllToAllPipelineMinBlockBytes,
+        coll::kInterleavedPerRailAllToAllMinBlockBytes, coll::kNetworkMinChunkBytes}) {
     for (const size_t count : {bytes / es - 1, bytes / es, bytes / es + 1}) counts.push_back(count);
   }
   counts.push_back(2 * coll::kNetworkMinChunkBytes / es + 3);
@@ -1027,8 +1029,9 @@ std::vector<size_t> counts_next_to_thresholds(DType dt) {
 
 // Every collective at counts next to those sizes, each count the block of the block collectives,
 // on hosts of uneven sizes: interleaved (host a: ranks 0 and 2, b: 1 and 4, c: 3), three and one,
-// one, two and three; both protocols on the first. Reductions in f32, bf16 and i8 (sums; f32
-// only under the sanitizers), data movement in f32, bf16, i8 and i64, from and to every root.
+// one, two and three; both protocols on the first; and per rail (forced) on two hosts of two
+// interleaved. Reductions in f32, bf16 and i8 (sums), data movement in f32, bf16, i8 and i64,
+// from and to every root. Under the sanitizers the first two runs, reductions in f32.
 TEST(AcrossHostsLeaders, CountsNextToEachSizeThresholdMatchTheReference) {
   const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-c", "host-b"};
   const HostKeys three_and_one = {"host-a", "host-a", "host-a", "host-b"};
@@ -1037,19 +1040,27 @@ TEST(AcrossHostsLeaders, CountsNextToEachSizeThresholdMatchTheReference) {
   const std::span<const DType> dtypes =
       kSanitizedBuild ? std::span<const DType>(all_dtypes, 1) : all_dtypes;
   const ReduceOp sum[] = {ReduceOp::sum};
-  for (const auto& [keys, protocol] : {std::pair{interleaved, transport::NetProtocol::tag},
-                                       std::pair{interleaved, transport::NetProtocol::put},
-                                       std::pair{three_and_one, transport::NetProtocol::tag},
-                                       std::pair{one_two_three, transport::NetProtocol::tag}}) {
-    const topo::HostMap hosts(keys);
-    SCOPED_TRACE(hosts.describe() + " over " + transport::net_protocol_name(protocol));
+  struct Run {
+    HostKeys keys;
+    transport::NetProtocol protocol;
+    RankSettings settings;
+  };
+  const Run runs[] = {{interleaved, transport::NetProtocol::tag, {}},
+                      {kTwoHostsOfTwoInterleaved, transport::NetProtocol::tag, force_per_rail},
+                      {interleaved, transport::NetProtocol::put, {}},
+                      {three_and_one, transport::NetProtocol::tag, {}},
+                      {one_two_three, transport::NetProtocol::tag, {}}};
+  for (const Run& run : std::span<const Run>(runs).first(kSanitizedBuild ? 2 : std::size(runs))) {
+    const topo::HostMap hosts(run.keys);
+    SCOPED_TRACE(hosts.describe() + " over " + transport::net_protocol_name(run.protocol) +
+                 (run.settings ? ", per rail" : ""));
     expect_all_ok(run_on_hosts(
-        keys,
+        run.keys,
         [&](Communicator& comm) {
           reductions(comm, hosts, dtypes, sum, counts_next_to_thresholds, false);
           data_movement(comm, counts_next_to_thresholds, false);
         },
-        protocol));
+        run.protocol, run.settings));
   }
 }
 
