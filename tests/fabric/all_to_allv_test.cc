@@ -17,10 +17,13 @@
 namespace tpf::testing {
 namespace {
 
-// Elements rank i sends to rank j: 0 to 6, zero for some pairs (rank 0 to itself among them).
-size_t pair_count(int i, int j) { return static_cast<size_t>((i * 3 + j * 5) % 7); }
-// Element k of the block from i to j, distinct for every (i, j, k).
-int32_t value(int i, int j, size_t k) { return i * 10000 + j * 100 + static_cast<int32_t>(k); }
+// Elements rank i sends to rank j: 0 to 6 times `scale`, zero for some pairs (rank 0 to itself
+// among them).
+size_t pair_count(int i, int j, size_t scale = 1) {
+  return static_cast<size_t>((i * 3 + j * 5) % 7) * scale;
+}
+// Element k of the block from i to j, distinct for every (i, j, k) with i, j < 16, k < 2^20.
+int32_t value(int i, int j, size_t k) { return ((i * 16 + j) << 20) + static_cast<int32_t>(k); }
 constexpr int32_t kUntouched = -1;
 
 // One rank's layout: send blocks in rank order with 2 unused elements before each, receive blocks
@@ -29,19 +32,19 @@ struct Layout {
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
   size_t send_elems = 0, recv_elems = 0;
 };
-Layout layout_of(int me, int n) {
+Layout layout_of(int me, int n, size_t scale = 1) {
   Layout l;
   for (int j = 0; j < n; ++j) {
-    l.send_counts.push_back(pair_count(me, j));
+    l.send_counts.push_back(pair_count(me, j, scale));
     l.send_displs.push_back(l.send_elems + 2);
-    l.send_elems += 2 + pair_count(me, j);
+    l.send_elems += 2 + pair_count(me, j, scale);
   }
   l.recv_counts.assign(n, 0);
   l.recv_displs.assign(n, 0);
   for (int i = n - 1; i >= 0; --i) {
-    l.recv_counts[i] = pair_count(i, me);
+    l.recv_counts[i] = pair_count(i, me, scale);
     l.recv_displs[i] = l.recv_elems + 1;
-    l.recv_elems += 1 + pair_count(i, me);
+    l.recv_elems += 1 + pair_count(i, me, scale);
   }
   return l;
 }
@@ -66,9 +69,9 @@ void check_received(int me, int n, const Layout& l, const std::vector<int32_t>& 
   }
 }
 
-void exchange_and_check(Communicator& comm) {
+void exchange_and_check(Communicator& comm, size_t scale = 1) {
   const int me = comm.rank(), n = comm.size();
-  const Layout l = layout_of(me, n);
+  const Layout l = layout_of(me, n, scale);
   const std::vector<int32_t> send = send_buffer(me, n, l);
   std::vector<int32_t> recv(l.recv_elems, kUntouched);
   comm.all_to_allv(send.data(), l.send_counts, l.send_displs, recv.data(), l.recv_counts,
@@ -86,7 +89,10 @@ TEST(AllToAllV, UnevenBlocksWithGapsMatchTheDefinition) {
   }));
 }
 
-// Across hosts (ranks 0, 2, 4 on one, 1, 3 on another: TPF_NODE_ID), over the network between them.
+// Across hosts (ranks 0, 2, 4 on one, 1, 3 on another: TPF_NODE_ID, each host's ranks apart),
+// over the network between them: small blocks (one round between the leaders), and blocks of up
+// to 120000 elements (padded to the largest pair's, 480 KB: the leaders' all_to_all pipelined on
+// interleaved hosts).
 TEST(AllToAllV, UnevenBlocksAcrossTwoHosts) {
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
@@ -98,6 +104,7 @@ TEST(AllToAllV, UnevenBlocksAcrossTwoHosts) {
                                                  ctx.comm_options);
         TPF_CHILD_CHECK(comm.host_count() == 2, "expected 2 hosts");
         exchange_and_check(comm);
+        exchange_and_check(comm, 20000);
       },
       options));
 }
