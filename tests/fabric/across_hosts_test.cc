@@ -997,8 +997,8 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
 
 // The leaders' forms on hosts whose ranks are interleaved (two hosts of two, three of two; rank r
 // on host r mod H), forced (TPF_NET_ALGO=pipelined) so that nothing goes per rail: every host's
-// blocks lie apart in every buffer, and where a block fills a network chunk (the large size here)
-// reduce_scatter reduces, all_gather broadcasts and all_to_all gathers and scatters them block by
+// blocks lie apart in every buffer, and where a block is large enough (the large size here; the
+// thresholds themselves: CountsNextToEachSizeThresholdMatchTheReference) reduce_scatter reduces, all_gather broadcasts and all_to_all gathers and scatters them block by
 // block (or row by row) as the network moves them. Every collective, dtype and op (a subset under
 // the sanitizers) against the reference, out of place and in place.
 TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
