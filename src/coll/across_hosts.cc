@@ -2048,7 +2048,8 @@ class HostCollective {
     const size_t block = d_.count;
     const std::vector<int>& mine = ranks_on(host_);
     const size_t my_count = mine.size() * block;
-    std::vector<size_t> sums_at(hosts());  // where each host's message starts in host_sum
+    // Where each host's message starts in host_sum.
+    auto sums_at = per_call<size_t>(static_cast<size_t>(hosts()));
     for (int h = 1; h < hosts(); ++h) sums_at[h] = sums_at[h - 1] + ranks_on(h - 1).size() * block;
     std::byte* host_sum =
         is_leader() ? scratch(kHostData, block * static_cast<size_t>(g_.hosts.ranks())) : nullptr;

@@ -626,20 +626,29 @@ TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
   }
 }
 
-// Every collective (reductions, data movement; the per-rail subset of dtypes and ops under the
-// sanitizers) on each layout of `layouts`, over `protocol`, every rank set up by `settings`,
-// against the reference.
+// What expect_every_collective_matches runs: the reductions' dtypes and ops, and the counts of
+// reductions and data movement (see reductions). By default the per-rail subset of dtypes and
+// ops under the sanitizers, every one otherwise, at the size classes.
+struct CollectiveSweep {
+  std::span<const DType> dtypes = kPerRailDTypes;
+  std::span<const ReduceOp> ops = kPerRailOps;
+  CountsFor counts_of = counts_for;
+  bool spread_large = true;
+};
+
+// Every collective (reductions, data movement) of `sweep` on each layout of `layouts`, over
+// `protocol`, every rank set up by `settings`, against the reference.
 void expect_every_collective_matches(std::initializer_list<HostKeys> layouts,
-                                     transport::NetProtocol protocol,
-                                     const RankSettings& settings) {
+                                     transport::NetProtocol protocol, const RankSettings& settings,
+                                     const CollectiveSweep& sweep = {}) {
   for (const HostKeys& keys : layouts) {
     const topo::HostMap hosts(keys);
     SCOPED_TRACE(hosts.describe());
     expect_all_ok(run_on_hosts(
         keys,
         [&](Communicator& comm) {
-          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
-          data_movement(comm);
+          reductions(comm, hosts, sweep.dtypes, sweep.ops, sweep.counts_of, sweep.spread_large);
+          data_movement(comm, sweep.counts_of, sweep.spread_large);
         },
         protocol, settings));
   }
@@ -998,8 +1007,9 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
 // The leaders' forms on hosts whose ranks are interleaved (two hosts of two, three of two; rank r
 // on host r mod H), forced (TPF_NET_ALGO=pipelined) so that nothing goes per rail: every host's
 // blocks lie apart in every buffer, and where a block is large enough (the large size here; the
-// thresholds themselves: CountsNextToEachSizeThresholdMatchTheReference) reduce_scatter reduces, all_gather broadcasts and all_to_all gathers and scatters them block by
-// block (or row by row) as the network moves them. Every collective, dtype and op (a subset under
+// thresholds themselves: CountsNextToEachSizeThresholdMatchTheReference) reduce_scatter
+// reduces, all_gather broadcasts and all_to_all gathers and scatters them block by block (or row
+// by row) as the network moves them. Every collective, dtype and op (a subset under
 // the sanitizers) against the reference, out of place and in place.
 TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
   expect_every_collective_matches({kTwoHostsOfTwoInterleaved, kThreeHostsOfTwoInterleaved},
@@ -1050,17 +1060,11 @@ TEST(AcrossHostsLeaders, CountsNextToEachSizeThresholdMatchTheReference) {
                       {interleaved, transport::NetProtocol::put, {}},
                       {three_and_one, transport::NetProtocol::tag, {}},
                       {one_two_three, transport::NetProtocol::tag, {}}};
+  const CollectiveSweep sweep{dtypes, sum, counts_next_to_thresholds, /*spread_large=*/false};
   for (const Run& run : std::span<const Run>(runs).first(kSanitizedBuild ? 2 : std::size(runs))) {
-    const topo::HostMap hosts(run.keys);
-    SCOPED_TRACE(hosts.describe() + " over " + transport::net_protocol_name(run.protocol) +
+    SCOPED_TRACE(std::string("over ") + transport::net_protocol_name(run.protocol) +
                  (run.settings ? ", per rail" : ""));
-    expect_all_ok(run_on_hosts(
-        run.keys,
-        [&](Communicator& comm) {
-          reductions(comm, hosts, dtypes, sum, counts_next_to_thresholds, false);
-          data_movement(comm, counts_next_to_thresholds, false);
-        },
-        run.protocol, run.settings));
+    expect_every_collective_matches({run.keys}, run.protocol, run.settings, sweep);
   }
 }
 
