@@ -331,8 +331,8 @@ int run_bench(const BenchOptions& opt) {
     BenchRow row;
     row.bytes = shape->bytes;
     row.count = shape->elems;
-    row.oop = measure(step, false);
-    if (collective_has_in_place(opt.collective)) row.ip = measure(step, true);
+    if (opt.out_of_place) row.oop = measure(step, false);
+    if (opt.in_place) row.ip = measure(step, true);
     if (rank0) print_table_row(stdout, report, row);
     report.rows.push_back(row);
   }

@@ -81,6 +81,29 @@ bool parse_flag(const char* name, const std::string& value) {
   return value == "1";
 }
 
+// Sets which placements `o` measures; its collective is known.
+void parse_placement(const std::string& value, BenchOptions& o) {
+  const bool has_in_place = collective_has_in_place(o.collective);
+  if (value == "both") {
+    o.in_place = has_in_place;
+    return;
+  }
+  if (value == "out-of-place" || value == "oop") {
+    o.in_place = false;
+    return;
+  }
+  if (value == "in-place" || value == "ip") {
+    if (!has_in_place) {
+      throw UsageError(std::string("--placement ") + value + ": " + collective_name(o.collective) +
+                       " has no in-place form");
+    }
+    o.out_of_place = false;
+    return;
+  }
+  throw UsageError("--placement expects both, out-of-place (oop) or in-place (ip), got " +
+                   single_quoted(value));
+}
+
 }  // namespace
 
 void add_bench_flags(Command& bench, BenchFlags& flags) {
@@ -119,6 +142,11 @@ void add_bench_flags(Command& bench, BenchFlags& flags) {
                   "1: check every result against the expected values (default 1)")
       .type_name("0|1");
   bench
+      .add_option("--placement", flags.placement,
+                  "both (default), out-of-place (oop) or in-place (ip): which forms\n"
+                  "each size measures; the other's columns read N/A")
+      .type_name("PLACEMENT");
+  bench
       .add_option("--async", flags.async_calls,
                   "1: call the asynchronous form and wait for it; send_recv posts the\n"
                   "receive and the send, then waits for both; timed: the same, waiting\n"
@@ -148,6 +176,8 @@ BenchOptions bench_options(const BenchFlags& flags) {
   if (flags.op) o.op = parse_op_arg(*flags.op);
   o.root = parse_int(flags.root, "-r", o.root, 0);
   if (flags.check) o.check = parse_flag("-c", *flags.check);
+  o.in_place = collective_has_in_place(o.collective);
+  if (flags.placement) parse_placement(*flags.placement, o);
   if (flags.async_calls) {
     const std::string& value = *flags.async_calls;
     if (value != "0" && value != "1" && value != "timed" && value != "poll") {

@@ -23,6 +23,11 @@ struct BenchOptions {
   ReduceOp op = ReduceOp::sum;
   int root = 0;
   bool check = true;
+  // Which placements each size measures: both (out of place, then in place, as nccl-tests), or
+  // one, so that a comparison with a peer that has only one form (MPI_Bcast, a network whose
+  // token bucket the other placement's bytes would drain) sees the same traffic as the peer.
+  bool out_of_place = true;
+  bool in_place = true;  // kept false by bench_options() where the collective has no such form
   // Calls the *_async form and waits for it; send_recv posts its receive and send and then waits
   // for both (how a pipeline stage exchanges activations).
   bool async_calls = false;
@@ -46,6 +51,7 @@ struct BenchFlags {
   std::optional<std::string> op;
   std::optional<std::string> root;
   std::optional<std::string> check;
+  std::optional<std::string> placement;
   std::optional<std::string> async_calls;
   std::optional<std::string> compute_us;
   std::optional<std::string> json;

@@ -48,7 +48,13 @@ void json_number(std::ostringstream& os, double v) {
   os << buf;
 }
 
-void json_measurement(std::ostringstream& os, const Measurement& m) {
+// null for a placement that was not measured.
+void json_measurement(std::ostringstream& os, const std::optional<Measurement>& measured) {
+  if (!measured) {
+    os << "null";
+    return;
+  }
+  const Measurement& m = *measured;
   os << "{\"time_us\":";
   json_number(os, m.time_us);
   os << ",\"algbw\":";
@@ -129,10 +135,9 @@ double average_busbw(const BenchReport& r) {
   double sum = 0.0;
   int n = 0;
   for (const auto& row : r.rows) {
-    sum += row.oop.busbw;
-    ++n;
-    if (row.ip) {
-      sum += row.ip->busbw;
+    for (const std::optional<Measurement>& m : {row.oop, row.ip}) {
+      if (!m) continue;
+      sum += m->busbw;
       ++n;
     }
   }
@@ -142,8 +147,9 @@ double average_busbw(const BenchReport& r) {
 uint64_t total_wrong(const BenchReport& r) {
   uint64_t wrong = 0;
   for (const auto& row : r.rows) {
-    wrong += row.oop.wrong.value_or(0);
-    if (row.ip) wrong += row.ip->wrong.value_or(0);
+    for (const std::optional<Measurement>& m : {row.oop, row.ip}) {
+      if (m) wrong += m->wrong.value_or(0);
+    }
   }
   return wrong;
 }
@@ -192,11 +198,7 @@ std::string report_to_json(const BenchReport& r) {
     os << "\n  {\"bytes\":" << row.bytes << ",\"count\":" << row.count << ",\"oop\":";
     json_measurement(os, row.oop);
     os << ",\"ip\":";
-    if (row.ip) {
-      json_measurement(os, *row.ip);
-    } else {
-      os << "null";
-    }
+    json_measurement(os, row.ip);
     os << "}";
   }
   os << "\n]}\n";

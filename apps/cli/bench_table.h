@@ -23,8 +23,9 @@ struct Measurement {
 struct BenchRow {
   size_t bytes = 0;
   size_t count = 0;  // elements, nccl-tests' count column
-  Measurement oop;
-  std::optional<Measurement> ip;  // nullopt where the collective has no in-place form
+  // nullopt where --placement left the form out; ip also where the collective has no such form.
+  std::optional<Measurement> oop;
+  std::optional<Measurement> ip;
 };
 
 struct BenchReport {

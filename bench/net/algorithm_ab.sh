@@ -26,10 +26,12 @@ done
 echo "# ratio = $first time / $second time (> 1: $second faster); us, out of place / in place"
 printf '%-6s %12s %23s %23s %15s\n' round bytes "$first" "$second" ratio
 for (( round = 1; round <= rounds; round++ )); do
-  # The size rows of tpf bench: size in column 1, out-of-place time in 6, in-place time in 10.
-  join <(awk '!/^#/ && NF >= 9 && $6 > 0 { print $1, $6, $10 }' "$out/$round-$first.txt") \
-       <(awk '!/^#/ && NF >= 9 && $6 > 0 { print $1, $6, $10 }' "$out/$round-$second.txt") |
-    awk -v r="$round" '{
-      ratio_in = ($5 + 0 > 0) ? sprintf("%.2f", $3 / $5) : "N/A"
-      printf "%-6s %12s %11s/%11s %11s/%11s %7.2f/%7s\n", r, $1, $2, $3, $4, $5, $2 / $4, ratio_in }'
+  # The size rows of tpf bench: size in column 1, out-of-place time in 6, in-place time in 10
+  # (N/A where that placement was not measured).
+  rows='!/^#/ && NF >= 9 && ($6 + 0 > 0 || $10 + 0 > 0) { print $1, $6, $10 }'
+  join <(awk "$rows" "$out/$round-$first.txt") <(awk "$rows" "$out/$round-$second.txt") |
+    awk -v r="$round" '
+      function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "N/A" }
+      { printf "%-6s %12s %11s/%11s %11s/%11s %7s/%7s\n", r, $1, $2, $3, $4, $5, ratio($2, $4),
+               ratio($3, $5) }'
 done

@@ -70,9 +70,11 @@ awk -v bps="$rate_bps" -v coll="${1:-all_reduce}" -v h="$hosts" -v r="$ranks" '
               (coll == "all_to_all") ? r * (h - 1) / h : \
               (coll ~ /^(all_gather|reduce_scatter|gather|scatter)$/) ? (h - 1) / h : 1 }
   /^#/ { print; next }
-  NF >= 9 && $6 > 0 {
-    printf "%s   per link: %.3f of the cap (out of place)", $0, $1 * f * 8e6 / ($6 * bps)
-    # Collectives without an in-place form show N/A there.
-    if ($10 + 0 > 0) printf ", %.3f (in place)", $1 * f * 8e6 / ($10 * bps)
+  # A placement not measured (no in-place form; tpf bench --placement) shows N/A there.
+  NF >= 9 && ($6 + 0 > 0 || $10 + 0 > 0) {
+    printf "%s   per link:", $0
+    if ($6 + 0 > 0) printf " %.3f of the cap (out of place)", $1 * f * 8e6 / ($6 * bps)
+    if ($10 + 0 > 0) printf ($6 + 0 > 0) ? ", %.3f (in place)" : " %.3f of the cap (in place)", \
+                            $1 * f * 8e6 / ($10 * bps)
     printf "\n"; next }
   { print }' "$out/rank0.log"

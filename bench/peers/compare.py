@@ -107,6 +107,13 @@ class Runner:
         return ["-b", str(a.min_bytes), "-e", str(a.max_bytes), "-f", str(a.factor),
                 "-n", str(a.iters), "-w", str(a.warmup)]
 
+    def tpf_bench_args(self, coll):
+        """`tpf bench`'s arguments: the sweep, checked, measuring only the compared placement so
+        that it sends what the peers send (across emulated hosts the other placement's bytes
+        would drain the links' token buckets, tc tbf's burst, before the compared one ran, which
+        the peers' runs never do)."""
+        return ["bench", coll, *self.sweep_flags(), "--placement", tpf_placement(coll), "-c", "1"]
+
     def run(self, impl, coll, n):
         """Returns {bytes: (time_us, wrong)} or None if this implementation cannot do it."""
         if impl == "torch" and coll == "reduce_scatter":
@@ -118,8 +125,8 @@ class Runner:
         if impl == "tpf":
             with tempfile.TemporaryDirectory(prefix="compare.") as d:
                 out = os.path.join(d, "tpf.json")
-                cmd = [self.tpf, "run", "-n", str(n), "--", self.tpf, "bench", coll,
-                       *self.sweep_flags(), "-c", "1", "--json", out]
+                cmd = [self.tpf, "run", "-n", str(n), "--", self.tpf, *self.tpf_bench_args(coll),
+                       "--json", out]
                 self._exec(cmd)
                 with open(out) as f:
                     return rows_of(impl, coll, f.read())
@@ -146,13 +153,17 @@ class Runner:
         return p.stdout
 
 
+def tpf_placement(coll):
+    """The placement tpf is compared in: like for like, MPI_Bcast and torch's broadcast have a
+    single buffer, so tpf's broadcast is compared in place; every other collective out of place."""
+    return "ip" if coll == "broadcast" else "oop"
+
+
 def rows_of(impl, coll, text):
     """{bytes: (time_us, wrong)} from tpf's --json document or a peer's JSON lines."""
     if impl == "tpf":
         doc = json.loads(text)
-        # Like for like: MPI_Bcast and torch's broadcast have a single buffer, so tpf's broadcast
-        # is compared in place; every other collective out of place.
-        mode = "ip" if coll == "broadcast" else "oop"
+        mode = tpf_placement(coll)
         return {r["bytes"]: (r[mode]["time_us"], r[mode]["wrong"] or 0) for r in doc["rows"]}
     rows = {}
     for line in text.splitlines():

@@ -89,7 +89,7 @@ class Launch:
             env.update(TPF_JOB_SECRET=self.secret(d), UCX_NET_DEVICES="eth0")
             if self.c.net_gbps and "TPF_NET_GBPS" not in os.environ:
                 env.update(TPF_NET_GBPS=self.c.net_gbps)
-            cmd = [self.r.tpf, "bench", coll, *flags, "-c", "1"]
+            cmd = [self.r.tpf, *self.r.tpf_bench_args(coll)]
             if rank == 0:
                 cmd += ["--json", os.path.join(d, "tpf.json")]
         elif impl == "gloo":

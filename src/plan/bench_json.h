@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "formats/json.h"
 
@@ -33,5 +34,15 @@ const json::Array& rows_of(const json::Value& root, const std::string& path);
 // finite, no wrong elements).
 double row_time_us(const json::Value& measurement, const std::string& where,
                    const std::string& path);
+
+// The placements a row measured, each checked by row_time_us: out of place ("oop"), then in place
+// ("ip"). Either may be null (`tpf bench --placement` left it out; no in-place form), not both.
+struct PlacementTime {
+  bool in_place = false;
+  double us = 0.0;
+  std::string where;  // "rows[3].oop"
+};
+std::vector<PlacementTime> row_times_us(const json::Value& row, const std::string& where,
+                                        const std::string& path);
 
 }  // namespace tpf::plan

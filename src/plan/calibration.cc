@@ -164,15 +164,10 @@ BenchFile parse_bench_json(const std::string& text, const std::string& path) {
     m.nranks = static_cast<int>(nranks);
     m.bytes = static_cast<size_t>(bytes);
     m.excess_ranks = excess_ranks;
-    m.in_place = false;
-    m.measured_us = row_time_us(member(row, "oop", where, path), where + ".oop", path);
-    m.source = path + " " + where + " oop";
-    file.measurements.push_back(m);
-    const json::Value* ip = row.find("ip");
-    if (ip != nullptr && !ip->is_null()) {
-      m.in_place = true;
-      m.measured_us = row_time_us(*ip, where + ".ip", path);
-      m.source = path + " " + where + " ip";
+    for (const PlacementTime& t : row_times_us(row, where, path)) {
+      m.in_place = t.in_place;
+      m.measured_us = t.us;
+      m.source = path + " " + t.where;
       file.measurements.push_back(m);
     }
   }

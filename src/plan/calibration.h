@@ -21,7 +21,7 @@ struct ShmMeasurement {
   int excess_ranks = 0;  // ranks beyond the cores (0 = a core each; the fabric's own definition)
   bool in_place = false;
   double measured_us = 0;
-  std::string source;  // "FILE row K oop", for tables and messages
+  std::string source;  // "FILE rows[K].oop", for tables and messages
 };
 
 // What one `tpf bench all_reduce --json` file holds. Besides the rows, the calibration needs the

@@ -105,14 +105,10 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
     m.bytes = static_cast<size_t>(bytes);
     m.min_slice_bytes = min_slice_bytes;
     m.chain = chain;
-    m.measured_us = row_time_us(member(rows[r], "oop", where, path), where + ".oop", path);
-    m.source = path + " " + where + " oop";
-    out.push_back(m);
-    const json::Value* ip = rows[r].find("ip");
-    if (ip != nullptr && !ip->is_null()) {
-      m.in_place = true;
-      m.measured_us = row_time_us(*ip, where + ".ip", path);
-      m.source = path + " " + where + " ip";
+    for (const PlacementTime& t : row_times_us(rows[r], where, path)) {
+      m.in_place = t.in_place;
+      m.measured_us = t.us;
+      m.source = path + " " + t.where;
       out.push_back(m);
     }
   }

@@ -30,7 +30,7 @@ struct NetworkMeasurement {
   // How the broadcast chain cut its buffer ("network_chain_round_us" and "network_chain_gbps";
   // runs that do not record them predate the cut's dependence on the settings: the fixed cut).
   coll::ChainCut chain;
-  std::string source;  // "FILE row K oop", for tables and messages
+  std::string source;  // "FILE rows[K].oop", for tables and messages
 };
 
 // Reads one `tpf bench --json` file: "collective" all_reduce or broadcast, "hosts" >= 2 with

@@ -74,6 +74,36 @@ TEST(BenchCli, ReductionsAreCheckedInBothPlacements) {
   }
 }
 
+// --placement: one form alone is measured and checked, the other's columns read N/A, the JSON has
+// null there, and the calibration reads the one that ran.
+TEST(BenchCli, EachPlacementAloneIsMeasuredCheckedAndCalibrated) {
+  ScratchDir dir;
+  for (const char* placement : {"in-place", "oop"}) {
+    const bool in_place = std::string(placement) == "in-place";
+    const std::string path = dir / (std::string(placement) + ".json");
+    const Outcome r = run_on_ranks(2,
+                                   {"bench", "all_reduce", "-b", "1K", "-e", "4K", "-n", "2", "-w",
+                                    "1", "--placement", placement, "--json", path},
+                                   {"TPF_ALLREDUCE_ALGO=two_shot"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const auto rows = table_rows(r.out);
+    ASSERT_EQ(rows.size(), 3u) << r.out;
+    for (const auto& row : rows) {
+      ASSERT_EQ(row.size(), 13u) << r.out;
+      EXPECT_EQ(row[in_place ? 5 : 9], "N/A") << r.out;  // the time of the form left out
+      EXPECT_EQ(row[in_place ? 12 : 8], "0") << r.out;   // the one measured, checked
+    }
+    const std::string json = read_file(path);
+    EXPECT_TRUE(contains(json, in_place ? "\"oop\":null" : "\"ip\":null")) << json;
+    const plan::BenchFile file = plan::parse_bench_json(json, path);
+    ASSERT_EQ(file.measurements.size(), 3u) << json;
+    for (const plan::ShmMeasurement& m : file.measurements) {
+      EXPECT_EQ(m.in_place, in_place) << m.source;
+      EXPECT_TRUE(contains(m.source, in_place ? ".ip" : ".oop")) << m.source;
+    }
+  }
+}
+
 // --async 1: the *_async forms, waited for at once, checked like the blocking ones; the header
 // and the JSON say so. --async timed: the same, waited for with a time limit; --async poll: the
 // same, polled with Work::test.
@@ -169,6 +199,16 @@ TEST(BenchCli, BadInputIsAUsageErrorNamingIt) {
   const Outcome compute = run_tpf({"bench", "all_reduce", "--compute-us", "-5"});
   EXPECT_EQ(compute.exit_code, 2);
   EXPECT_TRUE(contains(compute.err, "--compute-us must be an integer in [0, ")) << compute.err;
+  const Outcome no_form = run_tpf({"bench", "send_recv", "--placement", "ip"});
+  EXPECT_EQ(no_form.exit_code, 2);
+  EXPECT_TRUE(contains(no_form.err, "--placement ip: send_recv has no in-place form"))
+      << no_form.err;
+  const Outcome placement = run_tpf({"bench", "all_reduce", "--placement", "sideways"});
+  EXPECT_EQ(placement.exit_code, 2);
+  EXPECT_TRUE(contains(placement.err,
+                       "--placement expects both, out-of-place (oop) or in-place (ip), got "
+                       "'sideways'"))
+      << placement.err;
   const Outcome alone = run_on_ranks(1, {"bench", "send_recv", "-n", "1", "-w", "0"});
   EXPECT_NE(alone.exit_code, 0);  // tpf run reports a failed rank as 1
   EXPECT_TRUE(contains(alone.err, "send_recv needs at least 2 ranks")) << alone.err;

@@ -283,6 +283,10 @@ TEST(PlanCalibrationBenchJson, MalformedInputNamesTheFileAndTheProblem) {
       {"rows[0].oop.time_us", "positive"});
   bad(bench_json(kMeta, "{\"bytes\":4096,\"oop\":{\"wrong\":0}}"),
       {"rows[0].oop has no key 'time_us'"});
+  bad(bench_json(kMeta, "{\"bytes\":4096,\"oop\":null,\"ip\":null}"),
+      {"rows[0] has neither an out-of-place (oop) nor an in-place (ip) time"});
+  bad(bench_json(kMeta, "{\"bytes\":4096,\"ip\":{\"time_us\":1,\"wrong\":0}}"),
+      {"rows[0]", "no key 'oop'"});
   std::string gather = bench_json(kMeta, kRow);
   gather.replace(gather.find("all_reduce"), 10, "all_gather");
   bad(gather, {"'collective' is 'all_gather'"});
