@@ -916,7 +916,7 @@ class HostCollective {
   // Whether a collective whose largest message between leaders carries `bytes` of data goes in
   // one round (exchange_packed). Every rank decides from the same call and host layout; hosts
   // that still disagree (different counts) see a message of the wrong size: a mismatch.
-  static bool packs(size_t bytes) { return bytes <= kNetworkPackedBytes; }
+  bool packs(size_t bytes) const { return bytes <= network_packed_bytes(collective_of(d_.kind)); }
   // The number of ranks on the largest host.
   size_t largest_host() const {
     size_t largest = 0;
@@ -1688,7 +1688,7 @@ class HostCollective {
       if (!rooted_in_tree(hosts, c.tuning_.network_cost)) return;
       const TreeLinks from_root(0, hosts, /*tree=*/true);
       for (int child : from_root.children)
-        if (!packs(bytes_between(child, subtree_end(child, hosts)))) return;
+        if (!c.packs(bytes_between(child, subtree_end(child, hosts)))) return;
       tree = true;
     }
     int host_at(int p) const { return (root_host + p) % hosts; }

@@ -9,6 +9,7 @@
 
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
+#include "coll/network_cost.h"
 #include "comm/host_discovery.h"
 #include "comm/net_p2p.h"
 #include "comm/process_failures.h"
@@ -110,6 +111,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.transports = setup_.settings.net_transports;
     net.devices = discovered.devices.at(setup_.rank);
     net.protocol = setup_.settings.net_protocol;
+    net.eager_bytes = coll::kNetworkEagerBytes;
     net.oversubscribed = config.excess_ranks > 0;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,

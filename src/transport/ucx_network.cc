@@ -394,6 +394,17 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
                 config_.label + ": UCX refused the devices '" + config_.devices +
                     "' (TPF_RAIL_DEVICES or UCX_NET_DEVICES): " + status_text(devices));
   }
+  if (config_.eager_bytes > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    // Messages of at least the threshold go by rendezvous (three trips); over TCP UCX's own
+    // threshold lies between 16 and 32 KiB (docs/results/packed-one-round-64k.txt).
+    const std::string threshold = std::to_string(config_.eager_bytes + 1);
+    const ucs_status_t eager = ucp_config_modify(ucx_config, "RNDV_THRESH", threshold.c_str());
+    if (eager != UCS_OK) {
+      ucp_config_release(ucx_config);
+      throw Error(ErrorCode::internal, config_.label + ": UCX refused RNDV_THRESH=" + threshold +
+                                           ": " + status_text(eager));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;

@@ -61,6 +61,9 @@ struct NetworkConfig {
   // (UCX_NET_DEVICES, or TPF_RAIL_DEVICES by local rank).
   std::string devices = "all";
   NetProtocol protocol = NetProtocol::automatic;
+  // Tagged messages up to this many bytes go eagerly, in one trip (UCX's RNDV_THRESH), unless the
+  // environment sets UCX_RNDV_THRESH; 0: UCX's own threshold.
+  size_t eager_bytes = 0;
   // More ranks on this machine than cores (emulated hosts of one machine count together): a wait
   // sleeps after its spin instead of yielding the core between polls (wait_all).
   bool oversubscribed = false;

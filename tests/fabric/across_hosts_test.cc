@@ -1018,8 +1018,9 @@ TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
 }
 
 // Element counts next to each size at which the forms between hosts change, one under, at and
-// one over: half and all of the one-round size (kNetworkPackedBytes; a host of two ranks sends
-// two blocks in one message), the blocks from which all_to_all pipelines on interleaved hosts
+// one over: half and all of the one-round sizes (kNetworkUnacknowledgedBytes for the rooted
+// collectives, kNetworkPackedBytes for the others; a host of two ranks sends two blocks in one
+// message), the blocks from which all_to_all pipelines on interleaved hosts
 // (kInterleavedAllToAllPipelineMinBlockBytes) and from which all_to_all per rail moves such
 // hosts' blocks one by one (kInterleavedPerRailAllToAllMinBlockBytes), and one network chunk
 // (kNetworkMinChunkBytes: reduce_scatter and all_gather pipeline from it on interleaved hosts);
@@ -1028,7 +1029,8 @@ std::vector<size_t> counts_next_to_thresholds(DType dt) {
   const size_t es = element_size(dt);
   std::vector<size_t> counts;
   for (const size_t bytes :
-       {coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
+       {coll::kNetworkUnacknowledgedBytes / 2, coll::kNetworkUnacknowledgedBytes,
+        coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
         coll::kInterleavedAllToAllPipelineMinBlockBytes,
         coll::kInterleavedPerRailAllToAllMinBlockBytes, coll::kNetworkMinChunkBytes}) {
     for (const size_t count : {bytes / es - 1, bytes / es, bytes / es + 1}) counts.push_back(count);

@@ -308,6 +308,31 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
       NetworkAlgorithm::one_shot);
 }
 
+// One round holds 64 KiB a message where every leader waits for the round's messages, 8 KiB where
+// the senders go on without waiting (the rooted collectives); UCX sends a packed message eagerly.
+TEST(NetworkCost, OneRoundHoldsLessWhereTheSendersDoNotWait) {
+  for (Collective op : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                        Collective::all_to_all}) {
+    EXPECT_EQ(coll::network_packed_bytes(op), size_t{64} << 10) << coll::collective_name(op);
+  }
+  for (Collective op :
+       {Collective::broadcast, Collective::reduce, Collective::gather, Collective::scatter}) {
+    EXPECT_EQ(coll::network_packed_bytes(op), size_t{8} << 10) << coll::collective_name(op);
+  }
+  EXPECT_GT(coll::kNetworkEagerBytes, coll::kNetworkPackedBytes);
+  // A one-shot all_reduce just over the one-round size pays the fingerprints' messages beside
+  // the data's (4 (H - 1) of them), just under it the one exchange.
+  const NetworkLinkCost c = known_cost();
+  const auto one_shot_us = [&](size_t bytes) {
+    return coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::one_shot, bytes, 4,
+                                   c) -
+           coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::one_shot, bytes, 4,
+                                    c);
+  };
+  EXPECT_NEAR(one_shot_us(coll::kNetworkPackedBytes + 1), 12 * c.message_us, 1e-9);
+  EXPECT_LT(one_shot_us(coll::kNetworkPackedBytes), 12 * c.message_us);
+}
+
 // A communicator remembers its choices (NetworkChoices): each is the one choose_network_algorithm
 // makes, computed once per (collective, size, leading root) while it keeps its slot, and again
 // after another key took it.
