@@ -876,6 +876,72 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
   }
 }
 
+// Hosts whose counts lie on either side of the one-round size (coll::network_packed_bytes: one
+// host's leader sends its data with its fingerprint, the other's its fingerprint alone) exchange
+// messages of different sizes: every rank fails with a mismatch, in the call or, where its rank
+// sent and went on, at the barrier after it; either host the one over, on two hosts of two (a
+// leader and a rank that is not one on each).
+TEST_P(AcrossHostsFailures, CountsOnEitherSideOfTheOneRoundSizeAreAMismatchOnEveryRank) {
+  using coll::Collective;
+  constexpr size_t kRanksPerHost = 2;
+  // The count whose largest message between the leaders carries exactly the one-round size.
+  const auto at_limit = [](Collective c) {
+    const size_t bytes = coll::network_packed_bytes(c) / sizeof(int32_t);
+    switch (c) {
+      case Collective::all_reduce:
+      case Collective::broadcast:
+      case Collective::reduce: return bytes;
+      case Collective::all_to_all: return bytes / (kRanksPerHost * kRanksPerHost);
+      default: return bytes / kRanksPerHost;  // a host's blocks travel together
+    }
+  };
+  const Collective collectives[] = {Collective::all_reduce,     Collective::all_gather,
+                                    Collective::reduce_scatter, Collective::all_to_all,
+                                    Collective::broadcast,      Collective::reduce,
+                                    Collective::gather,         Collective::scatter};
+  for (const Collective c : collectives) {
+    for (const char* over : {"host-a", "host-b"}) {
+      SCOPED_TRACE(std::string(coll::collective_name(c)) + ", " + over + " over the size");
+      auto outcomes = run_on_hosts(
+          kTwoHostsOfTwo,
+          [&](Communicator& comm) {
+            const size_t count = at_limit(c) + (kTwoHostsOfTwo[comm.rank()] == over ? 1 : 0);
+            std::vector<int32_t> in(4 * (count + 1), comm.rank()), out(4 * (count + 1), 0);
+            const Error e = expect_error("counts on either side of the one-round size", [&] {
+              switch (c) {
+                case Collective::all_reduce:
+                  comm.all_reduce(in.data(), out.data(), count, DType::i32, ReduceOp::sum);
+                  break;
+                case Collective::all_gather:
+                  comm.all_gather(in.data(), out.data(), count, DType::i32);
+                  break;
+                case Collective::reduce_scatter:
+                  comm.reduce_scatter(in.data(), out.data(), count, DType::i32, ReduceOp::sum);
+                  break;
+                case Collective::all_to_all:
+                  comm.all_to_all(in.data(), out.data(), count, DType::i32);
+                  break;
+                case Collective::broadcast:
+                  comm.broadcast(in.data(), out.data(), count, DType::i32, 0);
+                  break;
+                case Collective::reduce:
+                  comm.reduce(in.data(), out.data(), count, DType::i32, ReduceOp::sum, 0);
+                  break;
+                case Collective::gather:
+                  comm.gather(in.data(), out.data(), count, DType::i32, 0);
+                  break;
+                default: comm.scatter(in.data(), out.data(), count, DType::i32, 0); break;
+              }
+              comm.barrier();
+            });
+            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          },
+          GetParam());
+      expect_all_ok(outcomes);
+    }
+  }
+}
+
 // Every rank of a run on `keys` (rank r's settings set by settings(r)) fails to create its
 // communicator with a mismatch whose message holds each of `words`, nothing left in /dev/shm.
 void expect_creation_mismatch(const HostKeys& keys, const RankSettings& settings,
