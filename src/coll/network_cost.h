@@ -38,12 +38,12 @@ inline constexpr size_t kNetworkUnacknowledgedBytes = size_t{8} << 10;
 // kNetworkPackedBytes.
 size_t network_packed_bytes(Collective op) noexcept;
 // UCX sends messages up to this size eagerly (its rendezvous threshold, unless UCX_RNDV_THRESH
-// says otherwise), in one trip, not three: a packed message (the data and its fingerprint), and
-// the data of the forms that compare fingerprints first, which finds its receive posted. Measured
-// at 100 Gb/s on 2 x 1, 128 KiB messages took 0.75-0.83x the time by rendezvous (send_recv,
-// broadcast, all_reduce; all_gather of 256 KiB); a 256 KiB threshold made 1 MiB calls bimodal,
-// up to 1.9x slower (docs/results/packed-one-round-64k.txt). Chunks (kNetworkMinChunkBytes) stay
-// rendezvous.
+// says otherwise), without a rendezvous's round trip: a packed message (the data and its
+// fingerprint), and the data of the forms that compare fingerprints first, which finds its receive
+// posted. Measured at 100 Gb/s on 2 x 1, 128 KiB messages took 0.70-0.85x the time of a rendezvous
+// (send_recv, broadcast, all_reduce; all_gather of 256 KiB); a 256 KiB threshold made 1 MiB calls
+// bimodal, up to 1.9x slower (docs/results/packed-one-round-64k.txt). Chunks
+// (kNetworkMinChunkBytes) stay rendezvous.
 inline constexpr size_t kNetworkEagerBytes = (size_t{128} + 4) << 10;
 static_assert(kNetworkEagerBytes > kNetworkPackedBytes &&
               kNetworkEagerBytes < kNetworkMinChunkBytes);

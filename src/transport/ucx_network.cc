@@ -395,7 +395,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
                     "' (TPF_RAIL_DEVICES or UCX_NET_DEVICES): " + status_text(devices));
   }
   if (config_.eager_bytes > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr) {
-    // Messages of at least the threshold go by rendezvous (three trips); over TCP UCX's own
+    // Messages of at least the threshold go by rendezvous (a round trip more); over TCP UCX's own
     // threshold lies between 16 and 32 KiB (docs/results/packed-one-round-64k.txt).
     const std::string threshold = std::to_string(config_.eager_bytes + 1);
     const ucs_status_t eager = ucp_config_modify(ucx_config, "RNDV_THRESH", threshold.c_str());

@@ -886,13 +886,13 @@ TEST_P(AcrossHostsFailures, CountsOnEitherSideOfTheOneRoundSizeAreAMismatchOnEve
   constexpr size_t kRanksPerHost = 2;
   // The count whose largest message between the leaders carries exactly the one-round size.
   const auto at_limit = [](Collective c) {
-    const size_t bytes = coll::network_packed_bytes(c) / sizeof(int32_t);
+    const size_t elements = coll::network_packed_bytes(c) / sizeof(int32_t);
     switch (c) {
       case Collective::all_reduce:
       case Collective::broadcast:
-      case Collective::reduce: return bytes;
-      case Collective::all_to_all: return bytes / (kRanksPerHost * kRanksPerHost);
-      default: return bytes / kRanksPerHost;  // a host's blocks travel together
+      case Collective::reduce: return elements;
+      case Collective::all_to_all: return elements / (kRanksPerHost * kRanksPerHost);
+      default: return elements / kRanksPerHost;  // a host's blocks travel together
     }
   };
   const Collective collectives[] = {Collective::all_reduce,     Collective::all_gather,
