@@ -81,19 +81,15 @@ bool parse_flag(const char* name, const std::string& value) {
   return value == "1";
 }
 
-// Sets which placements `o` measures; its collective is known.
+// Leaves out the placement `value` does not ask for; `o` measures every form its collective has.
 void parse_placement(const std::string& value, BenchOptions& o) {
-  const bool has_in_place = collective_has_in_place(o.collective);
-  if (value == "both") {
-    o.in_place = has_in_place;
-    return;
-  }
+  if (value == "both") return;
   if (value == "out-of-place" || value == "oop") {
     o.in_place = false;
     return;
   }
   if (value == "in-place" || value == "ip") {
-    if (!has_in_place) {
+    if (!o.in_place) {
       throw UsageError(std::string("--placement ") + value + ": " + collective_name(o.collective) +
                        " has no in-place form");
     }

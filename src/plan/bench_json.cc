@@ -108,13 +108,13 @@ std::vector<PlacementTime> row_times_us(const json::Value& row, const std::strin
                                         const std::string& path) {
   std::vector<PlacementTime> times;
   // "oop" is in every file tpf bench has written; "ip" was left out by early ones.
+  const auto add = [&](bool in_place, const json::Value& measurement, const std::string& at) {
+    times.push_back({in_place, row_time_us(measurement, at, path), at});
+  };
   const json::Value& oop = member(row, "oop", where, path);
-  if (!oop.is_null())
-    times.push_back({false, row_time_us(oop, where + ".oop", path), where + ".oop"});
+  if (!oop.is_null()) add(false, oop, where + ".oop");
   const json::Value* ip = row.find("ip");
-  if (ip != nullptr && !ip->is_null()) {
-    times.push_back({true, row_time_us(*ip, where + ".ip", path), where + ".ip"});
-  }
+  if (ip != nullptr && !ip->is_null()) add(true, *ip, where + ".ip");
   if (times.empty()) {
     fail(path + ": " + where + " has neither an out-of-place (oop) nor an in-place (ip) time");
   }
