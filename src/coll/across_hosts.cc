@@ -51,7 +51,13 @@ constexpr int kChunkBits = 12;
 constexpr int kStageBits = 4;
 constexpr uint64_t kSequenceMask =
     (uint64_t{1} << (transport::UcxNetwork::kTagBits - 1 - kStageBits - kChunkBits)) - 1;
-enum Stage : uint64_t { kFingerprint = 0, kFirst = 1, kSecond = 2, kCheckpoint = 3 };
+enum Stage : uint64_t {
+  kFingerprint = 0,
+  kFirst = 1,
+  kSecond = 2,
+  kCheckpoint = 3,
+  kAcknowledgement = 4  // RootedCredit's
+};
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
 uint64_t tag_of(uint64_t sequence, Stage stage, size_t chunk = 0) {
@@ -393,6 +399,25 @@ void compare_checkpoint_stamps(const HostGroup& g, uint64_t at, const transport:
   }
 }
 
+// Waits for the acknowledgement `awaited` from leader `peer` (RootedCredit) and compares the count
+// it carries with this leader's. Leaders only.
+void await_acknowledgement(const HostGroup& g, int peer, const RootedCredit::Awaited& awaited,
+                           const transport::WaitContext& ctx) {
+  uint64_t through = 0;
+  InFlight flight(g.network, ctx);  // ends before `through`
+  flight.wait(
+      flight.recv(peer, tag_of(awaited.sequence, kAcknowledgement), &through, sizeof through));
+  if (through != awaited.through) {
+    throw Error(ErrorCode::mismatch,
+                ctx.op_label() + ": rank " + std::to_string(peer) + " acknowledged " +
+                    std::to_string(through) + " bytes of the small rooted calls from rank " +
+                    std::to_string(g.rank) + ", which sent it " + std::to_string(awaited.through) +
+                    " by then (do the ranks call the same "
+                    "operations with the same counts?)");
+  }
+  g.credit.acknowledged(peer);
+}
+
 // One collective across hosts: what every algorithm below needs to know about the layout.
 class HostCollective {
  public:
@@ -718,6 +743,25 @@ class HostCollective {
     std::memcpy(&theirs, message, sizeof theirs);
     if (theirs != call) throw call_mismatch(call, h, theirs);
   }
+  // The messages of the rooted calls whose senders do not wait, on the pair's credit
+  // (RootedCredit): a message to leader `peer` goes once the window has room for it, after the
+  // acknowledgements it lacks, oldest first.
+  void send_on_credit(InFlight& flight, int peer, const void* message, size_t bytes) {
+    while (const std::optional<RootedCredit::Awaited> awaited =
+               g_.credit.awaited_before(peer, bytes)) {
+      await_acknowledgement(g_, peer, *awaited, ctx_);
+    }
+    flight.send(peer, tag(kFingerprint), message, bytes);
+    g_.credit.sent(peer, sequence_, bytes);
+  }
+  // Such a message of `bytes` from leader `peer` was taken: where it crossed a multiple of the
+  // pair's quantum, sends `peer` the pair's count, from `through` (which outlives `flight`).
+  void acknowledge(InFlight& flight, int peer, size_t bytes, uint64_t& through) {
+    const std::optional<uint64_t> count = g_.credit.received(peer, bytes);
+    if (!count) return;
+    through = *count;
+    flight.send(peer, tag(kAcknowledgement), &through, sizeof through);
+  }
   // This call's fingerprint, with the choices made for it that leaders must agree on.
   transport::Fingerprint call_fingerprint() const {
     transport::Fingerprint call = collective_fingerprint(d_, sequence_);
@@ -916,7 +960,7 @@ class HostCollective {
   // Whether a collective whose largest message between leaders carries `bytes` of data goes in
   // one round (exchange_packed). Every rank decides from the same call and host layout; hosts
   // that still disagree (different counts) see a message of the wrong size: a mismatch.
-  bool packs(size_t bytes) const { return bytes <= network_packed_bytes(collective_of(d_.kind)); }
+  static bool packs(size_t bytes) { return bytes <= kNetworkPackedBytes; }
   // The number of ranks on the largest host.
   size_t largest_host() const {
     size_t largest = 0;
@@ -1225,10 +1269,12 @@ class HostCollective {
     if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
 
-  // In one round where a host's partial result fits in a fingerprint message; above that per rail
-  // where the rails may carry it (goes_per_rail), else between the representatives.
+  // In one round where the other hosts' partial results, all of which reach the root's leader
+  // whole (nothing combines on the way), pack together; above that per rail where the rails may
+  // carry it (goes_per_rail), else between the representatives, whose slices cross each link once
+  // (on 8 hosts, 7 partial results of 64 KiB would cross the root's link in one round).
   void reduce() {
-    if (packs(bytes(d_.count))) return reduce_one_round();
+    if (packs(bytes(d_.count) * static_cast<size_t>(hosts() - 1))) return reduce_one_round();
     if (goes_per_rail()) {
       return reduce_per_rail(/*to_everyone=*/false);
     }
@@ -1598,17 +1644,22 @@ class HostCollective {
     auto host_at = [&](int p) { return (root_host + p) % hcount; };
     const TreeLinks links(position, hcount, rooted_in_tree(hcount, tuning_.network_cost));
     std::byte* packed = g_.scratch.get(kHostData, message);  // one message for every child
-    InFlight flight(g_.network, ctx_);
+    const int parent = leader(host_at(links.parent));
+    uint64_t acknowledgement = 0;
+    InFlight flight(g_.network, ctx_);  // ends before `acknowledgement`
     if (me_ == d_.root) {
       std::memcpy(packed, &call, sizeof call);
       copy_bytes(packed + sizeof call, d_.send, bytes(d_.count));
     } else {
-      flight.wait(flight.recv(leader(host_at(links.parent)), tag(kFingerprint), packed, message));
+      flight.wait(flight.recv(parent, tag(kFingerprint), packed, message));
       check_leading_call(packed, root_host, call);
     }
     for (int child : links.children)
-      flight.send(leader(host_at(child)), tag(kFingerprint), packed, message);
-    if (me_ != d_.root) copy_bytes(d_.recv, packed + sizeof call, bytes(d_.count));
+      send_on_credit(flight, leader(host_at(child)), packed, message);
+    if (me_ != d_.root) {
+      copy_bytes(d_.recv, packed + sizeof call, bytes(d_.count));
+      acknowledge(flight, parent, message, acknowledgement);
+    }
     flight.wait_all();
   }
 
@@ -1631,8 +1682,9 @@ class HostCollective {
     g_.uncompared.add(call);
     const RootedLeaders leaders(*this, g_.hosts.host_of(d_.root), host_bytes);
     const TreeLinks links(leaders.position, leaders.hosts, leaders.tree);
-    InFlight flight(g_.network, ctx_);
     const size_t children = links.children.size();
+    auto acknowledgements = per_call<uint64_t>(children);  // outlive `flight`
+    InFlight flight(g_.network, ctx_);
     auto landed = per_call<std::byte*>(children);
     auto arrivals = per_call<size_t>(children);
     for (size_t i = 0; i < children; ++i) {
@@ -1647,6 +1699,15 @@ class HostCollective {
       check_leading_call(landed[i], leaders.host_at(links.children[i]), call);
       return landed[i] + sizeof call;
     };
+    // Once this leader's own message is on its way: the children's messages are taken.
+    auto acknowledge_children = [&] {
+      for (size_t i = 0; i < children; ++i) {
+        const int child = links.children[i];
+        acknowledge(flight, leader(leaders.host_at(child)),
+                    sizeof call + leaders.carried_bytes(child), acknowledgements[i]);
+      }
+      flight.wait_all();
+    };
     if (leaders.position == 0) {  // the root's leader
       auto carried = per_call<const void*>(leaders.hosts);
       for (size_t i = 0; i < children; ++i) {
@@ -1657,6 +1718,7 @@ class HostCollective {
           next += host_bytes(leaders.host_at(q));
         }
       }
+      acknowledge_children();
       return carried;
     }
     const int parent_host = leaders.host_at(links.parent);
@@ -1669,8 +1731,8 @@ class HostCollective {
       copy_bytes(packed + sizeof call + leaders.bytes_between(leaders.position, child), take(i),
                  leaders.carried_bytes(child));
     }
-    flight.send(leader(parent_host), tag(kFingerprint), packed, message);
-    flight.wait_all();
+    send_on_credit(flight, leader(parent_host), packed, message);
+    acknowledge_children();
     return per_call<const void*>();  // nothing lands here
   }
   // The leaders of a small scatter, gather or reduce whose root's leader does not wait, by
@@ -2241,13 +2303,14 @@ class HostCollective {
     auto host_bytes = [&](int h) { return bytes(ranks_on(h).size() * block); };
     const RootedLeaders leaders(*this, root_host, host_bytes);
     const TreeLinks links(leaders.position, leaders.hosts, leaders.tree);
-    InFlight flight(g_.network, ctx_);
+    const int parent = leader(leaders.host_at(links.parent));
+    const size_t incoming = sizeof call + leaders.carried_bytes(leaders.position);
+    uint64_t acknowledgement = 0;
+    InFlight flight(g_.network, ctx_);  // ends before `acknowledgement`
     std::byte* landed = nullptr;  // this leader's message: the call, then its blocks and below
     if (me_ != d_.root) {
-      const size_t message = sizeof call + leaders.carried_bytes(leaders.position);
-      landed = g_.scratch.get(from_slot(root_host), message);
-      flight.wait(
-          flight.recv(leader(leaders.host_at(links.parent)), tag(kFingerprint), landed, message));
+      landed = g_.scratch.get(from_slot(root_host), incoming);
+      flight.wait(flight.recv(parent, tag(kFingerprint), landed, incoming));
       check_leading_call(landed, root_host, call);
     }
     const auto fill = blocks_for_host(d_.send, block);
@@ -2266,8 +2329,9 @@ class HostCollective {
         std::memcpy(message + sizeof call,
                     landed + sizeof call + leaders.bytes_between(leaders.position, child), payload);
       }
-      flight.send(leader(h), tag(kFingerprint), message, sizeof call + payload);
+      send_on_credit(flight, leader(h), message, sizeof call + payload);
     }
+    if (me_ != d_.root) acknowledge(flight, parent, incoming, acknowledgement);
     flight.wait_all();
     return landed == nullptr ? nullptr : landed + sizeof call;
   }
@@ -2629,6 +2693,8 @@ void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t seque
 void settle_checkpoints(const HostGroup& group, uint64_t operations,
                         const transport::WaitContext& ctx) {
   if (operations == 0 || group.hosts.local_rank(group.rank) != 0) return;
+  for (const auto& [peer, awaited] : group.credit.all_awaited())
+    await_acknowledgement(group, peer, awaited, ctx);
   const uint64_t last = (operations - 1) / kCheckpointEvery * kCheckpointEvery;
   if (operations - 1 - last >= kCheckpointLag) return;  // compared already
   compare_checkpoint_stamps(group, last, ctx);

@@ -33,6 +33,7 @@
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
 #include "coll/op_desc.h"
+#include "coll/rooted_credit.h"
 #include "topo/hosts.h"
 #include "transport/shm_fabric.h"
 #include "transport/ucx_network.h"
@@ -66,10 +67,11 @@ class HostScratch {
 // every other one its stamp (its call, and the digest of the calls nobody compared since its last
 // stamp or fingerprint exchange: UncomparedCalls), and kCheckpointLag operations later it waits for
 // theirs and compares. So no leader runs more than kCheckpointEvery + kCheckpointLag - 1
-// operations ahead of another, and what waits for a late receiver stays bounded (that many
-// messages of at most kNetworkPackedBytes from each sender), yet no checkpoint drains the stream:
-// a root that waits there waits for receivers kCheckpointLag operations behind it, which have that
-// much work left. Every other collective's leaders compare fingerprints before any data moves.
+// operations ahead of another, yet no checkpoint drains the stream: a root that waits there waits
+// for receivers kCheckpointLag operations behind it, which have that much work left. What waits
+// unread for a late receiver is bounded in bytes by each pair's credit (RootedCredit), which
+// lags a window behind in the same way. Every other collective's leaders compare fingerprints
+// before any data moves.
 // The window must outlast a scheduler time slice where ranks share cores: measured on small
 // broadcasts, 2 emulated hosts x 2 ranks (4 ranks on 2 cores; docs/fabric.md), checkpoints every
 // 64 operations ran at the speed of the acknowledged 64th they replaced (8-16 us a call), every
@@ -130,6 +132,7 @@ struct HostGroup {
   int rank;                     // this rank in the communicator
   HostScratch& scratch;         // the communicator's, reused across its collectives
   UncomparedCalls& uncompared;  // the communicator's (leaders' only)
+  RootedCredit& credit;         // the communicator's (leaders' only)
   NetworkChoices& choices;      // the communicator's
 };
 

@@ -37,10 +37,6 @@ std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) n
   return std::nullopt;
 }
 
-size_t network_packed_bytes(Collective op) noexcept {
-  return collective_has_root(op) ? kNetworkUnacknowledgedBytes : kNetworkPackedBytes;
-}
-
 bool has_network_choice(Collective op) noexcept {
   return op == Collective::all_reduce || op == Collective::broadcast;
 }
@@ -235,7 +231,7 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
       network_traffic(op, algorithm, bytes, hosts, min_slice_bytes, chain_cut(cost));
   const double fitted_us = cost.call_us + traffic_us(traffic, cost.link_class());
   const double h = hosts;
-  const bool packed = bytes <= network_packed_bytes(op);
+  const bool packed = bytes <= kNetworkPackedBytes;
   // The fingerprint round (or, packed, the one round carrying the data) as the leaders run it,
   // in place of the one step the fitted prediction gives it.
   const double exchange_us = leaders_gather_us(hosts, cost) - cost.step_us;

@@ -24,19 +24,15 @@ inline constexpr size_t kNetworkMinChunkBytes = size_t{1} << 19;
 // At most this many chunks per transfer, so each has a tag of its own (12 tag bits).
 inline constexpr size_t kNetworkMaxChunks = size_t{1} << 12;
 // A collective whose messages between host leaders carry at most this much data each sends the
-// data in its fingerprint's message, in one round (coll/across_hosts.cc): all_reduce one-shot,
-// all_gather, reduce_scatter, all_to_all. Every leader waits for the round's messages before its
-// next call, so at most two calls' messages wait for a late one. Measured at 100 Gb/s on 2
-// emulated hosts x 1 (where the link is no limit), against 8 KiB: all_reduce of 32 KiB 18 us
-// against 34, all_gather of 64 KiB 19 against 33 (docs/results/packed-one-round-64k.txt).
+// data in its fingerprint's message, in one round (coll/across_hosts.cc). All_reduce one-shot,
+// all_gather, reduce_scatter and all_to_all: every leader waits for the round's messages before
+// its next call, so at most two calls' messages wait for a late one. Broadcast, scatter, reduce
+// and gather: their senders go on without waiting, and a byte credit between each pair of
+// leaders bounds what waits unread for a late receiver (coll/rooted_credit.h). Measured at
+// 100 Gb/s on 2 emulated hosts x 1 (where the link is no limit), against 8 KiB: all_reduce of
+// 32 KiB 18 us against 34, all_gather of 64 KiB 19 against 33
+// (docs/results/packed-one-round-64k.txt).
 inline constexpr size_t kNetworkPackedBytes = size_t{64} << 10;
-// The rooted collectives (broadcast, scatter, reduce, gather) pack up to this much: their senders
-// go on without waiting (across_hosts.h, kCheckpointEvery), so what may wait unread for a late
-// receiver is that many calls' messages of at most this size.
-inline constexpr size_t kNetworkUnacknowledgedBytes = size_t{8} << 10;
-// The one-round size of `op`: kNetworkUnacknowledgedBytes where it has a root, else
-// kNetworkPackedBytes.
-size_t network_packed_bytes(Collective op) noexcept;
 // UCX sends messages up to this size eagerly (its rendezvous threshold, unless UCX_RNDV_THRESH
 // says otherwise), without a rendezvous's round trip: a packed message (the data and its
 // fingerprint), and the data of the forms that compare fingerprints first, which finds its receive

@@ -114,6 +114,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.eager_bytes = coll::kNetworkEagerBytes;
     net.oversubscribed = config.excess_ranks > 0;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
+    rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());
     net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,
                                         [this](std::exception_ptr e) { return record_failure(e); });
   }
@@ -150,9 +151,7 @@ void CommImpl::settle_checkpoints() noexcept {
     const transport::WaitContext ctx = transport::WaitContext::with_timeout(
         timeout_of("destroying the communicator", {}),
         [this] { return "destroying communicator '" + setup_.name + "'"; });
-    coll::settle_checkpoints(
-        {*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_, network_choices_},
-        sequence_.load(), ctx);
+    coll::settle_checkpoints(host_group(), sequence_.load(), ctx);
   } catch (...) {
     // Destroying cannot throw: the failure (a mismatch in the last calls, a peer that failed or
     // never came) is recorded, which tells the peers, some perhaps still waiting on this rank.
@@ -161,6 +160,11 @@ void CommImpl::settle_checkpoints() noexcept {
     } catch (...) {  // nothing more to be done while the communicator goes
     }
   }
+}
+
+coll::HostGroup CommImpl::host_group() {
+  return {*fabric_,      *network_,   hosts_,          rank(),
+          host_scratch_, uncompared_, *rooted_credit_, network_choices_};
 }
 
 int CommImpl::host_of(int rank) const {
@@ -364,9 +368,7 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
         RecentCalls& calls;
         ~EndCall() { calls.end(); }
       } end_call{recent_calls_};
-      coll::run_across_hosts(
-          {*fabric_, *network_, hosts_, rank(), host_scratch_, uncompared_, network_choices_}, desc,
-          sequence, ctx, setup_.settings.tuning);
+      coll::run_across_hosts(host_group(), desc, sequence, ctx, setup_.settings.tuning);
     } else {
       coll::run_operation(*fabric_, desc, sequence, ctx, setup_.settings.tuning);
     }

@@ -93,6 +93,8 @@ class CommImpl {
   // checkpoint if it has not yet (coll::settle_checkpoints), bounded by the communicator's
   // timeout; what that finds is recorded as the communicator's failure, which its peers are told.
   void settle_checkpoints() noexcept;
+  // What the collectives across hosts work with (network_ set).
+  coll::HostGroup host_group();
   // Keeps `error` as the communicator's failure if it is the first (peers are told, and so are the
   // other communicators of this process) and returns the first failure's error, which pending
   // and later operations report.
@@ -110,6 +112,7 @@ class CommImpl {
   std::shared_ptr<NetP2p> net_p2p_;       // send/recv to other hosts; declared after network_
   coll::HostScratch host_scratch_;        // buffers the collectives across hosts reuse
   coll::UncomparedCalls uncompared_;      // calls across hosts not compared yet; the last stamp
+  std::unique_ptr<coll::RootedCredit> rooted_credit_;  // across hosts: what waits unread
   coll::NetworkChoices network_choices_;  // the cost model's choices across hosts, remembered
   RecentCalls recent_calls_;              // across hosts: what the heartbeat tells and compares
   // Names a stopped or unreachable rank on another host; declared last: stopped first.

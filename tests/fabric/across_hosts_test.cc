@@ -342,6 +342,54 @@ TEST_P(AcrossHosts, SmallBroadcastsInARowArriveInOrderWhileRootsRunAhead) {
   expect_all_ok(run(small_broadcasts_in_a_row));
 }
 
+// Rooted calls whose messages between leaders carry more than 8 KiB in a row, each from the next
+// rank and of the next kind (broadcast, reduce, gather, scatter): where the root leads its host
+// its leaders send and go on on the credit of each pair of leaders (coll::RootedCredit), whose
+// receivers acknowledge every quantum; 800 calls of 20 KiB a message send each pair more than
+// its window (8 MiB each way on two hosts of one, 4 MiB a window; 2.7 MiB on four) and so wait
+// for acknowledgements. Every rank must get every call's data, with either protocol.
+void rooted_calls_over_8_kib_in_a_row(Communicator& comm) {
+  const int n = comm.size(), me = comm.rank();
+  constexpr size_t kCount = 5120;  // a broadcast's or reduce's 20 KiB of i32
+  for (int i = 0; i < 800; ++i) {
+    const int root = i % n;
+    const int kind = (i / n) % 4;
+    const std::string what = "call " + std::to_string(i);
+    // A host's blocks travel together: a gather's and scatter's block is 10 KiB.
+    const size_t count = kind >= 2 ? kCount / 2 : kCount;
+    auto value = [&](int rank, size_t k) { return 1000 * i + 10 * rank + static_cast<int>(k % 7); };
+    std::vector<int32_t> in(kind == 3 ? count * n : count), out(kind == 2 ? count * n : count, -1);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = value(me, k);
+    call(what, [&] {
+      switch (kind) {
+        case 0: comm.broadcast(in.data(), out.data(), count, DType::i32, root); break;
+        case 1: comm.reduce(in.data(), out.data(), count, DType::i32, ReduceOp::sum, root); break;
+        case 2: comm.gather(in.data(), out.data(), count, DType::i32, root); break;
+        default: comm.scatter(in.data(), out.data(), count, DType::i32, root); break;
+      }
+    });
+    const bool has_result = me == root || kind == 0 || kind == 3;  // not a reduce's or gather's
+    if (!has_result) continue;
+    for (size_t k = 0; k < out.size(); ++k) {
+      int32_t want = 0;
+      switch (kind) {
+        case 0: want = value(root, k); break;
+        case 1:
+          for (int r = 0; r < n; ++r) want += value(r, k);
+          break;
+        case 2: want = value(static_cast<int>(k / count), k % count); break;
+        default: want = value(root, me * count + k); break;
+      }
+      TPF_CHILD_CHECK(out[k] == want, what + " (kind " + std::to_string(kind) + ") element " +
+                                          std::to_string(k) + ": " + std::to_string(out[k]) +
+                                          " against " + std::to_string(want));
+    }
+  }
+}
+TEST_P(AcrossHosts, RootedCallsOver8KiBInARowArriveOnTheLeadersCredit) {
+  expect_all_ok(run(rooted_calls_over_8_kib_in_a_row));
+}
+
 // Cores belong to the machine: ranks of emulated hosts on one machine (forced host ids here) count
 // together, as the fabric's waits and cost model must see them (docs/fabric.md).
 TEST(AcrossHostsOnOneMachine, EveryRankCountsTheWholeMachinesRanks) {
@@ -796,7 +844,7 @@ TEST_P(AcrossHostsFailures, PerRailGatherAndScatterOnDifferentHostsAreAMismatchO
     auto outcomes = run_on_hosts(
         kTwoHostsOfTwo,
         [&](Communicator& comm) {
-          const size_t block = 4096;  // 16 KiB
+          const size_t block = 16384;  // 64 KiB: a host's two blocks, 128 KiB, do not pack
           std::vector<float> in(block * comm.size(), 1.0f), out(block * comm.size());
           const bool gathers = (comm.rank() < 2) == host_a_gathers;
           const Error e = expect_error("gather against scatter", [&] {
@@ -876,7 +924,7 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
   }
 }
 
-// Hosts whose counts lie on either side of the one-round size (coll::network_packed_bytes: one
+// Hosts whose counts lie on either side of the one-round size (coll::kNetworkPackedBytes: one
 // host's leader sends its data with its fingerprint, the other's its fingerprint alone) exchange
 // messages of different sizes: every rank fails with a mismatch, in the call or, where its rank
 // sent and went on, at the barrier after it; either host the one over, on two hosts of two (a
@@ -886,7 +934,7 @@ TEST_P(AcrossHostsFailures, CountsOnEitherSideOfTheOneRoundSizeAreAMismatchOnEve
   constexpr size_t kRanksPerHost = 2;
   // The count whose largest message between the leaders carries exactly the one-round size.
   const auto at_limit = [](Collective c) {
-    const size_t elements = coll::network_packed_bytes(c) / sizeof(int32_t);
+    const size_t elements = coll::kNetworkPackedBytes / sizeof(int32_t);
     switch (c) {
       case Collective::all_reduce:
       case Collective::broadcast:
@@ -1084,19 +1132,18 @@ TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
 }
 
 // Element counts next to each size at which the forms between hosts change, one under, at and
-// one over: half and all of the one-round sizes (kNetworkUnacknowledgedBytes for the rooted
-// collectives, kNetworkPackedBytes for the others; a host of two ranks sends two blocks in one
-// message), the blocks from which all_to_all pipelines on interleaved hosts
-// (kInterleavedAllToAllPipelineMinBlockBytes) and from which all_to_all per rail moves such
-// hosts' blocks one by one (kInterleavedPerRailAllToAllMinBlockBytes), and one network chunk
-// (kNetworkMinChunkBytes: reduce_scatter and all_gather pipeline from it on interleaved hosts);
-// and just over two chunks.
+// one over: half and all of the one-round size (kNetworkPackedBytes; a host of two ranks sends
+// two blocks in one message; half is where a reduce on three hosts stops going in one round, its
+// root's leader taking two partial results whole), the blocks from which all_to_all pipelines on
+// interleaved hosts (kInterleavedAllToAllPipelineMinBlockBytes) and from which all_to_all per rail
+// moves such hosts' blocks one by one (kInterleavedPerRailAllToAllMinBlockBytes), and one network
+// chunk (kNetworkMinChunkBytes: reduce_scatter and all_gather pipeline from it on interleaved
+// hosts); and just over two chunks.
 std::vector<size_t> counts_next_to_thresholds(DType dt) {
   const size_t es = element_size(dt);
   std::vector<size_t> counts;
   for (const size_t bytes :
-       {coll::kNetworkUnacknowledgedBytes / 2, coll::kNetworkUnacknowledgedBytes,
-        coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
+       {coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
         coll::kInterleavedAllToAllPipelineMinBlockBytes,
         coll::kInterleavedPerRailAllToAllMinBlockBytes, coll::kNetworkMinChunkBytes}) {
     for (const size_t count : {bytes / es - 1, bytes / es, bytes / es + 1}) counts.push_back(count);
@@ -1486,6 +1533,60 @@ TEST(AcrossHostsCheckpoints, NoLeaderRunsMoreThanACheckpointAndItsLagAheadOfAnot
         const std::string what = e.what();
         TPF_CHILD_CHECK(
             what.find("(sequence " + std::to_string(kFirstWait) + ")") != std::string::npos &&
+                what.find("waiting for rank 1 ") != std::string::npos,
+            what);
+      },
+      options);
+  expect_all_ok(outcomes);
+}
+
+// A root that goes on without waiting runs at most its pair's credit ahead of a receiver
+// (coll::RootedCredit): on two hosts of one rank, rank 1 takes part in the first operation (a
+// barrier) and then calls nothing while rank 0 broadcasts 64 KiB a call (a message of 65,560
+// bytes with its fingerprint). Rank 0's broadcasts at operations 1 to 63 go (63 messages fit in
+// the 4 MiB window), and the one at 64 waits for the acknowledgement rank 1 would send at
+// operation 16, whose message crossed the first quantum (1 MiB), and times out naming rank 1 (the
+// checkpoint at 512 is far off). Tagged messages, as the checkpoints' test.
+TEST(AcrossHostsCredit, ARootRunsAtMostItsPairsWindowAheadOfAReceiver) {
+  SharedBlock shared;
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(30000);
+  constexpr size_t kCount = coll::kNetworkPackedBytes / sizeof(int32_t);
+  const size_t message = sizeof(transport::Fingerprint) + coll::kNetworkPackedBytes;
+  const uint64_t first_wait = 1 + coll::RootedCredit::window_bytes(2) / message;
+  ASSERT_EQ(first_wait, 64u);
+  auto outcomes = run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+        ::setenv("TPF_NET_PROTOCOL", "tag", 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        comm.barrier();
+        if (ctx.rank == 1) {
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(120)),
+              "rank 0 never finished its broadcasts");
+          return;
+        }
+        struct Done {  // rank 1 goes once rank 0 is done, whatever it found
+          SharedBlock& shared;
+          ~Done() { shared.counter(0).store(1); }
+        } done{shared};
+        std::vector<int32_t> data(kCount, 5);
+        while (comm.next_sequence() < first_wait) {
+          call("the broadcast at operation " + std::to_string(comm.next_sequence()),
+               [&] { comm.broadcast(data.data(), data.data(), kCount, DType::i32, 0); });
+        }
+        const Error e =
+            expect_error("the broadcast at operation " + std::to_string(first_wait), [&] {
+              comm.broadcast(data.data(), data.data(), kCount, DType::i32, 0,
+                             CallOptions{std::chrono::milliseconds(1000)});
+            });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(
+            what.find("(sequence " + std::to_string(first_wait) + ")") != std::string::npos &&
                 what.find("waiting for rank 1 ") != std::string::npos,
             what);
       },

@@ -308,20 +308,11 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
       NetworkAlgorithm::one_shot);
 }
 
-// One round holds 64 KiB a message where every leader waits for the round's messages, 8 KiB where
-// the senders go on without waiting (the rooted collectives); UCX sends a packed message eagerly.
-TEST(NetworkCost, OneRoundHoldsLessWhereTheSendersDoNotWait) {
-  for (Collective op : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
-                        Collective::all_to_all}) {
-    EXPECT_EQ(coll::network_packed_bytes(op), size_t{64} << 10) << coll::collective_name(op);
-  }
-  for (Collective op :
-       {Collective::broadcast, Collective::reduce, Collective::gather, Collective::scatter}) {
-    EXPECT_EQ(coll::network_packed_bytes(op), size_t{8} << 10) << coll::collective_name(op);
-  }
+// UCX sends a packed message (kNetworkPackedBytes and a fingerprint) eagerly. A one-shot
+// all_reduce just over the one-round size pays the fingerprints' messages beside the data's
+// (4 (H - 1) of them), just under it the one exchange.
+TEST(NetworkCost, OneShotPaysTheFingerprintsMessagesOnlyAboveTheOneRoundSize) {
   EXPECT_GT(coll::kNetworkEagerBytes, coll::kNetworkPackedBytes);
-  // A one-shot all_reduce just over the one-round size pays the fingerprints' messages beside
-  // the data's (4 (H - 1) of them), just under it the one exchange.
   const NetworkLinkCost c = known_cost();
   const auto one_shot_us = [&](size_t bytes) {
     return coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::one_shot, bytes, 4,
@@ -389,13 +380,17 @@ TEST(NetworkCost, RememberedChoicesAreTheModelsAndComputedOncePerKey) {
 }
 
 // The tree takes a broadcast's mid sizes on many hosts. Hand counts at the defaults on links of
-// 0.125 GB/s (a 16 KiB buffer is 131.072 us through a link), 8 hosts, 16 KiB (more than one
-// packed message):
+// 0.125 GB/s (a 96 KiB buffer is 786.432 us through a link), 8 hosts, 96 KiB (more than one
+// round holds):
 // - one round: the root's 7 copies through its link after a step and the call (4 + 11 +
-//   917.504), and 21 messages: 1079.504 us;
-// - the tree: 3 hops of 11 + 131.072 after the call, 2 messages a hop: 430.216 + 42 = 472.216;
-// - the chain: one chunk (32 KiB at least), a fingerprint round and 7 hops of the whole buffer
-//   (4 + 88 + 917.504), its round in 3 rounds (+64) and 7 hops' messages (+49): 1122.504.
+//   5505.024), and 21 messages: 5667.024 us;
+// - the tree: 3 hops of 11 + 786.432 after the call, 2 messages a hop: 2396.296 + 42 = 2438.296;
+// - the chain: 3 chunks of 32 KiB, a fingerprint round and 10 steps (4 + 110), the buffer through
+//   its first link and a chunk through each of the 6 after (2359.296), its round in 3 rounds (+64)
+//   and 9 hops' messages (+63): 2600.296.
+// At 16 KiB, which one round holds, the one round goes down the same tree with the data behind
+// the root's call in one message (broadcast_unacknowledged): 4 + 3 x (11 + 131.072) and a
+// message a hop, 451.216, against the tree's 472.216.
 // At 256 KiB the chain's 8 chunks of 32 KiB fill its 6 first links with a chunk each: 4 + 15 x 11
 // + (262144 + 6 x 32768) / 125 + 64 + 14 x 7 = 4001.016, against the tree's 3 hops of 2097 us.
 // Two hosts never take it (it is the one round there), all_reduce has none; forced, a broadcast
@@ -403,18 +398,27 @@ TEST(NetworkCost, RememberedChoicesAreTheModelsAndComputedOncePerKey) {
 TEST(NetworkCost, TheTreeTakesMidSizedBroadcastsOnManyHosts) {
   NetworkLinkCost c;
   c.link_gbps = 0.125;
+  const size_t kib96 = size_t{96} << 10;
+  const double link96 = 98304 / 125.0;
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::one_shot, kib96, 8, c),
+      4 + 11 + 7 * link96 + 21 * 7, 1e-9);
+  EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::tree, kib96, 8, c),
+              4 + 3 * (11 + link96) + 6 * 7, 1e-9);
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, kib96, 8, c),
+      4 + 10 * 11 + (98304 + 6 * 32768) / 125.0 + 64 + 9 * 7, 1e-9);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, kib96, 8, std::nullopt, c),
+            NetworkAlgorithm::tree);
   const size_t kib16 = size_t{16} << 10;
   const double link16 = 16384 / 125.0;
   EXPECT_NEAR(
       coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::one_shot, kib16, 8, c),
-      4 + 11 + 7 * link16 + 21 * 7, 1e-9);
+      4 + 3 * (11 + link16) + 3 * 7, 1e-9);
   EXPECT_NEAR(coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::tree, kib16, 8, c),
               4 + 3 * (11 + link16) + 6 * 7, 1e-9);
-  EXPECT_NEAR(
-      coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, kib16, 8, c),
-      4 + 8 * 11 + 7 * link16 + 64 + 49, 1e-9);
   EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, kib16, 8, std::nullopt, c),
-            NetworkAlgorithm::tree);
+            NetworkAlgorithm::one_shot);
   const size_t kib256 = size_t{256} << 10;
   EXPECT_NEAR(
       coll::network_choice_us(Collective::broadcast, NetworkAlgorithm::pipelined, kib256, 8, c),
