@@ -412,8 +412,7 @@ void await_acknowledgement(const HostGroup& g, int peer, const RootedCredit::Awa
                 ctx.op_label() + ": rank " + std::to_string(peer) + " acknowledged " +
                     std::to_string(through) + " bytes of the small rooted calls from rank " +
                     std::to_string(g.rank) + ", which sent it " + std::to_string(awaited.through) +
-                    " by then (do the ranks call the same "
-                    "operations with the same counts?)");
+                    " by then (do the ranks call the same operations with the same counts?)");
   }
   g.credit.acknowledged(peer);
 }
@@ -1269,12 +1268,14 @@ class HostCollective {
     if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
   }
 
-  // In one round where the other hosts' partial results, all of which reach the root's leader
-  // whole (nothing combines on the way), pack together; above that per rail where the rails may
-  // carry it (goes_per_rail), else between the representatives, whose slices cross each link once
-  // (on 8 hosts, 7 partial results of 64 KiB would cross the root's link in one round).
+  // In one round where the other hosts' partial results pack together and the cost model prices
+  // the root's link taking them all below the slices (reduce_in_one_round); otherwise per rail
+  // where the rails may carry it (goes_per_rail), else between the representatives, whose slices
+  // cross each link about once.
   void reduce() {
-    if (packs(bytes(d_.count) * static_cast<size_t>(hosts() - 1))) return reduce_one_round();
+    if (reduce_in_one_round(bytes(d_.count), hosts(), tuning_.network_cost)) {
+      return reduce_one_round();
+    }
     if (goes_per_rail()) {
       return reduce_per_rail(/*to_everyone=*/false);
     }

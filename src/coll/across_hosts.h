@@ -75,7 +75,7 @@ class HostScratch {
 // The window must outlast a scheduler time slice where ranks share cores: measured on small
 // broadcasts, 2 emulated hosts x 2 ranks (4 ranks on 2 cores; docs/fabric.md), checkpoints every
 // 64 operations ran at the speed of the acknowledged 64th they replaced (8-16 us a call), every
-// 512 at 3.6-6.6 us (6 MiB at most waiting from each sender at 8 KiB a message).
+// 512 at 3.6-6.6 us.
 inline constexpr uint64_t kCheckpointEvery = 512;
 inline constexpr uint64_t kCheckpointLag = kCheckpointEvery / 2;
 static_assert(kCheckpointLag > 0 && kCheckpointLag < kCheckpointEvery);
@@ -140,13 +140,14 @@ struct HostGroup {
 void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t sequence,
                       const transport::WaitContext& ctx, const CollectiveTuning& tuning);
 
-// Before a communicator across hosts goes, on a leader that ran `operations` operations: where
-// the comparison of its last checkpoint is still ahead (fewer than kCheckpointLag operations
-// after it), makes it now: waits for the other leaders' stamps of it, so that none of them sends
-// to a leader that has left (a send to a closed endpoint would fail the sender's communicator),
-// and compares them, so that a call of its own that went on without the others (a small
-// broadcast's root, a small reduce's sender) and was the last is still compared. Bounded by
-// `ctx`; throws a mismatch, or what a wait throws (a peer's failure, the deadline).
+// Before a communicator across hosts goes, on a leader that ran `operations` operations: takes
+// the acknowledgements it still awaits (RootedCredit), so that no receiver sends one to a leader
+// that has left; and where the comparison of its last checkpoint is still ahead (fewer than
+// kCheckpointLag operations after it), makes it now: waits for the other leaders' stamps of it, so
+// that none of them sends to a leader that has left (a send to a closed endpoint would fail the
+// sender's communicator), and compares them, so that a call of its own that went on without the
+// others (a small broadcast's root, a small reduce's sender) and was the last is still compared.
+// Bounded by `ctx`; throws a mismatch, or what a wait throws (a peer's failure, the deadline).
 void settle_checkpoints(const HostGroup& group, uint64_t operations,
                         const transport::WaitContext& ctx);
 

@@ -148,6 +148,20 @@ bool rooted_in_tree(int hosts, const NetworkLinkCost& cost) {
   return tree_us < direct_us;
 }
 
+bool reduce_in_one_round(size_t bytes, int hosts, const NetworkLinkCost& cost) {
+  if (bytes * static_cast<size_t>(hosts - 1) > kNetworkPackedBytes) return false;
+  if (hosts <= 2) return true;  // the root's link takes the other host's data once either way
+  const double others = hosts - 1;
+  const double link_us = static_cast<double>(bytes) / (cost.link_gbps * 1e3);
+  const double to_root_us = rooted_in_tree(hosts, cost)
+                                ? gather_rounds(hosts) * (cost.step_us + cost.message_us)
+                                : cost.step_us + others * cost.message_us;
+  const double one_round_us = to_root_us + others * link_us;
+  const double slices_us =
+      leaders_gather_us(hosts, cost) + 2 * (cost.step_us + others * cost.message_us) + link_us;
+  return one_round_us <= slices_us;
+}
+
 bool all_gather_in_ring(size_t host_bytes, int hosts, const NetworkLinkCost& cost) {
   if (hosts <= 2) return true;
   const double transfer_us = (hosts - 1) * static_cast<double>(host_bytes) / (cost.link_gbps * 1e3);

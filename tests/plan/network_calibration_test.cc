@@ -324,6 +324,29 @@ TEST(NetworkCost, OneShotPaysTheFingerprintsMessagesOnlyAboveTheOneRoundSize) {
   EXPECT_LT(one_shot_us(coll::kNetworkPackedBytes), 12 * c.message_us);
 }
 
+// A reduce goes in one round where the other hosts' partial results pack together and the root's
+// link taking all of them costs no more than the slices. Hand counts at the defaults (a step
+// 11 us, a message 7) on links of 0.125 GB/s, 4 hosts (the root's leader takes its 3 messages
+// directly, 11 + 21 = 32, rather than in 2 tree rounds of 18; the leaders' fingerprints go in 2
+// rounds of 11 + 14, 50, rather than directly, 11 + 42 = 53):
+// - 8 KiB (65.536 us through a link): one round 32 + 3 x 65.536 = 228.608; slices 50 + 2 x (11 +
+//   21) + 65.536 = 179.536: the slices;
+// - 4 KiB: one round 32 + 98.304 = 130.304; slices 50 + 64 + 32.768 = 146.768: one round.
+// At 100 Gb/s the round wins wherever it packs (21 KiB a host on 4 hosts: 64 KiB together);
+// on two hosts always where it packs, the root's link taking the other host's data either way.
+TEST(NetworkCost, AReduceGoesInOneRoundWhereItPacksAndTheRootsLinkCanTakeIt) {
+  NetworkLinkCost slow;
+  slow.link_gbps = 0.125;
+  EXPECT_FALSE(coll::reduce_in_one_round(8192, 4, slow));
+  EXPECT_TRUE(coll::reduce_in_one_round(4096, 4, slow));
+  const NetworkLinkCost fast;
+  const size_t most = coll::kNetworkPackedBytes / 3;
+  EXPECT_TRUE(coll::reduce_in_one_round(most, 4, fast));
+  EXPECT_FALSE(coll::reduce_in_one_round(most + 1, 4, fast));
+  EXPECT_TRUE(coll::reduce_in_one_round(coll::kNetworkPackedBytes, 2, slow));
+  EXPECT_FALSE(coll::reduce_in_one_round(coll::kNetworkPackedBytes + 1, 2, fast));
+}
+
 // A communicator remembers its choices (NetworkChoices): each is the one choose_network_algorithm
 // makes, computed once per (collective, size, leading root) while it keeps its slot, and again
 // after another key took it.
