@@ -109,7 +109,7 @@ void print_table_header(std::FILE* out, const BenchReport& r) {
     std::fprintf(
         out, "# across %d hosts, network algorithm %s (one round up to %zu KiB a message)\n",
         r.hosts, coll::has_per_rail_form(r.collective) ? r.network_algorithm.c_str() : "pipelined",
-        coll::kNetworkPackedBytes >> 10);
+        coll::network_packed_bytes(r.collective) >> 10);
   }
   std::fprintf(out, "#\n");
   std::fprintf(out, "# %48s  %-33s  %s\n", "", "out-of-place", "in-place");

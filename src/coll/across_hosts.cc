@@ -959,7 +959,7 @@ class HostCollective {
   // Whether a collective whose largest message between leaders carries `bytes` of data goes in
   // one round (exchange_packed). Every rank decides from the same call and host layout; hosts
   // that still disagree (different counts) see a message of the wrong size: a mismatch.
-  static bool packs(size_t bytes) { return bytes <= kNetworkPackedBytes; }
+  bool packs(size_t bytes) const { return bytes <= network_packed_bytes(collective_of(d_.kind)); }
   // The number of ranks on the largest host.
   size_t largest_host() const {
     size_t largest = 0;

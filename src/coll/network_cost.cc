@@ -37,6 +37,10 @@ std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) n
   return std::nullopt;
 }
 
+size_t network_packed_bytes(Collective op) noexcept {
+  return collective_has_root(op) ? kNetworkRootedPackedBytes : kNetworkPackedBytes;
+}
+
 bool has_network_choice(Collective op) noexcept {
   return op == Collective::all_reduce || op == Collective::broadcast;
 }
@@ -149,7 +153,7 @@ bool rooted_in_tree(int hosts, const NetworkLinkCost& cost) {
 }
 
 bool reduce_in_one_round(size_t bytes, int hosts, const NetworkLinkCost& cost) {
-  if (bytes * static_cast<size_t>(hosts - 1) > kNetworkPackedBytes) return false;
+  if (bytes * static_cast<size_t>(hosts - 1) > kNetworkRootedPackedBytes) return false;
   if (hosts <= 2) return true;  // the root's link takes the other host's data once either way
   const double others = hosts - 1;
   const double link_us = static_cast<double>(bytes) / (cost.link_gbps * 1e3);
@@ -245,7 +249,7 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
       network_traffic(op, algorithm, bytes, hosts, min_slice_bytes, chain_cut(cost));
   const double fitted_us = cost.call_us + traffic_us(traffic, cost.link_class());
   const double h = hosts;
-  const bool packed = bytes <= kNetworkPackedBytes;
+  const bool packed = bytes <= network_packed_bytes(op);
   // The fingerprint round (or, packed, the one round carrying the data) as the leaders run it,
   // in place of the one step the fitted prediction gives it.
   const double exchange_us = leaders_gather_us(hosts, cost) - cost.step_us;

@@ -24,15 +24,23 @@ inline constexpr size_t kNetworkMinChunkBytes = size_t{1} << 19;
 // At most this many chunks per transfer, so each has a tag of its own (12 tag bits).
 inline constexpr size_t kNetworkMaxChunks = size_t{1} << 12;
 // A collective whose messages between host leaders carry at most this much data each sends the
-// data in its fingerprint's message, in one round (coll/across_hosts.cc). All_reduce one-shot,
-// all_gather, reduce_scatter and all_to_all: every leader waits for the round's messages before
-// its next call, so at most two calls' messages wait for a late one. Broadcast, scatter, reduce
-// and gather: their senders go on without waiting, and a byte credit between each pair of
-// leaders bounds what waits unread for a late receiver (coll/rooted_credit.h). Measured at
-// 100 Gb/s on 2 emulated hosts x 1 (where the link is no limit), against 8 KiB: all_reduce of
-// 32 KiB 18 us against 34, all_gather of 64 KiB 19 against 33
-// (docs/results/packed-one-round-64k.txt).
+// data in its fingerprint's message, in one round (coll/across_hosts.cc): all_reduce one-shot,
+// all_gather, reduce_scatter and all_to_all. Every leader waits for the round's messages before
+// its next call, so at most two calls' messages wait for a late one. Measured at 100 Gb/s on 2
+// emulated hosts x 1 (where the link is no limit), against 8 KiB: all_reduce of 32 KiB 18 us
+// against 34, all_gather of 64 KiB 19 against 33 (docs/results/packed-one-round-64k.txt).
 inline constexpr size_t kNetworkPackedBytes = size_t{64} << 10;
+// The rooted collectives (broadcast, scatter, reduce, gather) pack up to this much. Their senders
+// go on without waiting (a byte credit between each pair of leaders bounds what waits unread for
+// a late receiver: coll/rooted_credit.h), so their messages mostly arrive before the receive is
+// posted. Measured on 2 x 1 at 100 Gb/s: such messages of 60 KiB took 12-18 us a call in every
+// run (reduce, broadcast), of 64 KiB and its fingerprint (just over one of UCX over TCP's 64 KiB
+// receive segments, UCX_TCP_RX_SEG_SIZE) 16-57 us, run to run, where the form that compares
+// fingerprints first took 24-54; cause not traced (docs/results/rooted-credit.txt).
+inline constexpr size_t kNetworkRootedPackedBytes = size_t{60} << 10;
+// The one-round size of `op`: kNetworkRootedPackedBytes where it has a root, else
+// kNetworkPackedBytes.
+size_t network_packed_bytes(Collective op) noexcept;
 // UCX sends messages up to this size eagerly (its rendezvous threshold, unless UCX_RNDV_THRESH
 // says otherwise), without a rendezvous's round trip: a packed message (the data and its
 // fingerprint), and the data of the forms that compare fingerprints first, which finds its receive
@@ -42,6 +50,7 @@ inline constexpr size_t kNetworkPackedBytes = size_t{64} << 10;
 // (kNetworkMinChunkBytes) stay rendezvous.
 inline constexpr size_t kNetworkEagerBytes = (size_t{128} + 4) << 10;
 static_assert(kNetworkEagerBytes > kNetworkPackedBytes &&
+              kNetworkPackedBytes >= kNetworkRootedPackedBytes &&
               kNetworkEagerBytes < kNetworkMinChunkBytes);
 
 // Costs of the network between host leaders. TPF_NET_CALL_US, TPF_NET_STEP_US, TPF_NET_MESSAGE_US,
@@ -204,7 +213,7 @@ size_t exchange_round_blocks(int hosts);
 bool rooted_in_tree(int hosts, const NetworkLinkCost& cost);
 // Whether a reduce of `bytes` goes in one round (across_hosts.cc: reduce_one_round): the other
 // H - 1 hosts' partial results reach the root's leader whole (nothing combines on the way, so the
-// bits do not depend on the path), so they must pack together (kNetworkPackedBytes), and the
+// bits do not depend on the path), so they must pack together (kNetworkRootedPackedBytes), and the
 // root's link takes all of them, against the slices (reduce_in_slices): the leaders' fingerprint
 // round, then each slice to its owner and the results to the root, a step and H - 1 messages each
 // at the root, every link carrying the data about once. On two hosts the root's link takes the

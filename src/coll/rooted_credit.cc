@@ -13,7 +13,7 @@ constexpr size_t kLeast = size_t{512} << 10;
 constexpr size_t kMost = size_t{4} << 20;
 // A sender that has waited for every acknowledgement has less than a quantum unacknowledged, so
 // the largest message always fits in the window after its waits.
-static_assert(kLeast - kLeast / 4 >= kNetworkPackedBytes + sizeof(transport::Fingerprint));
+static_assert(kLeast - kLeast / 4 >= kNetworkRootedPackedBytes + sizeof(transport::Fingerprint));
 }  // namespace
 
 size_t RootedCredit::window_bytes(int hosts) {

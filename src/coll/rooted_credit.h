@@ -35,8 +35,8 @@ class RootedCredit {
 
   // The window of each pair of leaders on `hosts` hosts: 8 MiB shared by the H - 1 senders a
   // receiver may have, between 512 KiB and 4 MiB a pair, each well above the largest message
-  // (kNetworkPackedBytes and a fingerprint). On two hosts 4 MiB: 63 messages of 64 KiB, 255 of
-  // 16 KiB, ahead of the receiver.
+  // (kNetworkRootedPackedBytes and a fingerprint). On two hosts 4 MiB: 68 messages of 60 KiB,
+  // 255 of 16 KiB, ahead of the receiver.
   static size_t window_bytes(int hosts);
   explicit RootedCredit(int hosts);
 

@@ -924,7 +924,7 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
   }
 }
 
-// Hosts whose counts lie on either side of the one-round size (coll::kNetworkPackedBytes: one
+// Hosts whose counts lie on either side of the one-round size (coll::network_packed_bytes: one
 // host's leader sends its data with its fingerprint, the other's its fingerprint alone) exchange
 // messages of different sizes: every rank fails with a mismatch, in the call or, where its rank
 // sent and went on, at the barrier after it; either host the one over, on two hosts of two (a
@@ -934,7 +934,7 @@ TEST_P(AcrossHostsFailures, CountsOnEitherSideOfTheOneRoundSizeAreAMismatchOnEve
   constexpr size_t kRanksPerHost = 2;
   // The count whose largest message between the leaders carries exactly the one-round size.
   const auto at_limit = [](Collective c) {
-    const size_t elements = coll::kNetworkPackedBytes / sizeof(int32_t);
+    const size_t elements = coll::network_packed_bytes(c) / sizeof(int32_t);
     switch (c) {
       case Collective::all_reduce:
       case Collective::broadcast:
@@ -1132,8 +1132,9 @@ TEST(AcrossHostsLeaders, InterleavedHostsMatchTheReference) {
 }
 
 // Element counts next to each size at which the forms between hosts change, one under, at and
-// one over: half and all of the one-round size (kNetworkPackedBytes; a host of two ranks sends
-// two blocks in one message; half is where a reduce on three hosts stops going in one round, its
+// one over: half and all of the one-round sizes (kNetworkRootedPackedBytes for the rooted
+// collectives, kNetworkPackedBytes for the others; a host of two ranks sends two blocks in one
+// message; half the rooted size is where a reduce on three hosts stops going in one round, its
 // root's leader taking two partial results whole), the blocks from which all_to_all pipelines on
 // interleaved hosts (kInterleavedAllToAllPipelineMinBlockBytes) and from which all_to_all per rail
 // moves such hosts' blocks one by one (kInterleavedPerRailAllToAllMinBlockBytes), and one network
@@ -1143,7 +1144,8 @@ std::vector<size_t> counts_next_to_thresholds(DType dt) {
   const size_t es = element_size(dt);
   std::vector<size_t> counts;
   for (const size_t bytes :
-       {coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
+       {coll::kNetworkRootedPackedBytes / 2, coll::kNetworkRootedPackedBytes,
+        coll::kNetworkPackedBytes / 2, coll::kNetworkPackedBytes,
         coll::kInterleavedAllToAllPipelineMinBlockBytes,
         coll::kInterleavedPerRailAllToAllMinBlockBytes, coll::kNetworkMinChunkBytes}) {
     for (const size_t count : {bytes / es - 1, bytes / es, bytes / es + 1}) counts.push_back(count);
@@ -1542,19 +1544,20 @@ TEST(AcrossHostsCheckpoints, NoLeaderRunsMoreThanACheckpointAndItsLagAheadOfAnot
 
 // A root that goes on without waiting runs at most its pair's credit ahead of a receiver
 // (coll::RootedCredit): on two hosts of one rank, rank 1 takes part in the first operation (a
-// barrier) and then calls nothing while rank 0 broadcasts 64 KiB a call (a message of 65,560
-// bytes with its fingerprint). Rank 0's broadcasts at operations 1 to 63 go (63 messages fit in
-// the 4 MiB window), and the one at 64 waits for the acknowledgement rank 1 would send at
-// operation 16, whose message crossed the first quantum (1 MiB), and times out naming rank 1 (the
-// checkpoint at 512 is far off). Tagged messages, as the checkpoints' test.
+// barrier) and then calls nothing while rank 0 broadcasts 60 KiB a call (the rooted one-round
+// size: a message of 61,464 bytes with its fingerprint). Rank 0's broadcasts at operations 1 to
+// 68 go (68 messages fit in the 4 MiB window), and the one at 69 waits for the acknowledgement
+// rank 1 would send at operation 18, whose message crossed the first quantum (1 MiB), and times
+// out naming rank 1 (the checkpoint at 512 is far off). Tagged messages, as the checkpoints'
+// test.
 TEST(AcrossHostsCredit, ARootRunsAtMostItsPairsWindowAheadOfAReceiver) {
   SharedBlock shared;
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
-  constexpr size_t kCount = coll::kNetworkPackedBytes / sizeof(int32_t);
-  const size_t message = sizeof(transport::Fingerprint) + coll::kNetworkPackedBytes;
+  constexpr size_t kCount = coll::kNetworkRootedPackedBytes / sizeof(int32_t);
+  const size_t message = sizeof(transport::Fingerprint) + coll::kNetworkRootedPackedBytes;
   const uint64_t first_wait = 1 + coll::RootedCredit::window_bytes(2) / message;
-  ASSERT_EQ(first_wait, 64u);
+  ASSERT_EQ(first_wait, 69u);
   auto outcomes = run_ranks_raw(
       2,
       [&](const RankContext& ctx) {

@@ -14,8 +14,8 @@ namespace tpf::coll {
 namespace {
 
 constexpr size_t kKiB = 1024, kMiB = 1024 * kKiB;
-// The largest message of a rooted call: a fingerprint and kNetworkPackedBytes.
-constexpr size_t kLargest = sizeof(transport::Fingerprint) + kNetworkPackedBytes;
+// The largest message of a rooted call: a fingerprint and kNetworkRootedPackedBytes.
+constexpr size_t kLargest = sizeof(transport::Fingerprint) + kNetworkRootedPackedBytes;
 
 TEST(RootedCredit, TheWindowSharesEightMiBAmongAReceiversSendersWithinItsBounds) {
   EXPECT_EQ(RootedCredit::window_bytes(2), 4 * kMiB);
@@ -29,19 +29,19 @@ TEST(RootedCredit, TheWindowSharesEightMiBAmongAReceiversSendersWithinItsBounds)
   EXPECT_EQ(credit.quantum(), 1 * kMiB);
 }
 
-// On two hosts, a sender whose receiver acknowledges nothing sends 63 of the largest messages
-// (63 x 65,560 bytes fit in 4 MiB, 64 do not) and then must have the acknowledgement of the first
-// quantum, which the 16th message crossed (16 x 65,560 > 1 MiB); with it, it goes on.
+// On two hosts, a sender whose receiver acknowledges nothing sends 68 of the largest messages
+// (68 x 61,464 bytes fit in 4 MiB, 69 do not) and then must have the acknowledgement of the first
+// quantum, which the 18th message crossed (18 x 61,464 > 1 MiB); with it, it goes on.
 TEST(RootedCredit, ASenderGoesOnUntilTheWindowIsFullThenWaitsForTheOldestAcknowledgement) {
   RootedCredit credit(2);
   const int peer = 5;
   uint64_t sequence = 0;
   while (!credit.awaited_before(peer, kLargest)) credit.sent(peer, ++sequence, kLargest);
-  EXPECT_EQ(sequence, 63u);
-  const RootedCredit::Awaited oldest{16, 16 * kLargest};
+  EXPECT_EQ(sequence, 68u);
+  const RootedCredit::Awaited oldest{18, 18 * kLargest};
   EXPECT_EQ(credit.awaited_before(peer, kLargest), oldest);
   // A smaller message may still fit where the largest does not.
-  EXPECT_FALSE(credit.awaited_before(peer, credit.window() - 63 * kLargest));
+  EXPECT_FALSE(credit.awaited_before(peer, credit.window() - 68 * kLargest));
   credit.acknowledged(peer);
   EXPECT_FALSE(credit.awaited_before(peer, kLargest));
   // Another peer's credit is its own.

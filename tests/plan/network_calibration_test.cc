@@ -308,11 +308,21 @@ TEST(NetworkCost, TheChoiceCountsTheLeadersMessages) {
       NetworkAlgorithm::one_shot);
 }
 
-// UCX sends a packed message (kNetworkPackedBytes and a fingerprint) eagerly. A one-shot
-// all_reduce just over the one-round size pays the fingerprints' messages beside the data's
-// (4 (H - 1) of them), just under it the one exchange.
-TEST(NetworkCost, OneShotPaysTheFingerprintsMessagesOnlyAboveTheOneRoundSize) {
+// One round holds 64 KiB a message where every leader waits for the round's messages, 60 KiB
+// where the senders go on without waiting (the rooted collectives, whose messages arrive before
+// their receives); UCX sends a packed message eagerly.
+TEST(NetworkCost, OneRoundHoldsLessWhereTheSendersDoNotWait) {
+  for (Collective op : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                        Collective::all_to_all}) {
+    EXPECT_EQ(coll::network_packed_bytes(op), size_t{64} << 10) << coll::collective_name(op);
+  }
+  for (Collective op :
+       {Collective::broadcast, Collective::reduce, Collective::gather, Collective::scatter}) {
+    EXPECT_EQ(coll::network_packed_bytes(op), size_t{60} << 10) << coll::collective_name(op);
+  }
   EXPECT_GT(coll::kNetworkEagerBytes, coll::kNetworkPackedBytes);
+  // A one-shot all_reduce just over the one-round size pays the fingerprints' messages beside
+  // the data's (4 (H - 1) of them), just under it the one exchange.
   const NetworkLinkCost c = known_cost();
   const auto one_shot_us = [&](size_t bytes) {
     return coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::one_shot, bytes, 4,
@@ -332,7 +342,7 @@ TEST(NetworkCost, OneShotPaysTheFingerprintsMessagesOnlyAboveTheOneRoundSize) {
 // - 8 KiB (65.536 us through a link): one round 32 + 3 x 65.536 = 228.608; slices 50 + 2 x (11 +
 //   21) + 65.536 = 179.536: the slices;
 // - 4 KiB: one round 32 + 98.304 = 130.304; slices 50 + 64 + 32.768 = 146.768: one round.
-// At 100 Gb/s the round wins wherever it packs (21 KiB a host on 4 hosts: 64 KiB together);
+// At 100 Gb/s the round wins wherever it packs (20 KiB a host on 4 hosts: 60 KiB together);
 // on two hosts always where it packs, the root's link taking the other host's data either way.
 TEST(NetworkCost, AReduceGoesInOneRoundWhereItPacksAndTheRootsLinkCanTakeIt) {
   NetworkLinkCost slow;
@@ -340,11 +350,11 @@ TEST(NetworkCost, AReduceGoesInOneRoundWhereItPacksAndTheRootsLinkCanTakeIt) {
   EXPECT_FALSE(coll::reduce_in_one_round(8192, 4, slow));
   EXPECT_TRUE(coll::reduce_in_one_round(4096, 4, slow));
   const NetworkLinkCost fast;
-  const size_t most = coll::kNetworkPackedBytes / 3;
+  const size_t most = coll::kNetworkRootedPackedBytes / 3;
   EXPECT_TRUE(coll::reduce_in_one_round(most, 4, fast));
   EXPECT_FALSE(coll::reduce_in_one_round(most + 1, 4, fast));
-  EXPECT_TRUE(coll::reduce_in_one_round(coll::kNetworkPackedBytes, 2, slow));
-  EXPECT_FALSE(coll::reduce_in_one_round(coll::kNetworkPackedBytes + 1, 2, fast));
+  EXPECT_TRUE(coll::reduce_in_one_round(coll::kNetworkRootedPackedBytes, 2, slow));
+  EXPECT_FALSE(coll::reduce_in_one_round(coll::kNetworkRootedPackedBytes + 1, 2, fast));
 }
 
 // A communicator remembers its choices (NetworkChoices): each is the one choose_network_algorithm
