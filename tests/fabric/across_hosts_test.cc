@@ -1490,19 +1490,15 @@ TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallCallStillDeliversIt)
   }
 }
 
-// A small broadcast's root does not wait for its receivers, but no leader runs more than
-// kCheckpointEvery + kCheckpointLag - 1 operations ahead of another: on two hosts of one rank,
-// rank 1 takes part in the first operation (a barrier, the checkpoint at 0) and then calls nothing
-// while rank 0 broadcasts. Rank 0's broadcasts up to operation 767 go (at 256 it compares the
-// stamps of checkpoint 0, which rank 1 sent), and the one at 768, which compares those of
-// checkpoint 512 that rank 1 never sent, waits for rank 1 and times out naming it. Tagged messages:
-// their small sends complete without the receiver (over put + signal a sender also waits for the
-// receiver's credits, four slots ahead).
-TEST(AcrossHostsCheckpoints, NoLeaderRunsMoreThanACheckpointAndItsLagAheadOfAnother) {
+// On two hosts of one rank, rank 1 takes part in the first operation (a barrier) and then calls
+// nothing while rank 0 broadcasts `count` i32 a call: rank 0's broadcasts at operations 1 to
+// `first_wait` - 1 must go, and the one at `first_wait` wait for rank 1 and time out naming it.
+// Tagged messages: their sends complete without the receiver (over put + signal a sender also
+// waits for the receiver's slot credits, four slots ahead).
+void expect_a_root_held_at(uint64_t first_wait, size_t count) {
   SharedBlock shared;
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
-  constexpr uint64_t kFirstWait = coll::kCheckpointEvery + coll::kCheckpointLag;
   auto outcomes = run_ranks_raw(
       2,
       [&](const RankContext& ctx) {
@@ -1521,69 +1517,14 @@ TEST(AcrossHostsCheckpoints, NoLeaderRunsMoreThanACheckpointAndItsLagAheadOfAnot
           SharedBlock& shared;
           ~Done() { shared.counter(0).store(1); }
         } done{shared};
-        int32_t value = 5;
-        while (comm.next_sequence() < kFirstWait) {
-          call("the broadcast at operation " + std::to_string(comm.next_sequence()),
-               [&] { comm.broadcast(&value, &value, 1, DType::i32, 0); });
-        }
-        const Error e =
-            expect_error("the broadcast at operation " + std::to_string(kFirstWait), [&] {
-              comm.broadcast(&value, &value, 1, DType::i32, 0,
-                             CallOptions{std::chrono::milliseconds(1000)});
-            });
-        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
-        const std::string what = e.what();
-        TPF_CHILD_CHECK(
-            what.find("(sequence " + std::to_string(kFirstWait) + ")") != std::string::npos &&
-                what.find("waiting for rank 1 ") != std::string::npos,
-            what);
-      },
-      options);
-  expect_all_ok(outcomes);
-}
-
-// A root that goes on without waiting runs at most its pair's credit ahead of a receiver
-// (coll::RootedCredit): on two hosts of one rank, rank 1 takes part in the first operation (a
-// barrier) and then calls nothing while rank 0 broadcasts 60 KiB a call (the rooted one-round
-// size: a message of 61,464 bytes with its fingerprint). Rank 0's broadcasts at operations 1 to
-// 68 go (68 messages fit in the 4 MiB window), and the one at 69 waits for the acknowledgement
-// rank 1 would send at operation 18, whose message crossed the first quantum (1 MiB), and times
-// out naming rank 1 (the checkpoint at 512 is far off). Tagged messages, as the checkpoints'
-// test.
-TEST(AcrossHostsCredit, ARootRunsAtMostItsPairsWindowAheadOfAReceiver) {
-  SharedBlock shared;
-  RunOptions options;
-  options.comm_options.timeout = std::chrono::milliseconds(30000);
-  constexpr size_t kCount = coll::kNetworkRootedPackedBytes / sizeof(int32_t);
-  const size_t message = sizeof(transport::Fingerprint) + coll::kNetworkRootedPackedBytes;
-  const uint64_t first_wait = 1 + coll::RootedCredit::window_bytes(2) / message;
-  ASSERT_EQ(first_wait, 69u);
-  auto outcomes = run_ranks_raw(
-      2,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
-        ::setenv("TPF_NET_PROTOCOL", "tag", 1);
-        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                 ctx.comm_options);
-        comm.barrier();
-        if (ctx.rank == 1) {
-          TPF_CHILD_CHECK(
-              wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(120)),
-              "rank 0 never finished its broadcasts");
-          return;
-        }
-        struct Done {  // rank 1 goes once rank 0 is done, whatever it found
-          SharedBlock& shared;
-          ~Done() { shared.counter(0).store(1); }
-        } done{shared};
-        std::vector<int32_t> data(kCount, 5);
+        std::vector<int32_t> data(count, 5);
         while (comm.next_sequence() < first_wait) {
           call("the broadcast at operation " + std::to_string(comm.next_sequence()),
-               [&] { comm.broadcast(data.data(), data.data(), kCount, DType::i32, 0); });
+               [&] { comm.broadcast(data.data(), data.data(), count, DType::i32, 0); });
         }
         const Error e =
             expect_error("the broadcast at operation " + std::to_string(first_wait), [&] {
-              comm.broadcast(data.data(), data.data(), kCount, DType::i32, 0,
+              comm.broadcast(data.data(), data.data(), count, DType::i32, 0,
                              CallOptions{std::chrono::milliseconds(1000)});
             });
         TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
@@ -1595,6 +1536,27 @@ TEST(AcrossHostsCredit, ARootRunsAtMostItsPairsWindowAheadOfAReceiver) {
       },
       options);
   expect_all_ok(outcomes);
+}
+
+// A small broadcast's root does not wait for its receivers, but no leader runs more than
+// kCheckpointEvery + kCheckpointLag - 1 operations ahead of another: with rank 1 idle, rank 0's
+// broadcasts of one element go up to operation 767 (at 256 it compares the stamps of checkpoint
+// 0, which rank 1 sent), and the one at 768, which compares those of checkpoint 512 that rank 1
+// never sent, waits for rank 1.
+TEST(AcrossHostsCheckpoints, NoLeaderRunsMoreThanACheckpointAndItsLagAheadOfAnother) {
+  expect_a_root_held_at(coll::kCheckpointEvery + coll::kCheckpointLag, 1);
+}
+
+// Nor more than its pair's credit (coll::RootedCredit): with rank 1 idle, rank 0's broadcasts of
+// 60 KiB (the rooted one-round size: a message of 61,464 bytes with its fingerprint) go at
+// operations 1 to 68 (68 messages fit in the 4 MiB window), and the one at 69 waits for the
+// acknowledgement rank 1 would send at operation 18, whose message crossed the first quantum
+// (1 MiB) (the checkpoint at 512 is far off).
+TEST(AcrossHostsCredit, ARootRunsAtMostItsPairsWindowAheadOfAReceiver) {
+  const size_t message = sizeof(transport::Fingerprint) + coll::kNetworkRootedPackedBytes;
+  const uint64_t first_wait = 1 + coll::RootedCredit::window_bytes(2) / message;
+  ASSERT_EQ(first_wait, 69u);
+  expect_a_root_held_at(first_wait, coll::kNetworkRootedPackedBytes / sizeof(int32_t));
 }
 
 // Runs body(comm, keys) on two hosts of one rank and on two hosts of two, after a barrier (every
