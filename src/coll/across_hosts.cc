@@ -1269,9 +1269,9 @@ class HostCollective {
   }
 
   // In one round where the other hosts' partial results pack together and the cost model prices
-  // the root's link taking them all below the slices (reduce_in_one_round); otherwise per rail
-  // where the rails may carry it (goes_per_rail), else between the representatives, whose slices
-  // cross each link about once.
+  // the root's link taking them all no dearer than the slices (reduce_in_one_round); otherwise per
+  // rail where the rails may carry it (goes_per_rail), else between the representatives, whose
+  // slices cross each link about once.
   void reduce() {
     if (reduce_in_one_round(bytes(d_.count), hosts(), tuning_.network_cost)) {
       return reduce_one_round();

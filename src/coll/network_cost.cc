@@ -123,6 +123,21 @@ double leaders_gather_us(int hosts, const NetworkLinkCost& cost) {
                                                : gather_direct_us(hosts, cost);
 }
 
+// A small rooted collective's messages between the root's leader and the others, as
+// rooted_in_tree compares them: the root's H - 1 in one step, or a step and a message a hop of
+// the binomial tree.
+double rooted_direct_us(int hosts, const NetworkLinkCost& cost) {
+  return cost.step_us + (hosts - 1) * cost.message_us;
+}
+double rooted_tree_us(int hosts, const NetworkLinkCost& cost) {
+  return gather_rounds(hosts) * (cost.step_us + cost.message_us);
+}
+
+// `bytes` through one host's link.
+double link_us(size_t bytes, const NetworkLinkCost& cost) {
+  return static_cast<double>(bytes) / (cost.link_gbps * 1e3);
+}
+
 }  // namespace
 
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
@@ -138,7 +153,7 @@ size_t exchange_round_blocks(int hosts) {
 
 bool leaders_exchange_in_rounds(int hosts, size_t pair_bytes, const NetworkLinkCost& cost) {
   if (hosts < 3) return false;  // one round either way, or nobody to exchange with
-  const double block_us = static_cast<double>(pair_bytes) / (cost.link_gbps * 1e3);
+  const double block_us = link_us(pair_bytes, cost);
   const double direct_us = gather_direct_us(hosts, cost) + (hosts - 1) * block_us;
   const double rounds_us = gather_in_rounds_us(hosts, cost) +
                            static_cast<double>(exchange_round_blocks(hosts)) * block_us;
@@ -147,22 +162,17 @@ bool leaders_exchange_in_rounds(int hosts, size_t pair_bytes, const NetworkLinkC
 
 bool rooted_in_tree(int hosts, const NetworkLinkCost& cost) {
   if (hosts < 3) return false;  // the tree is the root's one message, or nobody to send to
-  const double direct_us = cost.step_us + (hosts - 1) * cost.message_us;
-  const double tree_us = gather_rounds(hosts) * (cost.step_us + cost.message_us);
-  return tree_us < direct_us;
+  return rooted_tree_us(hosts, cost) < rooted_direct_us(hosts, cost);
 }
 
 bool reduce_in_one_round(size_t bytes, int hosts, const NetworkLinkCost& cost) {
   if (bytes * static_cast<size_t>(hosts - 1) > kNetworkRootedPackedBytes) return false;
   if (hosts <= 2) return true;  // the root's link takes the other host's data once either way
-  const double others = hosts - 1;
-  const double link_us = static_cast<double>(bytes) / (cost.link_gbps * 1e3);
-  const double to_root_us = rooted_in_tree(hosts, cost)
-                                ? gather_rounds(hosts) * (cost.step_us + cost.message_us)
-                                : cost.step_us + others * cost.message_us;
-  const double one_round_us = to_root_us + others * link_us;
-  const double slices_us =
-      leaders_gather_us(hosts, cost) + 2 * (cost.step_us + others * cost.message_us) + link_us;
+  const double direct_us = rooted_direct_us(hosts, cost);
+  const double data_us = link_us(bytes, cost);
+  const double one_round_us =
+      std::min(direct_us, rooted_tree_us(hosts, cost)) + (hosts - 1) * data_us;
+  const double slices_us = leaders_gather_us(hosts, cost) + 2 * direct_us + data_us;
   return one_round_us <= slices_us;
 }
 
