@@ -56,7 +56,8 @@ enum Stage : uint64_t {
   kFirst = 1,
   kSecond = 2,
   kCheckpoint = 3,
-  kAcknowledgement = 4  // RootedCredit's
+  kAcknowledgement = 4,  // RootedCredit's
+  kAhead = 5             // data a leader sent before the fingerprints agree (leaders_send_ahead)
 };
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
@@ -190,15 +191,20 @@ struct RailSegments {
 // are all H hosts (each link carries 2 (H-1) / H of the data each way). reduce's, from 3 hosts on,
 // are the H-1 hosts other than the root's, which only sends its partial result and receives the
 // result: every link carries the data once each way, wherever the root is (were the root's host
-// an owner too, its link would receive 2 (H-1) / H: 0.66 of the link on 4 hosts, measured); on 2
-// hosts both own a slice (the root's link then receives the data once either way).
+// an owner too, its link would receive 2 (H-1) / H: 0.66 of the link on 4 hosts, measured). On 2
+// hosts the root's host owns the whole segment: its link receives the other host's data once
+// either way, and no result makes a second trip back (2 emulated hosts x 1 at 100 Gb/s, 128 KiB:
+// 45 us against 55-63 with a slice each; docs/results/senders-ahead.txt). Its core then combines
+// the whole buffer, which on a link faster than a core combines (about 1 MiB and up at 100 Gb/s
+// by the cost model's 10 GB/s) may bound a large reduce: not measured on such a link.
 struct SliceOwners {
   std::vector<int> hosts;     // hosts[k] combines slice k
   std::vector<int> slice_of;  // the slice host h combines, or -1
   // `root_host`: the root's host of a reduce, -1 for all_reduce.
   SliceOwners(int host_count, int root_host) : slice_of(static_cast<size_t>(host_count), -1) {
+    const bool root_owns_all = root_host >= 0 && host_count == 2;
     for (int h = 0; h < host_count; ++h) {
-      if (h == root_host && host_count > 2) continue;
+      if (h == root_host ? host_count > 2 : root_owns_all) continue;
       slice_of[h] = static_cast<int>(hosts.size());
       hosts.push_back(h);
     }
@@ -513,6 +519,14 @@ class HostCollective {
   }
   // That rank as a communicator rank.
   int representative(int host) const { return ranks_on(host)[representative_local_rank(host)]; }
+  // Whether host leaders that only send their data in this call (a gather's or a reduce's other
+  // host) send it before the fingerprints agree, and compare them before they return: on two
+  // hosts, where the leaders exchange fingerprints directly. The data's stage is then kAhead,
+  // which a receiver posts only once the fingerprints agree, or into scratch, so a call that does
+  // not match never lands in a caller's buffer. One step sooner at the root, measured on 2
+  // emulated hosts; on 4 a gather's root, whose receives wait for its check, took the other
+  // leaders' data no sooner (docs/results/senders-ahead.txt).
+  bool leaders_send_ahead() const { return hosts() == 2; }
 
   // The cost model's choice for all_reduce or broadcast (coll/network_cost.h), made by every rank
   // from the same size, host count and settings (shared: comm/settings_agreement.h); remembered
@@ -1167,7 +1181,7 @@ class HostCollective {
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce-scatter segment `step` inside the host, send its slices
         const size_t s = step;
-        if (my_slice < 0 && s >= kRootLeadSegments) {
+        if (gets_results && my_slice < 0 && s >= kRootLeadSegments) {
           for (int k = 0; k < owner_count; ++k) {
             flight.wait(results[(s - kRootLeadSegments) * owner_count + k]);
           }
@@ -1332,7 +1346,6 @@ class HostCollective {
   // all_reduce_min_slice_bytes (one segment when small). Running the local reduce further ahead
   // was slower (4 hosts x 2 ranks: 0.95 of the link with three segments ahead, 0.98 with one).
   void reduce_in_slices(bool to_everyone) {
-    compare_fingerprints_across_hosts();
     const size_t n = d_.count;
     const int hcount = hosts();
     const int root_host = to_everyone ? -1 : g_.hosts.host_of(d_.root);
@@ -1345,6 +1358,14 @@ class HostCollective {
     const std::vector<int>& slice_of = owners.slice_of;
     const int owner_count = owners.count();
     const int my_slice = slice_of[host_];
+    // A reduce on two hosts, where the root's host combines everything: the other host's leader
+    // sends ahead (leaders_send_ahead), and the root posts its receives (into scratch) before its
+    // own check, so the data does not wait as an unexpected message.
+    const bool ahead = !to_everyone && leaders_send_ahead();
+    const Stage data_stage = ahead ? kAhead : kFirst;
+    const bool sends_ahead = ahead && on_network && my_slice < 0;
+    Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
+    if (!ahead) compare_fingerprints_across_hosts();
     const size_t segments = all_reduce_segments(bytes(n), owner_count, min_slice_bytes());
     // Slice k of segment s starts at slice_begin(s, k); slice_begin(s, owners) is where segment
     // s + 1 starts.
@@ -1370,6 +1391,7 @@ class HostCollective {
       }
     };
     InFlight flight(g_.network, ctx_);
+    if (sends_ahead) post_fingerprints(flight, fingerprints);
     // The representative's receives, all posted at once: where this host owns a slice, that
     // slice of every segment from every other host (into scratch, at offset `mine[s]`); where
     // this rank has the output, each slice's result from its owner. A result lands where this
@@ -1386,7 +1408,7 @@ class HostCollective {
         if (h == host_) continue;
         from[h] = scratch(from_slot(h), mine[segments]);
         for (size_t s = 0; s < segments; ++s) {
-          arrivals[s * hcount + h] = flight.recv(rep(h), tag(kFirst, s), at(from[h], mine[s]),
+          arrivals[s * hcount + h] = flight.recv(rep(h), tag(data_stage, s), at(from[h], mine[s]),
                                                  bytes(slice_length(s, my_slice)));
         }
       }
@@ -1399,6 +1421,7 @@ class HostCollective {
         }
       }
     }
+    if (ahead && !sends_ahead) compare_fingerprints_across_hosts();
     // The other hosts from the next one on, so that the hosts do not all send to one first.
     const std::vector<int> others = on_network ? others_from_next() : std::vector<int>{};
     std::vector<int> other_owners;
@@ -1409,14 +1432,14 @@ class HostCollective {
     for (size_t step = 0; step < segments + 2; ++step) {
       if (step < segments) {  // reduce segment `step` inside the host and send its slices
         const size_t s = step;
-        if (on_network && my_slice < 0 && s >= kRootLeadSegments) {
+        if (on_network && has_result && my_slice < 0 && s >= kRootLeadSegments) {
           for (int k = 0; k < owner_count; ++k) {
             flight.wait(results[(s - kRootLeadSegments) * owner_count + k]);
           }
         }
         if (!alone()) segment(s, OpKind::reduce);
         for (int h : other_owners) {
-          flight.send(rep(h), tag(kFirst, s), at(partial, slice_begin(s, slice_of[h])),
+          flight.send(rep(h), tag(data_stage, s), at(partial, slice_begin(s, slice_of[h])),
                       bytes(slice_length(s, slice_of[h])));
         }
       }
@@ -1441,6 +1464,7 @@ class HostCollective {
         if (!alone()) segment(s, OpKind::broadcast);
       }
     }
+    if (sends_ahead) check_fingerprints(flight, fingerprints);
     flight.wait_all();
   }
 
@@ -2255,8 +2279,10 @@ class HostCollective {
     const size_t block = d_.count;
     if (blocks_go_per_rail(block)) return gather_per_rail();
     const bool small = packs(bytes(block * largest_host())) && root_leads();
-    if (!small) compare_fingerprints_across_hosts();
     const int root_host = g_.hosts.host_of(d_.root);
+    const bool ahead = leaders_send_ahead();
+    const bool sends_ahead = !small && ahead && is_leader() && host_ != root_host;
+    if (!small && !sends_ahead) compare_fingerprints_across_hosts();
     const int rep = representative_local_rank(host_);
     const std::vector<int>& mine = ranks_on(host_);
     const void* host_blocks = d_.send;  // this host's blocks in local order, at its representative
@@ -2269,20 +2295,24 @@ class HostCollective {
       if (is_leader()) gather_one_round(host_blocks);
       return;
     }
+    const Stage stage = ahead ? kAhead : kFirst;
+    Fingerprints fingerprints;  // outlives `flight`, which cancels what is pending into it
     InFlight flight(g_.network, ctx_);
     if (me_ == d_.root) {
       std::vector<void*> landed(hosts());
       for (int h = 0; h < hosts(); ++h) {
         if (h == root_host) continue;
         landed[h] = landing_for(d_.recv, ranks_on(h), block, from_slot(h));
-        post_recv(flight, leader(h), kFirst, landed[h], ranks_on(h).size() * block);
+        post_recv(flight, leader(h), stage, landed[h], ranks_on(h).size() * block);
       }
       place_blocks(d_.recv, host_blocks, mine, block);
       flight.wait_all();
       for (int h = 0; h < hosts(); ++h)
         if (h != root_host) place_blocks(d_.recv, landed[h], ranks_on(h), block);
     } else if (local_rank_ == rep && host_ != root_host) {
-      post_send(flight, d_.root, kFirst, host_blocks, mine.size() * block);
+      if (sends_ahead) post_fingerprints(flight, fingerprints);
+      post_send(flight, d_.root, stage, host_blocks, mine.size() * block);
+      if (sends_ahead) check_fingerprints(flight, fingerprints);
       flight.wait_all();
     }
   }

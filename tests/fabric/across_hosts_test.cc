@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -917,6 +918,82 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
                 comm.barrier();
               });
               TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+            },
+            GetParam());
+        expect_all_ok(outcomes);
+      }
+    }
+  }
+}
+
+// On two hosts, reduce and gather over the one-round size send before the fingerprints agree
+// (across_hosts.cc: leaders_send_ahead): the non-root host's leader sends, and a reduce's root
+// posts its receive before it compares. Against another call on one host (another count: a message
+// of another size; another root: both hosts then wait to receive; a broadcast), either host the
+// odd one, so that either one sends into a host in another call, every rank still fails with a
+// mismatch: the leaders in the call (each compares the fingerprints before it returns), the other
+// ranks of a sending host, which hand their data to their leader and go on, at their next wait
+// (the barrier after it), as after a small reduce.
+TEST_P(AcrossHostsFailures, LargeRootedCallsThatSendAheadStillFailOnAMismatch) {
+  constexpr size_t kCount = 32768;  // 128 KiB of f32: more than one round carries
+  using Call = std::function<void(Communicator&, std::vector<float>&, std::vector<float>&)>;
+  auto reduce = [](size_t count, bool to_last) -> Call {
+    return [=](auto& c, auto& in, auto& out) {
+      c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, to_last ? c.size() - 1 : 0);
+    };
+  };
+  auto gather = [](size_t count, bool to_last) -> Call {
+    return [=](auto& c, auto& in, auto& out) {
+      c.gather(in.data(), out.data(), count, DType::f32, to_last ? c.size() - 1 : 0);
+    };
+  };
+  const Call broadcast = [](auto& c, auto& in, auto& out) {
+    c.broadcast(in.data(), out.data(), kCount, DType::f32, 0);
+  };
+  struct Case {
+    const char* name;
+    Call everyone, odd;
+    std::vector<HostKeys> layouts;  // each run takes ~2 s: the layouts whose paths differ
+  };
+  const Case cases[] = {
+      {"reduce against another count",
+       reduce(kCount, false),
+       reduce(kCount + 1, false),
+       {kTwoHostsOfTwo, kTwoHostsOfOne}},
+      {"reduce against another root",
+       reduce(kCount, false),
+       reduce(kCount, true),
+       {kTwoHostsOfTwo}},
+      {"reduce against a broadcast", reduce(kCount, false), broadcast, {kTwoHostsOfTwo}},
+      {"gather against another count",
+       gather(kCount, false),
+       gather(kCount + 1, false),
+       {kTwoHostsOfTwo, kTwoHostsOfOne}},
+      {"gather against another root",
+       gather(kCount, false),
+       gather(kCount, true),
+       {kTwoHostsOfTwo}},
+  };
+  for (const Case& c : cases) {
+    for (const HostKeys& keys : c.layouts) {
+      for (const char* odd_host : {"host-a", "host-b"}) {
+        SCOPED_TRACE(std::string(c.name) + " on " + odd_host + ", hosts " +
+                     std::to_string(std::set<std::string>(keys.begin(), keys.end()).size()) +
+                     ", ranks " + std::to_string(keys.size()));
+        auto outcomes = run_on_hosts(
+            keys,
+            [&](Communicator& comm) {
+              std::vector<float> in((kCount + 1) * 4, 1.0f), out((kCount + 1) * 4, 0.0f);
+              bool returned = false;
+              const Error e = expect_error("a large rooted call against another call", [&] {
+                (keys[comm.rank()] == odd_host ? c.odd : c.everyone)(comm, in, out);
+                returned = true;
+                comm.barrier();
+              });
+              TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+              const bool leads = std::find(keys.begin(), keys.end(), keys[comm.rank()]) ==
+                                 keys.begin() + comm.rank();
+              TPF_CHILD_CHECK(!(leads && returned), "a leader returned from the mismatched call");
             },
             GetParam());
         expect_all_ok(outcomes);

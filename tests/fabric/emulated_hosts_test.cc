@@ -129,7 +129,7 @@ TEST(EmulatedHosts, TwoNamespacesOfTwoRanksRunCollectivesOverTheirLink) {
 // link; the leaders' forms (TPF_NET_ALGO=pipelined) send all of it through the leaders' link and
 // nothing through the second. Counted with the links' byte counters, results checked. Per rank per
 // rail: all_reduce of 4 MiB, 2 MiB (2 (H-1) / H of its half); reduces of 4 MiB to each host's
-// leader, 3 MiB (below); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB block;
+// leader, 2 MiB (below); all_gather and reduce_scatter of 1 MiB blocks, its 1 MiB block;
 // broadcasts of 4 MiB from each host's leader, its 2 MiB half once; gather to rank 0 and scatter
 // from it of 1 MiB blocks, its 1 MiB block (below); all_to_all of 1 MiB blocks, the two blocks
 // its host's ranks send to its rail's rank on the other host. The same per rail with the hosts'
@@ -194,11 +194,11 @@ TEST(EmulatedHosts, PerRailCollectivesUseEveryRailsLink) {
           }
           TPF_CHILD_CHECK(out[count - 1] == static_cast<float>(((count - 1) % 1000) * 10),
                           "the last element (the tail of the last rail)");
-          // reduce to each host's leader: on two hosts each host combines half of each rail's
-          // part; the root's host sends its partial of the other half (1 MiB a rail), the other
-          // host its partial of the root's half and its combined half (2 MiB a rail).
+          // reduce to each host's leader: on two hosts the root's host combines all of each
+          // rail's part, so the other host sends its partial of it (2 MiB a rail) and the root's
+          // host nothing.
           std::vector<float> to_first(count), to_second(count);
-          expect_rail_traffic("reduce", 3LL << 20, [&] {
+          expect_rail_traffic("reduce", 2LL << 20, [&] {
             comm.reduce(in.data(), to_first.data(), count, DType::f32, ReduceOp::sum, 0);
             comm.reduce(in.data(), to_second.data(), count, DType::f32, ReduceOp::sum,
                         second_leader);
