@@ -170,6 +170,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   struct NoticeSlot {
     std::vector<char> buffer;
     void* pending = nullptr;
+    bool acknowledged = false;  // its ack is sent (before or when notice_locked takes it)
   };
   std::vector<NoticeSlot> notices_in;  // by rank
   // How many of those receives completed (their callback counts; a cancel counts too), and how
@@ -180,9 +181,10 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::string notice_out;
   std::vector<void*> notices_out;  // sends in flight
   // Acknowledgements: of this rank's notice, by rank (a receive posted per peer told), and those
-  // this rank sent for notices it took.
+  // this rank sent for notices that arrived.
   std::map<int, void*> acks_in;
   std::vector<void*> acks_out;
+  int self = -1;  // this rank: the sender in the tags of its acks
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
   // A beat is empty (outside a collective) or a Fingerprint (the collective the rank is in); a
   // goodbye is one byte.
@@ -292,17 +294,42 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     ucp_request_free(request);
   }
 
+  // Tells peer p that its failure notice arrived, so it may close its connections (once).
+  void acknowledge_notice(int p) {
+    NoticeSlot& slot = notices_in[p];
+    if (slot.acknowledged) return;
+    slot.acknowledged = true;
+    if (endpoints[p] == nullptr || failures[p] != UCS_OK) return;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t sent =
+        ucp_tag_send_nbx(endpoints[p], nullptr, 0, ucx_tag(self, kNoticeAckTag), &param);
+    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) acks_out.push_back(sent);
+  }
   // After this rank sent a failure notice: until every peer told either acknowledged it or lost
-  // its connection (bounded), progressing meanwhile, which also reads what peers still send.
-  void await_notice_acks() {
+  // its connection (bounded), progressing meanwhile, which also reads what peers still send, and
+  // acknowledging the notices that arrive (their takers, notice_locked, keep them): peers that
+  // failed at once wait here for each other's acks (a mismatch fails every rank), and each waited
+  // out the bound, 2 s, when only a wait's notice_locked acknowledged.
+  bool await_notice_acks() {
     const auto give_up = Clock::now() + kCancelLimit;
     auto waiting = [&] {
+      for (size_t p = 0; p < notices_in.size(); ++p) {
+        const NoticeSlot& slot = notices_in[p];
+        if (slot.pending != nullptr && !slot.acknowledged &&
+            ucp_request_check_status(slot.pending) != UCS_INPROGRESS) {
+          acknowledge_notice(static_cast<int>(p));
+        }
+      }
       return std::any_of(acks_in.begin(), acks_in.end(), [&](const auto& entry) {
         return ucp_request_check_status(entry.second) == UCS_INPROGRESS &&
                failures[entry.first] == UCS_OK && endpoints[entry.first] != nullptr;
       });
     };
-    while (waiting() && Clock::now() < give_up) progress();
+    while (waiting()) {
+      if (Clock::now() >= give_up) return false;
+      progress();
+    }
+    return true;
   }
 
   ~Ucx() override {
@@ -475,6 +502,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(
              return "connecting the network of " + label;
            }));
   std::lock_guard lock(mu_);
+  u.self = config_.rank;
   u.notices_in.resize(n);
   for (int p : config_.peers) {
     Ucx::NoticeSlot& slot = u.notices_in[p];
@@ -598,6 +626,11 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   while (in_flight() && Clock::now() < give_up) u.progress();
 }
 
+bool UcxNetwork::await_notice_acks() {
+  std::lock_guard lock(mu_);
+  return ucx_->await_notice_acks();
+}
+
 std::optional<FailureRecord> UcxNetwork::notice_locked() {
   Ucx& u = *ucx_;
   if (u.notices_examined == u.notices_completed) return received_notice_;
@@ -613,12 +646,7 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
     slot.pending = nullptr;
     if (status != UCS_OK || info.length < sizeof(int32_t)) continue;
     // Tells the sender it may close its connections now (see notify_failure).
-    if (u.endpoints[p] != nullptr && u.failures[p] == UCS_OK) {
-      ucp_request_param_t param{};
-      ucs_status_ptr_t sent = ucp_tag_send_nbx(u.endpoints[p], nullptr, 0,
-                                               ucx_tag(config_.rank, kNoticeAckTag), &param);
-      if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.acks_out.push_back(sent);
-    }
+    u.acknowledge_notice(static_cast<int>(p));
     int32_t code = 0;
     std::memcpy(&code, slot.buffer.data(), sizeof code);
     received_notice_ =

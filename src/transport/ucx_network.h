@@ -161,6 +161,10 @@ class UcxNetwork {
   // before closing the connections: closing a TCP connection with data still unread resets it,
   // and the reset can discard the notice at the peer, which would then blame this rank's exit.
   void notify_failure(const FailureRecord& record);
+  // Waits, bounded (2 s), until every peer notify_failure told acknowledged the notice or lost
+  // its connection, acknowledging meanwhile the notices that arrive here (peers that failed at
+  // the same moment wait for each other). False if the bound ran out. The destructor does this.
+  bool await_notice_acks();
 
   // Heartbeats (comm/heartbeat.h): a message to `peer` carrying the collective this rank is in
   // (`in_call`, or nothing outside one), or one saying this rank is leaving (goodbye), and what

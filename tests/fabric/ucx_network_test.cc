@@ -159,6 +159,20 @@ TEST(UcxNetwork, ADeadPeerIsNamedNotWaitedFor) {
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
 }
 
+// Ranks that fail at the same moment (a mismatch fails every rank) each tell the others and wait
+// for their acknowledgements before closing: each acknowledges the notices that arrive while it
+// waits, so none waits out the bound (it did, 2 s each, when only a collective's wait
+// acknowledged).
+TEST(UcxNetwork, RanksThatFailTogetherAcknowledgeEachOthersNotices) {
+  auto outcomes = testing::run_ranks_raw(3, [&](const RankContext& ctx) {
+    auto net = connect_network(ctx);
+    net->notify_failure({ErrorCode::mismatch, "rank " + std::to_string(ctx.rank) + " failed"});
+    TPF_CHILD_CHECK(net->await_notice_acks(),
+                    "the bound ran out before every peer acknowledged this rank's notice");
+  });
+  for (const auto& outcome : outcomes) EXPECT_TRUE(outcome.ok()) << outcome.describe();
+}
+
 TEST_P(ByProtocol, APeerThatNeverSendsIsNamedAtTheDeadline) {
   testing::SharedBlock shared;
   auto outcomes = testing::run_ranks_raw(3, [&](const RankContext& ctx) {
