@@ -393,6 +393,29 @@ TEST_P(AcrossHosts, RootedCallsOver8KiBInARowArriveOnTheLeadersCredit) {
 
 // Cores belong to the machine: ranks of emulated hosts on one machine (forced host ids here) count
 // together, as the fabric's waits and cost model must see them (docs/fabric.md).
+// Two hosts of different sizes, either way round, at sizes over the one-round size (one segment,
+// and several): the two-host reduce, whose root's host combines everything while the other host's
+// leader sends its partial result without waiting for the fingerprints, to every root (a root
+// that leads a host of two, one that does not, one alone), and gather, whose other host's leader
+// sends ahead too, against the serial reference in the documented order.
+TEST(AcrossTwoUnevenHosts, ReduceAndGatherOverTheOneRoundSizeMatchTheReference) {
+  constexpr DType kDTypes[] = {DType::f32, DType::bf16};
+  constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::avg};
+  const CountsFor over_one_round = [](DType dt) {
+    return std::vector<size_t>{(size_t{96} << 10) / element_size(dt) + 3,
+                               kLargeBytes / element_size(dt) + 3};
+  };
+  for (const HostKeys& keys :
+       {HostKeys{"host-a", "host-a", "host-b"}, HostKeys{"host-a", "host-b", "host-b"}}) {
+    SCOPED_TRACE(keys[1] == "host-a" ? "host-a of two ranks" : "host-b of two ranks");
+    const topo::HostMap hosts(keys);
+    expect_all_ok(run_on_hosts(keys, [&](Communicator& comm) {
+      reductions(comm, hosts, kDTypes, kOps, over_one_round);
+      data_movement(comm, over_one_round);
+    }));
+  }
+}
+
 TEST(AcrossHostsOnOneMachine, EveryRankCountsTheWholeMachinesRanks) {
   expect_all_ok(run_on_hosts({"a", "a", "b", "c"}, [](Communicator& comm) {
     TPF_CHILD_CHECK(comm.host_count() == 3, "hosts " + std::to_string(comm.host_count()));
