@@ -316,7 +316,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
       for (size_t p = 0; p < notices_in.size(); ++p) {
         const NoticeSlot& slot = notices_in[p];
         if (slot.pending != nullptr && !slot.acknowledged &&
-            ucp_request_check_status(slot.pending) != UCS_INPROGRESS) {
+            ucp_request_check_status(slot.pending) == UCS_OK) {
           acknowledge_notice(static_cast<int>(p));
         }
       }
