@@ -36,7 +36,9 @@ inline constexpr size_t kNetworkPackedBytes = size_t{64} << 10;
 // posted. Measured on 2 x 1 at 100 Gb/s: such messages of 60 KiB took 12-18 us a call in every
 // run (reduce, broadcast), of 64 KiB and its fingerprint (just over one of UCX over TCP's 64 KiB
 // receive segments, UCX_TCP_RX_SEG_SIZE) 16-57 us, run to run, where the form that compares
-// fingerprints first took 24-54; cause not traced (docs/results/rooted-credit.txt).
+// fingerprints first took 24-54 (docs/results/rooted-credit.txt). UCX alone shows the step:
+// ucx_perftest streams 60 KiB messages at 9.5-10.5 us, 64 KiB ones at 27-30; larger TCP segments
+// helped the exchanges and hurt the rooted calls (docs/results/senders-ahead.txt, section 14).
 inline constexpr size_t kNetworkRootedPackedBytes = size_t{60} << 10;
 // The one-round size of `op`: kNetworkRootedPackedBytes where it has a root, else
 // kNetworkPackedBytes.
