@@ -999,8 +999,7 @@ TEST_P(AcrossHostsFailures, LargeRootedCallsThatSendAheadStillFailOnAMismatch) {
                 comm.barrier();
               });
               TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
-              const bool leads = std::find(keys.begin(), keys.end(), keys[comm.rank()]) ==
-                                 keys.begin() + comm.rank();
+              const bool leads = topo::HostMap(keys).local_rank(comm.rank()) == 0;
               TPF_CHILD_CHECK(!(leads && returned), "a leader returned from the mismatched call");
             },
             GetParam());
