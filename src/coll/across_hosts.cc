@@ -352,6 +352,17 @@ class InFlight {
   std::pmr::vector<Peer> peers_;       // in the order the collective first sent to them
 };
 
+// Throws `error`, a failure this rank found outside its network waits (which do this themselves),
+// after telling the ranks on the other hosts: the collective's transfers still in flight stop as
+// it unwinds, a tagged send by closing its connection, and the notice must be out before (the
+// network then waits until the peers it cuts took it), or they would blame the closed connection.
+// The communicator records the failure afterwards and notifies nobody twice.
+template <class E>
+[[noreturn]] void fail_across_hosts(transport::UcxNetwork& network, const E& error) {
+  network.notify_failure(transport::root_of(error));
+  throw error;
+}
+
 // The error of a leader (of `g`, in the call `ctx` names) whose call `mine` differs from the call
 // `theirs` of host h's leader.
 Error call_mismatch(const HostGroup& g, const transport::WaitContext& ctx,
@@ -371,17 +382,20 @@ Error call_mismatch(const HostGroup& g, const transport::WaitContext& ctx,
 void check_stamp(const HostGroup& g, const transport::WaitContext& ctx, const CallStamp& mine,
                  const CallStamp& theirs, int h, std::optional<uint64_t> checkpoint) {
   if (theirs == mine) return;
-  if (theirs.call != mine.call) throw call_mismatch(g, ctx, mine.call, h, theirs.call);
+  if (theirs.call != mine.call)
+    fail_across_hosts(g.network, call_mismatch(g, ctx, mine.call, h, theirs.call));
   const int my_host = g.hosts.host_of(g.rank);
-  throw Error(
-      ErrorCode::mismatch,
-      ctx.op_label() + ": ranks called different collectives before " +
-          (checkpoint ? "operation " + std::to_string(*checkpoint) : "this one") + ": rank " +
-          std::to_string(g.rank) + " (host '" + g.hosts.key(my_host) + "') and rank " +
-          std::to_string(g.hosts.ranks_on(h)[0]) + " (host '" + g.hosts.key(h) +
-          "') differ on a small broadcast, reduce, gather or scatter that did not wait "
-          "for every host, among the " +
-          std::to_string(kCheckpointEvery) + " operations before it (its root, count or type)");
+  fail_across_hosts(
+      g.network,
+      Error(ErrorCode::mismatch,
+            ctx.op_label() + ": ranks called different collectives before " +
+                (checkpoint ? "operation " + std::to_string(*checkpoint) : "this one") + ": rank " +
+                std::to_string(g.rank) + " (host '" + g.hosts.key(my_host) + "') and rank " +
+                std::to_string(g.hosts.ranks_on(h)[0]) + " (host '" + g.hosts.key(h) +
+                "') differ on a small broadcast, reduce, gather or scatter that did not wait "
+                "for every host, among the " +
+                std::to_string(kCheckpointEvery) +
+                " operations before it (its root, count or type)"));
 }
 
 // Waits for the stamp of every other host's leader at the checkpoint of operation `at`, in the
@@ -414,11 +428,13 @@ void await_acknowledgement(const HostGroup& g, int peer, const RootedCredit::Awa
   flight.wait(
       flight.recv(peer, tag_of(awaited.sequence, kAcknowledgement), &through, sizeof through));
   if (through != awaited.through) {
-    throw Error(ErrorCode::mismatch,
-                ctx.op_label() + ": rank " + std::to_string(peer) + " acknowledged " +
-                    std::to_string(through) + " bytes of the small rooted calls from rank " +
-                    std::to_string(g.rank) + ", which sent it " + std::to_string(awaited.through) +
-                    " by then (do the ranks call the same operations with the same counts?)");
+    fail_across_hosts(
+        g.network,
+        Error(ErrorCode::mismatch,
+              ctx.op_label() + ": rank " + std::to_string(peer) + " acknowledged " +
+                  std::to_string(through) + " bytes of the small rooted calls from rank " +
+                  std::to_string(g.rank) + ", which sent it " + std::to_string(awaited.through) +
+                  " by then (do the ranks call the same operations with the same counts?)"));
   }
   g.credit.acknowledged(peer);
 }
@@ -618,8 +634,16 @@ class HostCollective {
     return first;
   }
 
-  // A collective on this host's shared memory, described in local ranks.
-  void local(const OpDesc& desc) { run_operation(g_.local, desc, sequence_, local_ctx_, tuning_); }
+  // A collective on this host's shared memory, described in local ranks. A failure found there
+  // goes to the other hosts before this collective's network transfers stop (fail_across_hosts).
+  void local(const OpDesc& desc) {
+    try {
+      run_operation(g_.local, desc, sequence_, local_ctx_, tuning_);
+    } catch (const Error& e) {
+      g_.network.notify_failure(transport::root_of(e));
+      throw;
+    }
+  }
   // While it lives, this collective's shared-memory steps move `flight`'s transfers on as they
   // wait: where every rank of a host talks to the network (per rail), a rank that waits for its
   // host's slowest would otherwise stall its own flows, and with them its peers on other hosts.
@@ -754,7 +778,7 @@ class HostCollective {
                           const transport::Fingerprint& call) const {
     transport::Fingerprint theirs;
     std::memcpy(&theirs, message, sizeof theirs);
-    if (theirs != call) throw call_mismatch(call, h, theirs);
+    if (theirs != call) fail_across_hosts(g_.network, call_mismatch(call, h, theirs));
   }
   // The messages of the rooted calls whose senders do not wait, on the pair's credit
   // (RootedCredit): a message to leader `peer` goes once the window has room for it, after the
@@ -1632,7 +1656,7 @@ class HostCollective {
       const size_t arrival = post_recv(flight, parent, kFirst, landed, n);
       if (!fingerprints_beside_data) {
         flight.wait(roots_call);
-        if (roots != call) throw call_mismatch(call, root_host, roots);
+        if (roots != call) fail_across_hosts(g_.network, call_mismatch(call, root_host, roots));
       }
       flight.wait_run(arrival, chunks);
     }

@@ -386,10 +386,8 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
   transport::FailureRecord root;
   try {
     std::rethrow_exception(error);
-  } catch (const transport::RootCauseError& e) {
-    root = e.root();  // a consequence: pass the root on, not this rank's wrapping of it
   } catch (const Error& e) {
-    root = {e.code(), e.what()};
+    root = transport::root_of(e);  // a consequence passes its root on, not its own wrapping
   } catch (const std::exception& e) {
     root = {ErrorCode::internal, e.what()};
   } catch (...) {

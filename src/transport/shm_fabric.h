@@ -86,6 +86,14 @@ class RootCauseError : public Error {
   FailureRecord root_;
 };
 
+// The root cause `error` reports: the root it carries where it is a consequence of an earlier
+// failure, else the error itself.
+inline FailureRecord root_of(const Error& error) {
+  if (const auto* consequence = dynamic_cast<const RootCauseError*>(&error))
+    return consequence->root();
+  return {error.code(), error.what()};
+}
+
 struct FabricConfig {
   int rank = 0;
   int size = 1;

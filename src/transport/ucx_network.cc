@@ -305,24 +305,33 @@ struct UcxNetwork::Ucx final : RemoteWriter {
         ucp_tag_send_nbx(endpoints[p], nullptr, 0, ucx_tag(self, kNoticeAckTag), &param);
     if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) acks_out.push_back(sent);
   }
+  // Acknowledges the notices that arrived whole (their takers, notice_locked, keep them): a rank
+  // waiting on the network for its own notice to leave or be taken must not keep a peer that
+  // failed at the same moment waiting for its acknowledgement in turn.
+  void acknowledge_arrived_notices() {
+    for (size_t p = 0; p < notices_in.size(); ++p) {
+      const NoticeSlot& slot = notices_in[p];
+      if (slot.pending != nullptr && !slot.acknowledged &&
+          ucp_request_check_status(slot.pending) == UCS_OK) {
+        acknowledge_notice(static_cast<int>(p));
+      }
+    }
+  }
   // After this rank sent a failure notice: until every peer told either acknowledged it or lost
   // its connection (bounded), progressing meanwhile, which also reads what peers still send, and
   // acknowledging the notices that arrive (their takers, notice_locked, keep them): peers that
   // failed at once wait here for each other's acks (a mismatch fails every rank), and each waited
-  // out the bound, 2 s, when only a wait's notice_locked acknowledged.
-  bool await_notice_acks() {
+  // out the bound, 2 s, when only a wait's notice_locked acknowledged. `only`, if not empty:
+  // those peers' acknowledgements alone.
+  bool await_notice_acks(std::span<const int> only = {}) {
     const auto give_up = Clock::now() + kCancelLimit;
     auto waiting = [&] {
-      for (size_t p = 0; p < notices_in.size(); ++p) {
-        const NoticeSlot& slot = notices_in[p];
-        if (slot.pending != nullptr && !slot.acknowledged &&
-            ucp_request_check_status(slot.pending) == UCS_OK) {
-          acknowledge_notice(static_cast<int>(p));
-        }
-      }
+      acknowledge_arrived_notices();
       return std::any_of(acks_in.begin(), acks_in.end(), [&](const auto& entry) {
-        return ucp_request_check_status(entry.second) == UCS_INPROGRESS &&
-               failures[entry.first] == UCS_OK && endpoints[entry.first] != nullptr;
+        const auto [peer, ack] = entry;
+        return (only.empty() || std::find(only.begin(), only.end(), peer) != only.end()) &&
+               ucp_request_check_status(ack) == UCS_INPROGRESS && failures[peer] == UCS_OK &&
+               endpoints[peer] != nullptr;
       });
     };
     while (waiting()) {
@@ -623,7 +632,12 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
       return ucp_request_check_status(request) == UCS_INPROGRESS;
     });
   };
-  while (in_flight() && Clock::now() < give_up) u.progress();
+  while (in_flight() && Clock::now() < give_up) {
+    u.progress();
+    // A notice can wait behind a send its peer does not take (data sent ahead); that peer may be
+    // waiting for this rank's acknowledgement of its own notice before it fails and reads on.
+    u.acknowledge_arrived_notices();
+  }
 }
 
 bool UcxNetwork::await_notice_acks() {
@@ -819,9 +833,23 @@ void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {
     u.put_protocol->cancel(static_cast<PutProtocol::Op*>(r.pending));
     r.pending = nullptr;
   }
+  // A tagged send in flight stops only with its endpoint, and closing that resets the connection,
+  // which can discard at the peer a failure notice it has not read yet: the peer would then blame
+  // this rank's closed connection, not the cause. Where this rank told its peers of a failure
+  // (notify_failure, which the layers above call before they leave transfers in flight), the
+  // peers about to be cut are waited for (bounded) until they acknowledged it; the sends that
+  // complete meanwhile need no cut.
+  std::vector<int> to_cut;
+  for (const NetRequest& r : requests) {
+    if (r.pending != nullptr && r.is_send) to_cut.push_back(r.peer);
+  }
+  if (!to_cut.empty() && !u.notice_out.empty()) u.await_notice_acks(to_cut);
   for (NetRequest& r : requests) {
     if (r.pending == nullptr) continue;
-    if (r.is_send) {
+    if (r.is_send && ucp_request_check_status(r.pending) != UCS_INPROGRESS) {
+      ucp_request_free(r.pending);
+      r.pending = nullptr;
+    } else if (r.is_send) {
       u.close(r.peer, true);
     } else {
       ucp_request_cancel(u.worker, r.pending);
@@ -857,12 +885,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     });
     if (cuts_a_send && dynamic_cast<const RootCauseError*>(&error) == nullptr) {
       notify_failure_locked({error.code(), error.what()});
-      // The cut resets the connection, and a reset can discard the notice the peer has not read
-      // yet (seen under load in CI: the peer then blamed this rank's exit). Wait, bounded, until
-      // the peers acknowledge it or are lost, as the teardown does.
-      u.await_notice_acks();
     }
-    cancel_locked(requests);
+    cancel_locked(requests);  // waits, bounded, until the peers it cuts took the notice
     throw error;
   };
   auto peer_failure = [&](int peer, ucs_status_t status) {

@@ -129,6 +129,11 @@ class UcxNetwork {
   // throwing as advance() does; otherwise nothing.
   void push_unsent(const WaitContext& ctx);
   static constexpr std::chrono::milliseconds kPushEvery{20};
+  // Stops the requests still in flight: cancels receives; a tagged send stops only with its
+  // endpoint (closed), so where this rank has sent a failure notice, first waits (bounded) until
+  // the peers it would cut acknowledged it, and cuts only the sends still in flight then. A layer
+  // that leaves its transfers because of a failure found outside the network's waits calls
+  // notify_failure first, or the peers it cuts blame the closed connection.
   void cancel(std::span<NetRequest> requests);
   void wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation);
   // What a wait does between rounds of progress that completed nothing: the next round at once,
