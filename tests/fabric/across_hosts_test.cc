@@ -858,47 +858,67 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
   expect_all_ok(outcomes);
 }
 
-// A rank that crashes in the middle of a pipelined all_reduce, found by its host's leader in a
-// shared-memory step while the leader's sends to the other host are in flight: the leader tells
-// the other host's ranks before it stops those sends (over tagged messages, by closing their
-// connection, which would otherwise cut the notice off: the other host's leader then named the
-// closed connection, "lost rank 0", not the crash). Rank 1 makes the pages of its input's last
-// segment unreadable, so it takes part in the shared-memory reduces of the segments before and
-// crashes copying the last in (a SIGSEGV, or the sanitizer's report and exit), while rank 0's
-// sends of the earlier segments are on their way to rank 2. Every other rank names rank 1. A few
-// runs: whether a send is still in flight at that moment depends on timing (it was in most
-// runs, before the fix, and the other host named rank 0 only in those).
-TEST_P(AcrossHostsFailures, ARankThatCrashesWhileItsLeaderSendsIsNamedOnTheOtherHost) {
+// A rank that crashes in the middle of a collective across hosts is named by every other rank,
+// on its host and on the other. Rank 1 (host-a's second rank) makes the pages of the last eighth
+// of its send buffer unreadable, so it crashes (a SIGSEGV, or the sanitizer's report and exit)
+// copying that part in: in the pipelined all_reduce and reduce after it took part in the
+// shared-memory reduces of the segments before, while its leader's sends of those segments are
+// on their way to host-b; elsewhere at its first step. The leader finds the crash in a
+// shared-memory step and must tell host-b before it stops its sends (over tagged messages, by
+// closing their connection, which would otherwise cut the notice off: until 2026-12-05 rank 2
+// then named "lost rank 0", its closed connection, in most all_reduce runs). A rank that hands
+// its data on and returns (a gather's or reduce's rank that is not the root) fails at the
+// barrier after. A few runs each: whether a send is still in flight at the crash is timing.
+TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
   constexpr size_t kCount = size_t{1} << 21;  // 8 MiB of f32: 8 segments at the default slice
   constexpr size_t kBytes = kCount * sizeof(float);
-  constexpr size_t kLastSegment = kBytes / 8;
-  for (int run = 0; run < 3; ++run) {
-    SCOPED_TRACE("run " + std::to_string(run));
-    auto outcomes = run_on_hosts(
-        kTwoHostsOfTwo,
-        [&](Communicator& comm) {
-          void* pages =
-              ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-          TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
-          auto* in = static_cast<float*>(pages);
-          std::fill(in, in + kCount, 1.0f);
-          if (comm.rank() == 1) {
-            TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes - kLastSegment,
-                                       kLastSegment, PROT_NONE) == 0,
-                            "mprotect failed");
-          }
-          std::vector<float> out(kCount, 0.0f);
-          const Error e = expect_error("an all_reduce in which rank 1 crashes", [&] {
-            comm.all_reduce(in, out.data(), kCount, DType::f32, ReduceOp::sum);
-          });
-          TPF_CHILD_CHECK(comm.rank() != 1, "rank 1 read its unreadable input");
-          TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
-          TPF_CHILD_CHECK(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
-          ::munmap(pages, kBytes);
-        },
-        GetParam());
-    for (int r : {0, 2, 3}) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
-    EXPECT_FALSE(outcomes[1].ok()) << outcomes[1].describe();
+  constexpr size_t kRanks = 4;
+  using Call = std::function<void(Communicator&, const float*, float*)>;
+  const std::pair<const char*, Call> calls[] = {
+      {"all_reduce", [](auto& c, auto in,
+                        auto out) { c.all_reduce(in, out, kCount, DType::f32, ReduceOp::sum); }},
+      {"reduce to rank 2",
+       [](auto& c, auto in, auto out) { c.reduce(in, out, kCount, DType::f32, ReduceOp::sum, 2); }},
+      {"reduce_scatter",
+       [](auto& c, auto in, auto out) {
+         c.reduce_scatter(in, out, kCount / kRanks, DType::f32, ReduceOp::sum);
+       }},
+      {"all_gather", [](auto& c, auto in, auto out) { c.all_gather(in, out, kCount, DType::f32); }},
+      {"all_to_all",
+       [](auto& c, auto in, auto out) { c.all_to_all(in, out, kCount / kRanks, DType::f32); }},
+      {"gather to rank 2",
+       [](auto& c, auto in, auto out) { c.gather(in, out, kCount, DType::f32, 2); }},
+  };
+  for (const auto& [name, call] : calls) {
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE(std::string(name) + ", run " + std::to_string(run));
+      auto outcomes = run_on_hosts(
+          kTwoHostsOfTwo,
+          [&](Communicator& comm) {
+            void* pages =
+                ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
+            auto* in = static_cast<float*>(pages);
+            std::fill(in, in + kCount, 1.0f);
+            if (comm.rank() == 1) {
+              TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8,
+                                         kBytes / 8, PROT_NONE) == 0,
+                              "mprotect failed");
+            }
+            std::vector<float> out(kCount * kRanks, 0.0f);
+            const Error e = expect_error("a collective in which rank 1 crashes", [&] {
+              call(comm, in, out.data());
+              comm.barrier();
+            });
+            TPF_CHILD_CHECK(comm.rank() != 1, "rank 1 read its unreadable input");
+            TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+            TPF_CHILD_CHECK(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
+            ::munmap(pages, kBytes);
+          },
+          GetParam());
+      for (int r : {0, 2, 3}) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+      EXPECT_FALSE(outcomes[1].ok()) << outcomes[1].describe();
+    }
   }
 }
 
