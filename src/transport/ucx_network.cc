@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "base/memory_probe.h"
 #include "tpf/error.h"
 #include "transport/put_protocol.h"
 #include "transport/shm_layout.h"
@@ -761,6 +762,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   check_peer(peer, "send to");
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, true, bytes};
+  request.data = data;
   started_since_push_.store(true, std::memory_order_relaxed);
   ucp_ep_h ep = ucx_->endpoints[peer];
   if (ep == nullptr || tag > kMaxTag) {
@@ -789,6 +791,7 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   check_peer(peer, "receive from");
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, false, bytes};
+  request.data = data;
   if (ucx_->uses_put(peer)) {
     request.via_put = true;
     request.pending = ucx_->put_protocol->recv(peer, tag, data, bytes, any_bits);
@@ -894,6 +897,24 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                  ctx.op_label() + ": " + config_.label + " lost rank " + std::to_string(peer) +
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
+  // A transfer that failed with its connection: the caller's buffer first, which a zero-copy
+  // transfer reads or writes in place (UCX over TCP meets freed or protected memory as EFAULT,
+  // reports the connection failed and closes it, so the peer fails too: the notice must name
+  // this rank's buffer, not the peer); else the peer.
+  auto transfer_failure = [&](const NetRequest& r, ucs_status_t status) {
+    if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false)
+      return peer_failure(r.peer, status);
+    char where[32];
+    std::snprintf(where, sizeof where, "%p", r.data);
+    return Error(ErrorCode::invalid_argument,
+                 ctx.op_label() + ": " + config_.label + ", rank " + std::to_string(config_.rank) +
+                     ": the " + (r.is_send ? "send" : "receive") + " buffer of a transfer " +
+                     (r.is_send ? "to" : "from") + " rank " + std::to_string(r.peer) + " (" +
+                     std::to_string(r.bytes) + " bytes at " + where + ") is not " +
+                     (r.is_send ? "readable" : "accessible") +
+                     ": freed or protected memory, where the operation needs it until it "
+                     "completes");
+  };
   u.progress_once();
   if (std::optional<RootCauseError> failure = known_failure_locked([&] { return ctx.op_label(); }))
     fail(*failure);
@@ -916,7 +937,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
       auto* op = static_cast<PutProtocol::Op*>(r.pending);
       const PutProtocol::Status status = u.put_protocol->status(op);
       if (!status.done) {
-        if (u.failures[r.peer] != UCS_OK) fail(peer_failure(r.peer, u.failures[r.peer]));
+        if (u.failures[r.peer] != UCS_OK) fail(transfer_failure(r, u.failures[r.peer]));
         progress.done = false;
         continue;
       }
@@ -933,7 +954,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     const ucs_status_t status = r.is_send ? ucp_request_check_status(r.pending)
                                           : ucp_tag_recv_request_test(r.pending, &info);
     if (status == UCS_INPROGRESS) {
-      if (u.failures[r.peer] != UCS_OK) fail(peer_failure(r.peer, u.failures[r.peer]));
+      if (u.failures[r.peer] != UCS_OK) fail(transfer_failure(r, u.failures[r.peer]));
       progress.done = false;
       continue;
     }
@@ -943,7 +964,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     progress.completed = true;
     if (status == UCS_ERR_MESSAGE_TRUNCATED) fail(truncated(r.peer, r.bytes));
     if (status != UCS_OK) {
-      fail(peer_failure(r.peer, u.failures[r.peer] != UCS_OK ? u.failures[r.peer] : status));
+      fail(transfer_failure(r, u.failures[r.peer] != UCS_OK ? u.failures[r.peer] : status));
     }
     if (!r.is_send && info.length != r.bytes) fail(wrong_length(r, info.length));
   }

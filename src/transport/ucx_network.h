@@ -77,6 +77,7 @@ struct NetRequest {
   size_t bytes = 0;
   uint64_t received_tag = 0;  // a completed receive: the tag the sender gave (below the rank bits)
   bool via_put = false;       // put + signal: `pending` is the put protocol's op
+  const void* data = nullptr;  // the caller's buffer: named where the transfer failed on it
 };
 
 class UcxNetwork {

@@ -922,6 +922,50 @@ TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
   }
 }
 
+// A send buffer that is not readable where the network sends from it in place: UCX's zero-copy
+// send over TCP meets it as EFAULT, reports the connection failed and closes it. The sender
+// names its own buffer (until 2026-12-05 it named the peer it was sending to, "lost rank 1", and
+// told the other ranks so), and the peer names the sender. Here rank 0 broadcasts 8 MiB whose
+// last eighth it made unreadable, on two hosts of one rank (the chain sends the chunks straight
+// from the caller's buffer).
+TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAsALostPeer) {
+  constexpr size_t kCount = size_t{1} << 21;
+  constexpr size_t kBytes = kCount * sizeof(float);
+  auto outcomes = run_on_hosts(
+      kTwoHostsOfOne,
+      [&](Communicator& comm) {
+        void* pages =
+            ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
+        auto* in = static_cast<float*>(pages);
+        std::fill(in, in + kCount, 1.0f);
+        if (comm.rank() == 0) {
+          TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8, kBytes / 8,
+                                     PROT_NONE) == 0,
+                          "mprotect failed");
+        }
+        std::vector<float> out(kCount, 0.0f);
+        const Error e = expect_error("a broadcast from an unreadable buffer", [&] {
+          comm.broadcast(in, out.data(), kCount, DType::f32, 0);
+        });
+        const std::string what = e.what();
+        if (comm.rank() == 0) {
+          TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, what);
+          TPF_CHILD_CHECK(
+              what.find("rank 0: the send buffer of a transfer to rank 1") != std::string::npos,
+              what);
+        } else {
+          // The notice cannot follow over the connection UCX closed: rank 1 names rank 0.
+          TPF_CHILD_CHECK(
+              e.code() == ErrorCode::peer_died || e.code() == ErrorCode::invalid_argument, what);
+          TPF_CHILD_CHECK(what.find("rank 0") != std::string::npos, what);
+        }
+        ::munmap(pages, kBytes);
+      },
+      GetParam());
+  expect_all_ok(outcomes);
+}
+
 // Per rail, gather's senders and scatter's receivers take no other step inside their host: they
 // meet their leader after its fingerprint comparison, so one host in gather and the other in
 // scatter (to and from rank 0, blocks over the one-round size) fail with a mismatch on every rank,
