@@ -639,8 +639,8 @@ class HostCollective {
   void local(const OpDesc& desc) {
     try {
       run_operation(g_.local, desc, sequence_, local_ctx_, tuning_);
-    } catch (const Error& e) {
-      g_.network.notify_failure(transport::root_of(e));
+    } catch (...) {
+      g_.network.notify_failure(transport::root_of(std::current_exception()));
       throw;
     }
   }

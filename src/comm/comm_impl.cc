@@ -383,16 +383,8 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
 }
 
 std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
-  transport::FailureRecord root;
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    root = transport::root_of(e);  // a consequence passes its root on, not its own wrapping
-  } catch (const std::exception& e) {
-    root = {ErrorCode::internal, e.what()};
-  } catch (...) {
-    root = {ErrorCode::internal, "an exception of unknown type"};
-  }
+  // A consequence passes its root on, not its own wrapping.
+  const transport::FailureRecord root = transport::root_of(error);
   std::exception_ptr first;
   {
     std::lock_guard lock(mu_);

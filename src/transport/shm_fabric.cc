@@ -473,4 +473,16 @@ bool ShmFabric::aborted() const noexcept {
   return control(config_.rank).state.value.load(std::memory_order_acquire) == kStateAborted;
 }
 
+FailureRecord root_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return root_of(e);
+  } catch (const std::exception& e) {
+    return {ErrorCode::internal, e.what()};
+  } catch (...) {
+    return {ErrorCode::internal, "an exception of unknown type"};
+  }
+}
+
 }  // namespace tpf::transport

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -93,6 +94,8 @@ inline FailureRecord root_of(const Error& error) {
     return consequence->root();
   return {error.code(), error.what()};
 }
+// The same for any exception: one that is not a tpf::Error is an internal error, with its text.
+FailureRecord root_of(const std::exception_ptr& error);
 
 struct FabricConfig {
   int rank = 0;

@@ -859,85 +859,102 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
 }
 
 // A rank that crashes in the middle of a collective across hosts is named by every other rank,
-// on its host and on the other. Rank 1 (host-a's second rank) makes the pages of the last eighth
-// of its send buffer unreadable, so it crashes (a SIGSEGV, or the sanitizer's report and exit)
-// copying that part in: in the pipelined all_reduce and reduce after it took part in the
+// on its host and on the others. The culprit, a host's second rank, makes the pages of the last
+// eighth of its send buffer unreadable, so it crashes (a SIGSEGV, or the sanitizer's report and
+// exit) copying that part in: in the pipelined all_reduce and reduce after it took part in the
 // shared-memory reduces of the segments before, while its leader's sends of those segments are
-// on their way to host-b; elsewhere at its first step. The leader finds the crash in a
-// shared-memory step and must tell host-b before it stops its sends (over tagged messages, by
-// closing their connection, which would otherwise cut the notice off: until 2026-12-05 rank 2
-// then named "lost rank 0", its closed connection, in most all_reduce runs). A rank that hands
-// its data on and returns (a gather's or reduce's rank that is not the root) fails at the
-// barrier after. A few runs each: whether a send is still in flight at the crash is timing. The
-// same per rail, where rank 1 sends its own part to host-b: where the network reads its buffer
-// in place first (gather), it does not crash but fails naming its buffer (invalid_argument, see
-// ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAsALostPeer), and every rank names that.
+// on their way to the other hosts; elsewhere at its first step. The leader finds the crash in a
+// shared-memory step and must tell the other hosts before it stops its sends (over tagged
+// messages, by closing their connection, which would otherwise cut the notice off: until
+// 2026-12-05 the other host then named "lost rank 0", its closed connection, in most all_reduce
+// runs on two hosts of two). A rank that hands its data on and returns (a gather's or reduce's
+// rank that is not the root) fails at the barrier after. A few runs each: whether a send is
+// still in flight at the crash is timing. The same per rail, where the culprit sends its own
+// part across: where the network reads its buffer in place first (gather), it does not crash but
+// fails naming its buffer (invalid_argument, see
+// ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAsALostPeer), and every rank names that. On
+// two hosts of two, and on three uneven interleaved hosts (host-a holds ranks 0 and 2).
 TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
   constexpr size_t kCount = size_t{1} << 21;  // 8 MiB of f32: 8 segments at the default slice
   constexpr size_t kBytes = kCount * sizeof(float);
   constexpr size_t kRanks = 4;
-  using Call = std::function<void(Communicator&, const float*, float*)>;
+  using Call = std::function<void(Communicator&, const float*, float*, int root)>;
   const std::pair<const char*, Call> calls[] = {
-      {"all_reduce", [](auto& c, auto in,
-                        auto out) { c.all_reduce(in, out, kCount, DType::f32, ReduceOp::sum); }},
-      {"reduce to rank 2",
-       [](auto& c, auto in, auto out) { c.reduce(in, out, kCount, DType::f32, ReduceOp::sum, 2); }},
+      {"all_reduce", [](auto& c, auto in, auto out,
+                        int) { c.all_reduce(in, out, kCount, DType::f32, ReduceOp::sum); }},
+      {"reduce", [](auto& c, auto in, auto out,
+                    int root) { c.reduce(in, out, kCount, DType::f32, ReduceOp::sum, root); }},
       {"reduce_scatter",
-       [](auto& c, auto in, auto out) {
+       [](auto& c, auto in, auto out, int) {
          c.reduce_scatter(in, out, kCount / kRanks, DType::f32, ReduceOp::sum);
        }},
-      {"all_gather", [](auto& c, auto in, auto out) { c.all_gather(in, out, kCount, DType::f32); }},
+      {"all_gather",
+       [](auto& c, auto in, auto out, int) { c.all_gather(in, out, kCount, DType::f32); }},
       {"all_to_all",
-       [](auto& c, auto in, auto out) { c.all_to_all(in, out, kCount / kRanks, DType::f32); }},
-      {"gather to rank 2",
-       [](auto& c, auto in, auto out) { c.gather(in, out, kCount, DType::f32, 2); }},
+       [](auto& c, auto in, auto out, int) { c.all_to_all(in, out, kCount / kRanks, DType::f32); }},
+      {"gather",
+       [](auto& c, auto in, auto out, int root) { c.gather(in, out, kCount, DType::f32, root); }},
   };
+  struct Layout {
+    HostKeys keys;
+    int culprit;  // its host's second rank
+    int root;     // of reduce and gather: on another host
+  };
+  const Layout layouts[] = {{kTwoHostsOfTwo, 1, 2}, {kThreeHostsInterleaved, 2, 3}};
   const std::pair<const char*, RankSettings> algorithms[] = {{"by default", {}},
                                                              {"per rail", force_per_rail}};
-  for (const auto& [algorithm, settings] : algorithms) {
-    for (const auto& [name, call] : calls) {
-      for (int run = 0; run < 3; ++run) {
-        SCOPED_TRACE(std::string(name) + " " + algorithm + ", run " + std::to_string(run));
-        auto outcomes = run_on_hosts(
-            kTwoHostsOfTwo,
-            [&](Communicator& comm) {
-              void* pages = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
-                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-              TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
-              auto* in = static_cast<float*>(pages);
-              std::fill(in, in + kCount, 1.0f);
-              if (comm.rank() == 1) {
-                TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8,
-                                           kBytes / 8, PROT_NONE) == 0,
-                                "mprotect failed");
-              }
-              std::vector<float> out(kCount * kRanks, 0.0f);
-              const Error e = expect_error("a collective in which rank 1 crashes", [&] {
-                call(comm, in, out.data());
-                comm.barrier();
-              });
-              const std::string what = e.what();
-              const bool buffer_named =
-                  what.find("rank 1: the send buffer of a transfer to rank") != std::string::npos;
-              if (comm.rank() == 1) {  // it did not crash: the network met its buffer first
-                TPF_CHILD_CHECK(buffer_named, "rank 1 read its unreadable input: " + what);
-                TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, what);
-                return;
-              }
-              TPF_CHILD_CHECK(
-                  e.code() == (buffer_named ? ErrorCode::invalid_argument : ErrorCode::peer_died),
-                  what);
-              TPF_CHILD_CHECK(what.find("rank 1") != std::string::npos, what);
-              ::munmap(pages, kBytes);
-            },
-            GetParam(), settings);
-        for (int r : {0, 2, 3}) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
-        // Crashed (the sanitizer's exit reports nothing to the harness), or named its buffer.
-        const RankOutcome& culprit = outcomes[1];
-        EXPECT_TRUE(culprit.signal == SIGSEGV ||
-                    (culprit.exited && culprit.exit_code != 0 && culprit.message.empty()) ||
-                    (culprit.ok() && std::string(algorithm) == "per rail"))
-            << culprit.describe();
+  for (const Layout& layout : layouts) {
+    const int culprit = layout.culprit;
+    const std::string culprit_name = "rank " + std::to_string(culprit);
+    for (const auto& [algorithm, settings] : algorithms) {
+      for (const auto& [name, call] : calls) {
+        for (int run = 0; run < 3; ++run) {
+          SCOPED_TRACE(topo::HostMap(layout.keys).describe() + ": " + name + " " + algorithm +
+                       ", run " + std::to_string(run));
+          auto outcomes = run_on_hosts(
+              layout.keys,
+              [&](Communicator& comm) {
+                void* pages = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
+                auto* in = static_cast<float*>(pages);
+                std::fill(in, in + kCount, 1.0f);
+                if (comm.rank() == culprit) {
+                  TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8,
+                                             kBytes / 8, PROT_NONE) == 0,
+                                  "mprotect failed");
+                }
+                std::vector<float> out(kCount * kRanks, 0.0f);
+                const Error e = expect_error("a collective in which a rank crashes", [&] {
+                  call(comm, in, out.data(), layout.root);
+                  comm.barrier();
+                });
+                const std::string what = e.what();
+                const bool buffer_named =
+                    what.find(culprit_name + ": the send buffer of a transfer to rank") !=
+                    std::string::npos;
+                if (comm.rank() == culprit) {  // it did not crash: the network met its buffer
+                  TPF_CHILD_CHECK(buffer_named, "the culprit read its unreadable input: " + what);
+                  TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, what);
+                  return;
+                }
+                TPF_CHILD_CHECK(
+                    e.code() == (buffer_named ? ErrorCode::invalid_argument : ErrorCode::peer_died),
+                    what);
+                TPF_CHILD_CHECK(what.find(culprit_name) != std::string::npos, what);
+                ::munmap(pages, kBytes);
+              },
+              GetParam(), settings);
+          for (int r = 0; r < static_cast<int>(kRanks); ++r) {
+            if (r != culprit) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+          }
+          // Crashed (the sanitizer's exit reports nothing to the harness), or named its buffer.
+          const RankOutcome& crashed = outcomes[culprit];
+          EXPECT_TRUE(crashed.signal == SIGSEGV ||
+                      (crashed.exited && crashed.exit_code != 0 && crashed.message.empty()) ||
+                      (crashed.ok() && std::string(algorithm) == "per rail"))
+              << crashed.describe();
+        }
       }
     }
   }
