@@ -842,11 +842,13 @@ void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {
   // (notify_failure, which the layers above call before they leave transfers in flight), the
   // peers about to be cut are waited for (bounded) until they acknowledged it; the sends that
   // complete meanwhile need no cut.
-  std::vector<int> to_cut;
-  for (const NetRequest& r : requests) {
-    if (r.pending != nullptr && r.is_send) to_cut.push_back(r.peer);
+  if (!u.notice_out.empty()) {
+    std::vector<int> to_cut;
+    for (const NetRequest& r : requests) {
+      if (r.pending != nullptr && r.is_send) to_cut.push_back(r.peer);
+    }
+    if (!to_cut.empty()) u.await_notice_acks(to_cut);
   }
-  if (!to_cut.empty() && !u.notice_out.empty()) u.await_notice_acks(to_cut);
   for (NetRequest& r : requests) {
     if (r.pending == nullptr) continue;
     if (r.is_send && ucp_request_check_status(r.pending) != UCS_INPROGRESS) {
@@ -887,7 +889,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
       return r.pending != nullptr && r.is_send && !r.via_put;
     });
     if (cuts_a_send && dynamic_cast<const RootCauseError*>(&error) == nullptr) {
-      notify_failure_locked({error.code(), error.what()});
+      notify_failure_locked(root_of(error));
     }
     cancel_locked(requests);  // waits, bounded, until the peers it cuts took the notice
     throw error;
