@@ -55,9 +55,30 @@ configure_and_build() {
   cmake --build "$dir" -j"$jobs"
 }
 
-# Multi-process tests: two at a time is right for the 2-core machines CI runs on.
+# Multi-process tests: two at a time is right for the 2-core machines CI runs on. The output is
+# also kept in DIR/Testing/test-sh.log so that the summary can repeat what the failed tests said.
 run_tests() {
-  ctest --test-dir "$1" --output-on-failure --no-tests=error -j2
+  mkdir -p "$1/Testing/Temporary"
+  rm -f "$1/Testing/Temporary/LastTestsFailed.log"
+  ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 2>&1 | tee "$1/Testing/test-sh.log"
+}
+
+# failed_tests_report DIR: each failed test of DIR's last run, with the end of what it printed.
+# Where only the tail of a CI log is kept, this is the part that says which test failed and why.
+failed_tests_report() {
+  local failed_list=$1/Testing/Temporary/LastTestsFailed.log log=$1/Testing/test-sh.log
+  [[ -s "$failed_list" && -f "$log" ]] || return 0
+  echo
+  echo "=== test.sh: failed tests in $1"
+  local number name
+  while IFS=: read -r number name; do
+    echo "--- $name (test #$number), the last 40 lines it printed:"
+    # A test's block runs from its result line to the next line ctest prints about any test.
+    awk -v id="Test +#$number: " '
+      $0 ~ id && /(Failed|Timeout|Exception|Not Run)/ { inside = 1; print; next }
+      inside && (/^ *[0-9]+\/[0-9]+ Test +#/ || /^ +Start +[0-9]+: /) { inside = 0 }
+      inside { print }' "$log" | tail -n 40
+  done < "$failed_list"
 }
 
 run_sanitized_tests() {
@@ -90,6 +111,8 @@ if last_passed; then
   fi
 fi
 
+# The failures first, so that the summary stays the last thing printed.
+for dir in build build-asan; do failed_tests_report "$dir"; done
 echo
 echo "=== test.sh summary"
 for i in "${!step_names[@]}"; do

@@ -664,40 +664,48 @@ void force_per_rail(int) {
 // rail), out of place and in place, against the documented order (the same bits as the leaders'
 // algorithms, which the other suites check against the same reference); then every collective.
 // (TwoHostsOfTwo runs per rail in the Forced suite over tagged messages, and below over put with
-// two hosts of two interleaved.)
-TEST(AcrossHostsPerRail, CollectivesMatchTheReferenceOnUniformLayouts) {
-  const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
-  for (const HostKeys& keys : {three_of_two, kThreeHostsOfTwoInterleaved}) {
-    const topo::HostMap hosts(keys);
-    SCOPED_TRACE(hosts.describe());
-    expect_all_ok(run_on_hosts(
-        keys,
-        [&](Communicator& comm) {
-          const int n = comm.size(), me = comm.rank();
-          FailureLog log;
-          uint64_t salt = 900;
-          for (DType dt : kPerRailDTypes) {
-            for (ReduceOp op : kPerRailOps) {
-              for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{300001}}) {
-                ++salt;
-                std::vector<std::vector<uint8_t>> inputs;
-                for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
-                const auto want = hierarchical_reduce(dt, op, hosts, inputs, 0, count);
-                const std::string what = std::string(dtype_name(dt)) + " op " +
-                                         std::to_string(static_cast<int>(op)) + " count " +
-                                         std::to_string(count);
-                check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
-              }
+// two hosts of two interleaved.) One test a layout: the two took 31 s beside a busy loop.
+const std::pair<const char*, HostKeys> kPerRailLayouts[] = {
+    {"ThreeHostsOfTwo", {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"}},
+    {"ThreeHostsOfTwoInterleaved", kThreeHostsOfTwoInterleaved}};
+
+class AcrossHostsPerRailLayouts : public ::testing::TestWithParam<int> {};
+
+TEST_P(AcrossHostsPerRailLayouts, CollectivesMatchTheReference) {
+  const HostKeys& keys = kPerRailLayouts[GetParam()].second;
+  const topo::HostMap hosts(keys);
+  SCOPED_TRACE(hosts.describe());
+  expect_all_ok(run_on_hosts(
+      keys,
+      [&](Communicator& comm) {
+        const int n = comm.size(), me = comm.rank();
+        FailureLog log;
+        uint64_t salt = 900;
+        for (DType dt : kPerRailDTypes) {
+          for (ReduceOp op : kPerRailOps) {
+            for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{300001}}) {
+              ++salt;
+              std::vector<std::vector<uint8_t>> inputs;
+              for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
+              const auto want = hierarchical_reduce(dt, op, hosts, inputs, 0, count);
+              const std::string what = std::string(dtype_name(dt)) + " op " +
+                                       std::to_string(static_cast<int>(op)) + " count " +
+                                       std::to_string(count);
+              check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
             }
           }
-          log.throw_if_any("rank " + std::to_string(me));
-          // And every collective on these layouts, per rail on both above the one-round size.
-          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
-          data_movement(comm);
-        },
-        transport::NetProtocol::tag, force_per_rail));
-  }
+        }
+        log.throw_if_any("rank " + std::to_string(me));
+        // And every collective on these layouts, per rail on both above the one-round size.
+        reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
+        data_movement(comm);
+      },
+      transport::NetProtocol::tag, force_per_rail));
 }
+
+INSTANTIATE_TEST_SUITE_P(Uniform, AcrossHostsPerRailLayouts,
+                         ::testing::Range(0, static_cast<int>(std::size(kPerRailLayouts))),
+                         [](const auto& info) { return kPerRailLayouts[info.param].first; });
 
 // What expect_every_collective_matches runs: the reductions' dtypes and ops, and the counts of
 // reductions and data movement (see reductions). By default the per-rail subset of dtypes and
@@ -749,25 +757,39 @@ TEST(AcrossHostsPerRail, CollectivesOverPutMatchTheReference) {
 // hosts of one (the defaults take rounds there). Every collective, at every size class, against the
 // reference (the bits do not depend on the exchange: each leader combines every host's partial
 // result in host order either way), and small broadcasts in a row from every rank in turn.
-TEST(AcrossHostsLeadersExchange, InRoundsAndDirectlyEveryCollectiveMatchesTheReference) {
-  const HostKeys five_hosts = {"host-a", "host-b", "host-c", "host-a", "host-d", "host-e"};
-  const HostKeys three_of_one = {"host-a", "host-b", "host-c"};
-  const std::pair<HostKeys, const char*> runs[] = {
-      {five_hosts, "1000"}, {three_of_one, "1000"}, {kFourHostsOfOne, "0"}};
-  for (const auto& [keys, message_us] : runs) {
-    const topo::HostMap hosts(keys);
-    SCOPED_TRACE(hosts.describe() + std::string(", TPF_NET_MESSAGE_US=") + message_us);
-    expect_all_ok(run_on_hosts(
-        keys,
-        [&](Communicator& comm) {
-          reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
-          data_movement(comm);
-          small_broadcasts_in_a_row(comm);
-        },
-        transport::NetProtocol::tag,
-        [message_us](int) { ::setenv("TPF_NET_MESSAGE_US", message_us, 1); }));
-  }
+// One test a run (the three took 16 s beside a busy loop).
+struct ExchangeRun {
+  const char* name;
+  HostKeys keys;
+  const char* message_us;
+};
+const ExchangeRun kExchangeRuns[] = {
+    {"FiveUnevenHostsInRounds",
+     {"host-a", "host-b", "host-c", "host-a", "host-d", "host-e"},
+     "1000"},
+    {"ThreeHostsOfOneInRounds", {"host-a", "host-b", "host-c"}, "1000"},
+    {"FourHostsOfOneDirectly", kFourHostsOfOne, "0"}};
+
+class AcrossHostsLeadersExchange : public ::testing::TestWithParam<int> {};
+
+TEST_P(AcrossHostsLeadersExchange, EveryCollectiveMatchesTheReference) {
+  const auto& [name, keys, message_us] = kExchangeRuns[GetParam()];
+  const topo::HostMap hosts(keys);
+  SCOPED_TRACE(hosts.describe() + std::string(", TPF_NET_MESSAGE_US=") + message_us);
+  expect_all_ok(run_on_hosts(
+      keys,
+      [&](Communicator& comm) {
+        reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
+        data_movement(comm);
+        small_broadcasts_in_a_row(comm);
+      },
+      transport::NetProtocol::tag,
+      [message_us](int) { ::setenv("TPF_NET_MESSAGE_US", message_us, 1); }));
 }
+
+INSTANTIATE_TEST_SUITE_P(Runs, AcrossHostsLeadersExchange,
+                         ::testing::Range(0, static_cast<int>(std::size(kExchangeRuns))),
+                         [](const auto& info) { return kExchangeRuns[info.param].name; });
 
 // Leaders that exchange in rounds compare every other leader's fingerprint (forwarded), so on five
 // hosts a host in another collective, or in the same one with another count (messages of other
@@ -946,7 +968,9 @@ TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
               },
               GetParam(), settings);
           for (int r = 0; r < static_cast<int>(kRanks); ++r) {
-            if (r != culprit) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+            if (r != culprit) {
+              EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+            }
           }
           // Crashed (the sanitizer's exit reports nothing to the harness), or named its buffer.
           const RankOutcome& crashed = outcomes[culprit];
@@ -1353,7 +1377,7 @@ TEST(AcrossHostsLeaders, AllToAllScattersRowsAsTheyArrive) {
 // The leaders' forms on hosts whose ranks are interleaved (two hosts of two, three of two; rank r
 // on host r mod H), forced (TPF_NET_ALGO=pipelined) so that nothing goes per rail: every host's
 // blocks lie apart in every buffer, and where a block is large enough (the large size here; the
-// thresholds themselves: CountsNextToEachSizeThresholdMatchTheReference) reduce_scatter
+// thresholds themselves: AcrossHostsThresholds) reduce_scatter
 // reduces, all_gather broadcasts and all_to_all gathers and scatters them block by block (or row
 // by row) as the network moves them. Every collective, dtype and op (a subset under
 // the sanitizers) against the reference, out of place and in place.
@@ -1390,32 +1414,49 @@ std::vector<size_t> counts_next_to_thresholds(DType dt) {
 // on hosts of uneven sizes: interleaved (host a: ranks 0 and 2, b: 1 and 4, c: 3), three and one,
 // one, two and three; both protocols on the first; and per rail (forced) on two hosts of two
 // interleaved. Reductions in f32, bf16 and i8 (sums), data movement in f32, bf16, i8 and i64,
-// from and to every root. Under the sanitizers the first two runs, reductions in f32.
-TEST(AcrossHostsLeaders, CountsNextToEachSizeThresholdMatchTheReference) {
-  const HostKeys interleaved = {"host-a", "host-b", "host-a", "host-c", "host-b"};
-  const HostKeys three_and_one = {"host-a", "host-a", "host-a", "host-b"};
-  const HostKeys one_two_three = {"host-a", "host-b", "host-b", "host-c", "host-c", "host-c"};
+// from and to every root. Under the sanitizers the first two runs, reductions in f32. One test a
+// run: together they took 44 s beside a busy loop and 111 s with four tests at a time, next to
+// ctest's 120 s limit for a test.
+struct ThresholdRun {
+  const char* name;
+  HostKeys keys;
+  transport::NetProtocol protocol;
+  RankSettings settings;
+};
+const ThresholdRun kThresholdRuns[] = {
+    {"Interleaved_tag",
+     {"host-a", "host-b", "host-a", "host-c", "host-b"},
+     transport::NetProtocol::tag,
+     {}},
+    {"TwoHostsOfTwoInterleaved_per_rail", kTwoHostsOfTwoInterleaved, transport::NetProtocol::tag,
+     force_per_rail},
+    {"Interleaved_put",
+     {"host-a", "host-b", "host-a", "host-c", "host-b"},
+     transport::NetProtocol::put,
+     {}},
+    {"ThreeAndOne_tag", {"host-a", "host-a", "host-a", "host-b"}, transport::NetProtocol::tag, {}},
+    {"OneTwoThree_tag",
+     {"host-a", "host-b", "host-b", "host-c", "host-c", "host-c"},
+     transport::NetProtocol::tag,
+     {}}};
+
+class AcrossHostsThresholds : public ::testing::TestWithParam<int> {};
+
+TEST_P(AcrossHostsThresholds, CountsNextToEachSizeThresholdMatchTheReference) {
+  const ThresholdRun& run = kThresholdRuns[GetParam()];
   const DType all_dtypes[] = {DType::f32, DType::bf16, DType::i8};
   const std::span<const DType> dtypes =
       kSanitizedBuild ? std::span<const DType>(all_dtypes, 1) : all_dtypes;
   const ReduceOp sum[] = {ReduceOp::sum};
-  struct Run {
-    HostKeys keys;
-    transport::NetProtocol protocol;
-    RankSettings settings;
-  };
-  const Run runs[] = {{interleaved, transport::NetProtocol::tag, {}},
-                      {kTwoHostsOfTwoInterleaved, transport::NetProtocol::tag, force_per_rail},
-                      {interleaved, transport::NetProtocol::put, {}},
-                      {three_and_one, transport::NetProtocol::tag, {}},
-                      {one_two_three, transport::NetProtocol::tag, {}}};
   const CollectiveSweep sweep{dtypes, sum, counts_next_to_thresholds, /*spread_large=*/false};
-  for (const Run& run : std::span<const Run>(runs).first(kSanitizedBuild ? 2 : std::size(runs))) {
-    SCOPED_TRACE(std::string("over ") + transport::net_protocol_name(run.protocol) +
-                 (run.settings ? ", per rail" : ""));
-    expect_every_collective_matches({run.keys}, run.protocol, run.settings, sweep);
-  }
+  expect_every_collective_matches({run.keys}, run.protocol, run.settings, sweep);
 }
+
+INSTANTIATE_TEST_SUITE_P(Runs, AcrossHostsThresholds,
+                         ::testing::Range(0, kSanitizedBuild
+                                                 ? 2
+                                                 : static_cast<int>(std::size(kThresholdRuns))),
+                         [](const auto& info) { return kThresholdRuns[info.param].name; });
 
 // all_gather's leaders go round a ring of the hosts where the link is slow beside a round
 // (TPF_NET_GBPS=0.0625 here; at the default 100 Gb/s the suites above take the direct exchange at
