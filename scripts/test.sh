@@ -77,6 +77,7 @@ failed_tests_report() {
     awk -v id="Test +#$number: " '
       $0 ~ id && /(Failed|Timeout|Exception|Not Run)/ { inside = 1; print; next }
       inside && (/^ *[0-9]+\/[0-9]+ Test +#/ || /^ +Start +[0-9]+: /) { inside = 0 }
+      inside && /^[0-9]+% tests passed/ { inside = 0 }
       inside { print }' "$log" | tail -n 40
   done < "$failed_list"
 }
