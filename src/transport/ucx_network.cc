@@ -34,6 +34,11 @@ constexpr auto kYieldFor = std::chrono::milliseconds(1);
 // A closing endpoint flushes what was sent (a send completes once buffered, not delivered).
 constexpr auto kCloseFlushLimit = std::chrono::seconds(10);
 constexpr auto kCancelLimit = std::chrono::seconds(2);
+// A connection that failed is often the consequence of a failure elsewhere whose notice is on its
+// way from another rank: the peer's own buffer failed the transfer and UCX closed the connection,
+// or the peer crashed and its host-mates saw it. They notify within milliseconds; a rank that
+// meets the closed connection waits this long for such a notice before it names the peer lost.
+constexpr auto kLostPeerNoticeWait = std::chrono::milliseconds(500);
 
 std::string status_text(ucs_status_t status) { return ucs_status_string(status); }
 
@@ -822,6 +827,17 @@ std::optional<RootCauseError> UcxNetwork::known_failure_locked(
   return std::nullopt;
 }
 
+std::optional<RootCauseError> UcxNetwork::await_notice_locked(
+    std::chrono::milliseconds limit, const std::function<std::string()>& context) {
+  const auto give_up = Clock::now() + limit;
+  while (true) {
+    ucx_->progress();
+    if (std::optional<RootCauseError> failure = known_failure_locked(context)) return failure;
+    if (Clock::now() >= give_up) return std::nullopt;
+    std::this_thread::yield();  // the ranks that would notify may need this core
+  }
+}
+
 void UcxNetwork::throw_known_failure_locked(const std::string& what) {
   ucx_->progress();  // a notice may be waiting to be taken
   if (std::optional<RootCauseError> failure =
@@ -902,10 +918,15 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   // A transfer that failed with its connection: the caller's buffer first, which a zero-copy
   // transfer reads or writes in place (UCX over TCP meets freed or protected memory as EFAULT,
   // reports the connection failed and closes it, so the peer fails too: the notice must name
-  // this rank's buffer, not the peer); else the peer.
+  // this rank's buffer, not the peer); else the peer, unless a notice that comes meanwhile
+  // explains the loss (kLostPeerNoticeWait).
   auto transfer_failure = [&](const NetRequest& r, ucs_status_t status) {
-    if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false)
+    if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false) {
+      if (std::optional<RootCauseError> cause =
+              await_notice_locked(kLostPeerNoticeWait, [&] { return ctx.op_label(); }))
+        fail(*cause);
       return peer_failure(r.peer, status);
+    }
     char where[32];
     std::snprintf(where, sizeof where, "%p", r.data);
     return Error(ErrorCode::invalid_argument,

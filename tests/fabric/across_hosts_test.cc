@@ -987,7 +987,9 @@ TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
 // A send buffer that is not readable where the network sends from it in place: UCX's zero-copy
 // send over TCP meets it as EFAULT, reports the connection failed and closes it. The sender
 // names its own buffer (until 2026-12-05 it named the peer it was sending to, "lost rank 1", and
-// told the other ranks so), and the peer names the sender. Here rank 0 broadcasts 8 MiB whose
+// told the other ranks so), and the peer, which nobody else can tell (see
+// ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromTheSendersHost), names the sender after
+// waiting for a notice. Here rank 0 broadcasts 8 MiB whose
 // last eighth it made unreadable, on two hosts of one rank (the chain sends the chunks straight
 // from the caller's buffer).
 TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAsALostPeer) {
@@ -1026,6 +1028,47 @@ TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAs
       },
       GetParam());
   expect_all_ok(outcomes);
+}
+
+// The peer of a send buffer that is not readable learns the cause from the sender's host-mates:
+// per rail on two hosts of two, rank 1 gathers to rank 2 from a buffer whose last eighth it made
+// unreadable. Its rail sends its block to rank 3 straight from that buffer; UCX closes the
+// connection 1-3, so rank 1's own notice cannot reach rank 3, but rank 0 (rank 1's host-mate,
+// failed by rank 1 in shared memory) tells it. Rank 3 waits for such a notice before it names
+// rank 1 lost, so every rank names rank 1's buffer, three runs.
+TEST_P(AcrossHostsFailures, ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromTheSendersHost) {
+  constexpr size_t kCount = size_t{1} << 21;
+  constexpr size_t kBytes = kCount * sizeof(float);
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    auto outcomes = run_on_hosts(
+        kTwoHostsOfTwo,
+        [&](Communicator& comm) {
+          void* pages =
+              ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
+          auto* in = static_cast<float*>(pages);
+          std::fill(in, in + kCount, 1.0f);
+          if (comm.rank() == 1) {
+            TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8, kBytes / 8,
+                                       PROT_NONE) == 0,
+                            "mprotect failed");
+          }
+          std::vector<float> out(kCount * 4, 0.0f);
+          const Error e = expect_error("a gather from an unreadable buffer", [&] {
+            comm.gather(in, out.data(), kCount, DType::f32, 2);
+            comm.barrier();
+          });
+          const std::string what = e.what();
+          TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, what);
+          TPF_CHILD_CHECK(
+              what.find("rank 1: the send buffer of a transfer to rank 3") != std::string::npos,
+              what);
+          ::munmap(pages, kBytes);
+        },
+        GetParam(), force_per_rail);
+    expect_all_ok(outcomes);
+  }
 }
 
 // Per rail, gather's senders and scatter's receivers take no other step inside their host: they
