@@ -221,12 +221,27 @@ class StoreProcess {
   uint16_t port_ = 0;
 };
 
+// TPF_TEST_RUN_LOG=FILE appends a line per run, "SECONDS DEADLINE_SECONDS Suite.Test": how close
+// the multi-process runs come to their deadline on a loaded machine, where a run past it fails.
+void log_run_time(Clock::duration took, std::chrono::milliseconds deadline) {
+  const char* path = std::getenv("TPF_TEST_RUN_LOG");
+  if (path == nullptr || *path == '\0') return;
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::FILE* log = std::fopen(path, "a");
+  if (log == nullptr) return;
+  std::fprintf(log, "%.2f %.1f %s.%s\n", std::chrono::duration<double>(took).count(),
+               std::chrono::duration<double>(deadline).count(),
+               test ? test->test_suite_name() : "?", test ? test->name() : "?");
+  std::fclose(log);
+}
+
 }  // namespace
 
 std::vector<RankOutcome> run_ranks_raw(int size,
                                        const std::function<void(const RankContext&)>& body,
                                        const RunOptions& options) {
   if (size < 1) throw std::invalid_argument("run_ranks: size must be >= 1");
+  const auto started = Clock::now();
   StoreProcess store(options.secret);
   RankContext base;
   base.size = size;
@@ -301,6 +316,7 @@ std::vector<RankOutcome> run_ranks_raw(int size,
   for (size_t i = 0; i < children.size(); ++i) {
     if (children[i].fd >= 0) drain(children[i].fd, outcomes[i].message);
   }
+  log_run_time(Clock::now() - started, options.deadline);
   return outcomes;
 }
 
