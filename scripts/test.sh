@@ -56,11 +56,28 @@ configure_and_build() {
 }
 
 # Multi-process tests: two at a time is right for the 2-core machines CI runs on. The output is
-# also kept in DIR/Testing/test-sh.log so that the summary can repeat what the failed tests said.
+# also kept in DIR/Testing/test-sh.log so that the summary can repeat what the failed tests said,
+# and each multi-process run's time beside its deadline in DIR/Testing/run-times.log
+# (tests/support/multiproc.cc).
 run_tests() {
   mkdir -p "$1/Testing/Temporary"
-  rm -f "$1/Testing/Temporary/LastTestsFailed.log"
-  ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 2>&1 | tee "$1/Testing/test-sh.log"
+  rm -f "$1/Testing/Temporary/LastTestsFailed.log" "$1/Testing/run-times.log"
+  TPF_TEST_RUN_LOG="$(realpath "$1")/Testing/run-times.log" \
+    ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 2>&1 | tee "$1/Testing/test-sh.log"
+}
+
+# close_runs_report DIR: the multi-process runs that took more than half their deadline, the
+# first sign that a busy machine will push one past it. Deadlines under 10 s are left out: those
+# are tests' own, for runs meant to reach them (MultiprocHarness.DeadlineKillsRanksStillRunning).
+close_runs_report() {
+  local log=$1/Testing/run-times.log
+  [[ -s "$log" ]] || return 0
+  local close
+  close=$(awk '$2 >= 10 && $1 > $2 / 2 { printf "  %6.1f s of %5.1f s  %s\n", $1, $2, $3 }' "$log" | sort -rn)
+  [[ -n "$close" ]] || return 0
+  echo
+  echo "=== test.sh: multi-process runs past half their deadline in $1"
+  echo "$close"
 }
 
 # failed_tests_report DIR: each failed test of DIR's last run, with the end of what it printed.
@@ -113,7 +130,10 @@ if last_passed; then
 fi
 
 # The failures first, so that the summary stays the last thing printed.
-for dir in build build-asan; do failed_tests_report "$dir"; done
+for dir in build build-asan; do
+  close_runs_report "$dir"
+  failed_tests_report "$dir"
+done
 echo
 echo "=== test.sh summary"
 for i in "${!step_names[@]}"; do
