@@ -896,6 +896,33 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
   expect_all_ok(outcomes);
 }
 
+// An input of `count` floats, 1.0 each, in pages of its own; with `unreadable_tail` the pages of
+// its last eighth cannot be read (PROT_NONE), so a copy that reaches them crashes and a network
+// transfer that reads them in place fails there.
+class InputPages {
+ public:
+  InputPages(size_t count, bool unreadable_tail) : bytes_(count * sizeof(float)) {
+    void* pages =
+        ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
+    data_ = static_cast<float*>(pages);
+    std::fill(data_, data_ + count, 1.0f);
+    if (unreadable_tail) {
+      TPF_CHILD_CHECK(
+          ::mprotect(static_cast<std::byte*>(pages) + bytes_ * 7 / 8, bytes_ / 8, PROT_NONE) == 0,
+          "mprotect failed");
+    }
+  }
+  InputPages(const InputPages&) = delete;
+  InputPages& operator=(const InputPages&) = delete;
+  ~InputPages() { ::munmap(data_, bytes_); }
+  float* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  float* data_ = nullptr;
+};
+
 // A rank that crashes in the middle of a collective across hosts is named by every other rank,
 // on its host and on the others. The culprit, a host's second rank, makes the pages of the last
 // eighth of its send buffer unreadable, so it crashes (a SIGSEGV, or the sanitizer's report and
@@ -914,7 +941,6 @@ TEST_P(AcrossHostsFailures, DifferentCollectivesOnTwoHostsAreAMismatchOnEveryRan
 // two hosts of two, and on three uneven interleaved hosts (host-a holds ranks 0 and 2).
 TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
   constexpr size_t kCount = size_t{1} << 21;  // 8 MiB of f32: 8 segments at the default slice
-  constexpr size_t kBytes = kCount * sizeof(float);
   constexpr size_t kRanks = 4;
   using Call = std::function<void(Communicator&, const float*, float*, int root)>;
   const std::pair<const char*, Call> calls[] = {
@@ -952,16 +978,8 @@ TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
           auto outcomes = run_on_hosts(
               layout.keys,
               [&](Communicator& comm) {
-                void* pages = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
-                auto* in = static_cast<float*>(pages);
-                std::fill(in, in + kCount, 1.0f);
-                if (comm.rank() == culprit) {
-                  TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8,
-                                             kBytes / 8, PROT_NONE) == 0,
-                                  "mprotect failed");
-                }
+                const InputPages pages(kCount, comm.rank() == culprit);
+                float* in = pages.data();
                 std::vector<float> out(kCount * kRanks, 0.0f);
                 const Error e = expect_error("a collective in which a rank crashes", [&] {
                   call(comm, in, out.data(), layout.root);
@@ -980,7 +998,6 @@ TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
                     e.code() == (buffer_named ? ErrorCode::invalid_argument : ErrorCode::peer_died),
                     what);
                 TPF_CHILD_CHECK(what.find(culprit_name) != std::string::npos, what);
-                ::munmap(pages, kBytes);
               },
               GetParam(), settings);
           for (int r = 0; r < static_cast<int>(kRanks); ++r) {
@@ -1009,20 +1026,11 @@ TEST_P(AcrossHostsFailures, ARankThatCrashesMidCollectiveIsNamedOnEveryHost) {
 // hosts of one rank (the chain sends the chunks straight from the caller's buffer).
 TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAsALostPeer) {
   constexpr size_t kCount = size_t{1} << 21;
-  constexpr size_t kBytes = kCount * sizeof(float);
   auto outcomes = run_on_hosts(
       kTwoHostsOfOne,
       [&](Communicator& comm) {
-        void* pages =
-            ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
-        auto* in = static_cast<float*>(pages);
-        std::fill(in, in + kCount, 1.0f);
-        if (comm.rank() == 0) {
-          TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8, kBytes / 8,
-                                     PROT_NONE) == 0,
-                          "mprotect failed");
-        }
+        const InputPages pages(kCount, comm.rank() == 0);
+        float* in = pages.data();
         std::vector<float> out(kCount, 0.0f);
         const Error e = expect_error("a broadcast from an unreadable buffer", [&] {
           comm.broadcast(in, out.data(), kCount, DType::f32, 0);
@@ -1039,7 +1047,6 @@ TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAs
               e.code() == ErrorCode::peer_died || e.code() == ErrorCode::invalid_argument, what);
           TPF_CHILD_CHECK(what.find("rank 0") != std::string::npos, what);
         }
-        ::munmap(pages, kBytes);
       },
       GetParam());
   expect_all_ok(outcomes);
@@ -1053,22 +1060,13 @@ TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAs
 // rank 1 lost, so every rank names rank 1's buffer, three runs.
 TEST_P(AcrossHostsFailures, ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromTheSendersHost) {
   constexpr size_t kCount = size_t{1} << 21;
-  constexpr size_t kBytes = kCount * sizeof(float);
   for (int run = 0; run < 3; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     auto outcomes = run_on_hosts(
         kTwoHostsOfTwo,
         [&](Communicator& comm) {
-          void* pages =
-              ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-          TPF_CHILD_CHECK(pages != MAP_FAILED, "mmap failed");
-          auto* in = static_cast<float*>(pages);
-          std::fill(in, in + kCount, 1.0f);
-          if (comm.rank() == 1) {
-            TPF_CHILD_CHECK(::mprotect(static_cast<std::byte*>(pages) + kBytes * 7 / 8, kBytes / 8,
-                                       PROT_NONE) == 0,
-                            "mprotect failed");
-          }
+          const InputPages pages(kCount, comm.rank() == 1);
+          float* in = pages.data();
           std::vector<float> out(kCount * 4, 0.0f);
           const Error e = expect_error("a gather from an unreadable buffer", [&] {
             comm.gather(in, out.data(), kCount, DType::f32, 2);
@@ -1079,7 +1077,6 @@ TEST_P(AcrossHostsFailures, ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromThe
           TPF_CHILD_CHECK(
               what.find("rank 1: the send buffer of a transfer to rank 3") != std::string::npos,
               what);
-          ::munmap(pages, kBytes);
         },
         GetParam(), force_per_rail);
     expect_all_ok(outcomes);
