@@ -674,49 +674,49 @@ const std::pair<const char*, HostKeys> kPerRailLayouts[] = {
     {"ThreeHostsOfTwo", {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"}},
     {"ThreeHostsOfTwoInterleaved", kThreeHostsOfTwoInterleaved}};
 
-class AcrossHostsPerRailLayouts : public ::testing::TestWithParam<int> {};
+class AcrossHostsPerRailLayouts : public ::testing::TestWithParam<int> {
+ protected:
+  // Runs `body` on every rank of this test's layout, per rail (forced), over tagged messages.
+  void expect_per_rail_ok(
+      const std::function<void(Communicator&, const topo::HostMap&)>& body) const {
+    const HostKeys& keys = kPerRailLayouts[GetParam()].second;
+    const topo::HostMap hosts(keys);
+    SCOPED_TRACE(hosts.describe());
+    expect_all_ok(run_on_hosts(
+        keys, [&](Communicator& comm) { body(comm, hosts); }, transport::NetProtocol::tag,
+        force_per_rail));
+  }
+};
 
 TEST_P(AcrossHostsPerRailLayouts, AllReduceMatchesTheDocumentedOrder) {
-  const HostKeys& keys = kPerRailLayouts[GetParam()].second;
-  const topo::HostMap hosts(keys);
-  SCOPED_TRACE(hosts.describe());
-  expect_all_ok(run_on_hosts(
-      keys,
-      [&](Communicator& comm) {
-        const int n = comm.size(), me = comm.rank();
-        FailureLog log;
-        uint64_t salt = 900;
-        for (DType dt : kPerRailDTypes) {
-          for (ReduceOp op : kPerRailOps) {
-            for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{300001}}) {
-              ++salt;
-              std::vector<std::vector<uint8_t>> inputs;
-              for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
-              const auto want = hierarchical_reduce(dt, op, hosts, inputs, 0, count);
-              const std::string what = std::string(dtype_name(dt)) + " op " +
-                                       std::to_string(static_cast<int>(op)) + " count " +
-                                       std::to_string(count);
-              check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
-            }
-          }
+  expect_per_rail_ok([](Communicator& comm, const topo::HostMap& hosts) {
+    const int n = comm.size(), me = comm.rank();
+    FailureLog log;
+    uint64_t salt = 900;
+    for (DType dt : kPerRailDTypes) {
+      for (ReduceOp op : kPerRailOps) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{300001}}) {
+          ++salt;
+          std::vector<std::vector<uint8_t>> inputs;
+          for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
+          const auto want = hierarchical_reduce(dt, op, hosts, inputs, 0, count);
+          const std::string what = std::string(dtype_name(dt)) + " op " +
+                                   std::to_string(static_cast<int>(op)) + " count " +
+                                   std::to_string(count);
+          check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
         }
-        log.throw_if_any("rank " + std::to_string(me));
-      },
-      transport::NetProtocol::tag, force_per_rail));
+      }
+    }
+    log.throw_if_any("rank " + std::to_string(me));
+  });
 }
 
 // And every collective on these layouts, per rail on both above the one-round size.
 TEST_P(AcrossHostsPerRailLayouts, EveryCollectiveMatchesTheReference) {
-  const HostKeys& keys = kPerRailLayouts[GetParam()].second;
-  const topo::HostMap hosts(keys);
-  SCOPED_TRACE(hosts.describe());
-  expect_all_ok(run_on_hosts(
-      keys,
-      [&](Communicator& comm) {
-        reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
-        data_movement(comm);
-      },
-      transport::NetProtocol::tag, force_per_rail));
+  expect_per_rail_ok([](Communicator& comm, const topo::HostMap& hosts) {
+    reductions(comm, hosts, kPerRailDTypes, kPerRailOps);
+    data_movement(comm);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Uniform, AcrossHostsPerRailLayouts,
