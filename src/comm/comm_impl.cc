@@ -113,6 +113,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.protocol = setup_.settings.net_protocol;
     net.eager_bytes = coll::kNetworkEagerBytes;
     net.oversubscribed = config.excess_ranks > 0;
+    net.notice_wait = setup_.settings.net_notice_wait;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());
     net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,

@@ -94,6 +94,10 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_HOST_LOST_S", "communicator",
      "seconds without a heartbeat after which a rank on another host is named stopped or "
      "unreachable"},
+    {"TPF_NET_NOTICE_WAIT_S", "communicator",
+     "seconds a rank whose peer's connection failed waits for another rank's failure notice "
+     "that explains it (a bad buffer or a crash its host-mates saw) before naming the peer lost "
+     "(default 0.5)"},
     {"TPF_FLIGHT_RECORDER_SIZE", "communicator", "records kept per communicator; 0 = off"},
     {"TPF_FLIGHT_RECORDER_DIR", "process", "directory for flight-recorder dumps (stderr)"},
     {"TPF_FLIGHT_RECORDER_STORE", "process",
@@ -399,6 +403,8 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
       [](transport::NetProtocol p) { return std::string(transport::net_protocol_name(p)); });
   s.host_lost_after = read.take("TPF_HOST_LOST_S", base::env_seconds("TPF_HOST_LOST_S"),
                                 kDefaultHostLostAfter, ms_text);
+  s.net_notice_wait = read.take("TPF_NET_NOTICE_WAIT_S", base::env_seconds("TPF_NET_NOTICE_WAIT_S"),
+                                transport::kDefaultNoticeWait, ms_text);
   if (launch_env_present()) {
     const LaunchEnv launch = detect_launch_env();
     s.local_world_size = launch.local_world_size;

@@ -46,6 +46,9 @@ struct CommSettings {
   transport::NetProtocol net_protocol = transport::NetProtocol::automatic;
   // A rank on another host not heard from for this long is named lost (comm/heartbeat.h).
   std::chrono::milliseconds host_lost_after{0};
+  // A rank whose peer's connection failed waits this long for a notice that explains it
+  // (transport::NetworkConfig::notice_wait).
+  std::chrono::milliseconds net_notice_wait{0};
   std::vector<SettingReport> report;  // every value above with its source
 
   // The report of `name` (a TPF_* variable, or "local world size"), or nullptr.

@@ -34,11 +34,6 @@ constexpr auto kYieldFor = std::chrono::milliseconds(1);
 // A closing endpoint flushes what was sent (a send completes once buffered, not delivered).
 constexpr auto kCloseFlushLimit = std::chrono::seconds(10);
 constexpr auto kCancelLimit = std::chrono::seconds(2);
-// A connection that failed is often the consequence of a failure elsewhere whose notice is on its
-// way from another rank: the peer's own buffer failed the transfer and UCX closed the connection,
-// or the peer crashed and its host-mates saw it. They notify within milliseconds; a rank that
-// meets the closed connection waits this long for such a notice before it names the peer lost.
-constexpr auto kLostPeerNoticeWait = std::chrono::milliseconds(500);
 
 std::string status_text(ucs_status_t status) { return ucs_status_string(status); }
 
@@ -919,11 +914,11 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   // transfer reads or writes in place (UCX over TCP meets freed or protected memory as EFAULT,
   // reports the connection failed and closes it, so the peer fails too: the notice must name
   // this rank's buffer, not the peer); else the peer, unless a notice that comes meanwhile
-  // explains the loss (kLostPeerNoticeWait).
+  // explains the loss (NetworkConfig::notice_wait).
   auto transfer_failure = [&](const NetRequest& r, ucs_status_t status) {
     if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false) {
       if (std::optional<RootCauseError> cause =
-              await_notice_locked(kLostPeerNoticeWait, [&] { return ctx.op_label(); }))
+              await_notice_locked(config_.notice_wait, [&] { return ctx.op_label(); }))
         fail(*cause);
       return peer_failure(r.peer, status);
     }

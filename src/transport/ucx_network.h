@@ -47,6 +47,12 @@ namespace tpf::transport {
 
 // knem and xpmem are left out of the list: UCX warns about every named transport it lacks.
 inline constexpr const char* kNetworkTransports = "^posix,sysv,cma,self";
+// A connection that failed is often the consequence of a failure elsewhere whose notice is on its
+// way from another rank: the peer's own buffer failed the transfer and UCX closed the connection,
+// or the peer crashed and its host-mates saw it. Those notify within milliseconds (1-7 ms measured
+// on two hosts of two), so a rank that meets the failed connection waits this long for such a
+// notice before it names the peer lost; a loss nobody explains is named this much later.
+inline constexpr std::chrono::milliseconds kDefaultNoticeWait{500};
 
 struct NetworkConfig {
   int rank = 0;
@@ -67,6 +73,9 @@ struct NetworkConfig {
   // More ranks on this machine than cores (emulated hosts of one machine count together): a wait
   // sleeps after its spin instead of yielding the core between polls (wait_all).
   bool oversubscribed = false;
+  // How long a rank whose peer's connection failed waits for a notice that explains it
+  // (kDefaultNoticeWait; TPF_NET_NOTICE_WAIT_S).
+  std::chrono::milliseconds notice_wait = kDefaultNoticeWait;
 };
 
 // One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.

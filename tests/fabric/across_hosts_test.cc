@@ -1057,7 +1057,8 @@ TEST_P(AcrossHostsFailures, ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAs
 // unreadable. Its rail sends its block to rank 3 straight from that buffer; UCX closes the
 // connection 1-3, so rank 1's own notice cannot reach rank 3, but rank 0 (rank 1's host-mate,
 // failed by rank 1 in shared memory) tells it. Rank 3 waits for such a notice before it names
-// rank 1 lost, so every rank names rank 1's buffer, three runs.
+// rank 1 lost, so every rank names rank 1's buffer, three runs. The wait is 10 s here, not the
+// default 0.5 s (the notice took 1-7 ms unloaded), so that a loaded machine cannot decide it.
 TEST_P(AcrossHostsFailures, ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromTheSendersHost) {
   constexpr size_t kCount = size_t{1} << 21;
   for (int run = 0; run < 3; ++run) {
@@ -1078,7 +1079,11 @@ TEST_P(AcrossHostsFailures, ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromThe
               what.find("rank 1: the send buffer of a transfer to rank 3") != std::string::npos,
               what);
         },
-        GetParam(), force_per_rail);
+        GetParam(),
+        [](int rank) {
+          force_per_rail(rank);
+          ::setenv("TPF_NET_NOTICE_WAIT_S", "10", 1);
+        });
     expect_all_ok(outcomes);
   }
 }

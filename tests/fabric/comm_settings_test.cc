@@ -72,11 +72,13 @@ TEST(CommSettings, EveryValueSaysWhereItCameFrom) {
     EXPECT_EQ(reported(s, "TPF_ALLREDUCE_ALGO").value, "automatic");
     EXPECT_EQ(s.net_protocol, transport::NetProtocol::automatic);
     EXPECT_EQ(reported(s, "TPF_NET_PROTOCOL").value, "auto");
+    EXPECT_EQ(s.net_notice_wait, std::chrono::milliseconds(500));
   }
   ScopedEnv timeout("TPF_TIMEOUT", "7");
   ScopedEnv protocol("TPF_NET_PROTOCOL", "put");
   ScopedEnv algorithm("TPF_ALLREDUCE_ALGO", "two_shot");
   ScopedEnv cpus("TPF_CPUS", "3");
+  ScopedEnv notice_wait("TPF_NET_NOTICE_WAIT_S", "2.5");
   {
     const detail::CommSettings s = detail::resolve_comm_settings();
     EXPECT_EQ(s.timeout, std::chrono::seconds(7));
@@ -89,6 +91,8 @@ TEST(CommSettings, EveryValueSaysWhereItCameFrom) {
     EXPECT_EQ(reported(s, "TPF_CPUS").value, "3");
     EXPECT_EQ(s.net_protocol, transport::NetProtocol::put);
     EXPECT_EQ(reported(s, "TPF_NET_PROTOCOL").source, "TPF_NET_PROTOCOL");
+    EXPECT_EQ(s.net_notice_wait, std::chrono::milliseconds(2500));
+    EXPECT_EQ(reported(s, "TPF_NET_NOTICE_WAIT_S").source, "TPF_NET_NOTICE_WAIT_S");
   }
   CommOptions options;  // what the program says wins over the environment
   options.timeout = std::chrono::milliseconds(2500);
@@ -231,6 +235,7 @@ TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
       {"TPF_NET_GBPS", "fast"},
       {"TPF_NET_STEP_US", "0"},
       {"TPF_NET_MESSAGE_US", "-1"},
+      {"TPF_NET_NOTICE_WAIT_S", "soon"},
   };
   for (const auto& [name, value] : cases) {
     ScopedEnv env(name, value);
