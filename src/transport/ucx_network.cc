@@ -834,9 +834,9 @@ std::optional<RootCauseError> UcxNetwork::await_notice_locked(
 }
 
 void UcxNetwork::throw_known_failure_locked(const std::string& what) {
-  ucx_->progress();  // a notice may be waiting to be taken
-  if (std::optional<RootCauseError> failure =
-          known_failure_locked([&] { return config_.label + ": " + what; }))
+  // One round of progress: a notice may be waiting to be taken.
+  if (std::optional<RootCauseError> failure = await_notice_locked(
+          std::chrono::milliseconds(0), [&] { return config_.label + ": " + what; }))
     throw *failure;
 }
 

@@ -49,9 +49,6 @@ std::vector<RankOutcome> run_on_hosts(
     const RankSettings& settings = {}) {
   RunOptions options;
   options.comm_options.timeout = std::chrono::milliseconds(30000);
-  // Under the sanitizers the longest runs here took 0.55 of the default 60 s beside two busy
-  // loops (TPF_TEST_RUN_LOG, 2026-12-05); ctest's limit for a test there is 300 s.
-  if (kSanitizedBuild) options.deadline = std::chrono::milliseconds(120000);
   return run_ranks_raw(
       static_cast<int>(keys.size()),
       [&](const RankContext& ctx) {
