@@ -1,6 +1,7 @@
 #include "coll/across_hosts.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -57,7 +58,8 @@ enum Stage : uint64_t {
   kSecond = 2,
   kCheckpoint = 3,
   kAcknowledgement = 4,  // RootedCredit's
-  kAhead = 5             // data a leader sent before the fingerprints agree (leaders_send_ahead)
+  kAhead = 5,            // data a leader sent before the fingerprints agree (leaders_send_ahead)
+  kPair = 6              // halving-doubling's pair of hosts: a partial result in, the result out
 };
 // Every chunk of a transfer has a tag of its own (network_cost.h cuts transfers).
 static_assert(kNetworkMaxChunks <= size_t{1} << kChunkBits);
@@ -1008,13 +1010,18 @@ class HostCollective {
   // dst = the reduction of parts[0], ..., parts[H-1] (one per host, in host order), an average
   // divided. dst may be any of the parts.
   void combine_hosts(void* dst, std::span<const void* const> parts, size_t count) {
+    combine_in_order(dst, parts, count, /*last=*/true);
+  }
+  // dst = the reduction of `parts` in their order; an average is divided where this is the `last`
+  // combining of these elements. dst may be any of the parts.
+  void combine_in_order(void* dst, std::span<const void* const> parts, size_t count, bool last) {
     if (count == 0) return;  // the parts of an empty call may be null
     bool clash = false;      // reduce_n lets dst alias the first part only
     for (size_t h = 1; h < parts.size(); ++h)
       clash |= overlap(dst, bytes(count), parts[h], bytes(count));
     void* out = clash ? scratch(kCombineTemp, count) : dst;
     reduce_n(d_.dtype, partial_op(), out, parts.data(), static_cast<int>(parts.size()), count);
-    if (d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
+    if (last && d_.op == ReduceOp::avg) divide_n(d_.dtype, out, count, g_.hosts.ranks());
     copy_bytes(dst, out, bytes(count));
   }
 
@@ -1100,8 +1107,116 @@ class HostCollective {
     switch (choose_network(Collective::all_reduce)) {
       case NetworkAlgorithm::one_shot: return all_reduce_one_shot();
       case NetworkAlgorithm::per_rail: return reduce_per_rail(/*to_everyone=*/true);
+      case NetworkAlgorithm::halving_doubling: return all_reduce_halving_doubling();
       case NetworkAlgorithm::tree:  // broadcast's only: never chosen here (network_cost.h)
       case NetworkAlgorithm::pipelined: return reduce_in_slices(/*to_everyone=*/true);
+    }
+  }
+
+  // all_reduce by recursive halving and doubling between the leaders (network_cost.h): after the
+  // fingerprint round, each host's partial result at its leader (a reduce in shared memory into
+  // the leader's output), the leaders' rounds (halve_and_double), and a broadcast in shared
+  // memory from the leader. Nothing overlaps the network: the model takes it only where the
+  // pipelined form would run one segment.
+  void all_reduce_halving_doubling() {
+    const size_t n = d_.count;
+    compare_fingerprints_across_hosts();
+    if (alone()) {
+      copy_bytes(d_.recv, d_.send, bytes(n));
+    } else {
+      local(local_desc(OpKind::reduce, n, 0, d_.send, d_.recv, partial_op()));
+    }
+    if (is_leader()) halve_and_double(d_.recv, n);
+    if (!alone()) local(local_desc(OpKind::broadcast, n, 0, d_.recv, d_.recv));
+  }
+
+  // The leaders' rounds of halving_doubling on `result`, this host's partial result, which it
+  // leaves holding the whole result. A host paired with the one before it (HalvingDoubling) hands
+  // its partial result to it and gets the result back. The others take part in log2 P rounds of
+  // the reduce-scatter: in round k, with the leader at position v XOR 2^k, each keeps one half of
+  // the range both hold (the lower half where bit k of v is 0), sends the other and combines
+  // what arrives for its half, the lower positions' partial result first: the positions'
+  // partial results combine as a balanced binary tree in position order, and so the hosts'
+  // (a pair's first: its even host's before its odd one's), each element once, on one leader.
+  // Then the all-gather undoes the rounds, last first, each leader sending the range it holds
+  // and receiving its partner's into place. Every transfer is cut in chunks (chunks_of), combined
+  // as they arrive.
+  void halve_and_double(void* result, size_t n) {
+    const HalvingDoubling shape(hosts());
+    const int position = shape.position_of(host_);
+    InFlight flight(g_.network, ctx_);
+    if (position < 0) {  // an odd host of a pair: the even one, host_ - 1, works for both
+      const int even = leader(host_ - 1);
+      flight.wait_run(post_send(flight, even, kPair, result, n), chunks_of(n).number);
+      const Chunks chunks = chunks_of(n);
+      flight.wait_run(post_recv(flight, even, kPair, result, chunks), chunks.number);
+      return;
+    }
+    const bool paired = position < shape.pairs();
+    if (paired) {  // the odd host's partial result, after this one's
+      const Arrival pair = expect(flight, leader(host_ + 1), kPair, n);
+      combine_as_it_arrives(flight, pair, result, /*mine_first=*/true, /*last=*/false);
+    }
+    struct Range {
+      size_t begin = 0, count = 0;
+    };
+    struct Round {
+      int partner = 0;
+      Range kept, given;
+    };
+    std::array<Round, 32> rounds{};
+    Range range{0, n};
+    for (int k = 0; k < shape.rounds(); ++k) {
+      const int bit = 1 << k;
+      const bool lower = (position & bit) == 0;
+      const size_t half = range.count / 2;
+      const Range low{range.begin, half}, high{range.begin + half, range.count - half};
+      Round& round = rounds[static_cast<size_t>(k)];
+      round = {leader(shape.host_at(position ^ bit)), lower ? low : high, lower ? high : low};
+      const Arrival theirs = expect(flight, round.partner, kFirst, round.kept.count);
+      const size_t sent = post_send(flight, round.partner, kFirst, at(result, round.given.begin),
+                                    round.given.count);
+      combine_as_it_arrives(flight, theirs, at(result, round.kept.begin), lower,
+                            /*last=*/k + 1 == shape.rounds());
+      flight.wait_run(sent, chunks_of(round.given.count).number);
+      range = round.kept;
+    }
+    for (int k = shape.rounds() - 1; k >= 0; --k) {
+      const Round& round = rounds[static_cast<size_t>(k)];
+      const Chunks in = chunks_of(round.given.count);
+      const size_t arrival =
+          post_recv(flight, round.partner, kSecond, at(result, round.given.begin), in);
+      const size_t sent =
+          post_send(flight, round.partner, kSecond, at(result, round.kept.begin), round.kept.count);
+      flight.wait_run(arrival, in.number);
+      flight.wait_run(sent, chunks_of(round.kept.count).number);
+    }
+    if (paired) {
+      flight.wait_run(post_send(flight, leader(host_ + 1), kPair, result, n), chunks_of(n).number);
+    }
+  }
+
+  // A transfer of `count` elements from a peer, posted in chunks into scratch (kHostData).
+  struct Arrival {
+    Chunks chunks;
+    const std::byte* data = nullptr;
+    size_t first = 0;  // its first chunk's request
+  };
+  Arrival expect(InFlight& flight, int peer, Stage stage, size_t count) {
+    std::byte* into = scratch(kHostData, count);
+    const Chunks chunks = chunks_of(count);
+    return {chunks, into, post_recv(flight, peer, stage, into, chunks)};
+  }
+  // Combines each chunk of `theirs` into `mine` as it arrives: mine = mine op theirs where
+  // `mine_first`, else theirs op mine.
+  void combine_as_it_arrives(InFlight& flight, const Arrival& theirs, void* mine, bool mine_first,
+                             bool last) {
+    for (size_t c = 0; c < theirs.chunks.number; ++c) {
+      flight.wait(theirs.first + c);
+      std::byte* own = at(mine, theirs.chunks.begin(c));
+      const void* parts[2] = {own, at(theirs.data, theirs.chunks.begin(c))};
+      if (!mine_first) std::swap(parts[0], parts[1]);
+      combine_in_order(own, parts, theirs.chunks.length(c), last);
     }
   }
 
@@ -1502,6 +1617,7 @@ class HostCollective {
       case NetworkAlgorithm::one_shot: return broadcast_one_round();
       case NetworkAlgorithm::per_rail: return broadcast_per_rail();
       case NetworkAlgorithm::tree: return broadcast_tree();
+      case NetworkAlgorithm::halving_doubling:  // all_reduce's only: never chosen here
       case NetworkAlgorithm::pipelined: break;
     }
     compare_fingerprints_across_hosts();

@@ -25,16 +25,32 @@ const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept {
     case NetworkAlgorithm::pipelined: return "pipelined";
     case NetworkAlgorithm::per_rail: return "per_rail";
     case NetworkAlgorithm::tree: return "tree";
+    case NetworkAlgorithm::halving_doubling: return "halving_doubling";
   }
   return "?";
 }
 
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept {
-  for (NetworkAlgorithm a : {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined,
-                             NetworkAlgorithm::per_rail, NetworkAlgorithm::tree}) {
+  for (NetworkAlgorithm a :
+       {NetworkAlgorithm::one_shot, NetworkAlgorithm::pipelined, NetworkAlgorithm::per_rail,
+        NetworkAlgorithm::tree, NetworkAlgorithm::halving_doubling}) {
     if (name == network_algorithm_name(a)) return a;
   }
   return std::nullopt;
+}
+
+HalvingDoubling::HalvingDoubling(int hosts)
+    : hosts(hosts), powered(static_cast<int>(std::bit_floor(static_cast<unsigned>(hosts)))) {}
+
+int HalvingDoubling::rounds() const { return std::countr_zero(static_cast<unsigned>(powered)); }
+
+int HalvingDoubling::position_of(int host) const {
+  if (host >= 2 * pairs()) return host - pairs();
+  return host % 2 == 0 ? host / 2 : -1;
+}
+
+int HalvingDoubling::host_at(int position) const {
+  return position < pairs() ? 2 * position : position + pairs();
 }
 
 size_t network_packed_bytes(Collective op) noexcept {
@@ -140,6 +156,24 @@ double link_us(size_t bytes, const NetworkLinkCost& cost) {
 
 }  // namespace
 
+size_t halving_doubling_messages(size_t bytes, int hosts) {
+  const HalvingDoubling shape(hosts);
+  size_t messages = 0;
+  size_t range = bytes;
+  for (int k = 0; k < shape.rounds(); ++k) {
+    messages += 4 * network_chunk_count(range - range / 2, 1);  // the larger half, both phases
+    range -= range / 2;
+  }
+  if (shape.pairs() > 0) messages += 2 * network_chunk_count(bytes, 1);
+  return messages;
+}
+
+bool halving_doubling_messages_are_small(size_t bytes, int hosts) {
+  if (hosts < 3) return false;
+  const size_t largest = HalvingDoubling(hosts).pairs() > 0 ? bytes : bytes - bytes / 2;
+  return largest <= kNetworkPackedBytes;
+}
+
 bool leaders_gather_in_rounds(int hosts, const NetworkLinkCost& cost) {
   if (hosts < 3) return false;  // one round either way, or nobody to exchange with
   return gather_in_rounds_us(hosts, cost) < gather_direct_us(hosts, cost);
@@ -202,15 +236,26 @@ std::vector<size_t> ring_chunk_elems(const std::vector<size_t>& host_counts, siz
 StepTraffic network_traffic(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                             size_t min_slice_bytes, ChainCut chain) {
   if (!has_network_choice(op) || hosts < 2 || algorithm == NetworkAlgorithm::per_rail ||
-      (algorithm == NetworkAlgorithm::tree && op != Collective::broadcast)) {
+      (algorithm == NetworkAlgorithm::tree && op != Collective::broadcast) ||
+      (algorithm == NetworkAlgorithm::halving_doubling && op != Collective::all_reduce)) {
     throw Error(ErrorCode::invalid_argument,
                 std::string("no network cost of ") + collective_name(op) + " " +
                     network_algorithm_name(algorithm) + " on " + std::to_string(hosts) +
                     " hosts (all_reduce or broadcast, one_shot or pipelined, broadcast tree, "
-                    ">= 2 hosts)");
+                    "all_reduce halving_doubling, >= 2 hosts)");
   }
   const double b = static_cast<double>(bytes);
   const double h = hosts;
+  if (algorithm == NetworkAlgorithm::halving_doubling) {
+    // Each way, the rounds move (P - 1) / P of the buffer through a link and the pairs' even
+    // hosts the whole buffer once more; the reduce-scatter combines as much. Plus the
+    // fingerprint round.
+    const HalvingDoubling shape(hosts);
+    const double share = (shape.powered - 1.0) / shape.powered;
+    const double paired = shape.pairs() > 0 ? 1 : 0;
+    return {2.0 * shape.rounds() + 2 * paired + 1, 0, 2 * share * b + paired * b,
+            share * b + paired * b};
+  }
   if (algorithm == NetworkAlgorithm::tree) {
     // The whole buffer over each hop to the deepest leader; the root's call (or the leaders'
     // fingerprints) goes beside the data, as in one round.
@@ -269,6 +314,10 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
       // the data go to and come from every other leader, directly.
       return packed ? fitted_us + exchange_us : fitted_us + 4 * (h - 1) * cost.message_us;
     }
+    if (algorithm == NetworkAlgorithm::halving_doubling) {
+      return fitted_us + exchange_us +
+             static_cast<double>(halving_doubling_messages(bytes, hosts)) * cost.message_us;
+    }
     // Each segment: every slice owner receives a slice from, and sends its result to, every
     // other leader (reduce_in_slices), 4 (H - 1) messages on a leader's core.
     const double segments = static_cast<double>(all_reduce_segments(bytes, hosts, min_slice_bytes));
@@ -310,6 +359,9 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
   if (forced == NetworkAlgorithm::per_rail) return pipelined;
   const bool broadcast = op == Collective::broadcast;
   if (forced == NetworkAlgorithm::tree && broadcast) return NetworkAlgorithm::tree;
+  if (forced == NetworkAlgorithm::halving_doubling && !broadcast) {
+    return NetworkAlgorithm::halving_doubling;
+  }
   // Per rail, each of the L rails carries 1/L of the buffer through a link of its own: the
   // leaders' pipelined form of a buffer L times smaller (the shared-memory steps, overlapped with
   // the transfers, are not priced).
@@ -326,11 +378,18 @@ NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts
     }
   }
   const size_t landed = broadcast ? bytes : bytes * static_cast<size_t>(hosts - 1);
-  if (landed > kMaxOneShotBytes) return best;
-  if (forced == NetworkAlgorithm::one_shot) return NetworkAlgorithm::one_shot;
-  const double one_shot_us =
-      network_choice_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost, root_leads);
-  return one_shot_us <= best_us ? NetworkAlgorithm::one_shot : best;
+  if (landed <= kMaxOneShotBytes) {
+    if (forced == NetworkAlgorithm::one_shot) return NetworkAlgorithm::one_shot;
+    const double one_shot_us =
+        network_choice_us(op, NetworkAlgorithm::one_shot, bytes, hosts, cost, root_leads);
+    if (one_shot_us <= best_us) return NetworkAlgorithm::one_shot;
+  }
+  // Halving-doubling in the pipelined form's place, never in one round's (network_cost.h).
+  if (!broadcast && halving_doubling_messages_are_small(bytes, hosts) &&
+      network_choice_us(op, NetworkAlgorithm::halving_doubling, bytes, hosts, cost) < best_us) {
+    return NetworkAlgorithm::halving_doubling;
+  }
+  return best;
 }
 
 }  // namespace tpf::coll

@@ -103,9 +103,56 @@ struct NetworkLinkCost {
 //   the leaders' fingerprints beside it: the small broadcast's rule, coll/across_hosts.h). Between
 //   one round, whose root sends H - 1 copies through its link, and the chain, whose chunks cross H
 //   - 1 hops: mid sizes on many hosts (on 8 hosts at 1 Gb/s, 16 to 64 KiB: docs/fabric.md).
-enum class NetworkAlgorithm { one_shot, pipelined, per_rail, tree };
+// - halving_doubling (all_reduce, 3 or more hosts): after the fingerprint round, recursive halving
+//   and doubling between the leaders (Rabenseifner's reduce-scatter and all-gather, as MPICH and
+//   Open MPI run it for mid sizes; Thakur, Rabenseifner and Gropp, IJHPCA 19(1), 2005). With P
+//   the largest power of two <= H, the first 2 (H - P) hosts pair up first, the odd one of each
+//   pair handing its partial result to the even one and getting the result back. Then log2 P
+//   rounds each way between the P remaining leaders, each round one message each way with half
+//   the data of the round before: 2 log2 P messages a leader where pipelined's single segment
+//   takes 2 (H - 1), in 2 log2 P rounds instead of 2, the same bytes through each link. The
+//   partial results combine as a balanced binary tree over the hosts in host order (the pairs'
+//   first): the order across hosts is this tree's, not host order (docs/fabric.md). Chosen in
+//   pipelined's place for latency-bound sizes on many hosts only (halving_doubling_messages_are_
+//   small, choose_network_algorithm).
+enum class NetworkAlgorithm { one_shot, pipelined, per_rail, tree, halving_doubling };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
+
+// Recursive halving-doubling's shape on `hosts` leaders: `powered` (P, the largest power of two
+// <= hosts) take part in the rounds, of which the first hosts - P stand for a pair of hosts each.
+struct HalvingDoubling {
+  explicit HalvingDoubling(int hosts);
+  int hosts = 0;
+  int powered = 0;
+  int pairs() const { return hosts - powered; }
+  int rounds() const;  // log2 P: the reduce-scatter's, and the all-gather's
+  // Host h's position among the P, or -1 where h hands its data to its pair's even host, h - 1.
+  int position_of(int host) const;
+  // The host at position v: the even host of pair v for v < pairs(), else v + pairs().
+  int host_at(int position) const;
+};
+// Whether every message of a halving-doubling all_reduce of `bytes` across `hosts` (3 or more)
+// is small: a round's larger half, or a pair's whole buffer, at most kNetworkPackedBytes (what one
+// round packs). The model takes halving-doubling there only: it wins where messages rather than
+// transfers set the time. Above, its rounds run one after the other what pipelined overlaps:
+// measured on emulated hosts whose ranks share this machine's 2 cores, links uncapped (where
+// the cores are the limit), 0.88-1.01x pipelined's speed at 256 KiB (rounds of 128 KiB; 8 x 1),
+// 0.62-0.84x at 512 KiB to 2 MiB, 0.67-0.97x at 512 KiB on 4 x 1; level where a 1 Gb/s link set
+// the pace (docs/fabric.md). Real hosts have cores of their own: not measured here.
+bool halving_doubling_messages_are_small(size_t bytes, int hosts);
+// And it takes the pipelined form's place only, where the model prices it lower, never one
+// round's: the model prices a round at step_us (11 us, fitted on two hosts whose ranks have a core
+// each), and on emulated hosts whose ranks share this machine's 2 cores a round costs far more
+// (16 x 1: about 130 us), so the forms with more rounds lose there what the model gives them.
+// Measured at 1 Gb/s: one round 1.3-2.7x faster than halving-doubling at 8 KiB on 8 x 1 and at 4
+// KiB on 16 x 1, where the model priced halving-doubling lower (docs/fabric.md). Against the
+// pipelined form, which has rounds too, its lower price held: 1.3-1.9x faster on 16 x 1 at 8-64
+// KiB, 0.93-1.30x on 8 x 1 at 8-16 KiB.
+// The messages a leader sends and receives in a halving-doubling all_reduce of `bytes` across
+// `hosts` (the fingerprint round aside): every round's half each way in chunks
+// (network_chunk_count), in both phases, and a pair's whole buffer in and back out.
+size_t halving_doubling_messages(size_t bytes, int hosts);
 
 // The collectives whose network algorithm is chosen by the model. The others have one each:
 // pipelined in chunks after a fingerprint round, or, where every message between leaders carries
@@ -228,8 +275,8 @@ bool reduce_in_one_round(size_t bytes, int hosts, const NetworkLinkCost& cost);
 // its microseconds: call_us plus the traffic over the network link class. The broadcast chain's
 // bytes are those on the path to its last host: the buffer through one link, and a chunk through
 // each of the H - 2 links before (the chain fills). Throw tpf::Error(invalid_argument) for another
-// collective, fewer than 2 hosts, tree for all_reduce, or per_rail (its traffic through a host's
-// link is pipelined's, spread over rails the model does not know).
+// collective, fewer than 2 hosts, tree for all_reduce, halving_doubling for broadcast, or per_rail
+// (its traffic through a host's link is pipelined's, spread over rails the model does not know).
 // `min_slice_bytes`: the slice the pipelined all_reduce ran with (all_reduce_min_slice_bytes of
 // the run's settings); `chain`: how the broadcast chain cut its buffer (chain_cut of the run's
 // settings; {}: the fixed cut of runs recorded before).
@@ -259,16 +306,16 @@ double predict_network_us(Collective op, NetworkAlgorithm algorithm, size_t byte
 double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes, int hosts,
                          const NetworkLinkCost& cost, bool root_leads = true);
 
-// The cheapest algorithm under `cost`, or `forced` (TPF_NET_ALGO; tree forces broadcast only,
-// all_reduce keeps the model's choice). A one-shot all_reduce holds every other host's buffer in
-// scratch at once, so it is never chosen above kMaxOneShotBytes received per leader; the tree is
-// chosen on 3 or more hosts only (on 2 it is the one round). `rails`: the rails that may carry it
-// (the ranks on each host where every host has as many and each has links of its own, or
-// per_rail is forced; else 1). The pipelined forms of all_reduce and broadcast run per_rail where
-// rails >= 2, priced as the leaders' form of a buffer `rails` times smaller (each rail carries its
-// share through a link of its own; docs/fabric.md has the measurements); per_rail forced where
-// rails < 2 runs pipelined (one rail is the leaders'). `root_leads`: a broadcast's root is its
-// host's leader (network_choice_us).
+// The cheapest algorithm under `cost`, or `forced` (TPF_NET_ALGO; tree forces broadcast only and
+// halving_doubling all_reduce only, the other collective keeping the model's choice). A one-shot
+// all_reduce holds every other host's buffer in scratch at once, so it is never chosen above
+// kMaxOneShotBytes received per leader; the tree is chosen on 3 or more hosts only (on 2 it is the
+// one round). `rails`: the rails that may carry it (the ranks on each host where every host has as
+// many and each has links of its own, or per_rail is forced; else 1). The pipelined forms of
+// all_reduce and broadcast run per_rail where rails >= 2, priced as the leaders' form of a buffer
+// `rails` times smaller (each rail carries its share through a link of its own; docs/fabric.md has
+// the measurements); per_rail forced where rails < 2 runs pipelined (one rail is the leaders').
+// `root_leads`: a broadcast's root is its host's leader (network_choice_us).
 inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,

@@ -64,7 +64,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_ALGO", "communicator",
      "force one_shot, pipelined (between host leaders) or per_rail all_reduce and broadcast "
      "between hosts (per_rail is the default only where each rank has network devices of its "
-     "own, UCX_NET_DEVICES), or tree broadcast (all_reduce keeps the cost model's choice); "
+     "own, UCX_NET_DEVICES), tree broadcast or halving_doubling all_reduce (the other keeps the "
+     "cost model's choice); "
      "pipelined also keeps large reduce, all_gather, reduce_scatter, all_to_all, gather and "
      "scatter off the rails, per_rail puts them on"},
     {"UCX_NET_DEVICES", "communicator",
@@ -210,7 +211,8 @@ std::optional<coll::NetworkAlgorithm> env_network_algorithm() {
   if (!text) return std::nullopt;
   if (auto algorithm = coll::parse_network_algorithm(*text)) return algorithm;
   throw Error(ErrorCode::invalid_argument,
-              "TPF_NET_ALGO='" + *text + "': expected one_shot, pipelined, per_rail or tree");
+              "TPF_NET_ALGO='" + *text +
+                  "': expected one_shot, pipelined, per_rail, tree or halving_doubling");
 }
 
 std::optional<transport::NetProtocol> env_net_protocol() {

@@ -63,10 +63,13 @@ std::vector<NetworkMeasurement> parse_network_bench_json(const std::string& text
   const std::optional<coll::NetworkAlgorithm> algorithm = coll::parse_network_algorithm(name);
   const bool priced =
       algorithm && *algorithm != coll::NetworkAlgorithm::per_rail &&
-      (*algorithm != coll::NetworkAlgorithm::tree || *op == coll::Collective::broadcast);
+      (*algorithm != coll::NetworkAlgorithm::tree || *op == coll::Collective::broadcast) &&
+      (*algorithm != coll::NetworkAlgorithm::halving_doubling ||
+       *op == coll::Collective::all_reduce);
   if (!priced) {
     fail(path + ": 'network_algorithm' is '" + name + "' for " + collective +
-         ": expected one_shot or pipelined, or tree for broadcast (forced with TPF_NET_ALGO; the "
+         ": expected one_shot or pipelined, tree for broadcast or halving_doubling for all_reduce "
+         "(forced with TPF_NET_ALGO; the "
          "fit must know which algorithm ran)");
   }
   size_t min_slice_bytes = NetworkMeasurement{}.min_slice_bytes;  // runs that predate the key

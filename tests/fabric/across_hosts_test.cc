@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -102,6 +103,41 @@ std::vector<uint8_t> hierarchical_reduce(DType dt, ReduceOp op, const topo::Host
   }
   if (op != ReduceOp::avg) return reference_reduce(dt, op, partials, 0, count);
   std::vector<std::vector<uint8_t>> padded{reference_reduce(dt, ReduceOp::sum, partials, 0, count)};
+  for (int r = 1; r < hosts.ranks(); ++r) padded.push_back(negative_zeros(dt, count));
+  return reference_reduce(dt, ReduceOp::avg, padded, 0, count);
+}
+
+// The order across hosts of a halving-doubling all_reduce (coll::NetworkAlgorithm::
+// halving_doubling), written with the serial reference: each host's ranks in local order; the
+// first 2 (H - P) hosts' results combined in pairs (the even host's first), P the largest power
+// of two <= H; then the P results as a balanced binary tree in host order, adjacent ones first.
+// An average is summed that way and divided once, as hierarchical_reduce does.
+std::vector<uint8_t> halving_doubling_reduce(DType dt, ReduceOp op, const topo::HostMap& hosts,
+                                             const std::vector<std::vector<uint8_t>>& inputs,
+                                             size_t count) {
+  const ReduceOp partial_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+  auto combine = [&](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    return reference_reduce(dt, partial_op, {a, b}, 0, count);
+  };
+  std::vector<std::vector<uint8_t>> partials;
+  for (int h = 0; h < hosts.hosts(); ++h) {
+    std::vector<std::vector<uint8_t>> host_inputs;
+    for (int r : hosts.ranks_on(h)) host_inputs.push_back(inputs[r]);
+    partials.push_back(reference_reduce(dt, partial_op, host_inputs, 0, count));
+  }
+  const int pairs = hosts.hosts() - static_cast<int>(std::bit_floor(unsigned(hosts.hosts())));
+  std::vector<std::vector<uint8_t>> level;
+  for (int h = 0; h < hosts.hosts(); ++h) {
+    if (h < 2 * pairs && h % 2 == 1) continue;
+    level.push_back(h < 2 * pairs ? combine(partials[h], partials[h + 1]) : partials[h]);
+  }
+  while (level.size() > 1) {
+    std::vector<std::vector<uint8_t>> next;
+    for (size_t i = 0; i < level.size(); i += 2) next.push_back(combine(level[i], level[i + 1]));
+    level = std::move(next);
+  }
+  if (op != ReduceOp::avg) return level[0];
+  std::vector<std::vector<uint8_t>> padded{level[0]};
   for (int r = 1; r < hosts.ranks(); ++r) padded.push_back(negative_zeros(dt, count));
   return reference_reduce(dt, ReduceOp::avg, padded, 0, count);
 }
@@ -618,6 +654,112 @@ TEST(AcrossHostsBroadcastTree, PassesTheBufferDownOverBothProtocols) {
         protocol, [](int) { ::setenv("TPF_NET_ALGO", "tree", 1); }));
   }
 }
+
+// all_reduce forced to halving-doubling (coll::NetworkAlgorithm::halving_doubling) on hosts of
+// every shape it has: two hosts of two (one round each way), three interleaved (host a, ranks 0
+// and 2, and host b pair up, then one round with host c), four of one (two rounds), five with
+// host b of two ranks (a and b pair up, the odd host of the pair a host of two; two rounds), six
+// of one (two pairs, two rounds) and nine of one (a pair, three rounds). Every dtype and op (a
+// subset under the sanitizers), from empty (every range empty) through 1 and 7 elements (empty
+// and uneven halves) to several chunks a round, out of place and in place, bit for bit against
+// the tree order (halving_doubling_reduce), which differs from host order from four hosts on:
+// the reference in host order would fail there (checked with the sums of a few counts).
+class AcrossHostsHalvingDoubling : public ::testing::TestWithParam<int> {};
+
+struct HalvingDoublingLayout {
+  const char* name;
+  HostKeys keys;
+};
+const HalvingDoublingLayout kHalvingDoublingLayouts[] = {
+    {"TwoHostsOfTwo", kTwoHostsOfTwo},
+    {"ThreeHostsInterleaved", kThreeHostsInterleaved},
+    {"FourHostsOfOne", kFourHostsOfOne},
+    {"FiveHostsOneOfTwo", {"host-a", "host-b", "host-b", "host-c", "host-d", "host-e"}},
+    {"SixHostsOfOne", {"host-a", "host-b", "host-c", "host-d", "host-e", "host-f"}},
+    {"NineHostsOfOne",
+     {"host-a", "host-b", "host-c", "host-d", "host-e", "host-f", "host-g", "host-h", "host-i"}}};
+
+constexpr DType kSanitizedHalvingDoublingDTypes[] = {DType::f32, DType::bf16, DType::i64};
+constexpr ReduceOp kSanitizedHalvingDoublingOps[] = {ReduceOp::sum, ReduceOp::avg};
+
+TEST_P(AcrossHostsHalvingDoubling, AllReduceMatchesTheTreeOrder) {
+  const HostKeys& keys = kHalvingDoublingLayouts[GetParam()].keys;
+  // Put + signal too where a host of two ranks hands its data on (five hosts).
+  std::vector<transport::NetProtocol> protocols = {transport::NetProtocol::tag};
+  if (keys.size() == 6 && keys[1] == keys[2]) protocols.push_back(transport::NetProtocol::put);
+  const topo::HostMap hosts(keys);
+  const bool small = kSanitizedBuild || keys.size() > 6;  // nine ranks on two cores
+  const std::span<const DType> dtypes =
+      small ? std::span<const DType>(kSanitizedHalvingDoublingDTypes) : kAllDTypes;
+  const std::span<const ReduceOp> ops =
+      small ? std::span<const ReduceOp>(kSanitizedHalvingDoublingOps) : kAllOps;
+  for (const transport::NetProtocol protocol : protocols) {
+    SCOPED_TRACE(transport::net_protocol_name(protocol));
+    expect_all_ok(run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          const int n = comm.size(), me = comm.rank();
+          FailureLog log;
+          uint64_t salt = 300;
+          for (DType dt : dtypes) {
+            for (ReduceOp op : ops) {
+              for (size_t count : counts_for(dt)) {
+                ++salt;
+                std::vector<std::vector<uint8_t>> inputs;
+                for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
+                const auto want = halving_doubling_reduce(dt, op, hosts, inputs, count);
+                const std::string what = std::string(dtype_name(dt)) + " op " +
+                                         std::to_string(static_cast<int>(op)) + " count " +
+                                         std::to_string(count);
+                check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
+              }
+            }
+          }
+          log.throw_if_any("rank " + std::to_string(me));
+        },
+        protocol, [](int) { ::setenv("TPF_NET_ALGO", "halving_doubling", 1); }));
+  }
+}
+
+// Chosen by the model (coll::choose_network_algorithm): eight hosts of one told their links run
+// at 1 Gb/s take halving-doubling for an 8 KiB all_reduce (f16 sums: the tree's order and host
+// order give other bits for these inputs, which the test checks, so the result says which ran);
+// then hosts that disagree on the count fail with a mismatch on every rank, its message naming
+// the algorithm.
+TEST(AcrossHostsHalvingDoublingChoice, EightHostsAtOneGigabitTakeItFor8KiB) {
+  const HostKeys keys = {"host-a", "host-b", "host-c", "host-d",
+                         "host-e", "host-f", "host-g", "host-h"};
+  const topo::HostMap hosts(keys);
+  expect_all_ok(run_on_hosts(
+      keys,
+      [&](Communicator& comm) {
+        const int n = comm.size(), me = comm.rank();
+        const size_t count = 4096;
+        std::vector<std::vector<uint8_t>> inputs;
+        for (int r = 0; r < n; ++r)
+          inputs.push_back(make_input(DType::f16, ReduceOp::sum, count + 1, r, 77));
+        const auto want = halving_doubling_reduce(DType::f16, ReduceOp::sum, hosts, inputs, count);
+        const auto in_host_order =
+            hierarchical_reduce(DType::f16, ReduceOp::sum, hosts, inputs, 0, count);
+        TPF_CHILD_CHECK(want != in_host_order, "the two orders give the same bits here");
+        FailureLog log;
+        check_all_reduce(comm, log, DType::f16, ReduceOp::sum, inputs[me], want, count, "8 KiB");
+        log.throw_if_any("rank " + std::to_string(me));
+        std::vector<uint8_t> data = inputs[me];
+        const Error e = expect_error("different counts", [&] {
+          comm.all_reduce(data.data(), data.data(), me == 5 ? count + 1 : count, DType::f16,
+                          ReduceOp::sum);
+        });
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, what);
+        TPF_CHILD_CHECK(what.find("halving_doubling") != std::string::npos, what);
+      },
+      transport::NetProtocol::tag, [](int) { ::setenv("TPF_NET_GBPS", "0.125", 1); }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AcrossHostsHalvingDoubling,
+                         ::testing::Range(0, static_cast<int>(std::size(kHalvingDoublingLayouts))),
+                         [](const auto& info) { return kHalvingDoublingLayouts[info.param].name; });
 
 INSTANTIATE_TEST_SUITE_P(Forced, AcrossHostsNetworkAlgorithm,
                          ::testing::Combine(::testing::Values(1, 2),  // TwoHostsOfTwo, uneven

@@ -72,6 +72,15 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
   EXPECT_DOUBLE_EQ(
       coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::tree, 1'000'000, 5, c),
       5 + 30 + 3000);
+  // halving_doubling all_reduce: fingerprints, then log2 P rounds each way with (P - 1) / P of
+  // the buffer through each link and as much combined; on 5 hosts (P = 4) hosts 0 and 1 pair up
+  // first, 2 steps and the buffer once more each way, and combined once more.
+  EXPECT_DOUBLE_EQ(coll::predict_network_us(Collective::all_reduce,
+                                            NetworkAlgorithm::halving_doubling, 1'000'000, 4, c),
+                   5 + 50 + 1500 + 75);
+  EXPECT_DOUBLE_EQ(coll::predict_network_us(Collective::all_reduce,
+                                            NetworkAlgorithm::halving_doubling, 1'000'000, 5, c),
+                   5 + 70 + 2500 + 175);
   // Segments keep each host's slice at least the smallest slice: four rounds' worth of the link,
   // 512 KiB at most (the default 100 Gb/s link: 4 x 11 us x 12.5 GB/s = 550 kB), 128 KiB at least.
   EXPECT_EQ(coll::all_reduce_min_slice_bytes(NetworkLinkCost{}), size_t{512} << 10);
@@ -92,6 +101,88 @@ TEST(NetworkCost, PredictsTheStepsAndBytesOfEachAlgorithm) {
   EXPECT_TPF_ERROR(
       coll::predict_network_us(Collective::all_reduce, NetworkAlgorithm::tree, 8, 4, c),
       ErrorCode::invalid_argument, "all_reduce tree");
+  EXPECT_TPF_ERROR(
+      coll::predict_network_us(Collective::broadcast, NetworkAlgorithm::halving_doubling, 8, 4, c),
+      ErrorCode::invalid_argument, "broadcast halving_doubling");
+}
+
+// Halving-doubling's shape: P the largest power of two <= H; the first 2 (H - P) hosts in pairs,
+// the odd one of each pair handing its data to the even one, the others at positions in host
+// order. Its messages (hand counts, chunks of 512 KiB): 3 MiB on 4 hosts, rounds of 1.5 MiB (3
+// chunks) and 768 KiB (2 chunks), each sent and received in both phases: 4 x 5; 1 MiB on 5
+// hosts, rounds of one chunk (4 x 2) and the pair's buffer in and out (2 x 2 chunks).
+TEST(NetworkCost, HalvingDoublingPairsTheFirstHostsAndCountsItsMessages) {
+  const coll::HalvingDoubling five(5), six(6), eight(8);
+  EXPECT_EQ(five.powered, 4);
+  EXPECT_EQ(five.pairs(), 1);
+  EXPECT_EQ(five.rounds(), 2);
+  EXPECT_EQ(eight.pairs(), 0);
+  EXPECT_EQ(eight.rounds(), 3);
+  const int five_positions[] = {0, -1, 1, 2, 3}, six_positions[] = {0, -1, 1, -1, 2, 3};
+  for (int h = 0; h < 5; ++h) EXPECT_EQ(five.position_of(h), five_positions[h]) << h;
+  for (int h = 0; h < 6; ++h) EXPECT_EQ(six.position_of(h), six_positions[h]) << h;
+  for (int v = 0; v < 4; ++v) {
+    EXPECT_EQ(six.position_of(six.host_at(v)), v) << v;
+    EXPECT_EQ(five.position_of(five.host_at(v)), v) << v;
+  }
+  EXPECT_EQ(coll::halving_doubling_messages(size_t{3} << 20, 4), 20u);
+  EXPECT_EQ(coll::halving_doubling_messages(size_t{1} << 20, 5), 12u);
+  EXPECT_EQ(coll::halving_doubling_messages(8192, 8), 12u);
+}
+
+// The model puts halving-doubling in the pipelined form's place for latency-bound all_reduce,
+// and only there:
+// - 8 hosts at 1 Gb/s, 8 KiB (the defaults otherwise): 7 steps (77), 7/4 of 8 KiB through the
+//   link (114.688), 7/8 of it combined (0.7168), the fingerprint rounds (+64) and 12 messages
+//   (84): 344.4048 against pipelined's 412.5072 (3 steps, the link's 114.688, 8 KiB combined,
+//   +64, 28 messages): taken. 4 KiB goes in one round, priced above halving-doubling: never in
+//   one round's place.
+// - 3 hosts: the pair's extra rounds and buffer, never. 4 hosts at 1 Gb/s, 16 KiB: taken.
+// - 8 hosts at 100 Gb/s, 256 KiB: priced 0.8 of pipelined, but its first rounds carry 128 KiB
+//   (halving_doubling_messages_are_small): pipelined. 128 KiB, rounds of 64 KiB: taken.
+// - Forced, all_reduce takes it at any size; a broadcast keeps the model's choice.
+TEST(NetworkCost, HalvingDoublingTakesLatencyBoundAllReducesOnManyHosts) {
+  NetworkLinkCost gbit;
+  gbit.link_gbps = 0.125;
+  EXPECT_NEAR(coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::halving_doubling,
+                                      8192, 8, gbit),
+              344.4048, 1e-9);
+  EXPECT_NEAR(
+      coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::pipelined, 8192, 8, gbit),
+      412.5072, 1e-9);
+  auto choice = [](size_t bytes, int hosts, const NetworkLinkCost& cost) {
+    return coll::choose_network_algorithm(Collective::all_reduce, bytes, hosts, std::nullopt, cost);
+  };
+  EXPECT_EQ(choice(8192, 8, gbit), NetworkAlgorithm::halving_doubling);
+  EXPECT_EQ(choice(4096, 8, gbit), NetworkAlgorithm::one_shot);
+  EXPECT_LT(coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::halving_doubling,
+                                    4096, 8, gbit),
+            coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::one_shot, 4096, 8,
+                                    gbit));
+  EXPECT_EQ(choice(16384, 4, gbit), NetworkAlgorithm::halving_doubling);
+  const NetworkLinkCost fast;  // 100 Gb/s
+  for (const NetworkLinkCost& cost : {gbit, fast}) {
+    for (size_t bytes = 1024; bytes <= (size_t{64} << 20); bytes *= 2) {
+      EXPECT_NE(choice(bytes, 3, cost), NetworkAlgorithm::halving_doubling) << bytes;
+    }
+  }
+  EXPECT_TRUE(coll::halving_doubling_messages_are_small(size_t{128} << 10, 8));
+  EXPECT_FALSE(coll::halving_doubling_messages_are_small(size_t{128} << 10, 9));  // the pair's
+  EXPECT_TRUE(coll::halving_doubling_messages_are_small(size_t{64} << 10, 9));
+  EXPECT_FALSE(coll::halving_doubling_messages_are_small(size_t{256} << 10, 8));
+  EXPECT_LT(coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::halving_doubling,
+                                    size_t{256} << 10, 8, fast),
+            0.9 * coll::network_choice_us(Collective::all_reduce, NetworkAlgorithm::pipelined,
+                                          size_t{256} << 10, 8, fast));
+  EXPECT_EQ(choice(size_t{256} << 10, 8, fast), NetworkAlgorithm::pipelined);
+  EXPECT_EQ(choice(size_t{128} << 10, 8, fast), NetworkAlgorithm::halving_doubling);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::all_reduce, size_t{64} << 20, 4,
+                                           NetworkAlgorithm::halving_doubling, fast),
+            NetworkAlgorithm::halving_doubling);
+  EXPECT_EQ(coll::choose_network_algorithm(Collective::broadcast, size_t{64} << 20, 4,
+                                           NetworkAlgorithm::halving_doubling, fast),
+            coll::choose_network_algorithm(Collective::broadcast, size_t{64} << 20, 4, std::nullopt,
+                                           fast));
 }
 
 // all_gather's ring numbers every host's chunks together: the usual cut where they fit, larger
