@@ -1116,8 +1116,8 @@ class HostCollective {
   // all_reduce by recursive halving and doubling between the leaders (network_cost.h): after the
   // fingerprint round, each host's partial result at its leader (a reduce in shared memory into
   // the leader's output), the leaders' rounds (halve_and_double), and a broadcast in shared
-  // memory from the leader. Nothing overlaps the network: the model takes it only where the
-  // pipelined form would run one segment.
+  // memory from the leader. Nothing overlaps the network: the model takes it for small messages
+  // only (halving_doubling_messages_are_small).
   void all_reduce_halving_doubling() {
     const size_t n = d_.count;
     compare_fingerprints_across_hosts();
@@ -1147,8 +1147,9 @@ class HostCollective {
     InFlight flight(g_.network, ctx_);
     if (position < 0) {  // an odd host of a pair: the even one, host_ - 1, works for both
       const int even = leader(host_ - 1);
-      flight.wait_run(post_send(flight, even, kPair, result, n), chunks_of(n).number);
       const Chunks chunks = chunks_of(n);
+      flight.wait_run(post_send(flight, even, kPair, result, n), chunks.number);
+      // Posted once the send is done: the result lands where the partial result was.
       flight.wait_run(post_recv(flight, even, kPair, result, chunks), chunks.number);
       return;
     }

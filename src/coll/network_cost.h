@@ -113,8 +113,7 @@ struct NetworkLinkCost {
 //   takes 2 (H - 1), in 2 log2 P rounds instead of 2, the same bytes through each link. The
 //   partial results combine as a balanced binary tree over the hosts in host order (the pairs'
 //   first): the order across hosts is this tree's, not host order (docs/fabric.md). Chosen in
-//   pipelined's place for latency-bound sizes on many hosts only (halving_doubling_messages_are_
-//   small, choose_network_algorithm).
+//   pipelined's place for latency-bound sizes on 4 or more hosts (choose_network_algorithm).
 enum class NetworkAlgorithm { one_shot, pipelined, per_rail, tree, halving_doubling };
 const char* network_algorithm_name(NetworkAlgorithm algorithm) noexcept;
 std::optional<NetworkAlgorithm> parse_network_algorithm(std::string_view name) noexcept;
@@ -138,17 +137,9 @@ struct HalvingDoubling {
 // transfers set the time. Above, its rounds run one after the other what pipelined overlaps:
 // measured on emulated hosts whose ranks share this machine's 2 cores, links uncapped (where
 // the cores are the limit), 0.88-1.01x pipelined's speed at 256 KiB (rounds of 128 KiB; 8 x 1),
-// 0.62-0.84x at 512 KiB to 2 MiB, 0.67-0.97x at 512 KiB on 4 x 1; level where a 1 Gb/s link set
-// the pace (docs/fabric.md). Real hosts have cores of their own: not measured here.
+// 0.64-0.84x at 512 KiB to 2 MiB, 0.56-1.09x at 64-512 KiB on 4 x 1; level where a 1 Gb/s link
+// set the pace (docs/fabric.md). Real hosts have cores of their own: not measured here.
 bool halving_doubling_messages_are_small(size_t bytes, int hosts);
-// And it takes the pipelined form's place only, where the model prices it lower, never one
-// round's: the model prices a round at step_us (11 us, fitted on two hosts whose ranks have a core
-// each), and on emulated hosts whose ranks share this machine's 2 cores a round costs far more
-// (16 x 1: about 130 us), so the forms with more rounds lose there what the model gives them.
-// Measured at 1 Gb/s: one round 1.3-2.7x faster than halving-doubling at 8 KiB on 8 x 1 and at 4
-// KiB on 16 x 1, where the model priced halving-doubling lower (docs/fabric.md). Against the
-// pipelined form, which has rounds too, its lower price held: 1.3-1.9x faster on 16 x 1 at 8-64
-// KiB, 0.93-1.30x on 8 x 1 at 8-16 KiB.
 // The messages a leader sends and receives in a halving-doubling all_reduce of `bytes` across
 // `hosts` (the fingerprint round aside): every round's half each way in chunks
 // (network_chunk_count), in both phases, and a pair's whole buffer in and back out.
@@ -315,7 +306,16 @@ double network_choice_us(Collective op, NetworkAlgorithm algorithm, size_t bytes
 // all_reduce and broadcast run per_rail where rails >= 2, priced as the leaders' form of a buffer
 // `rails` times smaller (each rail carries its share through a link of its own; docs/fabric.md has
 // the measurements); per_rail forced where rails < 2 runs pipelined (one rail is the leaders').
-// `root_leads`: a broadcast's root is its host's leader (network_choice_us).
+// `root_leads`: a broadcast's root is its host's leader (network_choice_us). halving_doubling
+// takes the pipelined form's place where its messages are small
+// (halving_doubling_messages_are_small) and the model prices it lower, never one round's: the
+// model prices a round at step_us (11 us, fitted on two hosts whose ranks have a core each), and
+// on emulated hosts whose ranks share this machine's 2 cores a round costs far more (16 x 1:
+// about 130 us), so the form with the most rounds loses there what the model gives it. Measured
+// at 1 Gb/s: one round 1.3-2.7x faster than halving-doubling at 8 KiB on 8 x 1 and at 4 KiB on 16
+// x 1, where the model priced halving-doubling lower (docs/fabric.md). Against the pipelined
+// form, which has rounds too, its lower price held: 1.20-1.98x faster on 16 x 1 at 8-128 KiB,
+// 0.93-1.38x on 8 x 1 at 8-64 KiB, level on 4 hosts (priced 1-2 % lower there).
 inline constexpr size_t kMaxOneShotBytes = size_t{64} << 20;
 NetworkAlgorithm choose_network_algorithm(Collective op, size_t bytes, int hosts,
                                           std::optional<NetworkAlgorithm> forced,
