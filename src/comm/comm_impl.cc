@@ -120,6 +120,9 @@ CommImpl::CommImpl(CommSetup setup)
                                         [this](std::exception_ptr e) { return record_failure(e); });
   }
   fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));
+  // A connection that fails may have failed because of what a host-mate learnt (the fabric,
+  // declared before the network, outlives it).
+  if (network_) network_->set_host_failures([f = fabric_.get()] { return f->peer_failure(); });
   p2p_ = std::make_shared<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
   ProcessFailures::instance().add(fabric_.get());

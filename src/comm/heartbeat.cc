@@ -61,12 +61,12 @@ void Heartbeat::run() {
     try {
       if (beat) {
         network_.send_beat(watcher_, config_.calls ? config_.calls->current() : std::nullopt);
-        if (watching) {
-          network_.advance({}, ctx);  // failure notices from other hosts
-          watch(Clock::now());
-        }
       }
-      if (watching) network_.push_unsent(ctx);  // for a sender that went on
+      if (watching) {
+        network_.advance({}, ctx);  // failure notices from other hosts
+        if (beat) watch(Clock::now());
+        network_.push_unsent(ctx);  // for a sender that went on
+      }
     } catch (...) {
       watching = false;
       on_failure_(std::current_exception());

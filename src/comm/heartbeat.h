@@ -13,11 +13,14 @@
 // serializes calls, so a rank blocked in a long rendezvous read (a split waiting for a late rank)
 // would fall silent and be named lost while healthy.
 //
-// The same thread progresses the network once per period, so a failure notice from another host
-// reaches a rank that is blocked in shared memory (`on_failure` then fails the communicator), and
-// every UcxNetwork::kPushEvery (20 ms) pushes on what UCX holds of sends that their sender did not
-// wait for (UcxNetwork::push_unsent: a small broadcast's root, a reduce's sender go on; the tail
-// of a message a full socket did not take waits in UCX's buffer for the worker's progress), so
+// The same thread progresses the network every UcxNetwork::kPushEvery (20 ms), so a failure
+// notice from another host reaches a rank that is blocked in shared memory within about 20 ms
+// (`on_failure` then fails the communicator, which records the failure in the host's shared
+// memory, where a host-mate whose own connection to the failed rank was cut finds its cause:
+// UcxNetwork::set_host_failures; until 2026-12-05 this took a period, 2 s by default, longer than
+// that host-mate waits for a cause), and pushes on what UCX holds of sends that their sender did
+// not wait for (UcxNetwork::push_unsent: a small broadcast's root, a reduce's sender go on; the
+// tail of a message a full socket did not take waits in UCX's buffer for the worker's progress), so
 // it reaches its peer while the sender computes, within about 20 ms of the socket having room.
 //
 // Each beat also carries the collective the rank is in (comm/recent_calls.h), and the watcher

@@ -309,6 +309,16 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   }
 }
 
+std::optional<std::pair<std::string, FailureRecord>> ShmFabric::peer_failure() const {
+  for (int peer = 0; peer < config_.size; ++peer) {
+    if (peer == config_.rank) continue;
+    const Control& other = control(peer);
+    if (other.state.value.load(std::memory_order_acquire) == kStateFailed)
+      return std::pair{rank_name(peer), read_record(other.reason, other.reason_code)};
+  }
+  return std::nullopt;
+}
+
 void ShmFabric::check_self(const WaitContext& ctx) const {
   Control& mine = control(config_.rank);
   if (mine.state.value.load(std::memory_order_acquire) != kStateFailed) return;

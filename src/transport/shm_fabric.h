@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpf/error.h"
@@ -195,6 +196,10 @@ class ShmFabric {
   // Notes the first failure of this process on another communicator (kept until the segment
   // goes), so that peers who see this process exit can say why. The first note stays.
   void note_process_failure(const FailureRecord& root) noexcept;
+  // The failure a peer of this rank recorded (mark_failed), if one has, with the peer's name
+  // ("rank 3"; the lowest such peer): what may explain a connection of this rank's to another
+  // host that failed meanwhile (UcxNetwork's wait for a notice asks it).
+  std::optional<std::pair<std::string, FailureRecord>> peer_failure() const;
   // Marks this rank aborted and wakes everyone, this rank's own waiters included.
   void abort() noexcept;
   bool aborted() const noexcept;

@@ -822,12 +822,22 @@ std::optional<RootCauseError> UcxNetwork::known_failure_locked(
   return std::nullopt;
 }
 
+std::optional<RootCauseError> UcxNetwork::host_failure(
+    const std::function<std::string()>& context) const {
+  if (!host_failures_) return std::nullopt;
+  std::optional<std::pair<std::string, FailureRecord>> failed = host_failures_();
+  if (!failed) return std::nullopt;
+  return RootCauseError(context() + ": " + failed->first + " on this host failed",
+                        std::move(failed->second));
+}
+
 std::optional<RootCauseError> UcxNetwork::await_notice_locked(
     std::chrono::milliseconds limit, const std::function<std::string()>& context) {
   const auto give_up = Clock::now() + limit;
   while (true) {
     ucx_->progress();
     if (std::optional<RootCauseError> failure = known_failure_locked(context)) return failure;
+    if (std::optional<RootCauseError> failure = host_failure(context)) return failure;
     if (Clock::now() >= give_up) return std::nullopt;
     std::this_thread::yield();  // the ranks that would notify may need this core
   }

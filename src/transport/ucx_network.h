@@ -37,6 +37,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpf/store.h"
@@ -168,6 +169,14 @@ class UcxNetwork {
   };
   Idle idle() const { return Idle(config_.oversubscribed); }
 
+  // Where the failures of this rank's host-mates are recorded (the host's shared memory:
+  // ShmFabric::peer_failure): a rank whose connection failed takes one of them as its cause as it
+  // takes a notice (await_notice_locked). A host-mate learns of a failure on another host over
+  // its own connections, which a closed connection of this rank's does not cut, and records it
+  // (the communicator's record_failure). Set once, before the network is used.
+  using HostFailures = std::function<std::optional<std::pair<std::string, FailureRecord>>()>;
+  void set_host_failures(HostFailures host_failures) { host_failures_ = std::move(host_failures); }
+
   // Tells every peer that this rank's communicator failed (once; later calls do nothing): their
   // waits then fail at once with this record as the root cause (RootCauseError), instead of at
   // their deadlines. Best effort, bounded: a peer that cannot be reached still has its deadline.
@@ -211,12 +220,15 @@ class UcxNetwork {
   void notify_failure_locked(const FailureRecord& record);
   // The failure a peer announced, if one has (mu_ held).
   std::optional<FailureRecord> notice_locked();
+  // A failure a rank on this host recorded, if one has (set_host_failures), as the root cause of
+  // what `context()` names.
+  std::optional<RootCauseError> host_failure(const std::function<std::string()>& context) const;
   // The failure this rank recorded or a peer announced, if any, as the root cause of what
   // `context()` names (mu_ held). The name is built only for a failure: every network wait asks
   // on every round, and building it there took ~5 % of a 4 x 2-rank reduce_scatter's CPU.
   std::optional<RootCauseError> known_failure_locked(const std::function<std::string()>& context);
-  // Waits up to `limit` for a failure known_failure_locked reports (a notice from any peer),
-  // progressing the worker (mu_ held).
+  // Waits up to `limit` for a failure known_failure_locked reports (a notice from any peer), or
+  // one a rank on this host recorded (host_failure), progressing the worker (mu_ held).
   std::optional<RootCauseError> await_notice_locked(std::chrono::milliseconds limit,
                                                     const std::function<std::string()>& context);
   // Throws it, after taking any notice that arrived, for `what` failing at once (mu_ held): a
@@ -233,6 +245,7 @@ class UcxNetwork {
   // transfers wait on it from different threads). Not held while sleeping on its event fd.
   mutable std::mutex mu_;
   std::optional<FailureRecord> received_notice_;
+  HostFailures host_failures_;                   // set once, before the network is used
   std::optional<FailureRecord> own_failure_;     // notify_failure's record: fails this rank's waits
   std::atomic<bool> started_since_push_{false};  // a send started since push_unsent's last call
   void* push_flush_ = nullptr;                   // its flush in progress (mu_)

@@ -1236,6 +1236,42 @@ TEST_P(AcrossHostsFailures, ThePeerOfAnUnreadableSendBufferLearnsTheCauseFromThe
   }
 }
 
+// The same where the sender is alone on its host, so that no host-mate of its can tell the peer:
+// rank 0, alone on host a, broadcasts 8 MiB whose last eighth it made unreadable to host b (ranks
+// 1 and 2). UCX closes the connection 0-1 that carries the broadcast; rank 0's notice still
+// reaches rank 2 over its own connection, and rank 2 records the failure in host b's shared
+// memory, where rank 1, waiting for a notice before it names rank 0 lost, finds it
+// (UcxNetwork::set_host_failures). Every rank names rank 0's buffer, three runs. Until
+// 2026-12-05 rank 1 said "lost rank 0 (... Endpoint timeout)" whatever its wait. The wait is
+// 10 s, as above; with the default 0.5 s it named the buffer in 5 of 5 runs here (rank 2 takes
+// a notice within 20 ms of its arrival, Heartbeat). Also on three hosts of one rank, where rank
+// 2 (next in the broadcast's chain) relays rank 0's notice to rank 1 over the network. (On two
+// hosts of one rank nobody can tell rank 1: ASendBufferThatIsNotReadableIsNamedAsTheSenders...)
+TEST_P(AcrossHostsFailures, ThePeerOfASenderAloneOnItsHostLearnsTheCauseFromAThirdRank) {
+  constexpr size_t kCount = size_t{1} << 21;
+  const HostKeys layouts[] = {{"host-a", "host-b", "host-b"}, {"host-a", "host-b", "host-c"}};
+  for (int run = 0; run < 6; ++run) {
+    const HostKeys& keys = layouts[run % 2];
+    SCOPED_TRACE(topo::HostMap(keys).describe() + ", run " + std::to_string(run / 2));
+    auto outcomes = run_on_hosts(
+        keys,
+        [&](Communicator& comm) {
+          const InputPages pages(kCount, comm.rank() == 0);
+          std::vector<float> out(kCount, 0.0f);
+          const Error e = expect_error("a broadcast from an unreadable buffer", [&] {
+            comm.broadcast(pages.data(), out.data(), kCount, DType::f32, 0);
+          });
+          const std::string what = e.what();
+          TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, what);
+          TPF_CHILD_CHECK(
+              what.find("rank 0: the send buffer of a transfer to rank 1") != std::string::npos,
+              what);
+        },
+        GetParam(), [](int) { ::setenv("TPF_NET_NOTICE_WAIT_S", "10", 1); });
+    expect_all_ok(outcomes);
+  }
+}
+
 // Per rail, gather's senders and scatter's receivers take no other step inside their host: they
 // meet their leader after its fingerprint comparison, so one host in gather and the other in
 // scatter (to and from rank 0, blocks over the one-round size) fail with a mismatch on every rank,
