@@ -65,7 +65,7 @@ void Heartbeat::run() {
       if (watching) {
         network_.advance({}, ctx);  // failure notices from other hosts
         if (beat) watch(Clock::now());
-        network_.push_unsent(ctx);  // for a sender that went on
+        network_.push_unsent();  // for a sender that went on (after the round of progress)
       }
     } catch (...) {
       watching = false;

@@ -309,21 +309,26 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   }
 }
 
+std::optional<FailureRecord> ShmFabric::recorded_failure(int rank) const {
+  const Control& c = control(rank);
+  if (c.state.value.load(std::memory_order_acquire) != kStateFailed) return std::nullopt;
+  return read_record(c.reason, c.reason_code);
+}
+
 std::optional<std::pair<std::string, FailureRecord>> ShmFabric::peer_failure() const {
   for (int peer = 0; peer < config_.size; ++peer) {
     if (peer == config_.rank) continue;
-    const Control& other = control(peer);
-    if (other.state.value.load(std::memory_order_acquire) == kStateFailed)
-      return std::pair{rank_name(peer), read_record(other.reason, other.reason_code)};
+    if (std::optional<FailureRecord> failure = recorded_failure(peer))
+      return std::pair{rank_name(peer), std::move(*failure)};
   }
   return std::nullopt;
 }
 
 void ShmFabric::check_self(const WaitContext& ctx) const {
-  Control& mine = control(config_.rank);
-  if (mine.state.value.load(std::memory_order_acquire) != kStateFailed) return;
+  std::optional<FailureRecord> failure = recorded_failure(config_.rank);
+  if (!failure) return;
   throw RootCauseError(ctx.op_label() + ": " + rank_name(config_.rank) + " failed meanwhile",
-                       read_record(mine.reason, mine.reason_code));
+                       std::move(*failure));
 }
 
 void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {

@@ -223,6 +223,8 @@ class ShmFabric {
     return ring == Ring::tiny ? tiny_ : lines_;
   }
   Control& control(int rank) const noexcept;
+  // What `rank` recorded when it was marked failed (mark_failed), if it was.
+  std::optional<FailureRecord> recorded_failure(int rank) const;
   std::byte* p2p_slot(int owner, int peer, uint64_t k) const noexcept;
   EagerLine* line_entry(int owner, uint64_t k) const noexcept;
   TinySlot* tiny_slot(int owner, uint64_t k) const noexcept;

@@ -1000,14 +1000,10 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   return progress;
 }
 
-void UcxNetwork::push_unsent(const WaitContext& ctx) {
+void UcxNetwork::push_unsent() {
   const bool started = started_since_push_.exchange(false, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(mu_);
-    if (!started && push_flush_ == nullptr) return;
-  }
-  advance({}, ctx);
   std::lock_guard lock(mu_);
+  if (!started && push_flush_ == nullptr) return;
   push_again_ |= started;
   if (push_flush_ != nullptr) {
     if (ucp_request_check_status(push_flush_) == UCS_INPROGRESS) return;

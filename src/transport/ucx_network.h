@@ -135,10 +135,10 @@ class UcxNetwork {
   // them (a small broadcast's root, a reduce's sender: they go on). A send UCX reports done at
   // once may leave the tail of its message in UCX's buffer (over TCP, what a full socket did not
   // take), and sends queued behind it start only when the worker is progressed. Called by the
-  // heartbeat thread every kPushEvery (comm/heartbeat.h): where sends started since its last call,
-  // or the flush it asked for then (ucp_worker_flush_nbx) is not done, one round of progress,
-  // throwing as advance() does; otherwise nothing.
-  void push_unsent(const WaitContext& ctx);
+  // heartbeat thread every kPushEvery (comm/heartbeat.h) right after its round of progress
+  // (advance): where sends started since its last call, it asks for a flush
+  // (ucp_worker_flush_nbx), whose later rounds of progress push them on; otherwise nothing.
+  void push_unsent();
   static constexpr std::chrono::milliseconds kPushEvery{20};
   // Stops the requests still in flight: cancels receives; a tagged send stops only with its
   // endpoint (closed), so where this rank has sent a failure notice, first waits (bounded) until

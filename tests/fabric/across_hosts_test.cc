@@ -63,6 +63,19 @@ std::vector<RankOutcome> run_on_hosts(
       options);
 }
 
+constexpr transport::NetProtocol kBothProtocols[] = {transport::NetProtocol::tag,
+                                                     transport::NetProtocol::put};
+
+// run_on_hosts over each of `protocols` in turn, every rank expected to finish without error.
+void expect_ok_over(std::span<const transport::NetProtocol> protocols, const HostKeys& keys,
+                    const std::function<void(Communicator&)>& body,
+                    const RankSettings& settings = {}) {
+  for (const transport::NetProtocol protocol : protocols) {
+    SCOPED_TRACE(transport::net_protocol_name(protocol));
+    expect_all_ok(run_on_hosts(keys, body, protocol, settings));
+  }
+}
+
 template <class F>
 void call(const std::string& name, F&& f) {
   try {
@@ -88,23 +101,40 @@ std::vector<uint8_t> negative_zeros(DType dt, size_t count) {
   return out;
 }
 
-// The documented order across hosts, written with the serial reference: each host's ranks in
-// local order, then the hosts' results in host order. An average is summed that way and divided
-// once: the reference's own average of the total and n-1 negative zeros (x + -0 = x for every x).
-std::vector<uint8_t> hierarchical_reduce(DType dt, ReduceOp op, const topo::HostMap& hosts,
-                                         const std::vector<std::vector<uint8_t>>& inputs,
-                                         size_t offset, size_t count) {
-  const ReduceOp partial_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+// Each host's partial result, its ranks' inputs reduced in local order with `partial_op`.
+std::vector<std::vector<uint8_t>> host_partials(DType dt, ReduceOp partial_op,
+                                                const topo::HostMap& hosts,
+                                                const std::vector<std::vector<uint8_t>>& inputs,
+                                                size_t offset, size_t count) {
   std::vector<std::vector<uint8_t>> partials;
   for (int h = 0; h < hosts.hosts(); ++h) {
     std::vector<std::vector<uint8_t>> host_inputs;
     for (int r : hosts.ranks_on(h)) host_inputs.push_back(inputs[r]);
     partials.push_back(reference_reduce(dt, partial_op, host_inputs, offset, count));
   }
-  if (op != ReduceOp::avg) return reference_reduce(dt, op, partials, 0, count);
-  std::vector<std::vector<uint8_t>> padded{reference_reduce(dt, ReduceOp::sum, partials, 0, count)};
-  for (int r = 1; r < hosts.ranks(); ++r) padded.push_back(negative_zeros(dt, count));
+  return partials;
+}
+
+// An average of `ranks` ranks from their sum, divided once: the reference's own average of the
+// total and ranks - 1 negative zeros (x + -0 = x for every x).
+std::vector<uint8_t> divided_once(DType dt, const std::vector<uint8_t>& total, int ranks,
+                                  size_t count) {
+  std::vector<std::vector<uint8_t>> padded{total};
+  for (int r = 1; r < ranks; ++r) padded.push_back(negative_zeros(dt, count));
   return reference_reduce(dt, ReduceOp::avg, padded, 0, count);
+}
+
+// The documented order across hosts, written with the serial reference: each host's ranks in
+// local order, then the hosts' results in host order. An average is summed that way and divided
+// once.
+std::vector<uint8_t> hierarchical_reduce(DType dt, ReduceOp op, const topo::HostMap& hosts,
+                                         const std::vector<std::vector<uint8_t>>& inputs,
+                                         size_t offset, size_t count) {
+  const ReduceOp partial_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+  const auto partials = host_partials(dt, partial_op, hosts, inputs, offset, count);
+  if (op != ReduceOp::avg) return reference_reduce(dt, op, partials, 0, count);
+  return divided_once(dt, reference_reduce(dt, ReduceOp::sum, partials, 0, count), hosts.ranks(),
+                      count);
 }
 
 // The order across hosts of a halving-doubling all_reduce (coll::NetworkAlgorithm::
@@ -119,12 +149,7 @@ std::vector<uint8_t> halving_doubling_reduce(DType dt, ReduceOp op, const topo::
   auto combine = [&](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
     return reference_reduce(dt, partial_op, {a, b}, 0, count);
   };
-  std::vector<std::vector<uint8_t>> partials;
-  for (int h = 0; h < hosts.hosts(); ++h) {
-    std::vector<std::vector<uint8_t>> host_inputs;
-    for (int r : hosts.ranks_on(h)) host_inputs.push_back(inputs[r]);
-    partials.push_back(reference_reduce(dt, partial_op, host_inputs, 0, count));
-  }
+  const auto partials = host_partials(dt, partial_op, hosts, inputs, 0, count);
   const int pairs = hosts.hosts() - static_cast<int>(std::bit_floor(unsigned(hosts.hosts())));
   std::vector<std::vector<uint8_t>> level;
   for (int h = 0; h < hosts.hosts(); ++h) {
@@ -136,10 +161,7 @@ std::vector<uint8_t> halving_doubling_reduce(DType dt, ReduceOp op, const topo::
     for (size_t i = 0; i < level.size(); i += 2) next.push_back(combine(level[i], level[i + 1]));
     level = std::move(next);
   }
-  if (op != ReduceOp::avg) return level[0];
-  std::vector<std::vector<uint8_t>> padded{level[0]};
-  for (int r = 1; r < hosts.ranks(); ++r) padded.push_back(negative_zeros(dt, count));
-  return reference_reduce(dt, ReduceOp::avg, padded, 0, count);
+  return op == ReduceOp::avg ? divided_once(dt, level[0], hosts.ranks(), count) : level[0];
 }
 
 // The element counts each collective is tried at: the size classes (kSmallCounts; f32 also the
@@ -598,16 +620,12 @@ TEST_P(AcrossHostsNetworkAlgorithm, ReductionsAndBroadcastsMatchTheReference) {
 // and one of one element, and i64's 4,099 elements in two (4,096 and 3), where before each was
 // one chunk; over both protocols, every root in turn, against the reference.
 TEST(AcrossHostsBroadcastChain, CutForItsHopsOverBothProtocols) {
-  for (const transport::NetProtocol protocol :
-       {transport::NetProtocol::tag, transport::NetProtocol::put}) {
-    SCOPED_TRACE(transport::net_protocol_name(protocol));
-    expect_all_ok(run_on_hosts(
-        kFourHostsOfOne, [](Communicator& comm) { data_movement(comm); }, protocol,
-        [](int) {
-          ::setenv("TPF_NET_ALGO", "pipelined", 1);
-          ::setenv("TPF_NET_GBPS", "0.0625", 1);
-        }));
-  }
+  expect_ok_over(
+      kBothProtocols, kFourHostsOfOne, [](Communicator& comm) { data_movement(comm); },
+      [](int) {
+        ::setenv("TPF_NET_ALGO", "pipelined", 1);
+        ::setenv("TPF_NET_GBPS", "0.0625", 1);
+      });
 }
 
 // A broadcast forced down the tree of the hosts (coll::NetworkAlgorithm::tree) on five hosts,
@@ -622,37 +640,33 @@ TEST(AcrossHostsBroadcastTree, PassesTheBufferDownOverBothProtocols) {
   const std::pair<DType, size_t> cases[] = {{DType::f32, 0},    {DType::f64, 1},
                                             {DType::f32, 2000}, {DType::bf16, 8193},
                                             {DType::i8, 65537}, {DType::f32, 300001}};
-  for (const transport::NetProtocol protocol :
-       {transport::NetProtocol::tag, transport::NetProtocol::put}) {
-    SCOPED_TRACE(transport::net_protocol_name(protocol));
-    expect_all_ok(run_on_hosts(
-        keys,
-        [&](Communicator& comm) {
-          const int n = comm.size(), me = comm.rank();
-          FailureLog log;
-          uint64_t salt = 40;
-          for (const auto& [dt, count] : cases) {
-            const size_t es = element_size(dt);
-            for (int root = 0; root < n; ++root) {
-              ++salt;
-              const auto roots = make_input(dt, ReduceOp::sum, count, root, salt);
-              const auto mine = me == root ? roots : make_input(dt, ReduceOp::sum, count, me, salt);
-              const std::string what = "broadcast from " + std::to_string(root) + " " +
-                                       dtype_name(dt) + " count " + std::to_string(count);
-              GuardedBuffer got(count * es);
-              call(what, [&] { comm.broadcast(mine.data(), got.data(), count, dt, root); });
-              check(log, what, dt, got.data(), roots.data(), count);
-              if (!got.guards_intact()) log.add(what + ": wrote outside its buffer");
-              std::vector<uint8_t> in_place = mine;
-              call(what + " in place",
-                   [&] { comm.broadcast(in_place.data(), in_place.data(), count, dt, root); });
-              check(log, what + " in place", dt, in_place.data(), roots.data(), count);
-            }
+  expect_ok_over(
+      kBothProtocols, keys,
+      [&](Communicator& comm) {
+        const int n = comm.size(), me = comm.rank();
+        FailureLog log;
+        uint64_t salt = 40;
+        for (const auto& [dt, count] : cases) {
+          const size_t es = element_size(dt);
+          for (int root = 0; root < n; ++root) {
+            ++salt;
+            const auto roots = make_input(dt, ReduceOp::sum, count, root, salt);
+            const auto mine = me == root ? roots : make_input(dt, ReduceOp::sum, count, me, salt);
+            const std::string what = "broadcast from " + std::to_string(root) + " " +
+                                     dtype_name(dt) + " count " + std::to_string(count);
+            GuardedBuffer got(count * es);
+            call(what, [&] { comm.broadcast(mine.data(), got.data(), count, dt, root); });
+            check(log, what, dt, got.data(), roots.data(), count);
+            if (!got.guards_intact()) log.add(what + ": wrote outside its buffer");
+            std::vector<uint8_t> in_place = mine;
+            call(what + " in place",
+                 [&] { comm.broadcast(in_place.data(), in_place.data(), count, dt, root); });
+            check(log, what + " in place", dt, in_place.data(), roots.data(), count);
           }
-          log.throw_if_any("rank " + std::to_string(me));
-        },
-        protocol, [](int) { ::setenv("TPF_NET_ALGO", "tree", 1); }));
-  }
+        }
+        log.throw_if_any("rank " + std::to_string(me));
+      },
+      [](int) { ::setenv("TPF_NET_ALGO", "tree", 1); });
 }
 
 // all_reduce forced to halving-doubling (coll::NetworkAlgorithm::halving_doubling) on hosts of
@@ -685,40 +699,37 @@ constexpr ReduceOp kSanitizedHalvingDoublingOps[] = {ReduceOp::sum, ReduceOp::av
 TEST_P(AcrossHostsHalvingDoubling, AllReduceMatchesTheTreeOrder) {
   const HostKeys& keys = kHalvingDoublingLayouts[GetParam()].keys;
   // Put + signal too where a host of two ranks hands its data on (five hosts).
-  std::vector<transport::NetProtocol> protocols = {transport::NetProtocol::tag};
-  if (keys.size() == 6 && keys[1] == keys[2]) protocols.push_back(transport::NetProtocol::put);
+  const bool both = keys.size() == 6 && keys[1] == keys[2];
+  const std::span<const transport::NetProtocol> protocols(kBothProtocols, both ? 2 : 1);
   const topo::HostMap hosts(keys);
   const bool small = kSanitizedBuild || keys.size() > 6;  // nine ranks on two cores
   const std::span<const DType> dtypes =
       small ? std::span<const DType>(kSanitizedHalvingDoublingDTypes) : kAllDTypes;
   const std::span<const ReduceOp> ops =
       small ? std::span<const ReduceOp>(kSanitizedHalvingDoublingOps) : kAllOps;
-  for (const transport::NetProtocol protocol : protocols) {
-    SCOPED_TRACE(transport::net_protocol_name(protocol));
-    expect_all_ok(run_on_hosts(
-        keys,
-        [&](Communicator& comm) {
-          const int n = comm.size(), me = comm.rank();
-          FailureLog log;
-          uint64_t salt = 300;
-          for (DType dt : dtypes) {
-            for (ReduceOp op : ops) {
-              for (size_t count : counts_for(dt)) {
-                ++salt;
-                std::vector<std::vector<uint8_t>> inputs;
-                for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
-                const auto want = halving_doubling_reduce(dt, op, hosts, inputs, count);
-                const std::string what = std::string(dtype_name(dt)) + " op " +
-                                         std::to_string(static_cast<int>(op)) + " count " +
-                                         std::to_string(count);
-                check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
-              }
+  expect_ok_over(
+      protocols, keys,
+      [&](Communicator& comm) {
+        const int n = comm.size(), me = comm.rank();
+        FailureLog log;
+        uint64_t salt = 300;
+        for (DType dt : dtypes) {
+          for (ReduceOp op : ops) {
+            for (size_t count : counts_for(dt)) {
+              ++salt;
+              std::vector<std::vector<uint8_t>> inputs;
+              for (int r = 0; r < n; ++r) inputs.push_back(make_input(dt, op, count, r, salt));
+              const auto want = halving_doubling_reduce(dt, op, hosts, inputs, count);
+              const std::string what = std::string(dtype_name(dt)) + " op " +
+                                       std::to_string(static_cast<int>(op)) + " count " +
+                                       std::to_string(count);
+              check_all_reduce(comm, log, dt, op, inputs[me], want, count, what);
             }
           }
-          log.throw_if_any("rank " + std::to_string(me));
-        },
-        protocol, [](int) { ::setenv("TPF_NET_ALGO", "halving_doubling", 1); }));
-  }
+        }
+        log.throw_if_any("rank " + std::to_string(me));
+      },
+      [](int) { ::setenv("TPF_NET_ALGO", "halving_doubling", 1); });
 }
 
 // Chosen by the model (coll::choose_network_algorithm): eight hosts of one told their links run
@@ -1949,7 +1960,7 @@ TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
 // before the rank on the other host even calls: that rank must still get the data, which was sent
 // before the connection closed, not fail naming the sender. Both protocols.
 TEST(AcrossHostsRootsGoOn, ASenderThatLeavesRightAfterASmallCallStillDeliversIt) {
-  for (const auto protocol : {transport::NetProtocol::tag, transport::NetProtocol::put}) {
+  for (const auto protocol : kBothProtocols) {
     for (const std::string kind : {"broadcast", "reduce", "gather", "scatter"}) {
       SCOPED_TRACE(kind + " over " + transport::net_protocol_name(protocol));
       const bool from_root = kind == "broadcast" || kind == "scatter";
