@@ -488,8 +488,10 @@ void FlightRecorder::dump_on_failure(ErrorCode code) noexcept {
       code != ErrorCode::aborted) {
     return;
   }
-  if (failure_dumped_.exchange(true)) return;
   try {
+    std::lock_guard lock(failure_dump_mu_);
+    if (failure_dumped_) return;
+    failure_dumped_ = true;
     write_flight_dump(format(error_code_token(code)));
   } catch (...) {
   }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,7 +87,8 @@ class FlightRecorder {
   void end(Slot slot, const std::exception_ptr& error) noexcept;
 
   // Writes a dump for the communicator's first failure with a code worth one (timeout, mismatch,
-  // peer_died, aborted); later calls do nothing.
+  // peer_died, aborted); later calls do nothing, but return only once that dump is written (the
+  // heartbeat thread may be writing it while the failed call returns, and the program exit).
   void dump_on_failure(ErrorCode code) noexcept;
 
   size_t capacity() const noexcept { return capacity_; }
@@ -129,7 +131,8 @@ class FlightRecorder {
   bool use_tsc_;
   Ring collectives_;  // one writer at a time
   Ring messages_;     // any number of writers
-  std::atomic<bool> failure_dumped_{false};
+  std::mutex failure_dump_mu_;  // held while the failure's dump is written
+  bool failure_dumped_ = false;   // guarded by failure_dump_mu_
   bool attached_ = false;
   std::string comm_name_;  // set once by attach(), before anything can dump
   uint64_t generation_ = 0;
