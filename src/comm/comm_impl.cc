@@ -23,6 +23,9 @@ namespace {
 constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
 // Far beyond any real buffer, small enough that size * count * element size cannot overflow.
 constexpr size_t kMaxBufferBytes = size_t{1} << 46;
+// How long a failure waits for its record to reach the store (transport::FailureBoard) before it
+// returns: a store round trip or two where the store answers; a store that does not costs this.
+constexpr std::chrono::seconds kFailurePublishWait{2};
 
 // Segment names allow only a few characters; communicator names may contain anything.
 std::string sanitize(const std::string& text) {
@@ -402,7 +405,11 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
     first = first_error_;
   }
   ProcessFailures::instance().record(root);
-  if (network_) network_->notify_failure(root);  // ranks on other hosts fail now, naming it
+  if (network_) {
+    network_->notify_failure(root);  // ranks on other hosts fail now, naming it
+    // The store's copy of it is there before the failure returns (and the caller perhaps exits).
+    network_->await_failure_published(kFailurePublishWait);
+  }
   p2p_->fail_all(first);
   if (net_p2p_) net_p2p_->fail_all(first);
   recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
@@ -417,7 +424,10 @@ void CommImpl::abort() {
                               std::to_string(rank()) + " (pid " + std::to_string(::getpid()) + ")"};
   // If this process exits now, its peers on other communicators learn why.
   ProcessFailures::instance().record(record);
-  if (network_) network_->notify_failure(record);  // and those on other hosts, now
+  if (network_) {
+    network_->notify_failure(record);  // and those on other hosts, now
+    network_->await_failure_published(kFailurePublishWait);
+  }
   const auto aborted = std::make_exception_ptr(
       Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank"));
   p2p_->fail_all(aborted);

@@ -394,7 +394,8 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   }
 };
 
-UcxNetwork::UcxNetwork(NetworkConfig config) : config_(std::move(config)), ucx_(new Ucx) {
+UcxNetwork::UcxNetwork(NetworkConfig config)
+    : config_(std::move(config)), board_(config_.store), ucx_(new Ucx) {
   Ucx& u = *ucx_;
   const int n = config_.size;
   u.endpoints.assign(n, nullptr);
@@ -610,6 +611,7 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   if (!own_failure_) own_failure_ = record;
   u.failed = true;
   if (!u.notice_out.empty()) return;  // once: the first failure is the one peers should name
+  board_.publish(record);             // for peers the notice cannot reach (returns at once)
   const int32_t code = static_cast<int32_t>(record.code);
   u.notice_out.assign(reinterpret_cast<const char*>(&code), sizeof code);
   u.notice_out += record.message.substr(0, kMaxNoticeBytes - sizeof code);
@@ -639,6 +641,10 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
     // waiting for this rank's acknowledgement of its own notice before it fails and reads on.
     u.acknowledge_arrived_notices();
   }
+}
+
+bool UcxNetwork::await_failure_published(std::chrono::milliseconds limit) {
+  return board_.await_published(limit);
 }
 
 bool UcxNetwork::await_notice_acks() {
@@ -778,10 +784,14 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   ucp_request_param_t param{};
   ucs_status_ptr_t started = ucp_tag_send_nbx(ep, data, bytes, ucx_tag(config_.rank, tag), &param);
   if (UCS_PTR_IS_ERR(started)) {
-    // The endpoint failed: often because the peer's communicator failed first and closed it.
-    throw_known_failure_locked("sending to rank " + std::to_string(peer));
-    throw Error(ErrorCode::peer_died, config_.label + ": sending to rank " + std::to_string(peer) +
-                                          " failed: " + status_text(UCS_PTR_STATUS(started)));
+    // The endpoint failed: often because the peer's communicator failed first and closed it, or
+    // as the consequence of a failure elsewhere, whose notice is waited for as a failed transfer
+    // waits for it (NetworkConfig::notice_wait).
+    const std::string what = config_.label + ": sending to rank " + std::to_string(peer);
+    if (std::optional<RootCauseError> cause =
+            await_notice_locked(config_.notice_wait, [&] { return what; }))
+      throw *cause;
+    throw Error(ErrorCode::peer_died, what + " failed: " + status_text(UCS_PTR_STATUS(started)));
   }
   request.pending = started;  // null: done already
   return request;
@@ -838,6 +848,8 @@ std::optional<RootCauseError> UcxNetwork::await_notice_locked(
     ucx_->progress();
     if (std::optional<RootCauseError> failure = known_failure_locked(context)) return failure;
     if (std::optional<RootCauseError> failure = host_failure(context)) return failure;
+    if (std::optional<FailureRecord> record = board_.published())
+      return RootCauseError(context() + ": a rank on another host failed", std::move(*record));
     if (Clock::now() >= give_up) return std::nullopt;
     std::this_thread::yield();  // the ranks that would notify may need this core
   }

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "tpf/store.h"
+#include "transport/failure_board.h"
 #include "transport/net_protocol.h"
 #include "transport/shm_fabric.h"
 
@@ -184,7 +185,11 @@ class UcxNetwork {
   // the notice when it takes it, and the destructor waits (bounded) for those acknowledgements
   // before closing the connections: closing a TCP connection with data still unread resets it,
   // and the reset can discard the notice at the peer, which would then blame this rank's exit.
+  // The record also goes to the communicator's store (FailureBoard), where a rank whose
+  // connection failed looks for it while it waits for a notice (await_notice_locked).
   void notify_failure(const FailureRecord& record);
+  // Waits at most `limit` until notify_failure's record reached the store; false if it did not.
+  bool await_failure_published(std::chrono::milliseconds limit);
   // Waits, bounded (2 s), until every peer notify_failure told acknowledged the notice or lost
   // its connection, acknowledging meanwhile the notices that arrive here (peers that failed at
   // the same moment wait for each other). False if the bound ran out. The destructor does this.
@@ -240,6 +245,7 @@ class UcxNetwork {
   void send_beat_message(int peer, const void* data, size_t bytes,
                          std::unique_ptr<Fingerprint> owned);
   NetworkConfig config_;
+  FailureBoard board_;  // this communicator's first failure in its store
   std::unique_ptr<Ucx> ucx_;
   // UCX's worker runs SERIALIZED: one thread inside it at a time (collectives and point-to-point
   // transfers wait on it from different threads). Not held while sleeping on its event fd.

@@ -1,0 +1,149 @@
+// transport::FailureBoard: a communicator's first failure in its store, for the ranks a failure
+// notice cannot reach. Here over stores in this process: one that keeps keys in memory, one
+// that refuses every call, and one whose calls wait until the test lets them through (a store
+// that does not answer). Across processes and hosts: AcrossHostsFailures.
+// ASendBufferThatIsNotReadableIsNamedAsTheSendersNotAsALostPeer.
+
+#include "transport/failure_board.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "tpf/error.h"
+
+namespace tpf::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Keys in memory; `gated`: every call waits until open() (a store that does not answer yet).
+class MemoryStore : public Store {
+ public:
+  explicit MemoryStore(bool gated = false) : open_(!gated) {}
+  void open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    opened_.notify_all();
+  }
+  void set(const std::string& key, const std::string& value) override {
+    std::unique_lock lock = enter();
+    values_[key] = value;
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds) override {
+    std::unique_lock lock = enter();
+    const auto found = values_.find(key);
+    if (found == values_.end()) throw Error(ErrorCode::timeout, "no key " + key);
+    return found->second;
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    std::unique_lock lock = enter();
+    const int64_t now = (values_.count(key) ? std::stoll(values_[key]) : 0) + delta;
+    values_[key] = std::to_string(now);
+    return now;
+  }
+  bool check(const std::string& key) override {
+    std::unique_lock lock = enter();
+    return values_.count(key) != 0;
+  }
+
+ private:
+  std::unique_lock<std::mutex> enter() {
+    std::unique_lock lock(mu_);
+    opened_.wait(lock, [this] { return open_; });
+    return lock;
+  }
+  std::mutex mu_;
+  std::condition_variable opened_;
+  bool open_;
+  std::map<std::string, std::string> values_;
+};
+
+// Every call fails, as a store whose server went away does.
+class GoneStore : public Store {
+ public:
+  void set(const std::string&, const std::string&) override { fail(); }
+  std::string get(const std::string&, std::chrono::milliseconds) override { fail(); }
+  int64_t add(const std::string&, int64_t) override { fail(); }
+  bool check(const std::string&) override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { throw Error(ErrorCode::bootstrap, "the store is gone"); }
+};
+
+// What `board` reads within 30 s (the reader looks every 5 ms), or nothing.
+std::optional<FailureRecord> read_within_bound(FailureBoard& board) {
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  std::optional<FailureRecord> record;
+  while (!(record = board.published()) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::yield();
+  return record;
+}
+
+TEST(FailureBoard, ARecordGoesThroughTheStoreAsItWasWritten) {
+  const FailureRecord record{ErrorCode::invalid_argument,
+                             "rank 0: the send buffer\nof a transfer to rank 1 is not readable"};
+  const std::optional<FailureRecord> back = decode_failure_record(encode_failure_record(record));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->code, record.code);
+  EXPECT_EQ(back->message, record.message);
+  for (const char* bad : {"", "3", "\nmessage", "x\nmessage", "99\nmessage", "1234\nmessage"}) {
+    EXPECT_FALSE(decode_failure_record(bad).has_value()) << "'" << bad << "'";
+  }
+}
+
+TEST(FailureBoard, TheFirstRankToPublishIsTheOneEveryRankReads) {
+  auto store = std::make_shared<MemoryStore>();
+  FailureBoard first(store), second(store), reader(store);
+  EXPECT_FALSE(reader.published().has_value());  // nothing published yet (the reader starts)
+  first.publish({ErrorCode::invalid_argument, "rank 0: its send buffer"});
+  ASSERT_TRUE(first.await_published(30s));
+  second.publish({ErrorCode::peer_died, "rank 1: lost rank 0"});
+  ASSERT_TRUE(second.await_published(30s));
+  for (FailureBoard* board : {&reader, &second, &first}) {
+    const std::optional<FailureRecord> read = read_within_bound(*board);
+    ASSERT_TRUE(read.has_value());
+    EXPECT_EQ(read->code, ErrorCode::invalid_argument);
+    EXPECT_EQ(read->message, "rank 0: its send buffer");
+  }
+  // Only a board's first record is published.
+  first.publish({ErrorCode::timeout, "later"});
+  EXPECT_TRUE(first.await_published(30s));
+  EXPECT_EQ(read_within_bound(reader)->message, "rank 0: its send buffer");
+}
+
+TEST(FailureBoard, AStoreThatDoesNotAnswerHoldsNobodyUp) {
+  auto store = std::make_shared<MemoryStore>(/*gated=*/true);
+  std::optional<FailureBoard> board(std::in_place, store);
+  board->publish({ErrorCode::timeout, "rank 2 timed out"});  // returns with the store closed
+  EXPECT_FALSE(board->await_published(10ms));
+  EXPECT_FALSE(board->published().has_value());  // nor does reading wait
+  store->open();
+  EXPECT_TRUE(board->await_published(30s));
+  ASSERT_TRUE(read_within_bound(*board).has_value());
+  board.reset();  // the threads hold the store, not the board
+}
+
+TEST(FailureBoard, AStoreThatFailsOrNoStoreLeavesNothingToRead) {
+  FailureBoard gone(std::make_shared<GoneStore>());
+  gone.publish({ErrorCode::timeout, "rank 2 timed out"});
+  EXPECT_TRUE(gone.await_published(30s));  // tried and failed: nothing left to wait for
+  EXPECT_FALSE(gone.published().has_value());
+  FailureBoard none(nullptr);
+  none.publish({ErrorCode::timeout, "rank 2 timed out"});
+  EXPECT_TRUE(none.await_published(0ms));
+  EXPECT_FALSE(none.published().has_value());
+}
+
+}  // namespace
+}  // namespace tpf::transport
