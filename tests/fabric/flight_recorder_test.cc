@@ -3,8 +3,11 @@
 // a hung job (a rank that never joins a collective).
 #include "comm/flight_recorder.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -23,6 +27,7 @@
 #include "support/fake_remote_shell.h"
 #include "support/multiproc.h"
 #include "support/run_tpf.h"
+#include "support/scoped_env.h"
 #include "support/scratch_dir.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
@@ -180,6 +185,85 @@ TEST(FlightRecorder, DumpTextReadsBackToTheSameRecords) {
   // A dump cut off before its end line (the process died while writing) is left out.
   detail::FlightFile cut = detail::parse_flight_file(text.substr(0, text.rfind("# tpf")));
   EXPECT_TRUE(cut.dumps.empty());
+}
+
+// The state letter of this process's thread `tid` ('S': asleep, as on a mutex), or 0.
+char thread_state(pid_t tid) {
+  const std::string stat = read_file("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const size_t name_end = stat.rfind(')');
+  return name_end == std::string::npos || name_end + 2 >= stat.size() ? 0 : stat[name_end + 2];
+}
+
+// Until `done` or 30 s (a bound, not a wait): yields the core between looks.
+template <class Done>
+bool within_bound(Done&& done) {
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// A communicator's failure dumps once, and another failing call (another thread: the heartbeat's
+// and a collective's take the same notice) returns only once that dump is written, or the
+// program may exit mid-write (CI lost a rank's dump so, 2026-12-05). The dump file here is a FIFO
+// the test keeps full, so the first caller sleeps in its write, holding the dump's lock; the
+// second must then sleep too, not return, until the test drains the FIFO.
+TEST(FlightRecorder, ASecondFailureReturnsOnlyOnceTheFirstOnesDumpIsWritten) {
+  // Attached before the directory is set: the process's first recorder writes an "armed" line
+  // there.
+  FlightRecorder rec(8);
+  rec.attach("world", 0, 0, 2);
+  ScratchDir dir;
+  ScopedEnv at("TPF_FLIGHT_RECORDER_DIR", dir.path().c_str());
+  ScopedEnv job("TPF_JOB_ID", "fifo");
+  ScopedEnv rank("TPF_RANK", "0");
+  const std::string path = dir / ("flight-fifo-rank0-pid" + std::to_string(::getpid()) + ".txt");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  // Read and write, so that opening does not wait for a writer and the dump's open finds a reader.
+  const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ::fcntl(fd, F_SETPIPE_SZ, 4096);
+  size_t filler = 0;
+  const std::string junk(512, '#');
+  for (ssize_t n; (n = ::write(fd, junk.data(), junk.size())) > 0;)
+    filler += static_cast<size_t>(n);
+  ASSERT_GT(filler, 0u);
+
+  struct Caller {
+    std::atomic<pid_t> tid{0};
+    std::atomic<bool> returned{false};
+    bool asleep() const { return tid != 0 && thread_state(tid) == 'S'; }
+  } first, second;
+  auto fail_as = [&rec](Caller& caller, ErrorCode code) {
+    return std::thread([&rec, &caller, code] {
+      caller.tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      rec.dump_on_failure(code);
+      caller.returned = true;
+    });
+  };
+  std::thread first_thread = fail_as(first, ErrorCode::timeout);
+  EXPECT_TRUE(within_bound([&] { return first.asleep(); }));  // in its write, holding the lock
+  std::thread second_thread = fail_as(second, ErrorCode::peer_died);
+  EXPECT_TRUE(within_bound([&] { return second.returned || second.asleep(); }));
+  EXPECT_FALSE(second.returned) << "returned while the first failure's dump was being written";
+  std::string text;
+  char buffer[4096];
+  const bool drained = within_bound([&] {
+    const bool written = first.returned;  // before the read: nothing comes after it
+    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;)
+      text.append(buffer, static_cast<size_t>(n));
+    return written;
+  });
+  ::close(fd);
+  first_thread.join();
+  second_thread.join();
+  ASSERT_TRUE(drained);
+  ASSERT_GE(text.size(), filler);
+  const detail::FlightFile file = detail::parse_flight_file(text.substr(filler));
+  ASSERT_EQ(file.dumps.size(), 1u) << text;
+  EXPECT_EQ(file.dumps[0].reason, "timeout");
 }
 
 TEST(FlightRecorder, RecordsStayConsistentUnderConcurrentWritersAndReaders) {
