@@ -848,8 +848,8 @@ std::optional<RootCauseError> UcxNetwork::await_notice_locked(
     ucx_->progress();
     if (std::optional<RootCauseError> failure = known_failure_locked(context)) return failure;
     if (std::optional<RootCauseError> failure = host_failure(context)) return failure;
-    if (std::optional<FailureRecord> record = board_.published())
-      return RootCauseError(context() + ": a rank on another host failed", std::move(*record));
+    if (std::optional<FailureRecord> record = board_.published())  // any rank's, this host's too
+      return RootCauseError(context() + ": another rank failed first", std::move(*record));
     if (Clock::now() >= give_up) return std::nullopt;
     std::this_thread::yield();  // the ranks that would notify may need this core
   }
