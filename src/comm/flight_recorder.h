@@ -87,8 +87,8 @@ class FlightRecorder {
   void end(Slot slot, const std::exception_ptr& error) noexcept;
 
   // Writes a dump for the communicator's first failure with a code worth one (timeout, mismatch,
-  // peer_died, aborted); later calls do nothing, but return only once that dump is written (the
-  // heartbeat thread may be writing it while the failed call returns, and the program exit).
+  // peer_died, aborted); later calls write nothing, but return only once that dump is written
+  // (the heartbeat thread may be writing it as a failed call returns and the program exits).
   void dump_on_failure(ErrorCode code) noexcept;
 
   size_t capacity() const noexcept { return capacity_; }
