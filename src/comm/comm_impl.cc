@@ -405,15 +405,16 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
     first = first_error_;
   }
   ProcessFailures::instance().record(root);
-  if (network_) {
-    network_->notify_failure(root);  // ranks on other hosts fail now, naming it
-    // The store's copy of it is there before the failure returns (and the caller perhaps exits).
-    network_->await_failure_published(kFailurePublishWait);
-  }
+  if (network_) tell_other_hosts(root);  // ranks on other hosts fail now, naming it
   p2p_->fail_all(first);
   if (net_p2p_) net_p2p_->fail_all(first);
   recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
   return first;
+}
+
+void CommImpl::tell_other_hosts(const transport::FailureRecord& record) {
+  network_->notify_failure(record);
+  network_->await_failure_published(kFailurePublishWait);
 }
 
 void CommImpl::abort() {
@@ -424,10 +425,7 @@ void CommImpl::abort() {
                               std::to_string(rank()) + " (pid " + std::to_string(::getpid()) + ")"};
   // If this process exits now, its peers on other communicators learn why.
   ProcessFailures::instance().record(record);
-  if (network_) {
-    network_->notify_failure(record);  // and those on other hosts, now
-    network_->await_failure_published(kFailurePublishWait);
-  }
+  if (network_) tell_other_hosts(record);  // and those on other hosts, now
   const auto aborted = std::make_exception_ptr(
       Error(ErrorCode::aborted, "communicator '" + setup_.name + "' was aborted on this rank"));
   p2p_->fail_all(aborted);

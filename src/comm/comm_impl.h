@@ -99,6 +99,10 @@ class CommImpl {
   // other communicators of this process) and returns the first failure's error, which pending
   // and later operations report.
   std::exception_ptr record_failure(std::exception_ptr error);
+  // Tells the ranks on other hosts of this rank's failure (network_ set): notices, and the record
+  // in the communicator's store, which is there before this returns (bounded), so that a process
+  // that exits after its failure leaves it.
+  void tell_other_hosts(const transport::FailureRecord& record);
 
   CommSetup setup_;
   topo::HostMap hosts_;  // which of the ranks share memory (topo/hosts.h)

@@ -232,8 +232,9 @@ class UcxNetwork {
   // `context()` names (mu_ held). The name is built only for a failure: every network wait asks
   // on every round, and building it there took ~5 % of a 4 x 2-rank reduce_scatter's CPU.
   std::optional<RootCauseError> known_failure_locked(const std::function<std::string()>& context);
-  // Waits up to `limit` for a failure known_failure_locked reports (a notice from any peer), or
-  // one a rank on this host recorded (host_failure), progressing the worker (mu_ held).
+  // Waits up to `limit` for a failure known_failure_locked reports (a notice from any peer), one
+  // a rank on this host recorded (host_failure), or the one the communicator's store holds
+  // (board_), progressing the worker (mu_ held).
   std::optional<RootCauseError> await_notice_locked(std::chrono::milliseconds limit,
                                                     const std::function<std::string()>& context);
   // Throws it, after taking any notice that arrived, for `what` failing at once (mu_ held): a
