@@ -47,9 +47,16 @@ class PrefixStore : public Store {
 // What a TcpStoreServer grants to connections, so that strangers who reach the port cannot
 // exhaust its memory, descriptors or CPU.
 struct StoreServerLimits {
-  // Connections that have not presented a valid hello yet. Beyond this the oldest is dropped:
-  // real clients say hello at once, so only a flood of strangers is cut.
+  // Connections that have not presented a valid hello yet. At this many the server accepts no
+  // more (they wait in the listener's backlog) until one says hello or goes, or the oldest has
+  // had hello_grace to say it, which is then dropped to make room: a flood of strangers is cut,
+  // while the ranks of a large job that connect at once all get their turn.
   size_t max_unauthenticated = 64;
+  // How long a stranger keeps its place before a newer connection may take it. Real clients say
+  // hello right after connecting, but on a loaded machine a rank of a large job can be scheduled
+  // late: 128 ranks started on 2 cores lost their connections when strangers were dropped at
+  // once (the listener's backlog had more).
+  std::chrono::milliseconds hello_grace{2000};
   // All connections; at the limit the server stops accepting until one closes.
   size_t max_connections = 16384;
   // A connection that has not sent its hello by then is closed.

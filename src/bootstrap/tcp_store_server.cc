@@ -64,6 +64,7 @@ struct Connection {
   bool parked = false;   // a GET waits for its key; later frames wait in `in`
   std::string parked_key;
   Deadline hello_deadline{};
+  Deadline grace_end{};  // from then on a newer connection may take its place (hello_grace)
   uint64_t accepted_round = 0;
   int job_rank = -1;  // declared in the hello; -1: not a rank
   int64_t pid = 0;
@@ -115,9 +116,16 @@ struct TcpStoreServer::Impl {
   void run();
   void serve();
   void accept_all();
-  // Drops the oldest connection without a hello; with `earlier_rounds`, only one that has had a
-  // round to send its hello. False if there was none.
-  bool drop_oldest_stranger(bool earlier_rounds = false);
+  // Which stranger may be dropped to make room for a new connection: one that has had a round of
+  // the server to send its hello (the process is out of descriptors), or one that has had its
+  // hello_grace (max_unauthenticated strangers are open).
+  enum class Droppable { after_a_round, after_its_grace };
+  // Drops the oldest connection without a hello if it is droppable so. False if it was not, or
+  // there was none.
+  bool drop_oldest_stranger(Droppable droppable);
+  // Whether max_unauthenticated strangers are open and the oldest is still in its grace: the
+  // listener's connections then wait in its backlog.
+  bool strangers_hold_the_listener() const;
   bool connection_pending() const;
   void remove(std::unordered_map<uint64_t, Connection>::iterator it);
   void expire_strangers();
@@ -157,7 +165,8 @@ void TcpStoreServer::Impl::serve() {
     ids.clear();
     fds.push_back({wake_fd.fd(), POLLIN, 0});
     // While paused the listener is left out: its pending connection would wake us at once.
-    fds.push_back({accept_paused ? -1 : listener.socket.fd(), POLLIN, 0});
+    const bool listening = !accept_paused && !strangers_hold_the_listener();
+    fds.push_back({listening ? listener.socket.fd() : -1, POLLIN, 0});
     for (auto& [id, c] : conns) {
       short events = 0;
       if (c.out_pos < c.out.size()) events |= POLLOUT;
@@ -222,17 +231,27 @@ void TcpStoreServer::Impl::remove(std::unordered_map<uint64_t, Connection>::iter
   accept_paused = false;  // a descriptor is free again
 }
 
-bool TcpStoreServer::Impl::drop_oldest_stranger(bool earlier_rounds) {
+bool TcpStoreServer::Impl::drop_oldest_stranger(Droppable droppable) {
   if (strangers.empty()) return false;
   auto it = conns.find(*strangers.begin());
   if (it == conns.end()) {
     strangers.erase(strangers.begin());
     return true;
   }
-  if (earlier_rounds && it->second.accepted_round == round) return false;
+  if (droppable == Droppable::after_a_round ? it->second.accepted_round == round
+                                            : it->second.grace_end > Clock::now()) {
+    return false;
+  }
   ++dropped_strangers;
   remove(it);  // closes its descriptor now, so the next accept can use it
   return true;
+}
+
+bool TcpStoreServer::Impl::strangers_hold_the_listener() const {
+  if (strangers.size() < limits.max_unauthenticated) return false;
+  // Ids grow with accept time and every stranger gets the same grace: the oldest's ends first.
+  const auto it = conns.find(*strangers.begin());
+  return it != conns.end() && it->second.grace_end > Clock::now();
 }
 
 void TcpStoreServer::Impl::expire_strangers() {
@@ -305,6 +324,8 @@ int TcpStoreServer::Impl::poll_timeout() const {
   if (!strangers.empty()) {
     if (auto it = conns.find(*strangers.begin()); it != conns.end()) {
       consider(it->second.hello_deadline);
+      // A held listener waits for the oldest's grace to end (once it has, the listener is polled).
+      if (strangers_hold_the_listener()) consider(it->second.grace_end);
     }
   }
   if (accept_paused) consider(accept_resume_at);
@@ -321,10 +342,16 @@ void TcpStoreServer::Impl::accept_all() {
   for (int i = 0; i < 256; ++i) {
     if (conns.size() >= limits.max_connections) {
       if (!connection_pending()) return;
-      if (drop_oldest_stranger(true)) continue;
+      if (drop_oldest_stranger(Droppable::after_a_round)) continue;
       if (!strangers.empty()) return;
       accept_paused = true;  // until a connection closes (remove() resumes)
       accept_resume_at = bootstrap::deadline_after(limits.accept_retry);
+      return;
+    }
+    // The rest wait in the backlog while the strangers are in their grace: a rank that connected
+    // a moment ago is not cut for the next one.
+    if (strangers.size() >= limits.max_unauthenticated &&
+        !drop_oldest_stranger(Droppable::after_its_grace)) {
       return;
     }
     int error = 0;
@@ -337,17 +364,17 @@ void TcpStoreServer::Impl::accept_all() {
       // Out of descriptors: a stranger's (one that has had a round to say hello) is the one to
       // give up. Otherwise wait for a connection to close (or accept_retry) instead of polling a
       // listener that stays readable.
-      if (drop_oldest_stranger(true)) continue;
+      if (drop_oldest_stranger(Droppable::after_a_round)) continue;
       if (!strangers.empty()) return;  // they get their round; the next one may drop them
       accept_paused = true;
       accept_resume_at = bootstrap::deadline_after(limits.accept_retry);
       return;
     }
-    if (strangers.size() >= limits.max_unauthenticated) drop_oldest_stranger();
     ++accepted;
     Connection c;
     c.socket = std::move(s);
     c.hello_deadline = bootstrap::deadline_after(limits.hello_timeout);
+    c.grace_end = bootstrap::deadline_after(limits.hello_grace);
     c.accepted_round = round;
     const uint64_t id = next_conn_id++;
     conns.emplace(id, std::move(c));
@@ -631,7 +658,9 @@ TcpStoreServer::TcpStoreServer(const std::string& bind_host, uint16_t port, std:
   impl_->limits = limits;
   impl_->limits.max_unauthenticated = std::max<size_t>(1, limits.max_unauthenticated);
   impl_->limits.max_connections = std::max<size_t>(1, limits.max_connections);
-  impl_->listener = bootstrap::listen_tcp(bind_host, port);
+  // Every rank of a job connects at once: a backlog as long as the kernel allows (somaxconn)
+  // keeps their handshakes from being dropped and retried a second later.
+  impl_->listener = bootstrap::listen_tcp(bind_host, port, SOMAXCONN);
   if (impl_->secret.empty() && !impl_->listener.loopback) {
     throw Error(
         ErrorCode::bootstrap,

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,7 +127,9 @@ TEST(StoreDeadRank, StoreHostDeathIsPeerDiedNamingTheRank) {
 }
 
 TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  StoreServerLimits limits;
+  limits.hello_grace = 0ms;  // each stranger may be dropped at once for the next (default: 2 s)
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
   auto client = rank_client(server, 0);
   client->set("k", "v");
   constexpr size_t kStrangers = 300;
@@ -146,6 +149,50 @@ TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {
                        defaults.max_unauthenticated * (proto::kMaxHelloBytes + 64) +
                        (size_t{64} << 10) /* the rank's buffers */;
   EXPECT_LE(stats.peak_buffered_bytes, bound);
+}
+
+// Before 2026-12-05 the server dropped the oldest stranger for every connection beyond the limit
+// at once, so of 128 ranks started together on 2 cores, those not yet scheduled to send their
+// hello lost their connections ("closed the connection during the hello").
+TEST(StoreStrangers, RanksConnectingTogetherBeyondTheStrangersLimitAreAllServed) {
+  StoreServerLimits limits;
+  limits.max_unauthenticated = 4;
+  limits.hello_grace = std::chrono::hours(1);  // none is dropped to make room in this test
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  constexpr int kRanks = 12;
+  std::vector<std::unique_ptr<RawClient>> ranks;  // connected, none has said hello yet
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<RawClient>(server.port()));
+  // The server takes the limit's worth; the others wait in the listener's backlog.
+  ASSERT_TRUE(wait_until([&] { return server.stats().unauthenticated == 4; }, 10s));
+  EXPECT_EQ(server.stats().accepted, 4u);
+  for (int r = 0; r < kRanks; ++r) ranks[r]->send_bytes(RawClient::hello(kSecret, r, 100 + r));
+  for (int r = 0; r < kRanks; ++r) {
+    const std::optional<std::string> reply = ranks[r]->read_reply();
+    ASSERT_TRUE(reply.has_value()) << "rank " << r << "'s connection was closed";
+    EXPECT_EQ(reply->at(0), static_cast<char>(proto::Status::ok)) << "rank " << r;
+  }
+  const TcpStoreServer::Stats stats = server.stats();
+  EXPECT_EQ(stats.accepted, size_t{kRanks});
+  EXPECT_EQ(stats.dropped_strangers, 0u);
+  EXPECT_EQ(stats.unauthenticated, 0u);
+}
+
+// Past its grace a stranger gives its place to the next connection: a flood is still cut.
+TEST(StoreStrangers, AStrangerPastItsGraceMakesRoomForTheNextConnection) {
+  StoreServerLimits limits;
+  limits.max_unauthenticated = 1;
+  limits.hello_grace = 50ms;
+  TcpStoreServer server("127.0.0.1", 0, kSecret, limits);
+  RawClient silent(server.port());
+  ASSERT_TRUE(wait_until([&] { return server.stats().unauthenticated == 1; }, 10s));
+  RawClient rank(server.port());
+  rank.send_bytes(RawClient::hello(kSecret, 0, 100));
+  const std::optional<std::string> reply = rank.read_reply();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->at(0), static_cast<char>(proto::Status::ok));
+  EXPECT_TRUE(silent.closed_by_server());
+  EXPECT_EQ(server.stats().dropped_strangers, 1u);
+  EXPECT_EQ(server.stats().hello_timeouts, 0u);
 }
 
 TEST(StoreStrangers, SilentConnectionIsClosedAtTheHelloTimeout) {
