@@ -20,7 +20,6 @@
 namespace tpf::detail {
 namespace {
 
-constexpr size_t kMaxP2pChunkBytes = size_t{256} << 10;
 // Far beyond any real buffer, small enough that size * count * element size cannot overflow.
 constexpr size_t kMaxBufferBytes = size_t{1} << 46;
 // How long a failure waits for its record to reach the store (transport::FailureBoard) before it
@@ -48,7 +47,6 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   config.size = setup.size;
   const CommSettings& settings = setup.settings;
   config.slot_bytes = settings.slot_bytes;
-  config.p2p_chunk_bytes = std::min(kMaxP2pChunkBytes, config.slot_bytes / 4) / 64 * 64;
   config.segment_prefix = transport::shm_job_prefix(setup.job_id) + sanitize(setup.name) + "-g" +
                           std::to_string(generation) + "-";
   config.label = "communicator '" + setup.name + "'";

@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string_view>
 #include <thread>
 
+#include "base/available_memory.h"
+#include "base/byte_size.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/shm_layout.h"
@@ -55,8 +58,19 @@ std::string ShmFabric::rank_names(const std::vector<int>& ranks) const {
   return (numbers.size() == 1 ? "rank " : "ranks ") + join_ranks(numbers);
 }
 
+size_t ShmFabric::mailbox_chunk_bytes(size_t slot_bytes, int ranks) {
+  constexpr size_t kMaxChunk = size_t{256} << 10, kMinChunk = size_t{4} << 10;
+  constexpr size_t kMailboxes = size_t{8} << 20;  // a rank's, together
+  const size_t by_slot = std::min(kMaxChunk, slot_bytes / 4);
+  const size_t by_mailboxes = kMailboxes / (2 * static_cast<size_t>(std::max(ranks, 1)));
+  return std::min(by_slot, std::max(kMinChunk, by_mailboxes)) / kCacheLine * kCacheLine;
+}
+
 ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
   const int n = config_.size;
+  if (config_.p2p_chunk_bytes == 0) {
+    config_.p2p_chunk_bytes = mailbox_chunk_bytes(config_.slot_bytes, n);
+  }
   control_bytes_ = round_up(round_up(sizeof(Control), kCacheLine) + sizeof(P2pControl) * n, 4096);
   eager_bytes_ = round_up(kLineRingBytes + kTinyRingBytes + kTinyFingerprintBytes, 4096);
   segment_bytes_ =
@@ -73,11 +87,30 @@ ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
 
 ShmFabric::~ShmFabric() = default;
 
+void ShmFabric::check_room_for_segments() const {
+  const std::optional<size_t> available = base::available_memory_bytes();
+  if (!available) return;
+  const size_t all = segment_bytes_ * static_cast<size_t>(config_.size);
+  // The ranks that created theirs already took their pages from what is available now.
+  const size_t made = segments_bytes(config_.segment_prefix);
+  const size_t still = all > made ? all - made : 0;
+  if (still <= *available) return;
+  auto bytes = [](size_t b) { return base::format_bytes(static_cast<double>(b)); };
+  throw Error(ErrorCode::resource,
+              config_.label + ": its " + std::to_string(config_.size) +
+                  " ranks on this machine need " + bytes(all) + " of shared memory (" +
+                  bytes(segment_bytes_) + " each), " + bytes(still) +
+                  " of it still to reserve, but the machine has " + bytes(*available) +
+                  " of memory available (MemAvailable, or what its cgroup allows): start fewer "
+                  "ranks on this machine, or lower TPF_SHM_BUFFER_BYTES");
+}
+
 void ShmFabric::setup() {
   const int n = config_.size, me = config_.rank;
   // Segments of this user whose creator died during its setup (SIGKILL without tpf run to sweep
   // up): nobody holds their lock any more. Live ones, of any job, are left alone.
   remove_orphan_segments(shm_user_prefix());
+  check_room_for_segments();
   std::random_device entropy;
   std::ostringstream name;
   name << config_.segment_prefix << "r" << me << "-" << std::hex << entropy() << entropy()

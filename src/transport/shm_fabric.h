@@ -102,7 +102,9 @@ struct FabricConfig {
   int rank = 0;
   int size = 1;
   size_t slot_bytes = 0;         // bytes per collective staging slot (two per rank)
-  size_t p2p_chunk_bytes = 0;    // bytes per point-to-point mailbox slot (two per peer)
+  // Bytes per point-to-point mailbox slot (two per peer; whole cache lines). 0: what
+  // ShmFabric::mailbox_chunk_bytes gives for slot_bytes and size.
+  size_t p2p_chunk_bytes = 0;
   std::string segment_prefix;    // from shm_job_prefix() plus the communicator's unique name
   std::string label;             // communicator description for messages
   std::shared_ptr<Store> store;  // keys are private to this communicator
@@ -118,6 +120,14 @@ struct FabricConfig {
 
 class ShmFabric {
  public:
+  // The chunks of a rank's point-to-point mailboxes (FabricConfig::p2p_chunk_bytes) among `ranks`
+  // ranks with staging slots of `slot_bytes`: a quarter of a slot, at most 256 KiB, but smaller
+  // where the mailboxes (two chunks for every rank) would pass 8 MiB together, and not below
+  // 4 KiB. A segment then grows by little per rank: with 64 KiB chunks whatever the count, 512
+  // ranks on one machine needed 64 MiB each, 32 GiB together, and the OOM killer ended the job.
+  // Up to 64 ranks (at the default slots) the chunks are a quarter of a slot, as they always were.
+  static size_t mailbox_chunk_bytes(size_t slot_bytes, int ranks);
+
   explicit ShmFabric(FabricConfig config);
   ~ShmFabric();
   ShmFabric(const ShmFabric&) = delete;
@@ -262,6 +272,10 @@ class ShmFabric {
   void check_self(const WaitContext& ctx) const;
   void ring_peers() noexcept;
   void setup();
+  // Fails (Error(resource)) where the segments of this fabric's ranks not created yet would not fit
+  // in the memory the machine has left (base::available_memory_bytes): tmpfs would hand out its
+  // pages until the OOM killer ended some process, whichever it picks.
+  void check_room_for_segments() const;
 
   FabricConfig config_;
   size_t control_bytes_ = 0;

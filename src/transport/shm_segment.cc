@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -103,6 +104,25 @@ size_t remove_orphan_segments(const std::string& prefix, size_t* held) {
 }
 
 void unlink_segment_name(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
+
+size_t segments_bytes(const std::string& prefix) {
+  // Names in /dev/shm lack the leading '/' of shm_open names.
+  const std::string want = prefix.empty() || prefix[0] != '/' ? prefix : prefix.substr(1);
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  size_t total = 0;
+  const uid_t me = ::getuid();
+  while (dirent* entry = ::readdir(dir)) {
+    if (std::string_view(entry->d_name).substr(0, want.size()) != want) continue;
+    struct stat info {};
+    if (::fstatat(::dirfd(dir), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+        info.st_uid == me && S_ISREG(info.st_mode)) {
+      total += static_cast<size_t>(info.st_size);
+    }
+  }
+  ::closedir(dir);
+  return total;
+}
 
 size_t shm_free_bytes() {
   struct statvfs info {};

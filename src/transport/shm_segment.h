@@ -66,4 +66,8 @@ std::string shm_job_prefix(const std::string& job_id);
 // Bytes free in /dev/shm (statvfs), or 0 if unknown.
 size_t shm_free_bytes();
 
+// Bytes of this user's segments whose names start with `prefix` (with its leading '/'), as
+// created so far.
+size_t segments_bytes(const std::string& prefix);
+
 }  // namespace tpf::transport

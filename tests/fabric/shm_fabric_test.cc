@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "base/available_memory.h"
 #include "support/multiproc.h"
 #include "support/scoped_env.h"
 #include "tpf/comm.h"
@@ -142,6 +144,50 @@ TEST(ShmFabricSetup, EveryRankTakesRankZerosCountOfRanksBeyondTheCores) {
                                                     " ranks beyond the cores");
     TPF_CHILD_CHECK(fabric.oversubscribed(), "rank " + std::to_string(ctx.rank));
   }));
+}
+
+TEST(ShmFabricMailboxes, ChunksShrinkWhereManyRanksWouldMakeTheSegmentsLarge) {
+  constexpr size_t kSlot = size_t{256} << 10;  // TPF_SHM_BUFFER_BYTES' default
+  using transport::ShmFabric;
+  // A quarter of a slot up to 64 ranks; then 8 MiB of mailboxes a rank, at least 4 KiB a chunk.
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(kSlot, 2), size_t{64} << 10);
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(kSlot, 64), size_t{64} << 10);
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(kSlot, 65), 64512u);  // 8 MiB / 130, in cache lines
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(kSlot, 128), size_t{32} << 10);
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(kSlot, 512), size_t{8} << 10);
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(kSlot, 4096), size_t{4} << 10);
+  // Large slots stop at 256 KiB; a small slot's quarter stays below the 4 KiB floor.
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(size_t{4} << 20, 2), size_t{256} << 10);
+  EXPECT_EQ(ShmFabric::mailbox_chunk_bytes(4096, 2), 1024u);
+}
+
+TEST(ShmFabricSetup, SegmentsThatWouldNotFitInTheMachinesMemoryFailBeforeAnyIsReserved) {
+  const std::optional<size_t> available = base::available_memory_bytes();
+  ASSERT_TRUE(available.has_value()) << "/proc/meminfo unreadable";
+  TcpStoreServer server("127.0.0.1", 0, "memory-test-secret-0123");
+  const std::string job = "memory-" + std::to_string(::getpid());
+  transport::FabricConfig config;
+  config.rank = 0;
+  config.size = 8;
+  // Each segment half of what the machine has (its staging slots a quarter each): 4x in all.
+  config.slot_bytes = *available / 4 / 64 * 64;
+  config.p2p_chunk_bytes = 64;
+  config.segment_prefix = transport::shm_job_prefix(job) + "world-";
+  config.label = "communicator 'world'";
+  config.store = std::make_shared<TcpStoreClient>(
+      "127.0.0.1", server.port(), "memory-test-secret-0123", std::chrono::milliseconds(5000));
+  try {
+    transport::ShmFabric fabric(config);
+    FAIL() << "8 segments of half the machine's memory were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::resource) << e.what();
+    const std::string message = e.what();
+    EXPECT_NE(message.find("communicator 'world': its 8 ranks on this machine need"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("lower TPF_SHM_BUFFER_BYTES"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(testing::list_dev_shm(transport::shm_job_prefix(job).substr(1)).empty());
 }
 
 }  // namespace
