@@ -8,8 +8,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -197,9 +199,24 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   }
   ShmSegment segment;
   segment.name_ = name;
-  segment.data_ = map_shared(fd, bytes, name, /*populate=*/true);
+  segment.data_ = map_shared(fd, bytes, name, /*populate=*/false);
   segment.size_ = bytes;
   return segment;
+}
+
+void ShmSegment::populate(size_t offset, size_t bytes) const {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(size_, (offset + bytes + page - 1) / page * page);
+  if (data_ == nullptr || begin >= end) return;
+  auto* first = static_cast<std::byte*>(data_) + begin;
+#ifdef MADV_POPULATE_READ
+  if (::madvise(first, end - begin, MADV_POPULATE_READ) == 0) return;
+#endif
+  // Kernels before 5.14: a read of every page faults it in.
+  for (size_t at = 0; at < end - begin; at += page) {
+    (void)*static_cast<volatile const std::byte*>(first + at);
+  }
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept

@@ -20,8 +20,11 @@ class ShmSegment {
   // Creates (O_EXCL, mode 0600) and maps `bytes`; `what` describes the job for error messages.
   // Holds the creator's lock until unlink() when the name ends in kOrphanSuffix.
   static ShmSegment create(const std::string& name, size_t bytes, const std::string& what);
-  // Maps an existing segment created by a peer.
+  // Maps an existing segment created by a peer, without page tables (populate what is read).
   static ShmSegment open(const std::string& name, size_t bytes);
+  // Builds the page tables of [offset, offset + bytes) now (whole pages around it): page faults
+  // are slow, badly so on VMs, and belong to setup, not to the first collectives.
+  void populate(size_t offset, size_t bytes) const;
 
   ShmSegment(ShmSegment&& other) noexcept;
   ShmSegment& operator=(ShmSegment&& other) noexcept;
