@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "base/memory_probe.h"
 #include "tpf/error.h"
@@ -295,6 +296,46 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     ucp_request_free(request);
   }
 
+  // Closes every endpoint, the closes started together and waited for together (bounded as
+  // close()'s): a flushing close is a round trip with its peer, and one after another a rank
+  // waited for them in turn as it left, each on a peer busy closing its own. `force_all`: after a
+  // failure (a flush may wait on a peer that is gone or cut off); otherwise only the endpoints
+  // that failed are forced.
+  void close_all(bool force_all) {
+    struct Closing {
+      int peer;
+      ucp_ep_h ep;
+      void* request;
+    };
+    std::vector<Closing> flushing;
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      const int p = static_cast<int>(i);
+      if (endpoints[i] == nullptr) continue;
+      if (force_all || failures[i] != UCS_OK) {
+        close(p, true);
+        continue;
+      }
+      ucp_ep_h ep = std::exchange(endpoints[i], nullptr);
+      ucp_request_param_t param{};
+      ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) flushing.push_back({p, ep, request});
+    }
+    const auto give_up = Clock::now() + kCloseFlushLimit;
+    auto in_progress = [](const Closing& c) {
+      return ucp_request_check_status(c.request) == UCS_INPROGRESS;
+    };
+    while (std::any_of(flushing.begin(), flushing.end(), in_progress) && Clock::now() < give_up) {
+      progress();
+    }
+    for (const Closing& c : flushing) {
+      const bool unfinished = in_progress(c);
+      ucp_request_free(c.request);
+      if (!unfinished) continue;
+      endpoints[c.peer] = c.ep;  // the flush did not finish: drop what is left
+      close(c.peer, true);
+    }
+  }
+
   // Tells peer p that its failure notice arrived, so it may close its connections (once).
   void acknowledge_notice(int p) {
     NoticeSlot& slot = notices_in[p];
@@ -372,8 +413,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     }
     for (BeatOut& beat : beats_out) settle(beat.request);
     // After a failure a flush may wait on a peer that is gone or cut off: close at once.
-    for (size_t p = 0; p < endpoints.size(); ++p)
-      close(static_cast<int>(p), failed || failures[p] != UCS_OK);
+    close_all(failed);
     // Messages nobody will receive any more (beats and goodbyes of peers, which may arrive until
     // the endpoints are closed): take them, or UCX warns about each one at shutdown.
     std::vector<std::vector<char>> drained;  // outlives the worker: a receive given up on
