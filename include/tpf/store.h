@@ -54,8 +54,8 @@ struct StoreServerLimits {
   size_t max_unauthenticated = 64;
   // How long a stranger keeps its place before a newer connection may take it. Real clients say
   // hello right after connecting, but on a loaded machine a rank of a large job can be scheduled
-  // late: 128 ranks started on 2 cores lost their connections when strangers were dropped at
-  // once (the listener's backlog had more).
+  // late: with the oldest stranger dropped at once for each connection past the limit, ranks of
+  // `tpf run -n 128` on 2 cores lost their connections before their hello.
   std::chrono::milliseconds hello_grace{2000};
   // All connections; at the limit the server stops accepting until one closes.
   size_t max_connections = 16384;

@@ -237,8 +237,9 @@ void ShmFabric::setup() {
       peer_names[p] = segment_name;
       bases_[p] = static_cast<std::byte*>(peers_[p].data());
       // What this rank reads of it: all but the mailboxes, and of those the two chunks towards
-      // this rank (p2p_slot). Populating whole segments took 0.8 s of a 1.25 s setup of 64 ranks
-      // on one machine (2.5 of 3.9 s at 128), their page tables growing with the ranks squared.
+      // this rank (p2p_slot). With whole segments populated, setting up 64 ranks on one 2-core
+      // machine took 1.1-1.3 s instead of 0.56-0.63 (128: 4.0 s, 1.5-1.7), and the page tables
+      // grew with the square of the ranks.
       peers_[p].populate(0, control_bytes_ + eager_bytes_ + 2 * config_.slot_bytes);
       peers_[p].populate(static_cast<size_t>(p2p_slot(p, me, 0) - bases_[p]),
                          2 * config_.p2p_chunk_bytes);
