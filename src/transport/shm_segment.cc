@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
-#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -74,55 +73,61 @@ void take_creator_lock(int fd, const std::string& name) {
 
 }  // namespace
 
-size_t remove_orphan_segments(const std::string& prefix, size_t* held) {
-  if (held != nullptr) *held = 0;
-  // Names in /dev/shm lack the leading '/' of shm_open names.
+namespace {
+
+// Calls visit(dir_fd, name) for every entry of /dev/shm whose name starts with `prefix` (with
+// shm_open's leading '/', which names in /dev/shm lack).
+template <class Visit>
+void for_each_segment_name(const std::string& prefix, Visit&& visit) {
   const std::string want = prefix.empty() || prefix[0] != '/' ? prefix : prefix.substr(1);
   DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  size_t removed = 0;
-  const uid_t me = ::getuid();
+  if (dir == nullptr) return;
   while (dirent* entry = ::readdir(dir)) {
     const std::string name = entry->d_name;
-    if (name.compare(0, want.size(), want) != 0 || !has_orphan_suffix(name)) continue;
-    const int fd = ::openat(::dirfd(dir), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;  // gone meanwhile, or not ours to read
+    if (name.compare(0, want.size(), want) == 0) visit(::dirfd(dir), name);
+  }
+  ::closedir(dir);
+}
+
+}  // namespace
+
+size_t remove_orphan_segments(const std::string& prefix, size_t* held) {
+  if (held != nullptr) *held = 0;
+  size_t removed = 0;
+  const uid_t me = ::getuid();
+  for_each_segment_name(prefix, [&](int dir, const std::string& name) {
+    if (!has_orphan_suffix(name)) return;
+    const int fd = ::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;  // gone meanwhile, or not ours to read
     FdGuard guard{fd};
     // The lock first, then the size: a creator takes its lock before it sizes the segment, so a
     // sized segment nobody holds is an orphan, and an empty one may be a creator between the two.
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // its creator is alive
       if (held != nullptr) ++*held;
-      continue;
+      return;
     }
     struct stat info {};
     if (::fstat(fd, &info) != 0 || info.st_uid != me || !S_ISREG(info.st_mode) ||
         info.st_size == 0) {
-      continue;
+      return;
     }
-    if (::unlinkat(::dirfd(dir), name.c_str(), 0) == 0) ++removed;
-  }
-  ::closedir(dir);
+    if (::unlinkat(dir, name.c_str(), 0) == 0) ++removed;
+  });
   return removed;
 }
 
 void unlink_segment_name(const std::string& name) noexcept { ::shm_unlink(name.c_str()); }
 
 size_t segments_bytes(const std::string& prefix) {
-  // Names in /dev/shm lack the leading '/' of shm_open names.
-  const std::string want = prefix.empty() || prefix[0] != '/' ? prefix : prefix.substr(1);
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return 0;
   size_t total = 0;
   const uid_t me = ::getuid();
-  while (dirent* entry = ::readdir(dir)) {
-    if (std::string_view(entry->d_name).substr(0, want.size()) != want) continue;
+  for_each_segment_name(prefix, [&](int dir, const std::string& name) {
     struct stat info {};
-    if (::fstatat(::dirfd(dir), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) == 0 &&
-        info.st_uid == me && S_ISREG(info.st_mode)) {
+    if (::fstatat(dir, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 && info.st_uid == me &&
+        S_ISREG(info.st_mode)) {
       total += static_cast<size_t>(info.st_size);
     }
-  }
-  ::closedir(dir);
+  });
   return total;
 }
 
