@@ -35,6 +35,7 @@ Work OperationQueue::enqueue(Task task, Clock::time_point deadline) {
     return work;
   }
   task.index = issued_++;
+  task.state->queue_index = task.index;
   queue_.push_back(std::move(task));
   // Woken for it only where it sleeps or ran the last operation (no waiter came for it, so none
   // is expected now); otherwise it takes what has sat through one of its looks (worker_loop).
@@ -128,9 +129,15 @@ void OperationQueue::hurry_locked(const Task& task) {
 }
 
 const OperationQueue::Task* OperationQueue::find_locked(const WorkState& state) const {
-  const auto it = std::find_if(queue_.begin(), queue_.end(),
-                               [&](const Task& task) { return task.state.get() == &state; });
-  return it == queue_.end() ? nullptr : &*it;
+  // The queue holds the operations issued from its front's on, in issue order (tasks leave from
+  // the front only): the place is the distance from the front. A search took two thirds of the
+  // time of 30,000 queued all_reduces, each wait scanning the rest of the queue for an
+  // operation already taken.
+  if (queue_.empty() || state.queue_index < queue_.front().index) return nullptr;
+  const uint64_t place = state.queue_index - queue_.front().index;
+  if (place >= queue_.size()) return nullptr;
+  const Task& task = queue_[static_cast<size_t>(place)];
+  return task.state.get() == &state ? &task : nullptr;
 }
 
 void OperationQueue::drive(const WorkState& state, const DriveRequest& request) {

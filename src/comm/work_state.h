@@ -2,6 +2,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@ struct WorkState {
   std::exception_ptr error;
   Clock::time_point deadline;   // the operation's deadline, counted from when it was issued
   Clock::time_point issued_at;  // when OperationQueue queued it: did its waiter come right behind?
+  uint64_t queue_index = 0;     // OperationQueue's: how many operations were issued before it
   // Where the calling thread can move the operation itself: Work's calls run it first (see
   // DriveRequest); it returns once the operation is done, cannot be moved any more, or the
   // request's time has come. Set through drive_hook().

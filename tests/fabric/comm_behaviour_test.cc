@@ -197,6 +197,31 @@ TEST(CommAsync, OverlapTestWaitForAndInOrderCompletion) {
   }, run_options()));
 }
 
+// Deep queues: 20,000 all_reduces issued before any wait, waited for in issue order (before
+// 2026-12-05 each wait scanned the rest of the queue: 100,000 took 56 s on 4 ranks, 2 s now).
+TEST(CommAsync, TwentyThousandQueuedAllReducesEachHaveTheirSum) {
+  expect_all_ok(run_ranks(
+      3,
+      [](Communicator& comm) {
+        constexpr size_t kOps = 20000;
+        std::vector<int64_t> values(kOps);
+        std::vector<Work> works;
+        works.reserve(kOps);
+        for (size_t i = 0; i < kOps; ++i) {
+          values[i] = static_cast<int64_t>(i) * 10 + comm.rank();
+          works.push_back(
+              comm.all_reduce_async(&values[i], &values[i], 1, DType::i64, ReduceOp::sum));
+        }
+        for (Work& work : works) work.wait();
+        for (size_t i = 0; i < kOps; ++i) {
+          const int64_t want = static_cast<int64_t>(i) * 30 + 3;  // ranks 0, 1 and 2 added
+          TPF_CHILD_CHECK(values[i] == want,
+                          "operation " + std::to_string(i) + " has " + std::to_string(values[i]));
+        }
+      },
+      run_options()));
+}
+
 TEST(CommAsync, WaitForReturnsFalseWhileAPeerHasNotJoined) {
   SharedBlock shared;
   auto& go = shared.counter(0);

@@ -146,6 +146,30 @@ TEST(OperationQueue, AWaiterRunsTheQueueUpToItsOwnOperationInIssueOrder) {
   EXPECT_TRUE(works[0].test() && works[3].test());
 }
 
+// A waiter finds its operation by its place from the queue's front (issue order), which moves as
+// operations leave: waits in and out of order, on operations queued, run and long gone.
+TEST(OperationQueue, WaitersFindTheirOperationsWhereverTheFrontHasMoved) {
+  RunLog log;
+  auto queue = queue_logging_to(log, /*start_worker=*/false);
+  constexpr size_t kQueued = 1000;
+  std::vector<Work> works;
+  for (size_t i = 0; i < kQueued; ++i) works.push_back(queue->enqueue(numbered(i), far_deadline()));
+  works[500].wait();  // runs 0 .. 500
+  EXPECT_EQ(log.order().size(), 501u);
+  works[100].wait();  // long gone: returns at once
+  works[501].wait();  // now the front
+  EXPECT_FALSE(works[502].test());
+  works[kQueued - 1].wait();  // the back
+  std::vector<size_t> all(kQueued);
+  for (size_t i = 0; i < kQueued; ++i) all[i] = i;
+  EXPECT_EQ(log.order(), all);
+  for (size_t i = 0; i < kQueued; ++i) EXPECT_TRUE(works[i].test()) << i;
+  // Issued after the queue emptied: its place counts from its own index.
+  Work later = queue->enqueue(numbered(kQueued), far_deadline());
+  later.wait();
+  EXPECT_EQ(log.order().back(), kQueued);
+}
+
 TEST(OperationQueue, TheWorkerRunsWhatNobodyWaitsFor) {
   RunLog log;
   auto queue = queue_logging_to(log, /*start_worker=*/true);
