@@ -129,10 +129,10 @@ void OperationQueue::hurry_locked(const Task& task) {
 }
 
 const OperationQueue::Task* OperationQueue::find_locked(const WorkState& state) const {
-  // The queue holds the operations issued from its front's on, in issue order (tasks leave from
-  // the front only): the place is the distance from the front. A search took two thirds of the
-  // time of 30,000 queued all_reduces, each wait scanning the rest of the queue for an
-  // operation already taken.
+  // The queue holds consecutive operations in issue order (they leave from the front only), so
+  // an operation's place is its index less the front's. A search took two thirds of the time of
+  // 30,000 queued all_reduces: each wait scanned the rest of the queue for an operation already
+  // taken.
   if (queue_.empty() || state.queue_index < queue_.front().index) return nullptr;
   const uint64_t place = state.queue_index - queue_.front().index;
   if (place >= queue_.size()) return nullptr;
