@@ -34,8 +34,7 @@ Work OperationQueue::enqueue(Task task, Clock::time_point deadline) {
                                       "': the communicator is being destroyed")));
     return work;
   }
-  task.index = issued_++;
-  task.state->queue_index = task.index;
+  task.state->queue_index = issued_++;
   queue_.push_back(std::move(task));
   // Woken for it only where it sleeps or ran the last operation (no waiter came for it, so none
   // is expected now); otherwise it takes what has sat through one of its looks (worker_loop).
@@ -119,11 +118,11 @@ void OperationQueue::run_front(std::unique_lock<std::mutex>& lock, bool& owner_o
 
 bool OperationQueue::worker_starts_front_locked() const {
   return !running_ && !queue_.empty() &&
-         (worker_starts_next_ || queue_.front().index < hurried_through_);
+         (worker_starts_next_ || queue_.front().state->queue_index < hurried_through_);
 }
 
 void OperationQueue::hurry_locked(const Task& task) {
-  hurried_through_ = std::max(hurried_through_, task.index + 1);
+  hurried_through_ = std::max(hurried_through_, task.state->queue_index + 1);
   // Otherwise run_front wakes it at the end of the running operation.
   if (worker_starts_front_locked()) worker_cv_.notify_one();
 }
@@ -133,8 +132,10 @@ const OperationQueue::Task* OperationQueue::find_locked(const WorkState& state) 
   // an operation's place is its index less the front's. A search took two thirds of the time of
   // 30,000 queued all_reduces: each wait scanned the rest of the queue for an operation already
   // taken.
-  if (queue_.empty() || state.queue_index < queue_.front().index) return nullptr;
-  const uint64_t place = state.queue_index - queue_.front().index;
+  if (queue_.empty()) return nullptr;
+  const uint64_t front = queue_.front().state->queue_index;
+  if (state.queue_index < front) return nullptr;
+  const uint64_t place = state.queue_index - front;
   if (place >= queue_.size()) return nullptr;
   const Task& task = queue_[static_cast<size_t>(place)];
   return task.state.get() == &state ? &task : nullptr;
@@ -203,7 +204,7 @@ void OperationQueue::worker_loop() {
   while (!stopping_) {
     // Queued since before the last look and nobody has taken it (its waiter is not on the way).
     if (started_by_worker() ||
-        (!running_ && !queue_.empty() && queue_.front().index < issued_by_last_look)) {
+        (!running_ && !queue_.empty() && queue_.front().state->queue_index < issued_by_last_look)) {
       run_front(lock, owner_out, /*on_worker=*/true, /*worker_starts_next=*/true);
       tick = kBackgroundTick;
       quiet = {};

@@ -42,8 +42,8 @@ class OperationQueue : public std::enable_shared_from_this<OperationQueue> {
     // Set for a composite operation (all_to_allv: its counts, then its data), which runs its
     // collectives through the RunCollective it is given.
     std::function<void(const RunCollective&)> composite = {};
-    std::shared_ptr<WorkState> state = {};  // set by enqueue
-    uint64_t index = 0;                     // set by enqueue: how many were issued before it
+    // Set by enqueue; its queue_index is how many operations were issued before this one.
+    std::shared_ptr<WorkState> state = {};
   };
   // Runs a task on whichever thread took it and returns its failure, if any.
   using Runner = std::function<std::exception_ptr(const Task&)>;

@@ -1,5 +1,6 @@
 #include "transport/failure_board.h"
 
+#include <charconv>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -34,13 +35,13 @@ std::string encode_failure_record(const FailureRecord& record) {
 
 std::optional<FailureRecord> decode_failure_record(const std::string& text) {
   const size_t newline = text.find('\n');
-  if (newline == std::string::npos || newline == 0 || newline > 3) return std::nullopt;
-  int code = 0;
-  for (size_t i = 0; i < newline; ++i) {
-    if (text[i] < '0' || text[i] > '9') return std::nullopt;
-    code = code * 10 + (text[i] - '0');
+  if (newline == std::string::npos) return std::nullopt;
+  unsigned code = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + newline, code);
+  if (ec != std::errc() || end != text.data() + newline ||
+      code > static_cast<unsigned>(ErrorCode::internal)) {
+    return std::nullopt;
   }
-  if (code > static_cast<int>(ErrorCode::internal)) return std::nullopt;
   return FailureRecord{static_cast<ErrorCode>(code), text.substr(newline + 1)};
 }
 

@@ -652,9 +652,7 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   u.failed = true;
   if (!u.notice_out.empty()) return;  // once: the first failure is the one peers should name
   board_.publish(record);             // for peers the notice cannot reach (returns at once)
-  const int32_t code = static_cast<int32_t>(record.code);
-  u.notice_out.assign(reinterpret_cast<const char*>(&code), sizeof code);
-  u.notice_out += record.message.substr(0, kMaxNoticeBytes - sizeof code);
+  u.notice_out = encode_failure_record(record).substr(0, kMaxNoticeBytes);
   for (int p : config_.peers) {
     if (u.endpoints[p] == nullptr || u.failures[p] != UCS_OK) continue;
     ucp_request_param_t param{};
@@ -705,14 +703,13 @@ std::optional<FailureRecord> UcxNetwork::notice_locked() {
     if (status == UCS_INPROGRESS) continue;
     ucp_request_free(slot.pending);
     slot.pending = nullptr;
-    if (status != UCS_OK || info.length < sizeof(int32_t)) continue;
+    if (status != UCS_OK) continue;
+    std::optional<FailureRecord> record =
+        decode_failure_record(std::string(slot.buffer.data(), info.length));
+    if (!record) continue;
     // Tells the sender it may close its connections now (see notify_failure).
     u.acknowledge_notice(static_cast<int>(p));
-    int32_t code = 0;
-    std::memcpy(&code, slot.buffer.data(), sizeof code);
-    received_notice_ =
-        FailureRecord{static_cast<ErrorCode>(code),
-                      std::string(slot.buffer.data() + sizeof code, info.length - sizeof code)};
+    received_notice_ = std::move(record);
     took_one = true;
   }
   if (!took_one) u.notices_examined = completed;
