@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/open_files.h"
 #include "cli/flight_dumps.h"
 #include "cli/line_prefixer.h"
 #include "cli/process_util.h"
@@ -39,6 +40,8 @@ constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr int kSummarySignal = SIGUSR2;
 // While waiting for dumps without inotify, how often the dump files are looked at.
 constexpr int kDumpPollMs = 20;
+constexpr uint64_t kLauncherFilesPerRank = 4;  // measured: 1 per rank with plain output
+constexpr uint64_t kLauncherSpareFiles = 64;
 // The launcher's own connection to the store it serves.
 constexpr std::chrono::milliseconds kStoreConnectTimeout{5000};
 
@@ -787,6 +790,12 @@ int launch_job(const LaunchOptions& options) {
     bind = options.store_bind.empty() ? "0.0.0.0" : options.store_bind;
     advertised = bind == "0.0.0.0" ? host_name() : bind;
   }
+  // Per rank, while it runs: its store connection (more while it sets up) and, with --tag-output,
+  // its two output pipes; while it starts, its exec-status pipe. Past ~250 ranks that exceeds the
+  // usual soft limit of 1,024; the ranks inherit the raised limit (each raises its own as its
+  // communicators need: comm/open_file_room.h).
+  base::make_room_for_files(kLauncherFilesPerRank * static_cast<uint64_t>(options.world_size),
+                            kLauncherSpareFiles);
   TcpStoreServer server(bind, 0, secret);
   std::string store_addr = advertised + ":" + std::to_string(server.port());
   read_dumps_from_store(dumps, options, bind == "0.0.0.0" ? "127.0.0.1" : bind, server.port(),

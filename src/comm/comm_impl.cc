@@ -7,11 +7,13 @@
 #include <limits>
 #include <vector>
 
+#include "base/open_files.h"
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
 #include "comm/host_discovery.h"
 #include "comm/net_p2p.h"
+#include "comm/open_file_room.h"
 #include "comm/process_failures.h"
 #include "comm/settings_agreement.h"
 #include "tpf/error.h"
@@ -79,13 +81,16 @@ CommImpl::CommImpl(CommSetup setup)
   auto scoped_store =
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
   const std::string comm_label = "communicator '" + setup_.name + "'";
-  DiscoveredRanks discovered = discover_hosts(
-      *scoped_store, setup_.rank, setup_.size, setup_.settings.host_key,
-      setup_.settings.net_devices, encode_shared_settings(shared_settings(setup_.settings)),
-      setup_.settings.setup_timeout, comm_label);
+  const JoiningRank joining{setup_.settings.host_key, setup_.settings.net_devices,
+                            encode_shared_settings(shared_settings(setup_.settings)),
+                            base::encode_open_files(base::open_files())};
+  DiscoveredRanks discovered = discover_hosts(*scoped_store, setup_.rank, setup_.size, joining,
+                                              setup_.settings.setup_timeout, comm_label);
   hosts_ = std::move(discovered.hosts);
   // Before anything is mapped or connected: every rank fails here alike.
   check_shared_settings(discovered.shared_settings, hosts_, comm_label);
+  check_open_file_room(discovered.open_files, hosts_, comm_label);
+  make_room_for_communicator(hosts_, setup_.rank);
   transport::FabricConfig config =
       fabric_config(setup_, generation, scoped_store, ranks_on_machine());
   if (!hosts_.single_host()) {

@@ -18,48 +18,51 @@ std::chrono::milliseconds left_until(SetupClock::time_point deadline) {
 }
 
 // A rank's entry in the store, one line: its host key (printable, no tabs: TPF_NODE_ID has no
-// spaces, the derived key none but spaces), its devices, its machine key and its shared settings,
-// tab-separated (control characters and spaces in the devices and machine key made '?'; the
-// settings' line has no tab).
-std::string entry_of(const std::string& host_key, std::string devices, std::string machine,
-                     const std::string& shared_settings) {
+// spaces, the derived key none but spaces), its devices, its machine key, its shared settings and
+// its open files, tab-separated (control characters and spaces in the devices and machine key
+// made '?'; the settings' and open files' lines have no tab).
+std::string entry_of(const JoiningRank& rank, std::string machine) {
+  std::string devices = rank.net_devices;
   for (std::string* field : {&devices, &machine}) {
     for (char& c : *field)
       if (static_cast<unsigned char>(c) <= ' ') c = '?';
   }
-  return host_key + "\t" + devices + "\t" + machine + "\t" + shared_settings;
+  return rank.host_key + "\t" + devices + "\t" + machine + "\t" + rank.shared_settings + "\t" +
+         rank.open_files;
 }
 
 // What the entries of every rank, in rank order, say.
 DiscoveredRanks discovered_from(const std::vector<std::string>& entries) {
-  std::vector<std::string> keys, devices, machines, settings;
+  std::vector<std::string> keys, devices, machines, settings, open_files;
   for (const std::string& entry : entries) {
     std::vector<std::string> fields;
     std::istringstream parts(entry);
     for (std::string field; std::getline(parts, field, '\t');) fields.push_back(field);
-    fields.resize(4);
+    fields.resize(5);
     keys.push_back(fields[0]);
     devices.push_back(fields[1].empty() ? "all" : fields[1]);
     machines.push_back(fields[2].empty() ? fields[0] : fields[2]);
     settings.push_back(fields[3]);
+    open_files.push_back(fields[4]);
   }
   topo::resolve_auto_rail_requests(keys, devices);
   topo::HostMap hosts(keys, devices, machines);
-  return {std::move(hosts), std::move(devices), std::move(settings)};
+  return {std::move(hosts), std::move(devices), std::move(settings), std::move(open_files)};
 }
 
 }  // namespace
 
-DiscoveredRanks discover_hosts(Store& store, int rank, int size, const std::string& host_key,
-                               const std::string& net_devices, const std::string& shared_settings,
+DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRank& joining,
                                std::chrono::milliseconds timeout, const std::string& label) {
   if (size == 1) {
-    std::vector<std::string> devices{net_devices};
-    topo::resolve_auto_rail_requests({host_key}, devices);
-    return {topo::HostMap({host_key}), std::move(devices), {shared_settings}};
+    std::vector<std::string> devices{joining.net_devices};
+    topo::resolve_auto_rail_requests({joining.host_key}, devices);
+    return {topo::HostMap({joining.host_key}),
+            std::move(devices),
+            {joining.shared_settings},
+            {joining.open_files}};
   }
-  const std::string mine =
-      entry_of(host_key, net_devices, topo::local_machine_key(), shared_settings);
+  const std::string mine = entry_of(joining, topo::local_machine_key());
   const auto deadline = SetupClock::now() + timeout;
   auto failed = [&](const Error& e, const std::string& waiting_for) {
     const std::string context = label + ": learning every rank's host (waiting for " + waiting_for +

@@ -1,7 +1,7 @@
 // Learns which host every rank of a new communicator is on, through its store: each rank
 // publishes its host key, the network devices it was given (UCX_NET_DEVICES, or those nearest
-// to it for TPF_RAIL_DEVICES=auto) and its shared
-// settings (comm/settings_agreement.h), rank 0 collects them in rank order and publishes the
+// to it for TPF_RAIL_DEVICES=auto), its shared settings (comm/settings_agreement.h) and its
+// open-file limit (comm/open_file_room.h), rank 0 collects them in rank order and publishes the
 // list, and every rank builds its HostMap from that one list (so all ranks agree even if a key
 // were to change).
 #pragma once
@@ -15,18 +15,26 @@
 
 namespace tpf::detail {
 
+// What a rank tells the others as it joins.
+struct JoiningRank {
+  std::string host_key;
+  std::string net_devices;
+  std::string shared_settings;  // encode_shared_settings' line
+  std::string open_files;       // base::encode_open_files' line
+};
+
 struct DiscoveredRanks {
   topo::HostMap hosts;
   // Per rank: the network devices it uses, its requests for devices chosen by topology resolved
   // (topo::resolve_auto_rail_requests).
   std::vector<std::string> devices;
   std::vector<std::string> shared_settings;  // per rank: encode_shared_settings' line
+  std::vector<std::string> open_files;       // per rank: base::encode_open_files' line
 };
 
 // `store` is the communicator's own (prefixed) store; `label` names the communicator in errors.
 // Bounded by `timeout`: a rank that does not publish its key is named.
-DiscoveredRanks discover_hosts(Store& store, int rank, int size, const std::string& host_key,
-                               const std::string& net_devices, const std::string& shared_settings,
+DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRank& mine,
                                std::chrono::milliseconds timeout, const std::string& label);
 
 }  // namespace tpf::detail

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/open_files.h"
 #include "support/fake_remote_shell.h"
 #include "support/run_tpf.h"
 #include "tpf/topology.h"
@@ -82,6 +84,25 @@ TEST(Launcher, NprocTakesAnEqualsSign) {
   ASSERT_FALSE(r.timed_out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(lines_of(r.out), std::vector<std::string>(3, "size=3")) << r.out;
+}
+
+// With --tag-output the launcher holds three descriptors per rank while they start (two output
+// pipes and an exec-status pipe) and a store connection per rank: 24 ranks do not fit under a
+// soft limit of 16 more than the test holds, so it raises its own (before 2026-12-05 it failed
+// with "pipe2 ... Too many open files"; past ~250 ranks the usual 1,024 was too few).
+TEST(Launcher, RaisesItsSoftOpenFileLimitForItsRanks) {
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  const uint64_t open = tpf::base::open_files().open;
+  rlimit lowered = before;
+  lowered.rlim_cur = static_cast<rlim_t>(open + 16);
+  ASSERT_LT(lowered.rlim_cur, before.rlim_max);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  Outcome r = run_tpf({"run", "-n", "24", "--tag-output", "--", "sh", "-c", "echo started"});
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &before), 0);
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_of(r.out).size(), 24u) << r.out;
 }
 
 // --hosts starts every rank through the remote shell as RSH HOST env VARIABLES... PROGRAM.
