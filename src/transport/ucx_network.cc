@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "base/memory_probe.h"
@@ -953,12 +954,16 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   // tagged send in flight is stopped by closing its endpoint, which would also cut the peer off
   // from the failure notice the communicator sends next (measured under load: the peer then
   // blamed this rank's exit, not the cause). Where that is about to happen, a failure found here
-  // (not one another rank reported) is notified first; the pair is broken either way.
-  auto fail = [&](const Error& error) {
+  // (not one another rank reported) is notified first; the pair is broken either way. `error` is
+  // thrown as its own type: a RootCauseError thrown as an Error would lose its root, and whoever
+  // relays it would relay its whole message, one more context per hop.
+  auto fail = [&](const auto& error) {
     const bool cuts_a_send = std::any_of(requests.begin(), requests.end(), [](const NetRequest& r) {
       return r.pending != nullptr && r.is_send && !r.via_put;
     });
-    if (cuts_a_send && dynamic_cast<const RootCauseError*>(&error) == nullptr) {
+    constexpr bool reported_by_another =
+        std::is_base_of_v<RootCauseError, std::decay_t<decltype(error)>>;
+    if (cuts_a_send && !reported_by_another) {
       notify_failure_locked(root_of(error));
     }
     cancel_locked(requests);  // waits, bounded, until the peers it cuts took the notice

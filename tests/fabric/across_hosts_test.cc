@@ -1812,6 +1812,47 @@ TEST_P(AcrossHostsFailures, ARankKilledOnAnotherHostIsNamed) {
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
 }
 
+// Four hosts of two, rank 5 killed among back-to-back all_reduces: its host-mate sees it die and
+// tells the other hosts, whose ranks tell theirs through shared memory, and so on. Every survivor
+// reports the root cause behind one line of context of its own, however many hops it took: before
+// 2026-12-05 a rank that met a relayed failure in its network wait rethrew it as a plain Error,
+// so the next hop relayed its whole text ("... a rank on another host failed: all_reduce ... a
+// rank on another host failed: all_reduce ... rank 5 (pid ...) died ...").
+TEST_P(AcrossHostsFailures, EverySurvivorGetsTheRootCauseBehindOneLineOfContext) {
+  const HostKeys four_hosts_of_two = {"host-a", "host-a", "host-b", "host-b",
+                                      "host-c", "host-c", "host-d", "host-d"};
+  auto outcomes = run_on_hosts(
+      four_hosts_of_two,
+      [](Communicator& comm) {
+        int64_t value = 1, out = 0;
+        const Error e = expect_error("all_reduces until rank 5 dies", [&] {
+          for (int i = 0; i < 10000000; ++i) {
+            if (i == 100 && comm.rank() == 5) ::raise(SIGKILL);
+            comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum);
+          }
+        });
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, what);
+        auto occurrences = [&](const std::string& part) {
+          size_t count = 0;
+          for (size_t at = what.find(part); at != std::string::npos; at = what.find(part, at + 1))
+            ++count;
+          return count;
+        };
+        TPF_CHILD_CHECK(occurrences("rank 5 (pid ") == 1, what);
+        // The root's own "all_reduce (sequence N) on communicator 'world': ", and at most one
+        // context in front of it.
+        TPF_CHILD_CHECK(occurrences("on communicator 'world'") <= 2, what);
+      },
+      GetParam());
+  for (int r = 0; r < 8; ++r) {
+    if (r != 5) {
+      EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+    }
+  }
+  EXPECT_EQ(outcomes[5].signal, SIGKILL);
+}
+
 // An abort (or any failure) on one host reaches the ranks of the others at once, as the root
 // cause, while the aborting process stays alive: their deadline is ten minutes away.
 TEST_P(AcrossHostsFailures, AnAbortOnOneHostReachesTheOtherHostsAtOnce) {
