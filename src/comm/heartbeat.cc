@@ -1,6 +1,10 @@
 #include "comm/heartbeat.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <utility>
 
@@ -34,7 +38,9 @@ Heartbeat::Heartbeat(Config config, transport::UcxNetwork& network,
       on_failure_(std::move(on_failure)),
       watched_(watched_by(config_.hosts, config_.rank)),
       watcher_(watcher_of(config_.hosts, config_.rank)),
-      started_(Clock::now()) {
+      started_(Clock::now()),
+      stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (stop_fd_ < 0) throw_system_error(ErrorCode::resource, config_.label + ": eventfd", errno);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -44,7 +50,10 @@ Heartbeat::~Heartbeat() {
     stopping_ = true;
   }
   cv_.notify_all();
+  const uint64_t one = 1;
+  (void)!::write(stop_fd_, &one, sizeof one);
   thread_.join();
+  ::close(stop_fd_);
   network_.send_goodbye(watcher_);
 }
 
@@ -54,6 +63,7 @@ void Heartbeat::run() {
       transport::WaitContext::with_timeout({}, [label = config_.label] { return label; });
   bool watching = true;
   auto next_beat = Clock::now();
+  uint64_t seen = 0;  // the network's generation after this thread's last round
   std::unique_lock lock(mu_);
   while (!stopping_) {
     const bool beat = Clock::now() >= next_beat;
@@ -63,7 +73,7 @@ void Heartbeat::run() {
         network_.send_beat(watcher_, config_.calls ? config_.calls->current() : std::nullopt);
       }
       if (watching) {
-        network_.advance({}, ctx);  // failure notices from other hosts
+        seen = network_.advance({}, ctx).generation;  // failure notices from other hosts
         if (beat) watch(Clock::now());
         network_.push_unsent();  // for a sender that went on (after the round of progress)
       }
@@ -73,9 +83,16 @@ void Heartbeat::run() {
     }
     lock.lock();
     if (beat) next_beat = Clock::now() + period;
-    // Between beats, every kPushEvery: the push costs nothing where no send started.
+    // A round at most every kPushEvery; then, where nothing is left to push, asleep until the
+    // network has news or the next beat (the header says why).
     const auto wake = std::min(next_beat, Clock::now() + transport::UcxNetwork::kPushEvery);
     cv_.wait_until(lock, wake, [this] { return stopping_; });
+    if (stopping_ || !watching || network_.has_unsent()) continue;
+    const auto until_beat = std::chrono::ceil<std::chrono::milliseconds>(next_beat - Clock::now());
+    if (until_beat.count() <= 0) continue;
+    lock.unlock();
+    network_.wait_for_news(until_beat, seen, stop_fd_);
+    lock.lock();
   }
 }
 

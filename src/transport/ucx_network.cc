@@ -165,6 +165,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   // not hear of it (their events were taken) until its sleep ran out: so a sleeper sleeps only if
   // nothing moved since its last look, and whoever moves something wakes the sleepers.
   uint64_t generation = 0;  // under UcxNetwork::mu_, as every call into the worker
+  uint64_t rounds = 0;      // advance's (mu_)
   std::atomic<int> sleepers{0};
   std::vector<ucp_ep_h> endpoints;     // by rank; null where there is none (or it was closed)
   std::vector<ucs_status_t> failures;  // by rank: why its endpoint failed, UCS_OK if it did not
@@ -807,7 +808,10 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, true, bytes};
   request.data = data;
-  started_since_push_.store(true, std::memory_order_relaxed);
+  if (!started_since_push_.load(std::memory_order_relaxed)) {
+    started_since_push_.store(true, std::memory_order_relaxed);
+    if (ucx_->sleepers.load() > 0) ucp_worker_signal(ucx_->worker);  // a heartbeat asleep: push
+  }
   ucp_ep_h ep = ucx_->endpoints[peer];
   if (ep == nullptr || tag > kMaxTag) {
     throw_known_failure_locked("sending to rank " + std::to_string(peer));
@@ -998,6 +1002,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                      "completes");
   };
   u.progress_once();
+  ++u.rounds;
   if (std::optional<RootCauseError> failure = known_failure_locked([&] { return ctx.op_label(); }))
     fail(*failure);
   if (u.put_protocol) {
@@ -1073,7 +1078,8 @@ void UcxNetwork::push_unsent() {
   if (UCS_PTR_IS_PTR(flush)) push_flush_ = flush;
 }
 
-void UcxNetwork::wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation) {
+void UcxNetwork::wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation,
+                               int also) {
   {
     std::lock_guard lock(mu_);
     if (ucx_->generation != seen_generation) return;  // another thread moved something: look
@@ -1081,9 +1087,20 @@ void UcxNetwork::wait_for_news(std::chrono::milliseconds limit, uint64_t seen_ge
     if (ucp_worker_arm(ucx_->worker) != UCS_OK) return;
     ucx_->sleepers.fetch_add(1);  // from here, whoever moves something signals the worker
   }
-  pollfd fd{ucx_->event_fd, POLLIN, 0};
-  ::poll(&fd, 1, static_cast<int>(limit.count()));
+  pollfd fds[2] = {{ucx_->event_fd, POLLIN, 0}, {also, POLLIN, 0}};
+  ::poll(fds, also >= 0 ? 2 : 1, static_cast<int>(limit.count()));
   ucx_->sleepers.fetch_sub(1);
+}
+
+uint64_t UcxNetwork::rounds() const {
+  std::lock_guard lock(mu_);
+  return ucx_->rounds;
+}
+
+bool UcxNetwork::has_unsent() const {
+  if (started_since_push_.load(std::memory_order_relaxed)) return true;
+  std::lock_guard lock(mu_);
+  return push_flush_ != nullptr || push_again_;
 }
 
 bool UcxNetwork::Idle::should_sleep() {

@@ -147,7 +147,15 @@ class UcxNetwork {
   // that leaves its transfers because of a failure found outside the network's waits calls
   // notify_failure first, or the peers it cuts blame the closed connection.
   void cancel(std::span<NetRequest> requests);
-  void wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation);
+  // `also`, where given, is one more descriptor whose readability ends the sleep (a thread's
+  // own stop signal: the worker's may be taken by another sleeper).
+  void wait_for_news(std::chrono::milliseconds limit, uint64_t seen_generation, int also = -1);
+  // Whether sends started since push_unsent's last call, or its flush is still in progress: the
+  // heartbeat keeps its kPushEvery rounds until none is (a send that starts meanwhile wakes a
+  // thread asleep in wait_for_news).
+  bool has_unsent() const;
+  // Rounds of progress taken so far (advance, by any thread): what an idle communicator costs.
+  uint64_t rounds() const;
   // What a wait does between rounds of progress that completed nothing: the next round at once,
   // a few dozen times; then, with a core to itself, yields the core between rounds for a
   // millisecond; then sleeps (wait_for_news). One per wait; progress starts it over.
