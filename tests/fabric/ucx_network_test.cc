@@ -209,6 +209,11 @@ TEST_P(ByProtocol, APeerThatNeverSendsIsNamedAtTheDeadline) {
   testing::expect_all_ok(outcomes);
 }
 
+// A heartbeat between two hosts of one rank whose period (two minutes) passes no beat in a test.
+detail::Heartbeat::Config quiet_heartbeat(const RankContext& ctx) {
+  return {ctx.rank, topo::HostMap({"a", "b"}), "heartbeat test", std::chrono::minutes(10), nullptr};
+}
+
 // A sender that goes on (a small broadcast's root, a reduce's sender) leaves to UCX what it has
 // not sent yet: sends queued behind a full socket, the tail of a message the socket took in part.
 // Its heartbeat thread pushes that on every 20 ms (UcxNetwork::push_unsent), so the receiver gets
@@ -221,9 +226,8 @@ TEST(UcxNetwork, SendsWhoseSenderWentOnArePushedOnByItsHeartbeat) {
   auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
     auto net = connect_network(ctx);
     std::atomic<bool> failed{false};
-    detail::Heartbeat heartbeat(
-        {ctx.rank, topo::HostMap({"a", "b"}), "push test", std::chrono::minutes(10), nullptr}, *net,
-        [&](std::exception_ptr) { failed = true; });
+    detail::Heartbeat heartbeat(quiet_heartbeat(ctx), *net,
+                                [&](std::exception_ptr) { failed = true; });
     constexpr size_t kMessages = 4096, kBytes = 8192;
     std::vector<unsigned char> data(kMessages * kBytes);
     std::vector<NetRequest> requests;
@@ -262,9 +266,8 @@ TEST(UcxNetwork, AnIdleHeartbeatTakesNoRoundsOfProgress) {
   auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
     auto net = connect_network(ctx);
     std::atomic<bool> failed{false};
-    detail::Heartbeat heartbeat(
-        {ctx.rank, topo::HostMap({"a", "b"}), "idle test", std::chrono::minutes(10), nullptr}, *net,
-        [&](std::exception_ptr) { failed = true; });
+    detail::Heartbeat heartbeat(quiet_heartbeat(ctx), *net,
+                                [&](std::exception_ptr) { failed = true; });
     uint32_t mine = 7, theirs = 0;
     std::vector<NetRequest> exchange{net->recv(1 - ctx.rank, 1, &theirs, sizeof theirs),
                                      net->send(1 - ctx.rank, 1, &mine, sizeof mine)};
