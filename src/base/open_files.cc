@@ -16,9 +16,10 @@ uint64_t from_rlim(rlim_t value) {
   return value == RLIM_INFINITY ? kUnlimitedFiles : static_cast<uint64_t>(value);
 }
 
-uint64_t count_open_descriptors() {
+// `soft`: the limit, which is what is open where not even the directory can be opened.
+uint64_t count_open_descriptors(uint64_t soft) {
   DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return 0;
+  if (dir == nullptr) return errno == EMFILE && soft != kUnlimitedFiles ? soft : 0;
   uint64_t entries = 0;
   while (const dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] != '.') ++entries;
@@ -40,7 +41,7 @@ OpenFiles open_files() {
     files.soft = from_rlim(limit.rlim_cur);
     files.hard = from_rlim(limit.rlim_max);
   }
-  files.open = count_open_descriptors();
+  files.open = count_open_descriptors(files.soft);
   return files;
 }
 

@@ -15,7 +15,7 @@ namespace tpf::base {
 inline constexpr uint64_t kUnlimitedFiles = UINT64_MAX;  // RLIM_INFINITY
 
 struct OpenFiles {
-  uint64_t open = 0;  // descriptors open now (/proc/self/fd; 0 where it cannot be read)
+  uint64_t open = 0;  // descriptors open now (/proc/self/fd; 0 where there is no /proc)
   uint64_t soft = kUnlimitedFiles;
   uint64_t hard = kUnlimitedFiles;
 

@@ -6,6 +6,7 @@
 
 #include "base/open_files.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -68,6 +69,20 @@ TEST(OpenFiles, TheSoftLimitRisesToWhatIsAskedAndNoFurtherThanTheHardLimit) {
     TPF_CHILD_CHECK(after.soft == open + 100, "past the hard limit: " + std::to_string(after.soft));
     after = base::make_room_for_files(1, 0);  // never lowers
     TPF_CHILD_CHECK(base::open_files().soft == open + 100, std::to_string(after.soft));
+  }));
+}
+
+// Where not even /proc/self/fd can be opened, the process is at its limit: it counts as full,
+// not as empty (which would take a limit already spent for room).
+TEST(OpenFiles, AProcessWithNoDescriptorLeftCountsAsFull) {
+  testing::expect_all_ok(testing::run_ranks_raw(1, [](const RankContext&) {
+    set_open_file_limit(8);
+    std::vector<int> taken;
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) taken.push_back(fd);
+    const base::OpenFiles files = base::open_files();
+    for (int fd : taken) ::close(fd);
+    TPF_CHILD_CHECK(files.open == files.soft,
+                    std::to_string(files.open) + " open of " + std::to_string(files.soft));
   }));
 }
 
