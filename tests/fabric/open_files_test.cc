@@ -112,18 +112,20 @@ std::vector<testing::RankOutcome> run_limited(
       options);
 }
 
-// One host of six and two hosts of six, each rank's soft limit 2 above what it has open: it holds
-// a pidfd per host-mate, a socket per rank elsewhere and UCX's worker (measured 14). It raises its
-// soft limit to what the communicator may need and 256 more. (Without: on one host a rank failed
-// to open a peer's segment; across hosts one was killed by an assertion inside UCX.)
+// Sixteen ranks on one host, and two hosts of six, each rank's soft limit 12 above what it has
+// open (room to join: a store connection, the files its host key is read from; a sanitizer's
+// runtime needs a few more): it holds a pidfd per host-mate (15), or 5 and a socket per rank
+// elsewhere (6) and UCX's worker (measured 14). It raises its soft limit to what the communicator
+// may need and 256 more. (Without: on one host a rank failed to open a peer's segment; across
+// hosts one was killed by an assertion inside UCX.)
 TEST(OpenFileRoom, ARankRaisesASoftLimitTooLowForItsPeers) {
   for (const std::vector<std::string>& keys :
-       {std::vector<std::string>(6, "host-a"),
+       {std::vector<std::string>(16, "host-a"),
         std::vector<std::string>{"host-a", "host-a", "host-a", "host-a", "host-a", "host-a",
                                  "host-b", "host-b", "host-b", "host-b", "host-b", "host-b"}}) {
     SCOPED_TRACE(std::to_string(keys.size()) + " ranks");
     testing::expect_all_ok(run_limited(
-        keys, [](int) { set_open_file_limit(2); },
+        keys, [](int) { set_open_file_limit(12); },
         [&](const RankContext& ctx) {
           const uint64_t open_before = base::open_files().open;
           Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
