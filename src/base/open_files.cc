@@ -15,6 +15,9 @@ namespace {
 uint64_t from_rlim(rlim_t value) {
   return value == RLIM_INFINITY ? kUnlimitedFiles : static_cast<uint64_t>(value);
 }
+rlim_t to_rlim(uint64_t value) {
+  return value == kUnlimitedFiles ? RLIM_INFINITY : static_cast<rlim_t>(value);
+}
 
 // `soft`: the limit, which is what is open where not even the directory can be opened.
 uint64_t count_open_descriptors(uint64_t soft) {
@@ -49,12 +52,8 @@ OpenFiles make_room_for_files(uint64_t more, uint64_t spare) {
   OpenFiles files = open_files();
   const uint64_t wanted = add_saturating(add_saturating(files.open, more), spare);
   if (files.soft >= wanted || files.soft >= files.hard) return files;
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    throw_system_error(ErrorCode::system, "getrlimit(RLIMIT_NOFILE)", errno);
-  }
   const uint64_t soft = std::min(wanted, files.hard);
-  limit.rlim_cur = soft == kUnlimitedFiles ? RLIM_INFINITY : static_cast<rlim_t>(soft);
+  rlimit limit{to_rlim(soft), to_rlim(files.hard)};
   if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
     throw_system_error(ErrorCode::system,
                        "raising the open-file limit (RLIMIT_NOFILE) to " + std::to_string(soft),

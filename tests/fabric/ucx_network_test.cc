@@ -209,10 +209,18 @@ TEST_P(ByProtocol, APeerThatNeverSendsIsNamedAtTheDeadline) {
   testing::expect_all_ok(outcomes);
 }
 
-// A heartbeat between two hosts of one rank whose period (two minutes) passes no beat in a test.
-detail::Heartbeat::Config quiet_heartbeat(const RankContext& ctx) {
-  return {ctx.rank, topo::HostMap({"a", "b"}), "heartbeat test", std::chrono::minutes(10), nullptr};
-}
+// A rank's network with a heartbeat between two hosts of one rank whose period (two minutes)
+// passes no beat in a test; `failed` says whether the heartbeat failed.
+struct NetworkWithHeartbeat {
+  explicit NetworkWithHeartbeat(const RankContext& ctx)
+      : net(connect_network(ctx)),
+        heartbeat({ctx.rank, topo::HostMap({"a", "b"}), "heartbeat test", std::chrono::minutes(10),
+                   nullptr},
+                  *net, [this](std::exception_ptr) { failed = true; }) {}
+  std::unique_ptr<UcxNetwork> net;
+  std::atomic<bool> failed{false};
+  detail::Heartbeat heartbeat;
+};
 
 // A sender that goes on (a small broadcast's root, a reduce's sender) leaves to UCX what it has
 // not sent yet: sends queued behind a full socket, the tail of a message the socket took in part.
@@ -224,10 +232,8 @@ detail::Heartbeat::Config quiet_heartbeat(const RankContext& ctx) {
 TEST(UcxNetwork, SendsWhoseSenderWentOnArePushedOnByItsHeartbeat) {
   testing::SharedBlock shared;
   auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
-    auto net = connect_network(ctx);
-    std::atomic<bool> failed{false};
-    detail::Heartbeat heartbeat(quiet_heartbeat(ctx), *net,
-                                [&](std::exception_ptr) { failed = true; });
+    NetworkWithHeartbeat rank(ctx);
+    UcxNetwork* net = rank.net.get();
     constexpr size_t kMessages = 4096, kBytes = 8192;
     std::vector<unsigned char> data(kMessages * kBytes);
     std::vector<NetRequest> requests;
@@ -251,7 +257,7 @@ TEST(UcxNetwork, SendsWhoseSenderWentOnArePushedOnByItsHeartbeat) {
         TPF_CHILD_CHECK(data[i] == pattern(0, 1, i), "byte " + std::to_string(i) + " differs");
       shared.counter(1).store(1);
     }
-    TPF_CHILD_CHECK(!failed, "the heartbeat failed");
+    TPF_CHILD_CHECK(!rank.failed, "the heartbeat failed");
   });
   testing::expect_all_ok(outcomes);
 }
@@ -263,12 +269,9 @@ TEST(UcxNetwork, SendsWhoseSenderWentOnArePushedOnByItsHeartbeat) {
 // idle communicators of 8 ranks took both cores of a 2-core machine. A loaded machine can only
 // give it fewer.
 TEST(UcxNetwork, AnIdleHeartbeatTakesNoRoundsOfProgress) {
-  testing::SharedBlock shared;
   auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
-    auto net = connect_network(ctx);
-    std::atomic<bool> failed{false};
-    detail::Heartbeat heartbeat(quiet_heartbeat(ctx), *net,
-                                [&](std::exception_ptr) { failed = true; });
+    NetworkWithHeartbeat rank(ctx);
+    UcxNetwork* net = rank.net.get();
     uint32_t mine = 7, theirs = 0;
     std::vector<NetRequest> exchange{net->recv(1 - ctx.rank, 1, &theirs, sizeof theirs),
                                      net->send(1 - ctx.rank, 1, &mine, sizeof mine)};
@@ -281,7 +284,7 @@ TEST(UcxNetwork, AnIdleHeartbeatTakesNoRoundsOfProgress) {
     std::this_thread::sleep_for(std::chrono::seconds(1));  // idle: what it costs
     const uint64_t taken = net->rounds() - before;
     TPF_CHILD_CHECK(taken <= 8, std::to_string(taken) + " rounds in a second of idleness");
-    TPF_CHILD_CHECK(!failed, "the heartbeat failed");
+    TPF_CHILD_CHECK(!rank.failed, "the heartbeat failed");
   });
   testing::expect_all_ok(outcomes);
 }
