@@ -153,6 +153,12 @@ CommImpl::~CommImpl() {
   p2p_.reset();
   if (net_p2p_) net_p2p_->stop();  // a waiter may still hold it; the network goes below
   net_p2p_.reset();
+  // Nothing more goes to or comes from the peers: those waiting on this rank in an operation it
+  // will never join fail at once, naming it, instead of at their deadlines (a failed
+  // communicator told them its failure instead).
+  fabric_->leave();
+  if (network_ && !failed_.load() && !aborted_.load())
+    network_->leave(ProcessFailures::instance().first());
 }
 
 void CommImpl::settle_checkpoints() noexcept {

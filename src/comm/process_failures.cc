@@ -41,4 +41,10 @@ void ProcessFailures::record(const transport::FailureRecord& root) {
   for (transport::ShmFabric* fabric : fabrics_) fabric->note_process_failure(root);
 }
 
+std::optional<transport::FailureRecord> ProcessFailures::first() {
+  std::lock_guard lock(mu_);
+  forget_if_forked();
+  return first_;
+}
+
 }  // namespace tpf::detail

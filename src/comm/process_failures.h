@@ -24,6 +24,8 @@ class ProcessFailures {
   void remove(transport::ShmFabric* fabric);
   // Keeps `root` if it is the process's first failure and notes it in every live fabric.
   void record(const transport::FailureRecord& root);
+  // The process's first failure, if it met one.
+  std::optional<transport::FailureRecord> first();
 
  private:
   // A forked child starts with none of this: its parent's failure and communicators are not its

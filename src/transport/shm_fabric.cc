@@ -347,6 +347,13 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
     throw RootCauseError(ctx.op_label() + ": " + rank_name(peer) + " failed earlier",
                          read_record(other.reason, other.reason_code));
   }
+  if (state == kStateLeft) {
+    if (other.note.value.load(std::memory_order_acquire) != 0) {
+      throw peer_left_after_failure(ctx.op_label(), rank_name(peer),
+                                    read_record(other.note_reason, other.note_code));
+    }
+    throw peer_left(ctx.op_label(), rank_name(peer));
+  }
 }
 
 std::optional<FailureRecord> ShmFabric::recorded_failure(int rank) const {
@@ -372,8 +379,8 @@ void ShmFabric::check_self(const WaitContext& ctx) const {
 }
 
 void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
-  // A peer that failed (and recorded why) before exiting is reported by check_peer with its
-  // reason, which names the root cause. Its state is read after its death was seen, when it is
+  // A peer that failed (and recorded why) or left the communicator before exiting is reported by
+  // check_peer, which names the root cause. Its state is read after its death was seen, when it is
   // final, so a peer that marked itself failed and then exited is never mistaken for a victim.
   if (processes_[peer].alive()) return;
   Control& other = control(peer);
@@ -513,6 +520,16 @@ void ShmFabric::note_process_failure(const FailureRecord& root) noexcept {
   mine.note.value.store(1, std::memory_order_release);
 }
 
+void ShmFabric::leave() noexcept {
+  Control& mine = control(config_.rank);
+  uint64_t ok = kStateOk;
+  if (!mine.state.value.compare_exchange_strong(ok, kStateLeft, std::memory_order_seq_cst)) return;
+  for (int p : all_peers_) {
+    control(p).bell.ring_always();
+    control(p).p2p_bell.ring_always();
+  }
+}
+
 void ShmFabric::abort() noexcept {
   Control& mine = control(config_.rank);
   mine.state.value.store(kStateAborted, std::memory_order_seq_cst);
@@ -526,6 +543,19 @@ void ShmFabric::abort() noexcept {
 
 bool ShmFabric::aborted() const noexcept {
   return control(config_.rank).state.value.load(std::memory_order_acquire) == kStateAborted;
+}
+
+Error peer_left(const std::string& op_label, const std::string& who) {
+  return Error(ErrorCode::mismatch,
+               op_label + ": " + who +
+                   " destroyed the communicator without taking part in this operation (do the "
+                   "ranks make the same calls before they destroy a communicator?)");
+}
+
+RootCauseError peer_left_after_failure(const std::string& op_label, const std::string& who,
+                                       FailureRecord failed_first) {
+  return RootCauseError(op_label + ": " + who + " left the communicator after a failure elsewhere",
+                        std::move(failed_first));
 }
 
 FailureRecord root_of(const std::exception_ptr& error) {

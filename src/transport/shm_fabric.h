@@ -88,6 +88,15 @@ class RootCauseError : public Error {
   FailureRecord root_;
 };
 
+// An operation waiting on `who`, a peer that destroyed the communicator (it called fewer
+// operations than this rank, or left before finishing one): a mismatch in the ranks' calls, named
+// at once instead of at the deadline. `failed_first`: where the peer's process met a failure on
+// another communicator before it left (ShmFabric::note_process_failure), the likely reason it
+// left, reported as the root cause.
+Error peer_left(const std::string& op_label, const std::string& who);
+RootCauseError peer_left_after_failure(const std::string& op_label, const std::string& who,
+                                       FailureRecord failed_first);
+
 // The root cause `error` reports: the root it carries where it is a consequence of an earlier
 // failure, else the error itself.
 inline FailureRecord root_of(const Error& error) {
@@ -210,6 +219,10 @@ class ShmFabric {
   // ("rank 3"; the lowest such peer): what may explain a connection of this rank's to another
   // host that failed meanwhile (UcxNetwork's wait for a notice asks it).
   std::optional<std::pair<std::string, FailureRecord>> peer_failure() const;
+  // Marks this rank as gone from the communicator (unless it failed or aborted), waking the
+  // peers: those waiting on it in an operation it will never join fail at once (peer_left).
+  // Called as the communicator is destroyed, after its last transfer.
+  void leave() noexcept;
   // Marks this rank aborted and wakes everyone, this rank's own waiters included.
   void abort() noexcept;
   bool aborted() const noexcept;

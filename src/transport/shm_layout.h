@@ -17,7 +17,8 @@
 namespace tpf::transport {
 
 inline constexpr uint64_t kMagic = 0x7470666162726963ULL;  // "tpfabric"
-inline constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2;
+// A rank's state (Control::state). Left: it destroyed the communicator (ShmFabric::leave).
+inline constexpr uint64_t kStateOk = 0, kStateFailed = 1, kStateAborted = 2, kStateLeft = 3;
 inline constexpr size_t kReasonBytes = 2048;  // a root cause's message, whole in practice
 inline constexpr std::chrono::microseconds kMaxSleep{2000};
 // The longest sleep of a wait with WaitContext::between_polls, which has network transfers to

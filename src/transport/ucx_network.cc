@@ -203,6 +203,17 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     std::unique_ptr<Fingerprint> in_call;  // what the send reads until it completes
   };
   std::vector<BeatOut> beats_out;  // sends in flight
+  // Leaving messages (UcxNetwork::leave): one receive kept posted for any peer's; by rank, the
+  // round of advance in which its message was taken (kStaying while it has not left), and the
+  // failure it left after, where it named one; this rank's message and its sends in flight.
+  static constexpr uint64_t kStaying = ~uint64_t{0};
+  std::vector<char> leaving_in;
+  void* leaving_pending = nullptr;
+  std::vector<uint64_t> left_in_round;
+  std::map<int, FailureRecord> left_after_failure;
+  bool said_leaving = false;
+  std::string leaving_out;
+  std::vector<void*> leavings_out;
   bool failed = false;             // the communicator failed (notify_failure)
   // Put + signal (see put_protocol.h): this rank's registered region, and per rank the peer's
   // remote key (set where the pair uses put) and where its region and this rank's block are.
@@ -273,6 +284,49 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   void note_progress() {
     ++generation;
     if (sleepers.load() > 0) ucp_worker_signal(worker);
+  }
+
+  // Keeps one receive posted for the leaving message of any peer (the rank bits masked out).
+  void listen_for_leavers() {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t posted = ucp_tag_recv_nbx(worker, leaving_in.data(), leaving_in.size(),
+                                               ucx_tag(0, kLeavingTag), kMaxTag, &param);
+    if (!UCS_PTR_IS_ERR(posted)) leaving_pending = posted;
+  }
+  // Takes the leaving messages that arrived (after a round of progress).
+  void take_leavers() {
+    while (leaving_pending != nullptr) {  // null until the network is set up
+      ucp_tag_recv_info_t info{};
+      const ucs_status_t status = ucp_tag_recv_request_test(leaving_pending, &info);
+      if (status == UCS_INPROGRESS) return;
+      ucp_request_free(leaving_pending);
+      leaving_pending = nullptr;
+      if (status != UCS_OK) return;  // cancelled: the network is going
+      const uint64_t peer = info.sender_tag >> kTagBits;
+      if (peer < left_in_round.size() && left_in_round[peer] == kStaying) {
+        left_in_round[peer] = rounds;
+        std::optional<FailureRecord> record =
+            decode_failure_record(std::string(leaving_in.data(), info.length));
+        if (info.length > 0 && record) left_after_failure[static_cast<int>(peer)] = *record;
+      }
+      listen_for_leavers();
+    }
+  }
+  // Whether `peer` left before this round of advance: a transfer with it still waiting now
+  // will never finish. (A round later than the one that took its message: what it sent before
+  // leaving came ahead of the message, and put + signal was flushed before it, so that round's
+  // progress finished every transfer it would.)
+  bool left_before_this_round(int peer) const { return left_in_round[peer] < rounds; }
+  bool has_left(int peer) const { return left_in_round[peer] != kStaying; }
+  // Hands `fail` the error of what `context` names, which waits on `peer`, a rank that left:
+  // a mismatch, or the failure it left after (as the root cause).
+  template <class Fail>
+  void fail_left(int peer, const std::string& context, Fail&& fail) const {
+    const std::string who = "rank " + std::to_string(peer);
+    const auto why = left_after_failure.find(peer);
+    if (why != left_after_failure.end()) fail(peer_left_after_failure(context, who, why->second));
+    fail(peer_left(context, who));
   }
 
   // Closes rank p's endpoint: flushing what was sent unless `force`, bounded either way.
@@ -414,6 +468,11 @@ struct UcxNetwork::Ucx final : RemoteWriter {
       settle(slot.pending);
     }
     for (BeatOut& beat : beats_out) settle(beat.request);
+    if (leaving_pending != nullptr) {
+      ucp_request_cancel(worker, leaving_pending);
+      settle(leaving_pending);
+    }
+    for (void* request : leavings_out) settle(request);
     // After a failure a flush may wait on a peer that is gone or cut off: close at once.
     close_all(failed);
     // Messages nobody will receive any more (beats and goodbyes of peers, which may arrive until
@@ -442,6 +501,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   const int n = config_.size;
   u.endpoints.assign(n, nullptr);
   u.failures.assign(n, UCS_OK);
+  u.left_in_round.assign(n, Ucx::kStaying);
   u.sinks.resize(n);
   u.label = config_.label;
   u.rkeys.assign(n, nullptr);
@@ -556,6 +616,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
            }));
   std::lock_guard lock(mu_);
   u.self = config_.rank;
+  u.leaving_in.resize(kMaxNoticeBytes);
+  u.listen_for_leavers();
   u.notices_in.resize(n);
   for (int p : config_.peers) {
     Ucx::NoticeSlot& slot = u.notices_in[p];
@@ -680,6 +742,35 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
     // A notice can wait behind a send its peer does not take (data sent ahead); that peer may be
     // waiting for this rank's acknowledgement of its own notice before it fails and reads on.
     u.acknowledge_arrived_notices();
+  }
+}
+
+void UcxNetwork::leave(const std::optional<FailureRecord>& failed_first) {
+  std::lock_guard lock(mu_);
+  Ucx& u = *ucx_;
+  if (u.failed || own_failure_ || u.self < 0 || u.said_leaving) return;
+  u.said_leaving = true;
+  if (u.put_protocol) {
+    // Puts and their signals do not queue behind tagged messages: they land first.
+    ucp_request_param_t param{};
+    ucs_status_ptr_t flush = ucp_worker_flush_nbx(u.worker, &param);
+    if (UCS_PTR_IS_PTR(flush)) {
+      const auto give_up = Clock::now() + kCloseFlushLimit;
+      while (ucp_request_check_status(flush) == UCS_INPROGRESS && Clock::now() < give_up)
+        u.progress();
+      ucp_request_free(flush);
+    }
+  }
+  // A message of no bytes says only "left"; one with a record, why.
+  u.leaving_out = failed_first ? encode_failure_record(*failed_first).substr(0, kMaxNoticeBytes)
+                               : std::string();
+  for (int p : config_.peers) {
+    if (u.endpoints[p] == nullptr || u.failures[p] != UCS_OK) continue;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t sent =
+        ucp_tag_send_nbx(u.endpoints[p], u.leaving_out.data(), u.leaving_out.size(),
+                         ucx_tag(u.self, kLeavingTag), &param);
+    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.leavings_out.push_back(sent);
   }
 }
 
@@ -830,6 +921,8 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
     // as the consequence of a failure elsewhere, whose notice is waited for as a failed transfer
     // waits for it (NetworkConfig::notice_wait).
     const std::string what = config_.label + ": sending to rank " + std::to_string(peer);
+    ucx_->take_leavers();
+    if (ucx_->has_left(peer)) ucx_->fail_left(peer, what, [](const auto& error) { throw error; });
     if (std::optional<RootCauseError> cause =
             await_notice_locked(config_.notice_wait, [&] { return what; }))
       throw *cause;
@@ -973,6 +1066,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     cancel_locked(requests);  // waits, bounded, until the peers it cuts took the notice
     throw error;
   };
+  // A peer that destroyed its communicator (leave) while this rank still waits on it.
+  auto fail_left = [&](int peer) { u.fail_left(peer, ctx.op_label(), fail); };
   auto peer_failure = [&](int peer, ucs_status_t status) {
     return Error(ErrorCode::peer_died,
                  ctx.op_label() + ": " + config_.label + " lost rank " + std::to_string(peer) +
@@ -985,9 +1080,14 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   // explains the loss (NetworkConfig::notice_wait).
   auto transfer_failure = [&](const NetRequest& r, ucs_status_t status) {
     if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false) {
+      // It closed its connections after saying it left: nothing else to wait for.
+      u.take_leavers();
+      if (u.has_left(r.peer)) fail_left(r.peer);
       if (std::optional<RootCauseError> cause =
               await_notice_locked(config_.notice_wait, [&] { return ctx.op_label(); }))
         fail(*cause);
+      u.take_leavers();
+      if (u.has_left(r.peer)) fail_left(r.peer);
       return peer_failure(r.peer, status);
     }
     char where[32];
@@ -1003,6 +1103,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   };
   u.progress_once();
   ++u.rounds;
+  u.take_leavers();
   if (std::optional<RootCauseError> failure = known_failure_locked([&] { return ctx.op_label(); }))
     fail(*failure);
   if (u.put_protocol) {
@@ -1025,6 +1126,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
       const PutProtocol::Status status = u.put_protocol->status(op);
       if (!status.done) {
         if (u.failures[r.peer] != UCS_OK) fail(transfer_failure(r, u.failures[r.peer]));
+        if (u.left_before_this_round(r.peer)) fail_left(r.peer);
         progress.done = false;
         continue;
       }
@@ -1042,6 +1144,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
                                           : ucp_tag_recv_request_test(r.pending, &info);
     if (status == UCS_INPROGRESS) {
       if (u.failures[r.peer] != UCS_OK) fail(transfer_failure(r, u.failures[r.peer]));
+      if (u.left_before_this_round(r.peer)) fail_left(r.peer);
       progress.done = false;
       continue;
     }

@@ -100,6 +100,7 @@ class UcxNetwork {
   static constexpr uint64_t kNoticeTag = kMaxTag - 1;                 // failure notices
   static constexpr uint64_t kBeatTag = kMaxTag - 2;                   // heartbeats
   static constexpr uint64_t kNoticeAckTag = kMaxTag - 3;              // "your notice arrived"
+  static constexpr uint64_t kLeavingTag = kMaxTag - 4;                // leave()
   static constexpr size_t kMaxNoticeBytes = 1024;
 
   explicit UcxNetwork(NetworkConfig config);
@@ -202,6 +203,15 @@ class UcxNetwork {
   // its connection, acknowledging meanwhile the notices that arrive here (peers that failed at
   // the same moment wait for each other). False if the bound ran out. The destructor does this.
   bool await_notice_acks();
+
+  // Tells every peer that this rank sends and receives nothing more (its communicator is being
+  // destroyed, after its last transfer): a peer's transfer with it still waiting then fails at
+  // once with Error(mismatch) naming it (peer_left: the ranks' calls differ), not at the deadline
+  // or blaming the connection it closes next. `failed_first`: the failure this rank's process met
+  // first on another communicator, the likely reason it leaves, which those peers report as their
+  // root cause. Nothing after a failure (notify_failure told the peers). Sends only: the closes
+  // in the destructor deliver the messages, behind everything this rank sent before.
+  void leave(const std::optional<FailureRecord>& failed_first);
 
   // Heartbeats (comm/heartbeat.h): a message to `peer` carrying the collective this rank is in
   // (`in_call`, or nothing outside one), or one saying this rank is leaving (goodbye), and what

@@ -18,6 +18,7 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -1880,6 +1881,102 @@ TEST_P(AcrossHostsFailures, AnAbortOnOneHostReachesTheOtherHostsAtOnce) {
       },
       GetParam());
   expect_all_ok(outcomes);
+}
+
+// A rank that destroys the communicator while the others wait for it in a collective it never
+// joins: every rank names it at once (its host-mate through shared memory, the other host from
+// that relay or from its own word over the network), not at the deadline ten minutes away and
+// not as a lost connection. Before 2026-12-06 the other host said "lost rank 3 (its process
+// exited or its connection failed: Endpoint timeout)" though rank 3 was alive.
+TEST_P(AcrossHostsFailures, ARankThatDestroyedTheCommunicatorIsNamedOnEveryHost) {
+  for (const HostKeys& keys : {kTwoHostsOfOne, kTwoHostsOfTwo}) {
+    const int leaver = static_cast<int>(keys.size()) - 1;
+    SCOPED_TRACE("rank " + std::to_string(leaver) + " of " + std::to_string(keys.size()));
+    SharedBlock shared;
+    auto outcomes = run_on_hosts(
+        keys,
+        [&](Communicator& world) {
+          std::optional<Communicator> comm = world.split(0, world.rank());
+          const int waiting = world.size() - 1;
+          if (world.rank() == leaver) {
+            comm.reset();
+            TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == waiting; },
+                                       std::chrono::seconds(60)),
+                            "the other ranks did not fail");
+            return;
+          }
+          int64_t value = 1, out = 0;
+          const Error e = expect_error("all_reduce without the rank that left", [&] {
+            comm->all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum,
+                             {std::chrono::minutes(10)});
+          });
+          shared.counter(0).fetch_add(1);
+          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          TPF_CHILD_CHECK(
+              std::string(e.what()).find("rank " + std::to_string(leaver) +
+                                         " destroyed the communicator") != std::string::npos,
+              e.what());
+        },
+        GetParam());
+    expect_all_ok(outcomes);
+  }
+}
+
+// Over the network alone: a receive from a rank that destroyed the communicator, started before
+// or after it left, fails naming it; and where that rank's process failed on another
+// communicator first (here an abort), that failure is the root cause the receiver reports.
+TEST_P(AcrossHostsFailures, ARecvFromARankThatLeftOnAnotherHostNamesItOrWhyItLeft) {
+  for (const bool failed_first : {false, true}) {
+    for (const bool after : {false, true}) {
+      SCOPED_TRACE(std::string(failed_first ? "after an abort, " : "") +
+                   (after ? "started after it left" : "started before it left"));
+      SharedBlock shared;
+      auto outcomes = run_on_hosts(
+          kTwoHostsOfOne,
+          [&](Communicator& world) {
+            std::optional<Communicator> comm = world.split(0, world.rank());
+            Communicator alone = world.split(world.rank(), 0);
+            if (world.rank() == 1) {
+              if (failed_first) alone.abort();
+              if (!after) {
+                TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == 1; },
+                                           std::chrono::seconds(60)),
+                                "rank 0 never started its receive");
+              }
+              comm.reset();
+              shared.counter(1).store(1);
+              TPF_CHILD_CHECK(wait_until([&] { return shared.counter(2).load() == 1; },
+                                         std::chrono::seconds(60)),
+                              "rank 0 did not fail");
+              return;
+            }
+            if (after) {
+              TPF_CHILD_CHECK(wait_until([&] { return shared.counter(1).load() == 1; },
+                                         std::chrono::seconds(60)),
+                              "rank 1 never left");
+            }
+            int32_t never = -1;
+            Work received = comm->recv_async(&never, 1, DType::i32, 1);
+            shared.counter(0).store(1);
+            const Error e = expect_error("recv from the rank that left", [&] { received.wait(); });
+            shared.counter(2).store(1);
+            TPF_CHILD_CHECK(never == -1, "the buffer was written");
+            const std::string what = e.what();
+            if (failed_first) {
+              TPF_CHILD_CHECK(e.code() == ErrorCode::aborted, what);
+              TPF_CHILD_CHECK(what.find("rank 1 left the communicator after a failure elsewhere") !=
+                                  std::string::npos,
+                              what);
+            } else {
+              TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, what);
+              TPF_CHILD_CHECK(what.find("rank 1 destroyed the communicator") != std::string::npos,
+                              what);
+            }
+          },
+          GetParam());
+      expect_all_ok(outcomes);
+    }
+  }
 }
 
 // The same, with ranks 0 and 1 starting their all_reduce only once rank 2 (rank 3's host leader)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,9 @@ TEST(FailurePropagation, ChainOfFailuresKeepsTheRootCauseOnEveryRank) {
   }, run_options()));
 }
 
-// Ranks 0 and 1 fail on their pair communicator (a count mismatch) and exit. Ranks 2 and 3 then
-// wait for them on the world communicator: they report the mismatch, not that 0 and 1 died.
+// Ranks 0 and 1 fail on their pair communicator (a count mismatch), destroy the world
+// communicator and exit. Ranks 2 and 3 then wait for them on the world communicator: they report
+// the mismatch, not that 0 and 1 left or died.
 TEST(FailurePropagation, OtherCommunicatorsReportTheRootCauseOfARankThatExited) {
   expect_all_ok(run_ranks(4, [](Communicator& world) {
     const int me = world.rank();
@@ -84,7 +86,7 @@ TEST(FailurePropagation, OtherCommunicatorsReportTheRootCauseOfARankThatExited) 
     });
     const std::string m = e.what();
     TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, "code " + std::string(error_code_name(e.code())) + ": " + m);
-    TPF_CHILD_CHECK(contains(m, "exited after a failure elsewhere") && contains(m, "count=10") &&
+    TPF_CHILD_CHECK(contains(m, "after a failure elsewhere") && contains(m, "count=10") &&
                         contains(m, "count=11"),
                     "message: " + m);
   }, run_options()));
@@ -104,6 +106,48 @@ TEST(FailurePropagation, AbortIsTheRootCauseOnOtherCommunicators) {
     TPF_CHILD_CHECK(e.code() == ErrorCode::aborted,
                     "code " + std::string(error_code_name(e.code())) + ": " + e.what());
   }, run_options()));
+}
+
+// A rank that destroys the communicator while its peers wait for it in operations it never
+// joins (a collective, a receive) is named by them at once, as a mismatch in the ranks' calls:
+// before 2026-12-06 they waited for their deadline (ten minutes here) and then said it "never
+// arrived". The rank stays alive meanwhile, so nothing else could explain it.
+TEST(FailurePropagation, ARankThatDestroyedTheCommunicatorIsNamedByThoseWaitingForIt) {
+  SharedBlock shared;
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::minutes(10);
+  expect_all_ok(run_ranks(
+      3,
+      [&](Communicator& world) {
+        const int me = world.rank();
+        std::optional<Communicator> comm = world.split(0, me);
+        if (me == 2) {
+          comm.reset();
+          shared.counter(0).store(1);
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(1).load() == 2; }, std::chrono::seconds(60)),
+              "the others never failed");
+          return;
+        }
+        Error e(ErrorCode::internal, "none");
+        if (me == 0) {
+          int32_t value = 1, sum = 0;
+          e = expect_error("all_reduce without rank 2",
+                           [&] { comm->all_reduce(&value, &sum, 1, DType::i32, ReduceOp::sum); });
+        } else {
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(60)),
+              "rank 2 never destroyed its communicator");
+          int32_t never = -1;
+          e = expect_error("recv from rank 2", [&] { comm->recv(&never, 1, DType::i32, 2); });
+          TPF_CHILD_CHECK(never == -1, "the buffer was written");
+        }
+        shared.counter(1).fetch_add(1);
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch,
+                        "code " + std::string(error_code_name(e.code())) + ": " + e.what());
+        TPF_CHILD_CHECK(contains(e.what(), "rank 2 destroyed the communicator"), e.what());
+      },
+      options));
 }
 
 // The parent (this gtest process) aborts a communicator of its own, then forks ranks: they must
