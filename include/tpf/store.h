@@ -8,12 +8,13 @@
 // at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline.
 #pragma once
 
-#include "tpf/export.h"
-
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "tpf/export.h"
 
 namespace TPF_API tpf {
 
@@ -28,6 +29,12 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // True if key exists now; never blocks.
   virtual bool check(const std::string& key) = 0;
+  // The values of `keys`, in their order, once every one exists, within one timeout for all
+  // (then Error(timeout) naming a key still missing); Error(peer_died) as get. By default a get
+  // per key; TcpStoreClient asks for them all in one request: a rank that reads every peer's
+  // address makes one round trip, not one per peer (what a job of many ranks waited for at setup).
+  virtual std::vector<std::string> get_many(const std::vector<std::string>& keys,
+                                            std::chrono::milliseconds timeout);
 };
 
 // Keys of `inner` seen under "prefix/": lets sub-communicators share one store connection.
@@ -38,6 +45,8 @@ class PrefixStore : public Store {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::string& key) override;
+  std::vector<std::string> get_many(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) override;
 
  private:
   std::string prefix_;
@@ -114,6 +123,8 @@ class TcpStoreClient : public Store {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::string& key) override;
+  std::vector<std::string> get_many(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) override;
 
  private:
   struct TPF_LOCAL Impl;  // hidden: the implementation is not part of the ABI

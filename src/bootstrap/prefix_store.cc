@@ -1,6 +1,7 @@
 // PrefixStore: a namespaced view of another store, so that sub-communicators can share one
-// connection without their keys colliding.
+// connection without their keys colliding. Also Store::get_many's default (a get per key).
 
+#include <algorithm>
 #include <utility>
 
 #include "tpf/error.h"
@@ -30,5 +31,26 @@ int64_t PrefixStore::add(const std::string& key, int64_t delta) {
 }
 
 bool PrefixStore::check(const std::string& key) { return inner_->check(prefix_ + key); }
+
+std::vector<std::string> PrefixStore::get_many(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds timeout) {
+  std::vector<std::string> inner_keys;
+  inner_keys.reserve(keys.size());
+  for (const std::string& key : keys) inner_keys.push_back(prefix_ + key);
+  return inner_->get_many(inner_keys, timeout);
+}
+
+std::vector<std::string> Store::get_many(const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    values.push_back(get(key, std::max(left, std::chrono::milliseconds(0))));
+  }
+  return values;
+}
 
 }  // namespace tpf

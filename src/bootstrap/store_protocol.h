@@ -10,6 +10,10 @@
 //                                                     | peer_died(str message)
 //   add      : str key, i64 delta                  -> ok(i64 new value) | error(str message)
 //   check    : str key                             -> ok(u8 exists)
+//   get_many : u32 count, str key x count, i64 timeout_ms
+//                                  -> ok(u32 count, str value x count) once every key exists
+//                                     | not_found(str key: one still missing at the deadline)
+//                                     | peer_died(str message) | error(str message)
 //   goodbye  : (nothing)                           -> (no reply; the server closes)
 //
 // The hello must be the first frame; a malformed frame is answered with error(str message) and the
@@ -41,7 +45,15 @@ constexpr size_t kMaxHelloBytes = 4096;
 // Longest secret a client may present (leaves room for the rest of the hello).
 constexpr size_t kMaxSecretBytes = 1024;
 
-enum class Op : uint8_t { hello = 1, set = 2, get = 3, add = 4, check = 5, goodbye = 6 };
+enum class Op : uint8_t {
+  hello = 1,
+  set = 2,
+  get = 3,
+  add = 4,
+  check = 5,
+  goodbye = 6,
+  get_many = 7
+};
 enum class Status : uint8_t { ok = 0, not_found = 1, error = 2, auth_failed = 3, peer_died = 4 };
 
 inline void put_u32(std::string& out, uint32_t v) {

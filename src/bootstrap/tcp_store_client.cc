@@ -242,6 +242,55 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
                                         key + "': " + r.str().value_or("(no message)"));
 }
 
+std::vector<std::string> TcpStoreClient::get_many(const std::vector<std::string>& keys,
+                                                  std::chrono::milliseconds timeout) {
+  if (keys.empty()) return {};
+  size_t key_bytes = 0;
+  for (const std::string& key : keys) key_bytes += key.size() + 4;
+  check_size(keys.front(), key_bytes, "get_many");
+  if (timeout < std::chrono::milliseconds::zero()) timeout = std::chrono::milliseconds::zero();
+  const Deadline deadline = bootstrap::deadline_after(timeout);
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Op::get_many));
+  proto::put_u32(p, static_cast<uint32_t>(keys.size()));
+  for (const std::string& key : keys) proto::put_str(p, key);
+  proto::put_i64(p, bootstrap::poll_timeout_ms(deadline));  // the remaining time, as get
+  const std::string what = "get of " + std::to_string(keys.size()) + " keys ('" + keys.front() +
+                           "'" + (keys.size() > 1 ? " and the rest)" : ")");
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string reply = impl_->exchange(p, deadline + kReplyGrace, what);
+  proto::Reader r(reply);
+  const auto status = r.u8();
+  if (status == static_cast<uint8_t>(proto::Status::ok)) {
+    const auto count = r.u32();
+    std::vector<std::string> values;
+    while (count && values.size() < *count) {
+      auto value = r.str();
+      if (!value) break;
+      values.push_back(std::move(*value));
+    }
+    if (count && *count == keys.size() && values.size() == keys.size() && r.at_end()) return values;
+  } else if (status == static_cast<uint8_t>(proto::Status::not_found)) {
+    const std::string missing = r.str().value_or(keys.front());
+    throw Error(ErrorCode::timeout,
+                impl_->where() + ": key '" + missing + "' (of " + std::to_string(keys.size()) +
+                    " asked for together) not set within " + std::to_string(timeout.count()) +
+                    " ms; a rank may have died or not reached this point yet (check the other "
+                    "ranks, or raise the timeout)");
+  } else if (status == static_cast<uint8_t>(proto::Status::peer_died)) {
+    if (auto message = r.str()) {
+      throw Error(ErrorCode::peer_died, *message + " (" + impl_->where() + ", waiting for " +
+                                            std::to_string(keys.size()) + " keys)");
+    }
+  } else if (status == static_cast<uint8_t>(proto::Status::error)) {
+    impl_->drop();  // the server closes the connection after an error
+    throw Error(ErrorCode::bootstrap,
+                impl_->where() + " refused the " + what + ": " + r.str().value_or("(no message)"));
+  }
+  impl_->drop();
+  throw Error(ErrorCode::bootstrap, impl_->where() + " sent a malformed reply to the " + what);
+}
+
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   check_size(key, 0, "add");
   std::string p = request(proto::Op::add, key);

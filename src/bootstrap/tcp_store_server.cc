@@ -63,6 +63,10 @@ struct Connection {
   bool dead = false;     // close at the end of this round
   bool parked = false;   // a GET waits for its key; later frames wait in `in`
   std::string parked_key;
+  // A GET_MANY's keys while it waits (parked on the first one missing: parked_key), and its
+  // deadline, which holds for all of them.
+  std::vector<std::string> parked_many;
+  Deadline many_deadline{};
   Deadline hello_deadline{};
   Deadline grace_end{};  // from then on a newer connection may take its place (hello_grace)
   uint64_t accepted_round = 0;
@@ -139,6 +143,10 @@ struct TcpStoreServer::Impl {
   void flush(Connection& c);
   void fail(Connection& c, const std::string& message);
   void wake_waiters(const std::string& key);
+  // A GET_MANY (c.parked_many): answers with every value once all exist, or parks on the first
+  // missing one until the request's deadline; answered as a GET would be where a rank died or
+  // the deadline passed (not_found names the missing key).
+  void continue_get_many(uint64_t id, Connection& c);
   // Sends `payload` to a connection parked in a GET (if it still is) and lets it run again.
   void answer_parked(uint64_t conn_id, const std::string& payload);
   void expire_waiters();
@@ -483,6 +491,22 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     if (c.out_pos == c.out.size()) c.dead = true;
     return;
   }
+  if (*op == static_cast<uint8_t>(proto::Op::get_many)) {
+    const auto count = r.u32();
+    if (!count || *count == 0) return fail(c, "store: malformed get_many request");
+    std::vector<std::string> keys;  // not reserved from `count`: the frame bounds it, not a peer
+    for (uint32_t i = 0; i < *count; ++i) {
+      auto key = r.str();
+      if (!key) return fail(c, "store: malformed get_many request");
+      keys.push_back(std::move(*key));
+    }
+    const auto timeout_ms = r.i64();
+    if (!timeout_ms || !r.at_end()) return fail(c, "store: malformed get_many request");
+    c.parked_many = std::move(keys);
+    c.many_deadline =
+        bootstrap::deadline_after(std::chrono::milliseconds(std::max<int64_t>(*timeout_ms, 0)));
+    return continue_get_many(id, c);
+  }
   const auto key = r.str();
   if (!key) return fail(c, "store: request without a key");
   switch (static_cast<proto::Op>(*op)) {
@@ -602,7 +626,59 @@ void TcpStoreServer::Impl::wake_waiters(const std::string& key) {
   std::string p;
   proto::put_u8(p, static_cast<uint8_t>(proto::Status::ok));
   proto::put_str(p, data[key]);
-  for (const Waiter& w : list) answer_parked(w.conn_id, p);
+  for (const Waiter& w : list) {
+    auto cit = conns.find(w.conn_id);
+    if (cit == conns.end() || cit->second.dead || !cit->second.parked) continue;
+    Connection& c = cit->second;
+    if (c.parked_many.empty()) {
+      answer_parked(w.conn_id, p);
+      continue;
+    }
+    c.parked = false;
+    c.parked_key.clear();
+    continue_get_many(w.conn_id, c);
+    if (!c.parked) runnable.push_back(w.conn_id);
+  }
+}
+
+void TcpStoreServer::Impl::continue_get_many(uint64_t id, Connection& c) {
+  auto answer = [&](std::string payload) {
+    c.parked_many.clear();
+    respond(c, payload);
+  };
+  for (const std::string& key : c.parked_many) {
+    if (data.count(key) != 0) continue;
+    std::string p;
+    if (!dead_ranks.empty()) {  // the key may never come (see get)
+      proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
+      proto::put_str(p, death_message());
+      return answer(std::move(p));
+    }
+    if (Clock::now() >= c.many_deadline) {
+      proto::put_u8(p, static_cast<uint8_t>(proto::Status::not_found));
+      proto::put_str(p, key);
+      return answer(std::move(p));
+    }
+    c.parked = true;
+    c.parked_key = key;
+    waiters[key].push_back({id, c.many_deadline});
+    return;
+  }
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Status::ok));
+  proto::put_u32(p, static_cast<uint32_t>(c.parked_many.size()));
+  for (const std::string& key : c.parked_many) {
+    const std::string& value = data[key];
+    if (p.size() + 4 + value.size() > proto::kMaxFrameBytes) {
+      const size_t count = c.parked_many.size();
+      c.parked_many.clear();
+      return fail(c, "store: the values of a get_many of " + std::to_string(count) +
+                         " keys exceed the " + std::to_string(proto::kMaxFrameBytes) +
+                         "-byte reply limit");
+    }
+    proto::put_str(p, value);
+  }
+  answer(std::move(p));
 }
 
 void TcpStoreServer::Impl::answer_parked(uint64_t conn_id, const std::string& payload) {
@@ -611,6 +687,7 @@ void TcpStoreServer::Impl::answer_parked(uint64_t conn_id, const std::string& pa
   Connection& c = cit->second;
   c.parked = false;
   c.parked_key.clear();
+  c.parked_many.clear();
   respond(c, payload);
   runnable.push_back(conn_id);
 }
@@ -627,10 +704,12 @@ void TcpStoreServer::Impl::expire_waiters() {
       auto cit = conns.find(list[i].conn_id);
       if (cit != conns.end() && !cit->second.dead && cit->second.parked) {
         Connection& c = cit->second;
-        c.parked = false;
-        c.parked_key.clear();
         std::string p;
         proto::put_u8(p, static_cast<uint8_t>(proto::Status::not_found));
+        if (!c.parked_many.empty()) proto::put_str(p, c.parked_key);  // which one (get_many)
+        c.parked = false;
+        c.parked_key.clear();
+        c.parked_many.clear();
         respond(c, p);
         runnable.push_back(list[i].conn_id);
       }

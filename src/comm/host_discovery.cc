@@ -87,21 +87,22 @@ DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRa
     }
     return discovered_from(entries);
   }
+  std::vector<std::string> keys;  // every other rank's entry, in one request to the store
+  for (int p = 1; p < size; ++p) keys.push_back("host/" + std::to_string(p));
   std::vector<std::string> entries{mine};
-  for (int p = 1; p < size; ++p) {
-    try {
-      entries.push_back(store.get("host/" + std::to_string(p), left_until(deadline)));
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::timeout) throw failed(e, "rank " + std::to_string(p));
-      std::vector<int> missing;
-      for (int q = p; q < size; ++q)
-        if (!store.check("host/" + std::to_string(q))) missing.push_back(q);
-      throw Error(ErrorCode::timeout,
-                  label + ": rank" + (missing.size() > 1 ? "s " : " ") +
-                      transport::join_ranks(missing) + " did not join within " +
-                      std::to_string(timeout.count()) +
-                      " ms while creating the communicator (not started, or stuck before it)");
-    }
+  try {
+    for (std::string& entry : store.get_many(keys, left_until(deadline)))
+      entries.push_back(std::move(entry));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::timeout) throw failed(e, "the other ranks' entries");
+    std::vector<int> missing;
+    for (int q = 1; q < size; ++q)
+      if (!store.check("host/" + std::to_string(q))) missing.push_back(q);
+    throw Error(ErrorCode::timeout,
+                label + ": rank" + (missing.size() > 1 ? "s " : " ") +
+                    transport::join_ranks(missing) + " did not join within " +
+                    std::to_string(timeout.count()) +
+                    " ms while creating the communicator (not started, or stuck before it)");
   }
   std::string list;
   for (const std::string& entry : entries) list += entry + "\n";

@@ -573,16 +573,26 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   store.set("net/" + std::to_string(config_.rank), published);
 
   const auto deadline = Clock::now() + config_.setup_timeout;
+  // Every peer's address (and where put + signal is wanted, its slots) in one request: a get
+  // each was a round trip per peer, N^2 for the job through one store.
+  std::vector<std::string> keys;
   for (int p : config_.peers) {
     check_peer(p, "connect to");
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    std::string text;
-    try {
-      text = store.get("net/" + std::to_string(p), std::max(left, std::chrono::milliseconds(0)));
-    } catch (const Error& e) {
-      throw Error(e.code(), config_.label + ": waiting for rank " + std::to_string(p) +
-                                "'s network address: " + e.what());
-    }
+    keys.push_back("net/" + std::to_string(p));
+    if (wants_put) keys.push_back("netput/" + std::to_string(p));  // set first: no wait
+  }
+  std::vector<std::string> published_by_peers;
+  try {
+    published_by_peers = store.get_many(keys, config_.setup_timeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), config_.label + ": waiting for the network addresses of its " +
+                              std::to_string(config_.peers.size()) +
+                              " peers on other hosts: " + e.what());
+  }
+  const size_t per_peer = wants_put ? 2 : 1;
+  for (size_t i = 0; i < config_.peers.size(); ++i) {
+    const int p = config_.peers[i];
+    const std::string& text = published_by_peers[i * per_peer];
     const std::vector<unsigned char> peer_address = from_hex(text);
     if (peer_address.empty()) {
       throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
@@ -601,8 +611,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
                                             " over the network (UCX " + config_.transports +
                                             "): " + status_text(created));
     }
-    // Published before its address: there by now.
-    if (wants_put) use_put_with(p, store.get("netput/" + std::to_string(p), left));
+    if (wants_put) use_put_with(p, published_by_peers[i * per_peer + 1]);
   }
   if (wants_put) start_put_protocol();
   // A first empty message each way: every connection works before the communicator is used.

@@ -91,6 +91,31 @@ TEST(StoreDeadRank, RankThatVanishesWithoutGoodbyeFailsWaitersWithPeerDied) {
   EXPECT_EQ(server.stats().dead_ranks, 1u);
 }
 
+// A get_many waiting for one of its keys hears of a dead rank as a get does.
+TEST(StoreDeadRank, AGetManyWaitingForAKeyFailsWithPeerDied) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto waiter = rank_client(server, 1);
+  waiter->set("present", "v");
+  GetOutcome parked;
+  std::thread t([&] {
+    try {
+      waiter->get_many({"present", "never"}, 20s);
+    } catch (const Error& e) {
+      parked = {true, e.code(), e.what()};
+    }
+  });
+  {
+    RawClient rank2(server.port());
+    rank2.send_bytes(RawClient::hello(kSecret, 2, 4242));
+    ASSERT_EQ(rank2.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+  }
+  t.join();
+  EXPECT_TRUE(parked.threw);
+  EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
+  EXPECT_NE(parked.message.find("job rank 2 (pid 4242) died"), std::string::npos) << parked.message;
+  EXPECT_EQ(waiter->get_many({"present"}, 1s), std::vector<std::string>{"v"});
+}
+
 TEST(StoreDeadRank, ClientsThatAreNotRanksNeverCountAsDead) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   auto client = rank_client(server, -1);

@@ -172,6 +172,111 @@ TEST(StoreTest, GetTimeoutThrowsAndClientStaysUsable) {
   EXPECT_EQ(client->add("n", 1), 1);
 }
 
+// get_many asks for every key in one request: the server answers once the last one is set, with
+// the values in the order asked, and handles the connection's later frames only then. The
+// PrefixStore view asks for its own keys.
+TEST(StoreTest, GetManyAnswersInOrderOnceTheLastKeyIsSet) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  RawClient raw(server.port());
+  std::string add;
+  proto::put_u8(add, static_cast<uint8_t>(proto::Op::add));
+  proto::put_str(add, "marker");
+  proto::put_i64(add, 1);
+  std::string many;
+  proto::put_u8(many, static_cast<uint8_t>(proto::Op::get_many));
+  proto::put_u32(many, 3);
+  for (const char* key : {"a", "b", "c"}) proto::put_str(many, key);
+  proto::put_i64(many, 10000);
+  std::string after;
+  proto::put_u8(after, static_cast<uint8_t>(proto::Op::add));
+  proto::put_str(after, "after");
+  proto::put_i64(after, 1);
+  // One write: once the marker is visible the get_many is parked (see ParkedGetIsAnswered...).
+  raw.send_bytes(RawClient::hello(kSecret) + RawClient::frame(add) + RawClient::frame(many) +
+                 RawClient::frame(after));
+  auto client = connect_client(server);
+  EXPECT_EQ(client->get("marker", 5s), "1");
+  client->set("c", "3");
+  client->set("a", "1");
+  EXPECT_FALSE(client->check("after")) << "the get_many answered before its last key was set";
+  client->set("b", "2");
+  EXPECT_EQ(client->get("after", 5s), "1");
+  ASSERT_EQ(raw.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));  // hello
+  ASSERT_EQ(raw.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));  // add
+  const auto reply = raw.read_reply();
+  ASSERT_TRUE(reply.has_value());
+  proto::Reader r(*reply);
+  EXPECT_EQ(r.u8(), static_cast<uint8_t>(proto::Status::ok));
+  EXPECT_EQ(r.u32(), 3u);
+  EXPECT_EQ(r.str(), "1");
+  EXPECT_EQ(r.str(), "2");
+  EXPECT_EQ(r.str(), "3");
+  EXPECT_TRUE(r.at_end());
+
+  EXPECT_EQ(client->get_many({"b", "c", "a", "b"}, 1s),
+            (std::vector<std::string>{"2", "3", "1", "2"}));
+  EXPECT_TRUE(client->get_many({}, 1s).empty());
+  std::shared_ptr<Store> inner = std::move(client);
+  PrefixStore prefixed("p", inner);
+  prefixed.set("x", "px");
+  inner->set("x", "plain");
+  EXPECT_EQ(prefixed.get_many({"x"}, 1s), std::vector<std::string>{"px"});
+}
+
+TEST(StoreTest, GetManyTimeoutNamesAMissingKeyAndClientStaysUsable) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto client = connect_client(server);
+  client->set("here", "1");
+  try {
+    client->get_many({"here", "missing", "here"}, 100ms);
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::timeout);
+    EXPECT_NE(std::string(e.what()).find("key 'missing' (of 3 asked for together) not set within "
+                                         "100 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(client->get_many({"missing"}, 0ms), Error);  // zero timeout: answered at once
+  EXPECT_EQ(client->get_many({"here"}, 1s), std::vector<std::string>{"1"});
+}
+
+// A store that implements only the four basic calls gets get_many as a get per key, in order.
+TEST(StoreTest, TheDefaultGetManyGetsEachKeyInOrder) {
+  struct Echo : Store {
+    std::vector<std::string> asked;
+    void set(const std::string&, const std::string&) override {}
+    std::string get(const std::string& key, std::chrono::milliseconds) override {
+      asked.push_back(key);
+      return key + "!";
+    }
+    int64_t add(const std::string&, int64_t) override { return 0; }
+    bool check(const std::string&) override { return true; }
+  } echo;
+  EXPECT_EQ(echo.get_many({"x", "y"}, 1s), (std::vector<std::string>{"x!", "y!"}));
+  EXPECT_EQ(echo.asked, (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(StoreTest, MalformedGetManyIsRefusedAndTheServerGoesOn) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  for (const uint32_t count : {0u, 2u}) {  // none, or more keys than the frame holds
+    RawClient raw(server.port());
+    std::string many;
+    proto::put_u8(many, static_cast<uint8_t>(proto::Op::get_many));
+    proto::put_u32(many, count);
+    proto::put_str(many, "a");
+    proto::put_i64(many, 10);
+    raw.send_bytes(RawClient::hello(kSecret) + RawClient::frame(many));
+    ASSERT_EQ(raw.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+    const auto reply = raw.read_reply();
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->at(0), static_cast<char>(proto::Status::error));
+  }
+  auto client = connect_client(server);
+  client->set("a", "1");
+  EXPECT_EQ(client->get_many({"a"}, 1s), std::vector<std::string>{"1"});
+}
+
 TEST(StoreTest, WrongSecretIsRefused) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   for (const std::string bad : {"wrong", "", "test-secre", "test-secretX"}) {
