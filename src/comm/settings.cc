@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -143,10 +144,29 @@ std::string number_text(double value) {
   return out.str();
 }
 
+// A setting's value as a message quotes it: control characters escaped, and a long one cut (a
+// TPF_NODE_ID of 5,000 characters was printed whole).
+std::string quoted(const std::string& text) {
+  constexpr size_t kShown = 80;
+  std::string out = "'";
+  for (size_t i = 0; i < text.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= ' ' && c != 127) {
+      out += static_cast<char>(c);
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+    out += escaped;
+  }
+  if (text.size() <= kShown) return out + "'";
+  return out + "...' (" + std::to_string(text.size()) + " characters)";
+}
+
 [[noreturn]] void malformed(const char* name, const std::string& text,
                             const std::string& expected) {
   throw Error(ErrorCode::invalid_argument,
-              std::string(name) + "='" + text + "' is not " + expected);
+              std::string(name) + "=" + quoted(text) + " is not " + expected);
 }
 
 // A number up to 1e12, above zero or (zero_allowed) zero or above.

@@ -251,6 +251,27 @@ TEST(CommSettings, MalformedValuesAreErrorsNamingTheVariable) {
   }
 }
 
+// A value that is refused is quoted in the error, but a long one is cut and control characters
+// are escaped: a TPF_NODE_ID of 5,000 characters was printed whole.
+TEST(CommSettings, ALongOrUnprintableValueIsQuotedShortInTheError) {
+  const std::pair<std::string, std::string> cases[] = {
+      {std::string(5000, 'h'), "TPF_NODE_ID='" + std::string(80, 'h') + "...' (5000 characters)"},
+      {"a\tb", "TPF_NODE_ID='a\\x09b'"},
+  };
+  for (const auto& [value, shown] : cases) {
+    ScopedEnv env("TPF_NODE_ID", value.c_str());
+    try {
+      detail::resolve_comm_settings();
+      ADD_FAILURE() << "TPF_NODE_ID of " << value.size() << " characters was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(shown + " is not a host name", 0), 0u) << what;
+      EXPECT_LT(what.size(), 300u) << what;
+    }
+  }
+}
+
 TEST(CommSettings, EachCommunicatorReadsThemAnew) {
   // The all-reduce choice used to be read once per process: a bad value set after the first
   // communicator went unnoticed, and a test could not change it for the next communicator.
