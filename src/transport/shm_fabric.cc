@@ -151,32 +151,63 @@ void ShmFabric::setup() {
       }
     }
   };
-  // Waits for a key that peers set, in short slices: between them, a peer whose pid is known and
-  // whose process has exited fails the setup at once (for stores that cannot tell a death
-  // themselves). A store that can tell answers Error(peer_died) naming the job rank.
-  auto wait_for = [&](const std::string& key, const std::string& what) -> std::string {
+  // The pids of the peers that have joined (published "rank/<p>") and are not known yet: a
+  // joined peer whose process exits is then noticed by its pid.
+  auto learn_joined_pids = [&] {
+    for (int q : all_peers_) {
+      if (processes_[q].pid() > 0) continue;
+      try {
+        const JoinInfo info =
+            parse_join_info(store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
+        if (info.ok && info.pid > 0) processes_[q] = PeerProcess(static_cast<pid_t>(info.pid));
+      } catch (const Error&) {
+        // not published (or the store cannot say now)
+      }
+    }
+  };
+  // Waits for keys that peers set (all of them, in one request: a get per peer made setting up
+  // N ranks N^2 round trips to the store), in short slices: between them, a peer whose pid is
+  // known and whose process has exited fails the setup at once (for stores that cannot tell a
+  // death themselves). A store that can tell answers Error(peer_died) naming the job rank.
+  auto wait_for_all = [&](const std::vector<std::string>& keys,
+                          const std::string& what) -> std::vector<std::string> {
     for (;;) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - SetupClock::now());
       const auto slice =
           std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(100));
       try {
-        return store.get(key, slice);
+        return store.get_many(keys, slice);
       } catch (const Error& e) {
         if (e.code() == ErrorCode::peer_died) {
           throw died_per_store(e, " (waiting for " + what + ")");
         }
         if (e.code() != ErrorCode::timeout) throw;
+        learn_joined_pids();
         throw_if_a_peer_exited("waiting for " + what);
         if (SetupClock::now() >= deadline) {
+          std::string missing;  // the keys still missing (the store's error names one)
+          size_t listed = 0;
+          for (const std::string& key : keys) {
+            if (store.check(key)) continue;
+            if (++listed > 8) {
+              missing += ", ...";
+              break;
+            }
+            missing += (listed > 1 ? ", " : "") + key;
+          }
           throw Error(ErrorCode::timeout,
                       config_.label + ": " + what + " did not happen within " +
                           std::to_string(timeout.count()) +
                           " ms while creating the communicator "
-                          "(a rank may not have reached the creation, or be stuck before it): " +
-                          e.what());
+                          "(a rank may not have reached the creation, or be stuck before it; "
+                          "missing: " +
+                          missing + "): " + e.what());
         }
       }
     }
+  };
+  auto wait_for = [&](const std::string& key, const std::string& what) {
+    return wait_for_all({key}, what).front();
   };
 
   // Rank p's published segment is gone: a survivor removed it after p died, or p's own setup
@@ -193,16 +224,7 @@ void ShmFabric::setup() {
       } catch (const Error& verdict) {
         if (verdict.code() == ErrorCode::peer_died) throw died_per_store(verdict, "");
       }
-      for (int q : all_peers_) {
-        if (processes_[q].pid() > 0) continue;
-        try {  // not read yet: its pid, if it has published one
-          const JoinInfo info =
-              parse_join_info(store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
-          if (info.ok && info.pid > 0) processes_[q] = PeerProcess(static_cast<pid_t>(info.pid));
-        } catch (const Error&) {
-          // not published (or the store cannot say now)
-        }
-      }
+      learn_joined_pids();
       throw_if_a_peer_exited(rank_name(p) + "'s segment: " + open_error.what());
       if (SetupClock::now() >= give_up) throw open_error;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -214,9 +236,14 @@ void ShmFabric::setup() {
     const bool can_fence = config_.asymmetric_fences && register_asymmetric_fences();
     store.set("rank/" + std::to_string(me), join_info_text(own_.name(), segment_bytes_, can_fence));
     light_posts_ = can_fence;
-    for (int p : all_peers_) {
-      const JoinInfo info =
-          parse_join_info(wait_for("rank/" + std::to_string(p), rank_name(p) + " to join"));
+    std::vector<std::string> joining;
+    for (int p : all_peers_) joining.push_back("rank/" + std::to_string(p));
+    const std::vector<std::string> joined =
+        wait_for_all(joining, all_peers_.size() == 1 ? rank_name(all_peers_[0]) + " to join"
+                                                     : "the other ranks to join");
+    for (size_t i = 0; i < all_peers_.size(); ++i) {
+      const int p = all_peers_[i];
+      const JoinInfo info = parse_join_info(joined[i]);
       const std::string& segment_name = info.segment;
       const size_t bytes = info.bytes;
       light_posts_ = light_posts_ && info.can_fence == 1;
