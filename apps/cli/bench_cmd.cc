@@ -262,7 +262,11 @@ Measurement measure(Step& s, bool in_place) {
 }
 
 int run_bench(const BenchOptions& opt) {
+  const auto creating = std::chrono::steady_clock::now();
   Communicator comm = Communicator::from_env();
+  const double created_ms = std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - creating)
+                                .count();
   const int n = comm.size();
   const bool rank0 = comm.rank() == 0;
   // Every rank sees the same size and options, so every rank takes the same early exit.
@@ -302,6 +306,7 @@ int run_bench(const BenchOptions& opt) {
   report.cpus = settings.job_cpus;
   report.excess_ranks = settings.excess_ranks(comm.ranks_on_machine());  // as the fabric counts
   report.loadavg = load_average();
+  comm.all_reduce(&created_ms, &report.setup_ms, 1, DType::f64, ReduceOp::max);
   if (rank0) print_table_header(stdout, report);
 
   const size_t elem = dtype_size(opt.dtype);

@@ -105,6 +105,9 @@ void print_table_header(std::FILE* out, const BenchReport& r) {
                  r.async_calls ? "between issue and wait" : "before it");
   }
   std::fprintf(out, "\n");
+  if (r.setup_ms >= 0) {
+    std::fprintf(out, "# communicator created in %.0f ms (the slowest rank)\n", r.setup_ms);
+  }
   if (r.hosts > 1) {
     std::fprintf(
         out, "# across %d hosts, network algorithm %s (one round up to %zu KiB a message)\n",
@@ -188,6 +191,10 @@ std::string report_to_json(const BenchReport& r) {
   if (r.loadavg >= 0) {
     os << ",\"loadavg\":";
     json_number(os, r.loadavg);
+  }
+  if (r.setup_ms >= 0) {
+    os << ",\"setup_ms\":";
+    json_number(os, r.setup_ms);
   }
   os << ",\"avg_busbw\":";
   json_number(os, average_busbw(r));

@@ -57,6 +57,9 @@ struct BenchReport {
   int cpus = 0;
   int excess_ranks = 0;
   double loadavg = -1;
+  // Creating the communicator (Communicator::from_env), in ms, on the slowest rank: what setup
+  // costs at this size and layout (-1 where not measured).
+  double setup_ms = -1;
   std::vector<BenchRow> rows;
 };
 
