@@ -151,24 +151,29 @@ void ShmFabric::setup() {
       }
     }
   };
-  // The pids of the peers that have joined (published "rank/<p>") and are not known yet: a
-  // joined peer whose process exits is then noticed by its pid.
-  auto learn_joined_pids = [&] {
-    for (int q : all_peers_) {
-      if (processes_[q].pid() > 0) continue;
-      try {
-        const JoinInfo info =
-            parse_join_info(store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
-        if (info.ok && info.pid > 0) processes_[q] = PeerProcess(static_cast<pid_t>(info.pid));
-      } catch (const Error&) {
-        // not published (or the store cannot say now)
-      }
+  // The pid of peer q if it has joined (published "rank/<q>") and is not known yet: a joined
+  // peer whose process exits is then noticed by its pid.
+  auto learn_pid = [&](int q) {
+    if (processes_[q].pid() > 0) return;
+    try {
+      const JoinInfo info =
+          parse_join_info(store.get("rank/" + std::to_string(q), std::chrono::milliseconds(0)));
+      if (info.ok && info.pid > 0) processes_[q] = PeerProcess(static_cast<pid_t>(info.pid));
+    } catch (const Error&) {
+      // not published (or the store cannot say now)
     }
   };
+  auto learn_joined_pids = [&] {
+    for (int q : all_peers_) learn_pid(q);
+  };
+  size_t next_to_learn = 0;  // the peer whose pid a wait's next slice asks for (wait_for_all)
   // Waits for keys that peers set (all of them, in one request: a get per peer made setting up
   // N ranks N^2 round trips to the store), in short slices: between them, a peer whose pid is
   // known and whose process has exited fails the setup at once (for stores that cannot tell a
-  // death themselves). A store that can tell answers Error(peer_died) naming the job rank.
+  // death themselves). A store that can tell answers Error(peer_died) naming the job rank. While
+  // some peers have not joined, each slice learns one more peer's pid, in turn: a get per slice,
+  // as the get per peer in turn before 2026-12-06 (which knew the pids of the peers before the
+  // one it waited for); a get per peer per slice would load the store N^2 times over.
   auto wait_for_all = [&](const std::vector<std::string>& keys,
                           const std::string& what) -> std::vector<std::string> {
     for (;;) {
@@ -182,7 +187,7 @@ void ShmFabric::setup() {
           throw died_per_store(e, " (waiting for " + what + ")");
         }
         if (e.code() != ErrorCode::timeout) throw;
-        learn_joined_pids();
+        if (!all_peers_.empty()) learn_pid(all_peers_[next_to_learn++ % all_peers_.size()]);
         throw_if_a_peer_exited("waiting for " + what);
         if (SetupClock::now() >= deadline) {
           std::string missing;  // the keys still missing (the store's error names one)
