@@ -392,16 +392,25 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     }
   }
 
+  // Whether rank p's connection stands: made, and not failed.
+  bool connected(int p) const { return endpoints[p] != nullptr && failures[p] == UCS_OK; }
+  // A small message of the network's own (a notice, an ack, a leaving message) to rank p, where
+  // its connection stands: `bytes` at `data`, valid until the send completes, under `tag` (the
+  // whole UCX tag); a send still in flight goes to `in_flight`, which the destructor settles.
+  void send_own(int p, const void* data, size_t bytes, uint64_t tag,
+                std::vector<void*>& in_flight) {
+    if (!connected(p)) return;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t sent = ucp_tag_send_nbx(endpoints[p], data, bytes, tag, &param);
+    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) in_flight.push_back(sent);
+  }
+
   // Tells peer p that its failure notice arrived, so it may close its connections (once).
   void acknowledge_notice(int p) {
     NoticeSlot& slot = notices_in[p];
     if (slot.acknowledged) return;
     slot.acknowledged = true;
-    if (endpoints[p] == nullptr || failures[p] != UCS_OK) return;
-    ucp_request_param_t param{};
-    ucs_status_ptr_t sent =
-        ucp_tag_send_nbx(endpoints[p], nullptr, 0, ucx_tag(self, kNoticeAckTag), &param);
-    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) acks_out.push_back(sent);
+    send_own(p, nullptr, 0, ucx_tag(self, kNoticeAckTag), acks_out);
   }
   // Acknowledges the notices that arrived whole (their takers, notice_locked, keep them): a rank
   // waiting on the network for its own notice to leave or be taken must not keep a peer that
@@ -428,8 +437,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
       return std::any_of(acks_in.begin(), acks_in.end(), [&](const auto& entry) {
         const auto [peer, ack] = entry;
         return (only.empty() || std::find(only.begin(), only.end(), peer) != only.end()) &&
-               ucp_request_check_status(ack) == UCS_INPROGRESS && failures[peer] == UCS_OK &&
-               endpoints[peer] != nullptr;
+               ucp_request_check_status(ack) == UCS_INPROGRESS && connected(peer);
       });
     };
     while (waiting()) {
@@ -727,12 +735,9 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   board_.publish(record);             // for peers the notice cannot reach (returns at once)
   u.notice_out = encode_failure_record(record).substr(0, kMaxNoticeBytes);
   for (int p : config_.peers) {
-    if (u.endpoints[p] == nullptr || u.failures[p] != UCS_OK) continue;
-    ucp_request_param_t param{};
-    ucs_status_ptr_t sent =
-        ucp_tag_send_nbx(u.endpoints[p], u.notice_out.data(), u.notice_out.size(),
-                         ucx_tag(config_.rank, kNoticeTag), &param);
-    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.notices_out.push_back(sent);
+    if (!u.connected(p)) continue;
+    u.send_own(p, u.notice_out.data(), u.notice_out.size(), ucx_tag(config_.rank, kNoticeTag),
+               u.notices_out);
     ucp_request_param_t ack{};
     ack.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     ucs_status_ptr_t posted =
@@ -774,12 +779,8 @@ void UcxNetwork::leave(const std::optional<FailureRecord>& failed_first) {
   u.leaving_out = failed_first ? encode_failure_record(*failed_first).substr(0, kMaxNoticeBytes)
                                : std::string();
   for (int p : config_.peers) {
-    if (u.endpoints[p] == nullptr || u.failures[p] != UCS_OK) continue;
-    ucp_request_param_t param{};
-    ucs_status_ptr_t sent =
-        ucp_tag_send_nbx(u.endpoints[p], u.leaving_out.data(), u.leaving_out.size(),
-                         ucx_tag(u.self, kLeavingTag), &param);
-    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) u.leavings_out.push_back(sent);
+    u.send_own(p, u.leaving_out.data(), u.leaving_out.size(), ucx_tag(u.self, kLeavingTag),
+               u.leavings_out);
   }
 }
 
@@ -845,7 +846,7 @@ void UcxNetwork::send_beat_message(int peer, const void* data, size_t bytes,
     ucp_request_free(beat.request);
     return true;
   });
-  if (u.endpoints[peer] == nullptr || u.failures[peer] != UCS_OK) return;
+  if (!u.connected(peer)) return;
   ucp_request_param_t param{};
   ucs_status_ptr_t sent =
       ucp_tag_send_nbx(u.endpoints[peer], data, bytes, ucx_tag(config_.rank, kBeatTag), &param);

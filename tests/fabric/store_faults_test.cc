@@ -39,20 +39,32 @@ std::unique_ptr<TcpStoreClient> rank_client(const TcpStoreServer& server, int ra
   return std::make_unique<TcpStoreClient>("127.0.0.1", server.port(), kSecret, 5s, rank);
 }
 
-// Runs get(key) and keeps the error it ends with.
+// Runs a store call and keeps the error it ends with.
 struct GetOutcome {
   bool threw = false;
   ErrorCode code = ErrorCode::internal;
   std::string message;
 };
-GetOutcome try_get(Store& store, const std::string& key, std::chrono::milliseconds timeout) {
+template <class Call>
+GetOutcome outcome_of(Call&& call) {
   GetOutcome out;
   try {
-    store.get(key, timeout);
+    call();
   } catch (const Error& e) {
     out = {true, e.code(), e.what()};
   }
   return out;
+}
+GetOutcome try_get(Store& store, const std::string& key, std::chrono::milliseconds timeout) {
+  return outcome_of([&] { store.get(key, timeout); });
+}
+
+// Job rank `rank` (process `pid`) connects and vanishes without a goodbye, as a killed process
+// does.
+void connect_and_vanish(const TcpStoreServer& server, int rank, int64_t pid) {
+  RawClient vanishing(server.port());
+  vanishing.send_bytes(RawClient::hello(kSecret, rank, pid));
+  ASSERT_EQ(vanishing.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
 }
 
 TEST(StoreDeadRank, RankThatVanishesWithoutGoodbyeFailsWaitersWithPeerDied) {
@@ -70,12 +82,7 @@ TEST(StoreDeadRank, RankThatVanishesWithoutGoodbyeFailsWaitersWithPeerDied) {
 
   GetOutcome parked;
   std::thread t([&] { parked = try_get(*waiter, "never", 20s); });
-  {
-    // Rank 2 connects and vanishes without a goodbye, as a killed process does.
-    RawClient rank2(server.port());
-    rank2.send_bytes(RawClient::hello(kSecret, 2, 4242));
-    ASSERT_EQ(rank2.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
-  }
+  connect_and_vanish(server, 2, 4242);
   t.join();
   EXPECT_TRUE(parked.threw);
   EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
@@ -97,18 +104,8 @@ TEST(StoreDeadRank, AGetManyWaitingForAKeyFailsWithPeerDied) {
   auto waiter = rank_client(server, 1);
   waiter->set("present", "v");
   GetOutcome parked;
-  std::thread t([&] {
-    try {
-      waiter->get_many({"present", "never"}, 20s);
-    } catch (const Error& e) {
-      parked = {true, e.code(), e.what()};
-    }
-  });
-  {
-    RawClient rank2(server.port());
-    rank2.send_bytes(RawClient::hello(kSecret, 2, 4242));
-    ASSERT_EQ(rank2.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
-  }
+  std::thread t([&] { parked = outcome_of([&] { waiter->get_many({"present", "never"}, 20s); }); });
+  connect_and_vanish(server, 2, 4242);
   t.join();
   EXPECT_TRUE(parked.threw);
   EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;

@@ -33,6 +33,15 @@ std::unique_ptr<TcpStoreClient> connect_client(const TcpStoreServer& server,
 
 using testing::RawClient;
 
+// The frame of an add of `delta` to `key`, for a RawClient.
+std::string add_frame(const std::string& key, int64_t delta) {
+  std::string add;
+  proto::put_u8(add, static_cast<uint8_t>(proto::Op::add));
+  proto::put_str(add, key);
+  proto::put_i64(add, delta);
+  return RawClient::frame(add);
+}
+
 TEST(StoreTest, SetGetAddCheck) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   ASSERT_NE(server.port(), 0);
@@ -130,15 +139,11 @@ TEST(StoreTest, ParkedGetIsAnsweredWhenKeyIsSet) {
   // One write holding hello, add(marker) and get(late): the server handles the frames of one read
   // in order without yielding, so once the marker is visible the get is parked.
   RawClient raw(server.port());
-  std::string add;
-  proto::put_u8(add, static_cast<uint8_t>(proto::Op::add));
-  proto::put_str(add, "marker");
-  proto::put_i64(add, 1);
   std::string get;
   proto::put_u8(get, static_cast<uint8_t>(proto::Op::get));
   proto::put_str(get, "late");
   proto::put_i64(get, 10000);
-  raw.send_bytes(RawClient::hello(kSecret) + RawClient::frame(add) + RawClient::frame(get));
+  raw.send_bytes(RawClient::hello(kSecret) + add_frame("marker", 1) + RawClient::frame(get));
   auto client = connect_client(server);
   EXPECT_EQ(client->get("marker", 5s), "1");
   client->set("late", "answer");
@@ -178,22 +183,14 @@ TEST(StoreTest, GetTimeoutThrowsAndClientStaysUsable) {
 TEST(StoreTest, GetManyAnswersInOrderOnceTheLastKeyIsSet) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   RawClient raw(server.port());
-  std::string add;
-  proto::put_u8(add, static_cast<uint8_t>(proto::Op::add));
-  proto::put_str(add, "marker");
-  proto::put_i64(add, 1);
   std::string many;
   proto::put_u8(many, static_cast<uint8_t>(proto::Op::get_many));
   proto::put_u32(many, 3);
   for (const char* key : {"a", "b", "c"}) proto::put_str(many, key);
   proto::put_i64(many, 10000);
-  std::string after;
-  proto::put_u8(after, static_cast<uint8_t>(proto::Op::add));
-  proto::put_str(after, "after");
-  proto::put_i64(after, 1);
   // One write: once the marker is visible the get_many is parked (see ParkedGetIsAnswered...).
-  raw.send_bytes(RawClient::hello(kSecret) + RawClient::frame(add) + RawClient::frame(many) +
-                 RawClient::frame(after));
+  raw.send_bytes(RawClient::hello(kSecret) + add_frame("marker", 1) + RawClient::frame(many) +
+                 add_frame("after", 1));
   auto client = connect_client(server);
   EXPECT_EQ(client->get("marker", 5s), "1");
   client->set("c", "3");
