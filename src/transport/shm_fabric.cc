@@ -260,7 +260,7 @@ void ShmFabric::setup() {
                                               std::to_string(segment_bytes_) +
                                               "; is TPF_SHM_BUFFER_BYTES the same everywhere?)");
       }
-      processes_[p] = PeerProcess(static_cast<pid_t>(info.pid));
+      if (processes_[p].pid() <= 0) processes_[p] = PeerProcess(static_cast<pid_t>(info.pid));
       try {
         peers_[p] = ShmSegment::open(segment_name, segment_bytes_);
       } catch (const Error& e) {

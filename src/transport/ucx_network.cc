@@ -258,8 +258,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     if (handle == nullptr) return;
     // A put cannot be cancelled: closing the endpoint ends it (the network is failed anyway).
     if (ucp_request_check_status(handle) == UCS_INPROGRESS) close(peer, true);
-    const auto give_up = Clock::now() + kCancelLimit;
-    while (ucp_request_check_status(handle) == UCS_INPROGRESS && Clock::now() < give_up) progress();
+    progress_until_done(handle, Clock::now() + kCancelLimit);
     ucp_request_free(handle);
   }
   void release(void* handle) override { ucp_request_free(handle); }
@@ -276,6 +275,14 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     bool moved = false;
     while (ucp_worker_progress(worker) != 0) moved = true;
     if (moved) note_progress();
+  }
+  // Progresses until `request` is no longer in flight or `give_up` comes: whether it finished.
+  bool progress_until_done(void* request, Clock::time_point give_up) {
+    while (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      if (Clock::now() >= give_up) return false;
+      progress();
+    }
+    return true;
   }
   // One round: the waits check their requests after each.
   void progress_once() {
@@ -339,11 +346,9 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
     if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
-    const auto give_up = Clock::now() + (force ? kCancelLimit : kCloseFlushLimit);
-    while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < give_up) {
-      progress();
-    }
-    if (ucp_request_check_status(request) == UCS_INPROGRESS && !force) {
+    const bool done =
+        progress_until_done(request, Clock::now() + (force ? kCancelLimit : kCloseFlushLimit));
+    if (!done && !force) {
       ucp_request_free(request);
       endpoints[p] = ep;  // the flush did not finish: drop what is left
       close(p, true);
@@ -457,9 +462,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     }
     const auto give_up = Clock::now() + kCancelLimit;
     auto settle = [&](void* request) {
-      while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < give_up) {
-        progress();
-      }
+      progress_until_done(request, give_up);
       ucp_request_free(request);
     };
     for (NoticeSlot& slot : notices_in)
@@ -769,9 +772,7 @@ void UcxNetwork::leave(const std::optional<FailureRecord>& failed_first) {
     ucp_request_param_t param{};
     ucs_status_ptr_t flush = ucp_worker_flush_nbx(u.worker, &param);
     if (UCS_PTR_IS_PTR(flush)) {
-      const auto give_up = Clock::now() + kCloseFlushLimit;
-      while (ucp_request_check_status(flush) == UCS_INPROGRESS && Clock::now() < give_up)
-        u.progress();
+      u.progress_until_done(flush, Clock::now() + kCloseFlushLimit);
       ucp_request_free(flush);
     }
   }
@@ -1041,9 +1042,7 @@ void UcxNetwork::cancel_locked(std::span<NetRequest> requests) {
   const auto give_up = Clock::now() + kCancelLimit;
   for (NetRequest& r : requests) {
     if (r.pending == nullptr) continue;
-    while (ucp_request_check_status(r.pending) == UCS_INPROGRESS && Clock::now() < give_up) {
-      u.progress();
-    }
+    u.progress_until_done(r.pending, give_up);
     ucp_request_free(r.pending);
     r.pending = nullptr;
   }
