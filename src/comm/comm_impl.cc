@@ -62,6 +62,15 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
 
 }  // namespace
 
+std::vector<int> first_network_peers(const topo::HostMap& hosts, int rank) {
+  std::vector<int> first = hosts.rail_of(rank);
+  first.push_back(Heartbeat::watcher_of(hosts, rank));
+  for (int watched : Heartbeat::watched_by(hosts, rank)) first.push_back(watched);
+  std::sort(first.begin(), first.end());
+  first.erase(std::unique(first.begin(), first.end()), first.end());
+  return first;
+}
+
 CommImpl::CommImpl(CommSetup setup)
     : setup_(std::move(setup)),
       recorder_(setup_.settings.flight_recorder_size),
@@ -111,6 +120,7 @@ CommImpl::CommImpl(CommSetup setup)
     net.size = setup_.size;
     for (int r = 0; r < setup_.size; ++r)
       if (hosts_.host_of(r) != host) net.peers.push_back(r);
+    net.connect_first = first_network_peers(hosts_, setup_.rank);
     net.store = scoped_store;
     net.label = comm_label;
     net.setup_timeout = setup_.settings.setup_timeout;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coll/across_hosts.h"
 #include "coll/op_desc.h"
@@ -36,6 +37,14 @@ struct CommSetup {
   CommOptions options;               // as the user gave them (a split's child inherits them)
   CommSettings settings;             // resolved from `options` and the environment
 };
+
+// The peers on other hosts a rank connects to while a communicator across hosts is made
+// (transport::NetworkConfig::connect_first): its rail (the leaders' rail carries every
+// collective's fingerprints and what crosses through the leaders; the other rails, what crosses
+// per rail) and its heartbeat's pairs (the watcher it beats to; a leader, the ranks it watches).
+// Symmetric, as connect_first must be; every other pair (a root off the leaders, point-to-point)
+// connects on first use.
+std::vector<int> first_network_peers(const topo::HostMap& hosts, int rank);
 
 class CommImpl {
  public:

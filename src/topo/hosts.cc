@@ -119,6 +119,16 @@ bool HostMap::uniform() const noexcept {
                      [&](const std::vector<int>& r) { return r.size() == ranks_on_[0].size(); });
 }
 
+std::vector<int> HostMap::rail_of(int rank) const {
+  const int local = local_rank(rank);
+  std::vector<int> rail;
+  for (int h = 0; h < hosts(); ++h) {
+    if (h != host_of(rank) && local < static_cast<int>(ranks_on_[h].size()))
+      rail.push_back(ranks_on_[h][local]);
+  }
+  return rail;
+}
+
 std::string HostMap::describe() const {
   std::string out;
   for (int h = 0; h < hosts(); ++h) {

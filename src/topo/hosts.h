@@ -44,6 +44,9 @@ class HostMap {
   // The rank's index among its host's ranks; ranks with the same local rank form a rail.
   int local_rank(int rank) const { return local_rank_.at(rank); }
   const std::vector<int>& ranks_on(int host) const { return ranks_on_.at(host); }
+  // `rank`'s rail without it: the ranks of the other hosts with its local rank, in host order (a
+  // leader's: the other leaders). Hosts with fewer ranks have none on it.
+  std::vector<int> rail_of(int rank) const;
   const std::string& key(int host) const { return key_of_host_.at(host); }
   // How many ranks run on `rank`'s machine, itself included, whichever host each is on: they
   // share its cores (the emulated hosts of one machine do; hosts of their own do not).

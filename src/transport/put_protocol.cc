@@ -86,14 +86,13 @@ struct PutProtocol::Incoming {
   std::shared_ptr<Arrival> current;  // the message whose pieces are arriving
 };
 
-PutProtocol::PutProtocol(std::span<std::byte> region, std::vector<int> peers,
-                         std::vector<uint64_t> remote_blocks, RemoteWriter& writer)
+PutProtocol::PutProtocol(std::span<std::byte> region, std::vector<int> peers, RemoteWriter& writer)
     : region_(region),
       peers_(std::move(peers)),
-      remote_blocks_(std::move(remote_blocks)),
+      remote_blocks_(peers_.size(), kUnreached),
       writer_(writer) {
-  if (region_.size() < peers_.size() * SL::block_bytes() || remote_blocks_.size() != peers_.size())
-    throw Error(ErrorCode::internal, "put protocol: region or peer table too small");
+  if (region_.size() < peers_.size() * SL::block_bytes())
+    throw Error(ErrorCode::internal, "put protocol: region too small for its peers");
   for (size_t i = 0; i < peers_.size(); ++i) {
     out_.push_back(std::make_unique<Outgoing>());
     in_.push_back(std::make_unique<Incoming>());
@@ -123,8 +122,15 @@ size_t PutProtocol::index_of(int peer) const {
   return static_cast<size_t>(it - peers_.begin());
 }
 
+void PutProtocol::reach(int peer, uint64_t remote_block) {
+  remote_blocks_[index_of(peer)] = remote_block;
+}
+
 PutProtocol::Op* PutProtocol::send(int peer, uint64_t tag, const void* data, size_t bytes) {
-  Outgoing& o = *out_[index_of(peer)];
+  const size_t i = index_of(peer);
+  if (remote_blocks_[i] == kUnreached)
+    throw Error(ErrorCode::internal, "put protocol: rank " + std::to_string(peer) + " not reached");
+  Outgoing& o = *out_[i];
   Op* op = *live_.insert(new Op).first;
   op->is_send = true;
   op->peer = peer;
@@ -277,7 +283,9 @@ void PutProtocol::pump_in(size_t i) {
       in.current.reset();
     }
   }
-  // Hand the emptied slots back: one credit put in flight at a time, the newest count.
+  // Hand the emptied slots back: one credit put in flight at a time, the newest count (once the
+  // peer is reached: until then it waits for slots, and the pieces wait here).
+  if (remote_blocks_[i] == kUnreached) return;
   if (in.credit_put != nullptr && writer_.complete(peer, in.credit_put)) in.credit_put = nullptr;
   if (in.credit_put == nullptr && in.credit_sent < in.consumed) {
     in.credit_word = in.consumed;

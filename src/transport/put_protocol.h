@@ -74,10 +74,9 @@ class PutProtocol {
     uint64_t received_tag = 0;  // a receive: the sender's tag
   };
 
-  // `region`: this rank's registered region, a zeroed block per peer at `block_of(peer)`.
-  // `remote_blocks[i]`: the offset of this rank's block in peers[i]'s region.
-  PutProtocol(std::span<std::byte> region, std::vector<int> peers,
-              std::vector<uint64_t> remote_blocks, RemoteWriter& writer);
+  // `region`: this rank's registered region, a zeroed block per peer at `block_offset(i)` for
+  // peers[i]. No peer is reached yet (reach()).
+  PutProtocol(std::span<std::byte> region, std::vector<int> peers, RemoteWriter& writer);
   // Lets what is in flight go on (the network flushes it as it closes); forgets every op.
   ~PutProtocol();
   PutProtocol(const PutProtocol&) = delete;
@@ -86,7 +85,13 @@ class PutProtocol {
   // Where peer `peer`'s block sits in this rank's region (peers in the order given).
   static uint64_t block_offset(size_t peer_index) { return peer_index * SlotLayout::block_bytes(); }
 
-  // `data` stays valid until the op is finished or cancelled.
+  // This rank may now write into `peer`'s region: its own block there is at `remote_block`.
+  // Connections are made on first use (UcxNetwork), so a peer may write here before this rank
+  // reached it: its pieces are taken and held as usual, and the credits that hand the slots back
+  // wait until it is reached.
+  void reach(int peer, uint64_t remote_block);
+
+  // `data` stays valid until the op is finished or cancelled; sends only to a peer reached.
   Op* send(int peer, uint64_t tag, const void* data, size_t bytes);
   Op* recv(int peer, uint64_t tag, void* data, size_t bytes, uint64_t any_bits);
   // Moves what can move: pieces out (as credits allow), signals after flushes, pieces in,
@@ -104,7 +109,8 @@ class PutProtocol {
   void pump_in(size_t i);
   std::span<std::byte> region_;
   std::vector<int> peers_;
-  std::vector<uint64_t> remote_blocks_;
+  static constexpr uint64_t kUnreached = ~uint64_t{0};
+  std::vector<uint64_t> remote_blocks_;  // by peer index; kUnreached until reach()
   RemoteWriter& writer_;
   std::vector<std::unique_ptr<Outgoing>> out_;  // by peer index
   std::vector<std::unique_ptr<Incoming>> in_;   // by peer index

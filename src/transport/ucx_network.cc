@@ -168,6 +168,9 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   uint64_t rounds = 0;      // advance's (mu_)
   std::atomic<int> sleepers{0};
   std::vector<ucp_ep_h> endpoints;     // by rank; null where there is none (or it was closed)
+  // By rank: whether this rank connected to it (UcxNetwork::connect_locked). Stays true once the
+  // endpoint is closed: a pair connects once. Read without mu_ by a transfer about to start.
+  std::unique_ptr<std::atomic<bool>[]> reached;
   std::vector<ucs_status_t> failures;  // by rank: why its endpoint failed, UCS_OK if it did not
   std::vector<ErrorSink> sinks;        // by rank: the error handler's argument
   // Failure notices (see notify_failure): a receive posted per peer, and what this rank sent.
@@ -215,6 +218,14 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::string leaving_out;
   std::vector<void*> leavings_out;
   bool failed = false;             // the communicator failed (notify_failure)
+  // Joins (connections on first use, UcxNetwork::connect_on_first_use): one receive kept posted
+  // for any peer's; by rank, the join this rank sent it (kept until the send completes), and the
+  // sends in flight.
+  std::vector<char> join_in;
+  void* join_pending = nullptr;
+  std::vector<std::string> joins_sent;
+  std::vector<void*> joins_out;
+  PutPublication publication;  // this rank's, where it offers put + signal
   // Put + signal (see put_protocol.h): this rank's registered region, and per rank the peer's
   // remote key (set where the pair uses put) and where its region and this rank's block are.
   std::string label;
@@ -222,8 +233,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   size_t region_bytes = 0;
   ucp_mem_h region_memory = nullptr;
   std::vector<ucp_rkey_h> rkeys;
-  std::vector<uint64_t> remote_bases;   // where the peer's region starts, in its process
-  std::vector<uint64_t> remote_blocks;  // where this rank's block is in the peer's region
+  std::vector<uint64_t> remote_bases;  // where the peer's region starts, in its process
   std::unique_ptr<PutProtocol> put_protocol;
 
   Error put_failure(int peer, ucs_status_t status) const {
@@ -300,6 +310,29 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     ucs_status_ptr_t posted = ucp_tag_recv_nbx(worker, leaving_in.data(), leaving_in.size(),
                                                ucx_tag(0, kLeavingTag), kMaxTag, &param);
     if (!UCS_PTR_IS_ERR(posted)) leaving_pending = posted;
+  }
+  // Keeps one receive posted for the join of any peer (the rank bits masked out).
+  void listen_for_joins() {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t posted = ucp_tag_recv_nbx(worker, join_in.data(), join_in.size(),
+                                               ucx_tag(0, kJoinTag), kMaxTag, &param);
+    if (!UCS_PTR_IS_ERR(posted)) join_pending = posted;
+  }
+  // Listens for rank p's failure notices (UcxNetwork::notify_failure), once it is connected.
+  void listen_for_notices(int p) {
+    NoticeSlot& slot = notices_in[p];
+    slot.buffer.resize(kMaxNoticeBytes);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv = [](void*, ucs_status_t, const ucp_tag_recv_info_t*, void* completed) {
+      ++*static_cast<uint64_t*>(completed);
+    };
+    param.user_data = &notices_completed;
+    ucs_status_ptr_t posted = ucp_tag_recv_nbx(worker, slot.buffer.data(), slot.buffer.size(),
+                                               ucx_tag(p, kNoticeTag), ~uint64_t{0}, &param);
+    if (!UCS_PTR_IS_ERR(posted)) slot.pending = posted;
   }
   // Takes the leaving messages that arrived (after a round of progress).
   void take_leavers() {
@@ -484,6 +517,11 @@ struct UcxNetwork::Ucx final : RemoteWriter {
       settle(leaving_pending);
     }
     for (void* request : leavings_out) settle(request);
+    if (join_pending != nullptr) {
+      ucp_request_cancel(worker, join_pending);
+      settle(join_pending);
+    }
+    for (void* request : joins_out) settle(request);
     // After a failure a flush may wait on a peer that is gone or cut off: close at once.
     close_all(failed);
     // Messages nobody will receive any more (beats and goodbyes of peers, which may arrive until
@@ -517,7 +555,6 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   u.label = config_.label;
   u.rkeys.assign(n, nullptr);
   u.remote_bases.assign(n, 0);
-  u.remote_blocks.assign(n, 0);
   auto check = [&](ucs_status_t status, const char* call) {
     if (status != UCS_OK) {
       throw Error(ErrorCode::bootstrap,
@@ -577,17 +614,29 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   ucp_address_t* address = nullptr;
   size_t address_bytes = 0;
   check(ucp_worker_get_address(u.worker, &address, &address_bytes), "ucp_worker_get_address");
-  const std::string published = to_hex(address, address_bytes);
+  address_ = to_hex(address, address_bytes);
   ucp_worker_release_address(u.worker, address);
+  wants_put_ = wants_put;
   Store& store = *config_.store;
   store.set("netput/" + std::to_string(config_.rank), wants_put ? publish_region() : "");
-  store.set("net/" + std::to_string(config_.rank), published);
+  store.set("net/" + std::to_string(config_.rank), address_);
+  if (address_.size() + 1024 > kMaxJoinBytes) {  // a join: the address, a small publication
+    throw Error(ErrorCode::bootstrap, config_.label + ": the network address of this rank (" +
+                                          std::to_string(address_bytes) +
+                                          " bytes) is too large to send to peers");
+  }
 
+  u.self = config_.rank;
+  u.reached = std::make_unique<std::atomic<bool>[]>(n);
+  u.notices_in.resize(n);
+  u.joins_sent.resize(n);
+  if (wants_put) start_put_protocol();
+  const std::vector<int> first = config_.connect_first.value_or(config_.peers);
   const auto deadline = Clock::now() + config_.setup_timeout;
-  // Every peer's address (and where put + signal is wanted, its slots) in one request: a get
-  // each was a round trip per peer, N^2 for the job through one store.
+  // The first peers' addresses (and where put + signal is wanted, their slots) in one request: a
+  // get each was a round trip per peer, N^2 for the job through one store.
   std::vector<std::string> keys;
-  for (int p : config_.peers) {
+  for (int p : first) {
     check_peer(p, "connect to");
     keys.push_back("net/" + std::to_string(p));
     if (wants_put) keys.push_back("netput/" + std::to_string(p));  // set first: no wait
@@ -597,62 +646,142 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
     published_by_peers = store.get_many(keys, config_.setup_timeout);
   } catch (const Error& e) {
     throw Error(e.code(), config_.label + ": waiting for the network addresses of its " +
-                              std::to_string(config_.peers.size()) +
-                              " peers on other hosts: " + e.what());
+                              std::to_string(first.size()) +
+                              " first peers on other hosts: " + e.what());
   }
   const size_t per_peer = wants_put ? 2 : 1;
-  for (size_t i = 0; i < config_.peers.size(); ++i) {
-    const int p = config_.peers[i];
-    const std::string& text = published_by_peers[i * per_peer];
-    const std::vector<unsigned char> peer_address = from_hex(text);
-    if (peer_address.empty()) {
-      throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(p) +
-                                            " published a malformed network address");
-    }
-    u.sinks[p] = {&u, p};
-    ucp_ep_params_t ep_params{};
-    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep_params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
-    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep_params.err_handler = {&Ucx::on_endpoint_error, &u.sinks[p]};
-    const ucs_status_t created = ucp_ep_create(u.worker, &ep_params, &u.endpoints[p]);
-    if (created != UCS_OK) {
+  for (size_t i = 0; i < first.size(); ++i) {
+    const int p = first[i];
+    if (!connect_locked(p, published_by_peers[i * per_peer],
+                        wants_put ? published_by_peers[i * per_peer + 1] : std::string())) {
       throw Error(ErrorCode::bootstrap, config_.label + ": cannot reach rank " + std::to_string(p) +
                                             " over the network (UCX " + config_.transports +
-                                            "): " + status_text(created));
+                                            "): " + status_text(u.failures[p]));
     }
-    if (wants_put) use_put_with(p, published_by_peers[i * per_peer + 1]);
   }
-  if (wants_put) start_put_protocol();
-  // A first empty message each way: every connection works before the communicator is used.
+  u.leaving_in.resize(kMaxNoticeBytes);
+  u.listen_for_leavers();
+  u.join_in.resize(kMaxJoinBytes);
+  u.listen_for_joins();
+  // A first empty message each way: every first connection works before the communicator is
+  // used.
   std::vector<NetRequest> hello;
-  for (int p : config_.peers) {
+  for (int p : first) {
     hello.push_back(send(p, kMaxTag, nullptr, 0));
     hello.push_back(recv(p, kMaxTag, nullptr, 0));
   }
   wait_all(hello, WaitContext::with_deadline(deadline, [label = config_.label] {
              return "connecting the network of " + label;
            }));
+  // After the hellos: a peer that made its network and failed at once (its notice behind its
+  // hello) does not fail this rank's setup.
   std::lock_guard lock(mu_);
-  u.self = config_.rank;
-  u.leaving_in.resize(kMaxNoticeBytes);
-  u.listen_for_leavers();
-  u.notices_in.resize(n);
-  for (int p : config_.peers) {
-    Ucx::NoticeSlot& slot = u.notices_in[p];
-    slot.buffer.resize(kMaxNoticeBytes);
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.recv = [](void*, ucs_status_t, const ucp_tag_recv_info_t*, void* completed) {
-      ++*static_cast<uint64_t*>(completed);
-    };
-    param.user_data = &u.notices_completed;
-    ucs_status_ptr_t posted = ucp_tag_recv_nbx(u.worker, slot.buffer.data(), slot.buffer.size(),
-                                               ucx_tag(p, kNoticeTag), ~uint64_t{0}, &param);
-    if (!UCS_PTR_IS_ERR(posted)) slot.pending = posted;
+  for (int p : first) u.listen_for_notices(p);
+}
+
+bool UcxNetwork::connect_locked(int peer, const std::string& address,
+                                const std::string& put_published) {
+  Ucx& u = *ucx_;
+  const std::vector<unsigned char> peer_address = from_hex(address);
+  if (peer_address.empty()) {
+    throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(peer) +
+                                          " published a malformed network address");
   }
+  u.sinks[peer] = {&u, peer};
+  ucp_ep_params_t ep_params{};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep_params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep_params.err_handler = {&Ucx::on_endpoint_error, &u.sinks[peer]};
+  const ucs_status_t created = ucp_ep_create(u.worker, &ep_params, &u.endpoints[peer]);
+  if (created != UCS_OK) {
+    u.failures[peer] = created;
+    return false;
+  }
+  u.reached[peer].store(true, std::memory_order_release);
+  if (wants_put_) use_put_with(peer, put_published);
+  return true;
+}
+
+void UcxNetwork::connect_on_first_use(int peer) {
+  Ucx& u = *ucx_;
+  if (u.reached[peer].load(std::memory_order_acquire)) return;
+  std::vector<std::string> keys{"net/" + std::to_string(peer)};
+  if (wants_put_) keys.push_back("netput/" + std::to_string(peer));
+  std::vector<std::string> published;
+  try {
+    published = config_.store->get_many(keys, config_.setup_timeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), config_.label + ": connecting to rank " + std::to_string(peer) +
+                              " over the network on first use: " + e.what());
+  }
+  std::lock_guard lock(mu_);
+  // Connected meanwhile (its join came, or another thread), or failed: the transfer says which.
+  if (u.reached[peer].load() || u.failed) return;
+  if (!connect_locked(peer, published[0], wants_put_ ? published[1] : std::string())) {
+    // Its process exited, perhaps because of a failure elsewhere whose notice is on its way (as
+    // a send that fails waits for one: NetworkConfig::notice_wait).
+    const std::string what =
+        config_.label + ": connecting to rank " + std::to_string(peer) + " on first use";
+    u.take_leavers();
+    if (u.has_left(peer)) u.fail_left(peer, what, [](const auto& error) { throw error; });
+    if (std::optional<RootCauseError> cause =
+            await_notice_locked(config_.notice_wait, [&] { return what; }))
+      throw *cause;
+    throw Error(ErrorCode::peer_died, what +
+                                          ": it cannot be reached (its process exited or its "
+                                          "network is down): " +
+                                          status_text(u.failures[peer]));
+  }
+  u.listen_for_notices(peer);
+  std::string& join = u.joins_sent[peer];
+  join = address_ + '\n';
+  if (wants_put_) {  // where the peer's block is, of this rank's region
+    PutPublication mine = u.publication;
+    std::erase_if(mine.blocks, [&](const auto& block) { return block.first != peer; });
+    join += encode(mine);
+  }
+  u.send_own(peer, join.data(), join.size(), ucx_tag(config_.rank, kJoinTag), u.joins_out);
+}
+
+void UcxNetwork::take_joins_locked() {
+  Ucx& u = *ucx_;
+  while (u.join_pending != nullptr) {  // null until the network is set up
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t status = ucp_tag_recv_request_test(u.join_pending, &info);
+    if (status == UCS_INPROGRESS) return;
+    ucp_request_free(u.join_pending);
+    u.join_pending = nullptr;
+    if (status == UCS_ERR_CANCELED) return;  // the network is going
+    const uint64_t peer = info.sender_tag >> kTagBits;
+    if (peer < static_cast<uint64_t>(config_.size) && !u.reached[peer].load() && !u.failed) {
+      const std::string_view join(u.join_in.data(), status == UCS_OK ? info.length : 0);
+      const size_t end = join.find('\n');
+      // Where it fails, not this rank's transfer failed: the pair's next one does, naming the
+      // peer (connect_locked records why).
+      bool connected = false;
+      try {
+        connected = end != std::string_view::npos &&
+                    connect_locked(static_cast<int>(peer), std::string(join.substr(0, end)),
+                                   std::string(join.substr(end + 1)));
+      } catch (const Error&) {
+      }
+      if (connected) {
+        u.listen_for_notices(static_cast<int>(peer));
+      } else if (u.failures[peer] == UCS_OK) {
+        u.failures[peer] = UCS_ERR_INVALID_PARAM;  // a malformed join
+      }
+    }
+    u.listen_for_joins();
+  }
+}
+
+std::vector<int> UcxNetwork::connected_peers() const {
+  std::vector<int> connected;
+  for (int p = 0; p < config_.size; ++p)
+    if (ucx_->reached[p].load()) connected.push_back(p);
+  return connected;
 }
 
 std::string UcxNetwork::publish_region() {
@@ -687,6 +816,7 @@ std::string UcxNetwork::publish_region() {
   ucp_rkey_buffer_release(key);
   for (size_t i = 0; i < config_.peers.size(); ++i)
     publication.blocks.emplace_back(config_.peers[i], PutProtocol::block_offset(i));
+  u.publication = publication;
   return encode(publication);
 }
 
@@ -708,20 +838,19 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
                                           "'s network slots: " + status_text(unpacked));
   }
   u.remote_bases[peer] = p->base;
-  u.remote_blocks[peer] = mine->second;
+  u.put_protocol->reach(peer, mine->second);
 }
 
 void UcxNetwork::start_put_protocol() {
   Ucx& u = *ucx_;
-  std::vector<uint64_t> blocks;
-  for (int p : config_.peers) blocks.push_back(u.remote_blocks[p]);
-  u.put_protocol =
-      std::make_unique<PutProtocol>(std::span(static_cast<std::byte*>(u.region), u.region_bytes),
-                                    config_.peers, std::move(blocks), u);
+  u.put_protocol = std::make_unique<PutProtocol>(
+      std::span(static_cast<std::byte*>(u.region), u.region_bytes), config_.peers, u);
 }
 
-bool UcxNetwork::uses_put(int peer) const {
+bool UcxNetwork::uses_put(int peer) {
   check_peer(peer, "ask about the protocol with");
+  connect_on_first_use(peer);
+  std::lock_guard lock(mu_);
   return ucx_->uses_put(peer);
 }
 
@@ -767,6 +896,8 @@ void UcxNetwork::leave(const std::optional<FailureRecord>& failed_first) {
   Ucx& u = *ucx_;
   if (u.failed || own_failure_ || u.self < 0 || u.said_leaving) return;
   u.said_leaving = true;
+  u.progress();
+  take_joins_locked();  // a peer that connected on first use hears of it too
   if (u.put_protocol) {
     // Puts and their signals do not queue behind tagged messages: they land first.
     ucp_request_param_t param{};
@@ -883,8 +1014,9 @@ UcxNetwork::Heard UcxNetwork::heard_from(int peer) {
   return slot.heard;
 }
 
-std::string UcxNetwork::describe_lanes(int peer) const {
+std::string UcxNetwork::describe_lanes(int peer) {
   check_peer(peer, "describe the lanes to");
+  connect_on_first_use(peer);
   return printed([&](FILE* stream) {
     std::lock_guard lock(mu_);
     if (ucx_->endpoints[peer] != nullptr) ucp_ep_print_info(ucx_->endpoints[peer], stream);
@@ -907,6 +1039,7 @@ void UcxNetwork::check_peer(int peer, const char* what) const {
 
 NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   check_peer(peer, "send to");
+  connect_on_first_use(peer);
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, true, bytes};
   request.data = data;
@@ -945,6 +1078,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
 
 NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, uint64_t any_bits) {
   check_peer(peer, "receive from");
+  connect_on_first_use(peer);  // a receive needs no endpoint, but the peer's failures do
   std::lock_guard lock(mu_);
   NetRequest request{nullptr, peer, false, bytes};
   request.data = data;
@@ -1113,6 +1247,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   u.progress_once();
   ++u.rounds;
   u.take_leavers();
+  take_joins_locked();
   if (std::optional<RootCauseError> failure = known_failure_locked([&] { return ctx.op_label(); }))
     fail(*failure);
   if (u.put_protocol) {

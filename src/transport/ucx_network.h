@@ -8,7 +8,16 @@
 // engine (libfabric, say) is one more class with the same interface.
 //
 // Wire-up: each rank publishes its UCX worker address in the communicator's store under
-// "net/<rank>" and connects to the peers it names.
+// "net/<rank>". It connects to the peers NetworkConfig::connect_first names while the network is
+// made (their addresses in one read of the store, then a first message each way), and to any
+// other peer on first use: its first send to or receive from that peer reads the peer's address
+// from the store and sends a join carrying its own, with which the peer connects back (a receive
+// kept posted for joins from any rank), so both ends can tell each other of failures and of
+// leaving. A full mesh made up front costs a job N^2 connections and address reads where its
+// collectives use the rails and the leaders' mesh: 264 ranks on 33 forced hosts of 8 on this
+// 2-core machine made a communicator in 8.4-17.5 s with the mesh, 3.5-3.6 s with the first peers
+// of comm/comm_impl.h (bench/net/setup_scale.sh 8 264). Open MPI's UCX layer and NCCL also
+// connect on demand.
 //
 // Two protocols carry send() and recv(), chosen per pair of ranks (net_protocol.h):
 // - tagged messages (what TCP serves best): a 64-bit UCX tag holds the sender's rank in the top
@@ -60,6 +69,10 @@ struct NetworkConfig {
   int rank = 0;
   int size = 1;
   std::vector<int> peers;        // the ranks this rank exchanges messages with (other hosts)
+  // The peers connected while the network is made, each checked with a first message each way
+  // (an unreachable one fails the setup, naming it); the others are connected on first use.
+  // Symmetric: p lists q where q lists p. Unset: every peer.
+  std::optional<std::vector<int>> connect_first;
   std::shared_ptr<Store> store;  // the communicator's own (prefixed) store
   std::string label;             // "communicator 'w'", for errors
   std::chrono::milliseconds setup_timeout{30000};
@@ -101,6 +114,10 @@ class UcxNetwork {
   static constexpr uint64_t kBeatTag = kMaxTag - 2;                   // heartbeats
   static constexpr uint64_t kNoticeAckTag = kMaxTag - 3;              // "your notice arrived"
   static constexpr uint64_t kLeavingTag = kMaxTag - 4;                // leave()
+  static constexpr uint64_t kJoinTag = kMaxTag - 5;                   // a connection on first use
+  // The largest join: a worker address and a put publication of one block (a few hundred bytes
+  // over TCP) fit many times over.
+  static constexpr size_t kMaxJoinBytes = size_t{64} << 10;
   static constexpr size_t kMaxNoticeBytes = 1024;
 
   explicit UcxNetwork(NetworkConfig config);
@@ -226,11 +243,17 @@ class UcxNetwork {
   };
   Heard heard_from(int peer);
 
-  // Whether transfers with `peer` use put + signal (else tagged messages).
-  bool uses_put(int peer) const;
+  // Whether transfers with `peer` use put + signal (else tagged messages); connects to it first,
+  // as a transfer would, where it is not yet.
+  bool uses_put(int peer);
 
-  // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`.
-  std::string describe_lanes(int peer) const;
+  // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`;
+  // connects to it first where it is not yet.
+  std::string describe_lanes(int peer);
+
+  // The peers this rank has connected to so far (made here, or connected back on their join), in
+  // rank order.
+  std::vector<int> connected_peers() const;
 
  private:
   struct Ucx;
@@ -238,6 +261,17 @@ class UcxNetwork {
   std::string publish_region();
   void use_put_with(int peer, const std::string& published);
   void start_put_protocol();
+  // Connects to `peer` from what it published (its address, hex; its put publication, or empty
+  // for tagged messages); the caller then listens for its failure notices (mu_ held, or no other
+  // thread yet). False where UCX could not make the endpoint (why: its failures by rank); throws
+  // if what the peer published is malformed.
+  bool connect_locked(int peer, const std::string& address, const std::string& put_published);
+  // A transfer with `peer` about to start: where this rank has not connected to it, reads its
+  // address from the store (bounded by setup_timeout; mu_ not held, so the heartbeat and other
+  // transfers go on meanwhile), connects and sends it a join.
+  void connect_on_first_use(int peer);
+  // Connects back to the peers whose joins arrived (mu_ held; after a round of progress).
+  void take_joins_locked();
   void check_peer(int peer, const char* what) const;
   void cancel_locked(std::span<NetRequest> requests);
   void notify_failure_locked(const FailureRecord& record);
@@ -264,6 +298,8 @@ class UcxNetwork {
   void send_beat_message(int peer, const void* data, size_t bytes,
                          std::unique_ptr<Fingerprint> owned);
   NetworkConfig config_;
+  bool wants_put_ = false;  // this rank offers put + signal (NetworkConfig::protocol, the lanes)
+  std::string address_;     // this rank's worker address, hex, as published and sent in joins
   FailureBoard board_;  // this communicator's first failure in its store
   std::unique_ptr<Ucx> ucx_;
   // UCX's worker runs SERIALIZED: one thread inside it at a time (collectives and point-to-point

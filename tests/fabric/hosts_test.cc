@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "comm/comm_impl.h"
 #include "comm/settings.h"
 #include "support/expect_error.h"
 #include "support/expect_tpf_error.h"
@@ -42,6 +45,42 @@ TEST(HostMap, HostsAreNumberedByTheirLowestRankAndLocalRanksFollowRankOrder) {
   EXPECT_EQ(map.local_rank(4), 1);
   EXPECT_EQ(map.local_rank(3), 0);
   EXPECT_EQ(map.describe(), "host 'b' (ranks 0, 2); host 'a' (ranks 1, 4); host 'c' (rank 3)");
+  // Rails: the same local rank on the other hosts; host 'c' has no local rank 1.
+  EXPECT_EQ(map.rail_of(0), (std::vector<int>{1, 3}));
+  EXPECT_EQ(map.rail_of(3), (std::vector<int>{0, 1}));
+  EXPECT_EQ(map.rail_of(2), (std::vector<int>{4}));
+  EXPECT_EQ(map.rail_of(4), (std::vector<int>{2}));
+}
+
+// The peers a rank connects to while a communicator across hosts is made: on other hosts, and
+// symmetric (each waits for a first message from each of its own), in uniform, uneven and
+// interleaved layouts; a rank's rail and heartbeat pairs, not every rank.
+TEST(FirstNetworkPeers, AreOnOtherHostsAndSymmetric) {
+  const std::vector<std::vector<std::string>> layouts = {{"a", "b"},
+                                                         {"a", "a", "b"},
+                                                         {"a", "a", "b", "b", "c", "c", "d", "d"},
+                                                         {"a", "b", "a", "b", "c", "c"},
+                                                         {"a", "a", "a", "b", "c", "c"},
+                                                         {"a", "b", "c", "d", "e"}};
+  for (const auto& keys : layouts) {
+    const topo::HostMap map(keys);
+    for (int r = 0; r < map.ranks(); ++r) {
+      const std::vector<int> first = detail::first_network_peers(map, r);
+      EXPECT_TRUE(std::is_sorted(first.begin(), first.end()));
+      for (int p : first) {
+        EXPECT_NE(map.host_of(p), map.host_of(r)) << "rank " << r << " lists " << p;
+        const std::vector<int> theirs = detail::first_network_peers(map, p);
+        EXPECT_TRUE(std::find(theirs.begin(), theirs.end(), r) != theirs.end())
+            << "rank " << r << " lists rank " << p << ", which does not list it back ("
+            << map.describe() << ")";
+      }
+    }
+  }
+  // 4 hosts x 2: rank 3 (host 1, local 1) has its rail (ranks 1, 5, 7) and its watcher, rank 0
+  // (the leader of host 0); rank 2, host 1's leader, also the ranks of host 2 it watches.
+  const topo::HostMap four_by_two({"a", "a", "b", "b", "c", "c", "d", "d"});
+  EXPECT_EQ(detail::first_network_peers(four_by_two, 3), (std::vector<int>{0, 1, 5, 7}));
+  EXPECT_EQ(detail::first_network_peers(four_by_two, 2), (std::vector<int>{0, 4, 5, 6}));
 }
 
 TEST(HostMap, OneKeyIsOneUniformHost) {

@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "tpf/error.h"
+
 namespace tpf::transport {
 namespace {
 
@@ -105,17 +107,20 @@ class FakeNetwork {
 
 // Rank 0 and rank 1, each the other's only peer.
 struct TwoRanks {
-  explicit TwoRanks(uint32_t seed) : net(seed) {
+  // `reached`: whether each rank starts out reaching the other (PutProtocol::reach).
+  explicit TwoRanks(uint32_t seed, bool reached = true) : net(seed) {
     for (int r = 0; r < 2; ++r) {
       writers.push_back(std::make_unique<FakeNetwork::Writer>(net, r));
-      ranks.push_back(std::make_unique<PutProtocol>(net.region(r), std::vector<int>{1 - r},
-                                                    std::vector<uint64_t>{0}, *writers[r]));
+      ranks.push_back(
+          std::make_unique<PutProtocol>(net.region(r), std::vector<int>{1 - r}, *writers[r]));
     }
+    if (reached)
+      for (int r = 0; r < 2; ++r) ranks[r]->reach(1 - r, 0);
   }
   // Pumps both sides and lands writes until every op given is done; false if that takes
-  // unreasonably many rounds (a stall).
-  bool run_until_done(const std::vector<std::pair<int, Op*>>& ops) {
-    for (int round = 0; round < 200000; ++round) {
+  // `rounds` rounds (a stall).
+  bool run_until_done(const std::vector<std::pair<int, Op*>>& ops, int rounds = 200000) {
+    for (int round = 0; round < rounds; ++round) {
       const bool done = std::all_of(ops.begin(), ops.end(), [&](const auto& op) {
         return ranks[op.first]->status(op.second).done;
       });
@@ -255,6 +260,25 @@ TEST(PutProtocol, DestructionReleasesWhatIsInFlight) {
   EXPECT_GT(two->net.in_flight(), 0u);
   two->ranks.clear();
   EXPECT_EQ(two->net.in_flight(), 0u);
+}
+
+// Connections are made on first use: a peer may write before this rank reached it. Its pieces
+// are taken (a receive posted meanwhile gets them), but its slots come back only once this rank
+// reaches it, so a message longer than every slot stalls until then and then arrives whole.
+TEST(PutProtocol, APeerThatWritesBeforeItIsReachedGetsItsSlotsBackOnceItIs) {
+  TwoRanks two(21, /*reached=*/false);
+  two.ranks[0]->reach(1, 0);
+  EXPECT_THROW(two.ranks[1]->send(0, 1, nullptr, 0), Error);  // rank 1 has not reached rank 0
+  const auto data = pattern(2 * SlotLayout::kSlots * kSlot + 3, 4);
+  std::vector<unsigned char> got(data.size(), 0);
+  const std::vector<std::pair<int, Op*>> ops{
+      {0, two.ranks[0]->send(1, 9, data.data(), data.size())},
+      {1, two.ranks[1]->recv(0, 9, got.data(), got.size(), 0)}};
+  EXPECT_FALSE(two.run_until_done(ops, 2000)) << "the sender had slots it was never given back";
+  two.ranks[1]->reach(0, 0);
+  ASSERT_TRUE(two.run_until_done(ops));
+  EXPECT_EQ(got, data);
+  for (const auto& [rank, op] : ops) two.ranks[rank]->finish(op);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -29,19 +30,28 @@ using transport::NetRequest;
 using transport::UcxNetwork;
 using transport::WaitContext;
 
+// Every other rank is a peer on another host; `connect_first` as NetworkConfig's (unset: every
+// peer connects while the network is made).
 std::unique_ptr<UcxNetwork> connect_network(
-    const RankContext& ctx, transport::NetProtocol protocol = transport::NetProtocol::automatic) {
+    const RankContext& ctx, transport::NetProtocol protocol = transport::NetProtocol::automatic,
+    std::optional<std::vector<int>> connect_first = std::nullopt,
+    std::chrono::milliseconds setup_timeout = std::chrono::seconds(30)) {
   auto client = testing::connect_to_store(ctx, ctx.rank);
   transport::NetworkConfig config;
   config.rank = ctx.rank;
   config.size = ctx.size;
   for (int p = 0; p < ctx.size; ++p)
     if (p != ctx.rank) config.peers.push_back(p);
+  config.connect_first = std::move(connect_first);
   config.store = std::make_shared<PrefixStore>("net-test", client);
   config.label = "network test";
   config.protocol = protocol;
+  config.setup_timeout = setup_timeout;
   return std::make_unique<UcxNetwork>(config);
 }
+
+// No peer connected while the network is made: every pair connects on first use.
+const std::vector<int> kNobodyFirst;
 
 class ByProtocol : public ::testing::TestWithParam<transport::NetProtocol> {};
 
@@ -205,6 +215,102 @@ TEST_P(ByProtocol, APeerThatNeverSendsIsNamedAtTheDeadline) {
                                           std::chrono::seconds(30)),
                       "rank 0 never finished");
     }
+  });
+  testing::expect_all_ok(outcomes);
+}
+
+// Connections on first use: none while the network is made; a transfer connects its pair, the
+// peer connecting back on the join it receives; messages of every size then cross as over a
+// connection made first (put + signal too, its slots handed back once both ends are connected).
+TEST_P(ByProtocol, PairsConnectOnFirstUse) {
+  auto outcomes = testing::run_ranks_raw(3, [&](const RankContext& ctx) {
+    auto net = connect_network(ctx, GetParam(), kNobodyFirst);
+    TPF_CHILD_CHECK(net->connected_peers().empty(), "connected before any transfer");
+    if (ctx.rank == 2) return;  // no transfer: nobody connects to it
+    const int peer = 1 - ctx.rank;
+    for (size_t bytes : {size_t{0}, size_t{100}, size_t{1} << 20, size_t{9} << 20}) {
+      std::vector<unsigned char> out(bytes), in(bytes, 0);
+      for (size_t i = 0; i < bytes; ++i) out[i] = pattern(ctx.rank, peer, i);
+      std::vector<NetRequest> requests{net->recv(peer, bytes, in.data(), bytes),
+                                       net->send(peer, bytes, out.data(), bytes)};
+      net->wait_all(requests, within(std::chrono::seconds(60)));
+      for (size_t i = 0; i < bytes; ++i) {
+        TPF_CHILD_CHECK(in[i] == pattern(peer, ctx.rank, i),
+                        "byte " + std::to_string(i) + " of " + std::to_string(bytes));
+      }
+    }
+    TPF_CHILD_CHECK(net->connected_peers() == std::vector<int>{peer},
+                    "connected to more than the peer it exchanged with");
+  });
+  testing::expect_all_ok(outcomes);
+}
+
+// A rank that never makes a transfer with a peer that connected to it still connects back, on the
+// join (taken by any round of progress): its failure notice then reaches that peer, which fails at
+// once naming the cause (without the connection back, at its deadline: this rank stays alive, so
+// no connection fails).
+TEST(UcxNetwork, APeerConnectedOnFirstUseHearsTheOtherEndsFailure) {
+  testing::SharedBlock shared;
+  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+    auto net = connect_network(ctx, transport::NetProtocol::automatic, kNobodyFirst);
+    if (ctx.rank == 0) {
+      uint64_t value = 0;
+      std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
+      const Error e = testing::expect_error("a receive from a rank that fails", [&] {
+        net->wait_all(requests, within(std::chrono::seconds(60)));
+      });
+      TPF_CHILD_CHECK(std::string(e.what()).find("rank 1 failed its test") != std::string::npos,
+                      e.what());
+      shared.counter(0).store(1);
+      return;
+    }
+    TPF_CHILD_CHECK(testing::wait_until(
+                        [&] {
+                          net->advance({}, within(std::chrono::seconds(1)));
+                          return net->connected_peers() == std::vector<int>{0};
+                        },
+                        std::chrono::seconds(60)),
+                    "never connected back to rank 0");
+    net->notify_failure({ErrorCode::internal, "rank 1 failed its test"});
+    TPF_CHILD_CHECK(testing::wait_until([&] { return shared.counter(0).load() == 1; },
+                                        std::chrono::seconds(60)),
+                    "rank 0 never heard of the failure");
+  });
+  testing::expect_all_ok(outcomes);
+}
+
+// A peer whose process is gone is named by the transfer that connects to it on first use, as by
+// one over a connection made first. Tagged messages only (see ADeadPeerIsNamedNotWaitedFor).
+TEST(UcxNetwork, ADeadPeerIsNamedByTheTransferThatConnectsToIt) {
+  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+    auto net = connect_network(ctx, transport::NetProtocol::tag, kNobodyFirst);
+    if (ctx.rank == 1) ::raise(SIGKILL);  // after publishing its address
+    uint64_t value = 0;
+    const Error e = testing::expect_error("receive from a dead rank", [&] {
+      std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
+      net->wait_all(requests, within(std::chrono::minutes(10)));
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
+  });
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+}
+
+// A peer that never made its network (it never published an address) is named by the first
+// transfer with it, within the setup timeout.
+TEST(UcxNetwork, APeerThatNeverMadeItsNetworkIsNamedByTheFirstTransfer) {
+  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+    if (ctx.rank == 1) return;
+    auto net = connect_network(ctx, transport::NetProtocol::automatic, kNobodyFirst,
+                               std::chrono::milliseconds(300));
+    uint64_t value = 0;
+    const Error e = testing::expect_error("send to a rank without a network",
+                                          [&] { net->send(1, 5, &value, sizeof value); });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("connecting to rank 1 over the network on first "
+                                               "use") != std::string::npos,
+                    e.what());
   });
   testing::expect_all_ok(outcomes);
 }
