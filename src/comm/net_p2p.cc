@@ -61,10 +61,15 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   {
     std::lock_guard lock(mu_);
     if (failure_) std::rethrow_exception(failure_);
-    request = post_locked(desc);
   }
   const std::string what = label(desc);
   try {
+    {
+      // Posting may fail too: the first transfer with a peer connects to it (a peer whose
+      // process is gone, or that never made its network), and the communicator records it.
+      std::lock_guard lock(mu_);
+      request = post_locked(desc);
+    }
     network_.wait_all(std::span<transport::NetRequest>(&request, 1),
                       transport::WaitContext::with_deadline(deadline, [&] { return what; }));
     check_dtype(desc, request);
@@ -87,7 +92,15 @@ Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
                                                                            "being destroyed")));
     return Work(state);
   }
-  pending_.push_back({desc, post_locked(desc), state, deadline, label(desc)});
+  transport::NetRequest request;
+  try {
+    request = post_locked(desc);
+  } catch (...) {  // as run(): recorded, and the work fails with it
+    lock.unlock();
+    state->complete(on_failure_(std::current_exception()));
+    return Work(state);
+  }
+  pending_.push_back({desc, request, state, deadline, label(desc)});
   leave_for_a_tick_ = true;  // its waiter is probably on the way
   if (!thread_.joinable()) {
     thread_ = std::thread([this] { progress_loop(); });

@@ -2063,6 +2063,34 @@ TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
 }
 
+// A pair off each other's rails connects on its first transfer (comm_impl.h:
+// first_network_peers): rank 3 (host b, local 1) and rank 4 (host c's leader) are no first peers
+// of each other. After a first barrier (every rank has made the communicator) rank 3 dies; rank
+// 4's first receive from it names it (its connection refused, or a notice from rank 3's host-mate,
+// which sees the death in shared memory), as do the ranks waiting in a second barrier.
+TEST_P(AcrossHostsFailures, ARankKilledBeforeItsFirstTransferWithAPeerOffItsRailIsNamed) {
+  const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
+  auto outcomes = run_on_hosts(
+      three_of_two,
+      [](Communicator& comm) {
+        comm.barrier();
+        if (comm.rank() == 3) ::raise(SIGKILL);
+        int32_t value = 0;
+        const Error e = expect_error("waiting on a dead rank", [&] {
+          if (comm.rank() == 4) {
+            comm.recv(&value, 1, DType::i32, 3);
+          } else {
+            comm.barrier();
+          }
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+        TPF_CHILD_CHECK(std::string(e.what()).find("rank 3") != std::string::npos, e.what());
+      },
+      GetParam());
+  for (int r : {0, 1, 2, 4, 5}) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+  EXPECT_EQ(outcomes[3].signal, SIGKILL);
+}
+
 // A rank that sends and goes on (a small broadcast's or scatter's root, rank 0; a small reduce's
 // or gather's sender, rank 1, the root 0) may destroy its communicator (closing its connections)
 // before the rank on the other host even calls: that rank must still get the data, which was sent
