@@ -279,6 +279,36 @@ TEST(UcxNetwork, APeerConnectedOnFirstUseHearsTheOtherEndsFailure) {
   testing::expect_all_ok(outcomes);
 }
 
+// Likewise a rank that leaves (destroys its communicator) after a peer connected to it on first use
+// tells that peer, whose receive from it then fails at once naming it, not at its deadline or as
+// a lost connection.
+TEST(UcxNetwork, APeerConnectedOnFirstUseHearsTheOtherEndLeave) {
+  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+    auto net = connect_network(ctx, transport::NetProtocol::automatic, kNobodyFirst);
+    if (ctx.rank == 0) {
+      uint64_t value = 0;
+      std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
+      const Error e = testing::expect_error("a receive from a rank that leaves", [&] {
+        net->wait_all(requests, within(std::chrono::seconds(60)));
+      });
+      TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+      TPF_CHILD_CHECK(
+          std::string(e.what()).find("rank 1 destroyed the communicator") != std::string::npos,
+          e.what());
+      return;
+    }
+    TPF_CHILD_CHECK(testing::wait_until(
+                        [&] {
+                          net->advance({}, within(std::chrono::seconds(1)));
+                          return net->connected_peers() == std::vector<int>{0};
+                        },
+                        std::chrono::seconds(60)),
+                    "never connected back to rank 0");
+    net->leave(std::nullopt);
+  });
+  testing::expect_all_ok(outcomes);
+}
+
 // A peer whose process is gone is named by the transfer that connects to it on first use, as by
 // one over a connection made first. Tagged messages only (see ADeadPeerIsNamedNotWaitedFor).
 TEST(UcxNetwork, ADeadPeerIsNamedByTheTransferThatConnectsToIt) {
