@@ -152,22 +152,29 @@ TEST_P(ByProtocol, ThePairUsesTheProtocolAskedFor) {
 // Tagged messages only: over TCP, UCX 1.13 emulates puts with messages whose completion the
 // target sends back on its endpoint to the initiator; if that endpoint has failed (the peer died)
 // UCX aborts the target process ("unexpected error" in ucp_put_handler). docs/fabric.md says more.
+// Over a connection made first the wait names the lost rank; on first use so does the transfer
+// that connects to it, where UCX refuses the connection at once ("connecting to rank 1"), or the
+// wait, where the connection fails later ("lost rank 1").
 TEST(UcxNetwork, ADeadPeerIsNamedNotWaitedFor) {
-  testing::SharedBlock shared;
-  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
-    auto net = connect_network(ctx);
-    if (ctx.rank == 1) ::raise(SIGKILL);
-    uint64_t value = 0;
-    std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
-    // A deadline far beyond the test's: only the peer's death can end this wait in time.
-    const Error e = testing::expect_error("receive from a dead rank", [&] {
-      net->wait_all(requests, within(std::chrono::minutes(10)));
+  for (const bool on_first_use : {false, true}) {
+    SCOPED_TRACE(on_first_use ? "connected on first use" : "connected first");
+    auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+      auto net = connect_network(ctx, transport::NetProtocol::tag,
+                                 on_first_use ? std::optional(kNobodyFirst) : std::nullopt);
+      if (ctx.rank == 1) ::raise(SIGKILL);  // after publishing its address
+      uint64_t value = 0;
+      // A deadline far beyond the test's: only the peer's death can end this wait in time.
+      const Error e = testing::expect_error("receive from a dead rank", [&] {
+        std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
+        net->wait_all(requests, within(std::chrono::minutes(10)));
+      });
+      TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+      const char* naming = on_first_use ? "rank 1 " : "lost rank 1";
+      TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
     });
-    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
-    TPF_CHILD_CHECK(std::string(e.what()).find("lost rank 1") != std::string::npos, e.what());
-  });
-  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
-  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+    EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+    EXPECT_EQ(outcomes[1].signal, SIGKILL);
+  }
 }
 
 // Ranks that fail at the same moment (a mismatch fails every rank) each tell the others and wait
@@ -245,6 +252,17 @@ TEST_P(ByProtocol, PairsConnectOnFirstUse) {
   testing::expect_all_ok(outcomes);
 }
 
+// Progresses `net` (as any wait does) until its only connection is the one back to `peer`, which
+// connected to it on first use; false if that takes a minute.
+bool connects_back_to(UcxNetwork& net, int peer) {
+  return testing::wait_until(
+      [&] {
+        net.advance({}, within(std::chrono::seconds(1)));
+        return net.connected_peers() == std::vector<int>{peer};
+      },
+      std::chrono::seconds(60));
+}
+
 // A rank that never makes a transfer with a peer that connected to it still connects back, on the
 // join (taken by any round of progress): its failure notice then reaches that peer, which fails at
 // once naming the cause (without the connection back, at its deadline: this rank stays alive, so
@@ -264,13 +282,7 @@ TEST(UcxNetwork, APeerConnectedOnFirstUseHearsTheOtherEndsFailure) {
       shared.counter(0).store(1);
       return;
     }
-    TPF_CHILD_CHECK(testing::wait_until(
-                        [&] {
-                          net->advance({}, within(std::chrono::seconds(1)));
-                          return net->connected_peers() == std::vector<int>{0};
-                        },
-                        std::chrono::seconds(60)),
-                    "never connected back to rank 0");
+    TPF_CHILD_CHECK(connects_back_to(*net, 0), "never connected back to rank 0");
     net->notify_failure({ErrorCode::internal, "rank 1 failed its test"});
     TPF_CHILD_CHECK(testing::wait_until([&] { return shared.counter(0).load() == 1; },
                                         std::chrono::seconds(60)),
@@ -297,34 +309,10 @@ TEST(UcxNetwork, APeerConnectedOnFirstUseHearsTheOtherEndLeave) {
           e.what());
       return;
     }
-    TPF_CHILD_CHECK(testing::wait_until(
-                        [&] {
-                          net->advance({}, within(std::chrono::seconds(1)));
-                          return net->connected_peers() == std::vector<int>{0};
-                        },
-                        std::chrono::seconds(60)),
-                    "never connected back to rank 0");
+    TPF_CHILD_CHECK(connects_back_to(*net, 0), "never connected back to rank 0");
     net->leave(std::nullopt);
   });
   testing::expect_all_ok(outcomes);
-}
-
-// A peer whose process is gone is named by the transfer that connects to it on first use, as by
-// one over a connection made first. Tagged messages only (see ADeadPeerIsNamedNotWaitedFor).
-TEST(UcxNetwork, ADeadPeerIsNamedByTheTransferThatConnectsToIt) {
-  auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
-    auto net = connect_network(ctx, transport::NetProtocol::tag, kNobodyFirst);
-    if (ctx.rank == 1) ::raise(SIGKILL);  // after publishing its address
-    uint64_t value = 0;
-    const Error e = testing::expect_error("receive from a dead rank", [&] {
-      std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
-      net->wait_all(requests, within(std::chrono::minutes(10)));
-    });
-    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
-    TPF_CHILD_CHECK(std::string(e.what()).find("rank 1") != std::string::npos, e.what());
-  });
-  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
-  EXPECT_EQ(outcomes[1].signal, SIGKILL);
 }
 
 // A peer that never made its network (it never published an address) is named by the first
