@@ -120,7 +120,8 @@ CommImpl::CommImpl(CommSetup setup)
     net.size = setup_.size;
     for (int r = 0; r < setup_.size; ++r)
       if (hosts_.host_of(r) != host) net.peers.push_back(r);
-    net.connect_first = first_network_peers(hosts_, setup_.rank);
+    if (!setup_.settings.net_connect_all)
+      net.connect_first = first_network_peers(hosts_, setup_.rank);
     net.store = scoped_store;
     net.label = comm_label;
     net.setup_timeout = setup_.settings.setup_timeout;

@@ -62,6 +62,10 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_NET_PROTOCOL", "communicator",
      "how data crosses between hosts: tag (tagged messages), put (put + signal into registered "
      "slots) or auto (put where UCX has RDMA, else tag; the default)"},
+    {"TPF_NET_CONNECT", "communicator",
+     "which ranks on other hosts a rank connects to while a communicator is made: first (its "
+     "rail and heartbeat peers; any other on its first transfer with it; the default) or all "
+     "(every one, each checked with a first message: a network fault shows at creation)"},
     {"TPF_NET_ALGO", "communicator",
      "force one_shot, pipelined (between host leaders) or per_rail all_reduce and broadcast "
      "between hosts (per_rail is the default only where each rank has network devices of its "
@@ -241,6 +245,15 @@ std::optional<transport::NetProtocol> env_net_protocol() {
   if (auto protocol = transport::parse_net_protocol(*text)) return protocol;
   throw Error(ErrorCode::invalid_argument,
               "TPF_NET_PROTOCOL='" + *text + "': expected tag, put or auto");
+}
+
+std::optional<bool> env_net_connect_all() {
+  auto text = base::env_string("TPF_NET_CONNECT");
+  if (!text) return std::nullopt;
+  if (*text == "first") return false;
+  if (*text == "all") return true;
+  throw Error(ErrorCode::invalid_argument,
+              "TPF_NET_CONNECT='" + *text + "': expected first or all");
 }
 
 std::optional<size_t> env_flight_recorder_size() {
@@ -423,6 +436,8 @@ CommSettings resolve_comm_settings(const CommOptions& options) {
   s.net_protocol = read.take(
       "TPF_NET_PROTOCOL", env_net_protocol(), transport::NetProtocol::automatic,
       [](transport::NetProtocol p) { return std::string(transport::net_protocol_name(p)); });
+  s.net_connect_all = read.take("TPF_NET_CONNECT", env_net_connect_all(), false,
+                                [](bool all) { return std::string(all ? "all" : "first"); });
   s.host_lost_after = read.take("TPF_HOST_LOST_S", base::env_seconds("TPF_HOST_LOST_S"),
                                 kDefaultHostLostAfter, ms_text);
   s.net_notice_wait = read.take("TPF_NET_NOTICE_WAIT_S", base::env_seconds("TPF_NET_NOTICE_WAIT_S"),
@@ -458,6 +473,8 @@ std::vector<SharedSetting> shared_settings(const CommSettings& settings) {
       {"TPF_SHM_COPY_GBPS", SharedAmong::host},
       {"TPF_SHM_REDUCE_GBPS", SharedAmong::host},
       {"TPF_NET_ALGO", SharedAmong::communicator},
+      // Which pairs exchange a first message while the communicator is made.
+      {"TPF_NET_CONNECT", SharedAmong::communicator},
       {"TPF_NET_CALL_US", SharedAmong::communicator},
       {"TPF_NET_STEP_US", SharedAmong::communicator},
       {"TPF_NET_MESSAGE_US", SharedAmong::communicator},

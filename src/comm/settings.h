@@ -44,6 +44,9 @@ struct CommSettings {
   std::string net_devices;
   std::string net_transports;  // UCX transports between hosts (UCX_TLS syntax)
   transport::NetProtocol net_protocol = transport::NetProtocol::automatic;
+  // TPF_NET_CONNECT=all: connect to every rank on another host while a communicator is made
+  // (every pair checked up front), instead of to the first peers only (the others on first use).
+  bool net_connect_all = false;
   // A rank on another host not heard from for this long is named lost (comm/heartbeat.h).
   std::chrono::milliseconds host_lost_after{0};
   // A rank whose peer's connection failed waits this long for a notice that explains it

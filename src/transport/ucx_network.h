@@ -17,7 +17,7 @@
 // collectives use the rails and the leaders' mesh: 264 ranks on 33 forced hosts of 8 on this
 // 2-core machine made a communicator in 8.4-17.5 s with the mesh, 3.5-3.6 s with the first peers
 // of comm/comm_impl.h (bench/net/setup_scale.sh 8 264). Open MPI's UCX layer and NCCL also
-// connect on demand.
+// connect on demand. TPF_NET_CONNECT=all (comm/settings.h) makes every peer a first one.
 //
 // Two protocols carry send() and recv(), chosen per pair of ranks (net_protocol.h):
 // - tagged messages (what TCP serves best): a 64-bit UCX tag holds the sender's rank in the top

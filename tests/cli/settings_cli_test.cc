@@ -37,7 +37,7 @@ TEST(SettingsCli, PrintsEachValueWithItsSource) {
 TEST(SettingsCli, MarksTheSettingsRanksMustShare) {
   const Outcome r = run_tpf({"settings"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CALL_US", "TPF_NET_STEP_US",
+  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CONNECT", "TPF_NET_CALL_US", "TPF_NET_STEP_US",
                            "TPF_NET_MESSAGE_US", "TPF_NET_GBPS", "TPF_NET_REDUCE_GBPS"}) {
     EXPECT_TRUE(contains(line_of(r.out, name), "[alike on every rank]")) << r.out;
   }
@@ -54,6 +54,10 @@ TEST(SettingsCli, MalformedValueIsAnErrorNamingIt) {
   const Outcome bad = run_tpf({"settings"}, {"TPF_CPUS=two"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_TRUE(contains(bad.err, "TPF_CPUS='two'")) << bad.err;
+  const Outcome connect = run_tpf({"settings"}, {"TPF_NET_CONNECT=some"});
+  EXPECT_EQ(connect.exit_code, 1);
+  EXPECT_TRUE(contains(connect.err, "TPF_NET_CONNECT='some': expected first or all"))
+      << connect.err;
   const Outcome extra = run_tpf({"settings", "--verbose"});
   EXPECT_EQ(extra.exit_code, 2);
   EXPECT_TRUE(contains(extra.err, "--verbose")) << extra.err;

@@ -2091,6 +2091,37 @@ TEST_P(AcrossHostsFailures, ARankKilledBeforeItsFirstTransferWithAPeerOffItsRail
   EXPECT_EQ(outcomes[3].signal, SIGKILL);
 }
 
+// TPF_NET_CONNECT=all connects every pair while the communicator is made (each checked with a
+// first message), and everything works as with first peers: a collective, and point-to-point
+// between ranks off each other's rails. Ranks told different values fail at creation, naming it
+// (one side would wait for first messages the other never sends).
+TEST(AcrossHostsConnect, EveryPairConnectedUpFrontWorksAndMustBeAlike) {
+  const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
+  auto outcomes = run_on_hosts(
+      three_of_two,
+      [](Communicator& comm) {
+        int32_t mine = comm.rank() + 1, sum = 0;
+        comm.all_reduce(&mine, &sum, 1, DType::i32, ReduceOp::sum);
+        TPF_CHILD_CHECK(sum == 21, "all_reduce gave " + std::to_string(sum));
+        int32_t value = 0;
+        if (comm.rank() == 3) comm.send(&mine, 1, DType::i32, 4);
+        if (comm.rank() == 4) {
+          comm.recv(&value, 1, DType::i32, 3);
+          TPF_CHILD_CHECK(value == 4, "received " + std::to_string(value));
+        }
+      },
+      transport::NetProtocol::automatic, [](int) { ::setenv("TPF_NET_CONNECT", "all", 1); });
+  testing::expect_all_ok(outcomes);
+  auto differing = run_on_hosts(
+      kTwoHostsOfTwo, [](Communicator&) {}, transport::NetProtocol::automatic,
+      [](int rank) { ::setenv("TPF_NET_CONNECT", rank == 3 ? "all" : "first", 1); });
+  for (const auto& outcome : differing) {
+    EXPECT_FALSE(outcome.ok());
+    EXPECT_NE(outcome.describe().find("differ on TPF_NET_CONNECT"), std::string::npos)
+        << outcome.describe();
+  }
+}
+
 // A rank that sends and goes on (a small broadcast's or scatter's root, rank 0; a small reduce's
 // or gather's sender, rank 1, the root 0) may destroy its communicator (closing its connections)
 // before the rank on the other host even calls: that rank must still get the data, which was sent

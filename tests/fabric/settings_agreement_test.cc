@@ -47,7 +47,7 @@ TEST(SharedSettings, ListEveryValueTheChoicesDependOnWithItsScope) {
       if (s.name == name) return s.among == SharedAmong::host ? "host" : "communicator";
     return "absent";
   };
-  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CALL_US", "TPF_NET_STEP_US",
+  for (const char* name : {"TPF_NET_ALGO", "TPF_NET_CONNECT", "TPF_NET_CALL_US", "TPF_NET_STEP_US",
                            "TPF_NET_MESSAGE_US", "TPF_NET_GBPS", "TPF_NET_REDUCE_GBPS"}) {
     EXPECT_STREQ(scope_of(name), "communicator") << name;
   }
