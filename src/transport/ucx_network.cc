@@ -303,22 +303,18 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     if (sleepers.load() > 0) ucp_worker_signal(worker);
   }
 
-  // Keeps one receive posted for the leaving message of any peer (the rank bits masked out).
-  void listen_for_leavers() {
+  // Posts a receive into `buffer` for a message under `tag` from any peer (the rank bits masked
+  // out): the request, or null where UCX refused it.
+  void* listen_to_any(std::vector<char>& buffer, uint64_t tag) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    ucs_status_ptr_t posted = ucp_tag_recv_nbx(worker, leaving_in.data(), leaving_in.size(),
-                                               ucx_tag(0, kLeavingTag), kMaxTag, &param);
-    if (!UCS_PTR_IS_ERR(posted)) leaving_pending = posted;
+    ucs_status_ptr_t posted =
+        ucp_tag_recv_nbx(worker, buffer.data(), buffer.size(), ucx_tag(0, tag), kMaxTag, &param);
+    return UCS_PTR_IS_ERR(posted) ? nullptr : posted;
   }
-  // Keeps one receive posted for the join of any peer (the rank bits masked out).
-  void listen_for_joins() {
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    ucs_status_ptr_t posted = ucp_tag_recv_nbx(worker, join_in.data(), join_in.size(),
-                                               ucx_tag(0, kJoinTag), kMaxTag, &param);
-    if (!UCS_PTR_IS_ERR(posted)) join_pending = posted;
-  }
+  // One receive kept posted for any peer's leaving message, one for any peer's join.
+  void listen_for_leavers() { leaving_pending = listen_to_any(leaving_in, kLeavingTag); }
+  void listen_for_joins() { join_pending = listen_to_any(join_in, kJoinTag); }
   // Listens for rank p's failure notices (UcxNetwork::notify_failure), once it is connected.
   void listen_for_notices(int p) {
     NoticeSlot& slot = notices_in[p];
@@ -618,8 +614,9 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   ucp_worker_release_address(u.worker, address);
   wants_put_ = wants_put;
   Store& store = *config_.store;
-  store.set("netput/" + std::to_string(config_.rank), wants_put ? publish_region() : "");
-  store.set("net/" + std::to_string(config_.rank), address_);
+  // Its put publication first: a peer that reads the address finds it without a wait.
+  store.set(put_key(config_.rank), wants_put ? publish_region() : "");
+  store.set(address_key(config_.rank), address_);
   if (address_.size() + 1024 > kMaxJoinBytes) {  // a join: the address, a small publication
     throw Error(ErrorCode::bootstrap, config_.label + ": the network address of this rank (" +
                                           std::to_string(address_bytes) +
@@ -635,25 +632,13 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   const auto deadline = Clock::now() + config_.setup_timeout;
   // The first peers' addresses (and where put + signal is wanted, their slots) in one request: a
   // get each was a round trip per peer, N^2 for the job through one store.
-  std::vector<std::string> keys;
-  for (int p : first) {
-    check_peer(p, "connect to");
-    keys.push_back("net/" + std::to_string(p));
-    if (wants_put) keys.push_back("netput/" + std::to_string(p));  // set first: no wait
-  }
-  std::vector<std::string> published_by_peers;
-  try {
-    published_by_peers = store.get_many(keys, config_.setup_timeout);
-  } catch (const Error& e) {
-    throw Error(e.code(), config_.label + ": waiting for the network addresses of its " +
-                              std::to_string(first.size()) +
-                              " first peers on other hosts: " + e.what());
-  }
-  const size_t per_peer = wants_put ? 2 : 1;
+  for (int p : first) check_peer(p, "connect to");
+  const std::vector<Published> published_by_peers =
+      read_published(first, "waiting for the network addresses of its " +
+                                std::to_string(first.size()) + " first peers on other hosts");
   for (size_t i = 0; i < first.size(); ++i) {
     const int p = first[i];
-    if (!connect_locked(p, published_by_peers[i * per_peer],
-                        wants_put ? published_by_peers[i * per_peer + 1] : std::string())) {
+    if (!connect_locked(p, published_by_peers[i].address, published_by_peers[i].put)) {
       throw Error(ErrorCode::bootstrap, config_.label + ": cannot reach rank " + std::to_string(p) +
                                             " over the network (UCX " + config_.transports +
                                             "): " + status_text(u.failures[p]));
@@ -707,19 +692,13 @@ bool UcxNetwork::connect_locked(int peer, const std::string& address,
 void UcxNetwork::connect_on_first_use(int peer) {
   Ucx& u = *ucx_;
   if (u.reached[peer].load(std::memory_order_acquire)) return;
-  std::vector<std::string> keys{"net/" + std::to_string(peer)};
-  if (wants_put_) keys.push_back("netput/" + std::to_string(peer));
-  std::vector<std::string> published;
-  try {
-    published = config_.store->get_many(keys, config_.setup_timeout);
-  } catch (const Error& e) {
-    throw Error(e.code(), config_.label + ": connecting to rank " + std::to_string(peer) +
-                              " over the network on first use: " + e.what());
-  }
+  const Published published =
+      read_published(std::span(&peer, 1), "connecting to rank " + std::to_string(peer) +
+                                              " over the network on first use")[0];
   std::lock_guard lock(mu_);
   // Connected meanwhile (its join came, or another thread), or failed: the transfer says which.
   if (u.reached[peer].load() || u.failed) return;
-  if (!connect_locked(peer, published[0], wants_put_ ? published[1] : std::string())) {
+  if (!connect_locked(peer, published.address, published.put)) {
     // Its process exited, perhaps because of a failure elsewhere whose notice is on its way (as
     // a send that fails waits for one: NetworkConfig::notice_wait).
     const std::string what =
@@ -775,6 +754,31 @@ void UcxNetwork::take_joins_locked() {
     }
     u.listen_for_joins();
   }
+}
+
+std::string UcxNetwork::address_key(int rank) { return "net/" + std::to_string(rank); }
+std::string UcxNetwork::put_key(int rank) { return "netput/" + std::to_string(rank); }
+
+std::vector<UcxNetwork::Published> UcxNetwork::read_published(std::span<const int> peers,
+                                                              const std::string& what) {
+  std::vector<std::string> keys;
+  for (int p : peers) {
+    keys.push_back(address_key(p));
+    if (wants_put_) keys.push_back(put_key(p));
+  }
+  std::vector<std::string> values;
+  try {
+    values = config_.store->get_many(keys, config_.setup_timeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), config_.label + ": " + what + ": " + e.what());
+  }
+  const size_t per_peer = wants_put_ ? 2 : 1;
+  std::vector<Published> published(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    published[i].address = std::move(values[i * per_peer]);
+    if (wants_put_) published[i].put = std::move(values[i * per_peer + 1]);
+  }
+  return published;
 }
 
 std::vector<int> UcxNetwork::connected_peers() const {
