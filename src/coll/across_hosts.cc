@@ -636,11 +636,14 @@ class HostCollective {
     return first;
   }
 
-  // A collective on this host's shared memory, described in local ranks. A failure found there
+  // A collective on this host's shared memory, described in local ranks. Its steps compare the
+  // whole call (run_operation), so a rank that differs from its host-mates in a field the step
+  // inside the host does not show (the root of a reduce or gather on another host) still fails
+  // with a mismatch, as on one host; the leaders compare the hosts' calls. A failure found there
   // goes to the other hosts before this collective's network transfers stop (fail_across_hosts).
   void local(const OpDesc& desc) {
     try {
-      run_operation(g_.local, desc, sequence_, local_ctx_, tuning_);
+      run_operation(g_.local, desc, collective_fingerprint(d_, sequence_), local_ctx_, tuning_);
     } catch (...) {
       g_.network.notify_failure(transport::root_of(std::current_exception()));
       throw;

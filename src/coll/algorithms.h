@@ -28,6 +28,13 @@ struct CollectiveTuning {
 // communicator. Point-to-point messages go through P2pTransfer (p2p_transfer.h) instead.
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
                    const transport::WaitContext& ctx, const CollectiveTuning& tuning);
+// The same, the ranks comparing `call` at every step instead of desc's own fingerprint: a host's
+// part of a collective across hosts compares the whole call, whose every field its host-mates
+// must agree on, where its steps inside the host may not show a difference (a reduce's root on
+// another host and the host's leader both make the host's reduce one to the leader).
+void run_operation(transport::ShmFabric& fabric, const OpDesc& desc,
+                   const transport::Fingerprint& call, const transport::WaitContext& ctx,
+                   const CollectiveTuning& tuning);
 
 // Reductions (all_reduce, reduce, reduce_scatter): reduce_algorithms.cc.
 void all_reduce_one_shot(transport::ShmFabric& fabric, const OpDesc& desc,

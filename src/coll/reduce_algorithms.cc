@@ -133,7 +133,12 @@ void reduce_scatter(transport::ShmFabric& fabric, const OpDesc& desc,
 
 void run_operation(transport::ShmFabric& fabric, const OpDesc& desc, uint64_t sequence,
                    const transport::WaitContext& ctx, const CollectiveTuning& tuning) {
-  const transport::Fingerprint fp = collective_fingerprint(desc, sequence);
+  run_operation(fabric, desc, collective_fingerprint(desc, sequence), ctx, tuning);
+}
+
+void run_operation(transport::ShmFabric& fabric, const OpDesc& desc,
+                   const transport::Fingerprint& fp, const transport::WaitContext& ctx,
+                   const CollectiveTuning& tuning) {
   if (fits_eager(desc, fabric.size(), tuning.eager_max_bytes)) {
     return run_eager(fabric, desc, fp, ctx);
   }

@@ -1345,6 +1345,48 @@ TEST_P(AcrossHostsFailures, DifferentSmallCollectivesOnTwoHostsAreAMismatchOnEve
   }
 }
 
+// A rank that differs from its host-mates only in a field its host's steps do not show is a
+// mismatch on every rank, as on one host: on two hosts of two, rank 3 names as the root its own
+// leader (rank 2) where everyone else names rank 0, on the other host. Either root makes host-b's
+// step inside the host the same (a reduce or gather to its leader, a broadcast or scatter from
+// it), and its leader agrees with host-a, so until 2026-12-06 nobody compared rank 3's call: the
+// reduce and gather completed with the result at rank 0, the broadcast and scatter delivered rank
+// 0's data to a rank that asked for rank 2's, all without an error (found by a randomized run of
+// calls with one rank changed). Sizes: one round, and the pipelined and per-rail forms.
+TEST_P(AcrossHostsFailures, ARootOnlyAHostMateDisagreesOnIsAMismatchOnEveryRank) {
+  using Call = std::function<void(Communicator&, std::vector<int32_t>&, std::vector<int32_t>&,
+                                  size_t count, int root)>;
+  const std::pair<const char*, Call> calls[] = {
+      {"reduce",
+       [](auto& c, auto& in, auto& out, size_t count, int root) {
+         c.reduce(in.data(), out.data(), count, DType::i32, ReduceOp::sum, root);
+       }},
+      {"gather", [](auto& c, auto& in, auto& out, size_t count,
+                    int root) { c.gather(in.data(), out.data(), count, DType::i32, root); }},
+      {"broadcast", [](auto& c, auto& in, auto& out, size_t count,
+                       int root) { c.broadcast(in.data(), out.data(), count, DType::i32, root); }},
+      {"scatter", [](auto& c, auto& in, auto& out, size_t count,
+                     int root) { c.scatter(in.data(), out.data(), count, DType::i32, root); }},
+  };
+  for (const auto& [name, run] : calls) {
+    for (const size_t count : {size_t{3}, size_t{1} << 16}) {
+      SCOPED_TRACE(std::string(name) + " of " + std::to_string(count));
+      auto outcomes = run_on_hosts(
+          kTwoHostsOfTwo,
+          [&](Communicator& comm) {
+            std::vector<int32_t> in(count * 4, comm.rank()), out(count * 4, 0);
+            const Error e = expect_error("a root rank 3 alone names", [&] {
+              run(comm, in, out, count, comm.rank() == 3 ? 2 : 0);
+              comm.barrier();
+            });
+            TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+          },
+          GetParam());
+      expect_all_ok(outcomes);
+    }
+  }
+}
+
 // On two hosts, reduce and gather over the one-round size send before the fingerprints agree
 // (across_hosts.cc: leaders_send_ahead): the non-root host's leader sends, and a reduce's root
 // posts its receive before it compares. Against another call on one host (another count: a message
