@@ -474,6 +474,17 @@ void ShmFabric::post_and_wait_all(uint64_t step, const Fingerprint& fp, const Wa
   for (int p : all_peers_) {
     const Fingerprint& theirs = control(p).post.fp[step % 2];
     if (!(theirs == fp)) throw_mismatch(p, fp, theirs, ctx);
+    // The wait looks at a peer's unread messages only while the peer is absent; one that arrived
+    // first may have left a message of an earlier call that this rank never reads: two ranks
+    // that each took themselves for a small broadcast's root both post and go on, and nobody
+    // reads the second one's (until 2026-12-06 that passed unnoticed where it arrived here
+    // first). A message of a later call may be there too (the peer passed this step already) and
+    // one of this call (its next step inside a call across hosts): the sequence tells them apart.
+    for (const Ring ring : {Ring::lines, Ring::tiny}) {
+      Fingerprint unread;
+      if (unread_message(ring, p, &unread) && unread.words[0] < fp.words[0])
+        throw_mismatch(p, fp, unread, ctx);
+    }
   }
 }
 

@@ -29,6 +29,7 @@
 #include "support/coll_reference.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
+#include "support/on_hosts.h"
 #include "support/test_environment.h"
 #include "topo/hosts.h"
 #include "tpf/comm.h"
@@ -38,31 +39,6 @@
 
 namespace tpf::testing {
 namespace {
-
-using HostKeys = std::vector<std::string>;
-
-// Sets rank r's own settings (environment) before it creates its communicator.
-using RankSettings = std::function<void(int rank)>;
-
-// A run whose rank r says it is on host keys[r], its data between hosts carried by `protocol`.
-std::vector<RankOutcome> run_on_hosts(
-    const HostKeys& keys, const std::function<void(Communicator&)>& body,
-    transport::NetProtocol protocol = transport::NetProtocol::automatic,
-    const RankSettings& settings = {}) {
-  RunOptions options;
-  options.comm_options.timeout = std::chrono::milliseconds(30000);
-  return run_ranks_raw(
-      static_cast<int>(keys.size()),
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
-        ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
-        if (settings) settings(ctx.rank);
-        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                 ctx.comm_options);
-        body(comm);
-      },
-      options);
-}
 
 constexpr transport::NetProtocol kBothProtocols[] = {transport::NetProtocol::tag,
                                                      transport::NetProtocol::put};

@@ -201,6 +201,32 @@ TEST(EagerMessages, DisagreeingBroadcastRootsAreReportedAtTheNextSmallCollective
       run_options()));
 }
 
+// The same where a staged step comes next (a barrier, a large all_reduce): each rank compares
+// its peers' unread messages once they all arrived, so the outcome does not depend on who
+// arrived first (until 2026-12-06 only a peer still absent was looked at, and a barrier after
+// rank 3 took itself for the root of everyone's broadcast from rank 2 mostly passed).
+TEST(EagerMessages, DisagreeingBroadcastRootsAreReportedAtTheNextStagedStep) {
+  for (const size_t next_count : {size_t{0}, size_t{1} << 16}) {
+    SCOPED_TRACE(next_count == 0 ? "barrier" : "all_reduce of 64 Ki elements");
+    expect_all_ok(run_ranks(
+        4,
+        [&](Communicator& comm) {
+          float x = static_cast<float>(comm.rank());
+          comm.broadcast(&x, &x, 1, DType::f32, comm.rank() == 3 ? 3 : 2);
+          std::vector<float> a(next_count, 1.0f), b(next_count);
+          auto e = expect_error("a staged step after broadcasts from rank 2 and rank 3", [&] {
+            if (next_count == 0) {
+              comm.barrier();
+            } else {
+              comm.all_reduce(a.data(), b.data(), next_count, DType::f32, ReduceOp::sum);
+            }
+          });
+          expect_mismatch_naming(e, next_count == 0 ? "barrier" : "all_reduce", "broadcast");
+        },
+        run_options()));
+  }
+}
+
 TEST(EagerMessages, AKilledRootIsReportedByTheRanksWaitingForItsMessage) {
   auto outcomes = run_ranks(
       3,
