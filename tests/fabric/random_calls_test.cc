@@ -17,8 +17,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -128,9 +131,9 @@ void store(DType dtype, uint8_t* out, size_t i, int64_t v) {
   }
 }
 
-// `count` elements of `rank`'s input to a call: small integers, so sums of a few ranks, products
-// of +-1 and 2 and their averages are exact in every dtype (integer types wrap alike in any
-// order), and the result does not depend on the order the algorithm reduced in.
+// `count` elements of `rank`'s input to a call: small integers, so the sums of a few ranks and
+// products of +-1 and 2 are exact in every dtype (integer types wrap alike in any order), an
+// average divides an exact sum once, and no result depends on the order the algorithm reduced in.
 std::vector<uint8_t> exact_input(const Call& call, int rank, size_t count) {
   std::vector<uint8_t> out(count * element_size(call.dtype));
   const bool is_unsigned = call.dtype == DType::u8;
@@ -305,8 +308,9 @@ Communicator split_by(Communicator& world, const Call& call) {
                      static_cast<int>(mix(rank * 3 + call.salt) % 100));
 }
 
-// Runs `calls` calls drawn from `seed` on `world`; `change`, if given, alters call `at` on this
-// rank only (the calls are drawn alike first, so the ranks' sequences stay aligned).
+// Runs `calls` calls drawn from `seed` on `world`; `change`, if given, sees each call (and its
+// index) after it is drawn and may alter it on this rank only: every call is drawn alike on every
+// rank first, so the ranks' sequences stay aligned after a change.
 void run_sequence(Communicator& world, uint64_t seed, int calls, size_t max_count,
                   const std::function<void(int, Call&)>& change = nullptr) {
   std::mt19937_64 rng(seed);
