@@ -18,6 +18,7 @@
 #include "comm/settings_agreement.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
+#include "transport/failure_board.h"
 
 namespace tpf::detail {
 namespace {
@@ -89,6 +90,20 @@ CommImpl::CommImpl(CommSetup setup)
   uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
   auto scoped_store =
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
+  try {
+    join(scoped_store, generation);
+  } catch (...) {
+    // A rank that fails here leaves its peers connecting to it, or waiting for its first message,
+    // to find its connection gone: they look for a recorded cause before they name it lost
+    // (UcxNetwork's failure board), so it records why it left, in the same place.
+    transport::FailureBoard board(scoped_store);
+    board.publish(transport::root_of(std::current_exception()));
+    board.await_published(kFailurePublishWait);
+    throw;
+  }
+}
+
+void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generation) {
   const std::string comm_label = "communicator '" + setup_.name + "'";
   const JoiningRank joining{setup_.settings.host_key, setup_.settings.net_devices,
                             encode_shared_settings(shared_settings(setup_.settings)),

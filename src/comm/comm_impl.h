@@ -78,6 +78,9 @@ class CommImpl {
 
  private:
   using Task = OperationQueue::Task;
+  // The creation after the communicator's store is known: hosts, settings, shared memory, the
+  // network, the heartbeat (`scoped_store`: this generation's keys).
+  void join(const std::shared_ptr<Store>& scoped_store, uint64_t generation);
   // Queues the task with the call's deadline.
   Work enqueue(Task task, const CallOptions& call);
   // The next sequence number. Numbers are taken when an operation starts; operations start in

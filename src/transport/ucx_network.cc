@@ -639,9 +639,14 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   for (size_t i = 0; i < first.size(); ++i) {
     const int p = first[i];
     if (!connect_locked(p, published_by_peers[i].address, published_by_peers[i].put)) {
-      throw Error(ErrorCode::bootstrap, config_.label + ": cannot reach rank " + std::to_string(p) +
-                                            " over the network (UCX " + config_.transports +
-                                            "): " + status_text(u.failures[p]));
+      // Its process may have exited after a failure of its own, which it recorded (as a failed
+      // first message waits for a notice: NetworkConfig::notice_wait).
+      const std::string what = config_.label + ": cannot reach rank " + std::to_string(p) +
+                               " over the network (UCX " + config_.transports + ")";
+      if (std::optional<RootCauseError> cause =
+              await_notice_locked(config_.notice_wait, [&] { return what; }))
+        throw *cause;
+      throw Error(ErrorCode::bootstrap, what + ": " + status_text(u.failures[p]));
     }
   }
   u.leaving_in.resize(kMaxNoticeBytes);

@@ -18,6 +18,7 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -34,6 +35,7 @@
 #include "topo/hosts.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
+#include "tpf/store.h"
 #include "transport/net_protocol.h"
 #include "transport/shm_segment.h"
 
@@ -2138,6 +2140,55 @@ TEST(AcrossHostsConnect, EveryPairConnectedUpFrontWorksAndMustBeAlike) {
     EXPECT_NE(outcome.describe().find("differ on TPF_NET_CONNECT"), std::string::npos)
         << outcome.describe();
   }
+}
+
+// A store whose reads of any key ending in `suffix` fail: a rank whose creation fails once it
+// has published its own network address.
+class FailingReadStore : public Store {
+ public:
+  FailingReadStore(std::shared_ptr<Store> inner, std::string suffix)
+      : inner_(std::move(inner)), suffix_(std::move(suffix)) {}
+  void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    fail_on(key);
+    return inner_->get(key, timeout);
+  }
+  std::vector<std::string> get_many(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) override {
+    for (const std::string& key : keys) fail_on(key);
+    return inner_->get_many(keys, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  bool check(const std::string& key) override { return inner_->check(key); }
+
+ private:
+  void fail_on(const std::string& key) const {
+    if (key.size() >= suffix_.size() && key.ends_with(suffix_))
+      throw Error(ErrorCode::system, "the injected store failure reading '" + key + "'");
+  }
+  std::shared_ptr<Store> inner_;
+  std::string suffix_;
+};
+
+// A rank whose creation fails after its peers can connect to it, and which then exits, is not
+// named lost by them: it records why it failed in the communicator's store before it goes, and
+// a peer whose connection to it fails (while it waits for its first message, or as it connects)
+// looks there first. On two hosts of one, rank 1 fails reading rank 0's address; rank 0 reported
+// "lost rank 1 (... Endpoint timeout)" or "cannot reach rank 1" before (seen in a randomized run
+// of kills: a split's ranks named the member that had failed on a rank's death, not the death).
+TEST(AcrossHostsSetup, APeerThatFailedWhileConnectingIsNamedByItsCause) {
+  const auto outcomes = run_ranks_raw(2, [&](const RankContext& ctx) {
+    ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+    std::shared_ptr<Store> store = connect_to_store(ctx, ctx.rank, std::chrono::seconds(10));
+    if (ctx.rank == 1) store = std::make_shared<FailingReadStore>(store, "/net/0");
+    const Error e = expect_error("creating the communicator", [&] {
+      Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::system, e.what());
+    TPF_CHILD_CHECK(std::string(e.what()).find("the injected store failure") != std::string::npos,
+                    e.what());
+  });
+  expect_all_ok(outcomes);
 }
 
 // A rank that sends and goes on (a small broadcast's or scatter's root, rank 0; a small reduce's
