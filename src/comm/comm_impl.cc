@@ -95,9 +95,13 @@ CommImpl::CommImpl(CommSetup setup)
   } catch (...) {
     // A rank that fails here leaves its peers connecting to it, or waiting for its first message,
     // to find its connection gone: they look for a recorded cause before they name it lost
-    // (UcxNetwork's failure board), so it records why it left, in the same place.
+    // (UcxNetwork's failure board), so it records why it left, in the same place. The process's
+    // other communicators keep it as a failure met first: where the process leaves them or exits
+    // now, their peers name this cause (the parent of a split that failed, say).
+    const transport::FailureRecord root = transport::root_of(std::current_exception());
+    ProcessFailures::instance().record(root);
     transport::FailureBoard board(scoped_store);
-    board.publish(transport::root_of(std::current_exception()));
+    board.publish(root);
     board.await_published(kFailurePublishWait);
     throw;
   }
