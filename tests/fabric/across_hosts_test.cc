@@ -30,6 +30,7 @@
 #include "support/async_waits.h"
 #include "support/coll_reference.h"
 #include "support/expect_error.h"
+#include "support/forwarding_store.h"
 #include "support/multiproc.h"
 #include "support/on_hosts.h"
 #include "support/test_environment.h"
@@ -2145,29 +2146,25 @@ TEST(AcrossHostsConnect, EveryPairConnectedUpFrontWorksAndMustBeAlike) {
 
 // A store whose reads of the keys `fails` picks fail: a rank whose creation fails once it has
 // published its own network address.
-class FailingReadStore : public Store {
+class FailingReadStore : public ForwardingStore {
  public:
   FailingReadStore(std::shared_ptr<Store> inner, std::function<bool(const std::string&)> fails)
-      : inner_(std::move(inner)), fails_(std::move(fails)) {}
-  void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
+      : ForwardingStore(std::move(inner)), fails_(std::move(fails)) {}
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     fail_on(key);
-    return inner_->get(key, timeout);
+    return ForwardingStore::get(key, timeout);
   }
   std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override {
     for (const std::string& key : keys) fail_on(key);
-    return inner_->get_many(keys, timeout);
+    return ForwardingStore::get_many(keys, timeout);
   }
-  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
-  bool check(const std::string& key) override { return inner_->check(key); }
 
  private:
   void fail_on(const std::string& key) const {
     if (fails_(key))
       throw Error(ErrorCode::system, "the injected store failure reading '" + key + "'");
   }
-  std::shared_ptr<Store> inner_;
   std::function<bool(const std::string&)> fails_;
 };
 

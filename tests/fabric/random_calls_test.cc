@@ -110,14 +110,6 @@ Call draw(std::mt19937_64& rng, size_t max_count) {
   return c;
 }
 
-uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  return x ^ (x >> 33);
-}
-
 void store(DType dtype, uint8_t* out, size_t i, int64_t v) {
   const size_t size = element_size(dtype);
   uint8_t* at = out + i * size;
@@ -141,7 +133,7 @@ std::vector<uint8_t> exact_input(const Call& call, int rank, size_t count) {
   std::vector<uint8_t> out(count * element_size(call.dtype));
   const bool is_unsigned = call.dtype == DType::u8;
   for (size_t i = 0; i < count; ++i) {
-    const uint64_t h = mix(call.salt ^ mix(static_cast<uint64_t>(rank) * 1000003 + i));
+    const uint64_t h = mix64(call.salt ^ mix64(static_cast<uint64_t>(rank) * 1000003 + i));
     int64_t v = is_unsigned ? static_cast<int64_t>(h % 4) : static_cast<int64_t>(h % 7) - 3;
     if (call.op == ReduceOp::prod && reduces(call.kind)) {
       v = h % 11 == 0 ? 2 : 1;
@@ -282,7 +274,7 @@ class BesideAllReduce {
  public:
   BesideAllReduce(Communicator& world, const Call& call)
       : call_{Kind::all_reduce, DType::i32, ReduceOp::sum, call.count, 0, false, true, false, false,
-              mix(call.salt)} {
+              mix64(call.salt)} {
     for (int r = 0; r < world.size(); ++r) inputs_.push_back(exact_input(call_, r, call_.count));
     out_.resize(inputs_[0].size());
     work_ = world.all_reduce_async(inputs_[world.rank()].data(), out_.data(), call_.count,
@@ -307,8 +299,8 @@ class BesideAllReduce {
 Communicator split_by(Communicator& world, const Call& call) {
   const uint64_t rank = static_cast<uint64_t>(world.rank());
   const int colors = 1 + static_cast<int>(call.salt % 3);
-  return world.split(static_cast<int>(mix(rank ^ call.salt) % colors),
-                     static_cast<int>(mix(rank * 3 + call.salt) % 100));
+  return world.split(static_cast<int>(mix64(rank ^ call.salt) % colors),
+                     static_cast<int>(mix64(rank * 3 + call.salt) % 100));
 }
 
 // Runs `calls` calls drawn from `seed` on `world`; `change`, if given, sees each call (and its
@@ -428,8 +420,8 @@ TEST(RandomCallsAcrossHosts, ARankKilledAtARandomCallIsNamedByEverySurvivor) {
   for (const Layout& layout : {kLayouts[1], kLayouts[2]}) {
     const int ranks = static_cast<int>(layout.keys.size());
     for (uint64_t seed = 1; seed <= static_cast<uint64_t>(seeds); ++seed) {
-      const int victim = static_cast<int>(mix(seed) % ranks);
-      const int kill_at = 1 + static_cast<int>(mix(seed + 1) % 5);
+      const int victim = static_cast<int>(mix64(seed) % ranks);
+      const int kill_at = 1 + static_cast<int>(mix64(seed + 1) % 5);
       SCOPED_TRACE(std::string(layout.name) + ": rank " + std::to_string(victim) +
                    " killed at call " + std::to_string(kill_at) + ", seed " + std::to_string(seed));
       auto outcomes = run_on_hosts(

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/forwarding_store.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
@@ -27,23 +28,19 @@ using testing::RankOutcome;
 
 // A store that kills its own process (SIGKILL: no destructor, no goodbye) when asked to set one
 // key, before or after passing the set on: a rank that dies at an exact point of the setup.
-class DyingStore : public Store {
+class DyingStore : public testing::ForwardingStore {
  public:
   DyingStore(std::shared_ptr<Store> inner, std::string fatal_key, bool after_set)
-      : inner_(std::move(inner)), fatal_key_(std::move(fatal_key)), after_set_(after_set) {}
+      : ForwardingStore(std::move(inner)),
+        fatal_key_(std::move(fatal_key)),
+        after_set_(after_set) {}
   void set(const std::string& key, const std::string& value) override {
     if (key == fatal_key_ && !after_set_) ::raise(SIGKILL);
-    inner_->set(key, value);
+    ForwardingStore::set(key, value);
     if (key == fatal_key_ && after_set_) ::raise(SIGKILL);
   }
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
-    return inner_->get(key, timeout);
-  }
-  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
-  bool check(const std::string& key) override { return inner_->check(key); }
 
  private:
-  std::shared_ptr<Store> inner_;
   std::string fatal_key_;
   bool after_set_;
 };

@@ -12,14 +12,15 @@
 #include "tpf/half.h"
 
 namespace tpf::testing {
-namespace {
 
-uint64_t mix64(uint64_t x) {  // splitmix64's finalizer: a cheap, well-spread hash
+uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+namespace {
 
 template <class T>
 T load(const uint8_t* base, size_t i) {

@@ -28,6 +28,9 @@ bool is_large_dtype(DType dtype);
 
 size_t element_size(DType dtype);  // written here, not dtype_size(): the test's own view
 
+// splitmix64's finalizer: a cheap, well-spread hash, for deterministic test data.
+uint64_t mix64(uint64_t x);
+
 // Elements of `rank`'s input (count elements), deterministic in (dtype, op, count, rank, salt);
 // periodic with period kInputPeriod beyond that many elements.
 // The value range suits op: prod gets values near 1 (floats) so that products stay finite; avg gets

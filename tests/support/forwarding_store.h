@@ -1,0 +1,34 @@
+// A Store that passes every call to another: the base of the tests' stores that fail or kill
+// their process at one chosen call (override that call, call the base for the rest).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tpf/store.h"
+
+namespace tpf::testing {
+
+class ForwardingStore : public Store {
+ public:
+  explicit ForwardingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return inner_->get(key, timeout);
+  }
+  std::vector<std::string> get_many(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) override {
+    return inner_->get_many(keys, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  bool check(const std::string& key) override { return inner_->check(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+}  // namespace tpf::testing
