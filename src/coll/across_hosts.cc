@@ -2860,6 +2860,39 @@ class HostCollective {
 
 }  // namespace
 
+std::vector<int> rail_partners(const topo::HostMap& hosts, int rank) {
+  const size_t local = static_cast<size_t>(hosts.local_rank(rank));
+  std::vector<int> rail;  // `rank` included, at position `me`
+  int me = 0;
+  for (int h = 0; h < hosts.hosts(); ++h) {
+    const std::vector<int>& on = hosts.ranks_on(h);
+    if (local >= on.size()) continue;
+    if (on[local] == rank) me = static_cast<int>(rail.size());
+    rail.push_back(on[local]);
+  }
+  const int n = static_cast<int>(rail.size());
+  std::vector<int> partners;
+  auto add = [&](int position) {
+    position = (position % n + n) % n;
+    if (position != me) partners.push_back(rail[static_cast<size_t>(position)]);
+  };
+  for (int distance = 1; distance < n; distance *= 2) {  // rings, trees, rounds
+    add(me + distance);
+    add(me - distance);
+  }
+  const HalvingDoubling shape(n);
+  const int position = shape.position_of(me);
+  if (position < 0) {
+    add(me - 1);  // the even host of its pair
+  } else {
+    if (position < shape.pairs()) add(me + 1);
+    for (int k = 0; k < shape.rounds(); ++k) add(shape.host_at(position ^ (1 << k)));
+  }
+  std::sort(partners.begin(), partners.end());
+  partners.erase(std::unique(partners.begin(), partners.end()), partners.end());
+  return partners;
+}
+
 void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t sequence,
                       const transport::WaitContext& ctx, const CollectiveTuning& tuning) {
   HostCollective(group, desc, sequence, ctx, tuning).run();

@@ -136,6 +136,16 @@ struct HostGroup {
   NetworkChoices& choices;      // the communicator's
 };
 
+// The ranks on other hosts with which `rank` moves data in the algorithms whose partners are
+// fixed by position on its rail (the hosts that have its local rank, in host order; a leader's
+// rail is every host): the pipelined rings' neighbours, the binomial trees' and the leaders'
+// rounds' partners at 2^k positions either way (whatever the root), and halving-doubling's
+// partners, its pairs included. The network gives these pairs registered slots for put + signal
+// (transport::NetworkConfig::put_peers): at most 3 ceil(log2 H) + 1 of them (25 on 1,000 hosts)
+// where every other rank on the rail would cost a rank 1 MiB of slots per host. Symmetric: p
+// lists q where q lists p.
+std::vector<int> rail_partners(const topo::HostMap& hosts, int rank);
+
 // Runs the collective `desc` (validated; not send/recv) as operation `sequence`.
 void run_across_hosts(const HostGroup& group, const OpDesc& desc, uint64_t sequence,
                       const transport::WaitContext& ctx, const CollectiveTuning& tuning);

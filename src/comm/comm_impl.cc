@@ -141,6 +141,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
       if (hosts_.host_of(r) != host) net.peers.push_back(r);
     if (!setup_.settings.net_connect_all)
       net.connect_first = first_network_peers(hosts_, setup_.rank);
+    net.put_peers = coll::rail_partners(hosts_, setup_.rank);
     net.store = scoped_store;
     net.label = comm_label;
     net.setup_timeout = setup_.settings.setup_timeout;

@@ -4,7 +4,8 @@
 // written the same way. This is what RDMA serves best: no receive has to be posted before the
 // data moves and no rendezvous round trip per message. Over TCP, UCX carries the puts as messages.
 //
-// Layout: every rank registers one region with a block per peer, written only by that peer:
+// Layout: every rank registers one region with a block per put peer (the partners of the
+// collectives' bulk transfers: NetworkConfig::put_peers), written only by that peer:
 //   an inbox of kSlots slots (a header and up to kSlotBytes of payload each) with one signal word
 //   per slot, and a credit word: how many pieces of this rank's messages the peer has emptied.
 // Piece i from a peer lands in slot i % kSlots of its inbox; signal word = i + 1 says it is

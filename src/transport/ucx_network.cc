@@ -613,6 +613,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   address_ = to_hex(address, address_bytes);
   ucp_worker_release_address(u.worker, address);
   wants_put_ = wants_put;
+  put_peers_ = config_.put_peers.value_or(config_.peers);
+  std::sort(put_peers_.begin(), put_peers_.end());
   Store& store = *config_.store;
   // Its put publication first: a peer that reads the address finds it without a wait.
   store.set(put_key(config_.rank), wants_put ? publish_region() : "");
@@ -721,7 +723,7 @@ void UcxNetwork::connect_on_first_use(int peer) {
   u.listen_for_notices(peer);
   std::string& join = u.joins_sent[peer];
   join = address_ + '\n';
-  if (wants_put_) {  // where the peer's block is, of this rank's region
+  if (wants_put_ && is_put_peer(peer)) {  // where the peer's block is, of this rank's region
     PutPublication mine = u.publication;
     std::erase_if(mine.blocks, [&](const auto& block) { return block.first != peer; });
     join += encode(mine);
@@ -795,7 +797,7 @@ std::vector<int> UcxNetwork::connected_peers() const {
 
 std::string UcxNetwork::publish_region() {
   Ucx& u = *ucx_;
-  u.region_bytes = std::max<size_t>(config_.peers.size(), 1) * SlotLayout::block_bytes();
+  u.region_bytes = std::max<size_t>(put_peers_.size(), 1) * SlotLayout::block_bytes();
   void* region = ::mmap(nullptr, u.region_bytes, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // zeroed: no signal yet
   if (region == MAP_FAILED) {
@@ -823,23 +825,25 @@ std::string UcxNetwork::publish_region() {
   publication.rkey.assign(static_cast<unsigned char*>(key),
                           static_cast<unsigned char*>(key) + key_bytes);
   ucp_rkey_buffer_release(key);
-  for (size_t i = 0; i < config_.peers.size(); ++i)
-    publication.blocks.emplace_back(config_.peers[i], PutProtocol::block_offset(i));
+  for (size_t i = 0; i < put_peers_.size(); ++i)
+    publication.blocks.emplace_back(put_peers_[i], PutProtocol::block_offset(i));
   u.publication = publication;
   return encode(publication);
 }
 
 void UcxNetwork::use_put_with(int peer, const std::string& published) {
   Ucx& u = *ucx_;
-  if (published.empty()) return;  // the peer uses tagged messages: so does the pair
+  // The peer uses tagged messages, or gave this rank no slots: so does the pair (where the peer
+  // gave slots that this rank does not give back, it finds none here and does the same).
+  if (published.empty() || !is_put_peer(peer)) return;
   const std::optional<PutPublication> p = decode(published);
-  const auto mine = p ? std::find_if(p->blocks.begin(), p->blocks.end(),
-                                     [&](const auto& block) { return block.first == config_.rank; })
-                      : decltype(p->blocks.begin()){};
-  if (!p || mine == p->blocks.end()) {
+  if (!p) {
     throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(peer) +
                                           " published malformed network slots");
   }
+  const auto mine = std::find_if(p->blocks.begin(), p->blocks.end(),
+                                 [&](const auto& block) { return block.first == config_.rank; });
+  if (mine == p->blocks.end()) return;
   const ucs_status_t unpacked =
       ucp_ep_rkey_unpack(u.endpoints[peer], p->rkey.data(), &u.rkeys[peer]);
   if (unpacked != UCS_OK) {
@@ -853,8 +857,14 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
 void UcxNetwork::start_put_protocol() {
   Ucx& u = *ucx_;
   u.put_protocol = std::make_unique<PutProtocol>(
-      std::span(static_cast<std::byte*>(u.region), u.region_bytes), config_.peers, u);
+      std::span(static_cast<std::byte*>(u.region), u.region_bytes), put_peers_, u);
 }
+
+bool UcxNetwork::is_put_peer(int peer) const {
+  return std::binary_search(put_peers_.begin(), put_peers_.end(), peer);
+}
+
+size_t UcxNetwork::put_slot_bytes() const { return wants_put_ ? ucx_->region_bytes : 0; }
 
 bool UcxNetwork::uses_put(int peer) {
   check_peer(peer, "ask about the protocol with");

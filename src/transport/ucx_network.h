@@ -24,7 +24,8 @@
 //   kRankBits bits and the caller's tag below; a receive names its peer and tag, so it matches
 //   only that peer's message;
 // - put + signal into registered slots (what RDMA serves best; transport/put_protocol.h): each
-//   rank also publishes its region's address and remote key under "netput/<rank>".
+//   rank also publishes its region's address and remote key under "netput/<rank>". Only the
+//   put peers (NetworkConfig::put_peers) get slots there; the other pairs go tagged.
 // Both match messages to receives the same way, so callers cannot tell them apart. Failure
 // notices and heartbeats always travel as tagged messages. Over TCP, put is for testing: UCX 1.13
 // emulates puts with messages and aborts a process that must acknowledge one on an endpoint that
@@ -73,6 +74,12 @@ struct NetworkConfig {
   // (an unreachable one fails the setup, naming it); the others are connected on first use.
   // Symmetric: p lists q where q lists p. Unset: every peer.
   std::optional<std::vector<int>> connect_first;
+  // Where put + signal is used: the peers given registered slots (put_protocol.h), 1 MiB each;
+  // a pair uses put + signal only where each gives the other slots, and tagged messages
+  // otherwise. The partners of the collectives' bulk transfers (coll::rail_partners), so that a
+  // rank's slots grow with log H, not with the job. Symmetric, as connect_first. Unset: every
+  // peer.
+  std::optional<std::vector<int>> put_peers;
   std::shared_ptr<Store> store;  // the communicator's own (prefixed) store
   std::string label;             // "communicator 'w'", for errors
   std::chrono::milliseconds setup_timeout{30000};
@@ -246,6 +253,9 @@ class UcxNetwork {
   // Whether transfers with `peer` use put + signal (else tagged messages); connects to it first,
   // as a transfer would, where it is not yet.
   bool uses_put(int peer);
+  // The bytes of slots this rank registered for put + signal (0 where it uses tagged messages
+  // only): a block of SlotLayout::block_bytes() per put peer (NetworkConfig::put_peers).
+  size_t put_slot_bytes() const;
 
   // UCX's description of the lanes (transport and device per lane) of the endpoint to `peer`;
   // connects to it first where it is not yet.
@@ -261,6 +271,7 @@ class UcxNetwork {
   std::string publish_region();
   void use_put_with(int peer, const std::string& published);
   void start_put_protocol();
+  bool is_put_peer(int peer) const;  // put_peers_ lists it
   // Connects to `peer` from what it published (its address, hex; its put publication, or empty
   // for tagged messages); the caller then listens for its failure notices (mu_ held, or no other
   // thread yet). False where UCX could not make the endpoint (why: its failures by rank); throws
@@ -309,6 +320,7 @@ class UcxNetwork {
                          std::unique_ptr<Fingerprint> owned);
   NetworkConfig config_;
   bool wants_put_ = false;  // this rank offers put + signal (NetworkConfig::protocol, the lanes)
+  std::vector<int> put_peers_;  // NetworkConfig::put_peers, resolved: a block for each
   std::string address_;     // this rank's worker address, hex, as published and sent in joins
   FailureBoard board_;  // this communicator's first failure in its store
   std::unique_ptr<Ucx> ucx_;

@@ -299,6 +299,53 @@ void data_movement(Communicator& comm, CountsFor counts_of = counts_for, bool sp
   log.throw_if_any("rank " + std::to_string(me));
 }
 
+// Every rank sends every other three messages (1 to 3 Mi + 1 int32 elements) and receives
+// theirs, all in flight at once, then passes a token round a ring with blocking calls beside an
+// all_reduce that must stay in step.
+void send_recv_between_every_pair(Communicator& comm) {
+  const int n = comm.size(), me = comm.rank();
+  const size_t sizes[] = {1, 1000, (size_t{3} << 20) + 1};  // int32 elements
+  auto value = [](int from, int to, size_t message, size_t i) {
+    return static_cast<int32_t>(from * 1000003 + to * 7919 + static_cast<int>(message) * 31 + i);
+  };
+  std::vector<std::vector<int32_t>> out, in;
+  std::vector<Work> works;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    for (size_t m = 0; m < std::size(sizes); ++m) {
+      out.emplace_back(sizes[m]);
+      for (size_t i = 0; i < sizes[m]; ++i) out.back()[i] = value(me, peer, m, i);
+      in.emplace_back(sizes[m], -1);
+      works.push_back(comm.recv_async(in.back().data(), sizes[m], DType::i32, peer));
+      works.push_back(comm.send_async(out.back().data(), sizes[m], DType::i32, peer));
+    }
+  }
+  for (Work& w : works) w.wait();
+  size_t k = 0;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    for (size_t m = 0; m < std::size(sizes); ++m, ++k) {
+      for (size_t i = 0; i < sizes[m]; i += 4099) {
+        TPF_CHILD_CHECK(in[k][i] == value(peer, me, m, i),
+                        "message " + std::to_string(m) + " from rank " + std::to_string(peer));
+      }
+    }
+  }
+  // Blocking calls in a ring, interleaved with a collective that must stay in step.
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  int64_t token = me, got = -1, sum = 0;
+  if (me % 2 == 0) {
+    comm.send(&token, 1, DType::i64, next);
+    comm.recv(&got, 1, DType::i64, prev);
+  } else {
+    comm.recv(&got, 1, DType::i64, prev);
+    comm.send(&token, 1, DType::i64, next);
+  }
+  TPF_CHILD_CHECK(got == prev, "ring token " + std::to_string(got));
+  comm.all_reduce(&token, &sum, 1, DType::i64, ReduceOp::sum);
+  TPF_CHILD_CHECK(sum == int64_t{n} * (n - 1) / 2, "all_reduce after send/recv");
+}
+
 const HostKeys kTwoHostsOfOne = {"host-a", "host-b"};
 const HostKeys kTwoHostsOfTwo = {"host-a", "host-a", "host-b", "host-b"};
 // Even and interleaved: host-a holds ranks 0 and 2, host-b ranks 1 and 3 (rails: {0, 1}, {2, 3}).
@@ -468,49 +515,28 @@ TEST(AcrossHostsOnOneMachine, EveryRankCountsTheWholeMachinesRanks) {
 // per pair matched in issue order; all posted asynchronously before any is waited for, so a large
 // send and its receive must progress together.
 TEST_P(AcrossHosts, SendRecvBetweenEveryPairInIssueOrder) {
-  expect_all_ok(run([](Communicator& comm) {
-    const int n = comm.size(), me = comm.rank();
-    const size_t sizes[] = {1, 1000, (size_t{3} << 20) + 1};  // int32 elements
-    auto value = [](int from, int to, size_t message, size_t i) {
-      return static_cast<int32_t>(from * 1000003 + to * 7919 + static_cast<int>(message) * 31 + i);
-    };
-    std::vector<std::vector<int32_t>> out, in;
-    std::vector<Work> works;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == me) continue;
-      for (size_t m = 0; m < std::size(sizes); ++m) {
-        out.emplace_back(sizes[m]);
-        for (size_t i = 0; i < sizes[m]; ++i) out.back()[i] = value(me, peer, m, i);
-        in.emplace_back(sizes[m], -1);
-        works.push_back(comm.recv_async(in.back().data(), sizes[m], DType::i32, peer));
-        works.push_back(comm.send_async(out.back().data(), sizes[m], DType::i32, peer));
-      }
-    }
-    for (Work& w : works) w.wait();
-    size_t k = 0;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == me) continue;
-      for (size_t m = 0; m < std::size(sizes); ++m, ++k) {
-        for (size_t i = 0; i < sizes[m]; i += 4099) {
-          TPF_CHILD_CHECK(in[k][i] == value(peer, me, m, i),
-                          "message " + std::to_string(m) + " from rank " + std::to_string(peer));
-        }
-      }
-    }
-    // Blocking calls in a ring, interleaved with a collective that must stay in step.
-    const int next = (me + 1) % n, prev = (me + n - 1) % n;
-    int64_t token = me, got = -1, sum = 0;
-    if (me % 2 == 0) {
-      comm.send(&token, 1, DType::i64, next);
-      comm.recv(&got, 1, DType::i64, prev);
-    } else {
-      comm.recv(&got, 1, DType::i64, prev);
-      comm.send(&token, 1, DType::i64, next);
-    }
-    TPF_CHILD_CHECK(got == prev, "ring token " + std::to_string(got));
-    comm.all_reduce(&token, &sum, 1, DType::i64, ReduceOp::sum);
-    TPF_CHILD_CHECK(sum == int64_t{n} * (n - 1) / 2, "all_reduce after send/recv");
-  }));
+  expect_all_ok(run(send_recv_between_every_pair));
+}
+
+// Put + signal gives slots to the partners of the rails' algorithms only (coll::rail_partners):
+// on six hosts of one, ranks 0 and 3, and 1 and 4, give each other none and exchange tagged
+// messages where every other pair writes into slots. Every collective (the leaders' direct
+// exchanges cross both kinds of pair) and send/recv between every pair still deliver.
+TEST(AcrossHostsPutSlots, PairsWithAndWithoutSlotsDeliverEveryBlock) {
+  const HostKeys six = {"host-a", "host-b", "host-c", "host-d", "host-e", "host-f"};
+  const topo::HostMap hosts(six);
+  ASSERT_EQ(coll::rail_partners(hosts, 0), (std::vector<int>{1, 2, 4, 5}));
+  ASSERT_EQ(coll::rail_partners(hosts, 1), (std::vector<int>{0, 2, 3, 5}));
+  const DType f32[] = {DType::f32};
+  const ReduceOp sum_max[] = {ReduceOp::sum, ReduceOp::max};
+  expect_all_ok(run_on_hosts(
+      six,
+      [&](Communicator& comm) {
+        reductions(comm, hosts, f32, sum_max);
+        data_movement(comm);
+        send_recv_between_every_pair(comm);
+      },
+      transport::NetProtocol::put));
 }
 
 // An asynchronous transfer across hosts is moved by whoever waits for it (Work::wait drives the

@@ -10,11 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "coll/across_hosts.h"
+#include "coll/network_cost.h"
 #include "comm/comm_impl.h"
 #include "comm/settings.h"
 #include "support/expect_error.h"
@@ -81,6 +84,68 @@ TEST(FirstNetworkPeers, AreOnOtherHostsAndSymmetric) {
   const topo::HostMap four_by_two({"a", "a", "b", "b", "c", "c", "d", "d"});
   EXPECT_EQ(detail::first_network_peers(four_by_two, 3), (std::vector<int>{0, 1, 5, 7}));
   EXPECT_EQ(detail::first_network_peers(four_by_two, 2), (std::vector<int>{0, 4, 5, 6}));
+}
+
+// The pairs put + signal gives slots to: on the rank's rail (other hosts, same local rank),
+// symmetric, and exactly the partners the rails' algorithms use: positions 2^k apart either way
+// round the rail (rings, binomial trees from any root, the leaders' rounds) and halving-doubling's
+// partners (coll::HalvingDoubling's pairs and rounds), in uniform, uneven and interleaved layouts
+// and on 1,000 hosts, where a rank gives at most 25 peers
+// slots instead of 999.
+TEST(RailPartners, AreTheRailAlgorithmsPartnersAndSymmetric) {
+  auto hosts_of_one = [](int hosts) {
+    std::vector<std::string> keys;
+    for (int h = 0; h < hosts; ++h) keys.push_back("h" + std::to_string(h));
+    return keys;
+  };
+  std::vector<std::vector<std::string>> layouts = {{"a", "b"},
+                                                   {"a", "a", "b"},
+                                                   {"a", "a", "b", "b", "c", "c", "d", "d"},
+                                                   {"a", "b", "a", "b", "c", "c"},
+                                                   {"a", "a", "a", "b", "c", "c"}};
+  for (int hosts : {3, 5, 6, 7, 8, 12, 13, 33}) layouts.push_back(hosts_of_one(hosts));
+  for (const auto& keys : layouts) {
+    const topo::HostMap map(keys);
+    for (int r = 0; r < map.ranks(); ++r) {
+      // The rail, `r` included, and r's position on it.
+      std::vector<int> rail{r};
+      for (int p : map.rail_of(r)) rail.push_back(p);
+      std::sort(rail.begin(), rail.end(),
+                [&](int a, int b) { return map.host_of(a) < map.host_of(b); });
+      const int n = static_cast<int>(rail.size());
+      const int me = static_cast<int>(std::find(rail.begin(), rail.end(), r) - rail.begin());
+      const coll::HalvingDoubling shape(n);
+      auto is_partner = [&](int position) {
+        const int ahead = (position - me + n) % n, behind = (me - position + n) % n;
+        if (std::has_single_bit(static_cast<unsigned>(ahead)) ||
+            std::has_single_bit(static_cast<unsigned>(behind)))
+          return true;
+        const int a = shape.position_of(me), b = shape.position_of(position);
+        if (a < 0 || b < 0) return false;  // a pair's odd host: its even one, 1 before (above)
+        return std::has_single_bit(static_cast<unsigned>(a ^ b));
+      };
+      std::vector<int> expected;
+      for (int position = 0; position < n; ++position)
+        if (position != me && is_partner(position)) expected.push_back(rail[position]);
+      std::sort(expected.begin(), expected.end());
+      const std::vector<int> partners = coll::rail_partners(map, r);
+      EXPECT_EQ(partners, expected) << "rank " << r << " of " << map.describe();
+      for (int p : partners) {
+        const std::vector<int> theirs = coll::rail_partners(map, p);
+        EXPECT_TRUE(std::find(theirs.begin(), theirs.end(), r) != theirs.end())
+            << "rank " << r << " lists rank " << p << ", which does not list it back ("
+            << map.describe() << ")";
+      }
+    }
+  }
+  const topo::HostMap eight(hosts_of_one(8));
+  EXPECT_EQ(coll::rail_partners(eight, 0), (std::vector<int>{1, 2, 4, 6, 7}));
+  const topo::HostMap four_by_two({"a", "a", "b", "b", "c", "c", "d", "d"});
+  EXPECT_EQ(coll::rail_partners(four_by_two, 3), (std::vector<int>{1, 5, 7}));
+  const topo::HostMap thousand(hosts_of_one(1000));
+  size_t most = 0;  // bounded by 2 ceil(log2 H) distances, log2 P rounds and a pair: 31
+  for (int r = 0; r < 1000; ++r) most = std::max(most, coll::rail_partners(thousand, r).size());
+  EXPECT_EQ(most, 25u);
 }
 
 TEST(HostMap, OneKeyIsOneUniformHost) {

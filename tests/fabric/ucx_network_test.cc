@@ -21,6 +21,7 @@
 #include "support/multiproc.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
+#include "transport/put_protocol.h"
 
 namespace tpf {
 namespace {
@@ -35,7 +36,8 @@ using transport::WaitContext;
 std::unique_ptr<UcxNetwork> connect_network(
     const RankContext& ctx, transport::NetProtocol protocol = transport::NetProtocol::automatic,
     std::optional<std::vector<int>> connect_first = std::nullopt,
-    std::chrono::milliseconds setup_timeout = std::chrono::seconds(30)) {
+    std::chrono::milliseconds setup_timeout = std::chrono::seconds(30),
+    std::optional<std::vector<int>> put_peers = std::nullopt) {
   auto client = testing::connect_to_store(ctx, ctx.rank);
   transport::NetworkConfig config;
   config.rank = ctx.rank;
@@ -43,6 +45,7 @@ std::unique_ptr<UcxNetwork> connect_network(
   for (int p = 0; p < ctx.size; ++p)
     if (p != ctx.rank) config.peers.push_back(p);
   config.connect_first = std::move(connect_first);
+  config.put_peers = std::move(put_peers);
   config.store = std::make_shared<PrefixStore>("net-test", client);
   config.label = "network test";
   config.protocol = protocol;
@@ -64,34 +67,70 @@ unsigned char pattern(int from, int to, size_t i) {
   return static_cast<unsigned char>(from * 31 + to * 7 + i * 13 + (i >> 9));
 }
 
+// Every rank sends every other a message of each size across UCX's protocols (empty, short,
+// eager, rendezvous) and checks every byte of theirs.
+void exchange_with_every_peer(UcxNetwork& net, const RankContext& ctx) {
+  for (size_t bytes :
+       {size_t{0}, size_t{1}, size_t{100}, size_t{8192}, size_t{1} << 20, size_t{9} << 20}) {
+    std::vector<std::vector<unsigned char>> out(ctx.size), in(ctx.size);
+    std::vector<NetRequest> requests;
+    for (int p = 0; p < ctx.size; ++p) {
+      if (p == ctx.rank) continue;
+      out[p].resize(bytes);
+      in[p].assign(bytes, 0);
+      for (size_t i = 0; i < bytes; ++i) out[p][i] = pattern(ctx.rank, p, i);
+      requests.push_back(net.recv(p, bytes, in[p].data(), bytes));
+      requests.push_back(net.send(p, bytes, out[p].data(), bytes));
+    }
+    net.wait_all(requests, within(std::chrono::seconds(60)));
+    for (int p = 0; p < ctx.size; ++p) {
+      if (p == ctx.rank) continue;
+      for (size_t i = 0; i < bytes; ++i) {
+        TPF_CHILD_CHECK(in[p][i] == pattern(p, ctx.rank, i), "byte " + std::to_string(i) + " of " +
+                                                                 std::to_string(bytes) +
+                                                                 " from rank " + std::to_string(p));
+      }
+    }
+  }
+}
+
 TEST_P(ByProtocol, EveryPairExchangesMessagesOfEverySize) {
   auto outcomes = testing::run_ranks_raw(3, [&](const RankContext& ctx) {
     auto net = connect_network(ctx, GetParam());
-    // Sizes across UCX's protocols: empty, short, eager, rendezvous.
-    for (size_t bytes :
-         {size_t{0}, size_t{1}, size_t{100}, size_t{8192}, size_t{1} << 20, size_t{9} << 20}) {
-      std::vector<std::vector<unsigned char>> out(ctx.size), in(ctx.size);
-      std::vector<NetRequest> requests;
-      for (int p = 0; p < ctx.size; ++p) {
-        if (p == ctx.rank) continue;
-        out[p].resize(bytes);
-        in[p].assign(bytes, 0);
-        for (size_t i = 0; i < bytes; ++i) out[p][i] = pattern(ctx.rank, p, i);
-        requests.push_back(net->recv(p, bytes, in[p].data(), bytes));
-        requests.push_back(net->send(p, bytes, out[p].data(), bytes));
-      }
-      net->wait_all(requests, within(std::chrono::seconds(60)));
-      for (int p = 0; p < ctx.size; ++p) {
-        if (p == ctx.rank) continue;
-        for (size_t i = 0; i < bytes; ++i) {
-          TPF_CHILD_CHECK(in[p][i] == pattern(p, ctx.rank, i),
-                          "byte " + std::to_string(i) + " of " + std::to_string(bytes) +
-                              " from rank " + std::to_string(p));
-        }
-      }
-    }
+    exchange_with_every_peer(*net, ctx);
   });
   testing::expect_all_ok(outcomes);
+}
+
+// Put + signal gives slots only to the put peers: on a ring of four, ranks 0 and 2, and 1 and 3,
+// give each other none and exchange tagged messages, while neighbours write into slots; rank 0
+// also lists rank 2, which does not list it back, so that pair stays tagged too. The slots are a
+// block per put peer, and every message of every size arrives whichever way its pair goes, over
+// connections made first and on first use (the join carries slots only to a put peer).
+TEST(UcxNetwork, SlotsGoToThePutPeersOnlyAndOtherPairsUseTaggedMessages) {
+  for (const bool on_first_use : {false, true}) {
+    SCOPED_TRACE(on_first_use ? "connected on first use" : "connected first");
+    auto outcomes = testing::run_ranks_raw(4, [&](const RankContext& ctx) {
+      const int next = (ctx.rank + 1) % 4, previous = (ctx.rank + 3) % 4;
+      std::vector<int> put_peers{next, previous};
+      if (ctx.rank == 0) put_peers.push_back(2);
+      auto net = connect_network(ctx, transport::NetProtocol::put,
+                                 on_first_use ? std::optional(kNobodyFirst) : std::nullopt,
+                                 std::chrono::seconds(30), put_peers);
+      TPF_CHILD_CHECK(
+          net->put_slot_bytes() == put_peers.size() * transport::SlotLayout::block_bytes(),
+          "slots of " + std::to_string(net->put_slot_bytes()) + " bytes");
+      exchange_with_every_peer(*net, ctx);
+      for (int p = 0; p < 4; ++p) {
+        if (p == ctx.rank) continue;
+        const bool neighbours = p == next || p == previous;
+        TPF_CHILD_CHECK(net->uses_put(p) == neighbours,
+                        "rank " + std::to_string(p) +
+                            (neighbours ? " uses tagged messages" : " uses put + signal"));
+      }
+    });
+    testing::expect_all_ok(outcomes);
+  }
 }
 
 // The lanes are network lanes only: between processes of one machine UCX would otherwise pick
