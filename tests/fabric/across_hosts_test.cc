@@ -2095,6 +2095,44 @@ TEST_P(AcrossHostsFailures, AStoppedRankOnAnotherHostIsNamedByItsHeartbeat) {
   EXPECT_EQ(outcomes[3].signal, SIGKILL);
 }
 
+// A rank whose own transfer waits on a stopped peer hears of it from the host-mate that watches
+// that peer: rank 0 (host a) stops; rank 2, a scatter's root on host b but not its leader, sends
+// rank 0's block straight to it (4 MiB: it waits for rank 0 to take it), while rank 1 (host b's
+// leader, rank 0's watcher) and rank 3 wait in the shared-memory steps. Rank 1 names rank 0 after
+// TPF_HOST_LOST_S and records it in host b's shared memory, where rank 2's network wait finds it.
+// Until 2026-12-06 only the shared-memory steps looked there: rank 2 waited out its deadline
+// ("timed out over the network waiting for rank 0"; 60 s here, far beyond the heartbeat's 3).
+TEST_P(AcrossHostsFailures, ARankWaitingOnAStoppedPeerHearsOfItFromItsHostMate) {
+  SharedBlock shared;
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  auto outcomes = run_on_hosts(
+      {"host-a", "host-b", "host-b", "host-b"},
+      [&](Communicator& comm) {
+        comm.barrier();
+        if (comm.rank() == 0) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        const size_t block = size_t{1} << 20;
+        std::vector<float> blocks(comm.rank() == 2 ? 4 * block : 0, 1.0f), mine(block);
+        const Error e = expect_error("scatter with a stopped rank", [&] {
+          comm.scatter(blocks.data(), mine.data(), block, DType::f32, /*root=*/2,
+                       {std::chrono::seconds(60)});
+        });
+        if (shared.counter(0).fetch_add(1) + 1 == 3)
+          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        TPF_CHILD_CHECK(std::string(e.what()).find(
+                            "rank 0 (host 'host-a') has sent no heartbeat") != std::string::npos,
+                        e.what());
+      },
+      GetParam());
+  ::unsetenv("TPF_HOST_LOST_S");
+  for (int r = 1; r < 4; ++r) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+  EXPECT_EQ(outcomes[0].signal, SIGKILL);
+}
+
 TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   auto outcomes = run_on_hosts(
       kTwoHostsOfOne,
