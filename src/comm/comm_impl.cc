@@ -406,11 +406,10 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
       uint64_t sequence;
     } op{this, &desc, sequence};
     auto describe = [&op] { return op.comm->label(*op.desc, op.sequence); };
-    transport::WaitContext ctx = deadline
-                                     ? transport::WaitContext::with_deadline(*deadline, describe)
-                                     : transport::WaitContext::with_timeout(timeout, describe);
+    const transport::WaitContext ctx =
+        deadline ? transport::WaitContext::with_deadline(*deadline, describe)
+                 : transport::WaitContext::with_timeout(timeout, describe);
     if (network_) {
-      ctx.ends_on_host_failure = true;
       recent_calls_.begin(coll::collective_fingerprint(desc, sequence));
       struct EndCall {
         RecentCalls& calls;

@@ -65,10 +65,6 @@ struct WaitContext {
   // slices: a collective across hosts moves its network transfers on while it waits inside its
   // host (UCX over TCP sends only while someone progresses it). Empty: nothing to move.
   std::function<void()> between_polls;
-  // A collective's wait on the network (UcxNetwork::wait_all) also ends on a failure a host-mate
-  // recorded, as its shared-memory steps do; a point-to-point wait looks at its peer only, as on
-  // one host.
-  bool ends_on_host_failure = false;
   Clock::duration timeout{};
   mutable std::optional<Clock::time_point> fixed_deadline;
 };

@@ -1392,15 +1392,12 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
       continue;
     }
     if (!idle.should_sleep()) continue;
-    // A failure a host-mate recorded ends a collective's wait as it ends its shared-memory
-    // steps: a rank whose transfer waits on a peer that stopped (a root sending to another
-    // host's leader, say) hears of it from the host-mate that watches that peer, not over the
-    // network.
-    if (ctx.ends_on_host_failure) {
-      if (std::optional<RootCauseError> failure = host_failure([&] { return ctx.op_label(); })) {
-        cancel(requests);
-        throw *failure;
-      }
+    // A failure a host-mate recorded ends this wait as it ends the host's shared-memory steps:
+    // a rank whose transfer waits on a peer that stopped (a root sending to another host's
+    // leader, say) hears of it from the host-mate that watches that peer, not over the network.
+    if (std::optional<RootCauseError> failure = host_failure([&] { return ctx.op_label(); })) {
+      cancel(requests);
+      throw *failure;
     }
     if (!deadline) deadline = ctx.deadline();
     if (Clock::now() >= *deadline) {
