@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,12 @@
 
 namespace tpf::cli {
 namespace {
+
+// Whether `pid`, of process group `group`, is stopped (cli/process_util.h).
+bool is_stopped(pid_t pid, pid_t group) {
+  const std::vector<pid_t> stopped = stopped_in_group(group);
+  return std::find(stopped.begin(), stopped.end(), pid) != stopped.end();
+}
 
 // A rank's file holds its dumps; more than this is read from the end (the newest dumps).
 constexpr off_t kMaxReadBytes = off_t{64} << 20;
@@ -213,7 +220,8 @@ int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int
         const pid_t group = ::getpgid(pid);
         bool ours = false;
         for (pid_t g : groups) ours = ours || (group == g);
-        if (!ours || ::kill(pid, sig) != 0) continue;
+        // A stopped process would take the signal only once it runs again: not waited for.
+        if (!ours || is_stopped(pid, group) || ::kill(pid, sig) != 0) continue;
       }
       asked_.push_back({file, pid, remote_rank, parsed.signal_dumps});
     }

@@ -143,6 +143,18 @@ class RankSet {
     }
   }
 
+  // The running ranks whose process group has a stopped process in it (SIGSTOP, ^Z, a
+  // debugger): they answer no signal but SIGKILL and SIGCONT. Each with the first stopped pid.
+  std::vector<std::pair<int, pid_t>> stopped() const {
+    std::vector<std::pair<int, pid_t>> out;
+    for (const Rank& r : ranks_) {
+      if (!r.running) continue;
+      const std::vector<pid_t> pids = stopped_in_group(r.pid);
+      if (!pids.empty()) out.emplace_back(r.rank, pids.front());
+    }
+    return out;
+  }
+
   std::vector<pid_t> running_groups() const {
     std::vector<pid_t> out;
     for (const Rank& r : ranks_) {
@@ -623,6 +635,11 @@ class Job {
 
   // Sends the dump signal to the running ranks that armed it; false if none did.
   bool request_dumps(AfterDumps after) {
+    for (const auto& [rank, pid] : ranks_.stopped()) {
+      report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) +
+             ") is stopped (SIGSTOP, SIGTSTP or a debugger): it cannot dump its flight recorder, "
+             "and the others may be waiting for it");
+    }
     const int asked = dumps_.request(ranks_.running_groups(), ranks_.running_ranks());
     if (asked == 0) return false;
     report("asking " + ranks_.running_list() + " for their flight recorders (" +
@@ -646,6 +663,9 @@ class Job {
     report(ranks_.running_list() + " still running " + why + "; sending SIGTERM");
     stopped_by_launcher_ = true;
     ranks_.signal_running(SIGTERM);
+    // A stopped process takes SIGTERM only once it runs again (as a shell's `kill` does for a
+    // stopped job); a running one ignores SIGCONT.
+    ranks_.signal_running(SIGCONT);
     kill_deadline_ = now + options_.grace;
   }
 

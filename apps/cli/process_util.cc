@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -65,6 +66,37 @@ std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   std::string name = abbrev != nullptr ? std::string("SIG") + abbrev : "signal";
   return name + " (" + std::to_string(sig) + ")";
+}
+
+std::vector<pid_t> stopped_in_group(pid_t group) {
+  std::vector<pid_t> stopped;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return stopped;
+  while (const dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields are
+    // read after its last ')'.
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // gone meanwhile
+    char text[512];
+    const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    text[n] = '\0';
+    const char* after_comm = std::strrchr(text, ')');
+    char state = 0;
+    long parent = 0, pgrp = 0;
+    if (after_comm == nullptr ||
+        std::sscanf(after_comm + 1, " %c %ld %ld", &state, &parent, &pgrp) != 3)
+      continue;
+    if (pgrp == group && (state == 'T' || state == 't')) stopped.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return stopped;
 }
 
 std::optional<std::string> resolve_program(const std::string& program, std::string* error) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tpf::cli {
 
@@ -55,6 +56,10 @@ std::string random_hex(size_t bytes);
 
 // "SIGKILL (9)".
 std::string signal_name(int sig);
+
+// The processes of process group `group` that are stopped (state T: SIGSTOP, SIGTSTP, SIGTTIN or
+// SIGTTOU; t: stopped by a debugger), from /proc; empty where none is or /proc cannot be read.
+std::vector<pid_t> stopped_in_group(pid_t group);
 
 // Path of the program execve() will run: `program` itself if it contains a '/', else the first
 // executable match in $PATH. nullopt (and *error set) when there is none.

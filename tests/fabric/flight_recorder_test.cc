@@ -563,7 +563,8 @@ TEST(FlightRecorderRanks, AMismatchDumpsOnEveryRank) {
 // Not a test by itself: the rank program the FlightRecorderLauncher tests start with tpf run
 // (this binary, with --gtest_also_run_disabled_tests). TPF_FR_SCENARIO says what to do:
 // "hang": four barriers, then every rank but 2 calls an all_reduce (with FR_CALL_TIMEOUT_MS, if
-// set) that rank 2 never joins; "ok": two barriers, print the dump directory, exit 0.
+// set) that rank 2 never joins; "stop": the same with rank 2 stopping itself (SIGSTOP) instead;
+// "ok": two barriers, print the dump directory, exit 0.
 TEST(FlightRecorderRankProgram, DISABLED_Run) {
   const char* scenario = std::getenv("TPF_FR_SCENARIO");
   if (scenario == nullptr) GTEST_SKIP() << "only run under tpf run by the launcher tests";
@@ -579,6 +580,7 @@ TEST(FlightRecorderRankProgram, DISABLED_Run) {
   std::printf("ready %d\n", comm.rank());
   std::fflush(stdout);
   if (comm.rank() == 2) {
+    if (std::string(scenario) == "stop") ::raise(SIGSTOP);
     for (;;) ::pause();  // until tpf run stops it; the dump signal only interrupts the pause
   }
   CallOptions call;
@@ -674,6 +676,29 @@ TEST(FlightRecorderLauncher, AHungJobSaysWhichRankEveryoneWaitsFor) {
   Outcome r;
   expect_hung_job_summarized({"run", "-n", "3"}, {}, r);
   EXPECT_FALSE(contains(r.err, " on host '")) << "one machine: no host named\n" << r.err;
+}
+
+// A rank that is stopped (SIGSTOP here; ^Z or a debugger alike) cannot answer the dump signal:
+// tpf run names it and its pid as stopped, does not ask it (nor wait for its dump), and ends it
+// with SIGTERM, sent with SIGCONT so that it takes it, where before it waited out the dump wait
+// and the grace and sent SIGKILL.
+TEST(FlightRecorderLauncher, AStoppedRankIsSaidToBeStoppedAndEndedBySigterm) {
+  const Outcome r =
+      run_tpf(tpf_run_args({"run", "-n", "3"}),
+              {"TPF_FR_SCENARIO=stop", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5"}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       ") is stopped (SIGSTOP, SIGTSTP or a debugger): it cannot dump its "
+                       "flight recorder, and the others may be waiting for it"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "tpf run: rank 2 (pid ")) << r.err;
+  EXPECT_FALSE(contains(r.err, "asking rank 2 for their flight recorders")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 2 was stopped by SIGTERM")) << r.err;
+  EXPECT_FALSE(contains(r.err, "sending SIGKILL")) << r.err;
+  const std::string dir = named_dump_dir(r.err);
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
 }
 
 // No rank fails by itself (300 s deadline): tpf run's own timeout asks all three for dumps.
