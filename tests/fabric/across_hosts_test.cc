@@ -2133,6 +2133,39 @@ TEST_P(AcrossHostsFailures, ARankWaitingOnAStoppedPeerHearsOfItFromItsHostMate) 
   EXPECT_EQ(outcomes[0].signal, SIGKILL);
 }
 
+// The same for point-to-point: rank 0 (host a) stops; ranks 1 and 2 (host b) each receive from
+// it. Rank 2 is no leader and host a has no rank on its rail, so its only network peer is rank 0
+// (its watcher): no notice can reach it over the network, and before 2026-12-06 its receive
+// waited out its deadline while rank 1, rank 0's watcher, had named rank 0 in host b's memory.
+TEST_P(AcrossHostsFailures, ARankReceivingFromAStoppedPeerHearsOfItFromItsHostMate) {
+  SharedBlock shared;
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  auto outcomes = run_on_hosts(
+      {"host-a", "host-b", "host-b"},
+      [&](Communicator& comm) {
+        comm.barrier();
+        if (comm.rank() == 0) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        int64_t value = 0;
+        const Error e = expect_error("recv from a stopped rank", [&] {
+          comm.recv(&value, 1, DType::i64, 0, {std::chrono::seconds(60)});
+        });
+        if (shared.counter(0).fetch_add(1) + 1 == 2)
+          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        TPF_CHILD_CHECK(std::string(e.what()).find(
+                            "rank 0 (host 'host-a') has sent no heartbeat") != std::string::npos,
+                        e.what());
+      },
+      GetParam());
+  ::unsetenv("TPF_HOST_LOST_S");
+  for (int r = 1; r < 3; ++r) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
+  EXPECT_EQ(outcomes[0].signal, SIGKILL);
+}
+
 TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   auto outcomes = run_on_hosts(
       kTwoHostsOfOne,
