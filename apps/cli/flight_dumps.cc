@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -23,12 +22,6 @@
 
 namespace tpf::cli {
 namespace {
-
-// Whether `pid`, of process group `group`, is stopped (cli/process_util.h).
-bool is_stopped(pid_t pid, pid_t group) {
-  const std::vector<pid_t> stopped = stopped_in_group(group);
-  return std::find(stopped.begin(), stopped.end(), pid) != stopped.end();
-}
 
 // A rank's file holds its dumps; more than this is read from the end (the newest dumps).
 constexpr off_t kMaxReadBytes = off_t{64} << 20;
@@ -221,7 +214,7 @@ int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int
         bool ours = false;
         for (pid_t g : groups) ours = ours || (group == g);
         // A stopped process would take the signal only once it runs again: not waited for.
-        if (!ours || is_stopped(pid, group) || ::kill(pid, sig) != 0) continue;
+        if (!ours || is_stopped(pid) || ::kill(pid, sig) != 0) continue;
       }
       asked_.push_back({file, pid, remote_rank, parsed.signal_dumps});
     }

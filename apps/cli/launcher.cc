@@ -144,13 +144,17 @@ class RankSet {
   }
 
   // The running ranks whose process group has a stopped process in it (SIGSTOP, ^Z, a
-  // debugger): they answer no signal but SIGKILL and SIGCONT. Each with the first stopped pid.
+  // debugger), each with that process's pid.
   std::vector<std::pair<int, pid_t>> stopped() const {
+    const std::vector<StoppedProcess> processes = stopped_processes();
     std::vector<std::pair<int, pid_t>> out;
     for (const Rank& r : ranks_) {
       if (!r.running) continue;
-      const std::vector<pid_t> pids = stopped_in_group(r.pid);
-      if (!pids.empty()) out.emplace_back(r.rank, pids.front());
+      for (const StoppedProcess& p : processes) {
+        if (p.group != r.pid) continue;  // each rank leads its own process group
+        out.emplace_back(r.rank, p.pid);
+        break;
+      }
     }
     return out;
   }

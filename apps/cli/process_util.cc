@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpf/error.h"
@@ -68,35 +69,53 @@ std::string signal_name(int sig) {
   return name + " (" + std::to_string(sig) + ")";
 }
 
-std::vector<pid_t> stopped_in_group(pid_t group) {
-  std::vector<pid_t> stopped;
+namespace {
+
+// The state (R, S, T, ...) and process group of `pid` from /proc/<pid>/stat; nullopt where it is
+// gone. "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields are
+// read after its last ')'.
+std::optional<std::pair<char, pid_t>> state_and_group(long pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char text[512];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  text[n] = '\0';
+  const char* after_comm = std::strrchr(text, ')');
+  char state = 0;
+  long parent = 0, group = 0;
+  if (after_comm == nullptr ||
+      std::sscanf(after_comm + 1, " %c %ld %ld", &state, &parent, &group) != 3)
+    return std::nullopt;
+  return std::pair{state, static_cast<pid_t>(group)};
+}
+
+bool stopped_state(char state) { return state == 'T' || state == 't'; }
+
+}  // namespace
+
+std::vector<StoppedProcess> stopped_processes() {
+  std::vector<StoppedProcess> stopped;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return stopped;
   while (const dirent* entry = ::readdir(proc)) {
     char* end = nullptr;
     const long pid = std::strtol(entry->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields are
-    // read after its last ')'.
-    char path[64];
-    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;  // gone meanwhile
-    char text[512];
-    const ssize_t n = ::read(fd, text, sizeof(text) - 1);
-    ::close(fd);
-    if (n <= 0) continue;
-    text[n] = '\0';
-    const char* after_comm = std::strrchr(text, ')');
-    char state = 0;
-    long parent = 0, pgrp = 0;
-    if (after_comm == nullptr ||
-        std::sscanf(after_comm + 1, " %c %ld %ld", &state, &parent, &pgrp) != 3)
-      continue;
-    if (pgrp == group && (state == 'T' || state == 't')) stopped.push_back(static_cast<pid_t>(pid));
+    const auto seen = state_and_group(pid);
+    if (seen && stopped_state(seen->first))
+      stopped.push_back({static_cast<pid_t>(pid), seen->second});
   }
   ::closedir(proc);
   return stopped;
+}
+
+bool is_stopped(pid_t pid) {
+  const auto seen = state_and_group(pid);
+  return seen && stopped_state(seen->first);
 }
 
 std::optional<std::string> resolve_program(const std::string& program, std::string* error) {

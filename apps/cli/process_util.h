@@ -57,9 +57,16 @@ std::string random_hex(size_t bytes);
 // "SIGKILL (9)".
 std::string signal_name(int sig);
 
-// The processes of process group `group` that are stopped (state T: SIGSTOP, SIGTSTP, SIGTTIN or
-// SIGTTOU; t: stopped by a debugger), from /proc; empty where none is or /proc cannot be read.
-std::vector<pid_t> stopped_in_group(pid_t group);
+// A process of this machine that is stopped (state T: SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU; t:
+// stopped by a debugger), from /proc. It acts on no signal but SIGKILL and SIGCONT.
+struct StoppedProcess {
+  pid_t pid = 0;
+  pid_t group = 0;  // its process group
+};
+// Every stopped process (one pass over /proc; empty where it cannot be read).
+std::vector<StoppedProcess> stopped_processes();
+// Whether `pid` is stopped (false where it is gone).
+bool is_stopped(pid_t pid);
 
 // Path of the program execve() will run: `program` itself if it contains a '/', else the first
 // executable match in $PATH. nullopt (and *error set) when there is none.
