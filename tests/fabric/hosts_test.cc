@@ -89,9 +89,8 @@ TEST(FirstNetworkPeers, AreOnOtherHostsAndSymmetric) {
 // The pairs put + signal gives slots to: on the rank's rail (other hosts, same local rank),
 // symmetric, and exactly the partners the rails' algorithms use: positions 2^k apart either way
 // round the rail (rings, binomial trees from any root, the leaders' rounds) and halving-doubling's
-// partners (coll::HalvingDoubling's pairs and rounds), in uniform, uneven and interleaved layouts
-// and on 1,000 hosts, where a rank gives at most 25 peers
-// slots instead of 999.
+// partners (coll::HalvingDoubling's pairs and rounds), in uniform, uneven and interleaved
+// layouts; and on 1,000 hosts a rank gives at most 25 peers slots instead of 999.
 TEST(RailPartners, AreTheRailAlgorithmsPartnersAndSymmetric) {
   auto hosts_of_one = [](int hosts) {
     std::vector<std::string> keys;
