@@ -2062,37 +2062,57 @@ TEST_P(AcrossHostsFailures, RanksThatStartAfterTheCulpritsHostFailedNameTheCulpr
   expect_all_ok(outcomes);
 }
 
+// Rank `victim` stops itself (SIGSTOP) after a first barrier, with TPF_HOST_LOST_S = 3; every
+// other rank runs `wait_for_it` (a call it cannot finish without the victim) and must fail with
+// the victim's watcher's heartbeat as the root cause: a timeout naming the victim and its host,
+// where only the call's own deadline would otherwise end the wait. The last of them ends the
+// victim.
+void expect_every_other_rank_names_the_stopped_rank(
+    const HostKeys& keys, int victim, const std::function<void(Communicator&)>& wait_for_it,
+    transport::NetProtocol protocol) {
+  SharedBlock shared;                   // [0]: the others done; [1]: the victim's pid
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  auto outcomes = run_on_hosts(
+      keys,
+      [&](Communicator& comm) {
+        comm.barrier();
+        if (comm.rank() == victim) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        const Error e = expect_error("a call with a stopped rank", [&] { wait_for_it(comm); });
+        if (shared.counter(0).fetch_add(1) + 1 == comm.size() - 1)
+          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        const std::string naming = "rank " + std::to_string(victim) + " (host '" + keys[victim] +
+                                   "') has sent no heartbeat";
+        TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
+      },
+      protocol);
+  ::unsetenv("TPF_HOST_LOST_S");
+  for (const RankOutcome& o : outcomes) {
+    if (o.rank == victim) {
+      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
+    } else {
+      EXPECT_TRUE(o.ok()) << o.describe();
+    }
+  }
+}
+
 // A stopped process gives UCX nothing to report: its watcher (the previous host's leader) stops
 // hearing its heartbeat and names it, and every rank fails with that root cause long before its
 // ten-minute deadline: rank 0 in its network wait, rank 1 in shared memory behind rank 0, rank 2
 // (blocked in shared memory behind the stopped rank) through rank 0's notice, which its heartbeat
 // thread picks up.
 TEST_P(AcrossHostsFailures, AStoppedRankOnAnotherHostIsNamedByItsHeartbeat) {
-  SharedBlock shared;
-  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
-  auto outcomes = run_on_hosts(
-      kTwoHostsOfTwo,
-      [&](Communicator& comm) {
-        if (comm.rank() == 3) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
+  expect_every_other_rank_names_the_stopped_rank(
+      kTwoHostsOfTwo, 3,
+      [](Communicator& comm) {
         int64_t value = 1, out = 0;
-        const Error e = expect_error("all_reduce with a stopped rank", [&] {
-          comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum, {std::chrono::minutes(10)});
-        });
-        if (shared.counter(0).fetch_add(1) + 1 == 3)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
-        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
-        TPF_CHILD_CHECK(std::string(e.what()).find(
-                            "rank 3 (host 'host-b') has sent no heartbeat") != std::string::npos,
-                        e.what());
+        comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum, {std::chrono::minutes(10)});
       },
       GetParam());
-  ::unsetenv("TPF_HOST_LOST_S");
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
-  EXPECT_EQ(outcomes[3].signal, SIGKILL);
 }
 
 // A rank whose own transfer waits on a stopped peer hears of it from the host-mate that watches
@@ -2103,34 +2123,15 @@ TEST_P(AcrossHostsFailures, AStoppedRankOnAnotherHostIsNamedByItsHeartbeat) {
 // Until 2026-12-06 only the shared-memory steps looked there: rank 2 waited out its deadline
 // ("timed out over the network waiting for rank 0"; 60 s here, far beyond the heartbeat's 3).
 TEST_P(AcrossHostsFailures, ARankWaitingOnAStoppedPeerHearsOfItFromItsHostMate) {
-  SharedBlock shared;
-  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
-  auto outcomes = run_on_hosts(
-      {"host-a", "host-b", "host-b", "host-b"},
-      [&](Communicator& comm) {
-        comm.barrier();
-        if (comm.rank() == 0) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
+  expect_every_other_rank_names_the_stopped_rank(
+      {"host-a", "host-b", "host-b", "host-b"}, 0,
+      [](Communicator& comm) {
         const size_t block = size_t{1} << 20;
         std::vector<float> blocks(comm.rank() == 2 ? 4 * block : 0, 1.0f), mine(block);
-        const Error e = expect_error("scatter with a stopped rank", [&] {
-          comm.scatter(blocks.data(), mine.data(), block, DType::f32, /*root=*/2,
-                       {std::chrono::seconds(60)});
-        });
-        if (shared.counter(0).fetch_add(1) + 1 == 3)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
-        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
-        TPF_CHILD_CHECK(std::string(e.what()).find(
-                            "rank 0 (host 'host-a') has sent no heartbeat") != std::string::npos,
-                        e.what());
+        comm.scatter(blocks.data(), mine.data(), block, DType::f32, /*root=*/2,
+                     {std::chrono::seconds(60)});
       },
       GetParam());
-  ::unsetenv("TPF_HOST_LOST_S");
-  for (int r = 1; r < 4; ++r) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
-  EXPECT_EQ(outcomes[0].signal, SIGKILL);
 }
 
 // The same for point-to-point: rank 0 (host a) stops; ranks 1 and 2 (host b) each receive from
@@ -2138,32 +2139,13 @@ TEST_P(AcrossHostsFailures, ARankWaitingOnAStoppedPeerHearsOfItFromItsHostMate) 
 // (its watcher): no notice can reach it over the network, and before 2026-12-06 its receive
 // waited out its deadline while rank 1, rank 0's watcher, had named rank 0 in host b's memory.
 TEST_P(AcrossHostsFailures, ARankReceivingFromAStoppedPeerHearsOfItFromItsHostMate) {
-  SharedBlock shared;
-  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
-  auto outcomes = run_on_hosts(
-      {"host-a", "host-b", "host-b"},
-      [&](Communicator& comm) {
-        comm.barrier();
-        if (comm.rank() == 0) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
+  expect_every_other_rank_names_the_stopped_rank(
+      {"host-a", "host-b", "host-b"}, 0,
+      [](Communicator& comm) {
         int64_t value = 0;
-        const Error e = expect_error("recv from a stopped rank", [&] {
-          comm.recv(&value, 1, DType::i64, 0, {std::chrono::seconds(60)});
-        });
-        if (shared.counter(0).fetch_add(1) + 1 == 2)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
-        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
-        TPF_CHILD_CHECK(std::string(e.what()).find(
-                            "rank 0 (host 'host-a') has sent no heartbeat") != std::string::npos,
-                        e.what());
+        comm.recv(&value, 1, DType::i64, 0, {std::chrono::seconds(60)});
       },
       GetParam());
-  ::unsetenv("TPF_HOST_LOST_S");
-  for (int r = 1; r < 3; ++r) EXPECT_TRUE(outcomes[r].ok()) << outcomes[r].describe();
-  EXPECT_EQ(outcomes[0].signal, SIGKILL);
 }
 
 TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
