@@ -2861,15 +2861,12 @@ class HostCollective {
 }  // namespace
 
 std::vector<int> rail_partners(const topo::HostMap& hosts, int rank) {
-  const size_t local = static_cast<size_t>(hosts.local_rank(rank));
-  std::vector<int> rail;  // `rank` included, at position `me`
-  int me = 0;
-  for (int h = 0; h < hosts.hosts(); ++h) {
-    const std::vector<int>& on = hosts.ranks_on(h);
-    if (local >= on.size()) continue;
-    if (on[local] == rank) me = static_cast<int>(rail.size());
-    rail.push_back(on[local]);
-  }
+  // The rail in host order with `rank` in its place, at position `me`.
+  std::vector<int> rail = hosts.rail_of(rank);
+  const auto place = std::find_if(rail.begin(), rail.end(),
+                                  [&](int r) { return hosts.host_of(r) > hosts.host_of(rank); });
+  const int me = static_cast<int>(place - rail.begin());
+  rail.insert(place, rank);
   const int n = static_cast<int>(rail.size());
   std::vector<int> partners;
   auto add = [&](int position) {
