@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/open_files.h"
+#include "base/process_token.h"
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
@@ -111,10 +112,12 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   const std::string comm_label = "communicator '" + setup_.name + "'";
   const JoiningRank joining{setup_.settings.host_key, setup_.settings.net_devices,
                             encode_shared_settings(shared_settings(setup_.settings)),
-                            base::encode_open_files(base::open_files())};
+                            base::encode_open_files(base::open_files()),
+                            base::this_process_token()};
   DiscoveredRanks discovered = discover_hosts(*scoped_store, setup_.rank, setup_.size, joining,
                                               setup_.settings.setup_timeout, comm_label);
   hosts_ = std::move(discovered.hosts);
+  processes_ = std::move(discovered.processes);
   // Before anything is mapped or connected: every rank fails here alike.
   check_shared_settings(discovered.shared_settings, hosts_, comm_label);
   check_open_file_room(discovered.open_files, hosts_, comm_label);
@@ -151,6 +154,9 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     net.eager_bytes = coll::kNetworkEagerBytes;
     net.oversubscribed = config.excess_ranks > 0;
     net.notice_wait = setup_.settings.net_notice_wait;
+    net.peer_lost = [processes = processes_](int r) {
+      return ProcessFailures::instance().is_lost(processes[r]);
+    };
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());
     net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,
@@ -162,14 +168,17 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   if (network_) network_->set_host_failures([f = fabric_.get()] { return f->peer_failure(); });
   p2p_ = std::make_shared<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
-  ProcessFailures::instance().add(fabric_.get());
   recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder
   if (network_) {
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
-                          &recent_calls_},
+                          &recent_calls_, processes_},
         *network_, [this](std::exception_ptr e) { record_failure(e); });
   }
+  // Last, once nothing can throw: a communicator whose constructor threw is never removed.
+  ProcessFailures::instance().add(fabric_.get(), [this](const transport::FailureRecord& root) {
+    fail_if_holding_lost_process(root);
+  });
 }
 
 CommImpl::~CommImpl() {
@@ -455,6 +464,16 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
 void CommImpl::tell_other_hosts(const transport::FailureRecord& record) {
   network_->notify_failure(record);
   network_->await_failure_published(kFailurePublishWait);
+}
+
+void CommImpl::fail_if_holding_lost_process(const transport::FailureRecord& root) {
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank() || processes_[r] != root.lost_process) continue;
+    record_failure(std::make_exception_ptr(transport::RootCauseError(
+        "communicator '" + setup_.name + "': its rank " + std::to_string(r) + " was found lost",
+        root)));
+    return;
+  }
 }
 
 void CommImpl::abort() {

@@ -115,9 +115,13 @@ class CommImpl {
   // in the communicator's store, which is there before this returns (bounded), so that a process
   // that exits after its failure leaves it.
   void tell_other_hosts(const transport::FailureRecord& record);
+  // Fails the communicator with `root` where one of its other ranks is the process `root` found
+  // lost (comm/process_failures.h).
+  void fail_if_holding_lost_process(const transport::FailureRecord& root);
 
   CommSetup setup_;
   topo::HostMap hosts_;  // which of the ranks share memory (topo/hosts.h)
+  std::vector<uint64_t> processes_;  // by rank: its process's token (base/process_token.h)
   // Flight recorder (issue 15): the last operations, dumped on failure or on the dump signal.
   // Declared before fabric_ and p2p_: it outlives everything that records into it.
   FlightRecorder recorder_;

@@ -109,11 +109,13 @@ void Heartbeat::watch(Clock::time_point now) {
     const auto silent =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - heard.last.value_or(started_));
     if (silent < config_.lost_after) continue;
-    throw Error(ErrorCode::timeout, config_.label + ": rank " + std::to_string(rank) + " (host '" +
-                                        config_.hosts.key(config_.hosts.host_of(rank)) +
-                                        "') has sent no heartbeat for " + seconds(silent) +
-                                        ": its process is stopped or its host is unreachable " +
-                                        "(TPF_HOST_LOST_S = " + seconds(config_.lost_after) + ")");
+    throw transport::ProcessLostError(
+        ErrorCode::timeout,
+        config_.label + ": rank " + std::to_string(rank) + " (host '" +
+            config_.hosts.key(config_.hosts.host_of(rank)) + "') has sent no heartbeat for " +
+            seconds(silent) + ": its process is stopped or its host is unreachable " +
+            "(TPF_HOST_LOST_S = " + seconds(config_.lost_after) + ")",
+        rank < static_cast<int>(config_.processes.size()) ? config_.processes[rank] : 0);
   }
 }
 

@@ -61,6 +61,7 @@ class Heartbeat {
     std::string label;  // "communicator 'w'", for errors
     std::chrono::milliseconds lost_after{10000};
     const RecentCalls* calls = nullptr;  // this rank's: sent with each beat, compared with theirs
+    std::vector<uint64_t> processes;     // by rank: its process's token, which a loss names
   };
   // `on_failure` gets the first failure the heartbeat meets (a lost rank, or a failure notice
   // from another host), once; the thread then only beats.

@@ -21,6 +21,7 @@ struct JoiningRank {
   std::string net_devices;
   std::string shared_settings;  // encode_shared_settings' line
   std::string open_files;       // base::encode_open_files' line
+  uint64_t process = 0;         // base::this_process_token
 };
 
 struct DiscoveredRanks {
@@ -30,6 +31,7 @@ struct DiscoveredRanks {
   std::vector<std::string> devices;
   std::vector<std::string> shared_settings;  // per rank: encode_shared_settings' line
   std::vector<std::string> open_files;       // per rank: base::encode_open_files' line
+  std::vector<uint64_t> processes;           // per rank: its process's token
 };
 
 // `store` is the communicator's own (prefixed) store; `label` names the communicator in errors.

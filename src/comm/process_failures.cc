@@ -16,35 +16,54 @@ void ProcessFailures::forget_if_forked() {
   const pid_t pid = ::getpid();
   if (pid == pid_) return;
   pid_ = pid;
-  fabrics_.clear();
+  members_.clear();
   first_.reset();
 }
 
-void ProcessFailures::add(transport::ShmFabric* fabric) {
+void ProcessFailures::add(transport::ShmFabric* fabric, OnProcessLost on_lost) {
   std::lock_guard lock(mu_);
   forget_if_forked();
-  fabrics_.push_back(fabric);
+  members_.push_back({fabric, std::move(on_lost)});
   if (first_) fabric->note_process_failure(*first_);
 }
 
 void ProcessFailures::remove(transport::ShmFabric* fabric) {
   std::lock_guard lock(mu_);
   forget_if_forked();
-  fabrics_.erase(std::remove(fabrics_.begin(), fabrics_.end(), fabric), fabrics_.end());
+  std::erase_if(members_, [&](const Member& m) { return m.fabric == fabric; });
 }
 
 void ProcessFailures::record(const transport::FailureRecord& root) {
   std::lock_guard lock(mu_);
   forget_if_forked();
-  if (first_) return;
-  first_ = root;
-  for (transport::ShmFabric* fabric : fabrics_) fabric->note_process_failure(root);
+  if (!first_) {
+    first_ = root;
+    for (const Member& m : members_) m.fabric->note_process_failure(root);
+  }
+  if (root.lost_process == 0) return;
+  {
+    std::lock_guard lost_lock(lost_mu_);
+    if (lost_pid_ != ::getpid()) {
+      lost_pid_ = ::getpid();
+      lost_.clear();
+    }
+    if (!lost_.insert(root.lost_process).second) return;
+  }
+  // Under the lock, so no communicator is destroyed while it hears of the loss. Its failure comes
+  // back here on this thread (the loss now noted, it calls no one) and changes no member.
+  for (const Member& m : members_)
+    if (m.on_lost) m.on_lost(root);
 }
 
 std::optional<transport::FailureRecord> ProcessFailures::first() {
   std::lock_guard lock(mu_);
   forget_if_forked();
   return first_;
+}
+
+bool ProcessFailures::is_lost(uint64_t process) {
+  std::lock_guard lock(lost_mu_);
+  return lost_pid_ == ::getpid() && lost_.count(process) != 0;
 }
 
 }  // namespace tpf::detail

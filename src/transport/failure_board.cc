@@ -30,19 +30,26 @@ struct FailureBoard::State {
 };
 
 std::string encode_failure_record(const FailureRecord& record) {
-  return std::to_string(static_cast<int>(record.code)) + "\n" + record.message;
+  std::string head = std::to_string(static_cast<int>(record.code));
+  if (record.lost_process != 0) head += " " + std::to_string(record.lost_process);
+  return head + "\n" + record.message;
 }
 
 std::optional<FailureRecord> decode_failure_record(const std::string& text) {
   const size_t newline = text.find('\n');
   if (newline == std::string::npos) return std::nullopt;
+  const char* const head_end = text.data() + newline;
   unsigned code = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + newline, code);
-  if (ec != std::errc() || end != text.data() + newline ||
-      code > static_cast<unsigned>(ErrorCode::internal)) {
+  std::from_chars_result read = std::from_chars(text.data(), head_end, code);
+  if (read.ec != std::errc() || code > static_cast<unsigned>(ErrorCode::internal))
     return std::nullopt;
+  uint64_t lost = 0;
+  if (read.ptr != head_end && *read.ptr == ' ') {
+    read = std::from_chars(read.ptr + 1, head_end, lost);
+    if (read.ec != std::errc() || lost == 0) return std::nullopt;
   }
-  return FailureRecord{static_cast<ErrorCode>(code), text.substr(newline + 1)};
+  if (read.ptr != head_end) return std::nullopt;
+  return FailureRecord{static_cast<ErrorCode>(code), text.substr(newline + 1), lost};
 }
 
 FailureBoard::FailureBoard(std::shared_ptr<Store> store) : state_(std::make_shared<State>()) {

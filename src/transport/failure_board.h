@@ -43,8 +43,9 @@ class FailureBoard {
   std::shared_ptr<State> state_;  // shared with the threads, which may outlive the board
 };
 
-// A record as the store holds it and a failure notice carries it ("<code>\n<message>"), and
-// back; nullopt for a value that is not one.
+// A record as the store holds it and a failure notice carries it ("<code>\n<message>", or
+// "<code> <lost process>\n<message>" where it names one), and back; nullopt for a value that is
+// not one.
 std::string encode_failure_record(const FailureRecord& record);
 std::optional<FailureRecord> decode_failure_record(const std::string& text);
 

@@ -350,20 +350,21 @@ void ShmFabric::ring_peers() noexcept {
 
 namespace {
 
-FailureRecord read_record(const char* text, int32_t code) {
-  return FailureRecord{static_cast<ErrorCode>(code),
-                       std::string(text, strnlen(text, kReasonBytes))};
+FailureRecord read_record(const RecordArea& area) {
+  return FailureRecord{static_cast<ErrorCode>(area.code),
+                       std::string(area.text, strnlen(area.text, kReasonBytes)), area.lost_process};
 }
 
-// Copies `root` into a record area, cut short (and marked so) beyond its capacity.
-void write_record(const FailureRecord& root, char* text, int32_t* code) noexcept {
+// Copies `root` into a record area, its message cut short (and marked so) beyond its capacity.
+void write_record(const FailureRecord& root, RecordArea& area) noexcept {
   static constexpr char kCut[] = " [...]";
   std::string_view message = root.message;
   size_t n = std::min(message.size(), kReasonBytes - 1);
-  std::memcpy(text, message.data(), n);
-  if (n < message.size()) std::memcpy(text + n - (sizeof(kCut) - 1), kCut, sizeof(kCut) - 1);
-  text[n] = '\0';
-  *code = static_cast<int32_t>(root.code);
+  std::memcpy(area.text, message.data(), n);
+  if (n < message.size()) std::memcpy(area.text + n - (sizeof(kCut) - 1), kCut, sizeof(kCut) - 1);
+  area.text[n] = '\0';
+  area.code = static_cast<int32_t>(root.code);
+  area.lost_process = root.lost_process;
 }
 
 }  // namespace
@@ -377,12 +378,12 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
   }
   if (state == kStateFailed) {
     throw RootCauseError(ctx.op_label() + ": " + rank_name(peer) + " failed earlier",
-                         read_record(other.reason, other.reason_code));
+                         read_record(other.reason));
   }
   if (state == kStateLeft) {
     if (other.note.value.load(std::memory_order_acquire) != 0) {
       throw peer_left_after_failure(ctx.op_label(), rank_name(peer),
-                                    read_record(other.note_reason, other.note_code));
+                                    read_record(other.note_reason));
     }
     throw peer_left(ctx.op_label(), rank_name(peer));
   }
@@ -391,7 +392,7 @@ void ShmFabric::check_peer(int peer, const WaitContext& ctx) const {
 std::optional<FailureRecord> ShmFabric::recorded_failure(int rank) const {
   const Control& c = control(rank);
   if (c.state.value.load(std::memory_order_acquire) != kStateFailed) return std::nullopt;
-  return read_record(c.reason, c.reason_code);
+  return read_record(c.reason);
 }
 
 std::optional<std::pair<std::string, FailureRecord>> ShmFabric::peer_failure() const {
@@ -421,7 +422,7 @@ void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   if (other.note.value.load(std::memory_order_acquire) != 0) {
     // It failed on another communicator first, and exited because of that.
     throw RootCauseError(ctx.op_label() + ": " + who + " exited after a failure elsewhere",
-                         read_record(other.note_reason, other.note_code));
+                         read_record(other.note_reason));
   }
   throw Error(ErrorCode::peer_died,
               ctx.op_label() + ": " + who +
@@ -546,7 +547,7 @@ void ShmFabric::wake_p2p() noexcept { control(config_.rank).p2p_bell.ring(); }
 void ShmFabric::mark_failed(const FailureRecord& root) noexcept {
   Control& mine = control(config_.rank);
   if (mine.state.value.load(std::memory_order_acquire) != kStateOk) return;
-  write_record(root, mine.reason, &mine.reason_code);
+  write_record(root, mine.reason);
   mine.state.value.store(kStateFailed, std::memory_order_seq_cst);
   mine.bell.ring_always();
   mine.p2p_bell.ring_always();
@@ -559,7 +560,7 @@ void ShmFabric::mark_failed(const FailureRecord& root) noexcept {
 void ShmFabric::note_process_failure(const FailureRecord& root) noexcept {
   Control& mine = control(config_.rank);
   if (mine.note.value.load(std::memory_order_acquire) != 0) return;
-  write_record(root, mine.note_reason, &mine.note_code);
+  write_record(root, mine.note_reason);
   mine.note.value.store(1, std::memory_order_release);
 }
 

@@ -74,6 +74,21 @@ struct WaitContext {
 struct FailureRecord {
   ErrorCode code = ErrorCode::internal;
   std::string message;
+  // The process the failure found lost (stopped, or on a host cut off: comm/heartbeat.h), by its
+  // base::this_process_token; 0 if it found none. Every process that learns the record knows
+  // that process is gone, in each of its communicators (comm/process_failures.h).
+  uint64_t lost_process = 0;
+};
+
+// A failure that is the loss of a process: `process` is its token (FailureRecord::lost_process).
+class ProcessLostError : public Error {
+ public:
+  ProcessLostError(ErrorCode code, const std::string& message, uint64_t process)
+      : Error(code, message), process_(process) {}
+  uint64_t process() const noexcept { return process_; }
+
+ private:
+  uint64_t process_;
 };
 
 // An operation that failed because of an earlier failure (a peer failed, or exited after one):
@@ -102,6 +117,8 @@ RootCauseError peer_left_after_failure(const std::string& op_label, const std::s
 inline FailureRecord root_of(const Error& error) {
   if (const auto* consequence = dynamic_cast<const RootCauseError*>(&error))
     return consequence->root();
+  if (const auto* loss = dynamic_cast<const ProcessLostError*>(&error))
+    return {error.code(), error.what(), loss->process()};
   return {error.code(), error.what()};
 }
 // The same for any exception: one that is not a tpf::Error is an internal error, with its text.

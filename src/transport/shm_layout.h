@@ -47,6 +47,14 @@ struct alignas(kCacheLine) PostLine {
 };
 static_assert(sizeof(PostLine) == kCacheLine, "the post line must be one cache line");
 
+// A FailureRecord in shared memory: its message (cut short beyond kReasonBytes - 1, and
+// 0-terminated), code and lost process.
+struct RecordArea {
+  char text[kReasonBytes];
+  int32_t code;
+  uint64_t lost_process;
+};
+
 struct ShmFabric::Control {
   uint64_t magic;
   int32_t rank;
@@ -56,12 +64,10 @@ struct ShmFabric::Control {
   Doorbell p2p_bell;  // rung for mailbox moves: the point-to-point engine sleeps on it
   Signal state;
   // The root cause of this rank's failure (state == kStateFailed), and the first failure of this
-  // process on another communicator (note.value == 1): code and message, written before the flag.
-  alignas(kCacheLine) char reason[kReasonBytes];
-  int32_t reason_code;
+  // process on another communicator (note.value == 1), written before the flag.
+  alignas(kCacheLine) RecordArea reason;
   Signal note;
-  char note_reason[kReasonBytes];
-  int32_t note_code;
+  RecordArea note_reason;
   // Followed by P2pControl[size], one per peer, from the next cache line on.
   P2pControl& p2p(int peer) {
     auto* base = reinterpret_cast<std::byte*>(this) + round_up(sizeof(Control), kCacheLine);

@@ -192,6 +192,8 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::map<int, void*> acks_in;
   std::vector<void*> acks_out;
   int self = -1;  // this rank: the sender in the tags of its acks
+  std::function<bool(int)> peer_lost;  // NetworkConfig::peer_lost
+  bool lost(int p) const { return peer_lost && peer_lost(p); }
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
   // A beat is empty (outside a collective) or a Fingerprint (the collective the rank is in); a
   // goodbye is one byte.
@@ -390,7 +392,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   // close()'s): a flushing close is a round trip with its peer, and one after another a rank
   // waited for them in turn as it left, each on a peer busy closing its own. `force_all`: after a
   // failure (a flush may wait on a peer that is gone or cut off); otherwise only the endpoints
-  // that failed are forced.
+  // that failed are forced (those of peers known lost are closed before: ~Ucx).
   void close_all(bool force_all) {
     struct Closing {
       int peer;
@@ -463,7 +465,8 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   // acknowledging the notices that arrive (their takers, notice_locked, keep them): peers that
   // failed at once wait here for each other's acks (a mismatch fails every rank), and each waited
   // out the bound, 2 s, when only a wait's notice_locked acknowledged. `only`, if not empty:
-  // those peers' acknowledgements alone.
+  // those peers' acknowledgements alone. Never for a peer known lost, which will not answer
+  // (until 2026-12-06 each survivor of a stopped rank waited the bound for it as it left).
   bool await_notice_acks(std::span<const int> only = {}) {
     const auto give_up = Clock::now() + kCancelLimit;
     auto waiting = [&] {
@@ -471,7 +474,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
       return std::any_of(acks_in.begin(), acks_in.end(), [&](const auto& entry) {
         const auto [peer, ack] = entry;
         return (only.empty() || std::find(only.begin(), only.end(), peer) != only.end()) &&
-               ucp_request_check_status(ack) == UCS_INPROGRESS && connected(peer);
+               ucp_request_check_status(ack) == UCS_INPROGRESS && connected(peer) && !lost(peer);
       });
     };
     while (waiting()) {
@@ -483,6 +486,10 @@ struct UcxNetwork::Ucx final : RemoteWriter {
 
   ~Ucx() override {
     await_notice_acks();
+    // What is in flight to a peer known lost never completes (a join message to a stopped peer
+    // connected on first use waited the bound below, 2 s): closing its endpoint ends it.
+    for (size_t p = 0; p < endpoints.size(); ++p)
+      if (lost(static_cast<int>(p))) close(static_cast<int>(p), true);
     put_protocol.reset();  // lets its last signals and credits go on: the closes flush them
     for (ucp_rkey_h rkey : rkeys)
       if (rkey != nullptr) ucp_rkey_destroy(rkey);
@@ -549,6 +556,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   u.left_in_round.assign(n, Ucx::kStaying);
   u.sinks.resize(n);
   u.label = config_.label;
+  u.peer_lost = config_.peer_lost;
   u.rkeys.assign(n, nullptr);
   u.remote_bases.assign(n, 0);
   auto check = [&](ucs_status_t status, const char* call) {
@@ -886,7 +894,7 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   board_.publish(record);             // for peers the notice cannot reach (returns at once)
   u.notice_out = encode_failure_record(record).substr(0, kMaxNoticeBytes);
   for (int p : config_.peers) {
-    if (!u.connected(p)) continue;
+    if (!u.connected(p) || u.lost(p)) continue;
     u.send_own(p, u.notice_out.data(), u.notice_out.size(), ucx_tag(config_.rank, kNoticeTag),
                u.notices_out);
     ucp_request_param_t ack{};

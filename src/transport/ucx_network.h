@@ -98,6 +98,10 @@ struct NetworkConfig {
   // How long a rank whose peer's connection failed waits for a notice that explains it
   // (kDefaultNoticeWait; TPF_NET_NOTICE_WAIT_S).
   std::chrono::milliseconds notice_wait = kDefaultNoticeWait;
+  // Whether rank r's process is known lost (a heartbeat named it, here or in another communicator
+  // of this process: comm/process_failures.h): it is sent no failure notice, its acknowledgement
+  // of one is not waited for and its connection closes without a flush. Empty: none is.
+  std::function<bool(int rank)> peer_lost;
 };
 
 // One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.

@@ -2062,19 +2062,20 @@ TEST_P(AcrossHostsFailures, RanksThatStartAfterTheCulpritsHostFailedNameTheCulpr
   expect_all_ok(outcomes);
 }
 
-// Rank `victim` stops itself (SIGSTOP) after a first barrier, with TPF_HOST_LOST_S = 3; every
-// other rank runs `wait_for_it` (a call it cannot finish without the victim) and must fail with
-// the victim's watcher's heartbeat as the root cause: a timeout naming the victim and its host,
-// where only the call's own deadline would otherwise end the wait. The last of them ends the
-// victim.
+// Rank `victim` stops itself (SIGSTOP) after `prepare` (every rank runs it) and a first barrier,
+// with TPF_HOST_LOST_S = 3; every other rank runs `wait_for_it` (a call it cannot finish without
+// the victim) and must fail with the victim's watcher's heartbeat as the root cause: a timeout
+// naming the victim and its host, where only the call's own deadline would otherwise end the
+// wait. The last of them ends the victim.
 void expect_every_other_rank_names_the_stopped_rank(
     const HostKeys& keys, int victim, const std::function<void(Communicator&)>& wait_for_it,
-    transport::NetProtocol protocol) {
+    transport::NetProtocol protocol, const std::function<void(Communicator&)>& prepare = {}) {
   SharedBlock shared;                   // [0]: the others done; [1]: the victim's pid
   ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
   auto outcomes = run_on_hosts(
       keys,
       [&](Communicator& comm) {
+        if (prepare) prepare(comm);
         comm.barrier();
         if (comm.rank() == victim) {
           shared.counter(1).store(::getpid());
@@ -2146,6 +2147,29 @@ TEST_P(AcrossHostsFailures, ARankReceivingFromAStoppedPeerHearsOfItFromItsHostMa
         comm.recv(&value, 1, DType::i64, 0, {std::chrono::seconds(60)});
       },
       GetParam());
+}
+
+// What one communicator finds lost, the process's others that hold it know: rank 3 (host b)
+// stops; rank 2, its host-mate, waits for it in a communicator of host b alone, which has no
+// network and so no heartbeat of its own (a tensor-parallel group inside a host, under a world
+// that spans hosts). Rank 0, rank 3's watcher in the world, names it; the notice reaches rank 2's
+// world, and with it the loss, which fails rank 2's communicator of host b at once. Until
+// 2026-12-06 rank 2 waited out its call's deadline there ("timed out"; 30 s here).
+TEST_P(AcrossHostsFailures, AStoppedRanksHostMateWaitingInAnotherCommunicatorHearsOfIt) {
+  Communicator on_host;  // the ranks of one host (each rank's own copy: they are processes)
+  expect_every_other_rank_names_the_stopped_rank(
+      kTwoHostsOfTwo, 3,
+      [&](Communicator& world) {
+        int64_t value = 1, out = 0;
+        if (world.rank() == 2) {
+          on_host.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum,
+                             {std::chrono::seconds(30)});
+        } else {
+          world.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum, {std::chrono::minutes(10)});
+        }
+      },
+      GetParam(),
+      [&](Communicator& world) { on_host = world.split(world.host_of(world.rank()), 0); });
 }
 
 TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {

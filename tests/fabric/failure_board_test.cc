@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -97,8 +98,24 @@ TEST(FailureBoard, ARecordGoesThroughTheStoreAsItWasWritten) {
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->code, record.code);
   EXPECT_EQ(back->message, record.message);
-  for (const char* bad : {"", "3", "\nmessage", "x\nmessage", "99\nmessage", "1234\nmessage"}) {
+  EXPECT_EQ(back->lost_process, 0u);
+  for (const char* bad :
+       {"", "3", "\nmessage", "x\nmessage", "99\nmessage", "1234\nmessage", "3 \nmessage",
+        "3 0\nmessage", "3 x\nmessage", "3 12 4\nmessage", "3  12\nmessage", "3 -12\nmessage"}) {
     EXPECT_FALSE(decode_failure_record(bad).has_value()) << "'" << bad << "'";
+  }
+}
+
+// The process a failure found lost travels with the record, whatever its token (they are random
+// 64-bit numbers).
+TEST(FailureBoard, ARecordKeepsTheProcessItFoundLost) {
+  for (const uint64_t token : {uint64_t{1}, uint64_t{0x9e3779b97f4a7c15}, UINT64_MAX}) {
+    const FailureRecord record{ErrorCode::timeout, "rank 3 has sent no heartbeat", token};
+    const std::optional<FailureRecord> back = decode_failure_record(encode_failure_record(record));
+    ASSERT_TRUE(back.has_value()) << token;
+    EXPECT_EQ(back->code, record.code);
+    EXPECT_EQ(back->message, record.message);
+    EXPECT_EQ(back->lost_process, token);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -37,7 +38,8 @@ std::unique_ptr<UcxNetwork> connect_network(
     const RankContext& ctx, transport::NetProtocol protocol = transport::NetProtocol::automatic,
     std::optional<std::vector<int>> connect_first = std::nullopt,
     std::chrono::milliseconds setup_timeout = std::chrono::seconds(30),
-    std::optional<std::vector<int>> put_peers = std::nullopt) {
+    std::optional<std::vector<int>> put_peers = std::nullopt,
+    std::function<bool(int)> peer_lost = {}) {
   auto client = testing::connect_to_store(ctx, ctx.rank);
   transport::NetworkConfig config;
   config.rank = ctx.rank;
@@ -46,6 +48,7 @@ std::unique_ptr<UcxNetwork> connect_network(
     if (p != ctx.rank) config.peers.push_back(p);
   config.connect_first = std::move(connect_first);
   config.put_peers = std::move(put_peers);
+  config.peer_lost = std::move(peer_lost);
   config.store = std::make_shared<PrefixStore>("net-test", client);
   config.label = "network test";
   config.protocol = protocol;
@@ -230,6 +233,39 @@ TEST(UcxNetwork, RanksThatFailTogetherAcknowledgeEachOthersNotices) {
   for (const auto& outcome : outcomes) EXPECT_TRUE(outcome.ok()) << outcome.describe();
 }
 
+// A rank that fails does not wait for the acknowledgement of a peer known lost, which cannot give
+// one: rank 2 stops once connected (as a stopped process does, it never progresses); ranks 0 and
+// 1 notify a failure, and only then learn that rank 2 is lost (a heartbeat names it after the
+// notice went out), and find every acknowledgement they still wait for in. Each waited the bound
+// (2 s) for rank 2 and returned false, as every survivor of a stopped rank did as it failed and
+// as it left, before 2026-12-06.
+TEST(UcxNetwork, ARankThatFailsDoesNotAwaitAPeerKnownLost) {
+  testing::SharedBlock shared;  // [0]: the survivors done; [1]: rank 2's pid
+  auto outcomes = testing::run_ranks_raw(3, [&](const RankContext& ctx) {
+    std::atomic<bool> rank_2_lost{false};
+    auto net = connect_network(ctx, transport::NetProtocol::automatic, std::nullopt,
+                               std::chrono::seconds(30), std::nullopt,
+                               [&](int rank) { return rank == 2 && rank_2_lost.load(); });
+    if (ctx.rank == 2) {
+      shared.counter(1).store(::getpid());
+      ::raise(SIGSTOP);
+      return;  // not reached: killed while stopped
+    }
+    TPF_CHILD_CHECK(testing::wait_until([&] { return shared.counter(1).load() != 0; },
+                                        std::chrono::seconds(60)),
+                    "rank 2 never stopped");
+    net->notify_failure({ErrorCode::timeout, "rank " + std::to_string(ctx.rank) + " failed"});
+    rank_2_lost.store(true);
+    TPF_CHILD_CHECK(net->await_notice_acks(),
+                    "the bound ran out waiting for an acknowledgement (rank 2's?)");
+    if (shared.counter(0).fetch_add(1) + 1 == 2)
+      ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+  });
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_TRUE(outcomes[1].ok()) << outcomes[1].describe();
+  EXPECT_EQ(outcomes[2].signal, SIGKILL) << outcomes[2].describe();
+}
+
 TEST_P(ByProtocol, APeerThatNeverSendsIsNamedAtTheDeadline) {
   testing::SharedBlock shared;
   auto outcomes = testing::run_ranks_raw(3, [&](const RankContext& ctx) {
@@ -377,8 +413,12 @@ TEST(UcxNetwork, APeerThatNeverMadeItsNetworkIsNamedByTheFirstTransfer) {
 struct NetworkWithHeartbeat {
   explicit NetworkWithHeartbeat(const RankContext& ctx)
       : net(connect_network(ctx)),
-        heartbeat({ctx.rank, topo::HostMap({"a", "b"}), "heartbeat test", std::chrono::minutes(10),
-                   nullptr},
+        heartbeat({ctx.rank,
+                   topo::HostMap({"a", "b"}),
+                   "heartbeat test",
+                   std::chrono::minutes(10),
+                   nullptr,
+                   {}},
                   *net, [this](std::exception_ptr) { failed = true; }) {}
   std::unique_ptr<UcxNetwork> net;
   std::atomic<bool> failed{false};
