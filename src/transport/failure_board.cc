@@ -31,7 +31,10 @@ struct FailureBoard::State {
 
 std::string encode_failure_record(const FailureRecord& record) {
   std::string head = std::to_string(static_cast<int>(record.code));
-  if (record.lost_process != 0) head += " " + std::to_string(record.lost_process);
+  if (record.lost_process != 0) {
+    head += ' ';  // appended piece by piece: GCC 12 gives a false -Wrestrict for " " + to_string
+    head += std::to_string(record.lost_process);
+  }
   return head + "\n" + record.message;
 }
 
