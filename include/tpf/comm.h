@@ -122,6 +122,10 @@ class Communicator {
   int host_count() const;
   // The host `rank` is on: 0 .. host_count()-1, hosts numbered in the order of their lowest ranks.
   int host_of(int rank) const;
+  // `rank`'s rank in the job: in the communicator this one was split from, and so on up to the
+  // one made from the launcher's environment or by create() (torch's get_global_rank). Error
+  // messages name a split's ranks both ways: "rank 1 (job rank 9)".
+  int job_rank(int rank) const;
   // This communicator's ranks on this rank's machine (one running kernel), itself included,
   // whichever host each is on: the ranks that share its cores. Emulated hosts (network
   // namespaces) of one machine count together.

@@ -46,6 +46,8 @@ tpf_status tpf_comm_split(tpf_comm_t comm, int color, int key, tpf_comm_t* out);
 tpf_status tpf_comm_destroy(tpf_comm_t comm);
 tpf_status tpf_comm_rank(tpf_comm_t comm, int* rank);
 tpf_status tpf_comm_size(tpf_comm_t comm, int* size);
+/* `rank`'s rank in the job: in the communicator `comm` was split from, and so on up. */
+tpf_status tpf_comm_job_rank(tpf_comm_t comm, int rank, int* job_rank);
 tpf_status tpf_comm_abort(tpf_comm_t comm);
 /* Per-operation deadline of later calls on this handle, in milliseconds (0: the default). */
 tpf_status tpf_comm_set_timeout_ms(tpf_comm_t comm, int64_t timeout_ms);

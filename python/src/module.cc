@@ -123,6 +123,11 @@ bytearray), contiguous and in CPU memory; they are used in place, never copied i
       .def_property_readonly("name", [](PythonCommunicator& self) { return self.comm().name(); })
       .def_property_readonly("host_count",
                              [](PythonCommunicator& self) { return self.comm().host_count(); })
+      .def(
+          "job_rank", [](PythonCommunicator& self, int rank) { return self.comm().job_rank(rank); },
+          "rank"_a,
+          "`rank`'s rank in the job: in the communicator this one was split from, and so on up "
+          "(torch's get_global_rank).")
       .def_property_readonly("next_sequence",
                              [](PythonCommunicator& self) { return self.comm().next_sequence(); })
       .def_property_readonly("closed", &PythonCommunicator::closed)

@@ -371,11 +371,12 @@ Error call_mismatch(const HostGroup& g, const transport::WaitContext& ctx,
                     const transport::Fingerprint& mine, int h,
                     const transport::Fingerprint& theirs) {
   const int my_host = g.hosts.host_of(g.rank);
-  return Error(ErrorCode::mismatch,
-               ctx.op_label() + ": ranks called different collectives: rank " +
-                   std::to_string(g.rank) + " (host '" + g.hosts.key(my_host) + "') called " +
-                   describe_fingerprint(mine) + ", rank " + std::to_string(g.hosts.ranks_on(h)[0]) +
-                   " (host '" + g.hosts.key(h) + "') called " + describe_fingerprint(theirs));
+  const transport::RankNames& names = g.network.names();
+  return Error(ErrorCode::mismatch, ctx.op_label() + ": ranks called different collectives: " +
+                                        names.with_host(g.rank, g.hosts.key(my_host)) + " called " +
+                                        describe_fingerprint(mine) + ", " +
+                                        names.with_host(g.hosts.ranks_on(h)[0], g.hosts.key(h)) +
+                                        " called " + describe_fingerprint(theirs));
 }
 
 // Throws where host h's stamp `theirs` differs from this leader's `mine`, both taken in this call
@@ -387,14 +388,15 @@ void check_stamp(const HostGroup& g, const transport::WaitContext& ctx, const Ca
   if (theirs.call != mine.call)
     fail_across_hosts(g.network, call_mismatch(g, ctx, mine.call, h, theirs.call));
   const int my_host = g.hosts.host_of(g.rank);
+  const transport::RankNames& names = g.network.names();
   fail_across_hosts(
       g.network,
       Error(ErrorCode::mismatch,
             ctx.op_label() + ": ranks called different collectives before " +
-                (checkpoint ? "operation " + std::to_string(*checkpoint) : "this one") + ": rank " +
-                std::to_string(g.rank) + " (host '" + g.hosts.key(my_host) + "') and rank " +
-                std::to_string(g.hosts.ranks_on(h)[0]) + " (host '" + g.hosts.key(h) +
-                "') differ on a small broadcast, reduce, gather or scatter that did not wait "
+                (checkpoint ? "operation " + std::to_string(*checkpoint) : "this one") + ": " +
+                names.with_host(g.rank, g.hosts.key(my_host)) + " and " +
+                names.with_host(g.hosts.ranks_on(h)[0], g.hosts.key(h)) +
+                " differ on a small broadcast, reduce, gather or scatter that did not wait "
                 "for every host, among the " +
                 std::to_string(kCheckpointEvery) +
                 " operations before it (its root, count or type)"));
@@ -433,9 +435,9 @@ void await_acknowledgement(const HostGroup& g, int peer, const RootedCredit::Awa
     fail_across_hosts(
         g.network,
         Error(ErrorCode::mismatch,
-              ctx.op_label() + ": rank " + std::to_string(peer) + " acknowledged " +
-                  std::to_string(through) + " bytes of the small rooted calls from rank " +
-                  std::to_string(g.rank) + ", which sent it " + std::to_string(awaited.through) +
+              ctx.op_label() + ": " + g.network.names()(peer) + " acknowledged " +
+                  std::to_string(through) + " bytes of the small rooted calls from " +
+                  g.network.names()(g.rank) + ", which sent it " + std::to_string(awaited.through) +
                   " by then (do the ranks call the same operations with the same counts?)"));
   }
   g.credit.acknowledged(peer);

@@ -108,6 +108,15 @@ tpf_status tpf_comm_size(tpf_comm_t comm, int* size) {
   });
 }
 
+tpf_status tpf_comm_job_rank(tpf_comm_t comm, int rank, int* job_rank) {
+  return guarded("tpf_comm_job_rank", [&] {
+    check_handle(comm, "tpf_comm_job_rank");
+    if (job_rank == nullptr)
+      throw tpf::Error(tpf::ErrorCode::invalid_argument, "tpf_comm_job_rank: job_rank is NULL");
+    *job_rank = comm->comm.job_rank(rank);
+  });
+}
+
 tpf_status tpf_comm_abort(tpf_comm_t comm) {
   return guarded("tpf_comm_abort", [&] {
     check_handle(comm, "tpf_comm_abort");

@@ -59,6 +59,7 @@ transport::FabricConfig fabric_config(const CommSetup& setup, uint64_t generatio
   config.excess_ranks = settings.excess_ranks(ranks_on_machine);
   config.asymmetric_fences = settings.asymmetric_fences;
   config.describe = coll::describe_fingerprint;
+  config.names = transport::RankNames(setup.job_ranks);
   return config;
 }
 
@@ -75,6 +76,7 @@ std::vector<int> first_network_peers(const topo::HostMap& hosts, int rank) {
 
 CommImpl::CommImpl(CommSetup setup)
     : setup_(std::move(setup)),
+      names_(setup_.job_ranks),
       recorder_(setup_.settings.flight_recorder_size),
       default_timeout_(setup_.settings.timeout),
       queue_(std::make_shared<OperationQueue>(
@@ -157,6 +159,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     net.peer_lost = [processes = processes_](int r) {
       return ProcessFailures::instance().is_lost(processes[r]);
     };
+    net.names = names_;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());
     net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,
@@ -230,6 +233,15 @@ int CommImpl::host_of(int rank) const {
                     "': no such rank (size " + std::to_string(hosts_.ranks()) + ")");
   }
   return hosts_.host_of(rank);
+}
+
+int CommImpl::job_rank(int rank) const {
+  if (rank < 0 || rank >= size()) {
+    throw Error(ErrorCode::invalid_argument,
+                "job_rank(" + std::to_string(rank) + ") on communicator '" + setup_.name +
+                    "': no such rank (size " + std::to_string(size()) + ")");
+  }
+  return names_.job_rank(rank);
 }
 
 bool CommImpl::same_host(int peer) const { return hosts_.host_of(peer) == hosts_.host_of(rank()); }
@@ -470,8 +482,7 @@ void CommImpl::fail_if_holding_lost_process(const transport::FailureRecord& root
   for (int r = 0; r < size(); ++r) {
     if (r == rank() || processes_[r] != root.lost_process) continue;
     record_failure(std::make_exception_ptr(transport::RootCauseError(
-        "communicator '" + setup_.name + "': its rank " + std::to_string(r) + " was found lost",
-        root)));
+        "communicator '" + setup_.name + "': its " + names_(r) + " was found lost", root)));
     return;
   }
 }
@@ -520,6 +531,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions&
       static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
   child.size = static_cast<int>(members.size());
   child.name = setup_.name + ".s" + std::to_string(split_index) + "c" + std::to_string(color);
+  child.job_ranks.clear();
+  for (int member : members) child.job_ranks.push_back(names_.job_rank(member));
   child.options = options;
   if (!child.options.timeout) child.options.timeout = setup_.options.timeout;
   if (!child.options.buffer_bytes) child.options.buffer_bytes = setup_.options.buffer_bytes;

@@ -34,6 +34,9 @@ struct CommSetup {
   std::shared_ptr<Store> store;      // the job's store (not prefixed)
   std::string job_id;                // names the shared-memory segments
   std::shared_ptr<void> keep_alive;  // e.g. the store server rank 0 hosts
+  // By rank: its rank in the job (the communicator made from the launcher's environment, or by
+  // Communicator::create, that this one was split from); empty: the same numbers.
+  std::vector<int> job_ranks;
   CommOptions options;               // as the user gave them (a split's child inherits them)
   CommSettings settings;             // resolved from `options` and the environment
 };
@@ -57,6 +60,7 @@ class CommImpl {
   int size() const noexcept { return setup_.size; }
   int host_count() const noexcept { return hosts_.hosts(); }
   int host_of(int rank) const;
+  int job_rank(int rank) const;
   int ranks_on_machine() const { return hosts_.ranks_on_machine_of(setup_.rank); }
   const std::string& name() const noexcept { return setup_.name; }
   uint64_t next_sequence() const;
@@ -122,6 +126,7 @@ class CommImpl {
   CommSetup setup_;
   topo::HostMap hosts_;  // which of the ranks share memory (topo/hosts.h)
   std::vector<uint64_t> processes_;  // by rank: its process's token (base/process_token.h)
+  transport::RankNames names_;       // how messages name ranks (from setup_.job_ranks)
   // Flight recorder (issue 15): the last operations, dumped on failure or on the dump signal.
   // Declared before fabric_ and p2p_: it outlives everything that records into it.
   FlightRecorder recorder_;

@@ -97,6 +97,7 @@ int Communicator::rank() const { return checked(impl_).rank(); }
 int Communicator::size() const { return checked(impl_).size(); }
 int Communicator::host_count() const { return checked(impl_).host_count(); }
 int Communicator::host_of(int rank) const { return checked(impl_).host_of(rank); }
+int Communicator::job_rank(int rank) const { return checked(impl_).job_rank(rank); }
 int Communicator::ranks_on_machine() const { return checked(impl_).ranks_on_machine(); }
 const std::string& Communicator::name() const { return checked(impl_).name(); }
 uint64_t Communicator::next_sequence() const { return checked(impl_).next_sequence(); }

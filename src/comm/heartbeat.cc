@@ -111,9 +111,10 @@ void Heartbeat::watch(Clock::time_point now) {
     if (silent < config_.lost_after) continue;
     throw transport::ProcessLostError(
         ErrorCode::timeout,
-        config_.label + ": rank " + std::to_string(rank) + " (host '" +
-            config_.hosts.key(config_.hosts.host_of(rank)) + "') has sent no heartbeat for " +
-            seconds(silent) + ": its process is stopped or its host is unreachable " +
+        config_.label + ": " +
+            network_.names().with_host(rank, config_.hosts.key(config_.hosts.host_of(rank))) +
+            " has sent no heartbeat for " + seconds(silent) +
+            ": its process is stopped or its host is unreachable " +
             "(TPF_HOST_LOST_S = " + seconds(config_.lost_after) + ")",
         rank < static_cast<int>(config_.processes.size()) ? config_.processes[rank] : 0);
   }
@@ -136,12 +137,13 @@ void Heartbeat::compare_calls(int rank, const transport::UcxNetwork::Heard& hear
   const std::optional<transport::Fingerprint> mine = config_.calls->at(theirs.words[0]);
   if (!mine || *mine == theirs) return;  // not there yet (or long past), or the same call
   const topo::HostMap& hosts = config_.hosts;
+  const transport::RankNames& names = network_.names();
   throw Error(ErrorCode::mismatch,
-              config_.label + ": ranks called different collectives: rank " + std::to_string(rank) +
-                  " (host '" + hosts.key(hosts.host_of(rank)) + "') is in " +
-                  coll::describe_fingerprint(theirs) + ", rank " + std::to_string(config_.rank) +
-                  " (host '" + hosts.key(hosts.host_of(config_.rank)) + "') called " +
-                  coll::describe_fingerprint(*mine) + " (found by the heartbeat)");
+              config_.label + ": ranks called different collectives: " +
+                  names.with_host(rank, hosts.key(hosts.host_of(rank))) + " is in " +
+                  coll::describe_fingerprint(theirs) + ", " +
+                  names.with_host(config_.rank, hosts.key(hosts.host_of(config_.rank))) +
+                  " called " + coll::describe_fingerprint(*mine) + " (found by the heartbeat)");
 }
 
 }  // namespace tpf::detail

@@ -6,7 +6,7 @@
 
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
-#include "transport/shm_layout.h"
+#include "transport/rank_names.h"
 
 namespace tpf::detail {
 namespace {

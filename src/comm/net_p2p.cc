@@ -32,8 +32,8 @@ void NetP2p::stop() {
 
 std::string NetP2p::label(const coll::OpDesc& desc) const {
   return std::string(coll::op_kind_name(desc.kind)) +
-         (desc.kind == coll::OpKind::send ? " to rank " : " from rank ") +
-         std::to_string(desc.peer) + " on communicator '" + comm_name_ + "' (across hosts)";
+         (desc.kind == coll::OpKind::send ? " to " : " from ") + network_.names()(desc.peer) +
+         " on communicator '" + comm_name_ + "' (across hosts)";
 }
 
 transport::NetRequest NetP2p::post_locked(const coll::OpDesc& desc) {
@@ -50,7 +50,7 @@ void NetP2p::check_dtype(const coll::OpDesc& desc, const transport::NetRequest& 
   if (desc.kind != coll::OpKind::recv) return;
   const auto sent = static_cast<DType>((done.received_tag & kDTypeBits) >> kIndexBits);
   if (sent == desc.dtype) return;
-  throw Error(ErrorCode::mismatch, label(desc) + ": rank " + std::to_string(desc.peer) + " sent " +
+  throw Error(ErrorCode::mismatch, label(desc) + ": " + network_.names()(desc.peer) + " sent " +
                                        dtype_name(sent) + " data where " + dtype_name(desc.dtype) +
                                        " was expected (" + std::to_string(done.bytes) +
                                        " bytes either way)");

@@ -2,7 +2,7 @@
 
 #include "base/open_files.h"
 #include "tpf/error.h"
-#include "transport/shm_layout.h"
+#include "transport/rank_names.h"
 
 namespace tpf::detail {
 namespace {

@@ -46,16 +46,10 @@ JoinInfo parse_join_info(const std::string& text) {
 
 }  // namespace
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
-}
-
 std::string ShmFabric::rank_names(const std::vector<int>& ranks) const {
   std::vector<int> numbers;
   for (int r : ranks) numbers.push_back(comm_rank(r));
-  return (numbers.size() == 1 ? "rank " : "ranks ") + join_ranks(numbers);
+  return config_.names.list(numbers);
 }
 
 size_t ShmFabric::mailbox_chunk_bytes(size_t slot_bytes, int ranks) {

@@ -33,6 +33,7 @@
 #include "tpf/error.h"
 #include "tpf/store.h"
 #include "transport/peer_process.h"
+#include "transport/rank_names.h"
 #include "transport/shm_segment.h"
 #include "transport/signal.h"
 
@@ -140,8 +141,10 @@ struct FabricConfig {
   // Turns a fingerprint into words for a mismatch message.
   std::function<std::string(const Fingerprint&)> describe;
   // This fabric's rank r is the communicator's rank comm_ranks[r] (a fabric of one host's ranks in
-  // a communicator across hosts); empty: the same numbers. Messages name communicator ranks.
+  // a communicator across hosts); empty: the same numbers. Messages name communicator ranks,
+  // as `names` says (with their numbers in the job where those differ).
   std::vector<int> comm_ranks;
+  RankNames names;
 };
 
 class ShmFabric {
@@ -160,11 +163,12 @@ class ShmFabric {
   ShmFabric& operator=(const ShmFabric&) = delete;
 
   int rank() const noexcept { return config_.rank; }
-  // The communicator's number for this fabric's rank r, and "rank N" / "ranks N, M" in it.
+  // The communicator's number for this fabric's rank r, and "rank N" / "ranks N, M" in it
+  // (FabricConfig::names).
   int comm_rank(int r) const noexcept {
     return config_.comm_ranks.empty() ? r : config_.comm_ranks[r];
   }
-  std::string rank_name(int r) const { return "rank " + std::to_string(comm_rank(r)); }
+  std::string rank_name(int r) const { return config_.names(comm_rank(r)); }
   std::string rank_names(const std::vector<int>& ranks) const;
   int size() const noexcept { return config_.size; }
   size_t slot_bytes() const noexcept { return config_.slot_bytes; }

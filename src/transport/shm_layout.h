@@ -102,8 +102,6 @@ inline constexpr size_t kTinyRingBytes = ShmFabric::kTinySlots * kCacheLine / 2;
 inline constexpr size_t kTinyFingerprintBytes =
     (ShmFabric::kTinySlots * sizeof(Fingerprint) + kCacheLine - 1) / kCacheLine * kCacheLine;
 
-std::string join_ranks(const std::vector<int>& ranks);
-
 template <class Arrived, class Elsewhere>
 void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const WaitContext& ctx,
                      const Fingerprint& mine, Elsewhere&& elsewhere) {

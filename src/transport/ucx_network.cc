@@ -16,6 +16,7 @@
 #include "base/memory_probe.h"
 #include "tpf/error.h"
 #include "transport/put_protocol.h"
+#include "transport/rank_names.h"
 #include "transport/shm_layout.h"
 
 namespace tpf::transport {
@@ -193,6 +194,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::vector<void*> acks_out;
   int self = -1;  // this rank: the sender in the tags of its acks
   std::function<bool(int)> peer_lost;  // NetworkConfig::peer_lost
+  RankNames names;                     // NetworkConfig::names
   bool lost(int p) const { return peer_lost && peer_lost(p); }
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
   // A beat is empty (outside a collective) or a Fingerprint (the collective the rank is in); a
@@ -239,7 +241,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::unique_ptr<PutProtocol> put_protocol;
 
   Error put_failure(int peer, ucs_status_t status) const {
-    return Error(ErrorCode::peer_died, label + ": writing into rank " + std::to_string(peer) +
+    return Error(ErrorCode::peer_died, label + ": writing into " + names(peer) +
                                            "'s memory failed: " + status_text(status) +
                                            " (its process exited or its connection failed)");
   }
@@ -361,7 +363,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   // a mismatch, or the failure it left after (as the root cause).
   template <class Fail>
   void fail_left(int peer, const std::string& context, Fail&& fail) const {
-    const std::string who = "rank " + std::to_string(peer);
+    const std::string who = names(peer);
     const auto why = left_after_failure.find(peer);
     if (why != left_after_failure.end()) fail(peer_left_after_failure(context, who, why->second));
     fail(peer_left(context, who));
@@ -557,6 +559,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   u.sinks.resize(n);
   u.label = config_.label;
   u.peer_lost = config_.peer_lost;
+  u.names = config_.names;
   u.rkeys.assign(n, nullptr);
   u.remote_bases.assign(n, 0);
   auto check = [&](ucs_status_t status, const char* call) {
@@ -651,7 +654,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
     if (!connect_locked(p, published_by_peers[i].address, published_by_peers[i].put)) {
       // Its process may have exited after a failure of its own, which it recorded (as a failed
       // first message waits for a notice: NetworkConfig::notice_wait).
-      const std::string what = config_.label + ": cannot reach rank " + std::to_string(p) +
+      const std::string what = config_.label + ": cannot reach " + config_.names(p) +
                                " over the network (UCX " + config_.transports + ")";
       if (std::optional<RootCauseError> cause =
               await_notice_locked(config_.notice_wait, [&] { return what; }))
@@ -684,7 +687,7 @@ bool UcxNetwork::connect_locked(int peer, const std::string& address,
   Ucx& u = *ucx_;
   const std::vector<unsigned char> peer_address = from_hex(address);
   if (peer_address.empty()) {
-    throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(peer) +
+    throw Error(ErrorCode::bootstrap, config_.label + ": " + config_.names(peer) +
                                           " published a malformed network address");
   }
   u.sinks[peer] = {&u, peer};
@@ -708,8 +711,8 @@ void UcxNetwork::connect_on_first_use(int peer) {
   Ucx& u = *ucx_;
   if (u.reached[peer].load(std::memory_order_acquire)) return;
   const Published published =
-      read_published(std::span(&peer, 1), "connecting to rank " + std::to_string(peer) +
-                                              " over the network on first use")[0];
+      read_published(std::span(&peer, 1),
+                     "connecting to " + config_.names(peer) + " over the network on first use")[0];
   std::lock_guard lock(mu_);
   // Connected meanwhile (its join came, or another thread), or failed: the transfer says which.
   if (u.reached[peer].load() || u.failed) return;
@@ -717,7 +720,7 @@ void UcxNetwork::connect_on_first_use(int peer) {
     // Its process exited, perhaps because of a failure elsewhere whose notice is on its way (as
     // a send that fails waits for one: NetworkConfig::notice_wait).
     const std::string what =
-        config_.label + ": connecting to rank " + std::to_string(peer) + " on first use";
+        config_.label + ": connecting to " + config_.names(peer) + " on first use";
     u.take_leavers();
     if (u.has_left(peer)) u.fail_left(peer, what, [](const auto& error) { throw error; });
     if (std::optional<RootCauseError> cause =
@@ -846,8 +849,8 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
   if (published.empty() || !is_put_peer(peer)) return;
   const std::optional<PutPublication> p = decode(published);
   if (!p) {
-    throw Error(ErrorCode::bootstrap, config_.label + ": rank " + std::to_string(peer) +
-                                          " published malformed network slots");
+    throw Error(ErrorCode::bootstrap,
+                config_.label + ": " + config_.names(peer) + " published malformed network slots");
   }
   const auto mine = std::find_if(p->blocks.begin(), p->blocks.end(),
                                  [&](const auto& block) { return block.first == config_.rank; });
@@ -855,7 +858,7 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
   const ucs_status_t unpacked =
       ucp_ep_rkey_unpack(u.endpoints[peer], p->rkey.data(), &u.rkeys[peer]);
   if (unpacked != UCS_OK) {
-    throw Error(ErrorCode::bootstrap, config_.label + ": cannot use rank " + std::to_string(peer) +
+    throw Error(ErrorCode::bootstrap, config_.label + ": cannot use " + config_.names(peer) +
                                           "'s network slots: " + status_text(unpacked));
   }
   u.remote_bases[peer] = p->base;
@@ -1051,7 +1054,7 @@ std::string UcxNetwork::describe_lanes(int peer) {
 }
 
 Error UcxNetwork::truncated(int peer, size_t bytes) const {
-  return Error(ErrorCode::mismatch, config_.label + ": rank " + std::to_string(peer) +
+  return Error(ErrorCode::mismatch, config_.label + ": " + config_.names(peer) +
                                         " sent more than the " + std::to_string(bytes) +
                                         " bytes expected (do the ranks call the same operation "
                                         "with the same counts?)");
@@ -1076,7 +1079,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
   }
   ucp_ep_h ep = ucx_->endpoints[peer];
   if (ep == nullptr || tag > kMaxTag) {
-    throw_known_failure_locked("sending to rank " + std::to_string(peer));
+    throw_known_failure_locked("sending to " + config_.names(peer));
     throw Error(ErrorCode::internal, config_.label + ": no network endpoint for rank " +
                                          std::to_string(peer) + " (or tag out of range)");
   }
@@ -1091,7 +1094,7 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
     // The endpoint failed: often because the peer's communicator failed first and closed it, or
     // as the consequence of a failure elsewhere, whose notice is waited for as a failed transfer
     // waits for it (NetworkConfig::notice_wait).
-    const std::string what = config_.label + ": sending to rank " + std::to_string(peer);
+    const std::string what = config_.label + ": sending to " + config_.names(peer);
     ucx_->take_leavers();
     if (ucx_->has_left(peer)) ucx_->fail_left(peer, what, [](const auto& error) { throw error; });
     if (std::optional<RootCauseError> cause =
@@ -1123,8 +1126,8 @@ NetRequest UcxNetwork::recv(int peer, uint64_t tag, void* data, size_t bytes, ui
   if (UCS_PTR_IS_ERR(started)) {
     const ucs_status_t status = UCS_PTR_STATUS(started);
     if (status == UCS_ERR_MESSAGE_TRUNCATED) throw truncated(peer, bytes);
-    throw_known_failure_locked("receiving from rank " + std::to_string(peer));
-    throw Error(ErrorCode::system, config_.label + ": receiving from rank " + std::to_string(peer) +
+    throw_known_failure_locked("receiving from " + config_.names(peer));
+    throw Error(ErrorCode::system, config_.label + ": receiving from " + config_.names(peer) +
                                        " failed: " + status_text(status));
   }
   request.pending = started;
@@ -1240,7 +1243,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   auto fail_left = [&](int peer) { u.fail_left(peer, ctx.op_label(), fail); };
   auto peer_failure = [&](int peer, ucs_status_t status) {
     return Error(ErrorCode::peer_died,
-                 ctx.op_label() + ": " + config_.label + " lost rank " + std::to_string(peer) +
+                 ctx.op_label() + ": " + config_.label + " lost " + config_.names(peer) +
                      " (its process exited or its connection failed: " + status_text(status) + ")");
   };
   // A transfer that failed with its connection: the caller's buffer first, which a zero-copy
@@ -1263,9 +1266,9 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     char where[32];
     std::snprintf(where, sizeof where, "%p", r.data);
     return Error(ErrorCode::invalid_argument,
-                 ctx.op_label() + ": " + config_.label + ", rank " + std::to_string(config_.rank) +
+                 ctx.op_label() + ": " + config_.label + ", " + config_.names(config_.rank) +
                      ": the " + (r.is_send ? "send" : "receive") + " buffer of a transfer " +
-                     (r.is_send ? "to" : "from") + " rank " + std::to_string(r.peer) + " (" +
+                     (r.is_send ? "to" : "from") + " " + config_.names(r.peer) + " (" +
                      std::to_string(r.bytes) + " bytes at " + where + ") is not " +
                      (r.is_send ? "readable" : "accessible") +
                      ": freed or protected memory, where the operation needs it until it "
@@ -1285,8 +1288,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
     }
   }
   auto wrong_length = [&](const NetRequest& r, size_t length) {
-    return Error(ErrorCode::mismatch, ctx.op_label() + ": rank " + std::to_string(r.peer) +
-                                          " sent " + std::to_string(length) + " bytes where " +
+    return Error(ErrorCode::mismatch, ctx.op_label() + ": " + config_.names(r.peer) + " sent " +
+                                          std::to_string(length) + " bytes where " +
                                           std::to_string(r.bytes) + " were expected");
   };
   Progress progress;
@@ -1415,9 +1418,8 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
       std::sort(missing.begin(), missing.end());
       missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
       cancel(requests);
-      throw Error(ErrorCode::timeout, ctx.op_label() +
-                                          ": timed out over the network waiting for rank" +
-                                          (missing.size() > 1 ? "s " : " ") + join_ranks(missing) +
+      throw Error(ErrorCode::timeout, ctx.op_label() + ": timed out over the network waiting for " +
+                                          config_.names.list(missing) +
                                           " (stopped, unreachable, or not calling the same "
                                           "operation)");
     }

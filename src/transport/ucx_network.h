@@ -53,6 +53,7 @@
 #include "tpf/store.h"
 #include "transport/failure_board.h"
 #include "transport/net_protocol.h"
+#include "transport/rank_names.h"
 #include "transport/shm_fabric.h"
 
 namespace tpf::transport {
@@ -102,6 +103,7 @@ struct NetworkConfig {
   // of this process: comm/process_failures.h): it is sent no failure notice, its acknowledgement
   // of one is not waited for and its connection closes without a flush. Empty: none is.
   std::function<bool(int rank)> peer_lost;
+  RankNames names;  // how messages name ranks (with their numbers in the job where those differ)
 };
 
 // One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.
@@ -133,6 +135,8 @@ class UcxNetwork {
 
   explicit UcxNetwork(NetworkConfig config);
   ~UcxNetwork();
+  // How messages name the communicator's ranks (NetworkConfig::names).
+  const RankNames& names() const noexcept { return config_.names; }
   UcxNetwork(const UcxNetwork&) = delete;
   UcxNetwork& operator=(const UcxNetwork&) = delete;
 

@@ -2172,6 +2172,34 @@ TEST_P(AcrossHostsFailures, AStoppedRanksHostMateWaitingInAnotherCommunicatorHea
       [&](Communicator& world) { on_host = world.split(world.host_of(world.rank()), 0); });
 }
 
+// Across hosts too a split's messages name its ranks by the job's numbers as well: in a split
+// that reverses two hosts of two, rank 0 (job rank 3, host b) waits for a message from rank 3
+// (job rank 0, host a) that never comes, and the network's deadline names both numbers.
+TEST_P(AcrossHostsFailures, ASplitsDeadlineAcrossHostsNamesTheJobRank) {
+  SharedBlock shared;  // [0]: the waiting rank failed
+  auto outcomes = run_on_hosts(
+      kTwoHostsOfTwo,
+      [&](Communicator& world) {
+        Communicator reversed = world.split(0, -world.rank());
+        if (reversed.rank() == 0) {
+          int64_t never = 0;
+          const Error e = expect_error("a recv nobody sends", [&] {
+            reversed.recv(&never, 1, DType::i64, 3, {std::chrono::milliseconds(300)});
+          });
+          shared.counter(0).store(1);
+          TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+          TPF_CHILD_CHECK(std::string(e.what()).find("rank 3 (job rank 0)") != std::string::npos,
+                          e.what());
+        } else {
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(60)),
+              "rank 0 of the split never failed");
+        }
+      },
+      GetParam());
+  expect_all_ok(outcomes);
+}
+
 TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
   auto outcomes = run_on_hosts(
       kTwoHostsOfOne,

@@ -26,6 +26,9 @@ TEST_F(CApi, CollectivesReturnOkAndCorrectData) {
   EXPECT_EQ(tpf_comm_size(comm_, &size), TPF_OK);
   EXPECT_EQ(rank, 0);
   EXPECT_EQ(size, 1);
+  int job_rank = -1;
+  EXPECT_EQ(tpf_comm_job_rank(comm_, 0, &job_rank), TPF_OK) << tpf_last_error();
+  EXPECT_EQ(job_rank, 0);
   int32_t in[4] = {1, -2, 3, -4}, out[4] = {};
   ASSERT_EQ(tpf_all_reduce(comm_, in, out, 4, TPF_I32, TPF_SUM), TPF_OK) << tpf_last_error();
   EXPECT_EQ(out[3], -4);
@@ -49,6 +52,11 @@ TEST_F(CApi, UnknownDtypeAndOpAndNullsAreInvalidArguments) {
   EXPECT_EQ(tpf_broadcast(comm_, &x, &x, 1, TPF_F32, 1), TPF_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(tpf_all_reduce(nullptr, &x, &x, 1, TPF_F32, TPF_SUM), TPF_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(tpf_comm_rank(comm_, nullptr), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_comm_job_rank(comm_, 0, nullptr), TPF_ERR_INVALID_ARGUMENT);
+  int job_rank = -1;
+  EXPECT_EQ(tpf_comm_job_rank(comm_, 1, &job_rank), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("no such rank"), std::string::npos)
+      << tpf_last_error();
   EXPECT_EQ(tpf_comm_set_timeout_ms(comm_, -5), TPF_ERR_INVALID_ARGUMENT);
   // Invalid arguments do not break the communicator.
   EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, TPF_F32, TPF_SUM), TPF_OK) << tpf_last_error();

@@ -78,6 +78,43 @@ TEST(CommSplit, ColorAndKeyOrderRanksAndNegativeColorGivesInvalid) {
   }, run_options()));
 }
 
+// A split's ranks keep their numbers in the job, through splits of splits, and its messages name
+// both: rank 0 (job rank 2) of a reversed half waits for rank 1, job rank 0, which never calls.
+TEST(CommSplit, JobRanksFollowTheSplitsDownAndMessagesNameThem) {
+  SharedBlock shared;  // [0]: the waiting rank failed
+  expect_all_ok(run_ranks(
+      4,
+      [&](Communicator& world) {
+        const int r = world.rank();
+        TPF_CHILD_CHECK(world.job_rank(r) == r, "the world is the job");
+        Communicator rev = world.split(r % 2, -r);  // {2, 0} and {3, 1}
+        for (int i = 0; i < 2; ++i) {
+          const int want = (r % 2) + 2 * (1 - i);
+          TPF_CHILD_CHECK(rev.job_rank(i) == want, "job rank of rev rank " + std::to_string(i) +
+                                                       ": " + std::to_string(rev.job_rank(i)));
+        }
+        Communicator again = rev.split(0, -rev.rank());  // reversed back: {0, 2} and {1, 3}
+        TPF_CHILD_CHECK(again.job_rank(again.rank()) == r && again.job_rank(0) == r % 2,
+                        "job ranks through a split of a split");
+        const Error e = expect_error("job_rank of no rank", [&] { (void)rev.job_rank(2); });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::invalid_argument, e.what());
+        if (r == 2) {
+          const Error late = expect_error("a barrier rank 0 never joins",
+                                          [&] { rev.barrier({milliseconds(300)}); });
+          shared.counter(0).store(1);
+          TPF_CHILD_CHECK(late.code() == ErrorCode::timeout, late.what());
+          TPF_CHILD_CHECK(std::string(late.what()).find("rank 1 (job rank 0) never arrived") !=
+                              std::string::npos,
+                          late.what());
+        } else if (r == 0) {
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(60)),
+              "rank 2 never failed");
+        }
+      },
+      run_options()));
+}
+
 TEST(CommThreads, TwoCommunicatorsUsedConcurrentlyFromTwoThreads) {
   expect_all_ok(run_ranks(3, [](Communicator& world) {
     const int r = world.rank(), n = world.size();

@@ -160,6 +160,8 @@ v = np.array([rank], np.int64)
 half.all_reduce(v)
 check("split all_reduce", v, [sum(r for r in range(size) if r % 2 == rank % 2)])
 assert half.rank == sorted([r for r in range(size) if r % 2 == rank % 2], reverse=True).index(rank)
+assert [half.job_rank(i) for i in range(half.size)] == \
+    sorted([r for r in range(size) if r % 2 == rank % 2], reverse=True)
 assert comm.split(-1) is None
 mesh = tpf.DeviceMesh(comm, [("dp", 1), ("tp", size)])
 assert mesh.coords == [0, rank] and mesh.coord("tp") == rank
