@@ -241,8 +241,8 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::unique_ptr<PutProtocol> put_protocol;
 
   Error put_failure(int peer, ucs_status_t status) const {
-    return Error(ErrorCode::peer_died, label + ": writing into " + names(peer) +
-                                           "'s memory failed: " + status_text(status) +
+    return Error(ErrorCode::peer_died, label + ": writing into the memory of " + names(peer) +
+                                           " failed: " + status_text(status) +
                                            " (its process exited or its connection failed)");
   }
   void* put(int peer, uint64_t offset, const void* source, size_t bytes) override {
@@ -858,8 +858,8 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
   const ucs_status_t unpacked =
       ucp_ep_rkey_unpack(u.endpoints[peer], p->rkey.data(), &u.rkeys[peer]);
   if (unpacked != UCS_OK) {
-    throw Error(ErrorCode::bootstrap, config_.label + ": cannot use " + config_.names(peer) +
-                                          "'s network slots: " + status_text(unpacked));
+    throw Error(ErrorCode::bootstrap, config_.label + ": cannot use the network slots of " +
+                                          config_.names(peer) + ": " + status_text(unpacked));
   }
   u.remote_bases[peer] = p->base;
   u.put_protocol->reach(peer, mine->second);
