@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 
 namespace tpf::detail {
 
