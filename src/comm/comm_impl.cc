@@ -156,9 +156,8 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     net.eager_bytes = coll::kNetworkEagerBytes;
     net.oversubscribed = config.excess_ranks > 0;
     net.notice_wait = setup_.settings.net_notice_wait;
-    net.peer_lost = [processes = processes_](int r) {
-      return ProcessFailures::instance().is_lost(processes[r]);
-    };
+    // processes_ outlives network_ (declared before it).
+    net.peer_lost = [this](int r) { return ProcessFailures::instance().is_lost(processes_[r]); };
     net.names = names_;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());

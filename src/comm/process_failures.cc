@@ -42,10 +42,6 @@ void ProcessFailures::record(const transport::FailureRecord& root) {
   if (root.lost_process == 0) return;
   {
     std::lock_guard lost_lock(lost_mu_);
-    if (lost_pid_ != ::getpid()) {
-      lost_pid_ = ::getpid();
-      lost_.clear();
-    }
     if (!lost_.insert(root.lost_process).second) return;
   }
   // Under the lock, so no communicator is destroyed while it hears of the loss. Its failure comes
@@ -62,7 +58,7 @@ std::optional<transport::FailureRecord> ProcessFailures::first() {
 
 bool ProcessFailures::is_lost(uint64_t process) {
   std::lock_guard lock(lost_mu_);
-  return lost_pid_ == ::getpid() && lost_.count(process) != 0;
+  return lost_.count(process) != 0;
 }
 
 }  // namespace tpf::detail

@@ -60,7 +60,7 @@ class ProcessFailures {
   std::vector<Member> members_;
   std::optional<transport::FailureRecord> first_;
   std::mutex lost_mu_;  // guards lost_ only, and is never held while calling out
-  pid_t lost_pid_ = 0;  // the process lost_ belongs to
+  // Kept by a forked child, unlike the rest: those processes are lost to it too.
   std::set<uint64_t> lost_;
 };
 
