@@ -589,17 +589,32 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
                 config_.label + ": UCX refused the devices '" + config_.devices +
                     "' (TPF_RAIL_DEVICES or UCX_NET_DEVICES): " + status_text(devices));
   }
-  if (config_.eager_bytes > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr) {
-    // Messages of at least the threshold go by rendezvous (a round trip more); over TCP UCX's own
-    // threshold lies between 16 and 32 KiB (docs/results/packed-one-round-64k.txt).
-    const std::string threshold = std::to_string(config_.eager_bytes + 1);
-    const ucs_status_t eager = ucp_config_modify(ucx_config, "RNDV_THRESH", threshold.c_str());
-    if (eager != UCS_OK) {
+  // A setting of this network's choosing, unless the user set it (the variable): `name` as
+  // ucp_config_modify takes it (a transport's own without its prefix: "CONN_NB" for TCP_CONN_NB).
+  auto choose = [&](const char* variable, const char* name, const std::string& value) {
+    if (std::getenv(variable) != nullptr) return;
+    const ucs_status_t chosen = ucp_config_modify(ucx_config, name, value.c_str());
+    if (chosen != UCS_OK) {
       ucp_config_release(ucx_config);
-      throw Error(ErrorCode::internal, config_.label + ": UCX refused RNDV_THRESH=" + threshold +
-                                           ": " + status_text(eager));
+      std::string what = config_.label + ": UCX refused ";
+      what += name;
+      what += "=" + value + ": " + status_text(chosen);
+      throw Error(ErrorCode::internal, what);
     }
-  }
+  };
+  // Messages of at least the threshold go by rendezvous (a round trip more); over TCP UCX's own
+  // threshold lies between 16 and 32 KiB (docs/results/packed-one-round-64k.txt).
+  if (config_.eager_bytes > 0)
+    choose("UCX_RNDV_THRESH", "RNDV_THRESH", std::to_string(config_.eager_bytes + 1));
+  // Connecting over TCP without blocking. UCX 1.13's blocking connect (its default) finishes
+  // inside ucp_ep_create, and when the peer's process closes right then (a peer that failed and
+  // left), the first send fails, the reconnect is refused, and UCX marks the endpoint failed
+  // before it is whole: its own assertion aborts this process at the next progress (tcp_ep.c:478),
+  // where a release UCX would destroy an endpoint still in use; and a connect to a host that
+  // drops SYNs held the rank, and this network's lock, in the kernel for up to 127 s. Without
+  // blocking, the endpoint is whole before its connection completes, a failure reaches the
+  // endpoint's error handler, and the waits keep their deadlines and the heartbeat.
+  choose("UCX_TCP_CONN_NB", "CONN_NB", "y");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "coll/network_cost.h"
 #include "support/async_waits.h"
 #include "support/coll_reference.h"
+#include "support/connect_hook.h"
 #include "support/expect_error.h"
 #include "support/forwarding_store.h"
 #include "support/multiproc.h"
@@ -2275,12 +2277,15 @@ TEST(AcrossHostsConnect, EveryPairConnectedUpFrontWorksAndMustBeAlike) {
   }
 }
 
-// A store whose reads of the keys `fails` picks fail: a rank whose creation fails once it has
-// published its own network address.
+// A store whose reads of the keys `fails` picks fail (after `before_failing`, if any): a rank
+// whose creation fails once it has published its own network address.
 class FailingReadStore : public ForwardingStore {
  public:
-  FailingReadStore(std::shared_ptr<Store> inner, std::function<bool(const std::string&)> fails)
-      : ForwardingStore(std::move(inner)), fails_(std::move(fails)) {}
+  FailingReadStore(std::shared_ptr<Store> inner, std::function<bool(const std::string&)> fails,
+                   std::function<void()> before_failing = {})
+      : ForwardingStore(std::move(inner)),
+        fails_(std::move(fails)),
+        before_failing_(std::move(before_failing)) {}
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     fail_on(key);
     return ForwardingStore::get(key, timeout);
@@ -2293,10 +2298,12 @@ class FailingReadStore : public ForwardingStore {
 
  private:
   void fail_on(const std::string& key) const {
-    if (fails_(key))
-      throw Error(ErrorCode::system, "the injected store failure reading '" + key + "'");
+    if (!fails_(key)) return;
+    if (before_failing_) before_failing_();
+    throw Error(ErrorCode::system, "the injected store failure reading '" + key + "'");
   }
   std::function<bool(const std::string&)> fails_;
+  std::function<void()> before_failing_;
 };
 
 bool mentions_the_injected_failure(const Error& e) {
@@ -2343,6 +2350,52 @@ TEST(AcrossHostsSetup, ARankThatLeavesAfterItsSplitFailedIsNamedWithThatCause) {
     const Error e = expect_error("splitting", [&] { world.split(0, ctx.rank); });
     TPF_CHILD_CHECK(mentions_the_injected_failure(e), e.what());
     if (ctx.rank == 1) return;  // destroys the parent
+    const Error left = expect_error("a barrier on the parent", [&] { world.barrier(); });
+    TPF_CHILD_CHECK(mentions_the_injected_failure(left), left.what());
+  });
+  expect_all_ok(outcomes);
+}
+
+// The same where rank 1 fails and closes its network after rank 0 connected to it and before
+// rank 0's first message on that connection, which fails as on a connection the peer reset (as
+// when a peer's listening socket closes with the connection not yet accepted), and whose
+// reconnection is refused. UCX 1.13's blocking connect then marked the endpoint failed before it
+// was whole, and its assertion (tcp_ep.c:478) aborted rank 0 (the test above, 2 of 2 runs of one
+// CI); now rank 0 names the cause. One network device, so that the one connection is the one cut.
+TEST(AcrossHostsSetup, APeerThatLeavesBetweenConnectAndFirstMessageIsNamedByItsCause) {
+  SharedBlock shared;  // counter 0: rank 0 has connected to rank 1; 1: rank 1's split has failed
+  const auto outcomes = run_ranks_raw(2, [&](const RankContext& ctx) {
+    ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+    ::setenv("UCX_NET_DEVICES", "lo", 1);
+    std::shared_ptr<Store> store = connect_to_store(ctx, ctx.rank, std::chrono::seconds(10));
+    if (ctx.rank == 1) {
+      store = std::make_shared<FailingReadStore>(
+          store,
+          [](const std::string& key) {
+            return key.starts_with("world.s") && key.ends_with("/net/0");
+          },
+          [&] {
+            wait_until([&] { return shared.counter(0).load() == 1; }, std::chrono::seconds(20));
+          });
+    }
+    Communicator world = Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+    bool cut = false;
+    if (ctx.rank == 0) {
+      const auto store_port = static_cast<uint16_t>(
+          std::stoi(ctx.store_address.substr(ctx.store_address.rfind(':') + 1)));
+      after_next_connect(store_port, [&](int fd) {
+        shared.counter(0).store(1);
+        cut = wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(20));
+        ::shutdown(fd, SHUT_WR);  // its first send fails
+      });
+    }
+    const Error e = expect_error("splitting", [&] { world.split(0, ctx.rank); });
+    TPF_CHILD_CHECK(mentions_the_injected_failure(e), e.what());
+    if (ctx.rank == 1) {
+      shared.counter(1).store(1);
+      return;  // destroys the parent
+    }
+    TPF_CHILD_CHECK(cut, "rank 0 never connected to rank 1, or rank 1's split never failed");
     const Error left = expect_error("a barrier on the parent", [&] { world.barrier(); });
     TPF_CHILD_CHECK(mentions_the_injected_failure(left), left.what());
   });

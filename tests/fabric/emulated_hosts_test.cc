@@ -44,6 +44,19 @@ class EmulatedCluster {
     const std::string port = "p" + std::to_string(host) + "-0";
     return std::system(("ip -n " + name_ + "-sw link set " + port + " down").c_str()) == 0;
   }
+  // Host `on` keeps host `host`'s link address for good (a permanent neighbour entry), so that once
+  // `host` is cut off what `on` sends it vanishes, as a dead host's traffic does behind a router,
+  // instead of failing in seconds when address resolution gives up.
+  bool pin_address(int on, int host) const {
+    const std::string in_host = "ip -n " + name_ + "-h" + std::to_string(host);
+    const std::string mac = "$(" + in_host +
+                            " -o link show eth0 | awk '{for (i = 1; i < NF; i++) if ($i == "
+                            "\"link/ether\") print $(i + 1)}')";
+    const std::string address = "127.100.0." + std::to_string(host + 1);
+    return std::system(("ip -n " + name_ + "-h" + std::to_string(on) + " neigh replace " + address +
+                        " dev eth0 nud permanent lladdr " + mac)
+                           .c_str()) == 0;
+  }
   std::string netns(int host) const { return "/run/netns/" + name_ + "-h" + std::to_string(host); }
 
  private:
@@ -497,6 +510,67 @@ TEST(EmulatedHosts, AHostCutOffTheNetworkIsNamedOnBothSides) {
             what);
         TPF_CHILD_CHECK(std::string(e.what()).find("has sent no heartbeat") != std::string::npos,
                         e.what());
+      },
+      options);
+  ::unsetenv("TPF_HOST_LOST_S");
+  expect_all_ok(outcomes);
+}
+
+// A rank that first sends to a rank of a host that is cut off already (on three hosts of two
+// ranks, rank 1 is not connected to rank 2 before its first transfer, TPF_NET_CONNECT=first)
+// fails when the heartbeat names that host, as the others do. UCX connected over TCP blocking by
+// default: rank 1 sat in the kernel's connect() for its SYN retries (127 s), deaf to the
+// heartbeat and its own deadline, until the run's deadline (60 s) killed it; with address
+// resolution failing instead (no pinned address) it sat 9 to 36 s, holding its network, and its
+// heartbeat stopped too: its watcher could name rank 1, a live rank, as the one lost.
+TEST(EmulatedHosts, AFirstTransferToAHostCutOffFailsWithTheHeartbeatsCause) {
+  EmulatedCluster cluster(3);
+  ASSERT_TRUE(cluster.ok()) << "scripts/emulated-hosts.sh up failed (needs root and iproute2)";
+  ASSERT_TRUE(cluster.pin_address(0, 1)) << "ip neigh replace failed";
+  SharedBlock shared;
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::milliseconds(600000);  // only the heartbeat ends it
+  auto outcomes = run_ranks_raw(
+      6,
+      [&](const RankContext& ctx) {
+        auto store = connect_then_enter(ctx, cluster.netns(ctx.rank / 2));
+        Communicator comm =
+            Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        comm.barrier();
+        if (ctx.rank == 0) {  // once every rank is out of the barrier, cut host 1 (ranks 2, 3) off
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 5; }, std::chrono::seconds(50)),
+              "the other ranks did not leave the barrier");
+          TPF_CHILD_CHECK(cluster.cut(1), "ip link set down failed");
+          shared.counter(1).store(1);
+        } else {
+          shared.counter(0).fetch_add(1);
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(50)),
+              "rank 0 did not cut the link");
+        }
+        int32_t value = ctx.rank;
+        const Error e = expect_error("a transfer with a host cut off", [&] {
+          if (ctx.rank == 1) {
+            comm.send(&value, 1, DType::i32, 2);
+          } else if (ctx.rank == 2) {
+            comm.recv(&value, 1, DType::i32, 1);
+          } else {
+            comm.recv(&value, 1, DType::i32, 2);
+          }
+        });
+        // The cut-off host's ranks fail either way: by their heartbeat, or rank 2's connection
+        // to rank 1 failing first (within ms, its link being down). No notice of theirs crosses.
+        if (ctx.rank / 2 == 1) return;
+        const std::string what = e.what();
+        TPF_CHILD_CHECK(what.find("has sent no heartbeat") != std::string::npos, what);
+        TPF_CHILD_CHECK(what.find("rank 1 (host '") == std::string::npos, what);  // it is live
+        if (ctx.rank == 1) {
+          TPF_CHILD_CHECK(what.find("rank 2 (host '") != std::string::npos ||
+                              what.find("rank 3 (host '") != std::string::npos,
+                          what);
+        }
       },
       options);
   ::unsetenv("TPF_HOST_LOST_S");
