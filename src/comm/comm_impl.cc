@@ -161,7 +161,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     net.names = names_;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());
-    net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name,
+    net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name, recorder_,
                                         [this](std::exception_ptr e) { return record_failure(e); });
   }
   fabric_ = std::make_unique<transport::ShmFabric>(std::move(config));
@@ -170,7 +170,8 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   if (network_) network_->set_host_failures([f = fabric_.get()] { return f->peer_failure(); });
   p2p_ = std::make_shared<P2pEngine>(*fabric_, setup_.name, recorder_,
                                      [this](std::exception_ptr e) { return record_failure(e); });
-  recorder_.attach(setup_.name, generation, setup_.rank, setup_.size);  // flight recorder
+  recorder_.attach(setup_.name, generation, setup_.rank, setup_.size,  // flight recorder
+                   setup_.job_ranks);
   if (network_) {
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -307,6 +308,56 @@ class FlightRegistry {
 
 }  // namespace
 
+std::string encode_rank_runs(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t last = i;  // the run ranks[i..last], of step `step`
+    const int step = i + 1 < ranks.size() ? ranks[i + 1] - ranks[i] : 0;
+    if (step > 0) {
+      last = i + 1;
+      while (last + 1 < ranks.size() && ranks[last + 1] - ranks[last] == step) ++last;
+      if (step > 1 && last == i + 1) last = i;  // two of a step > 1: as two single ranks
+    }
+    if (!out.empty()) out += ',';
+    out += std::to_string(ranks[i]);
+    if (last > i) {
+      out += '-';
+      out += std::to_string(ranks[last]);
+      if (step > 1) {
+        out += '/';
+        out += std::to_string(step);
+      }
+    }
+    i = last + 1;
+  }
+  return out;
+}
+
+std::optional<std::vector<int>> decode_rank_runs(std::string_view text, size_t max_ranks) {
+  std::vector<int> ranks;
+  auto number = [&](std::string_view::size_type& at, int& out) {
+    const char* first = text.data() + at;
+    const auto [end, ec] = std::from_chars(first, text.data() + text.size(), out);
+    if (ec != std::errc() || end == first || out < 0) return false;
+    at = static_cast<size_t>(end - text.data());
+    return true;
+  };
+  size_t at = 0;
+  while (at < text.size()) {
+    int first = 0, last = 0, step = 1;
+    if (!number(at, first)) return std::nullopt;
+    last = first;
+    if (at < text.size() && text[at] == '-' && !number(++at, last)) return std::nullopt;
+    if (at < text.size() && text[at] == '/' && !number(++at, step)) return std::nullopt;
+    if (last < first || step < 1 || (last - first) % step != 0 ||
+        static_cast<size_t>((last - first) / step) + 1 > max_ranks - ranks.size())
+      return std::nullopt;
+    for (int k = 0; k <= (last - first) / step; ++k) ranks.push_back(first + k * step);
+    if (at < text.size() && (text[at] != ',' || ++at == text.size())) return std::nullopt;
+  }
+  return ranks;
+}
+
 const char* flight_state_name(FlightState state) noexcept {
   switch (state) {
     case FlightState::in_flight: return "in_flight";
@@ -378,11 +429,17 @@ FlightRecorder::~FlightRecorder() {
   if (attached_) FlightRegistry::instance().remove(this);
 }
 
-void FlightRecorder::attach(std::string comm_name, uint64_t generation, int rank, int size) {
+void FlightRecorder::attach(std::string comm_name, uint64_t generation, int rank, int size,
+                            const std::vector<int>& job_ranks) {
   comm_name_ = token(comm_name);
   generation_ = generation;
   rank_ = rank;
   size_ = size;
+  for (int r = 0; r < static_cast<int>(job_ranks.size()); ++r) {
+    if (job_ranks[r] == r) continue;
+    job_ranks_ = encode_rank_runs(job_ranks);  // only where a rank is renumbered
+    break;
+  }
   if (capacity_ == 0 || attached_) return;
   try {
     FlightRegistry::instance().add(this);
@@ -550,6 +607,7 @@ std::string FlightRecorder::format(std::string_view reason) const {
   std::string text =
       std::string(kTag) + " begin " + who + " size=" + std::to_string(size_) + " pid=" + pid +
       " world_rank=" + world_rank() + " host=" + token(topo::hostname()) +
+      (job_ranks_.empty() ? std::string() : " job_ranks=" + job_ranks_) +
       " reason=" + token(reason) +
       " now_ns=" + std::to_string(TickClock::instance().to_ns(now_ticks())) +
       " capacity=" + std::to_string(capacity_) +

@@ -26,6 +26,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,12 @@ struct FlightRecord {
   bool operator==(const FlightRecord&) const = default;
 };
 
+// Ranks as a dump's header lists them: runs of a common step, "0-3,8-20/4,7" (a-b/s: a, a+s, ...,
+// b), so that a tensor-, data- or pipeline-parallel group's job ranks take one run.
+std::string encode_rank_runs(const std::vector<int>& ranks);
+// The list back; nullopt if malformed or longer than `max_ranks`.
+std::optional<std::vector<int>> decode_rank_runs(std::string_view text, size_t max_ranks);
+
 const char* flight_state_name(FlightState state) noexcept;  // "in_flight", "completed", "failed"
 const char* error_code_token(ErrorCode code) noexcept;      // "peer_died", ... (one word)
 
@@ -73,8 +80,11 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Names the communicator in dumps and joins the process's registry, which dumps every live
-  // recorder on the dump signal (and arms that signal on first use). Does not throw.
-  void attach(std::string comm_name, uint64_t generation, int rank, int size);
+  // recorder on the dump signal (and arms that signal on first use). `job_ranks[r]`: the job's
+  // number of rank r (a split's; empty: the same numbers), written in each dump's header so that
+  // a summary names a split's ranks as its errors do. Does not throw.
+  void attach(std::string comm_name, uint64_t generation, int rank, int size,
+              const std::vector<int>& job_ranks = {});
 
   // Any thread; no allocation. Collectives (every kind but send and recv) must not be begun or
   // ended concurrently with another collective of this recorder (a communicator runs one at a
@@ -138,6 +148,7 @@ class FlightRecorder {
   uint64_t generation_ = 0;
   int rank_ = 0;
   int size_ = 0;
+  std::string job_ranks_;  // encode_rank_runs of the job's numbers; empty: the same numbers
 };
 
 // Writes `text` where dumps go (TPF_FLIGHT_RECORDER_DIR's file for this process, or stderr).

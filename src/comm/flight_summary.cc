@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include "transport/rank_names.h"
+
 namespace tpf::detail {
 namespace {
 
@@ -86,28 +88,18 @@ std::optional<FlightRecord> parse_record(const Fields& f) {
   return r;
 }
 
-std::string list(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  // Appended piecewise: GCC 12 -O3 warns falsely (-Wrestrict) on "," + std::string.
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(ranks[i]);
-  }
-  return out;
-}
-
 std::string seconds(int64_t ns) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f s", static_cast<double>(std::max<int64_t>(ns, 0)) / 1e9);
   return buf;
 }
 
-std::string op_name(const FlightRecord& r) {
+std::string op_text(const FlightRecord& r, const transport::RankNames& names) {
   if (r.kind == coll::OpKind::send) {
-    return "send #" + std::to_string(r.sequence) + " to rank " + std::to_string(r.peer);
+    return "send #" + std::to_string(r.sequence) + " to " + names(r.peer);
   }
   if (r.kind == coll::OpKind::recv) {
-    return "recv #" + std::to_string(r.sequence) + " from rank " + std::to_string(r.peer);
+    return "recv #" + std::to_string(r.sequence) + " from " + names(r.peer);
   }
   return std::string(coll::op_kind_name(r.kind)) + " seq " + std::to_string(r.sequence);
 }
@@ -154,9 +146,12 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
   const FlightDump& first = *dumps.front();
   const int size = first.size;
   std::map<int, Position> at;  // by rank
+  transport::RankNames names;  // a split's: from any of its dumps (they all carry the same)
   for (const FlightDump* d : dumps) {
     if (d->rank >= 0 && d->rank < size) at[d->rank] = position_of(*d);
+    if (static_cast<int>(d->job_ranks.size()) == size) names = transport::RankNames(d->job_ranks);
   }
+  auto op_name = [&](const FlightRecord& r) { return op_text(r, names); };
   out.push_back("communicator '" + first.comm + "' (generation " +
                 std::to_string(first.generation) + ", " + std::to_string(size) + " ranks, " +
                 std::to_string(at.size()) + " dumped):");
@@ -168,14 +163,16 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
     auto it = at.find(r);
     if (it == at.end()) {
       missing.push_back(r);
-      out.push_back("  rank " + std::to_string(r) + ": no dump");
+      out.push_back("  " + names(r) + ": no dump");
       continue;
     }
     const Position& p = it->second;
     const FlightDump& d = *p.dump;
-    std::string line = "  rank " + std::to_string(r) + " (pid " + std::to_string(d.pid) +
-                       (name_hosts ? " on host '" + d.host + "'" : std::string()) + ", dumped on " +
-                       d.reason + "): ";
+    std::string line = "  rank " + std::to_string(r) + " (";
+    if (names.job_rank(r) != r) line += "job rank " + std::to_string(names.job_rank(r)) + ", ";
+    line += "pid " + std::to_string(d.pid) +
+            (name_hosts ? " on host '" + d.host + "'" : std::string()) + ", dumped on " + d.reason +
+            "): ";
     if (!p.last_started) {
       line += "no collective recorded";
     } else {
@@ -203,10 +200,10 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
     }
     const std::string seq = "collective seq " + std::to_string(lowest);
     if (!not_started.empty() && !inside_any.empty()) {
-      std::string line = "  everyone waits for " + list(not_started) + ": not started " + seq;
+      std::string line = "  everyone waits for " + names.list(not_started) + ": not started " + seq;
       for (int w : inside_any) {
-        line += (w == inside_any.front() ? " (" : ", ") + std::string("rank ") + std::to_string(w) +
-                " is in " + op_name(*at[w].last_started);
+        line += (w == inside_any.front() ? " (" : ", ") + names(w) + " is in " +
+                op_name(*at[w].last_started);
       }
       out.push_back(line + ")");
     } else if (!not_started.empty()) {
@@ -220,8 +217,8 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
         const FlightRecord& ref = *at[inside_lowest.front()].last_started;
         differ = differ || rec.kind != ref.kind || rec.count != ref.count ||
                  rec.dtype != ref.dtype || rec.peer != ref.peer;
-        line += std::string(r == inside_lowest.front() ? " " : ", ") + "rank " + std::to_string(r) +
-                " " + coll::op_kind_name(rec.kind) + "(" + dtype_name(rec.dtype) + " x " +
+        line += std::string(r == inside_lowest.front() ? " " : ", ") + names(r) + " " +
+                coll::op_kind_name(rec.kind) + "(" + dtype_name(rec.dtype) + " x " +
                 std::to_string(rec.count) +
                 (rec.peer >= 0 ? ", root " + std::to_string(rec.peer) : std::string()) + ")";
       }
@@ -230,7 +227,7 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
     }
   }
   if (!missing.empty()) {
-    out.push_back("  no dump from " + list(missing) +
+    out.push_back("  no dump from " + names.list(missing) +
                   " (exited without one, or did not answer the dump signal)" +
                   (at.empty() ? "" : "; the others may be waiting for it"));
   }
@@ -254,9 +251,9 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
         theirs = '#';
         theirs += std::to_string(*newest);
       }
-      out.push_back("  rank " + std::to_string(r) + " waits for rank " + std::to_string(rec.peer) +
-                    ": " + op_name(rec) + ", whose " + coll::op_kind_name(match) + " rank " +
-                    std::to_string(rec.peer) + " has not posted (its newest: " + theirs + ")");
+      out.push_back("  " + names(r) + " waits for " + names(rec.peer) + ": " + op_name(rec) +
+                    ", whose " + coll::op_kind_name(match) + " rank " + std::to_string(rec.peer) +
+                    " has not posted (its newest: " + theirs + ")");
     }
   }
 }
@@ -300,6 +297,9 @@ FlightFile parse_flight_file(std::string_view content) {
       if (number(f, "generation", d.generation) && number(f, "rank", d.rank) &&
           number(f, "size", d.size) && number(f, "pid", d.pid) && number(f, "now_ns", d.now_ns) &&
           d.size > 0 && d.size <= (1 << 20)) {
+        // A list that does not give every rank its number is left out, not half believed.
+        const auto job_ranks = decode_rank_runs(text(f, "job_ranks"), static_cast<size_t>(d.size));
+        if (job_ranks && static_cast<int>(job_ranks->size()) == d.size) d.job_ranks = *job_ranks;
         current = std::move(d);
       } else {
         current.reset();

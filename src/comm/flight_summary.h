@@ -21,6 +21,7 @@ struct FlightDump {
   int64_t pid = 0;
   std::string host;    // the machine's name ("" in dumps written before it was recorded)
   std::string reason;  // "timeout", "mismatch", "peer_died", "aborted", "signal"
+  std::vector<int> job_ranks;  // the job's number of each rank of a split (empty: the same)
   int64_t now_ns = 0;  // steady_clock when it was written
   std::vector<FlightRecord> records;  // oldest first
 };
@@ -38,7 +39,8 @@ FlightFile parse_flight_file(std::string_view content);
 
 // The summary, one line per entry, without trailing newlines. Per communicator (name and
 // generation), the latest dump of each rank (with its host's name where they name several
-// hosts: a pid alone does not say where to look): its last started and last completed collective,
+// hosts: a pid alone does not say where to look; a split's ranks with their job ranks, as its
+// errors name them): its last started and last completed collective,
 // point-to-point operations in flight, then who waits for whom: the rank(s) at the lowest
 // collective sequence that have not started it, or the ranks that left no dump; point-to-point
 // operations whose peer has not posted the matching call. Empty when there are no dumps.

@@ -6,9 +6,10 @@
 namespace tpf::detail {
 
 NetP2p::NetP2p(transport::UcxNetwork& network, int comm_size, std::string comm_name,
-               FailureSink on_failure)
+               FlightRecorder& recorder, FailureSink on_failure)
     : network_(network),
       comm_name_(std::move(comm_name)),
+      recorder_(recorder),
       on_failure_(std::move(on_failure)),
       sent_(comm_size, 0),
       received_(comm_size, 0) {}
@@ -36,6 +37,12 @@ std::string NetP2p::label(const coll::OpDesc& desc) const {
          " on communicator '" + comm_name_ + "' (across hosts)";
 }
 
+FlightRecorder::Slot NetP2p::record_locked(const coll::OpDesc& desc) {
+  const bool send = desc.kind == coll::OpKind::send;
+  const uint64_t index = (send ? sent_ : received_)[desc.peer];
+  return recorder_.begin(desc.kind, desc.dtype, desc.count, desc.peer, index);
+}
+
 transport::NetRequest NetP2p::post_locked(const coll::OpDesc& desc) {
   const size_t bytes = desc.count * dtype_size(desc.dtype);
   const uint64_t dtype = static_cast<uint64_t>(desc.dtype) << kIndexBits;
@@ -58,6 +65,7 @@ void NetP2p::check_dtype(const coll::OpDesc& desc, const transport::NetRequest& 
 
 void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
   transport::NetRequest request;
+  FlightRecorder::Slot flight = FlightRecorder::kNoSlot;
   {
     std::lock_guard lock(mu_);
     if (failure_) std::rethrow_exception(failure_);
@@ -68,6 +76,7 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
       // Posting may fail too: the first transfer with a peer connects to it (a peer whose
       // process is gone, or that never made its network), and the communicator records it.
       std::lock_guard lock(mu_);
+      flight = record_locked(desc);
       request = post_locked(desc);
     }
     network_.wait_all(std::span<transport::NetRequest>(&request, 1),
@@ -75,9 +84,20 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
     check_dtype(desc, request);
   } catch (...) {
     const std::exception_ptr error = std::current_exception();
+    recorder_.end(flight, error);
     on_failure_(error);
     std::rethrow_exception(error);
   }
+  recorder_.end(flight, FlightState::completed);
+}
+
+void NetP2p::complete(Pending& p, std::exception_ptr error) {
+  if (error) {
+    recorder_.end(p.flight, error);
+  } else {
+    recorder_.end(p.flight, FlightState::completed);
+  }
+  p.state->complete(std::move(error));
 }
 
 Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
@@ -93,14 +113,17 @@ Work NetP2p::submit(const coll::OpDesc& desc, Clock::time_point deadline) {
     return Work(state);
   }
   transport::NetRequest request;
+  const FlightRecorder::Slot flight = record_locked(desc);
   try {
     request = post_locked(desc);
   } catch (...) {  // as run(): recorded, and the work fails with it
     lock.unlock();
-    state->complete(on_failure_(std::current_exception()));
+    const std::exception_ptr error = std::current_exception();
+    recorder_.end(flight, error);
+    state->complete(on_failure_(error));
     return Work(state);
   }
-  pending_.push_back({desc, request, state, deadline, label(desc)});
+  pending_.push_back({desc, request, state, deadline, label(desc), flight});
   leave_for_a_tick_ = true;  // its waiter is probably on the way
   if (!thread_.joinable()) {
     thread_ = std::thread([this] { progress_loop(); });
@@ -120,7 +143,7 @@ void NetP2p::fail_all(std::exception_ptr error) {
 void NetP2p::fail_pending_locked(std::exception_ptr error) {
   for (Pending& p : pending_) {
     network_.cancel(std::span<transport::NetRequest>(&p.request, 1));  // its buffer is free now
-    p.state->complete(error);
+    complete(p, error);
   }
   pending_.clear();
 }
@@ -136,7 +159,7 @@ bool NetP2p::advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen)
       seen = progress.generation;
       if (progress.done) {
         check_dtype(it->desc, it->request);
-        it->state->complete(nullptr);
+        complete(*it, nullptr);
         it = pending_.erase(it);
         completed = true;
         continue;
@@ -154,8 +177,9 @@ bool NetP2p::advance_pending(std::unique_lock<std::mutex>& lock, uint64_t& seen)
       Pending failed = std::move(*it);
       pending_.erase(it);
       lock.unlock();
+      recorder_.end(failed.flight, error);  // before the communicator's failure dumps it
       const std::exception_ptr first = on_failure_(error);  // calls fail_all: takes mu_
-      failed.state->complete(error);
+      complete(failed, error);
       lock.lock();
       if (!failure_) failure_ = first;
       fail_pending_locked(failure_);

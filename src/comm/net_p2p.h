@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "coll/op_desc.h"
+#include "comm/flight_recorder.h"
 #include "comm/work_state.h"
 #include "tpf/comm.h"
 #include "transport/ucx_network.h"
@@ -43,8 +44,9 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
   // every other transfer then fails with.
   using FailureSink = std::function<std::exception_ptr(std::exception_ptr)>;
 
+  // Records each transfer in `recorder` (the communicator's, which outlives this engine).
   NetP2p(transport::UcxNetwork& network, int comm_size, std::string comm_name,
-         FailureSink on_failure);
+         FlightRecorder& recorder, FailureSink on_failure);
   ~NetP2p();
   NetP2p(const NetP2p&) = delete;
   NetP2p& operator=(const NetP2p&) = delete;
@@ -70,8 +72,13 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
     std::shared_ptr<WorkState> state;
     Clock::time_point deadline;
     std::string label;
+    FlightRecorder::Slot flight;
   };
+  // mu_ held: the transfer's flight record, under the index post_locked is about to take.
+  FlightRecorder::Slot record_locked(const coll::OpDesc& desc);
   transport::NetRequest post_locked(const coll::OpDesc& desc);  // mu_ held: takes its index
+  // Ends `p`'s record and completes its work with `error` (null: done).
+  void complete(Pending& p, std::exception_ptr error);
   // Throws Error(mismatch) if a completed receive's sender sent another dtype.
   void check_dtype(const coll::OpDesc& desc, const transport::NetRequest& done) const;
   std::string label(const coll::OpDesc& desc) const;
@@ -88,6 +95,7 @@ class NetP2p : public std::enable_shared_from_this<NetP2p> {
 
   transport::UcxNetwork& network_;
   const std::string comm_name_;
+  FlightRecorder& recorder_;
   const FailureSink on_failure_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -133,12 +133,14 @@ P2pEngine::Pending P2pEngine::make_pending(const coll::OpDesc& desc, Clock::time
                                            InlineResult* inline_result) {
   const uint64_t index =
       (desc.kind == coll::OpKind::send ? sends_issued_ : recvs_issued_)[desc.peer]++;
+  // Recorded by the communicator's number: the fabric numbers one host's ranks.
+  const int peer = fabric_.comm_rank(desc.peer);
   return Pending{coll::P2pTransfer(desc, fabric_.p2p_chunk_bytes()),
                  std::move(state),
                  inline_result,
                  deadline,
                  index,
-                 recorder_.begin(desc.kind, desc.dtype, desc.count, desc.peer, index)};
+                 recorder_.begin(desc.kind, desc.dtype, desc.count, peer, index)};
 }
 
 void P2pEngine::complete(Pending& p, std::exception_ptr error) {
@@ -284,7 +286,14 @@ bool P2pEngine::advance_all() {
       while (!lane.empty()) {
         Pending& head = lane.front();
         const size_t before = head.transfer.chunks_moved();
-        const bool done = head.transfer.advance(fabric_, context(head));
+        bool done = false;
+        try {
+          done = head.transfer.advance(fabric_, context(head));
+        } catch (...) {
+          // Its record says so before the communicator's failure dumps the records.
+          recorder_.end(head.flight, std::current_exception());
+          throw;
+        }
         moved = moved || head.transfer.chunks_moved() != before;
         if (!done) break;
         complete(head, nullptr);
@@ -330,18 +339,21 @@ void P2pEngine::check_stalled() {
     for (Lane& lane : *lanes) {
       if (lane.empty()) continue;
       const Pending& head = lane.front();
+      // The failing transfer's record says so before the communicator's failure dumps it.
       try {
         fabric_.check_p2p_peer(head.transfer.desc().peer, context(head));
-      } catch (const Error&) {
+      } catch (const Error& e) {
         // A sender returns once its last chunk is staged and may exit or fail right after: what
         // it staged is still there to take. (Checked after its end was seen, so nothing is lost.)
         if (head.transfer.ready(fabric_)) continue;
+        recorder_.end(head.flight, FlightState::failed, e.code());
         throw;
       }
       // Transfers behind the head have not started; the head is the one that is stuck.
       for (const Pending& p : lane) {
         if (now < p.deadline) continue;
         const bool send = p.transfer.desc().kind == coll::OpKind::send;
+        recorder_.end(p.flight, FlightState::failed, ErrorCode::timeout);
         throw Error(ErrorCode::timeout,
                     label(p) + " timed out: " + fabric_.rank_name(head.transfer.desc().peer) +
                         (send ? " has not received " : " has not sent ") +

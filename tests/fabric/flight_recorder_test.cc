@@ -24,6 +24,7 @@
 
 #include "comm/flight_summary.h"
 #include "comm/settings.h"
+#include "support/expect_error.h"
 #include "support/fake_remote_shell.h"
 #include "support/multiproc.h"
 #include "support/run_tpf.h"
@@ -185,6 +186,42 @@ TEST(FlightRecorder, DumpTextReadsBackToTheSameRecords) {
   // A dump cut off before its end line (the process died while writing) is left out.
   detail::FlightFile cut = detail::parse_flight_file(text.substr(0, text.rfind("# tpf")));
   EXPECT_TRUE(cut.dumps.empty());
+}
+
+// A split's dump carries its ranks' job ranks, as runs of a common step; a world's carries none.
+TEST(FlightRecorder, ASplitsDumpCarriesItsJobRanks) {
+  FlightRecorder split(8);
+  split.attach("world.s0c1", 0, 1, 4, {1, 3, 5, 7});
+  const std::string text = split.format("signal");
+  EXPECT_NE(text.find(" job_ranks=1-7/2 "), std::string::npos) << text;
+  detail::FlightFile file = detail::parse_flight_file(text);
+  ASSERT_EQ(file.dumps.size(), 1u) << text;
+  EXPECT_EQ(file.dumps[0].job_ranks, (std::vector<int>{1, 3, 5, 7}));
+
+  FlightRecorder world(8);
+  world.attach("world", 0, 1, 3, {0, 1, 2});  // the same numbers: nothing to say
+  EXPECT_EQ(world.format("signal").find("job_ranks="), std::string::npos);
+}
+
+TEST(FlightRecorder, RankRunsReadBackAndMalformedListsAreRefused) {
+  const std::vector<std::pair<std::vector<int>, std::string>> cases = {
+      {{}, ""},
+      {{5}, "5"},
+      {{0, 1, 2, 3}, "0-3"},
+      {{0, 8, 16, 24}, "0-24/8"},
+      {{4, 5}, "4-5"},
+      {{3, 9}, "3,9"},  // two of a step > 1 are plainer as two
+      {{0, 1, 2, 3, 8, 12, 16, 7, 2}, "0-3,8-16/4,7,2"},
+  };
+  for (const auto& [ranks, text] : cases) {
+    EXPECT_EQ(detail::encode_rank_runs(ranks), text);
+    EXPECT_EQ(detail::decode_rank_runs(text, 16), ranks) << text;
+  }
+  for (const std::string bad :
+       {"x", "1,", ",1", "3-1", "0-5/2", "0-4/0", "-1", "1--2", "0-3/", "1 2", "0-2147483647"}) {
+    EXPECT_EQ(detail::decode_rank_runs(bad, 16), std::nullopt) << bad;
+  }
+  EXPECT_EQ(detail::decode_rank_runs("0-16", 16), std::nullopt) << "17 ranks where 16 fit";
 }
 
 // The state letter of this process's thread `tid` ('S': asleep, as on a mutex), or 0.
@@ -418,6 +455,29 @@ TEST(FlightSummary, NamesTheRankThatHasNotStartedTheLowestSequence) {
   EXPECT_NE(s.find("no dump from rank 3"), std::string::npos) << s;
 }
 
+// A split's summary names its ranks by the job's numbers too, as its errors do.
+TEST(FlightSummary, NamesASplitsRanksByTheJobsNumbersToo) {
+  std::vector<FlightDump> dumps = {
+      dump(0, 3, {record(0, 0, OpKind::all_reduce, FlightState::in_flight)}, "world.s0c1"),
+      dump(1, 3, {record(0, 3, OpKind::recv, FlightState::in_flight, 0)}, "world.s0c1"),
+  };
+  for (FlightDump& d : dumps) d.job_ranks = {4, 9, 14};
+  const std::string s = joined(detail::summarize_flight_dumps(dumps));
+  EXPECT_NE(s.find("rank 1 (job rank 9, pid 101, dumped on signal): no collective recorded; recv "
+                   "#3 from rank 0 (job rank 4) in flight"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("everyone waits for rank 1 (job rank 9): not started collective seq 0 (rank 0 "
+                   "(job rank 4) is in all_reduce seq 0)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("rank 2 (job rank 14): no dump"), std::string::npos) << s;
+  EXPECT_NE(s.find("rank 1 (job rank 9) waits for rank 0 (job rank 4): recv #3 from rank 0 (job "
+                   "rank 4), whose send rank 0 has not posted (its newest: none recorded)"),
+            std::string::npos)
+      << s;
+}
+
 TEST(FlightSummary, SaysWhenRanksCalledDifferentCollectivesAndWhichSendIsMissing) {
   std::vector<FlightDump> dumps = {
       dump(0, 2, {record(0, 0, OpKind::all_reduce, FlightState::failed, -1, ErrorCode::mismatch)}),
@@ -555,6 +615,113 @@ TEST(FlightRecorderRanks, AMismatchDumpsOnEveryRank) {
   EXPECT_EQ(seen, std::vector<bool>(3, true));
   const std::string s = joined(detail::summarize_flight_dumps(dumps));
   EXPECT_NE(s.find("they called different collectives"), std::string::npos) << s;
+}
+
+// Sends and receives are recorded by the communicator's numbers wherever they go: on two hosts
+// of two ranks (host a: 0, 1; b: 2, 3), those across hosts were not recorded at all, and those
+// inside a host bore the host's own numbering (rank 2's receive from rank 3 read "peer=1").
+// Then ranks 0 and 2 each receive what the other never sends, and both dump on the timeout.
+TEST(FlightRecorderRanks, SendsAndReceivesAcrossAndInsideHostsAreRecordedByTheCommunicatorsRanks) {
+  ScratchDir dir;
+  const std::string where = dir / "";
+  RunOptions options;
+  options.comm_options.timeout = milliseconds(30000);
+  expect_all_ok(run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
+        ::setenv("TPF_NODE_ID", ctx.rank < 2 ? "host-a" : "host-b", 1);
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                 ctx.comm_options);
+        int32_t value = ctx.rank;
+        switch (ctx.rank) {
+          case 0:
+            comm.send(&value, 1, DType::i32, 2);
+            comm.recv(&value, 1, DType::i32, 1);
+            break;
+          case 1: comm.send(&value, 1, DType::i32, 0); return;
+          case 2:
+            comm.recv(&value, 1, DType::i32, 0);
+            comm.recv(&value, 1, DType::i32, 3);
+            break;
+          default: comm.send(&value, 1, DType::i32, 2); return;
+        }
+        const int other = 2 - ctx.rank;
+        const Error e = expect_error("a receive nobody sends", [&] {
+          comm.recv(&value, 1, DType::i32, other, CallOptions{.timeout = milliseconds(1000)});
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+      },
+      options));
+  std::vector<FlightDump> dumps = dumps_in(where);
+  ASSERT_EQ(dumps.size(), 2u) << "ranks 0 and 2 dump, once each";
+  for (const FlightDump& d : dumps) {
+    EXPECT_EQ(d.reason, "timeout") << "rank " << d.rank;
+    if (d.rank == 0) {
+      expect_records(
+          d.records,
+          {{0, 0, OpKind::send, DType::i32, 1, 2, FlightState::completed},
+           {1, 0, OpKind::recv, DType::i32, 1, 1, FlightState::completed},
+           {2, 0, OpKind::recv, DType::i32, 1, 2, FlightState::failed, ErrorCode::timeout}},
+          "rank 0");
+    } else {
+      ASSERT_EQ(d.rank, 2);
+      expect_records(
+          d.records,
+          {{0, 0, OpKind::recv, DType::i32, 1, 0, FlightState::completed},
+           {1, 0, OpKind::recv, DType::i32, 1, 3, FlightState::completed},
+           {2, 1, OpKind::recv, DType::i32, 1, 0, FlightState::failed, ErrorCode::timeout}},
+          "rank 2");
+    }
+  }
+}
+
+// A split's dumps, and the summary made of them, name its ranks by the job's numbers too: four
+// ranks split by parity, and in each half split rank 1 waits for a message split rank 0 never
+// sends. The dump shows that receive failed (it showed it in flight: the dump came first).
+TEST(FlightRecorderRanks, ASplitsDumpsNameItsRanksByTheJobsNumbersToo) {
+  ScratchDir dir;
+  const std::string where = dir / "";
+  RunOptions options;
+  options.comm_options.timeout = milliseconds(30000);
+  expect_all_ok(run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
+        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                  ctx.comm_options);
+        Communicator half = world.split(ctx.rank % 2, ctx.rank);
+        if (half.rank() == 1) {
+          int32_t value = 0;
+          const Error e = expect_error("a receive nobody sends", [&] {
+            half.recv(&value, 1, DType::i32, 0, CallOptions{.timeout = milliseconds(1000)});
+          });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        }
+        world.barrier();  // split rank 0 stays until then
+      },
+      options));
+  std::vector<FlightDump> dumps = dumps_in(where);
+  ASSERT_EQ(dumps.size(), 2u) << "split rank 1 of each half dumps, once";
+  for (const FlightDump& d : dumps) {
+    EXPECT_EQ(d.rank, 1);
+    const int parity = d.job_ranks.empty() ? -1 : d.job_ranks[0];
+    ASSERT_TRUE(parity == 0 || parity == 1) << d.comm;
+    EXPECT_EQ(d.job_ranks, (std::vector<int>{parity, parity + 2})) << d.comm;
+    expect_records(
+        d.records,
+        {{0, 0, OpKind::recv, DType::i32, 1, 0, FlightState::failed, ErrorCode::timeout}}, d.comm);
+  }
+  const std::string s = joined(detail::summarize_flight_dumps(dumps));
+  for (int parity : {0, 1}) {
+    EXPECT_NE(s.find("rank 1 (job rank " + std::to_string(parity + 2) + ", pid "),
+              std::string::npos)
+        << s;
+    // Split rank 0 of the even half is job rank 0: named once.
+    const std::string sender =
+        parity == 0 ? std::string("rank 0") : "rank 0 (job rank " + std::to_string(parity) + ")";
+    EXPECT_NE(s.find("recv #0 from " + sender + " failed: timeout"), std::string::npos) << s;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
