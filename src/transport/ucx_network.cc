@@ -240,6 +240,11 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::vector<uint64_t> remote_bases;  // where the peer's region starts, in its process
   std::unique_ptr<PutProtocol> put_protocol;
 
+  // How a peer whose connection failed with `status`, and which nothing else explains, is named.
+  std::string lost_text(int peer, ucs_status_t status) const {
+    return label + " lost " + names(peer) +
+           " (its process exited or its connection failed: " + status_text(status) + ")";
+  }
   Error put_failure(int peer, ucs_status_t status) const {
     return Error(ErrorCode::peer_died, label + ": writing into the memory of " + names(peer) +
                                            " failed: " + status_text(status) +
@@ -1115,7 +1120,8 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
     if (std::optional<RootCauseError> cause =
             await_notice_locked(config_.notice_wait, [&] { return what; }))
       throw *cause;
-    throw Error(ErrorCode::peer_died, what + " failed: " + status_text(UCS_PTR_STATUS(started)));
+    throw Error(ErrorCode::peer_died,
+                ucx_->lost_text(peer, UCS_PTR_STATUS(started)) + ", sending to it");
   }
   request.pending = started;  // null: done already
   return request;
@@ -1257,9 +1263,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   // A peer that destroyed its communicator (leave) while this rank still waits on it.
   auto fail_left = [&](int peer) { u.fail_left(peer, ctx.op_label(), fail); };
   auto peer_failure = [&](int peer, ucs_status_t status) {
-    return Error(ErrorCode::peer_died,
-                 ctx.op_label() + ": " + config_.label + " lost " + config_.names(peer) +
-                     " (its process exited or its connection failed: " + status_text(status) + ")");
+    return Error(ErrorCode::peer_died, ctx.op_label() + ": " + u.lost_text(peer, status));
   };
   // A transfer that failed with its connection: the caller's buffer first, which a zero-copy
   // transfer reads or writes in place (UCX over TCP meets freed or protected memory as EFAULT,
