@@ -466,6 +466,24 @@ TEST(EmulatedHosts, RailDevicesSettingPutsEachLocalRankOnItsOwnLinkUnderTorchrun
   }
 }
 
+// Rank 0 cuts host `host` off once every rank has called this (after a barrier, say), and
+// every rank returns only once the link is down (`shared`'s counters 0 and 1).
+void cut_once_all_are_here(const EmulatedCluster& cluster, int host, const SharedBlock& shared,
+                           const RankContext& ctx) {
+  if (ctx.rank == 0) {
+    TPF_CHILD_CHECK(wait_until([&] { return shared.counter(0).load() == ctx.size - 1; },
+                               std::chrono::seconds(50)),
+                    "the other ranks did not come");
+    TPF_CHILD_CHECK(cluster.cut(host), "ip link set down failed");
+    shared.counter(1).store(1);
+    return;
+  }
+  shared.counter(0).fetch_add(1);
+  TPF_CHILD_CHECK(
+      wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(50)),
+      "rank 0 did not cut the link");
+}
+
 // A host that drops off the network gives UCX over TCP nothing to report for minutes: each side's
 // heartbeat names a rank of the other, every rank fails with that cause well before its
 // ten-minute deadline (TPF_HOST_LOST_S = 3 here), and nothing is left behind.
@@ -483,18 +501,7 @@ TEST(EmulatedHosts, AHostCutOffTheNetworkIsNamedOnBothSides) {
         Communicator comm =
             Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
         comm.barrier();
-        if (ctx.rank == 0) {  // once every rank is out of the barrier, cut host 1 off
-          TPF_CHILD_CHECK(
-              wait_until([&] { return shared.counter(0).load() == 3; }, std::chrono::seconds(50)),
-              "the other ranks did not leave the barrier");
-          TPF_CHILD_CHECK(cluster.cut(1), "ip link set down failed");
-          shared.counter(1).store(1);
-        } else {  // and start the all_reduce only once the link is down: nothing crosses
-          shared.counter(0).fetch_add(1);
-          TPF_CHILD_CHECK(
-              wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(50)),
-              "rank 0 did not cut the link");
-        }
+        cut_once_all_are_here(cluster, 1, shared, ctx);  // nothing crosses the all_reduce
         int64_t value = 1, out = 0;
         const Error e = expect_error("all_reduce across a cut link", [&] {
           comm.all_reduce(&value, &out, 1, DType::i64, ReduceOp::sum);
@@ -538,18 +545,7 @@ TEST(EmulatedHosts, AFirstTransferToAHostCutOffFailsWithTheHeartbeatsCause) {
         Communicator comm =
             Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
         comm.barrier();
-        if (ctx.rank == 0) {  // once every rank is out of the barrier, cut host 1 (ranks 2, 3) off
-          TPF_CHILD_CHECK(
-              wait_until([&] { return shared.counter(0).load() == 5; }, std::chrono::seconds(50)),
-              "the other ranks did not leave the barrier");
-          TPF_CHILD_CHECK(cluster.cut(1), "ip link set down failed");
-          shared.counter(1).store(1);
-        } else {
-          shared.counter(0).fetch_add(1);
-          TPF_CHILD_CHECK(
-              wait_until([&] { return shared.counter(1).load() == 1; }, std::chrono::seconds(50)),
-              "rank 0 did not cut the link");
-        }
+        cut_once_all_are_here(cluster, 1, shared, ctx);  // ranks 2 and 3
         int32_t value = ctx.rank;
         const Error e = expect_error("a transfer with a host cut off", [&] {
           if (ctx.rank == 1) {

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -569,35 +570,55 @@ TEST(FlightRecorderRanks, TheDumpSignalDumpsABlockedRank) {
                  "rank 1's dump while blocked");
 }
 
-TEST(FlightRecorderRanks, AMismatchDumpsOnEveryRank) {
+// Runs `ranks` ranks (30 s deadline) that dump into a scratch directory, each making its world
+// communicator (after `before`, if any) and handing it to `body`; returns every dump they wrote.
+std::vector<FlightDump> dumps_of_ranks(
+    int ranks, const std::function<void(const RankContext&, Communicator&)>& body,
+    const std::function<void(const RankContext&)>& before = {}) {
   ScratchDir dir;
   const std::string where = dir / "";
   RunOptions options;
   options.comm_options.timeout = milliseconds(30000);
   expect_all_ok(run_ranks_raw(
-      3,
+      ranks,
       [&](const RankContext& ctx) {
         ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
+        if (before) before(ctx);
         Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
                                                  ctx.comm_options);
-        comm.barrier();
-        int32_t one = 1, sum = 0;
-        comm.all_reduce(&one, &sum, 1, DType::i32, ReduceOp::sum);
-        std::vector<float> a(16, 1.0f), b(48);
-        try {
-          if (comm.rank() == 2) {
-            comm.all_gather(a.data(), b.data(), 16, DType::f32);
-          } else {
-            comm.all_reduce(a.data(), b.data(), 16, DType::f32, ReduceOp::sum);
-          }
-          TPF_CHILD_CHECK(false, "mismatched collectives returned normally");
-        } catch (const Error& e) {
-          TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch,
-                          std::string("expected Error(mismatch), got ") + e.what());
-        }
+        body(ctx, comm);
       },
       options));
-  std::vector<FlightDump> dumps = dumps_in(where);
+  return dumps_in(where);
+}
+
+// A receive from `peer`, which never sends: it times out after 1 s.
+void expect_receive_to_time_out(Communicator& comm, int peer) {
+  int32_t value = 0;
+  const Error e = expect_error("a receive nobody sends", [&] {
+    comm.recv(&value, 1, DType::i32, peer, CallOptions{.timeout = milliseconds(1000)});
+  });
+  TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+}
+
+TEST(FlightRecorderRanks, AMismatchDumpsOnEveryRank) {
+  std::vector<FlightDump> dumps = dumps_of_ranks(3, [](const RankContext&, Communicator& comm) {
+    comm.barrier();
+    int32_t one = 1, sum = 0;
+    comm.all_reduce(&one, &sum, 1, DType::i32, ReduceOp::sum);
+    std::vector<float> a(16, 1.0f), b(48);
+    try {
+      if (comm.rank() == 2) {
+        comm.all_gather(a.data(), b.data(), 16, DType::f32);
+      } else {
+        comm.all_reduce(a.data(), b.data(), 16, DType::f32, ReduceOp::sum);
+      }
+      TPF_CHILD_CHECK(false, "mismatched collectives returned normally");
+    } catch (const Error& e) {
+      TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch,
+                      std::string("expected Error(mismatch), got ") + e.what());
+    }
+  });
   ASSERT_EQ(dumps.size(), 3u) << "one dump per rank, on the first failure only";
   std::vector<bool> seen(3, false);
   for (const FlightDump& d : dumps) {
@@ -622,17 +643,9 @@ TEST(FlightRecorderRanks, AMismatchDumpsOnEveryRank) {
 // inside a host bore the host's own numbering (rank 2's receive from rank 3 read "peer=1").
 // Then ranks 0 and 2 each receive what the other never sends, and both dump on the timeout.
 TEST(FlightRecorderRanks, SendsAndReceivesAcrossAndInsideHostsAreRecordedByTheCommunicatorsRanks) {
-  ScratchDir dir;
-  const std::string where = dir / "";
-  RunOptions options;
-  options.comm_options.timeout = milliseconds(30000);
-  expect_all_ok(run_ranks_raw(
+  std::vector<FlightDump> dumps = dumps_of_ranks(
       4,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
-        ::setenv("TPF_NODE_ID", ctx.rank < 2 ? "host-a" : "host-b", 1);
-        Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                 ctx.comm_options);
+      [](const RankContext& ctx, Communicator& comm) {
         int32_t value = ctx.rank;
         switch (ctx.rank) {
           case 0:
@@ -646,14 +659,11 @@ TEST(FlightRecorderRanks, SendsAndReceivesAcrossAndInsideHostsAreRecordedByTheCo
             break;
           default: comm.send(&value, 1, DType::i32, 2); return;
         }
-        const int other = 2 - ctx.rank;
-        const Error e = expect_error("a receive nobody sends", [&] {
-          comm.recv(&value, 1, DType::i32, other, CallOptions{.timeout = milliseconds(1000)});
-        });
-        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        expect_receive_to_time_out(comm, 2 - ctx.rank);
       },
-      options));
-  std::vector<FlightDump> dumps = dumps_in(where);
+      [](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", ctx.rank < 2 ? "host-a" : "host-b", 1);
+      });
   ASSERT_EQ(dumps.size(), 2u) << "ranks 0 and 2 dump, once each";
   for (const FlightDump& d : dumps) {
     EXPECT_EQ(d.reason, "timeout") << "rank " << d.rank;
@@ -680,28 +690,12 @@ TEST(FlightRecorderRanks, SendsAndReceivesAcrossAndInsideHostsAreRecordedByTheCo
 // ranks split by parity, and in each half split rank 1 waits for a message split rank 0 never
 // sends. The dump shows that receive failed (it showed it in flight: the dump came first).
 TEST(FlightRecorderRanks, ASplitsDumpsNameItsRanksByTheJobsNumbersToo) {
-  ScratchDir dir;
-  const std::string where = dir / "";
-  RunOptions options;
-  options.comm_options.timeout = milliseconds(30000);
-  expect_all_ok(run_ranks_raw(
-      4,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_FLIGHT_RECORDER_DIR", where.c_str(), 1);
-        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                  ctx.comm_options);
+  std::vector<FlightDump> dumps =
+      dumps_of_ranks(4, [](const RankContext& ctx, Communicator& world) {
         Communicator half = world.split(ctx.rank % 2, ctx.rank);
-        if (half.rank() == 1) {
-          int32_t value = 0;
-          const Error e = expect_error("a receive nobody sends", [&] {
-            half.recv(&value, 1, DType::i32, 0, CallOptions{.timeout = milliseconds(1000)});
-          });
-          TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
-        }
+        if (half.rank() == 1) expect_receive_to_time_out(half, 0);
         world.barrier();  // split rank 0 stays until then
-      },
-      options));
-  std::vector<FlightDump> dumps = dumps_in(where);
+      });
   ASSERT_EQ(dumps.size(), 2u) << "split rank 1 of each half dumps, once";
   for (const FlightDump& d : dumps) {
     EXPECT_EQ(d.rank, 1);
