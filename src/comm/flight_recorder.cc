@@ -529,9 +529,10 @@ void FlightRecorder::end(Slot slot, FlightState state, ErrorCode error) noexcept
 
 void FlightRecorder::end(Slot slot, const std::exception_ptr& error) noexcept {
   if (slot == kNoSlot) return;
+  if (!error) return end(slot, FlightState::completed);
   ErrorCode code = ErrorCode::internal;
   try {
-    if (error) std::rethrow_exception(error);
+    std::rethrow_exception(error);
   } catch (const Error& e) {
     code = e.code();
   } catch (...) {

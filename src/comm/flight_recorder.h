@@ -93,7 +93,8 @@ class FlightRecorder {
   Slot begin(coll::OpKind kind, DType dtype, uint64_t count, int peer_or_root,
              uint64_t sequence) noexcept;
   void end(Slot slot, FlightState state, ErrorCode error = ErrorCode::internal) noexcept;
-  // Marks the record failed with the error's code (Error, or internal for anything else).
+  // Marks the record failed with the error's code (Error, or internal for anything else); a null
+  // error marks it completed.
   void end(Slot slot, const std::exception_ptr& error) noexcept;
 
   // Writes a dump for the communicator's first failure with a code worth one (timeout, mismatch,

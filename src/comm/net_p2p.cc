@@ -92,11 +92,7 @@ void NetP2p::run(const coll::OpDesc& desc, Clock::time_point deadline) {
 }
 
 void NetP2p::complete(Pending& p, std::exception_ptr error) {
-  if (error) {
-    recorder_.end(p.flight, error);
-  } else {
-    recorder_.end(p.flight, FlightState::completed);
-  }
+  recorder_.end(p.flight, error);
   p.state->complete(std::move(error));
 }
 

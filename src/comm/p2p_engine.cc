@@ -144,11 +144,7 @@ P2pEngine::Pending P2pEngine::make_pending(const coll::OpDesc& desc, Clock::time
 }
 
 void P2pEngine::complete(Pending& p, std::exception_ptr error) {
-  if (error) {
-    recorder_.end(p.flight, error);
-  } else {
-    recorder_.end(p.flight, FlightState::completed);
-  }
+  recorder_.end(p.flight, error);
   if (p.state) {
     p.state->complete(std::move(error));
     // Its waiter may be waiting for the driver role (drive_until_done) rather than on the state.

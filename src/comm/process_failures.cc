@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-
 namespace tpf::detail {
 
 ProcessFailures& ProcessFailures::instance() {
