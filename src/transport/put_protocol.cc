@@ -187,13 +187,14 @@ void PutProtocol::pump_out(size_t i) {
   const int peer = peers_[i];
   if (o.broken) return;
   const uint64_t remote = remote_blocks_[i];
-  for (Op* op : o.active) {
-    std::erase_if(op->payload_puts, [&](void* put) { return writer_.complete(peer, put); });
-  }
+  for (Op* op : o.active) drop_ended(peer, op->payload_puts);
   auto write_signals = [&] {
-    while (!o.awaiting.empty() && writer_.complete(peer, o.awaiting.front().flush)) {
+    while (!o.awaiting.empty()) {
+      std::exception_ptr failure;
+      if (!writer_.complete(peer, o.awaiting.front().flush, failure)) break;
       const Outgoing::Unsignalled done = o.awaiting.front();
       o.awaiting.pop_front();
+      if (failure) std::rethrow_exception(failure);
       const int slot = static_cast<int>(done.piece % SL::kSlots);
       o.signals[slot] = done.piece + 1;
       if (void* put = writer_.put(peer, remote + SL::signal(slot), &o.signals[slot], 8))
@@ -207,7 +208,7 @@ void PutProtocol::pump_out(size_t i) {
   while (!o.queue.empty() && o.next < credits + SL::kSlots) {
     const int slot = static_cast<int>(o.next % SL::kSlots);
     // The slot's last header and signal landed (the peer read them); their puts are done.
-    std::erase_if(o.control[slot], [&](void* put) { return writer_.complete(peer, put); });
+    drop_ended(peer, o.control[slot]);
     if (!o.control[slot].empty()) break;
     Op* op = o.queue.front();
     const size_t piece = std::min(SL::kSlotBytes, op->bytes - op->issued);
@@ -286,12 +287,22 @@ void PutProtocol::pump_in(size_t i) {
   // Hand the emptied slots back: one credit put in flight at a time, the newest count (once the
   // peer is reached: until then it waits for slots, and the pieces wait here).
   if (remote_blocks_[i] == kUnreached) return;
-  if (in.credit_put != nullptr && writer_.complete(peer, in.credit_put)) in.credit_put = nullptr;
+  if (in.credit_put != nullptr) {
+    std::exception_ptr failure;
+    if (writer_.complete(peer, in.credit_put, failure)) in.credit_put = nullptr;
+    if (failure) std::rethrow_exception(failure);
+  }
   if (in.credit_put == nullptr && in.credit_sent < in.consumed) {
     in.credit_word = in.consumed;
     in.credit_sent = in.consumed;
     in.credit_put = writer_.put(peer, remote_blocks_[i] + SL::credit(), &in.credit_word, 8);
   }
+}
+
+void PutProtocol::drop_ended(int peer, std::vector<void*>& handles) {
+  std::exception_ptr failure;
+  std::erase_if(handles, [&](void* handle) { return writer_.complete(peer, handle, failure); });
+  if (failure) std::rethrow_exception(failure);
 }
 
 PutProtocol::Status PutProtocol::status(const Op* op) const {

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <span>
 #include <unordered_set>
@@ -43,9 +44,11 @@ class RemoteWriter {
   virtual void* put(int peer, uint64_t offset, const void* source, size_t bytes) = 0;
   // Starts confirming that every write issued to `peer` so far has landed there.
   virtual void* flush(int peer) = 0;
-  // True (and the handle released) once the operation is complete: for a put, its source may be
-  // reused. Throws if it failed.
-  virtual bool complete(int peer, void* handle) = 0;
+  // True once the operation ended, its handle released then: for a put, its source may be
+  // reused. One that failed ended too: `failure` gets its error (unless it holds one already),
+  // for the caller to raise once it no longer holds the handle (a handle kept past a throw from
+  // here would be released again when its transfer is cancelled: a double free inside UCX).
+  virtual bool complete(int peer, void* handle, std::exception_ptr& failure) = 0;
   // Stops caring about an operation (the transfer it belonged to was cancelled): bounded, and its
   // source is not read any more when this returns.
   virtual void abandon(int peer, void* handle) = 0;
@@ -108,6 +111,8 @@ class PutProtocol {
   size_t index_of(int peer) const;
   void pump_out(size_t i);
   void pump_in(size_t i);
+  // Drops from `handles` the operations that ended, then raises the first failure among them.
+  void drop_ended(int peer, std::vector<void*>& handles);
   std::span<std::byte> region_;
   std::vector<int> peers_;
   static constexpr uint64_t kUnreached = ~uint64_t{0};

@@ -40,6 +40,14 @@ constexpr auto kCancelLimit = std::chrono::seconds(2);
 
 std::string status_text(ucs_status_t status) { return ucs_status_string(status); }
 
+// A write into a peer's region that failed with its connection. It travels through the put
+// protocol (which names no UCX type) to UcxNetwork::advance, which names the peer as it names any
+// lost connection: after a notice that explains the loss, or the peer's goodbye, had its chance.
+struct PutFailed {
+  int peer;
+  ucs_status_t status;
+};
+
 std::string to_hex(const void* data, size_t bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;
@@ -245,32 +253,27 @@ struct UcxNetwork::Ucx final : RemoteWriter {
     return label + " lost " + names(peer) +
            " (its process exited or its connection failed: " + status_text(status) + ")";
   }
-  Error put_failure(int peer, ucs_status_t status) const {
-    return Error(ErrorCode::peer_died, label + ": writing into the memory of " + names(peer) +
-                                           " failed: " + status_text(status) +
-                                           " (its process exited or its connection failed)");
-  }
   void* put(int peer, uint64_t offset, const void* source, size_t bytes) override {
-    if (endpoints[peer] == nullptr) throw put_failure(peer, UCS_ERR_NOT_CONNECTED);
+    if (endpoints[peer] == nullptr) throw PutFailed{peer, UCS_ERR_NOT_CONNECTED};
     ucp_request_param_t param{};
     ucs_status_ptr_t started = ucp_put_nbx(endpoints[peer], source, bytes,
                                            remote_bases[peer] + offset, rkeys[peer], &param);
-    if (UCS_PTR_IS_ERR(started)) throw put_failure(peer, UCS_PTR_STATUS(started));
+    if (UCS_PTR_IS_ERR(started)) throw PutFailed{peer, UCS_PTR_STATUS(started)};
     return started;
   }
   void* flush(int peer) override {
-    if (endpoints[peer] == nullptr) throw put_failure(peer, UCS_ERR_NOT_CONNECTED);
+    if (endpoints[peer] == nullptr) throw PutFailed{peer, UCS_ERR_NOT_CONNECTED};
     ucp_request_param_t param{};
     ucs_status_ptr_t started = ucp_ep_flush_nbx(endpoints[peer], &param);
-    if (UCS_PTR_IS_ERR(started)) throw put_failure(peer, UCS_PTR_STATUS(started));
+    if (UCS_PTR_IS_ERR(started)) throw PutFailed{peer, UCS_PTR_STATUS(started)};
     return started;
   }
-  bool complete(int peer, void* handle) override {
+  bool complete(int peer, void* handle, std::exception_ptr& failure) override {
     if (handle == nullptr) return true;
     const ucs_status_t status = ucp_request_check_status(handle);
     if (status == UCS_INPROGRESS) return false;
     ucp_request_free(handle);
-    if (status != UCS_OK) throw put_failure(peer, status);
+    if (status != UCS_OK && !failure) failure = std::make_exception_ptr(PutFailed{peer, status});
     return true;
   }
   void abandon(int peer, void* handle) override {
@@ -1262,26 +1265,26 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   };
   // A peer that destroyed its communicator (leave) while this rank still waits on it.
   auto fail_left = [&](int peer) { u.fail_left(peer, ctx.op_label(), fail); };
-  auto peer_failure = [&](int peer, ucs_status_t status) {
+  // A connection to `peer` that failed: the peer, unless it said it left or a notice that comes
+  // meanwhile explains the loss (NetworkConfig::notice_wait).
+  auto connection_failure = [&](int peer, ucs_status_t status) {
+    // It closed its connections after saying it left: nothing else to wait for.
+    u.take_leavers();
+    if (u.has_left(peer)) fail_left(peer);
+    if (std::optional<RootCauseError> cause =
+            await_notice_locked(config_.notice_wait, [&] { return ctx.op_label(); }))
+      fail(*cause);
+    u.take_leavers();
+    if (u.has_left(peer)) fail_left(peer);
     return Error(ErrorCode::peer_died, ctx.op_label() + ": " + u.lost_text(peer, status));
   };
   // A transfer that failed with its connection: the caller's buffer first, which a zero-copy
   // transfer reads or writes in place (UCX over TCP meets freed or protected memory as EFAULT,
   // reports the connection failed and closes it, so the peer fails too: the notice must name
-  // this rank's buffer, not the peer); else the peer, unless a notice that comes meanwhile
-  // explains the loss (NetworkConfig::notice_wait).
+  // this rank's buffer, not the peer); else the connection.
   auto transfer_failure = [&](const NetRequest& r, ucs_status_t status) {
-    if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false) {
-      // It closed its connections after saying it left: nothing else to wait for.
-      u.take_leavers();
-      if (u.has_left(r.peer)) fail_left(r.peer);
-      if (std::optional<RootCauseError> cause =
-              await_notice_locked(config_.notice_wait, [&] { return ctx.op_label(); }))
-        fail(*cause);
-      u.take_leavers();
-      if (u.has_left(r.peer)) fail_left(r.peer);
-      return peer_failure(r.peer, status);
-    }
+    if (r.data == nullptr || base::memory_readable(r.data, r.bytes) != false)
+      return connection_failure(r.peer, status);
     char where[32];
     std::snprintf(where, sizeof where, "%p", r.data);
     return Error(ErrorCode::invalid_argument,
@@ -1302,6 +1305,8 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   if (u.put_protocol) {
     try {
       u.put_protocol->pump();
+    } catch (const PutFailed& e) {
+      fail(connection_failure(e.peer, e.status));
     } catch (const Error& e) {
       fail(Error(e.code(), ctx.op_label() + ": " + e.what()));
     }
