@@ -2246,6 +2246,48 @@ TEST_P(AcrossHostsFailures, ARankKilledBeforeItsFirstTransferWithAPeerOffItsRail
   EXPECT_EQ(outcomes[3].signal, SIGKILL);
 }
 
+// The failures above run over tagged messages: over TCP, UCX 1.13 may abort a put's target whose
+// initiator died (docs/fabric.md). This one keeps rank 0 from being any put's target: rank 1 stops
+// itself once its communicator is made, before any call, so it writes nothing into rank 0's
+// region. Rank 0 then sends it 4 MiB, more than rank 1's slots hold, so flushes that only rank 1
+// could answer stay in flight, and kills it. The send fails naming rank 1 as every lost connection
+// is named (until 2026-12-06: "writing into the memory of rank 1 failed"), and rank 0 goes on to
+// destroy its communicator normally. (The double free of a failed write's request that aborted
+// such processes then is caught by PutProtocol.EveryWriteIsReleasedOnceWhenTheLinkIsCut: here
+// it corrupted UCX's request pool without a crash, the pool going with the communicator.)
+TEST(AcrossHostsPutFailures, APutSendWhosePeerIsKilledFailsNamingItAndTheSenderGoesOn) {
+  SharedBlock shared;  // [0]: rank 1's pid
+  auto outcomes = run_on_hosts(
+      kTwoHostsOfOne,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          shared.counter(0).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        pid_t victim = 0;
+        TPF_CHILD_CHECK(wait_until(
+                            [&] {
+                              victim = static_cast<pid_t>(shared.counter(0).load());
+                              return victim != 0 && process_state(victim) == 'T';
+                            },
+                            std::chrono::seconds(30)),
+                        "rank 1 did not stop");
+        std::vector<std::byte> data(size_t{4} << 20, std::byte{7});
+        Work send = comm.send_async(data.data(), data.size(), DType::u8, 1);
+        for (int round = 0; round < 100; ++round) TPF_CHILD_CHECK(!send.test(), "sent whole");
+        ::kill(victim, SIGKILL);
+        const Error e = expect_error("a put send to a killed rank", [&] { send.wait(); });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+        TPF_CHILD_CHECK(
+            std::string(e.what()).find("lost rank 1 (its process exited") != std::string::npos,
+            e.what());
+      },
+      transport::NetProtocol::put);
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL) << outcomes[1].describe();
+}
+
 // TPF_NET_CONNECT=all connects every pair while the communicator is made (each checked with a
 // first message), and everything works as with first peers: a collective, and point-to-point
 // between ranks off each other's rails. Ranks told different values fail at creation, naming it

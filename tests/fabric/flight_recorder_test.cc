@@ -225,13 +225,6 @@ TEST(FlightRecorder, RankRunsReadBackAndMalformedListsAreRefused) {
   EXPECT_EQ(detail::decode_rank_runs("0-16", 16), std::nullopt) << "17 ranks where 16 fit";
 }
 
-// The state letter of this process's thread `tid` ('S': asleep, as on a mutex), or 0.
-char thread_state(pid_t tid) {
-  const std::string stat = read_file("/proc/self/task/" + std::to_string(tid) + "/stat");
-  const size_t name_end = stat.rfind(')');
-  return name_end == std::string::npos || name_end + 2 >= stat.size() ? 0 : stat[name_end + 2];
-}
-
 // Until `done` or 30 s (a bound, not a wait): yields the core between looks.
 template <class Done>
 bool within_bound(Done&& done) {
@@ -272,7 +265,7 @@ TEST(FlightRecorder, ASecondFailureReturnsOnlyOnceTheFirstOnesDumpIsWritten) {
   struct Caller {
     std::atomic<pid_t> tid{0};
     std::atomic<bool> returned{false};
-    bool asleep() const { return tid != 0 && thread_state(tid) == 'S'; }
+    bool asleep() const { return tid != 0 && process_state(tid) == 'S'; }
   } first, second;
   auto fail_as = [&rec](Caller& caller, ErrorCode code) {
     return std::thread([&rec, &caller, code] {

@@ -376,6 +376,19 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   return true;
 }
 
+char process_state(pid_t id) {
+  char stat[512];
+  const std::string path = "/proc/" + std::to_string(id) + "/stat";
+  FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return 0;
+  const size_t length = std::fread(stat, 1, sizeof stat - 1, file);
+  std::fclose(file);
+  stat[length] = '\0';
+  // "pid (name) S ...": the name may hold anything, so the state follows its last ')'.
+  const char* name_end = std::strrchr(stat, ')');
+  return name_end == nullptr || name_end[1] != ' ' ? 0 : name_end[2];
+}
+
 std::shared_ptr<Store> connect_to_store(const RankContext& ctx, int job_rank,
                                         std::chrono::milliseconds connect_timeout) {
   const auto colon = ctx.store_address.rfind(':');

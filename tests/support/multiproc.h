@@ -7,6 +7,8 @@
 // destructors, which belong to the parent.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -98,6 +100,10 @@ class SharedBlock {
 
 // Waits (bounded) until pred() holds, yielding between checks; false if the timeout expired first.
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// The state letter /proc gives the process or thread `id` ('T': stopped, 'S': asleep, as on a
+// mutex), or 0 where it has none (gone).
+char process_state(pid_t id);
 
 // Entries of /dev/shm whose names start with prefix (sorted).
 std::vector<std::string> list_dev_shm(const std::string& prefix = "tpf-");
