@@ -21,6 +21,7 @@
 #include "base/env_config.h"
 #include "comm/flight_store.h"
 #include "topo/hosts.h"
+#include "transport/ucx_network.h"
 
 namespace tpf::detail {
 namespace {
@@ -627,6 +628,9 @@ std::string FlightRecorder::format(std::string_view reason) const {
                   static_cast<long long>(r.start_ns), static_cast<long long>(r.end_ns));
     text += line;
   }
+  // UCX's latest error lines in this process (not printed: transport/ucx_network.h), whatever
+  // communicator they were about; readers take only the lines above.
+  for (const std::string& said : transport::recent_ucx_errors()) text += "ucx " + said + "\n";
   text += std::string(kTag) + " end " + who + " pid=" + pid + "\n";
   return text;
 }

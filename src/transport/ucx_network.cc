@@ -3,12 +3,16 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -47,6 +51,71 @@ struct PutFailed {
   int peer;
   ucs_status_t status;
 };
+
+// UCX's error lines, taken in (ucx_network.h says why): a process-wide log handler, installed
+// with the first network, and the lines it keeps.
+class UcxErrorLines {
+ public:
+  static UcxErrorLines& instance() {
+    static UcxErrorLines* lines = new UcxErrorLines;  // never destroyed: UCX may log at exit
+    return *lines;
+  }
+  // Installs the handler (once) and follows the user's choice as each network is made.
+  void take_them() {
+    printed_.store(std::getenv("UCX_LOG_LEVEL") != nullptr, std::memory_order_relaxed);
+    static std::once_flag installed;
+    std::call_once(installed, [] { ucs_log_push_handler(&UcxErrorLines::handle); });
+  }
+  void keep(std::string line) {
+    if (t_capture != nullptr) t_capture->push_back(line);
+    std::lock_guard lock(mu_);
+    kept_.push_back(std::move(line));
+    if (kept_.size() > kKeptUcxErrors) kept_.pop_front();
+  }
+  std::vector<std::string> recent() {
+    std::lock_guard lock(mu_);
+    return {kept_.begin(), kept_.end()};
+  }
+  // What this thread's UCX calls logged while a Capture lives (a network being made).
+  class Capture {
+   public:
+    Capture() : outer_(std::exchange(t_capture, &lines_)) {}
+    ~Capture() { t_capture = outer_; }
+    Capture(const Capture&) = delete;
+    Capture& operator=(const Capture&) = delete;
+    // " (UCX said: ...)", or nothing.
+    std::string said() const {
+      if (lines_.empty()) return {};
+      std::string text = " (UCX said: ";
+      for (size_t i = 0; i < lines_.size(); ++i) text += (i > 0 ? "; " : "") + lines_[i];
+      return text + ")";
+    }
+
+   private:
+    std::vector<std::string>* outer_;
+    std::vector<std::string> lines_;
+  };
+
+ private:
+  static ucs_log_func_rc_t handle(const char* file, unsigned line, const char*,
+                                  ucs_log_level_t level, const ucs_log_component_config_t*,
+                                  const char* format, va_list ap) {
+    UcxErrorLines& self = instance();
+    if (level != UCS_LOG_LEVEL_ERROR || self.printed_.load(std::memory_order_relaxed))
+      return UCS_LOG_FUNC_RC_CONTINUE;
+    char message[512];
+    std::vsnprintf(message, sizeof message, format, ap);
+    const char* base = std::strrchr(file, '/');
+    self.keep(std::string(base != nullptr ? base + 1 : file) + ":" + std::to_string(line) + " " +
+              message);
+    return UCS_LOG_FUNC_RC_STOP;
+  }
+  static thread_local std::vector<std::string>* t_capture;
+  std::atomic<bool> printed_{false};
+  std::mutex mu_;
+  std::deque<std::string> kept_;
+};
+thread_local std::vector<std::string>* UcxErrorLines::t_capture = nullptr;
 
 std::string to_hex(const void* data, size_t bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -559,6 +628,8 @@ struct UcxNetwork::Ucx final : RemoteWriter {
 
 UcxNetwork::UcxNetwork(NetworkConfig config)
     : config_(std::move(config)), board_(config_.store), ucx_(new Ucx) {
+  UcxErrorLines::instance().take_them();
+  const UcxErrorLines::Capture ucx_said;  // for the errors below
   Ucx& u = *ucx_;
   const int n = config_.size;
   u.endpoints.assign(n, nullptr);
@@ -576,7 +647,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
                   config_.label + ": the network (UCX) failed to start: " + call + ": " +
                       status_text(status) + " (transports '" + config_.transports +
                       "', from TPF_NET_TRANSPORTS; devices '" + config_.devices +
-                      "', from TPF_RAIL_DEVICES or UCX_NET_DEVICES, default all)");
+                      "', from TPF_RAIL_DEVICES or UCX_NET_DEVICES, default all)" +
+                      ucx_said.said());
     }
   };
 
@@ -682,7 +754,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
       if (std::optional<RootCauseError> cause =
               await_notice_locked(config_.notice_wait, [&] { return what; }))
         throw *cause;
-      throw Error(ErrorCode::bootstrap, what + ": " + status_text(u.failures[p]));
+      throw Error(ErrorCode::bootstrap, what + ": " + status_text(u.failures[p]) + ucx_said.said());
     }
   }
   u.leaving_in.resize(kMaxNoticeBytes);
@@ -1452,5 +1524,9 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
     idle.slept();
   }
 }
+
+std::vector<std::string> recent_ucx_errors() { return UcxErrorLines::instance().recent(); }
+
+void keep_ucx_error(std::string line) { UcxErrorLines::instance().keep(std::move(line)); }
 
 }  // namespace tpf::transport

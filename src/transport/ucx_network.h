@@ -343,4 +343,17 @@ class UcxNetwork {
   bool push_again_ = false;  // sends started while that flush was in progress (mu_)
 };
 
+// UCX's error lines ("UCX  ERROR ..."). tpf's own error says what a failed connection means
+// (which rank, and why), and the line UCX prints beside it ("connection establishment for socket
+// fd 18 was unsuccessful") reads like a second problem. So tpf takes UCX's error lines in: a
+// failure while a network is made carries those its thread met in its message ("UCX said: ..."),
+// and the latest kKeptUcxErrors go into the flight recorder's dumps; none is printed. Unless the
+// user set UCX_LOG_LEVEL (read as each network is made): UCX then prints its log as asked.
+// Warnings (UCX's word on the user's own UCX_ variables, say) and fatal errors always print.
+inline constexpr size_t kKeptUcxErrors = 8;
+// The latest UCX error lines of this process, oldest first.
+std::vector<std::string> recent_ucx_errors();
+// Keeps `line` among them (the log handler's own step; callable for a test).
+void keep_ucx_error(std::string line);
+
 }  // namespace tpf::transport

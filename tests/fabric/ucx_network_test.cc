@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -213,6 +214,56 @@ TEST(UcxNetwork, ADeadPeerIsNamedNotWaitedFor) {
       TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
       const char* naming = on_first_use ? "rank 1 " : "lost rank 1";
       TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
+    });
+    EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+    EXPECT_EQ(outcomes[1].signal, SIGKILL);
+  }
+}
+
+// UCX's error line for a connection that failed is taken in, not printed beside tpf's error
+// (transport/ucx_network.h): rank 0 connects on first use to rank 1 after rank 1's process is
+// gone, UCX fails the connection and says so at its error level, and the line is among
+// recent_ucx_errors() (for the dumps) but not in rank 0's output (UCX prints its log on stdout).
+// A user who set UCX_LOG_LEVEL sees it printed, and tpf keeps nothing.
+TEST(UcxNetwork, UcxsErrorLinesAreKeptNotPrintedUnlessTheUserAskedForUcxsLog) {
+  for (const bool user_asked : {false, true}) {
+    SCOPED_TRACE(user_asked ? "UCX_LOG_LEVEL set" : "UCX_LOG_LEVEL unset");
+    testing::SharedBlock shared;  // [0]: rank 1's pid
+    auto outcomes = testing::run_ranks_raw(2, [&](const RankContext& ctx) {
+      if (user_asked) {
+        ::setenv("UCX_LOG_LEVEL", "warn", 1);  // UCX's default: it prints as it would anyway
+      } else {
+        ::unsetenv("UCX_LOG_LEVEL");
+      }
+      auto net = connect_network(ctx, transport::NetProtocol::tag, kNobodyFirst);
+      if (ctx.rank == 1) {
+        shared.counter(0).store(::getpid());
+        ::raise(SIGKILL);
+      }
+      TPF_CHILD_CHECK(testing::wait_until(
+                          [&] {
+                            const auto pid = static_cast<pid_t>(shared.counter(0).load());
+                            const char state = pid == 0 ? 'R' : testing::process_state(pid);
+                            return state == 0 || state == 'Z';  // exited: its sockets closed
+                          },
+                          std::chrono::seconds(30)),
+                      "rank 1 did not exit");
+      ::testing::internal::CaptureStdout();
+      uint64_t value = 0;
+      const Error e = testing::expect_error("receive from a dead rank", [&] {
+        std::vector<NetRequest> requests{net->recv(1, 5, &value, sizeof value)};
+        net->wait_all(requests, within(std::chrono::minutes(10)));
+      });
+      const std::string printed = ::testing::internal::GetCapturedStdout();
+      TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+      const std::vector<std::string> kept = transport::recent_ucx_errors();
+      const bool ucx_printed = printed.find("UCX  ERROR") != std::string::npos;
+      const bool tpf_kept = std::any_of(kept.begin(), kept.end(), [](const std::string& line) {
+        return line.find("tcp") != std::string::npos;
+      });
+      TPF_CHILD_CHECK(ucx_printed == user_asked, "printed: " + printed);
+      TPF_CHILD_CHECK(tpf_kept == !user_asked,
+                      "kept: " + (kept.empty() ? std::string("nothing") : kept.back()));
     });
     EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
     EXPECT_EQ(outcomes[1].signal, SIGKILL);
