@@ -2320,14 +2320,17 @@ TEST(AcrossHostsConnect, EveryPairConnectedUpFrontWorksAndMustBeAlike) {
 }
 
 // A store whose reads of the keys `fails` picks fail (after `before_failing`, if any): a rank
-// whose creation fails once it has published its own network address.
+// whose creation fails once it has published its own network address. They throw tpf::Error, or
+// std::runtime_error as a store of the user's own might.
 class FailingReadStore : public ForwardingStore {
  public:
+  enum class Throws { tpf_error, standard };
   FailingReadStore(std::shared_ptr<Store> inner, std::function<bool(const std::string&)> fails,
-                   std::function<void()> before_failing = {})
+                   std::function<void()> before_failing = {}, Throws throws = Throws::tpf_error)
       : ForwardingStore(std::move(inner)),
         fails_(std::move(fails)),
-        before_failing_(std::move(before_failing)) {}
+        before_failing_(std::move(before_failing)),
+        throws_(throws) {}
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     fail_on(key);
     return ForwardingStore::get(key, timeout);
@@ -2342,14 +2345,63 @@ class FailingReadStore : public ForwardingStore {
   void fail_on(const std::string& key) const {
     if (!fails_(key)) return;
     if (before_failing_) before_failing_();
-    throw Error(ErrorCode::system, "the injected store failure reading '" + key + "'");
+    const std::string what = "the injected store failure reading '" + key + "'";
+    if (throws_ == Throws::standard) throw std::runtime_error(what);
+    throw Error(ErrorCode::system, what);
   }
   std::function<bool(const std::string&)> fails_;
   std::function<void()> before_failing_;
+  Throws throws_;
 };
 
-bool mentions_the_injected_failure(const Error& e) {
+bool mentions_the_injected_failure(const std::exception& e) {
   return std::string(e.what()).find("the injected store failure") != std::string::npos;
+}
+
+// An exception that is no tpf::Error, met in the middle of a transfer (a store of the user's own
+// that throws std::runtime_error as rank 4 reads rank 3's address to connect on first use: on
+// three hosts of two they are no first peers of each other), reaches rank 4's caller as it was
+// thrown, and fails the communicator like any failure: every other rank's next call fails with
+// it as the root cause (code internal), none waits for its deadline.
+TEST(AcrossHostsSetup, AnExceptionThatIsNoTpfErrorInATransferReachesItsCallerAndEveryRank) {
+  const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
+  const auto outcomes = run_ranks_raw(6, [&](const RankContext& ctx) {
+    ::setenv("TPF_NODE_ID", three_of_two[ctx.rank].c_str(), 1);
+    std::shared_ptr<Store> store = connect_to_store(ctx, ctx.rank, std::chrono::seconds(10));
+    if (ctx.rank == 4) {
+      store = std::make_shared<FailingReadStore>(
+          store, [](const std::string& key) { return key.ends_with("/net/3"); }, nullptr,
+          FailingReadStore::Throws::standard);
+    }
+    CommOptions options = ctx.comm_options;
+    options.timeout = std::chrono::minutes(10);  // only the failure can end the calls in time
+    Communicator world = Communicator::create(ctx.rank, ctx.size, store, "world", options);
+    int32_t value = 0;
+    auto calls = [&] {  // rank 4 fails in its receive; the others where the failure finds them
+      world.barrier();
+      if (ctx.rank == 4) world.recv(&value, 1, DType::i32, 3);
+      if (ctx.rank == 3) world.send(&value, 1, DType::i32, 4);  // may go out before it
+      world.barrier();
+    };
+    if (ctx.rank == 4) {
+      try {
+        calls();
+        TPF_CHILD_CHECK(false, "the receive that connects to rank 3 did not fail");
+      } catch (const Error& e) {
+        TPF_CHILD_CHECK(false, std::string("a tpf::Error, not the store's own: ") + e.what());
+      } catch (const std::runtime_error& e) {
+        TPF_CHILD_CHECK(mentions_the_injected_failure(e), e.what());
+      }
+    }
+    const Error e = expect_error("a call after rank 4's failure", [&] {
+      if (ctx.rank == 4)
+        world.barrier();
+      else
+        calls();
+    });
+    TPF_CHILD_CHECK(e.code() == ErrorCode::internal && mentions_the_injected_failure(e), e.what());
+  });
+  expect_all_ok(outcomes);
 }
 
 // A rank whose creation fails after its peers can connect to it, and which then exits, is not
