@@ -349,7 +349,9 @@ class UcxNetwork {
 // failure while a network is made carries those its thread met in its message ("UCX said: ..."),
 // and the latest kKeptUcxErrors go into the flight recorder's dumps; none is printed. Unless the
 // user set UCX_LOG_LEVEL (read as each network is made): UCX then prints its log as asked.
-// Warnings (UCX's word on the user's own UCX_ variables, say) and fatal errors always print.
+// Warnings (UCX's word on the user's own UCX_ variables, say) and fatal errors always print. The
+// handler is the process's: another library's UCX in the process (Open MPI's) loses its error
+// lines to it too, unless UCX_LOG_LEVEL is set.
 inline constexpr size_t kKeptUcxErrors = 8;
 // The latest UCX error lines of this process, oldest first.
 std::vector<std::string> recent_ucx_errors();
