@@ -802,6 +802,21 @@ bool UcxNetwork::connect_locked(int peer, const std::string& address,
   return true;
 }
 
+template <class Fail>
+void UcxNetwork::explain_failed_connection_locked(int peer, const std::string& context,
+                                                  Fail&& fail) {
+  Ucx& u = *ucx_;
+  // It closed its connections after saying it left: nothing else to wait for. (Looked at again
+  // after the wait: its leaving message may come meanwhile.)
+  u.take_leavers();
+  if (u.has_left(peer)) u.fail_left(peer, context, fail);
+  if (std::optional<RootCauseError> cause =
+          await_notice_locked(config_.notice_wait, [&] { return context; }))
+    fail(*cause);
+  u.take_leavers();
+  if (u.has_left(peer)) u.fail_left(peer, context, fail);
+}
+
 void UcxNetwork::connect_on_first_use(int peer) {
   Ucx& u = *ucx_;
   if (u.reached[peer].load(std::memory_order_acquire)) return;
@@ -816,11 +831,7 @@ void UcxNetwork::connect_on_first_use(int peer) {
     // a send that fails waits for one: NetworkConfig::notice_wait).
     const std::string what =
         config_.label + ": connecting to " + config_.names(peer) + " on first use";
-    u.take_leavers();
-    if (u.has_left(peer)) u.fail_left(peer, what, [](const auto& error) { throw error; });
-    if (std::optional<RootCauseError> cause =
-            await_notice_locked(config_.notice_wait, [&] { return what; }))
-      throw *cause;
+    explain_failed_connection_locked(peer, what, [](const auto& error) { throw error; });
     throw Error(ErrorCode::peer_died, what +
                                           ": it cannot be reached (its process exited or its "
                                           "network is down): " +
@@ -1189,12 +1200,8 @@ NetRequest UcxNetwork::send(int peer, uint64_t tag, const void* data, size_t byt
     // The endpoint failed: often because the peer's communicator failed first and closed it, or
     // as the consequence of a failure elsewhere, whose notice is waited for as a failed transfer
     // waits for it (NetworkConfig::notice_wait).
-    const std::string what = config_.label + ": sending to " + config_.names(peer);
-    ucx_->take_leavers();
-    if (ucx_->has_left(peer)) ucx_->fail_left(peer, what, [](const auto& error) { throw error; });
-    if (std::optional<RootCauseError> cause =
-            await_notice_locked(config_.notice_wait, [&] { return what; }))
-      throw *cause;
+    explain_failed_connection_locked(peer, config_.label + ": sending to " + config_.names(peer),
+                                     [](const auto& error) { throw error; });
     throw Error(ErrorCode::peer_died,
                 ucx_->lost_text(peer, UCS_PTR_STATUS(started)) + ", sending to it");
   }
@@ -1340,14 +1347,7 @@ UcxNetwork::Progress UcxNetwork::advance(std::span<NetRequest> requests, const W
   // A connection to `peer` that failed: the peer, unless it said it left or a notice that comes
   // meanwhile explains the loss (NetworkConfig::notice_wait).
   auto connection_failure = [&](int peer, ucs_status_t status) {
-    // It closed its connections after saying it left: nothing else to wait for.
-    u.take_leavers();
-    if (u.has_left(peer)) fail_left(peer);
-    if (std::optional<RootCauseError> cause =
-            await_notice_locked(config_.notice_wait, [&] { return ctx.op_label(); }))
-      fail(*cause);
-    u.take_leavers();
-    if (u.has_left(peer)) fail_left(peer);
+    explain_failed_connection_locked(peer, ctx.op_label(), fail);
     return Error(ErrorCode::peer_died, ctx.op_label() + ": " + u.lost_text(peer, status));
   };
   // A transfer that failed with its connection: the caller's buffer first, which a zero-copy

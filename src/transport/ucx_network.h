@@ -318,6 +318,12 @@ class UcxNetwork {
   // (board_), progressing the worker (mu_ held).
   std::optional<RootCauseError> await_notice_locked(std::chrono::milliseconds limit,
                                                     const std::function<std::string()>& context);
+  // Hands `fail` what explains a failed connection to `peer`, if anything does (mu_ held): its
+  // leaving message (it destroyed its communicator and closed its connections), or a failure
+  // notice that comes within NetworkConfig::notice_wait; `context` names the caller in either.
+  // Where it returns, nothing did, and the caller names the peer lost.
+  template <class Fail>
+  void explain_failed_connection_locked(int peer, const std::string& context, Fail&& fail);
   // Throws it, after taking any notice that arrived, for `what` failing at once (mu_ held): a
   // connection that failed because its peer's communicator failed first must not be blamed on
   // that peer.
