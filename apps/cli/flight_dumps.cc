@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -186,7 +187,26 @@ std::vector<std::string> FlightDumps::files() const {
   return out;
 }
 
-int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks) {
+std::vector<RemoteProcess> FlightDumps::remote_processes(const std::vector<int>& running_ranks) {
+  std::vector<RemoteProcess> out;
+  if (remote_.remote_shell.empty()) return out;
+  copy_from_store();
+  const std::set<int> running(running_ranks.begin(), running_ranks.end());
+  std::set<std::pair<int, pid_t>> seen;  // a pid may arm more than once
+  for (const auto& [file, rank] : copy_files_) {
+    // Its rank still runs, so the pid is still that rank's process (or its child's).
+    if (running.count(rank) == 0) continue;
+    for (const int64_t pid : detail::parse_flight_file(read_tail(file)).armed_pids) {
+      if (seen.insert({rank, static_cast<pid_t>(pid)}).second) {
+        out.push_back({rank, remote_.host_of_rank[size_t(rank)], static_cast<pid_t>(pid)});
+      }
+    }
+  }
+  return out;
+}
+
+int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks,
+                         const std::vector<RemoteProcess>& stopped_remote) {
   copy_from_store();
   asked_.clear();
   std::set<std::pair<std::string, pid_t>> seen;  // (file, pid): a pid may arm more than once
@@ -204,8 +224,12 @@ int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int
       const int sig = parsed.armed_signals[i];
       if (!seen.insert({file, pid}).second) continue;
       if (remote_rank >= 0) {
-        // Its rank still runs, so the pid is still that rank's process (or its child's).
-        if (running.count(remote_rank) == 0) continue;
+        // Its rank still runs, so the pid is still that rank's process (or its child's). A
+        // stopped process would take the signal only once it runs again: not waited for.
+        const bool stopped = std::any_of(
+            stopped_remote.begin(), stopped_remote.end(),
+            [&](const RemoteProcess& p) { return p.rank == remote_rank && p.pid == pid; });
+        if (running.count(remote_rank) == 0 || stopped) continue;
         remote_pids[{remote_.host_of_rank[size_t(remote_rank)], sig}].push_back(
             std::to_string(pid));
       } else {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/process_util.h"
+#include "cli/remote_processes.h"
 
 namespace tpf {
 class Store;
@@ -52,10 +53,14 @@ class FlightDumps {
   int watch_fd() const { return watch_.get(); }
   void drain_watch();
 
+  // The processes on other hosts that armed their flight recorders, of the ranks in
+  // `running_ranks` (empty for a job on this machine): the only pids the launcher learns there.
+  std::vector<RemoteProcess> remote_processes(const std::vector<int>& running_ranks);
   // Sends the dump signal to each process of the job that armed it and still belongs to one of
   // `groups` (the running ranks' process groups), or, on other hosts, whose rank is in
-  // `running_ranks`. Returns how many were asked.
-  int request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks);
+  // `running_ranks` and which is not in `stopped_remote`. Returns how many were asked.
+  int request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks,
+              const std::vector<RemoteProcess>& stopped_remote);
   // Every process asked by the last request has finished its dump or is gone (on other hosts:
   // its rank's remote shell has exited, which the launcher says in `running_ranks`).
   bool request_done(const std::vector<int>& running_ranks);

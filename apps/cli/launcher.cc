@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "cli/flight_dumps.h"
 #include "cli/line_prefixer.h"
 #include "cli/process_util.h"
+#include "cli/remote_processes.h"
 #include "cli/remote_sweep.h"
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
@@ -44,6 +46,9 @@ constexpr uint64_t kLauncherFilesPerRank = 4;  // measured: 1 per rank with plai
 constexpr uint64_t kLauncherSpareFiles = 64;
 // The launcher's own connection to the store it serves.
 constexpr std::chrono::milliseconds kStoreConnectTimeout{5000};
+// Looking at or signalling ranks' processes on other hosts waits at most this long for the
+// remote shells (an ssh that cannot reach its host waits for its own connect timeout).
+constexpr std::chrono::milliseconds kRemoteProcessDeadline{5000};
 
 // Blocks the signals the launcher handles through a signalfd, in this thread and in every thread
 // started afterwards (the store server's), and restores the old mask when the job is over.
@@ -568,7 +573,7 @@ class Job {
       }
       if (received_signal_ == 0) received_signal_ = sig;
       report("received " + signal_name(sig) + "; forwarding it to " + ranks_.running_list());
-      ranks_.signal_running(sig);
+      signal_running({sig});
       // The ranks got the signal already; if they ignore it, they are killed after the grace.
       term_deadline_.reset();
       if (!kill_deadline_) kill_deadline_ = Clock::now() + options_.grace;
@@ -639,12 +644,23 @@ class Job {
 
   // Sends the dump signal to the running ranks that armed it; false if none did.
   bool request_dumps(AfterDumps after) {
+    static const std::string kStopped =
+        " is stopped (SIGSTOP, SIGTSTP or a debugger): it cannot dump its flight recorder, and "
+        "the others may be waiting for it";
+    std::set<int> said;
     for (const auto& [rank, pid] : ranks_.stopped()) {
-      report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) +
-             ") is stopped (SIGSTOP, SIGTSTP or a debugger): it cannot dump its flight recorder, "
-             "and the others may be waiting for it");
+      report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")" + kStopped);
+      said.insert(rank);
     }
-    const int asked = dumps_.request(ranks_.running_groups(), ranks_.running_ranks());
+    const std::vector<RemoteProcess> stopped_remote = stopped_remote_processes(
+        options_.remote_shell, dumps_.remote_processes(ranks_.running_ranks()),
+        kRemoteProcessDeadline);
+    for (const RemoteProcess& p : stopped_remote) {
+      // A fake remote shell may run the rank in the launcher's group: said once.
+      if (said.insert(p.rank).second) report(describe(p) + kStopped);
+    }
+    const int asked =
+        dumps_.request(ranks_.running_groups(), ranks_.running_ranks(), stopped_remote);
     if (asked == 0) return false;
     report("asking " + ranks_.running_list() + " for their flight recorders (" +
            std::to_string(asked) + " process" + (asked == 1 ? "" : "es") + ")");
@@ -666,11 +682,21 @@ class Job {
   void terminate_running(Clock::time_point now, const std::string& why) {
     report(ranks_.running_list() + " still running " + why + "; sending SIGTERM");
     stopped_by_launcher_ = true;
-    ranks_.signal_running(SIGTERM);
     // A stopped process takes SIGTERM only once it runs again (as a shell's `kill` does for a
     // stopped job); a running one ignores SIGCONT.
-    ranks_.signal_running(SIGCONT);
+    signal_running({SIGTERM, SIGCONT});
     kill_deadline_ = now + options_.grace;
+  }
+
+  // Signals the running ranks here, and on other hosts their processes too (the remote shell
+  // that is the launcher's child there would pass on none of these signals).
+  void signal_running(const std::vector<int>& signals) {
+    std::vector<RemoteProcess> remote;
+    if (!options_.hosts.empty()) remote = dumps_.remote_processes(ranks_.running_ranks());
+    for (const int sig : signals) ranks_.signal_running(sig);
+    if (!remote.empty()) {
+      signal_remote_processes(options_.remote_shell, remote, signals, kRemoteProcessDeadline);
+    }
   }
 
   std::string stop_reason() const {
@@ -709,7 +735,7 @@ class Job {
       kill_deadline_.reset();
       report(ranks_.running_list() + " did not stop; sending SIGKILL");
       stopped_by_launcher_ = true;
-      ranks_.signal_running(SIGKILL);
+      signal_running({SIGKILL});
     }
   }
 

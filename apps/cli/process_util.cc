@@ -71,10 +71,8 @@ std::string signal_name(int sig) {
 
 namespace {
 
-// The state (R, S, T, ...) and process group of `pid` from /proc/<pid>/stat; nullopt where it is
-// gone. "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields are
-// read after its last ')'.
-std::optional<std::pair<char, pid_t>> state_and_group(long pid) {
+// The state and process group of `pid` from this machine's /proc; nullopt where it is gone.
+std::optional<ProcStat> state_and_group(long pid) {
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -83,19 +81,25 @@ std::optional<std::pair<char, pid_t>> state_and_group(long pid) {
   const ssize_t n = ::read(fd, text, sizeof(text) - 1);
   ::close(fd);
   if (n <= 0) return std::nullopt;
-  text[n] = '\0';
-  const char* after_comm = std::strrchr(text, ')');
-  char state = 0;
-  long parent = 0, group = 0;
-  if (after_comm == nullptr ||
-      std::sscanf(after_comm + 1, " %c %ld %ld", &state, &parent, &group) != 3)
-    return std::nullopt;
-  return std::pair{state, static_cast<pid_t>(group)};
+  return parse_proc_stat(std::string(text, static_cast<size_t>(n)));
 }
 
-bool stopped_state(char state) { return state == 'T' || state == 't'; }
-
 }  // namespace
+
+// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields after it
+// are read after its last ')'.
+std::optional<ProcStat> parse_proc_stat(const std::string& line) {
+  const size_t comm_end = line.rfind(')');
+  if (comm_end == std::string::npos) return std::nullopt;
+  long pid = 0, parent = 0, group = 0;
+  char state = 0;
+  if (std::sscanf(line.c_str(), "%ld (", &pid) != 1 || pid <= 0 ||
+      std::sscanf(line.c_str() + comm_end + 1, " %c %ld %ld", &state, &parent, &group) != 3)
+    return std::nullopt;
+  return ProcStat{static_cast<pid_t>(pid), state, static_cast<pid_t>(group)};
+}
+
+bool is_stopped_state(char state) { return state == 'T' || state == 't'; }
 
 std::vector<StoppedProcess> stopped_processes() {
   std::vector<StoppedProcess> stopped;
@@ -106,8 +110,7 @@ std::vector<StoppedProcess> stopped_processes() {
     const long pid = std::strtol(entry->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
     const auto seen = state_and_group(pid);
-    if (seen && stopped_state(seen->first))
-      stopped.push_back({static_cast<pid_t>(pid), seen->second});
+    if (seen && is_stopped_state(seen->state)) stopped.push_back({seen->pid, seen->group});
   }
   ::closedir(proc);
   return stopped;
@@ -115,7 +118,7 @@ std::vector<StoppedProcess> stopped_processes() {
 
 bool is_stopped(pid_t pid) {
   const auto seen = state_and_group(pid);
-  return seen && stopped_state(seen->first);
+  return seen && is_stopped_state(seen->state);
 }
 
 std::optional<std::string> resolve_program(const std::string& program, std::string* error) {

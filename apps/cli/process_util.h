@@ -57,6 +57,17 @@ std::string random_hex(size_t bytes);
 // "SIGKILL (9)".
 std::string signal_name(int sig);
 
+// The fields of one line of /proc/PID/stat that the launcher reads.
+struct ProcStat {
+  pid_t pid = 0;
+  char state = 0;  // R, S, D, T, t, Z, ...
+  pid_t group = 0;
+};
+// nullopt where `line` is not such a line.
+std::optional<ProcStat> parse_proc_stat(const std::string& line);
+// T (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) or t (stopped by a debugger).
+bool is_stopped_state(char state);
+
 // A process of this machine that is stopped (state T: SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU; t:
 // stopped by a debugger), from /proc. It acts on no signal but SIGKILL and SIGCONT.
 struct StoppedProcess {

@@ -34,7 +34,10 @@ void start(Running& run, const std::vector<std::string>& remote_shell) {
   if (pid < 0) return;
   if (pid == 0) {
     ::dup2(pipe.write.get(), STDOUT_FILENO);
-    if (int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, STDIN_FILENO);
+    if (int null = ::open("/dev/null", O_RDWR); null >= 0) {
+      ::dup2(null, STDIN_FILENO);
+      if (run.command->discard_stderr) ::dup2(null, STDERR_FILENO);
+    }
     ::execvp(argv[0], argv.data());
     ::_exit(127);
   }

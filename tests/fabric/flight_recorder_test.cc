@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -751,11 +752,15 @@ TEST(FlightRecorderRanks, ASplitsDumpsNameItsRanksByTheJobsNumbersToo) {
 // (this binary, with --gtest_also_run_disabled_tests). TPF_FR_SCENARIO says what to do:
 // "hang": four barriers, then every rank but 2 calls an all_reduce (with FR_CALL_TIMEOUT_MS, if
 // set) that rank 2 never joins; "stop": the same with rank 2 stopping itself (SIGSTOP) instead;
-// "ok": two barriers, print the dump directory, exit 0.
+// "ok": two barriers, print the dump directory, exit 0. With FR_PID_DIR set, each rank writes its
+// pid into the file rankN there first.
 TEST(FlightRecorderRankProgram, DISABLED_Run) {
   const char* scenario = std::getenv("TPF_FR_SCENARIO");
   if (scenario == nullptr) GTEST_SKIP() << "only run under tpf run by the launcher tests";
   Communicator comm = Communicator::from_env();
+  if (const char* dir = std::getenv("FR_PID_DIR")) {
+    std::ofstream(std::string(dir) + "/rank" + std::to_string(comm.rank())) << ::getpid() << "\n";
+  }
   if (std::string(scenario) == "ok") {
     comm.barrier();
     comm.barrier();
@@ -943,10 +948,13 @@ TEST(FlightRecorderLauncher, Sigusr2ToTpfRunPrintsASummaryAndTheJobGoesOn) {
 }
 
 // Hosts as separate machines are to the launcher's files: it makes its dump directory under
-// `tmp` (its TMPDIR), which every fake host sees empty (its own tmpfs there).
+// `tmp` (its TMPDIR), which every fake host sees empty (its own tmpfs there). `session`: whether
+// the ranks run in the launcher's process groups or, as under sshd, in sessions of their own.
 struct SeparateHosts {
+  explicit SeparateHosts(FakeRemoteShell::Session session = FakeRemoteShell::Session::launchers)
+      : rsh(FakeRemoteShell::Hosts::named_nodes, tmp.path(), session) {}
   ScratchDir tmp;
-  FakeRemoteShell rsh{FakeRemoteShell::Hosts::named_nodes, tmp.path()};
+  FakeRemoteShell rsh;
   // tpf run's options that start ranks on `hosts` (HOST:N,...) through the fake remote shell.
   std::vector<std::string> run_on(const char* hosts) const {
     return {"run", "--hosts", hosts, "--rsh", rsh.path(), "--store-bind", "127.0.0.1"};
@@ -972,6 +980,95 @@ TEST(FlightRecorderLauncher, AcrossHostsJobTimeoutAsksEveryHostsRanks) {
   SeparateHosts hosts;
   ASSERT_TRUE(hosts.rsh.ok());
   expect_job_timeout_summarized(hosts.run_on("a:2,b:1"), {hosts.tmpdir()});
+}
+
+// Whether process `pid` (not a child of this one) ends within 30 s; it is killed if not, so that
+// no test leaves it behind. Bounded: the end is an event (a pidfd becomes readable).
+bool ends_soon(pid_t pid) {
+  const int exited = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  bool ended = exited < 0 && errno == ESRCH;
+  if (exited >= 0) {
+    pollfd fd{exited, POLLIN, 0};
+    ended = ::poll(&fd, 1, 30000) == 1;
+    ::close(exited);
+  }
+  if (!ended) ::kill(pid, SIGKILL);
+  return ended;
+}
+
+// The pids the ranks of a run with FR_PID_DIR=`dir` wrote (0 where a rank wrote none).
+std::vector<pid_t> rank_pids(const ScratchDir& dir, int ranks) {
+  std::vector<pid_t> pids(static_cast<size_t>(ranks), 0);
+  for (int r = 0; r < ranks; ++r) std::ifstream(dir / ("rank" + std::to_string(r))) >> pids[r];
+  return pids;
+}
+
+// A rank on another host runs there in a session of its own (as sshd starts it): tpf run cannot
+// see it stop, and ending its remote shell does not end it. So tpf run looks at its process
+// through the remote shell: it names it as stopped, with its pid and host, does not ask it for a
+// dump (nor wait for one), and ends it there with SIGTERM and SIGCONT. Before, it asked it, waited
+// out the dump wait, and left it stopped on its host after the job.
+TEST(FlightRecorderLauncher, AcrossHostsAStoppedRankIsSaidToBeStoppedAndEndedOnItsHost) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids;
+  const Outcome r = run_tpf(tpf_run_args(hosts.run_on("a:1,b:1,c:1")),
+                            {"TPF_FR_SCENARIO=stop", "FR_CALL_TIMEOUT_MS=1000",
+                             "TPF_RUN_GRACE_S=0.5", hosts.tmpdir(), "FR_PID_DIR=" + pids.path()},
+                            {}, 90s);
+  const pid_t stopped = rank_pids(pids, 3)[2];
+  ASSERT_GT(stopped, 0) << r.err;
+  EXPECT_TRUE(ends_soon(stopped)) << "rank 2 (pid " << stopped << ") outlived the job\n" << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "tpf run: rank 2 (pid " + std::to_string(stopped) +
+                                  " on host 'c') is stopped (SIGSTOP, SIGTSTP or a debugger): it "
+                                  "cannot dump its flight recorder, and the others may be "
+                                  "waiting for it"))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "asking rank 2 for their flight recorders")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 2 still running after rank 0 failed; sending SIGTERM") ||
+              contains(r.err, "rank 2 still running after rank 1 failed; sending SIGTERM"))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
+  const std::string dir = named_dump_dir(r.err);
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+}
+
+// A signal to tpf run reaches the ranks on other hosts (in sessions of their own there, as sshd
+// starts them), not only their remote shells: each rank's process ends. Before, the shells ended
+// and the ranks stayed (rank 2 waiting in pause() for good, ranks 0 and 1 in their all_reduce).
+TEST(FlightRecorderLauncher, AcrossHostsASignalToTpfRunReachesTheRanksOnTheirHosts) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids;
+  bool sent = false;
+  auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
+    if (!sent && contains(out, "ready 0") && contains(out, "ready 1") && contains(out, "ready 2")) {
+      sent = true;
+      kill(tpf, SIGTERM);
+    }
+  };
+  const Outcome r = run_tpf(
+      tpf_run_args(hosts.run_on("a:2,b:1")),
+      {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5", hosts.tmpdir(), "FR_PID_DIR=" + pids.path()},
+      on_stdout, 90s);
+  ASSERT_TRUE(sent) << r.out << r.err;
+  const std::vector<pid_t> ranks = rank_pids(pids, 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_GT(ranks[rank], 0) << r.err;
+    EXPECT_TRUE(ends_soon(ranks[rank]))
+        << "rank " << rank << " (pid " << ranks[rank] << ") outlived the job\n"
+        << r.err;
+  }
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_TRUE(contains(r.err, "received SIGTERM (15); forwarding it to ranks 0,1,2")) << r.err;
+  EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
+  const std::string dir = named_dump_dir(r.err);
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
 }
 
 // A request the remote shell cannot deliver is said, and the launcher waits for no dump from

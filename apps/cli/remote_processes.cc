@@ -1,0 +1,119 @@
+#include "cli/remote_processes.h"
+
+#include <signal.h>
+#include <string.h>  // sigabbrev_np
+#include <sys/wait.h>
+
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "cli/process_util.h"
+#include "cli/remote_commands.h"
+
+namespace tpf::cli {
+namespace {
+
+using ByHost = std::map<std::string, std::vector<const RemoteProcess*>>;
+
+ByHost by_host(const std::vector<RemoteProcess>& processes) {
+  ByHost hosts;
+  for (const RemoteProcess& p : processes) hosts[p.host].push_back(&p);
+  return hosts;
+}
+
+std::string rank_list(const std::vector<const RemoteProcess*>& processes) {
+  std::string out = processes.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < processes.size(); ++i) {
+    if (i > 0) out += ",";
+    out += std::to_string(processes[i]->rank);
+  }
+  return out;
+}
+
+// "" when `command` did what was asked; otherwise why not. `done_codes`: the exit codes that
+// count as done.
+std::string failure_of(const RemoteCommand& command, std::chrono::milliseconds deadline,
+                       std::initializer_list<int> done_codes) {
+  if (!command.started) return "the remote shell could not be started";
+  if (!command.answered) return "no answer within " + std::to_string(deadline.count()) + " ms";
+  if (WIFEXITED(command.status)) {
+    for (int code : done_codes) {
+      if (WEXITSTATUS(command.status) == code) return "";
+    }
+  }
+  return remote_exit_description(command.status);
+}
+
+}  // namespace
+
+std::string describe(const RemoteProcess& process) {
+  return "rank " + std::to_string(process.rank) + " (pid " + std::to_string(process.pid) +
+         " on host '" + process.host + "')";
+}
+
+std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::string>& remote_shell,
+                                                    const std::vector<RemoteProcess>& processes,
+                                                    std::chrono::milliseconds deadline) {
+  const ByHost hosts = by_host(processes);
+  std::vector<RemoteCommand> looks;
+  for (const auto& [host, on_host] : hosts) {
+    RemoteCommand& look = looks.emplace_back();
+    look.host = host;
+    look.words = {"cat"};
+    for (const RemoteProcess* p : on_host) {
+      look.words.push_back("/proc/" + std::to_string(p->pid) + "/stat");
+    }
+    look.discard_stderr = true;  // cat names each process that has ended
+  }
+  run_remote_commands(remote_shell, looks, deadline);
+  std::vector<RemoteProcess> stopped;
+  for (const RemoteCommand& look : looks) {
+    const std::vector<const RemoteProcess*>& on_host = hosts.at(look.host);
+    // 1: cat's answer when a process has ended; the others' lines are still printed.
+    if (const std::string why = failure_of(look, deadline, {0, 1}); !why.empty()) {
+      report("warning: cannot tell whether " + rank_list(on_host) + " on host '" + look.host +
+             "' are stopped (" + why + ")");
+    }
+    std::istringstream lines(look.printed);
+    std::string line;
+    while (std::getline(lines, line)) {
+      const std::optional<ProcStat> stat = parse_proc_stat(line);
+      if (!stat || !is_stopped_state(stat->state)) continue;
+      for (const RemoteProcess* p : on_host) {
+        if (p->pid == stat->pid) stopped.push_back(*p);
+      }
+    }
+  }
+  return stopped;
+}
+
+void signal_remote_processes(const std::vector<std::string>& remote_shell,
+                             const std::vector<RemoteProcess>& processes,
+                             const std::vector<int>& signals, std::chrono::milliseconds deadline) {
+  const ByHost hosts = by_host(processes);
+  std::vector<RemoteCommand> kills;
+  std::vector<int> signal_of;
+  for (const int sig : signals) {
+    const char* name = ::sigabbrev_np(sig);
+    for (const auto& [host, on_host] : hosts) {
+      RemoteCommand& kill = kills.emplace_back();
+      kill.host = host;
+      kill.words = {"kill", "-s", name != nullptr ? name : std::to_string(sig)};
+      for (const RemoteProcess* p : on_host) kill.words.push_back(std::to_string(p->pid));
+      kill.discard_stderr = true;  // kill names each process that has ended
+      signal_of.push_back(sig);
+    }
+  }
+  run_remote_commands(remote_shell, kills, deadline);
+  for (size_t i = 0; i < kills.size(); ++i) {
+    if (const std::string why = failure_of(kills[i], deadline, {0, 1}); !why.empty()) {
+      report("warning: sending " + signal_name(signal_of[i]) + " to " +
+             rank_list(hosts.at(kills[i].host)) + " on host '" + kills[i].host + "' failed (" +
+             why + ")");
+    }
+  }
+}
+
+}  // namespace tpf::cli

@@ -1,0 +1,39 @@
+// The processes of a job's ranks on other hosts (`tpf run --hosts`). The launcher's children
+// there are the remote shells (ssh), and a shell's end does not end what it started: a stopped
+// rank, or one that ignores its lost output, would outlive the job. So the launcher looks at and
+// signals those processes through the remote shell, at the pids their flight recorders gave
+// (cli/flight_dumps.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace tpf::cli {
+
+struct RemoteProcess {
+  int rank = -1;
+  std::string host;
+  pid_t pid = 0;
+};
+
+// "rank 2 (pid 1234 on host 'c')".
+std::string describe(const RemoteProcess& process);
+
+// Those of `processes` that are stopped (SIGSTOP, ^Z, a debugger) on their hosts: one `cat
+// /proc/PID/stat...` per host, all hosts at once, within `deadline`. A host that does not answer
+// is said, and its processes are taken as running.
+std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::string>& remote_shell,
+                                                    const std::vector<RemoteProcess>& processes,
+                                                    std::chrono::milliseconds deadline);
+
+// Sends each of `signals` to `processes` on their hosts: `kill -s NAME PID...`, one command per
+// host and signal, all at once, within `deadline`. A process that has ended already is no
+// failure (kill's exit code 1); a host whose command fails otherwise, or does not answer, is said.
+void signal_remote_processes(const std::vector<std::string>& remote_shell,
+                             const std::vector<RemoteProcess>& processes,
+                             const std::vector<int>& signals, std::chrono::milliseconds deadline);
+
+}  // namespace tpf::cli
