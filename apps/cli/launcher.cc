@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/env_config.h"
 #include "base/open_files.h"
 #include "cli/flight_dumps.h"
 #include "cli/line_prefixer.h"
@@ -400,6 +401,9 @@ class Job {
     if (std::string to_store = dumps_.remote_env_entry(); !to_store.empty()) {
       vars.push_back(to_store);
     }
+    // The launcher's end reaches a rank on its own machine through PR_SET_PDEATHSIG; one on
+    // another host watches the store instead (bootstrap/store_watch.h), unless the user said 0.
+    if (!base::env_string("TPF_END_WITH_STORE")) vars.push_back("TPF_END_WITH_STORE=1");
     return vars;
   }
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "bootstrap/socket.h"
+#include "bootstrap/store_watch.h"
 #include "bootstrap/torch_store.h"
 #include "tpf/error.h"
 
@@ -270,6 +271,9 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   }
 
   out.store = std::make_shared<TcpStoreClient>(host, port, secret, remaining(deadline), env.rank);
+  if (end_with_store_requested()) {
+    end_process_when_store_closes(host, port, secret, env.rank, deadline);
+  }
   const int64_t connected = out.store->add(kConnectedKey, 1);
   if (connected == env.world_size) out.store->set(kAllConnectedKey, "1");
 

@@ -86,6 +86,17 @@ inline void finish_frame(std::string& out, size_t at) {
   for (int i = 0; i < 4; ++i) out[at + i] = static_cast<char>((len >> (8 * i)) & 0xff);
 }
 
+// A client's hello (the first frame's payload): see the table above.
+inline std::string hello_payload(std::string_view secret, int job_rank, int64_t pid) {
+  std::string hello;
+  put_u8(hello, static_cast<uint8_t>(Op::hello));
+  put_u32(hello, kProtocolMagic);
+  put_str(hello, secret);
+  put_u32(hello, static_cast<uint32_t>(job_rank));
+  put_i64(hello, pid);
+  return hello;
+}
+
 // Reads fields from one payload; every getter returns nullopt instead of reading past the end,
 // so a truncated or hostile frame is detected, never trusted.
 class Reader {

@@ -117,12 +117,7 @@ std::string TcpStoreClient::Impl::exchange(const std::string& payload, Deadline 
 void TcpStoreClient::Impl::connect() {
   const Deadline connect_deadline = bootstrap::deadline_after(connect_timeout);
   socket = bootstrap::connect_tcp(host, port, connect_deadline);
-  std::string hello;
-  proto::put_u8(hello, static_cast<uint8_t>(proto::Op::hello));
-  proto::put_u32(hello, proto::kProtocolMagic);
-  proto::put_str(hello, secret);
-  proto::put_u32(hello, static_cast<uint32_t>(job_rank));
-  proto::put_i64(hello, static_cast<int64_t>(::getpid()));
+  const std::string hello = proto::hello_payload(secret, job_rank, ::getpid());
   const std::string reply =
       exchange(hello, std::max(connect_deadline, Clock::now() + kHelloReplyTimeout), "the hello");
   proto::Reader r(reply);

@@ -116,6 +116,9 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_LOCAL_WORLD_SIZE", "launch environment", "ranks on this machine (set by tpf run)"},
     {"TPF_STORE_ADDR", "launch environment", "host:port of the rendezvous store (set by tpf run)"},
     {"TPF_JOB_SECRET", "launch environment", "secret the store checks (at least 16 characters)"},
+    {"TPF_END_WITH_STORE", "launch environment",
+     "1: the rank ends (SIGKILL) when its job's store closes: tpf run --hosts sets it for its "
+     "ranks, which its end would not otherwise reach (0 keeps them)"},
     {"TPF_RUN_GRACE_S", "launcher (tpf run)", "seconds the other ranks get to report a failure"},
     {"TPF_RUN_DUMP_WAIT_S", "launcher (tpf run)", "seconds to wait for flight-recorder dumps"},
 };

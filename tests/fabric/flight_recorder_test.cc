@@ -1071,6 +1071,43 @@ TEST(FlightRecorderLauncher, AcrossHostsASignalToTpfRunReachesTheRanksOnTheirHos
   if (!dir.empty()) std::filesystem::remove_all(dir, ec);
 }
 
+// tpf run killed outright (SIGKILL: it can signal nobody) still ends the ranks it started on
+// other hosts: each watches the launcher's store (TPF_END_WITH_STORE=1, which tpf run --hosts
+// sets) and ends once the store's connection closes, as PR_SET_PDEATHSIG ends the ranks on the
+// launcher's machine. Before, they ran on (rank 2 waiting in pause() for good).
+TEST(FlightRecorderLauncher, AcrossHostsTheRanksEndWhenTpfRunIsKilled) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids;
+  bool sent = false;
+  auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
+    if (!sent && contains(out, "ready 0") && contains(out, "ready 1") && contains(out, "ready 2")) {
+      sent = true;
+      kill(tpf, SIGKILL);
+    }
+  };
+  const Outcome r = run_tpf(
+      tpf_run_args(hosts.run_on("a:2,b:1")),
+      {"TPF_FR_SCENARIO=hang", "TPF_RUN_GRACE_S=0.5", hosts.tmpdir(), "FR_PID_DIR=" + pids.path()},
+      on_stdout, 90s);
+  ASSERT_TRUE(sent) << r.out << r.err;
+  const std::vector<pid_t> ranks = rank_pids(pids, 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_GT(ranks[rank], 0) << r.err;
+    EXPECT_TRUE(ends_soon(ranks[rank]))
+        << "rank " << rank << " (pid " << ranks[rank] << ") outlived tpf run\n"
+        << r.err;
+    EXPECT_TRUE(contains(r.err, "tpf: rank " + std::to_string(rank) + " (pid " +
+                                    std::to_string(ranks[rank]) + "): the job's store at "))
+        << r.err;
+  }
+  EXPECT_TRUE(contains(r.err,
+                       " closed its connection: its launcher has ended, so this rank ends "
+                       "too (TPF_END_WITH_STORE=1)"))
+      << r.err;
+  EXPECT_FALSE(r.timed_out) << r.err;
+}
+
 // A request the remote shell cannot deliver is said, and the launcher waits for no dump from
 // those hosts: here `kill` fails on every host (a stand-in first on the PATH), so the ranks are
 // stopped without a summary of their own.

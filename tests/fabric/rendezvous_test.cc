@@ -5,6 +5,7 @@
 #include "bootstrap/rendezvous.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/scoped_env.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
 
@@ -289,6 +291,80 @@ TEST(RendezvousTest, RankThatDiesAfterConnectingIsPeerDiedForTheOthers) {
   ::close(done[0]);
   ::close(done[1]);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+// TPF_END_WITH_STORE=1 (what tpf run --hosts sets for the ranks it starts through ssh): once the
+// process that serves the store is gone, the rank ends (SIGKILL) with a line naming the store,
+// where it would otherwise run on (here: wait in pause() until the alarm). Child 0 serves the
+// store and exits once the rank (child 1) has made its rendezvous.
+TEST(RendezvousTest, ARankAskedToEndWithItsStoreEndsOnceTheStoresProcessHasExited) {
+  int port_pipe[2], ready_pipe[2], rank_stderr[2];
+  ASSERT_EQ(::pipe(port_pipe), 0);
+  ASSERT_EQ(::pipe(ready_pipe), 0);
+  ASSERT_EQ(::pipe(rank_stderr), 0);
+  const auto codes = run_forked(2, [&](int child) {
+    if (child == 0) {
+      TcpStoreServer server("127.0.0.1", 0, "end-with-store-secret");
+      const uint16_t port = server.port();
+      (void)!::write(port_pipe[1], &port, sizeof port);
+      char byte = 0;
+      (void)!::read(ready_pipe[0], &byte, 1);
+      ::_exit(0);  // the kernel closes the store's connections
+    }
+    ::dup2(rank_stderr[1], STDERR_FILENO);
+    uint16_t port = 0;
+    if (::read(port_pipe[0], &port, sizeof port) != sizeof port) return 20;
+    ::setenv("TPF_END_WITH_STORE", "1", 1);
+    LaunchEnv env;
+    env.launcher = "tpf";
+    env.world_size = 1;
+    env.local_world_size = 1;
+    env.store_host = "127.0.0.1";
+    env.store_port = port;
+    env.rank0_hosts_store = false;
+    env.secret = "end-with-store-secret";
+    env.job_id = unique_job_id("endwithstore");
+    try {
+      const Rendezvous r = rendezvous(env, 10s);
+      (void)!::write(ready_pipe[1], "r", 1);
+      for (;;) ::pause();  // until the watch ends it (or the alarm)
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank: %s\n", e.what());
+      return 21;
+    }
+  });
+  ::close(rank_stderr[1]);
+  std::string said;
+  char buffer[1024];
+  for (ssize_t n; (n = ::read(rank_stderr[0], buffer, sizeof buffer)) > 0;) said.append(buffer, n);
+  for (int fd : {port_pipe[0], port_pipe[1], ready_pipe[0], ready_pipe[1], rank_stderr[0]}) {
+    ::close(fd);
+  }
+  EXPECT_EQ(codes, (std::vector<int>{0, -SIGKILL})) << said;
+  EXPECT_NE(said.find("tpf: rank 0 (pid "), std::string::npos) << said;
+  EXPECT_NE(said.find("): the job's store at 127.0.0.1:"), std::string::npos) << said;
+  EXPECT_NE(said.find(" closed its connection: its launcher has ended, so this rank ends too "
+                      "(TPF_END_WITH_STORE=1)"),
+            std::string::npos)
+      << said;
+}
+
+TEST(RendezvousTest, EndWithStoreTakesOnlyOneOrZero) {
+  TcpStoreServer server("127.0.0.1", 0, "launcher-secret");
+  LaunchEnv env = rank0_hosted_env(0, 1, unique_job_id("endwithstorebad"));
+  env.launcher = "tpf";
+  env.rank0_hosts_store = false;
+  env.store_port = server.port();
+  env.secret = "launcher-secret";
+  testing::ScopedEnv bad("TPF_END_WITH_STORE", "yes");
+  try {
+    rendezvous(env, 2s);
+    FAIL() << "expected TPF_END_WITH_STORE=yes to be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("TPF_END_WITH_STORE='yes' should be 1"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(RendezvousTest, DeathOfRank0WhichServesTheStoreIsPeerDiedNamingIt) {
