@@ -220,6 +220,7 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
                                                  " is not in [0, world size " +
                                                  std::to_string(env.world_size) + ")");
   }
+  const bool end_with_store = end_with_store_requested();  // a bad value fails before connecting
   const Deadline deadline = deadline_after(timeout);
   Rendezvous out;
   std::optional<PortFile> port_file;
@@ -271,9 +272,7 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   }
 
   out.store = std::make_shared<TcpStoreClient>(host, port, secret, remaining(deadline), env.rank);
-  if (end_with_store_requested()) {
-    end_process_when_store_closes(host, port, secret, env.rank, deadline);
-  }
+  if (end_with_store) end_process_when_store_closes(host, port, secret, env.rank, deadline);
   const int64_t connected = out.store->add(kConnectedKey, 1);
   if (connected == env.world_size) out.store->set(kAllConnectedKey, "1");
 

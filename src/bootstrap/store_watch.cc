@@ -56,21 +56,26 @@ Socket connect_as_watcher(const std::string& host, uint16_t port, const std::str
   frame += proto::hello_payload(secret, -1, ::getpid());
   proto::finish_frame(frame, at);
   const Deadline reply_by = std::max(deadline, Clock::now() + kHelloReplyTimeout);
+  auto check = [&](IoStatus status) {
+    if (status == IoStatus::timeout) {
+      throw Error(ErrorCode::timeout,
+                  where + " did not answer the hello of this rank's watch in time");
+    }
+    if (status != IoStatus::ok) {
+      throw Error(ErrorCode::bootstrap,
+                  where + " closed the connection during the hello of this rank's watch");
+    }
+  };
+  check(send_all(socket.fd(), frame.data(), frame.size(), reply_by));
   char header[proto::kFrameHeaderBytes];
-  IoStatus status = send_all(socket.fd(), frame.data(), frame.size(), reply_by);
-  if (status == IoStatus::ok) status = recv_all(socket.fd(), header, sizeof(header), reply_by);
-  uint32_t length = status == IoStatus::ok ? proto::decode_u32(header) : 0;
-  std::string reply(std::min<size_t>(length, proto::kMaxHelloBytes), '\0');
-  if (status == IoStatus::ok && length == reply.size() && length > 0) {
-    status = recv_all(socket.fd(), reply.data(), length, reply_by);
+  check(recv_all(socket.fd(), header, sizeof(header), reply_by));
+  const uint32_t length = proto::decode_u32(header);
+  if (length == 0 || length > proto::kMaxHelloBytes) {
+    throw Error(ErrorCode::bootstrap, where + " sent a malformed reply (" + std::to_string(length) +
+                                          " bytes) to this rank's watch; is it a tpfabric store?");
   }
-  if (status == IoStatus::timeout) {
-    throw Error(ErrorCode::timeout, where + " did not answer the hello of this rank's watch in time");
-  }
-  if (status != IoStatus::ok) {
-    throw Error(ErrorCode::bootstrap,
-                where + " closed the connection during the hello of this rank's watch");
-  }
+  std::string reply(length, '\0');
+  check(recv_all(socket.fd(), reply.data(), length, reply_by));
   proto::Reader reader(reply);
   const auto answer = reader.u8();
   if (!answer || *answer != static_cast<uint8_t>(proto::Status::ok)) {
