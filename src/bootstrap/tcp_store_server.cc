@@ -579,7 +579,9 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
       return respond(c, p);
     }
     case proto::Op::hello: return fail(c, "store: duplicate hello");
-    case proto::Op::goodbye: break;  // handled above
+    case proto::Op::goodbye:   // handled above
+    case proto::Op::get_many:  // handled above
+      break;
   }
   fail(c, "store: unknown request op " + std::to_string(*op));
 }
