@@ -74,7 +74,7 @@ std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::strin
     // 1: cat's answer when a process has ended; the others' lines are still printed.
     if (const std::string why = failure_of(look, deadline, {0, 1}); !why.empty()) {
       report("warning: cannot tell whether " + rank_list(on_host) + " on host '" + look.host +
-             "' are stopped (" + why + ")");
+             (on_host.size() == 1 ? "' is" : "' are") + " stopped (" + why + ")");
     }
     std::istringstream lines(look.printed);
     std::string line;

@@ -1003,6 +1003,18 @@ std::vector<pid_t> rank_pids(const ScratchDir& dir, int ranks) {
   return pids;
 }
 
+// The PATH for tpf run with a stand-in for `command` first in it (in `bin`), which says so and
+// exits with code 7 on every host.
+std::string path_with_failing(const ScratchDir& bin, const std::string& command) {
+  {
+    std::ofstream script(bin / command);
+    script << "#!/bin/sh\necho \"" << command << " refused\" >&2\nexit 7\n";
+  }
+  std::filesystem::permissions(bin / command, std::filesystem::perms::owner_all);
+  const char* old_path = std::getenv("PATH");
+  return bin.path() + ":" + (old_path ? old_path : "/usr/bin:/bin");
+}
+
 // A rank on another host runs there in a session of its own (as sshd starts it): tpf run cannot
 // see it stop, and ending its remote shell does not end it. So tpf run looks at its process
 // through the remote shell: it names it as stopped, with its pid and host, does not ask it for a
@@ -1033,6 +1045,33 @@ TEST(FlightRecorderLauncher, AcrossHostsAStoppedRankIsSaidToBeStoppedAndEndedOnI
               contains(r.err, "rank 2 still running after rank 1 failed; sending SIGTERM"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
+  const std::string dir = named_dump_dir(r.err);
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+}
+
+// Where the processes' states cannot be read on a host, tpf run says so and takes them as running:
+// here `cat` fails on every host, so the stopped rank 2 is asked for its dump, waited for until the
+// dump wait runs out, and still ended on its host.
+TEST(FlightRecorderLauncher, AcrossHostsAStateThatCannotBeReadIsSaid) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids, bin;
+  const Outcome r =
+      run_tpf(tpf_run_args(hosts.run_on("a:1,b:1,c:1")),
+              {"TPF_FR_SCENARIO=stop", "FR_CALL_TIMEOUT_MS=1000", "TPF_RUN_GRACE_S=0.5",
+               "TPF_RUN_DUMP_WAIT_S=0.5", hosts.tmpdir(), "FR_PID_DIR=" + pids.path(),
+               "TPF_END_WITH_STORE=0", "PATH=" + path_with_failing(bin, "cat")},
+              {}, 90s);
+  const pid_t stopped = rank_pids(pids, 3)[2];
+  ASSERT_GT(stopped, 0) << r.err;
+  EXPECT_TRUE(ends_soon(stopped)) << "rank 2 (pid " << stopped << ") outlived the job\n" << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "warning: cannot tell whether rank 2 on host 'c' is stopped (exit "
+                       "code 7)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "asking rank 2 for their flight recorders (1 process)")) << r.err;
   const std::string dir = named_dump_dir(r.err);
   std::error_code ec;
   if (!dir.empty()) std::filesystem::remove_all(dir, ec);
@@ -1112,13 +1151,7 @@ TEST(FlightRecorderLauncher, AcrossHostsARequestThatCannotReachAHostIsSaid) {
   SeparateHosts hosts;
   ASSERT_TRUE(hosts.rsh.ok());
   ScratchDir bin;
-  {
-    std::ofstream kill_script(bin / "kill");
-    kill_script << "#!/bin/sh\necho \"kill refused\" >&2\nexit 7\n";
-  }
-  std::filesystem::permissions(bin / "kill", std::filesystem::perms::owner_all);
-  const char* old_path = std::getenv("PATH");
-  const std::string path = bin.path() + ":" + (old_path ? old_path : "/usr/bin:/bin");
+  const std::string path = path_with_failing(bin, "kill");
   std::vector<std::string> launcher = hosts.run_on("a:2,b:1");
   for (const char* option : {"--job-timeout", "3"}) launcher.push_back(option);
   const Outcome r = run_tpf(
@@ -1129,6 +1162,15 @@ TEST(FlightRecorderLauncher, AcrossHostsARequestThatCannotReachAHostIsSaid) {
   EXPECT_TRUE(contains(r.err, "on host 'a' for their flight recorders failed (exit code 7)"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "on host 'b' for their flight recorders failed (exit code 7)"))
+      << r.err;
+  // The ranks' processes there cannot be signalled either; their shells still can.
+  EXPECT_TRUE(contains(r.err,
+                       "warning: sending SIGTERM (15) to ranks 0,1 on host 'a' failed "
+                       "(exit code 7)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "warning: sending SIGCONT (18) to rank 2 on host 'b' failed "
+                       "(exit code 7)"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "ranks 0,1,2 still running at the job timeout; sending SIGTERM"))
       << r.err;
