@@ -221,6 +221,13 @@ Rendezvous rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
                                                  std::to_string(env.world_size) + ")");
   }
   const bool end_with_store = end_with_store_requested();  // a bad value fails before connecting
+  if (end_with_store && env.rank0_hosts_store) {
+    // That store ends with rank 0: the others would be killed as it exits before them.
+    throw Error(ErrorCode::invalid_argument,
+                "TPF_END_WITH_STORE=1 is for ranks of tpf run, whose store its launcher serves; "
+                "under " +
+                    env.launcher + " rank 0 serves it, and its end is not the job's");
+  }
   const Deadline deadline = deadline_after(timeout);
   Rendezvous out;
   std::optional<PortFile> port_file;

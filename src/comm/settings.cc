@@ -118,7 +118,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_JOB_SECRET", "launch environment", "secret the store checks (at least 16 characters)"},
     {"TPF_END_WITH_STORE", "launch environment",
      "1: the rank ends (SIGKILL) when its job's store closes: tpf run --hosts sets it for its "
-     "ranks, which its end would not otherwise reach (0 keeps them)"},
+     "ranks, which its end would not otherwise reach (0 keeps them; refused where rank 0 "
+     "serves the store)"},
     {"TPF_RUN_GRACE_S", "launcher (tpf run)", "seconds the other ranks get to report a failure"},
     {"TPF_RUN_DUMP_WAIT_S", "launcher (tpf run)", "seconds to wait for flight-recorder dumps"},
 };

@@ -367,6 +367,23 @@ TEST(RendezvousTest, EndWithStoreTakesOnlyOneOrZero) {
   }
 }
 
+// Under mpirun, srun or torchrun rank 0 serves the store: a rank ending with it would be killed
+// as rank 0 exits before it.
+TEST(RendezvousTest, EndWithStoreIsRefusedWhereRank0ServesTheStore) {
+  testing::ScopedEnv asked("TPF_END_WITH_STORE", "1");
+  try {
+    rendezvous(rank0_hosted_env(1, 2, unique_job_id("endwithstorerank0")), 2s);
+    FAIL() << "expected TPF_END_WITH_STORE=1 to be refused under mpirun";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("TPF_END_WITH_STORE=1 is for ranks of tpf run, whose "
+                                         "store its launcher serves; under mpirun rank 0 serves "
+                                         "it"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RendezvousTest, DeathOfRank0WhichServesTheStoreIsPeerDiedNamingIt) {
   const std::string job_id = unique_job_id("rank0dies");
   const auto codes = run_forked(2, [&](int rank) {
