@@ -19,6 +19,7 @@
 
 #include "base/memory_probe.h"
 #include "tpf/error.h"
+#include "transport/net_publication.h"
 #include "transport/put_protocol.h"
 #include "transport/rank_names.h"
 #include "transport/shm_layout.h"
@@ -117,34 +118,6 @@ class UcxErrorLines {
 };
 thread_local std::vector<std::string>* UcxErrorLines::t_capture = nullptr;
 
-std::string to_hex(const void* data, size_t bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * bytes);
-  for (size_t i = 0; i < bytes; ++i) {
-    const auto byte = static_cast<const unsigned char*>(data)[i];
-    out += kDigits[byte >> 4];
-    out += kDigits[byte & 15];
-  }
-  return out;
-}
-
-std::vector<unsigned char> from_hex(const std::string& text) {
-  auto value = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::vector<unsigned char> out;
-  if (text.size() % 2 != 0) return {};
-  for (size_t i = 0; i < text.size(); i += 2) {
-    const int hi = value(text[i]), lo = value(text[i + 1]);
-    if (hi < 0 || lo < 0) return {};
-    out.push_back(static_cast<unsigned char>(hi << 4 | lo));
-  }
-  return out;
-}
-
 uint64_t ucx_tag(int sender, uint64_t tag) {
   return static_cast<uint64_t>(sender) << UcxNetwork::kTagBits | tag;
 }
@@ -174,58 +147,6 @@ bool has_rdma_transport(ucp_context_h context) {
     if (name.starts_with("rc") || name.starts_with("dc") || name.starts_with("ud")) return true;
   }
   return false;
-}
-
-// What a rank using put + signal publishes: its region's address, its remote key and where each
-// peer's block is. Little-endian fields: base (8), key length (4), key, peers (4), then per
-// peer its rank (4) and block offset (8).
-struct PutPublication {
-  uint64_t base = 0;
-  std::vector<unsigned char> rkey;
-  std::vector<std::pair<int32_t, uint64_t>> blocks;
-};
-
-std::string encode(const PutPublication& p) {
-  std::string out;
-  auto put = [&](const void* data, size_t bytes) {
-    out.append(static_cast<const char*>(data), bytes);
-  };
-  const auto key_bytes = static_cast<uint32_t>(p.rkey.size());
-  const auto peers = static_cast<uint32_t>(p.blocks.size());
-  put(&p.base, 8);
-  put(&key_bytes, 4);
-  put(p.rkey.data(), p.rkey.size());
-  put(&peers, 4);
-  for (const auto& [rank, offset] : p.blocks) {
-    put(&rank, 4);
-    put(&offset, 8);
-  }
-  return to_hex(out.data(), out.size());
-}
-
-std::optional<PutPublication> decode(const std::string& text) {
-  const std::vector<unsigned char> bytes = from_hex(text);
-  size_t at = 0;
-  auto take = [&](void* into, size_t n) {
-    if (at + n > bytes.size()) return false;
-    std::memcpy(into, bytes.data() + at, n);
-    at += n;
-    return true;
-  };
-  PutPublication p;
-  uint32_t key_bytes = 0, peers = 0;
-  if (!take(&p.base, 8) || !take(&key_bytes, 4) || key_bytes > bytes.size()) return std::nullopt;
-  p.rkey.resize(key_bytes);
-  if (!take(p.rkey.data(), key_bytes) || !take(&peers, 4) || peers > bytes.size())
-    return std::nullopt;
-  for (uint32_t i = 0; i < peers; ++i) {
-    int32_t rank = 0;
-    uint64_t offset = 0;
-    if (!take(&rank, 4) || !take(&offset, 8)) return std::nullopt;
-    p.blocks.emplace_back(rank, offset);
-  }
-  if (at != bytes.size()) return std::nullopt;
-  return p;
 }
 
 }  // namespace
@@ -723,8 +644,8 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   std::sort(put_peers_.begin(), put_peers_.end());
   Store& store = *config_.store;
   // Its put publication first: a peer that reads the address finds it without a wait.
-  store.set(put_key(config_.rank), wants_put ? publish_region() : "");
-  store.set(address_key(config_.rank), address_);
+  store.set(net_put_key(config_.rank), wants_put ? publish_region() : "");
+  store.set(net_address_key(config_.rank), address_);
   if (address_.size() + 1024 > kMaxJoinBytes) {  // a join: the address, a small publication
     throw Error(ErrorCode::bootstrap, config_.label + ": the network address of this rank (" +
                                           std::to_string(address_bytes) +
@@ -880,15 +801,12 @@ void UcxNetwork::take_joins_locked() {
   }
 }
 
-std::string UcxNetwork::address_key(int rank) { return "net/" + std::to_string(rank); }
-std::string UcxNetwork::put_key(int rank) { return "netput/" + std::to_string(rank); }
-
 std::vector<UcxNetwork::Published> UcxNetwork::read_published(std::span<const int> peers,
                                                               const std::string& what) {
   std::vector<std::string> keys;
   for (int p : peers) {
-    keys.push_back(address_key(p));
-    if (wants_put_) keys.push_back(put_key(p));
+    keys.push_back(net_address_key(p));
+    if (wants_put_) keys.push_back(net_put_key(p));
   }
   std::vector<std::string> values;
   try {
@@ -953,7 +871,7 @@ void UcxNetwork::use_put_with(int peer, const std::string& published) {
   // The peer uses tagged messages, or gave this rank no slots: so does the pair (where the peer
   // gave slots that this rank does not give back, it finds none here and does the same).
   if (published.empty() || !is_put_peer(peer)) return;
-  const std::optional<PutPublication> p = decode(published);
+  const std::optional<PutPublication> p = decode_put_publication(published);
   if (!p) {
     throw Error(ErrorCode::bootstrap,
                 config_.label + ": " + config_.names(peer) + " published malformed network slots");

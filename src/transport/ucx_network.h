@@ -291,9 +291,6 @@ class UcxNetwork {
   void connect_on_first_use(int peer);
   // Connects back to the peers whose joins arrived (mu_ held; after a round of progress).
   void take_joins_locked();
-  // Where a rank publishes its address and its put publication in the communicator's store.
-  static std::string address_key(int rank);
-  static std::string put_key(int rank);
   // What `peers` published (address; put publication where this rank offers put, else empty), in
   // one request to the store, bounded by setup_timeout; an error names `what` (no lock held).
   struct Published {

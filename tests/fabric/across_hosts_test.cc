@@ -41,6 +41,7 @@
 #include "tpf/error.h"
 #include "tpf/store.h"
 #include "transport/net_protocol.h"
+#include "transport/net_publication.h"
 #include "transport/shm_segment.h"
 
 namespace tpf::testing {
@@ -539,6 +540,46 @@ TEST(AcrossHostsPutSlots, PairsWithAndWithoutSlotsDeliverEveryBlock) {
         send_recv_between_every_pair(comm);
       },
       transport::NetProtocol::put));
+}
+
+// The communicator gives its network the rails' partners as put peers (comm_impl.cc), and each
+// rank publishes slots for them and for no other rank: read back from the store as its peers read
+// it, on six hosts of one (ranks 0 and 3 are no partners) and on three hosts of two, uneven
+// (a: 0 1, b: 2 3, c: 4 5). Before, only delivery was checked, which a rank giving slots to every
+// peer would pass too.
+TEST(AcrossHostsPutSlots, EveryRankPublishesSlotsForItsRailPartnersOnly) {
+  for (const HostKeys& keys : {HostKeys{"host-a", "host-b", "host-c", "host-d", "host-e", "host-f"},
+                               HostKeys{"a", "a", "b", "b", "c", "c"}}) {
+    const topo::HostMap hosts(keys);
+    RunOptions options;
+    options.comm_options.timeout = std::chrono::milliseconds(30000);
+    expect_all_ok(run_ranks_raw(
+        static_cast<int>(keys.size()),
+        [&](const RankContext& ctx) {
+          ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
+          ::setenv("TPF_NET_PROTOCOL", "put", 1);
+          Communicator comm = Communicator::create(ctx.rank, ctx.size, ctx.store_address,
+                                                   ctx.secret, ctx.comm_options);
+          const std::shared_ptr<Store> store = connect_to_store(ctx, -1);
+          const std::string published =
+              store->get("world/0/" + transport::net_put_key(ctx.rank), std::chrono::seconds(30));
+          const auto publication = transport::decode_put_publication(published);
+          TPF_CHILD_CHECK(publication.has_value(), "malformed publication: " + published);
+          std::vector<int> slots_for;
+          for (const auto& [peer, offset] : publication->blocks) slots_for.push_back(peer);
+          const std::vector<int> partners = coll::rail_partners(hosts, ctx.rank);
+          auto list = [](const std::vector<int>& ranks) {
+            std::string out;
+            for (int r : ranks) out += std::to_string(r) + " ";
+            return out;
+          };
+          TPF_CHILD_CHECK(slots_for == partners,
+                          "rank " + std::to_string(ctx.rank) + " gave slots to " + list(slots_for) +
+                              "where its rail partners are " + list(partners));
+          comm.barrier();
+        },
+        options));
+  }
 }
 
 // An asynchronous transfer across hosts is moved by whoever waits for it (Work::wait drives the
