@@ -32,6 +32,8 @@ readonly kTestPackages=(
   python3-torch python3-numpy        # float64 GPT-2 reference (tests/reference/gpt_reference.py);
                                      # tests of the Python package and its torch backend
   iproute2                           # emulated hosts: network namespaces (scripts/emulated-hosts.sh)
+  procps                             # kill: what tpf run --hosts runs through the tests' fake
+                                     # remote shell (not in Debian's minimal images)
 )
 readonly kPeerPackages=(
   libopenmpi-dev openmpi-bin         # MPI_Allreduce baseline
