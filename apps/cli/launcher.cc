@@ -695,8 +695,7 @@ class Job {
   // Signals the running ranks here, and on other hosts their processes too (the remote shell
   // that is the launcher's child there would pass on none of these signals).
   void signal_running(const std::vector<int>& signals) {
-    std::vector<RemoteProcess> remote;
-    if (!options_.hosts.empty()) remote = dumps_.remote_processes(ranks_.running_ranks());
+    const std::vector<RemoteProcess> remote = dumps_.remote_processes(ranks_.running_ranks());
     for (const int sig : signals) ranks_.signal_running(sig);
     if (!remote.empty()) {
       signal_remote_processes(options_.remote_shell, remote, signals, kRemoteProcessDeadline);

@@ -4,7 +4,6 @@
 #include <string.h>  // sigabbrev_np
 #include <sys/wait.h>
 
-#include <initializer_list>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -32,17 +31,13 @@ std::string rank_list(const std::vector<const RemoteProcess*>& processes) {
   return out;
 }
 
-// "" when `command` did what was asked; otherwise why not. `done_codes`: the exit codes that
-// count as done.
-std::string failure_of(const RemoteCommand& command, std::chrono::milliseconds deadline,
-                       std::initializer_list<int> done_codes) {
+// "" when `command` (a `cat` or `kill` of the ranks' pids) did what was asked; otherwise why not.
+// Exit code 1 counts as done: those commands say so when one of the processes has just ended,
+// and still do their work for the others.
+std::string failure_of(const RemoteCommand& command, std::chrono::milliseconds deadline) {
   if (!command.started) return "the remote shell could not be started";
   if (!command.answered) return "no answer within " + std::to_string(deadline.count()) + " ms";
-  if (WIFEXITED(command.status)) {
-    for (int code : done_codes) {
-      if (WEXITSTATUS(command.status) == code) return "";
-    }
-  }
+  if (WIFEXITED(command.status) && WEXITSTATUS(command.status) <= 1) return "";
   return remote_exit_description(command.status);
 }
 
@@ -71,8 +66,7 @@ std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::strin
   std::vector<RemoteProcess> stopped;
   for (const RemoteCommand& look : looks) {
     const std::vector<const RemoteProcess*>& on_host = hosts.at(look.host);
-    // 1: cat's answer when a process has ended; the others' lines are still printed.
-    if (const std::string why = failure_of(look, deadline, {0, 1}); !why.empty()) {
+    if (const std::string why = failure_of(look, deadline); !why.empty()) {
       report("warning: cannot tell whether " + rank_list(on_host) + " on host '" + look.host +
              (on_host.size() == 1 ? "' is" : "' are") + " stopped (" + why + ")");
     }
@@ -108,7 +102,7 @@ void signal_remote_processes(const std::vector<std::string>& remote_shell,
   }
   run_remote_commands(remote_shell, kills, deadline);
   for (size_t i = 0; i < kills.size(); ++i) {
-    if (const std::string why = failure_of(kills[i], deadline, {0, 1}); !why.empty()) {
+    if (const std::string why = failure_of(kills[i], deadline); !why.empty()) {
       report("warning: sending " + signal_name(signal_of[i]) + " to " +
              rank_list(hosts.at(kills[i].host)) + " on host '" + kills[i].host + "' failed (" +
              why + ")");

@@ -41,6 +41,14 @@ std::optional<size_t> env_bytes(const char* name) {
   return static_cast<size_t>(value) * scale;
 }
 
+bool env_request(const char* name, const std::string& meaning) {
+  const auto value = env_string(name);
+  if (!value || *value == "0") return false;
+  if (*value == "1") return true;
+  throw Error(ErrorCode::invalid_argument,
+              std::string(name) + "='" + *value + "' should be 1 (" + meaning + ") or 0");
+}
+
 std::optional<std::chrono::milliseconds> env_seconds(const char* name) {
   auto text = env_string(name);
   if (!text) return std::nullopt;

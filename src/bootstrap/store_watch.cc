@@ -92,12 +92,7 @@ Socket connect_as_watcher(const std::string& host, uint16_t port, const std::str
 }  // namespace
 
 bool end_with_store_requested() {
-  const auto value = base::env_string("TPF_END_WITH_STORE");
-  if (!value || *value == "0") return false;
-  if (*value == "1") return true;
-  throw Error(ErrorCode::invalid_argument,
-              "TPF_END_WITH_STORE='" + *value +
-                  "' should be 1 (the rank ends when its job's store closes) or 0");
+  return base::env_request("TPF_END_WITH_STORE", "the rank ends when its job's store closes");
 }
 
 void end_process_when_store_closes(const std::string& host, uint16_t port,

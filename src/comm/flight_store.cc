@@ -28,12 +28,7 @@ std::string flight_store_text_key(int rank, int64_t n) {
 std::string flight_store_notice_key(int64_t m) { return "tpf-flight/notice/" + std::to_string(m); }
 
 bool flight_dumps_go_to_store() {
-  const auto value = base::env_string("TPF_FLIGHT_RECORDER_STORE");
-  if (!value || *value == "0") return false;
-  if (*value == "1") return true;
-  throw Error(ErrorCode::invalid_argument, "TPF_FLIGHT_RECORDER_STORE='" + *value +
-                                               "' should be 1 (dumps go to the job's store) "
-                                               "or 0");
+  return base::env_request("TPF_FLIGHT_RECORDER_STORE", "dumps go to the job's store");
 }
 
 bool append_flight_text_to_store(const std::string& text, std::string& why) noexcept {
