@@ -4,7 +4,6 @@
 #include <exception>
 
 #include "base/env_config.h"
-#include "tpf/error.h"
 #include "tpf/launch_env.h"
 #include "tpf/store.h"
 
