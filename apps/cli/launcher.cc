@@ -9,14 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "base/env_config.h"
@@ -288,6 +291,15 @@ HostSlot host_slot_of(const LaunchOptions& options, int rank) {
   return {host, rank - first};
 }
 
+// --hosts: the host of each rank, by rank.
+std::vector<std::string> host_of_each_rank(const LaunchOptions& options) {
+  std::vector<std::string> hosts;
+  for (int rank = 0; rank < options.world_size; ++rank) {
+    hosts.push_back(options.hosts[host_slot_of(options, rank).host].host);
+  }
+  return hosts;
+}
+
 // Everything a child needs, built before fork: after fork in a process with threads (the store
 // server) the child should do as little as possible before execve.
 struct ChildPlan {
@@ -339,10 +351,12 @@ class Job {
 
   int run(const std::string& store_addr, const std::string& secret, const std::string& job_id,
           const SignalRouting& signals) {
+    job_id_ = job_id;
     spawn_all(store_addr, secret, job_id, signals);
     if (options_.job_timeout) job_deadline_ = Clock::now() + *options_.job_timeout;
     supervise(signals);
     ranks_.kill_leftover_groups();
+    kill_remote_leftovers();
     finish_output();
     // The summary printed when the ranks were stopped stays the one: dumps made after it (a rank
     // that saw its stopped peer die) show the stop, not the hang.
@@ -656,9 +670,8 @@ class Job {
       report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")" + kStopped);
       said.insert(rank);
     }
-    const std::vector<RemoteProcess> stopped_remote = stopped_remote_processes(
-        options_.remote_shell, dumps_.remote_processes(ranks_.running_ranks()),
-        kRemoteProcessDeadline);
+    const std::vector<RemoteProcess> stopped_remote =
+        stopped_remote_processes(options_.remote_shell, remote_processes(), kRemoteProcessDeadline);
     for (const RemoteProcess& p : stopped_remote) {
       // A fake remote shell may run the rank in the launcher's group: said once.
       if (said.insert(p.rank).second) report(describe(p) + kStopped);
@@ -692,14 +705,60 @@ class Job {
     kill_deadline_ = now + options_.grace;
   }
 
-  // Signals the running ranks here, and on other hosts their processes too (the remote shell
+  // Signals the running ranks here, and on other hosts the job's processes too (the remote shell
   // that is the launcher's child there would pass on none of these signals).
   void signal_running(const std::vector<int>& signals) {
-    const std::vector<RemoteProcess> remote = dumps_.remote_processes(ranks_.running_ranks());
+    const std::vector<RemoteProcess> remote = remote_processes();
     for (const int sig : signals) ranks_.signal_running(sig);
     if (!remote.empty()) {
       signal_remote_processes(options_.remote_shell, remote, signals, kRemoteProcessDeadline);
     }
+  }
+
+  // The job's processes on other hosts: those its id marks there (found through the remote
+  // shell), and those the running ranks' flight recorders named, on every host that answered
+  // the search (a process that changed its environment would be missed by it).
+  std::vector<RemoteProcess> remote_processes() const {
+    if (options_.hosts.empty()) return {};
+    JobProcesses found = find_job_processes(options_.remote_shell, host_of_each_rank(options_),
+                                            job_id_, kRemoteProcessDeadline);
+    std::set<std::pair<std::string, pid_t>> known;
+    for (const RemoteProcess& p : found.processes) known.insert({p.host, p.pid});
+    for (const RemoteProcess& p : dumps_.remote_processes(ranks_.running_ranks())) {
+      if (found.unanswered.count(p.host) == 0 && known.insert({p.host, p.pid}).second) {
+        found.processes.push_back(p);
+      }
+    }
+    return found.processes;
+  }
+
+  // What the job left running on other hosts once every rank's remote shell has ended (a rank
+  // whose shell was cut off, what a rank started in a session of its own) is killed there and
+  // said, as kill_leftover_groups does here without a word.
+  void kill_remote_leftovers() const {
+    if (options_.hosts.empty()) return;
+    JobProcesses left = find_job_processes(options_.remote_shell, host_of_each_rank(options_),
+                                           job_id_, kRemoteProcessDeadline);
+    if (left.processes.empty()) return;
+    std::sort(left.processes.begin(), left.processes.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.host, a.rank, a.pid) < std::tie(b.host, b.rank, b.pid);
+    });
+    std::map<std::string, std::string> listed;  // by host
+    std::map<std::string, int> counted;
+    for (const RemoteProcess& p : left.processes) {
+      std::string& list = listed[p.host];
+      if (!list.empty()) list += ", ";
+      list += "pid " + std::to_string(p.pid);
+      if (p.rank >= 0) list += " (rank " + std::to_string(p.rank) + ")";
+      ++counted[p.host];
+    }
+    for (const auto& [host, list] : listed) {
+      const int n = counted[host];
+      report("killing " + std::to_string(n) + (n == 1 ? " process" : " processes") +
+             " the job left running on host '" + host + "' after its ranks ended: " + list);
+    }
+    signal_remote_processes(options_.remote_shell, left.processes, {SIGKILL},
+                            kRemoteProcessDeadline);
   }
 
   std::string stop_reason() const {
@@ -781,6 +840,7 @@ class Job {
   std::string path_;
   RankSet ranks_;
   FlightDumps& dumps_;
+  std::string job_id_;
   std::optional<Clock::time_point> job_deadline_;
   std::optional<Clock::time_point> dump_deadline_;  // a dump request is pending until then
   AfterDumps after_dumps_ = AfterDumps::summary;
@@ -802,9 +862,7 @@ void read_dumps_from_store(FlightDumps& dumps, const LaunchOptions& options,
   RemoteRanks remote;
   if (!options.hosts.empty()) {
     remote.remote_shell = options.remote_shell;
-    for (int rank = 0; rank < options.world_size; ++rank) {
-      remote.host_of_rank.push_back(options.hosts[host_slot_of(options, rank).host].host);
-    }
+    remote.host_of_rank = host_of_each_rank(options);
   }
   try {
     dumps.read_store(std::make_unique<TcpStoreClient>(host, port, secret, kStoreConnectTimeout),

@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +86,14 @@ std::optional<ProcStat> state_and_group(long pid) {
   return parse_proc_stat(std::string(text, static_cast<size_t>(n)));
 }
 
+// `text` as a number of 1 to 9 decimal digits and nothing else; nullopt otherwise.
+std::optional<long> small_number(std::string_view text) {
+  if (text.empty() || text.size() > 9 ||
+      text.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  return std::strtol(std::string(text).c_str(), nullptr, 10);
+}
+
 }  // namespace
 
 // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields after it
@@ -114,6 +124,51 @@ std::vector<StoppedProcess> stopped_processes() {
   }
   ::closedir(proc);
   return stopped;
+}
+
+std::vector<std::string> job_environ_search(const std::string& job_id) {
+  // -mindepth 2 -maxdepth 2: /proc/PID/environ, not the threads' under /proc/PID/task.
+  return {
+      "find",  "/proc",     "-mindepth", "2",  "-maxdepth", "2",  "-name", "environ",
+      "-exec", "grep",      "-s",        "-z", "-H",        "-F", "-e",    "TPF_JOB_ID=" + job_id,
+      "-e",    "TPF_RANK=", "{}",        "+"};
+}
+
+std::vector<JobProcess> parse_job_environ_search(std::string_view printed,
+                                                 std::string_view job_id) {
+  struct Seen {
+    bool in_job = false;
+    int rank = -1;
+  };
+  std::map<pid_t, Seen> seen;
+  constexpr std::string_view kProc = "/proc/", kEnviron = "/environ:";
+  constexpr std::string_view kJob = "TPF_JOB_ID=", kRank = "TPF_RANK=";
+  while (!printed.empty()) {
+    const size_t end = std::min(printed.find('\0'), printed.size());
+    const std::string_view record = printed.substr(0, end);
+    printed.remove_prefix(std::min(end + 1, printed.size()));
+    // "/proc/PID/environ:ENTRY"; /proc/self and the like are the search's own processes.
+    if (record.substr(0, kProc.size()) != kProc) continue;
+    const std::string_view rest = record.substr(kProc.size());
+    const size_t pid_end = rest.find('/');
+    if (pid_end == std::string_view::npos) continue;
+    const std::optional<long> pid = small_number(rest.substr(0, pid_end));
+    if (!pid || *pid <= 0 || rest.substr(pid_end, kEnviron.size()) != kEnviron) continue;
+    // grep matched a substring anywhere: only whole entries count.
+    const std::string_view entry = rest.substr(pid_end + kEnviron.size());
+    if (entry.substr(0, kJob.size()) == kJob && entry.substr(kJob.size()) == job_id) {
+      seen[static_cast<pid_t>(*pid)].in_job = true;
+    } else if (entry.substr(0, kRank.size()) == kRank) {
+      if (const std::optional<long> rank = small_number(entry.substr(kRank.size()))) {
+        seen[static_cast<pid_t>(*pid)].rank = static_cast<int>(*rank);
+      }
+    }
+  }
+  std::vector<JobProcess> out;
+  for (const auto& [pid, s] : seen) {
+    if (s.in_job) out.push_back({pid, s.rank});
+  }
+  return out;
 }
 
 bool is_stopped(pid_t pid) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tpf::cli {
@@ -78,6 +79,23 @@ struct StoppedProcess {
 std::vector<StoppedProcess> stopped_processes();
 // Whether `pid` is stopped (false where it is gone).
 bool is_stopped(pid_t pid);
+
+// A process that carries a job's id in its environment: TPF_JOB_ID, which tpf run gives each rank
+// and which whatever a rank starts inherits, so it finds them all, flight recorder or not, before
+// a rank has made a communicator as after.
+struct JobProcess {
+  pid_t pid = 0;
+  int rank = -1;  // its TPF_RANK; -1 where it has none
+};
+// The command that prints, for each process whose environment it may read, its entries
+// TPF_JOB_ID=... and TPF_RANK=... as grep prints them ("/proc/PID/environ:ENTRY", each ended by a
+// NUL). find and grep, no shell: it runs alike under ssh, whose remote shell parses the words
+// again, and under a remote shell that executes them as given (ip netns exec). Its exit code
+// says little: find's is 1 where a process ended while it looked, or an environment could not
+// be read (another user's).
+std::vector<std::string> job_environ_search(const std::string& job_id);
+// The processes of job `job_id` in what that command printed, by pid.
+std::vector<JobProcess> parse_job_environ_search(std::string_view printed, std::string_view job_id);
 
 // Path of the program execve() will run: `program` itself if it contains a '/', else the first
 // executable match in $PATH. nullopt (and *error set) when there is none.

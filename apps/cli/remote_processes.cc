@@ -22,18 +22,22 @@ ByHost by_host(const std::vector<RemoteProcess>& processes) {
   return hosts;
 }
 
+// "ranks 0,1": the ranks of `processes`, each once (a rank may have started processes of its
+// own).
 std::string rank_list(const std::vector<const RemoteProcess*>& processes) {
-  std::string out = processes.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < processes.size(); ++i) {
-    if (i > 0) out += ",";
-    out += std::to_string(processes[i]->rank);
+  std::set<int> ranks;
+  for (const RemoteProcess* p : processes) ranks.insert(p->rank);
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (const int rank : ranks) {
+    if (out.back() != ' ') out += ",";
+    out += std::to_string(rank);
   }
   return out;
 }
 
-// "" when `command` (a `cat` or `kill` of the ranks' pids) did what was asked; otherwise why not.
-// Exit code 1 counts as done: those commands say so when one of the processes has just ended,
-// and still do their work for the others.
+// "" when `command` (a search for the job's processes, a `cat` or `kill` of their pids) did what
+// was asked; otherwise why not. Exit code 1 counts as done: those commands say so when one of the
+// processes has just ended, and still do their work for the others.
 std::string failure_of(const RemoteCommand& command, std::chrono::milliseconds deadline) {
   if (!command.started) return "the remote shell could not be started";
   if (!command.answered) return "no answer within " + std::to_string(deadline.count()) + " ms";
@@ -46,6 +50,34 @@ std::string failure_of(const RemoteCommand& command, std::chrono::milliseconds d
 std::string describe(const RemoteProcess& process) {
   return "rank " + std::to_string(process.rank) + " (pid " + std::to_string(process.pid) +
          " on host '" + process.host + "')";
+}
+
+JobProcesses find_job_processes(const std::vector<std::string>& remote_shell,
+                                const std::vector<std::string>& host_of_rank,
+                                const std::string& job_id, std::chrono::milliseconds deadline) {
+  std::vector<RemoteCommand> searches;
+  for (const std::string& host : std::set<std::string>(host_of_rank.begin(), host_of_rank.end())) {
+    RemoteCommand& search = searches.emplace_back();
+    search.host = host;
+    search.words = job_environ_search(job_id);
+    search.discard_stderr = true;  // find names each process that ended while it looked
+  }
+  run_remote_commands(remote_shell, searches, deadline);
+  JobProcesses found;
+  for (const RemoteCommand& search : searches) {
+    if (!search.started || !search.answered) found.unanswered.insert(search.host);
+    if (const std::string why = failure_of(search, deadline); !why.empty()) {
+      report("warning: cannot look for the job's processes on host '" + search.host + "' (" + why +
+             ")");
+      continue;
+    }
+    for (const JobProcess& p : parse_job_environ_search(search.printed, job_id)) {
+      const bool its_own = p.rank >= 0 && static_cast<size_t>(p.rank) < host_of_rank.size() &&
+                           host_of_rank[static_cast<size_t>(p.rank)] == search.host;
+      if (its_own) found.processes.push_back({p.rank, search.host, p.pid});
+    }
+  }
+  return found;
 }
 
 std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::string>& remote_shell,

@@ -1144,6 +1144,97 @@ TEST(FlightRecorderLauncher, AcrossHostsTheRanksEndWhenTpfRunIsKilled) {
       << r.err;
 }
 
+// A rank on another host that has made no communicator (so it armed no flight recorder, and
+// watches no store: here a shell that execs `sleep`, in a session of its own as under sshd) is
+// found there by the job's id in its environment, and a signal to tpf run reaches it. Before,
+// only its remote shell got the signal, and the rank ran on after the job.
+TEST(FlightRecorderLauncher, AcrossHostsASignalReachesRanksThatMadeNoCommunicator) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids;
+  bool sent = false;
+  auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
+    if (!sent && contains(out, "ready 0") && contains(out, "ready 1") && contains(out, "ready 2")) {
+      sent = true;
+      kill(tpf, SIGTERM);
+    }
+  };
+  std::vector<std::string> args = hosts.run_on("a:2,b:1");
+  for (const std::string& word :
+       {std::string("--"), std::string("sh"), std::string("-c"),
+        "echo $$ > " + pids.path() + "/rank$TPF_RANK && echo ready $TPF_RANK && exec sleep 600"}) {
+    args.push_back(word);
+  }
+  const Outcome r = run_tpf(args, {"TPF_RUN_GRACE_S=0.5"}, on_stdout, 90s);
+  ASSERT_TRUE(sent) << r.out << r.err;
+  const std::vector<pid_t> ranks = rank_pids(pids, 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_GT(ranks[rank], 0) << r.err;
+    EXPECT_TRUE(ends_soon(ranks[rank]))
+        << "rank " << rank << " (pid " << ranks[rank] << ") outlived tpf run\n"
+        << r.err;
+  }
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_TRUE(contains(r.err, "received SIGTERM (15); forwarding it to ranks 0,1,2")) << r.err;
+  EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
+}
+
+// What the ranks on other hosts leave running there (a shell's background job, in the rank's
+// session: out of the launcher's reach under sshd) is killed once the job is over, and said.
+// Before, it ran on after tpf run had exited with success.
+TEST(FlightRecorderLauncher, AcrossHostsWhatTheRanksLeftRunningIsKilledAfterTheJob) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids;
+  std::vector<std::string> args = hosts.run_on("a:1,b:2");
+  for (const std::string& word :
+       {std::string("--"), std::string("sh"), std::string("-c"),
+        "sleep 600 > /dev/null 2>&1 & echo $! > " + pids.path() + "/rank$TPF_RANK"}) {
+    args.push_back(word);
+  }
+  const Outcome r = run_tpf(args, {}, {}, 90s);
+  const std::vector<pid_t> left = rank_pids(pids, 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_GT(left[rank], 0) << r.err;
+    EXPECT_TRUE(ends_soon(left[rank]))
+        << "pid " << left[rank] << " of rank " << rank << " outlived the job\n"
+        << r.err;
+  }
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tpf run: killing 1 process the job left running on host 'a' after "
+                       "its ranks ended: pid " +
+                           std::to_string(left[0]) + " (rank 0)\n"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tpf run: killing 2 processes the job left running on host 'b' "
+                       "after its ranks ended: pid " +
+                           std::to_string(left[1]) + " (rank 1), pid " + std::to_string(left[2]) +
+                           " (rank 2)\n"))
+      << r.err;
+}
+
+// A host where the job's processes cannot be looked for is said (here `find` fails on every
+// host); the job itself is not failed for it.
+TEST(FlightRecorderLauncher, AcrossHostsASearchForTheJobsProcessesThatFailsIsSaid) {
+  SeparateHosts hosts;
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir bin;
+  std::vector<std::string> args = hosts.run_on("a:1,b:1");
+  for (const char* word : {"--", "true"}) args.push_back(word);
+  const Outcome r = run_tpf(args, {"PATH=" + path_with_failing(bin, "find")}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* host : {"a", "b"}) {
+    EXPECT_TRUE(contains(r.err, std::string("warning: cannot look for the job's processes on "
+                                            "host '") +
+                                    host + "' (exit code 7)"))
+        << r.err;
+  }
+}
+
 // A request the remote shell cannot deliver is said, and the launcher waits for no dump from
 // those hosts: here `kill` fails on every host (a stand-in first on the PATH), so the ranks are
 // stopped without a summary of their own.
