@@ -14,12 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "base/env_config.h"
@@ -214,32 +212,6 @@ class RankSet {
   std::vector<Rank> ranks_;
 };
 
-// Removes /dev/shm/tpf-<uid>-<jobid>-* when the job is over, here and (--hosts) on every host
-// through the remote shell. The fabric unlinks its segments as soon as every rank has mapped
-// them; this only catches what a rank killed during setup left. Runs when the job is over,
-// whichever way launch_job leaves.
-class ShmSweeper {
- public:
-  ShmSweeper(std::string job_id, const LaunchOptions& options)
-      : job_id_(std::move(job_id)), options_(options) {}
-  ~ShmSweeper() {
-    remove_job_shm_segments(job_id_);
-    if (options_.hosts.empty()) return;
-    std::vector<std::string> hosts;
-    for (const LaunchOptions::HostSlots& slots : options_.hosts) hosts.push_back(slots.host);
-    sweep_remote_shm(options_.remote_shell, hosts, job_id_, kRemoteSweepDeadline);
-  }
-  ShmSweeper(const ShmSweeper&) = delete;
-  ShmSweeper& operator=(const ShmSweeper&) = delete;
-
- private:
-  // An ssh that cannot reach its host waits for its own connect timeout: the job's end does
-  // not wait that long for a cleanup.
-  static constexpr std::chrono::milliseconds kRemoteSweepDeadline{10000};
-  std::string job_id_;
-  const LaunchOptions& options_;
-};
-
 std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0)
@@ -300,6 +272,39 @@ std::vector<std::string> host_of_each_rank(const LaunchOptions& options) {
   return hosts;
 }
 
+// What the job leaves behind once its ranks have ended: its segments in /dev/shm here, and
+// (--hosts) on every host through the remote shell the processes it left running there and its
+// segments (cli/remote_sweep.h). The fabric unlinks its segments as soon as every rank has mapped
+// them; this only catches what a rank killed during setup left. Runs when the job is over,
+// whichever way launch_job leaves: at the latest when it is destroyed, but Job sweeps the hosts as
+// soon as the ranks have ended, while the store still stands, so that the processes it kills are
+// not the ones that the store's close ends anyway (TPF_END_WITH_STORE).
+class JobSweeper {
+ public:
+  JobSweeper(std::string job_id, const LaunchOptions& options)
+      : job_id_(std::move(job_id)), options_(options) {}
+  ~JobSweeper() {
+    remove_job_shm_segments(job_id_);
+    sweep_hosts_once();
+  }
+  JobSweeper(const JobSweeper&) = delete;
+  JobSweeper& operator=(const JobSweeper&) = delete;
+
+  void sweep_hosts_once() {
+    if (options_.hosts.empty() || hosts_swept_) return;
+    hosts_swept_ = true;
+    sweep_hosts(options_.remote_shell, host_of_each_rank(options_), job_id_, kRemoteSweepDeadline);
+  }
+
+ private:
+  // An ssh that cannot reach its host waits for its own connect timeout: the job's end does
+  // not wait that long for a cleanup.
+  static constexpr std::chrono::milliseconds kRemoteSweepDeadline{10000};
+  std::string job_id_;
+  const LaunchOptions& options_;
+  bool hosts_swept_ = false;
+};
+
 // Everything a child needs, built before fork: after fork in a process with threads (the store
 // server) the child should do as little as possible before execve.
 struct ChildPlan {
@@ -346,8 +351,12 @@ struct ChildPlan {
 
 class Job {
  public:
-  Job(const LaunchOptions& options, std::string path, FlightDumps& dumps)
-      : options_(options), path_(std::move(path)), ranks_(options.world_size), dumps_(dumps) {}
+  Job(const LaunchOptions& options, std::string path, FlightDumps& dumps, JobSweeper& sweeper)
+      : options_(options),
+        path_(std::move(path)),
+        ranks_(options.world_size),
+        dumps_(dumps),
+        sweeper_(sweeper) {}
 
   int run(const std::string& store_addr, const std::string& secret, const std::string& job_id,
           const SignalRouting& signals) {
@@ -356,7 +365,7 @@ class Job {
     if (options_.job_timeout) job_deadline_ = Clock::now() + *options_.job_timeout;
     supervise(signals);
     ranks_.kill_leftover_groups();
-    kill_remote_leftovers();
+    sweeper_.sweep_hosts_once();
     finish_output();
     // The summary printed when the ranks were stopped stays the one: dumps made after it (a rank
     // that saw its stopped peer die) show the stop, not the hang.
@@ -732,35 +741,6 @@ class Job {
     return found.processes;
   }
 
-  // What the job left running on other hosts once every rank's remote shell has ended (a rank
-  // whose shell was cut off, what a rank started in a session of its own) is killed there and
-  // said, as kill_leftover_groups does here without a word.
-  void kill_remote_leftovers() const {
-    if (options_.hosts.empty()) return;
-    JobProcesses left = find_job_processes(options_.remote_shell, host_of_each_rank(options_),
-                                           job_id_, kRemoteProcessDeadline);
-    if (left.processes.empty()) return;
-    std::sort(left.processes.begin(), left.processes.end(), [](const auto& a, const auto& b) {
-      return std::tie(a.host, a.rank, a.pid) < std::tie(b.host, b.rank, b.pid);
-    });
-    std::map<std::string, std::string> listed;  // by host
-    std::map<std::string, int> counted;
-    for (const RemoteProcess& p : left.processes) {
-      std::string& list = listed[p.host];
-      if (!list.empty()) list += ", ";
-      list += "pid " + std::to_string(p.pid);
-      if (p.rank >= 0) list += " (rank " + std::to_string(p.rank) + ")";
-      ++counted[p.host];
-    }
-    for (const auto& [host, list] : listed) {
-      const int n = counted[host];
-      report("killing " + std::to_string(n) + (n == 1 ? " process" : " processes") +
-             " the job left running on host '" + host + "' after its ranks ended: " + list);
-    }
-    signal_remote_processes(options_.remote_shell, left.processes, {SIGKILL},
-                            kRemoteProcessDeadline);
-  }
-
   std::string stop_reason() const {
     if (job_timed_out_) return "at the job timeout";
     return "after " + first_failure_ + " failed";
@@ -840,6 +820,7 @@ class Job {
   std::string path_;
   RankSet ranks_;
   FlightDumps& dumps_;
+  JobSweeper& sweeper_;
   std::string job_id_;
   std::optional<Clock::time_point> job_deadline_;
   std::optional<Clock::time_point> dump_deadline_;  // a dump request is pending until then
@@ -890,7 +871,7 @@ int launch_job(const LaunchOptions& options) {
 
   // Order matters: the mask must be in place before the store server starts its thread, or that
   // thread could take SIGCHLD/SIGTERM with the default action; the sweeper must outlive the job.
-  ShmSweeper sweeper(job_id, options);
+  JobSweeper sweeper(job_id, options);
   FlightDumps dumps(job_id);
   SignalRouting signals;
   // One machine: loopback only. Several: where --store-bind says (all addresses by default), and
@@ -911,7 +892,7 @@ int launch_job(const LaunchOptions& options) {
   std::string store_addr = advertised + ":" + std::to_string(server.port());
   read_dumps_from_store(dumps, options, bind == "0.0.0.0" ? "127.0.0.1" : bind, server.port(),
                         secret);
-  Job job(options, *path, dumps);
+  Job job(options, *path, dumps, sweeper);
   return job.run(store_addr, secret, job_id, signals);
 }
 

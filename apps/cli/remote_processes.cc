@@ -52,17 +52,17 @@ std::string describe(const RemoteProcess& process) {
          " on host '" + process.host + "')";
 }
 
-JobProcesses find_job_processes(const std::vector<std::string>& remote_shell,
-                                const std::vector<std::string>& host_of_rank,
-                                const std::string& job_id, std::chrono::milliseconds deadline) {
-  std::vector<RemoteCommand> searches;
-  for (const std::string& host : std::set<std::string>(host_of_rank.begin(), host_of_rank.end())) {
-    RemoteCommand& search = searches.emplace_back();
-    search.host = host;
-    search.words = job_environ_search(job_id);
-    search.discard_stderr = true;  // find names each process that ended while it looked
-  }
-  run_remote_commands(remote_shell, searches, deadline);
+RemoteCommand job_process_search(const std::string& host, const std::string& job_id) {
+  RemoteCommand search;
+  search.host = host;
+  search.words = job_environ_search(job_id);
+  search.discard_stderr = true;  // find names each process that ended while it looked
+  return search;
+}
+
+JobProcesses job_processes_found(const std::vector<RemoteCommand>& searches,
+                                 const std::vector<std::string>& host_of_rank,
+                                 const std::string& job_id, std::chrono::milliseconds deadline) {
   JobProcesses found;
   for (const RemoteCommand& search : searches) {
     if (!search.started || !search.answered) found.unanswered.insert(search.host);
@@ -78,6 +78,17 @@ JobProcesses find_job_processes(const std::vector<std::string>& remote_shell,
     }
   }
   return found;
+}
+
+JobProcesses find_job_processes(const std::vector<std::string>& remote_shell,
+                                const std::vector<std::string>& host_of_rank,
+                                const std::string& job_id, std::chrono::milliseconds deadline) {
+  std::vector<RemoteCommand> searches;
+  for (const std::string& host : std::set<std::string>(host_of_rank.begin(), host_of_rank.end())) {
+    searches.push_back(job_process_search(host, job_id));
+  }
+  run_remote_commands(remote_shell, searches, deadline);
+  return job_processes_found(searches, host_of_rank, job_id, deadline);
 }
 
 std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::string>& remote_shell,

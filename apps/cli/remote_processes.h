@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/remote_commands.h"
+
 namespace tpf::cli {
 
 struct RemoteProcess {
@@ -38,6 +40,12 @@ struct JobProcesses {
 JobProcesses find_job_processes(const std::vector<std::string>& remote_shell,
                                 const std::vector<std::string>& host_of_rank,
                                 const std::string& job_id, std::chrono::milliseconds deadline);
+// find_job_processes in halves, for a caller that runs the searches beside commands of its own
+// (cli/remote_sweep.h): one host's search, and what the searches found once they ran.
+RemoteCommand job_process_search(const std::string& host, const std::string& job_id);
+JobProcesses job_processes_found(const std::vector<RemoteCommand>& searches,
+                                 const std::vector<std::string>& host_of_rank,
+                                 const std::string& job_id, std::chrono::milliseconds deadline);
 
 // Those of `processes` that are stopped (SIGSTOP, ^Z, a debugger) on their hosts: one `cat
 // /proc/PID/stat...` per host, all hosts at once, within `deadline`. A host that does not answer

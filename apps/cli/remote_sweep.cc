@@ -1,13 +1,17 @@
 #include "cli/remote_sweep.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "cli/process_util.h"
 #include "cli/remote_commands.h"
+#include "cli/remote_processes.h"
 
 namespace tpf::cli {
 namespace {
@@ -31,23 +35,53 @@ void report_sweep(const RemoteCommand& s, std::chrono::milliseconds deadline,
   }
 }
 
+// Kills what the job left running, saying so host by host: "killing 2 processes the job left
+// running on host 'b' after its ranks ended: pid 4242 (rank 1), pid 4250 (rank 2)".
+void kill_leftovers(const std::vector<std::string>& remote_shell, JobProcesses left,
+                    std::chrono::milliseconds deadline) {
+  if (left.processes.empty()) return;
+  std::sort(left.processes.begin(), left.processes.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.host, a.rank, a.pid) < std::tie(b.host, b.rank, b.pid);
+  });
+  std::map<std::string, std::vector<const RemoteProcess*>> by_host;
+  for (const RemoteProcess& p : left.processes) by_host[p.host].push_back(&p);
+  for (const auto& [host, on_host] : by_host) {
+    std::string list;
+    for (const RemoteProcess* p : on_host) {
+      if (!list.empty()) list += ", ";
+      list += "pid " + std::to_string(p->pid) + " (rank " + std::to_string(p->rank) + ")";
+    }
+    report("killing " + std::to_string(on_host.size()) +
+           (on_host.size() == 1 ? " process" : " processes") + " the job left running on host '" +
+           host + "' after its ranks ended: " + list);
+  }
+  signal_remote_processes(remote_shell, left.processes, {SIGKILL}, deadline);
+}
+
 }  // namespace
 
-void sweep_remote_shm(const std::vector<std::string>& remote_shell,
-                      const std::vector<std::string>& hosts, const std::string& job_id,
-                      std::chrono::milliseconds deadline) {
+void sweep_hosts(const std::vector<std::string>& remote_shell,
+                 const std::vector<std::string>& host_of_rank, const std::string& job_id,
+                 std::chrono::milliseconds deadline) {
   try {
-    std::vector<RemoteCommand> sweeps;
-    for (const std::string& host : std::set<std::string>(hosts.begin(), hosts.end())) {
-      RemoteCommand& sweep = sweeps.emplace_back();
+    // The searches first, the sweeps after them: one batch.
+    std::vector<RemoteCommand> commands;
+    const std::set<std::string> hosts(host_of_rank.begin(), host_of_rank.end());
+    for (const std::string& host : hosts) commands.push_back(job_process_search(host, job_id));
+    for (const std::string& host : hosts) {
+      RemoteCommand& sweep = commands.emplace_back();
       sweep.host = host;
       sweep.words = {"find",   "/dev/shm", "-maxdepth", "1", "-name", "tpf-*-" + job_id + "-*",
                      "-print", "-delete"};
     }
-    run_remote_commands(remote_shell, sweeps, deadline);
-    for (const RemoteCommand& s : sweeps) report_sweep(s, deadline, job_id);
+    run_remote_commands(remote_shell, commands, deadline);
+    const auto sweeps = commands.begin() + static_cast<std::ptrdiff_t>(hosts.size());
+    kill_leftovers(remote_shell,
+                   job_processes_found({commands.begin(), sweeps}, host_of_rank, job_id, deadline),
+                   deadline);
+    for (auto s = sweeps; s != commands.end(); ++s) report_sweep(*s, deadline, job_id);
   } catch (const std::exception& e) {
-    report(std::string("warning: the sweep of /dev/shm on the job's hosts failed: ") + e.what());
+    report(std::string("warning: the sweep of the job's hosts failed: ") + e.what());
   }
 }
 
