@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "base/env_config.h"
@@ -365,6 +366,7 @@ class Job {
     if (options_.job_timeout) job_deadline_ = Clock::now() + *options_.job_timeout;
     supervise(signals);
     ranks_.kill_leftover_groups();
+    kill_local_leftovers();
     sweeper_.sweep_hosts_once();
     finish_output();
     // The summary printed when the ranks were stopped stays the one: dumps made after it (a rank
@@ -739,6 +741,26 @@ class Job {
       }
     }
     return found.processes;
+  }
+
+  // What the job left running on this machine out of the ranks' process groups, which
+  // kill_leftover_groups has just killed (a process a rank started in a session of its own):
+  // killed and said, as on other hosts (JobSweeper). With --hosts the ranks' machines are
+  // searched there, this one among them where it is one.
+  void kill_local_leftovers() {
+    if (!options_.hosts.empty()) return;
+    std::set<pid_t> groups;
+    for (const Rank& r : ranks_.ranks()) groups.insert(r.pid);
+    std::vector<JobProcess> left;
+    for (const JobProcess& p : local_job_processes(job_id_)) {
+      if (groups.count(p.group) == 0) left.push_back(p);
+    }
+    if (left.empty()) return;
+    std::sort(left.begin(), left.end(), [](const JobProcess& a, const JobProcess& b) {
+      return std::tie(a.rank, a.pid) < std::tie(b.rank, b.pid);
+    });
+    report(leftovers_line("on this machine", left));
+    for (const JobProcess& p : left) ::kill(p.pid, SIGKILL);
   }
 
   std::string stop_reason() const {

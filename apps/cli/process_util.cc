@@ -94,6 +94,23 @@ std::optional<long> small_number(std::string_view text) {
   return std::strtol(std::string(text).c_str(), nullptr, 10);
 }
 
+// What a process's environment says of its job, from its entries one at a time.
+struct JobEntries {
+  bool in_job = false;
+  int rank = -1;
+  void take(std::string_view entry, std::string_view job_id) {
+    constexpr std::string_view kJob = "TPF_JOB_ID=", kRank = "TPF_RANK=";
+    // Whole entries only (grep matched substrings anywhere).
+    if (entry.substr(0, kJob.size()) == kJob && entry.substr(kJob.size()) == job_id) {
+      in_job = true;
+    } else if (entry.substr(0, kRank.size()) == kRank) {
+      if (const std::optional<long> r = small_number(entry.substr(kRank.size()))) {
+        rank = static_cast<int>(*r);
+      }
+    }
+  }
+};
+
 }  // namespace
 
 // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so the fields after it
@@ -136,13 +153,8 @@ std::vector<std::string> job_environ_search(const std::string& job_id) {
 
 std::vector<JobProcess> parse_job_environ_search(std::string_view printed,
                                                  std::string_view job_id) {
-  struct Seen {
-    bool in_job = false;
-    int rank = -1;
-  };
-  std::map<pid_t, Seen> seen;
+  std::map<pid_t, JobEntries> seen;
   constexpr std::string_view kProc = "/proc/", kEnviron = "/environ:";
-  constexpr std::string_view kJob = "TPF_JOB_ID=", kRank = "TPF_RANK=";
   while (!printed.empty()) {
     const size_t end = std::min(printed.find('\0'), printed.size());
     const std::string_view record = printed.substr(0, end);
@@ -154,21 +166,52 @@ std::vector<JobProcess> parse_job_environ_search(std::string_view printed,
     if (pid_end == std::string_view::npos) continue;
     const std::optional<long> pid = small_number(rest.substr(0, pid_end));
     if (!pid || *pid <= 0 || rest.substr(pid_end, kEnviron.size()) != kEnviron) continue;
-    // grep matched a substring anywhere: only whole entries count.
-    const std::string_view entry = rest.substr(pid_end + kEnviron.size());
-    if (entry.substr(0, kJob.size()) == kJob && entry.substr(kJob.size()) == job_id) {
-      seen[static_cast<pid_t>(*pid)].in_job = true;
-    } else if (entry.substr(0, kRank.size()) == kRank) {
-      if (const std::optional<long> rank = small_number(entry.substr(kRank.size()))) {
-        seen[static_cast<pid_t>(*pid)].rank = static_cast<int>(*rank);
-      }
-    }
+    seen[static_cast<pid_t>(*pid)].take(rest.substr(pid_end + kEnviron.size()), job_id);
   }
   std::vector<JobProcess> out;
-  for (const auto& [pid, s] : seen) {
-    if (s.in_job) out.push_back({pid, s.rank});
+  for (const auto& [pid, entries] : seen) {
+    if (entries.in_job) out.push_back({pid, entries.rank});
   }
   return out;
+}
+
+std::vector<JobProcess> local_job_processes(std::string_view job_id) {
+  std::vector<JobProcess> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (const dirent* entry = ::readdir(proc)) {
+    const std::optional<long> pid = small_number(entry->d_name);
+    if (!pid || *pid <= 0) continue;
+    const std::string path = "/proc/" + std::to_string(*pid) + "/environ";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // gone, or another user's
+    std::string environ_text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) environ_text.append(buf, size_t(n));
+    ::close(fd);
+    JobEntries entries;
+    std::string_view rest = environ_text;
+    while (!rest.empty()) {
+      const size_t end = std::min(rest.find('\0'), rest.size());
+      entries.take(rest.substr(0, end), job_id);
+      rest.remove_prefix(std::min(end + 1, rest.size()));
+    }
+    if (!entries.in_job) continue;
+    const std::optional<ProcStat> stat = state_and_group(*pid);
+    out.push_back({static_cast<pid_t>(*pid), entries.rank, stat ? stat->group : 0});
+  }
+  ::closedir(proc);
+  return out;
+}
+
+std::string leftovers_line(const std::string& where, const std::vector<JobProcess>& left) {
+  std::string list;
+  for (const JobProcess& p : left) {
+    if (!list.empty()) list += ", ";
+    list += "pid " + std::to_string(p.pid) + " (rank " + std::to_string(p.rank) + ")";
+  }
+  return "killing " + std::to_string(left.size()) + (left.size() == 1 ? " process" : " processes") +
+         " the job left running " + where + " after its ranks ended: " + list;
 }
 
 bool is_stopped(pid_t pid) {

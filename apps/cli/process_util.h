@@ -85,7 +85,8 @@ bool is_stopped(pid_t pid);
 // a rank has made a communicator as after.
 struct JobProcess {
   pid_t pid = 0;
-  int rank = -1;  // its TPF_RANK; -1 where it has none
+  int rank = -1;    // its TPF_RANK; -1 where it has none
+  pid_t group = 0;  // its process group, where read (local_job_processes)
 };
 // The command that prints, for each process whose environment it may read, its entries
 // TPF_JOB_ID=... and TPF_RANK=... as grep prints them ("/proc/PID/environ:ENTRY", each ended by a
@@ -96,6 +97,12 @@ struct JobProcess {
 std::vector<std::string> job_environ_search(const std::string& job_id);
 // The processes of job `job_id` in what that command printed, by pid.
 std::vector<JobProcess> parse_job_environ_search(std::string_view printed, std::string_view job_id);
+// The processes of job `job_id` on this machine, with their process groups: the same reading
+// as the search's, made here (/proc/PID/environ) without a command.
+std::vector<JobProcess> local_job_processes(std::string_view job_id);
+// "killing 2 processes the job left running WHERE after its ranks ended: pid 4242 (rank 1), pid
+// 4250 (rank 2)": what the launcher says of them, on every host alike.
+std::string leftovers_line(const std::string& where, const std::vector<JobProcess>& left);
 
 // Path of the program execve() will run: `program` itself if it contains a '/', else the first
 // executable match in $PATH. nullopt (and *error set) when there is none.

@@ -35,25 +35,17 @@ void report_sweep(const RemoteCommand& s, std::chrono::milliseconds deadline,
   }
 }
 
-// Kills what the job left running, saying so host by host: "killing 2 processes the job left
-// running on host 'b' after its ranks ended: pid 4242 (rank 1), pid 4250 (rank 2)".
+// Kills what the job left running, saying so host by host (leftovers_line).
 void kill_leftovers(const std::vector<std::string>& remote_shell, JobProcesses left,
                     std::chrono::milliseconds deadline) {
   if (left.processes.empty()) return;
   std::sort(left.processes.begin(), left.processes.end(), [](const auto& a, const auto& b) {
     return std::tie(a.host, a.rank, a.pid) < std::tie(b.host, b.rank, b.pid);
   });
-  std::map<std::string, std::vector<const RemoteProcess*>> by_host;
-  for (const RemoteProcess& p : left.processes) by_host[p.host].push_back(&p);
+  std::map<std::string, std::vector<JobProcess>> by_host;
+  for (const RemoteProcess& p : left.processes) by_host[p.host].push_back({p.pid, p.rank});
   for (const auto& [host, on_host] : by_host) {
-    std::string list;
-    for (const RemoteProcess* p : on_host) {
-      if (!list.empty()) list += ", ";
-      list += "pid " + std::to_string(p->pid) + " (rank " + std::to_string(p->rank) + ")";
-    }
-    report("killing " + std::to_string(on_host.size()) +
-           (on_host.size() == 1 ? " process" : " processes") + " the job left running on host '" +
-           host + "' after its ranks ended: " + list);
+    report(leftovers_line("on host '" + host + "'", on_host));
   }
   signal_remote_processes(remote_shell, left.processes, {SIGKILL}, deadline);
 }

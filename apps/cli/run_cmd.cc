@@ -26,7 +26,9 @@ constexpr int kMaxRanks = 4096;
 constexpr const char* kDescription =
     "Starts N ranks of PROGRAM on this machine. Each rank gets TPF_RANK, TPF_WORLD_SIZE,\n"
     "TPF_LOCAL_RANK, TPF_LOCAL_WORLD_SIZE, TPF_STORE_ADDR (a rendezvous store served by tpf run),\n"
-    "TPF_JOB_SECRET, TPF_JOB_ID and, with --timeout, TPF_TIMEOUT.\n"
+    "TPF_JOB_SECRET, TPF_JOB_ID and, with --timeout, TPF_TIMEOUT. Once the ranks have ended,\n"
+    "what they left running is killed: their process groups, and (named) processes whose\n"
+    "environment holds the job's TPF_JOB_ID.\n"
     "\n"
     "When a rank fails, the others get a grace period (TPF_RUN_GRACE_S, default 3 s) to report,\n"
     "then SIGTERM, then after another grace period SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"

@@ -1216,6 +1216,34 @@ TEST(FlightRecorderLauncher, AcrossHostsWhatTheRanksLeftRunningIsKilledAfterTheJ
       << r.err;
 }
 
+// On the launcher's own machine, what a rank started in a session of its own (out of the rank's
+// process group, which the launcher kills after the job) is killed once the job is over, and
+// said, as on other hosts. The rank waits until that process is in its session (it writes its
+// pid from there), so the group's kill cannot take it first.
+TEST(FlightRecorderLauncher, WhatTheRanksLeftRunningInSessionsOfTheirOwnIsKilledAfterTheJob) {
+  ScratchDir pids;
+  const std::string file = pids.path() + "/rank$TPF_RANK";
+  const std::string script = "setsid sh -c \"echo \\$\\$ > " + file + ".new && mv " + file +
+                             ".new " + file + " && exec sleep 600\" > /dev/null 2>&1 & " +
+                             "while [ ! -s " + file + " ]; do :; done";
+  const Outcome r = run_tpf({"run", "-n", "2", "--", "sh", "-c", script}, {}, {}, 90s);
+  const std::vector<pid_t> left = rank_pids(pids, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_GT(left[rank], 0) << r.err;
+    EXPECT_TRUE(ends_soon(left[rank]))
+        << "pid " << left[rank] << " of rank " << rank << " outlived the job\n"
+        << r.err;
+  }
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tpf run: killing 2 processes the job left running on this machine "
+                       "after its ranks ended: pid " +
+                           std::to_string(left[0]) + " (rank 0), pid " + std::to_string(left[1]) +
+                           " (rank 1)\n"))
+      << r.err;
+}
+
 // A host where the job's processes cannot be looked for is said (here `find` fails on every
 // host); the job itself is not failed for it.
 TEST(FlightRecorderLauncher, AcrossHostsASearchForTheJobsProcessesThatFailsIsSaid) {
