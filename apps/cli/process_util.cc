@@ -94,6 +94,16 @@ std::optional<long> small_number(std::string_view text) {
   return std::strtol(std::string(text).c_str(), nullptr, 10);
 }
 
+// Calls `take` with each of `text`'s NUL-ended records (an environment's entries, grep -z's lines).
+template <class Take>
+void for_each_record(std::string_view text, Take&& take) {
+  while (!text.empty()) {
+    const size_t end = std::min(text.find('\0'), text.size());
+    take(text.substr(0, end));
+    text.remove_prefix(std::min(end + 1, text.size()));
+  }
+}
+
 // What a process's environment says of its job, from its entries one at a time.
 struct JobEntries {
   bool in_job = false;
@@ -155,19 +165,16 @@ std::vector<JobProcess> parse_job_environ_search(std::string_view printed,
                                                  std::string_view job_id) {
   std::map<pid_t, JobEntries> seen;
   constexpr std::string_view kProc = "/proc/", kEnviron = "/environ:";
-  while (!printed.empty()) {
-    const size_t end = std::min(printed.find('\0'), printed.size());
-    const std::string_view record = printed.substr(0, end);
-    printed.remove_prefix(std::min(end + 1, printed.size()));
+  for_each_record(printed, [&](std::string_view record) {
     // "/proc/PID/environ:ENTRY"; /proc/self and the like are the search's own processes.
-    if (record.substr(0, kProc.size()) != kProc) continue;
+    if (record.substr(0, kProc.size()) != kProc) return;
     const std::string_view rest = record.substr(kProc.size());
     const size_t pid_end = rest.find('/');
-    if (pid_end == std::string_view::npos) continue;
+    if (pid_end == std::string_view::npos) return;
     const std::optional<long> pid = small_number(rest.substr(0, pid_end));
-    if (!pid || *pid <= 0 || rest.substr(pid_end, kEnviron.size()) != kEnviron) continue;
+    if (!pid || *pid <= 0 || rest.substr(pid_end, kEnviron.size()) != kEnviron) return;
     seen[static_cast<pid_t>(*pid)].take(rest.substr(pid_end + kEnviron.size()), job_id);
-  }
+  });
   std::vector<JobProcess> out;
   for (const auto& [pid, entries] : seen) {
     if (entries.in_job) out.push_back({pid, entries.rank});
@@ -190,12 +197,7 @@ std::vector<JobProcess> local_job_processes(std::string_view job_id) {
     for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) environ_text.append(buf, size_t(n));
     ::close(fd);
     JobEntries entries;
-    std::string_view rest = environ_text;
-    while (!rest.empty()) {
-      const size_t end = std::min(rest.find('\0'), rest.size());
-      entries.take(rest.substr(0, end), job_id);
-      rest.remove_prefix(std::min(end + 1, rest.size()));
-    }
+    for_each_record(environ_text, [&](std::string_view entry) { entries.take(entry, job_id); });
     if (!entries.in_job) continue;
     const std::optional<ProcStat> stat = state_and_group(*pid);
     out.push_back({static_cast<pid_t>(*pid), entries.rank, stat ? stat->group : 0});
@@ -208,7 +210,8 @@ std::string leftovers_line(const std::string& where, const std::vector<JobProces
   std::string list;
   for (const JobProcess& p : left) {
     if (!list.empty()) list += ", ";
-    list += "pid " + std::to_string(p.pid) + " (rank " + std::to_string(p.rank) + ")";
+    list += "pid " + std::to_string(p.pid);
+    if (p.rank >= 0) list += " (rank " + std::to_string(p.rank) + ")";
   }
   return "killing " + std::to_string(left.size()) + (left.size() == 1 ? " process" : " processes") +
          " the job left running " + where + " after its ranks ended: " + list;
