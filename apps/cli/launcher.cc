@@ -49,9 +49,19 @@ constexpr uint64_t kLauncherFilesPerRank = 4;  // measured: 1 per rank with plai
 constexpr uint64_t kLauncherSpareFiles = 64;
 // The launcher's own connection to the store it serves.
 constexpr std::chrono::milliseconds kStoreConnectTimeout{5000};
-// Looking at or signalling ranks' processes on other hosts waits at most this long for the
-// remote shells (an ssh that cannot reach its host waits for its own connect timeout).
+// Looking at or signalling ranks' processes on other hosts (a search for them, then a command
+// for what it found) waits at most this long for the remote shells, both rounds together (an ssh
+// that cannot reach its host waits for its own connect timeout); the second round has at least
+// kRemoteRoundMinimum.
 constexpr std::chrono::milliseconds kRemoteProcessDeadline{5000};
+constexpr std::chrono::milliseconds kRemoteRoundMinimum{1000};
+
+// What is left of a budget for remote commands that ends at `until`, at least kRemoteRoundMinimum.
+std::chrono::milliseconds remote_time_left(std::chrono::steady_clock::time_point until) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      until - std::chrono::steady_clock::now());
+  return std::max(left, kRemoteRoundMinimum);
+}
 
 // Blocks the signals the launcher handles through a signalfd, in this thread and in every thread
 // started afterwards (the store server's), and restores the old mask when the job is over.
@@ -681,8 +691,9 @@ class Job {
       report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")" + kStopped);
       said.insert(rank);
     }
-    const std::vector<RemoteProcess> stopped_remote =
-        stopped_remote_processes(options_.remote_shell, remote_processes(), kRemoteProcessDeadline);
+    const auto until = Clock::now() + kRemoteProcessDeadline;
+    const std::vector<RemoteProcess> stopped_remote = stopped_remote_processes(
+        options_.remote_shell, remote_processes(armed_remote_pids()), remote_time_left(until));
     for (const RemoteProcess& p : stopped_remote) {
       // A fake remote shell may run the rank in the launcher's group: said once.
       if (said.insert(p.rank).second) report(describe(p) + kStopped);
@@ -719,23 +730,33 @@ class Job {
   // Signals the running ranks here, and on other hosts the job's processes too (the remote shell
   // that is the launcher's child there would pass on none of these signals).
   void signal_running(const std::vector<int>& signals) {
-    const std::vector<RemoteProcess> remote = remote_processes();
+    const auto until = Clock::now() + kRemoteProcessDeadline;
+    // The recorders' pids of the ranks running now (a shell signalled here may end at once),
+    // the local signals, then the search on the other hosts: the ranks here need not wait for it.
+    const std::vector<RemoteProcess> armed = armed_remote_pids();
     for (const int sig : signals) ranks_.signal_running(sig);
+    const std::vector<RemoteProcess> remote = remote_processes(armed);
     if (!remote.empty()) {
-      signal_remote_processes(options_.remote_shell, remote, signals, kRemoteProcessDeadline);
+      signal_remote_processes(options_.remote_shell, remote, signals, remote_time_left(until));
     }
   }
 
+  // The pids the running ranks' flight recorders gave for their processes on other hosts.
+  std::vector<RemoteProcess> armed_remote_pids() const {
+    if (options_.hosts.empty()) return {};
+    return dumps_.remote_processes(ranks_.running_ranks());
+  }
+
   // The job's processes on other hosts: those its id marks there (found through the remote
-  // shell), and those the running ranks' flight recorders named, on every host that answered
-  // the search (a process that changed its environment would be missed by it).
-  std::vector<RemoteProcess> remote_processes() const {
+  // shell), and of `armed` (the pids the running ranks' flight recorders gave) those on hosts
+  // that answered the search (a process that changed its environment would be missed by it).
+  std::vector<RemoteProcess> remote_processes(const std::vector<RemoteProcess>& armed) const {
     if (options_.hosts.empty()) return {};
     JobProcesses found = find_job_processes(options_.remote_shell, host_of_each_rank(options_),
                                             job_id_, kRemoteProcessDeadline);
     std::set<std::pair<std::string, pid_t>> known;
     for (const RemoteProcess& p : found.processes) known.insert({p.host, p.pid});
-    for (const RemoteProcess& p : dumps_.remote_processes(ranks_.running_ranks())) {
+    for (const RemoteProcess& p : armed) {
       if (found.unanswered.count(p.host) == 0 && known.insert({p.host, p.pid}).second) {
         found.processes.push_back(p);
       }
