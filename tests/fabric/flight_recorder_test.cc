@@ -1144,6 +1144,25 @@ TEST(FlightRecorderLauncher, AcrossHostsTheRanksEndWhenTpfRunIsKilled) {
       << r.err;
 }
 
+// tpf run's arguments `launcher` with every rank running `script` (sh -c).
+std::vector<std::string> running_script(std::vector<std::string> launcher,
+                                        const std::string& script) {
+  for (const char* word : {"--", "sh", "-c"}) launcher.push_back(word);
+  launcher.push_back(script);
+  return launcher;
+}
+
+// Expects each of `pids` (written by the ranks, rank_pids) to end soon: nothing of the job may
+// outlive it.
+void expect_each_ends(const std::vector<pid_t>& pids, const Outcome& r) {
+  for (size_t rank = 0; rank < pids.size(); ++rank) {
+    ASSERT_GT(pids[rank], 0) << "rank " << rank << " wrote no pid\n" << r.err;
+    EXPECT_TRUE(ends_soon(pids[rank]))
+        << "pid " << pids[rank] << " of rank " << rank << " outlived the job\n"
+        << r.err;
+  }
+}
+
 // A rank on another host that has made no communicator (so it armed no flight recorder, and
 // watches no store: here a shell that execs `sleep`, in a session of its own as under sshd) is
 // found there by the job's id in its environment, and a signal to tpf run reaches it. Before,
@@ -1159,21 +1178,13 @@ TEST(FlightRecorderLauncher, AcrossHostsASignalReachesRanksThatMadeNoCommunicato
       kill(tpf, SIGTERM);
     }
   };
-  std::vector<std::string> args = hosts.run_on("a:2,b:1");
-  for (const std::string& word :
-       {std::string("--"), std::string("sh"), std::string("-c"),
-        "echo $$ > " + pids.path() + "/rank$TPF_RANK && echo ready $TPF_RANK && exec sleep 600"}) {
-    args.push_back(word);
-  }
-  const Outcome r = run_tpf(args, {"TPF_RUN_GRACE_S=0.5"}, on_stdout, 90s);
+  const Outcome r = run_tpf(
+      running_script(hosts.run_on("a:2,b:1"), "echo $$ > " + pids.path() +
+                                                  "/rank$TPF_RANK && echo ready $TPF_RANK && "
+                                                  "exec sleep 600"),
+      {"TPF_RUN_GRACE_S=0.5"}, on_stdout, 90s);
   ASSERT_TRUE(sent) << r.out << r.err;
-  const std::vector<pid_t> ranks = rank_pids(pids, 3);
-  for (int rank = 0; rank < 3; ++rank) {
-    ASSERT_GT(ranks[rank], 0) << r.err;
-    EXPECT_TRUE(ends_soon(ranks[rank]))
-        << "rank " << rank << " (pid " << ranks[rank] << ") outlived tpf run\n"
-        << r.err;
-  }
+  expect_each_ends(rank_pids(pids, 3), r);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
   EXPECT_TRUE(contains(r.err, "received SIGTERM (15); forwarding it to ranks 0,1,2")) << r.err;
@@ -1187,20 +1198,12 @@ TEST(FlightRecorderLauncher, AcrossHostsWhatTheRanksLeftRunningIsKilledAfterTheJ
   SeparateHosts hosts(FakeRemoteShell::Session::own);
   ASSERT_TRUE(hosts.rsh.ok());
   ScratchDir pids;
-  std::vector<std::string> args = hosts.run_on("a:1,b:2");
-  for (const std::string& word :
-       {std::string("--"), std::string("sh"), std::string("-c"),
-        "sleep 600 > /dev/null 2>&1 & echo $! > " + pids.path() + "/rank$TPF_RANK"}) {
-    args.push_back(word);
-  }
-  const Outcome r = run_tpf(args, {}, {}, 90s);
+  const Outcome r =
+      run_tpf(running_script(hosts.run_on("a:1,b:2"), "sleep 600 > /dev/null 2>&1 & echo $! > " +
+                                                          pids.path() + "/rank$TPF_RANK"),
+              {}, {}, 90s);
   const std::vector<pid_t> left = rank_pids(pids, 3);
-  for (int rank = 0; rank < 3; ++rank) {
-    ASSERT_GT(left[rank], 0) << r.err;
-    EXPECT_TRUE(ends_soon(left[rank]))
-        << "pid " << left[rank] << " of rank " << rank << " outlived the job\n"
-        << r.err;
-  }
+  expect_each_ends(left, r);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err,
@@ -1226,14 +1229,9 @@ TEST(FlightRecorderLauncher, WhatTheRanksLeftRunningInSessionsOfTheirOwnIsKilled
   const std::string script = "setsid sh -c \"echo \\$\\$ > " + file + ".new && mv " + file +
                              ".new " + file + " && exec sleep 600\" > /dev/null 2>&1 & " +
                              "while [ ! -s " + file + " ]; do :; done";
-  const Outcome r = run_tpf({"run", "-n", "2", "--", "sh", "-c", script}, {}, {}, 90s);
+  const Outcome r = run_tpf(running_script({"run", "-n", "2"}, script), {}, {}, 90s);
   const std::vector<pid_t> left = rank_pids(pids, 2);
-  for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_GT(left[rank], 0) << r.err;
-    EXPECT_TRUE(ends_soon(left[rank]))
-        << "pid " << left[rank] << " of rank " << rank << " outlived the job\n"
-        << r.err;
-  }
+  expect_each_ends(left, r);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err,
@@ -1250,9 +1248,8 @@ TEST(FlightRecorderLauncher, AcrossHostsASearchForTheJobsProcessesThatFailsIsSai
   SeparateHosts hosts;
   ASSERT_TRUE(hosts.rsh.ok());
   ScratchDir bin;
-  std::vector<std::string> args = hosts.run_on("a:1,b:1");
-  for (const char* word : {"--", "true"}) args.push_back(word);
-  const Outcome r = run_tpf(args, {"PATH=" + path_with_failing(bin, "find")}, {}, 90s);
+  const Outcome r = run_tpf(running_script(hosts.run_on("a:1,b:1"), "true"),
+                            {"PATH=" + path_with_failing(bin, "find")}, {}, 90s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* host : {"a", "b"}) {
