@@ -150,6 +150,7 @@ class RankSet {
   RankSet& operator=(const RankSet&) = delete;
 
   std::vector<Rank>& ranks() { return ranks_; }
+  const std::vector<Rank>& ranks() const { return ranks_; }
 
   // Signals each running rank's whole process group, so that a rank started through a shell
   // wrapper (sh -c '...; sleep') loses its children too; they would otherwise keep its output
@@ -727,14 +728,20 @@ class Job {
     kill_deadline_ = now + options_.grace;
   }
 
-  // Signals the running ranks here, and on other hosts the job's processes too (the remote shell
-  // that is the launcher's child there would pass on none of these signals).
+  // Signals the running ranks here (their process groups, and what escaped them), and on other
+  // hosts the job's processes too (the remote shell that is the launcher's child there would pass
+  // on none of these signals).
   void signal_running(const std::vector<int>& signals) {
     const auto until = Clock::now() + kRemoteProcessDeadline;
     // The recorders' pids of the ranks running now (a shell signalled here may end at once),
     // the local signals, then the search on the other hosts: the ranks here need not wait for it.
     const std::vector<RemoteProcess> armed = armed_remote_pids();
     for (const int sig : signals) ranks_.signal_running(sig);
+    if (options_.hosts.empty()) {
+      for (const JobProcess& p : escaped_local_processes()) {
+        for (const int sig : signals) ::kill(p.pid, sig);
+      }
+    }
     const std::vector<RemoteProcess> remote = remote_processes(armed);
     if (!remote.empty()) {
       signal_remote_processes(options_.remote_shell, remote, signals, remote_time_left(until));
@@ -764,18 +771,25 @@ class Job {
     return found.processes;
   }
 
-  // What the job left running on this machine out of the ranks' process groups, which
-  // kill_leftover_groups has just killed (a process a rank started in a session of its own):
-  // killed and said, as on other hosts (JobSweeper). With --hosts the ranks' machines are
-  // searched there, this one among them where it is one.
-  void kill_local_leftovers() {
-    if (!options_.hosts.empty()) return;
+  // The job's processes on this machine out of the ranks' process groups (a process a rank
+  // started in a session of its own), which what the launcher sends the groups does not reach.
+  // With --hosts the ranks' machines are searched through the remote shell instead, this one
+  // among them where it is one.
+  std::vector<JobProcess> escaped_local_processes() const {
     std::set<pid_t> groups;
     for (const Rank& r : ranks_.ranks()) groups.insert(r.pid);
-    std::vector<JobProcess> left;
+    std::vector<JobProcess> escaped;
     for (const JobProcess& p : local_job_processes(job_id_)) {
-      if (groups.count(p.group) == 0) left.push_back(p);
+      if (groups.count(p.group) == 0) escaped.push_back(p);
     }
+    return escaped;
+  }
+
+  // What the job left running on this machine out of the ranks' process groups, which
+  // kill_leftover_groups has just killed: killed and said, as on other hosts (JobSweeper).
+  void kill_local_leftovers() {
+    if (!options_.hosts.empty()) return;
+    std::vector<JobProcess> left = escaped_local_processes();
     if (left.empty()) return;
     std::sort(left.begin(), left.end(), [](const JobProcess& a, const JobProcess& b) {
       return std::tie(a.rank, a.pid) < std::tie(b.rank, b.pid);

@@ -1242,6 +1242,42 @@ TEST(FlightRecorderLauncher, WhatTheRanksLeftRunningInSessionsOfTheirOwnIsKilled
       << r.err;
 }
 
+// A signal to tpf run reaches, on its own machine, what a rank started in a session of its own
+// too, not only the ranks' process groups: the child here says it got SIGTERM (its trap) and
+// ends; its rank ignores SIGTERM and waits for that word, so the job ends only once it came.
+// Before, the child heard nothing until it was killed after the job (or, earlier, never).
+TEST(FlightRecorderLauncher, ASignalToTpfRunReachesWhatARankStartedInASessionOfItsOwn) {
+  ScratchDir dir;
+  const std::string child = dir.path() + "/child", got = dir.path() + "/got";
+  // The rank ignores SIGTERM only once the child started: a child would inherit the ignoring,
+  // which a shell cannot trap.
+  const std::string script =
+      "setsid sh -c 'trap \"kill \\$!; echo got > " + got + "; exit 0\" TERM; echo $$ > " + child +
+      ".new && mv " + child + ".new " + child +
+      "; sleep 600 & wait' > /dev/null 2>&1 & trap '' TERM; while [ ! -s " + child +
+      " ]; do :; done; echo ready; while [ ! -s " + got + " ]; do :; done";
+  bool sent = false;
+  auto on_stdout = [&sent](pid_t tpf, const std::string& out) {
+    if (!sent && contains(out, "ready")) {
+      sent = true;
+      kill(tpf, SIGTERM);
+    }
+  };
+  const Outcome r =
+      run_tpf(running_script({"run", "-n", "1"}, script), {"TPF_RUN_GRACE_S=20"}, on_stdout, 90s);
+  ASSERT_TRUE(sent) << r.out << r.err;
+  pid_t child_pid = 0;
+  std::ifstream(child) >> child_pid;
+  ASSERT_GT(child_pid, 0) << r.err;
+  EXPECT_TRUE(ends_soon(child_pid)) << "the child (pid " << child_pid << ") outlived the job\n"
+                                    << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  std::string word;
+  std::ifstream(got) >> word;
+  EXPECT_EQ(word, "got") << r.err;
+}
+
 // A host where the job's processes cannot be looked for is said (here `find` fails on every
 // host); the job itself is not failed for it.
 TEST(FlightRecorderLauncher, AcrossHostsASearchForTheJobsProcessesThatFailsIsSaid) {
