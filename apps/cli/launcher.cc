@@ -18,7 +18,6 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "base/env_config.h"
@@ -748,9 +747,9 @@ class Job {
     }
   }
 
-  // The pids the running ranks' flight recorders gave for their processes on other hosts.
+  // The pids the running ranks' flight recorders gave for their processes on other hosts (none
+  // without --hosts: FlightDumps knows no remote shell then).
   std::vector<RemoteProcess> armed_remote_pids() const {
-    if (options_.hosts.empty()) return {};
     return dumps_.remote_processes(ranks_.running_ranks());
   }
 
@@ -789,11 +788,8 @@ class Job {
   // kill_leftover_groups has just killed: killed and said, as on other hosts (JobSweeper).
   void kill_local_leftovers() {
     if (!options_.hosts.empty()) return;
-    std::vector<JobProcess> left = escaped_local_processes();
+    const std::vector<JobProcess> left = escaped_local_processes();
     if (left.empty()) return;
-    std::sort(left.begin(), left.end(), [](const JobProcess& a, const JobProcess& b) {
-      return std::tie(a.rank, a.pid) < std::tie(b.rank, b.pid);
-    });
     report(leftovers_line("on this machine", left));
     for (const JobProcess& p : left) ::kill(p.pid, SIGKILL);
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -206,7 +207,10 @@ std::vector<JobProcess> local_job_processes(std::string_view job_id) {
   return out;
 }
 
-std::string leftovers_line(const std::string& where, const std::vector<JobProcess>& left) {
+std::string leftovers_line(const std::string& where, std::vector<JobProcess> left) {
+  std::sort(left.begin(), left.end(), [](const JobProcess& a, const JobProcess& b) {
+    return std::tie(a.rank, a.pid) < std::tie(b.rank, b.pid);
+  });
   std::string list;
   for (const JobProcess& p : left) {
     if (!list.empty()) list += ", ";

@@ -101,8 +101,8 @@ std::vector<JobProcess> parse_job_environ_search(std::string_view printed, std::
 // as the search's, made here (/proc/PID/environ) without a command.
 std::vector<JobProcess> local_job_processes(std::string_view job_id);
 // "killing 2 processes the job left running WHERE after its ranks ended: pid 4242 (rank 1), pid
-// 4250 (rank 2)": what the launcher says of them, on every host alike.
-std::string leftovers_line(const std::string& where, const std::vector<JobProcess>& left);
+// 4250 (rank 2)", by rank then pid: what the launcher says of them, on every host alike.
+std::string leftovers_line(const std::string& where, std::vector<JobProcess> left);
 
 // Path of the program execve() will run: `program` itself if it contains a '/', else the first
 // executable match in $PATH. nullopt (and *error set) when there is none.

@@ -7,7 +7,6 @@
 #include <exception>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "cli/process_util.h"
 #include "cli/remote_commands.h"
@@ -36,12 +35,9 @@ void report_sweep(const RemoteCommand& s, std::chrono::milliseconds deadline,
 }
 
 // Kills what the job left running, saying so host by host (leftovers_line).
-void kill_leftovers(const std::vector<std::string>& remote_shell, JobProcesses left,
+void kill_leftovers(const std::vector<std::string>& remote_shell, const JobProcesses& left,
                     std::chrono::milliseconds deadline) {
   if (left.processes.empty()) return;
-  std::sort(left.processes.begin(), left.processes.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.host, a.rank, a.pid) < std::tie(b.host, b.rank, b.pid);
-  });
   std::map<std::string, std::vector<JobProcess>> by_host;
   for (const RemoteProcess& p : left.processes) by_host[p.host].push_back({p.pid, p.rank});
   for (const auto& [host, on_host] : by_host) {
