@@ -5,7 +5,9 @@
 //
 // Dead ranks: a client may say which job rank it is. When such a client's connection closes without
 // the goodbye its destructor sends (the process died), every get that waits for a missing key fails
-// at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline.
+// at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline. A rank
+// that finds another lost (stopped, or on a host cut off: its connection stays open, so the
+// server cannot tell) reports it (Store::report_lost), and the waits end the same way.
 #pragma once
 
 #include <chrono>
@@ -35,6 +37,12 @@ class Store {
   // address makes one round trip, not one per peer (what a job of many ranks waited for at setup).
   virtual std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                             std::chrono::milliseconds timeout);
+  // Tells the store that `job_rank` was found lost (`reason` says how), so that every get that
+  // waits, or would wait, for a missing key fails with Error(peer_died) naming it, as for a rank
+  // that died. Within `timeout`, whatever other calls are in flight; throws Error where the store
+  // did not take the report. False for a store that cannot tell its waiters (the default).
+  virtual bool report_lost(int job_rank, const std::string& reason,
+                           std::chrono::milliseconds timeout);
 };
 
 // Keys of `inner` seen under "prefix/": lets sub-communicators share one store connection.
@@ -47,6 +55,8 @@ class PrefixStore : public Store {
   bool check(const std::string& key) override;
   std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override;
+  bool report_lost(int job_rank, const std::string& reason,
+                   std::chrono::milliseconds timeout) override;
 
  private:
   std::string prefix_;
@@ -95,12 +105,13 @@ class TcpStoreServer {
     size_t connections = 0;      // open now
     size_t unauthenticated = 0;  // open now, no valid hello yet
     size_t buffered_bytes = 0;   // memory held by connection buffers now
+    size_t waiting = 0;          // gets (and get_manys) waiting for a key now
     size_t peak_buffered_bytes = 0;
     uint64_t accepted = 0;           // connections accepted so far
     uint64_t dropped_strangers = 0;  // unauthenticated connections dropped to make room
     uint64_t hello_timeouts = 0;     // connections closed for not saying hello in time
     uint64_t accept_failures = 0;    // accept() found the process out of descriptors or memory
-    uint64_t dead_ranks = 0;         // ranks whose connection closed without a goodbye
+    uint64_t dead_ranks = 0;  // ranks whose connection closed without a goodbye, or reported lost
   };
   Stats stats() const;
 
@@ -109,7 +120,9 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// A connection to a TcpStoreServer. Thread-safe: calls are serialized on one socket.
+// A connection to a TcpStoreServer. Thread-safe: calls are serialized on one socket, but for
+// report_lost, which takes a connection of its own so that a call waiting for a key (a rank
+// blocked in a rendezvous) does not hold the report back.
 class TcpStoreClient : public Store {
  public:
   // Retries connecting until connect_timeout expires; throws Error(bootstrap) if the server is
@@ -125,6 +138,8 @@ class TcpStoreClient : public Store {
   bool check(const std::string& key) override;
   std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override;
+  bool report_lost(int job_rank, const std::string& reason,
+                   std::chrono::milliseconds timeout) override;
 
  private:
   struct TPF_LOCAL Impl;  // hidden: the implementation is not part of the ABI

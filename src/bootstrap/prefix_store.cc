@@ -1,5 +1,6 @@
 // PrefixStore: a namespaced view of another store, so that sub-communicators can share one
-// connection without their keys colliding. Also Store::get_many's default (a get per key).
+// connection without their keys colliding. Also Store's defaults: get_many (a get per key) and
+// report_lost (a store that cannot tell its waiters).
 
 #include <algorithm>
 #include <utility>
@@ -39,6 +40,13 @@ std::vector<std::string> PrefixStore::get_many(const std::vector<std::string>& k
   for (const std::string& key : keys) inner_keys.push_back(prefix_ + key);
   return inner_->get_many(inner_keys, timeout);
 }
+
+bool PrefixStore::report_lost(int job_rank, const std::string& reason,
+                              std::chrono::milliseconds timeout) {
+  return inner_->report_lost(job_rank, reason, timeout);  // ranks are the job's: no prefix
+}
+
+bool Store::report_lost(int, const std::string&, std::chrono::milliseconds) { return false; }
 
 std::vector<std::string> Store::get_many(const std::vector<std::string>& keys,
                                          std::chrono::milliseconds timeout) {

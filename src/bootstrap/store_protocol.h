@@ -15,6 +15,8 @@
 //                                     | not_found(str key: one still missing at the deadline)
 //                                     | peer_died(str message) | error(str message)
 //   goodbye  : (nothing)                           -> (no reply; the server closes)
+//   lost     : i32 job_rank, i32 by_job_rank, str reason
+//                                                  -> ok | error(str message)
 //
 // The hello must be the first frame; a malformed frame is answered with error(str message) and the
 // connection is closed. Frames above kMaxFrameBytes (kMaxHelloBytes before the hello) are refused
@@ -25,7 +27,9 @@
 // from then on every get that waits (or would wait) for a missing key is answered peer_died,
 // naming that rank, instead of waiting for its deadline. host_rank names the job rank whose
 // process serves the store (-1: a launcher), so that a client can say who died when the
-// connection drops.
+// connection drops. A lost report says the same of a rank whose connection the server cannot see
+// fail (a stopped process, a host cut off): by_job_rank found it so (-1: not a rank), and reason
+// says how; the server answers the waits as for a death, once per rank.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +56,8 @@ enum class Op : uint8_t {
   add = 4,
   check = 5,
   goodbye = 6,
-  get_many = 7
+  get_many = 7,
+  lost = 8
 };
 enum class Status : uint8_t { ok = 0, not_found = 1, error = 2, auth_failed = 3, peer_died = 4 };
 

@@ -2,6 +2,7 @@
 // Any transport failure drops the socket so that a late reply can never be read as the answer to
 // a later request; the next call reconnects. Every deliberate close says goodbye first, so that
 // the server does not take this rank for dead; only a process that dies closes without one.
+// A lost report goes over a connection of its own (TcpStoreClient::report_lost).
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -39,6 +40,8 @@ struct TcpStoreClient::Impl {
   uint16_t port = 0;
   std::string secret;
   std::chrono::milliseconds connect_timeout{0};
+  // How long the hello's reply may take past the connect deadline.
+  std::chrono::milliseconds hello_reply_timeout = kHelloReplyTimeout;
   int job_rank = -1;
   std::mutex mutex;
   Socket socket;
@@ -119,7 +122,7 @@ void TcpStoreClient::Impl::connect() {
   socket = bootstrap::connect_tcp(host, port, connect_deadline);
   const std::string hello = proto::hello_payload(secret, job_rank, ::getpid());
   const std::string reply =
-      exchange(hello, std::max(connect_deadline, Clock::now() + kHelloReplyTimeout), "the hello");
+      exchange(hello, std::max(connect_deadline, Clock::now() + hello_reply_timeout), "the hello");
   proto::Reader r(reply);
   const auto status = r.u8();
   if (status == static_cast<uint8_t>(proto::Status::ok)) {
@@ -320,6 +323,39 @@ bool TcpStoreClient::check(const std::string& key) {
   impl_->drop();
   throw Error(ErrorCode::bootstrap, impl_->where() + " sent a malformed reply to check of key '" +
                                         key + "': " + r.str().value_or("(no message)"));
+}
+
+bool TcpStoreClient::report_lost(int job_rank, const std::string& reason,
+                                 std::chrono::milliseconds timeout) {
+  if (job_rank < 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "store report_lost: job rank " + std::to_string(job_rank) + " is negative");
+  }
+  check_size(reason, 0, "report_lost");
+  // A connection of its own, made and closed here: the call's own connection may be held by a
+  // get that waits for the lost rank. It is no rank's (-1), so that its close is never a death.
+  Impl side;
+  side.host = impl_->host;
+  side.port = impl_->port;
+  side.secret = impl_->secret;
+  side.connect_timeout = std::max(timeout, std::chrono::milliseconds(0));
+  side.hello_reply_timeout = std::chrono::milliseconds(0);  // all within `timeout`
+  const Deadline deadline = bootstrap::deadline_after(side.connect_timeout);
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Op::lost));
+  proto::put_u32(p, static_cast<uint32_t>(job_rank));
+  proto::put_u32(p, static_cast<uint32_t>(impl_->job_rank));
+  proto::put_str(p, reason);
+  const std::string what = "the report that job rank " + std::to_string(job_rank) + " was lost";
+  side.connect();
+  const std::string reply = side.exchange(p, deadline, what);
+  proto::Reader r(reply);
+  const auto status = r.u8();
+  side.drop();
+  if (status == static_cast<uint8_t>(proto::Status::ok) && r.at_end()) return true;
+  throw Error(ErrorCode::bootstrap, side.where() + " refused " + what + ": " +
+                                        r.str().value_or("(no message)") +
+                                        " (a store from an older tpfabric?)");
 }
 
 }  // namespace tpf

@@ -76,9 +76,12 @@ struct Connection {
   bool peer_closed = false;  // the client closed or reset its end (not us)
 };
 
+// A rank whose connection closed without a goodbye (`reason` empty), or that a rank reported lost.
 struct DeadRank {
   int rank;
-  int64_t pid;
+  int64_t pid;  // 0: not known (no connection of the rank's open when it was reported)
+  int found_by = -1;
+  std::string reason;
 };
 
 struct Waiter {
@@ -97,7 +100,8 @@ struct TcpStoreServer::Impl {
 
   // Published by the server thread at the end of each round (see stats()).
   struct {
-    std::atomic<size_t> connections{0}, unauthenticated{0}, buffered_bytes{0}, peak_buffered{0};
+    std::atomic<size_t> connections{0}, unauthenticated{0}, buffered_bytes{0}, peak_buffered{0},
+        waiting{0};
     std::atomic<uint64_t> accepted{0}, dropped_strangers{0}, hello_timeouts{0}, accept_failures{0},
         dead_ranks{0};
   } published;
@@ -132,6 +136,10 @@ struct TcpStoreServer::Impl {
   bool strangers_hold_the_listener() const;
   bool connection_pending() const;
   void remove(std::unordered_map<uint64_t, Connection>::iterator it);
+  // Notes a death; a rank already noted (reported lost, then killed) is kept as first noted.
+  void note_death(DeadRank death);
+  // The pid a connection of `job_rank` declared, or 0.
+  int64_t pid_of(int job_rank) const;
   void expire_strangers();
   std::string death_message() const;
   void fail_all_waiters();
@@ -168,6 +176,7 @@ void TcpStoreServer::Impl::serve() {
   std::vector<uint64_t> ids;  // ids[i] is the connection of fds[i + 2]
   for (;;) {
     ++round;
+    const size_t deaths_before = dead_ranks.size();  // deaths and reports of this round
     if (accept_paused && Clock::now() >= accept_resume_at) accept_paused = false;
     fds.clear();
     ids.clear();
@@ -215,7 +224,6 @@ void TcpStoreServer::Impl::serve() {
     }
     expire_waiters();
     expire_strangers();
-    const size_t deaths_before = dead_ranks.size();
     for (auto it = conns.begin(); it != conns.end();) {
       auto next = std::next(it);
       if (it->second.dead) remove(it);
@@ -232,11 +240,23 @@ void TcpStoreServer::Impl::remove(std::unordered_map<uint64_t, Connection>::iter
   // A rank whose process dies loses its connection without a goodbye; one that we closed (bad
   // request, wrong secret) or that said goodbye did not die.
   if (c.authed && c.job_rank >= 0 && c.peer_closed && !c.said_goodbye && !c.closing) {
-    dead_ranks.push_back({c.job_rank, c.pid});
+    note_death({c.job_rank, c.pid, -1, {}});
   }
   strangers.erase(it->first);
   conns.erase(it);
   accept_paused = false;  // a descriptor is free again
+}
+
+void TcpStoreServer::Impl::note_death(DeadRank death) {
+  for (const DeadRank& known : dead_ranks)
+    if (known.rank == death.rank) return;
+  dead_ranks.push_back(std::move(death));
+}
+
+int64_t TcpStoreServer::Impl::pid_of(int job_rank) const {
+  for (const auto& [id, c] : conns)
+    if (c.authed && c.job_rank == job_rank) return c.pid;
+  return 0;
 }
 
 bool TcpStoreServer::Impl::drop_oldest_stranger(Droppable droppable) {
@@ -279,9 +299,16 @@ void TcpStoreServer::Impl::expire_strangers() {
 
 std::string TcpStoreServer::Impl::death_message() const {
   const DeadRank& first = dead_ranks.front();
-  std::string m = "job rank " + std::to_string(first.rank) + " (pid " + std::to_string(first.pid) +
-                  ") died: its store connection closed without a goodbye (the process exited or "
-                  "was killed)";
+  std::string m = "job rank " + std::to_string(first.rank);
+  if (first.pid != 0) m += " (pid " + std::to_string(first.pid) + ")";
+  if (first.reason.empty()) {
+    m += " died: its store connection closed without a goodbye (the process exited or was "
+         "killed)";
+  } else {
+    m += " was found lost";
+    if (first.found_by >= 0) m += " by job rank " + std::to_string(first.found_by);
+    m += ": " + first.reason;
+  }
   if (dead_ranks.size() > 1) {
     m += "; also dead: rank";
     for (size_t i = 1; i < dead_ranks.size() && i < 8; ++i) {
@@ -308,6 +335,9 @@ void TcpStoreServer::Impl::publish_stats() {
   peak_buffered = std::max(peak_buffered, buffered);
   published.connections.store(conns.size(), std::memory_order_relaxed);
   published.unauthenticated.store(strangers.size(), std::memory_order_relaxed);
+  size_t waiting = 0;
+  for (const auto& [key, list] : waiters) waiting += list.size();
+  published.waiting.store(waiting, std::memory_order_relaxed);
   published.buffered_bytes.store(buffered, std::memory_order_relaxed);
   published.peak_buffered.store(peak_buffered, std::memory_order_relaxed);
   published.accepted.store(accepted, std::memory_order_relaxed);
@@ -491,6 +521,19 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     if (c.out_pos == c.out.size()) c.dead = true;
     return;
   }
+  if (*op == static_cast<uint8_t>(proto::Op::lost)) {
+    const auto job_rank = r.u32();
+    const auto found_by = r.u32();
+    auto reason = r.str();
+    if (!job_rank || !found_by || !reason || !r.at_end() || static_cast<int32_t>(*job_rank) < 0) {
+      return fail(c, "store: malformed lost report");
+    }
+    const int rank = static_cast<int32_t>(*job_rank);
+    if (reason->empty()) reason = "(no reason given)";
+    // Waiters are answered at the end of the round, as for a death.
+    note_death({rank, pid_of(rank), static_cast<int32_t>(*found_by), std::move(*reason)});
+    return respond(c, ok_payload());
+  }
   if (*op == static_cast<uint8_t>(proto::Op::get_many)) {
     const auto count = r.u32();
     if (!count || *count == 0) return fail(c, "store: malformed get_many request");
@@ -581,6 +624,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     case proto::Op::hello: return fail(c, "store: duplicate hello");
     case proto::Op::goodbye:   // handled above
     case proto::Op::get_many:  // handled above
+    case proto::Op::lost:      // handled above
       break;
   }
   fail(c, "store: unknown request op " + std::to_string(*op));
@@ -776,6 +820,7 @@ TcpStoreServer::Stats TcpStoreServer::stats() const {
   s.dead_ranks = p.dead_ranks.load(std::memory_order_acquire);
   s.connections = p.connections.load(std::memory_order_relaxed);
   s.unauthenticated = p.unauthenticated.load(std::memory_order_relaxed);
+  s.waiting = p.waiting.load(std::memory_order_relaxed);
   s.buffered_bytes = p.buffered_bytes.load(std::memory_order_relaxed);
   s.peak_buffered_bytes = p.peak_buffered.load(std::memory_order_relaxed);
   s.accepted = p.accepted.load(std::memory_order_relaxed);

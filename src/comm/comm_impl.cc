@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -176,7 +177,10 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
                           &recent_calls_, processes_},
-        *network_, [this](std::exception_ptr e) { record_failure(e); });
+        *network_, [this](std::exception_ptr e) {
+          record_failure(e);  // first: the peers hear of it before the store does
+          report_loss_to_store(e);
+        });
   }
   // Last, once nothing can throw: a communicator whose constructor threw is never removed.
   ProcessFailures::instance().add(fabric_.get(), [this](const transport::FailureRecord& root) {
@@ -484,6 +488,30 @@ void CommImpl::fail_if_holding_lost_process(const transport::FailureRecord& root
     record_failure(std::make_exception_ptr(transport::RootCauseError(
         "communicator '" + setup_.name + "': its " + names_(r) + " was found lost", root)));
     return;
+  }
+}
+
+void CommImpl::report_loss_to_store(std::exception_ptr error) noexcept {
+  int job_rank = -1;
+  std::string reason;
+  try {
+    std::rethrow_exception(error);
+  } catch (const transport::ProcessLostError& lost) {
+    const auto found = std::find(processes_.begin(), processes_.end(), lost.process());
+    if (found == processes_.end()) return;
+    job_rank = names_.job_rank(static_cast<int>(found - processes_.begin()));
+    reason = lost.what();
+  } catch (...) {
+    return;  // not a loss
+  }
+  try {
+    setup_.store->report_lost(job_rank, reason, kFailurePublishWait);
+  } catch (const std::exception& e) {
+    // The store may be on the lost host. The peers were told over the network all the same.
+    std::fprintf(stderr,
+                 "tpf: communicator '%s', %s: could not tell the job's store that job rank %d "
+                 "was lost: %s\n",
+                 setup_.name.c_str(), names_(rank()).c_str(), job_rank, e.what());
   }
 }
 

@@ -122,6 +122,11 @@ class CommImpl {
   // Fails the communicator with `root` where one of its other ranks is the process `root` found
   // lost (comm/process_failures.h).
   void fail_if_holding_lost_process(const transport::FailureRecord& root);
+  // Where `error` is this rank's heartbeat finding one of its ranks lost: tells the job's store
+  // (Store::report_lost), so that every rank waiting there for what the lost process would set
+  // (a communicator being made, now or later) fails at once naming it, not at its deadline. Only
+  // the watcher that found the loss reports it: one report per loss, not one per rank that hears.
+  void report_loss_to_store(std::exception_ptr error) noexcept;
 
   CommSetup setup_;
   topo::HostMap hosts_;  // which of the ranks share memory (topo/hosts.h)

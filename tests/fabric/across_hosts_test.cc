@@ -2215,6 +2215,55 @@ TEST_P(AcrossHostsFailures, AStoppedRanksHostMateWaitingInAnotherCommunicatorHea
       [&](Communicator& world) { on_host = world.split(world.host_of(world.rank()), 0); });
 }
 
+// A communicator made after a loss is told of it at once: rank 3 (host b) stops; rank 0, its
+// watcher, names it in the world and tells the job's store; the others make a second
+// communicator of all four ranks, whose setup waits in the store for what rank 3 would publish,
+// and fails with the loss (peer_died, naming rank 3, who found it and how). Until 2026-12-07 the
+// store could not know of a stopped rank (its connection stays open) and those setups waited out
+// their deadline (40 s here: a timeout).
+TEST(AcrossHostsLostRanks, ACommunicatorMadeAfterALossFailsAtOnceNamingIt) {
+  SharedBlock shared;  // [0]: the others done; [1]: rank 3's pid
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::seconds(40);
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  auto outcomes = run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", kTwoHostsOfTwo[ctx.rank].c_str(), 1);
+        auto make = [&] {
+          return Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                      ctx.comm_options);
+        };
+        Communicator world = make();
+        world.barrier();
+        if (ctx.rank == 3) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
+        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+        const Error e = expect_error("a communicator made after the loss", [&] { make(); });
+        if (shared.counter(0).fetch_add(1) + 1 == 3)
+          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+        for (const char* naming : {"job rank 3 (pid ",
+                                   "was found lost by job rank 0: communicator 'world': rank 3 "
+                                   "(host 'host-b') has sent no heartbeat for "}) {
+          TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
+        }
+      },
+      options);
+  ::unsetenv("TPF_HOST_LOST_S");
+  for (const RankOutcome& o : outcomes) {
+    if (o.rank == 3) {
+      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
+    } else {
+      EXPECT_TRUE(o.ok()) << o.describe();
+    }
+  }
+}
+
 // Across hosts too a split's messages name its ranks by the job's numbers as well: in a split
 // that reverses two hosts of two, rank 0 (job rank 3, host b) waits for a message from rank 3
 // (job rank 0, host a) that never comes, and the network's deadline names both numbers.

@@ -148,6 +148,111 @@ TEST(StoreDeadRank, StoreHostDeathIsPeerDiedNamingTheRank) {
   }
 }
 
+// A rank found lost (stopped, or its host cut off) keeps its connection open, so the server
+// cannot see it go: the rank that found it says so, and every wait for a missing key ends as for
+// a death, naming the rank, who found it and how.
+TEST(StoreLostRank, AReportFailsTheWaitersNamingTheRankAndWhoFoundIt) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto waiter = rank_client(server, 1);
+  auto finder = rank_client(server, 0);
+  waiter->set("present", "v");
+  GetOutcome parked;
+  std::thread t([&] { parked = outcome_of([&] { waiter->get_many({"present", "never"}, 60s); }); });
+  EXPECT_TRUE(finder->report_lost(3, "no heartbeat for 3.0 s", 5s));
+  t.join();
+  EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
+  const std::string naming = "job rank 3 was found lost by job rank 0: no heartbeat for 3.0 s";
+  EXPECT_NE(parked.message.find(naming), std::string::npos) << parked.message;
+  // Later waits fail at once; keys that exist are still served.
+  const GetOutcome later = try_get(*finder, "also_never", 60s);
+  EXPECT_EQ(later.code, ErrorCode::peer_died) << later.message;
+  EXPECT_NE(later.message.find(naming), std::string::npos) << later.message;
+  EXPECT_EQ(waiter->get("present", 1s), "v");
+  EXPECT_EQ(server.stats().dead_ranks, 1u);
+}
+
+// The client serializes its calls on one connection, and the rank that finds a loss may be the one
+// waiting in the store for the lost rank (a communicator being made): the report must not wait
+// behind that get. Here one client's get waits, and the same client's report ends it.
+TEST(StoreLostRank, AReportIsNotHeldBackByTheClientsOwnWaitingGet) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto client = rank_client(server, 0);
+  GetOutcome parked;
+  std::thread t([&] { parked = try_get(*client, "never", 60s); });
+  ASSERT_TRUE(wait_until([&] { return server.stats().waiting == 1; }, 10s));
+  EXPECT_TRUE(client->report_lost(2, "stopped", 5s));
+  t.join();
+  EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
+  EXPECT_NE(parked.message.find("job rank 2 was found lost by job rank 0: stopped"),
+            std::string::npos)
+      << parked.message;
+  // The report's own connection was no rank's: closing it killed nobody.
+  ASSERT_TRUE(wait_until([&] { return server.stats().connections == 1; }, 10s));
+  EXPECT_EQ(server.stats().dead_ranks, 1u);
+}
+
+// A lost rank whose connection is open is named with its pid; killed later (its connection closes
+// without a goodbye) it is not counted again, and the loss stays the first cause named.
+TEST(StoreLostRank, ARankReportedLostThenKilledIsNamedOnceWithItsPid) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto lost = std::make_unique<RawClient>(server.port());
+  lost->send_bytes(RawClient::hello(kSecret, 2, 4242));
+  ASSERT_EQ(lost->read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+  auto client = rank_client(server, 0);
+  EXPECT_TRUE(client->report_lost(2, "stopped", 5s));
+  EXPECT_TRUE(client->report_lost(2, "stopped again", 5s));  // another finder: the first stays
+  lost.reset();                                              // killed at last
+  ASSERT_TRUE(wait_until([&] { return server.stats().connections == 1; }, 10s));
+  EXPECT_EQ(server.stats().dead_ranks, 1u);
+  const GetOutcome later = try_get(*client, "never", 60s);
+  EXPECT_EQ(later.code, ErrorCode::peer_died) << later.message;
+  EXPECT_NE(later.message.find("job rank 2 (pid 4242) was found lost by job rank 0: stopped ("),
+            std::string::npos)
+      << later.message;
+  EXPECT_EQ(later.message.find("also dead"), std::string::npos) << later.message;
+}
+
+// Bad reports: a negative rank is refused by the client; a malformed frame by the server, which
+// closes that connection and notes nobody.
+TEST(StoreLostRank, MalformedReportsAreRefusedNamingWhatWasWrong) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto client = rank_client(server, 0);
+  const GetOutcome negative = outcome_of([&] { client->report_lost(-2, "x", 5s); });
+  EXPECT_EQ(negative.code, ErrorCode::invalid_argument) << negative.message;
+  EXPECT_NE(negative.message.find("job rank -2 is negative"), std::string::npos)
+      << negative.message;
+  RawClient raw(server.port());
+  raw.send_bytes(RawClient::hello(kSecret));
+  ASSERT_EQ(raw.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Op::lost));
+  proto::put_u32(p, 3);  // no finder, no reason
+  raw.send_bytes(RawClient::frame(p));
+  const std::string reply = raw.read_reply().value_or("");
+  ASSERT_FALSE(reply.empty());
+  EXPECT_EQ(reply.at(0), static_cast<char>(proto::Status::error));
+  EXPECT_NE(reply.find("malformed lost report"), std::string::npos) << reply;
+  EXPECT_EQ(server.stats().dead_ranks, 0u);
+  EXPECT_EQ(try_get(*client, "never", 20ms).code, ErrorCode::timeout);
+}
+
+// A store of the user's own cannot tell its waiters unless it says how; a PrefixStore passes the
+// report to the store it views (ranks are the job's, not prefixed).
+TEST(StoreLostRank, OnlyStoresThatCanTellTheirWaitersTakeAReport) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto inner = std::shared_ptr<Store>(rank_client(server, 0));
+  PrefixStore scoped("comm/0", inner);
+  EXPECT_TRUE(scoped.report_lost(1, "stopped", 5s));
+  EXPECT_EQ(try_get(*inner, "never", 60s).code, ErrorCode::peer_died);
+  struct Plain : Store {
+    void set(const std::string&, const std::string&) override {}
+    std::string get(const std::string&, std::chrono::milliseconds) override { return ""; }
+    int64_t add(const std::string&, int64_t) override { return 0; }
+    bool check(const std::string&) override { return false; }
+  } plain;
+  EXPECT_FALSE(plain.report_lost(1, "stopped", 5s));
+}
+
 TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {
   StoreServerLimits limits;
   limits.hello_grace = 0ms;  // each stranger may be dropped at once for the next (default: 2 s)

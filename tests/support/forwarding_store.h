@@ -26,6 +26,10 @@ class ForwardingStore : public Store {
   }
   int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
   bool check(const std::string& key) override { return inner_->check(key); }
+  bool report_lost(int job_rank, const std::string& reason,
+                   std::chrono::milliseconds timeout) override {
+    return inner_->report_lost(job_rank, reason, timeout);
+  }
 
  private:
   std::shared_ptr<Store> inner_;
