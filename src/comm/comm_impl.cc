@@ -158,7 +158,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     net.oversubscribed = config.excess_ranks > 0;
     net.notice_wait = setup_.settings.net_notice_wait;
     // processes_ outlives network_ (declared before it).
-    net.peer_lost = [this](int r) { return ProcessFailures::instance().is_lost(processes_[r]); };
+    net.peer_lost = [this](int r) { return ProcessFailures::instance().lost(processes_[r]); };
     net.names = names_;
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());

@@ -41,7 +41,7 @@ void ProcessFailures::record(const transport::FailureRecord& root) {
   if (root.lost_process == 0) return;
   {
     std::lock_guard lost_lock(lost_mu_);
-    if (!lost_.insert(root.lost_process).second) return;
+    if (!lost_.emplace(root.lost_process, root).second) return;
   }
   // Under the lock, so no communicator is destroyed while it hears of the loss. Its failure comes
   // back here on this thread (the loss now noted, it calls no one) and changes no member.
@@ -55,9 +55,11 @@ std::optional<transport::FailureRecord> ProcessFailures::first() {
   return first_;
 }
 
-bool ProcessFailures::is_lost(uint64_t process) {
+std::optional<transport::FailureRecord> ProcessFailures::lost(uint64_t process) {
   std::lock_guard lock(lost_mu_);
-  return lost_.count(process) != 0;
+  const auto it = lost_.find(process);
+  if (it == lost_.end()) return std::nullopt;
+  return it->second;
 }
 
 }  // namespace tpf::detail

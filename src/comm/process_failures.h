@@ -17,9 +17,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "transport/shm_fabric.h"
@@ -42,9 +42,9 @@ class ProcessFailures {
   void record(const transport::FailureRecord& root);
   // The process's first failure, if it met one.
   std::optional<transport::FailureRecord> first();
-  // Whether a record this process learnt named `process` (a base::this_process_token) lost.
-  // Takes only a lock of its own: the network layer asks it with its own lock held.
-  bool is_lost(uint64_t process);
+  // The first record this process learnt that named `process` (a base::this_process_token) lost,
+  // if one did. Takes only a lock of its own: the network layer asks it with its own lock held.
+  std::optional<transport::FailureRecord> lost(uint64_t process);
 
  private:
   // A forked child starts with none of this: its parent's failure and communicators are not its
@@ -60,8 +60,8 @@ class ProcessFailures {
   std::vector<Member> members_;
   std::optional<transport::FailureRecord> first_;
   std::mutex lost_mu_;  // guards lost_ only, and is never held while calling out
-  // Kept by a forked child, unlike the rest: those processes are lost to it too.
-  std::set<uint64_t> lost_;
+  // By lost process. Kept by a forked child, unlike the rest: those processes are lost to it too.
+  std::map<uint64_t, transport::FailureRecord> lost_;
 };
 
 }  // namespace tpf::detail

@@ -191,9 +191,9 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::map<int, void*> acks_in;
   std::vector<void*> acks_out;
   int self = -1;  // this rank: the sender in the tags of its acks
-  std::function<bool(int)> peer_lost;  // NetworkConfig::peer_lost
+  std::function<std::optional<FailureRecord>(int)> peer_lost;  // NetworkConfig::peer_lost
   RankNames names;                     // NetworkConfig::names
-  bool lost(int p) const { return peer_lost && peer_lost(p); }
+  bool lost(int p) const { return peer_lost && peer_lost(p).has_value(); }
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
   // A beat is empty (outside a collective) or a Fingerprint (the collective the rank is in); a
   // goodbye is one byte.
@@ -1424,6 +1424,10 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
       cancel(requests);
       throw *failure;
     }
+    if (std::optional<RootCauseError> lost = lost_peer_failure(requests, ctx)) {
+      cancel(requests);
+      throw *lost;
+    }
     if (!deadline) deadline = ctx.deadline();
     if (Clock::now() >= *deadline) {
       std::vector<int> missing;
@@ -1441,6 +1445,18 @@ void UcxNetwork::wait_all(std::span<NetRequest> requests, const WaitContext& ctx
     wait_for_news(std::chrono::milliseconds(1), progress.generation);
     idle.slept();
   }
+}
+
+std::optional<RootCauseError> UcxNetwork::lost_peer_failure(std::span<const NetRequest> requests,
+                                                            const WaitContext& ctx) const {
+  if (!config_.peer_lost) return std::nullopt;
+  for (const NetRequest& r : requests) {
+    if (r.pending == nullptr) continue;
+    if (std::optional<FailureRecord> record = config_.peer_lost(r.peer))
+      return RootCauseError(ctx.op_label() + ": " + config_.names(r.peer) + " was found lost",
+                            std::move(*record));
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> recent_ucx_errors() { return UcxErrorLines::instance().recent(); }

@@ -99,10 +99,12 @@ struct NetworkConfig {
   // How long a rank whose peer's connection failed waits for a notice that explains it
   // (kDefaultNoticeWait; TPF_NET_NOTICE_WAIT_S).
   std::chrono::milliseconds notice_wait = kDefaultNoticeWait;
-  // Whether rank r's process is known lost (a heartbeat named it, here or in another communicator
-  // of this process: comm/process_failures.h): it is sent no failure notice, its acknowledgement
-  // of one is not waited for and its connection closes without a flush. Empty: none is.
-  std::function<bool(int rank)> peer_lost;
+  // The record that found rank r's process lost (a heartbeat named it, here or in another
+  // communicator of this process: comm/process_failures.h), if one did: it is sent no failure
+  // notice, its acknowledgement of one is not waited for, its connection closes without a flush,
+  // and a wait for it ends with that cause (one that began while the network was being made,
+  // which no communicator can fail yet). Empty: none is.
+  std::function<std::optional<FailureRecord>(int rank)> peer_lost;
   RankNames names;  // how messages name ranks (with their numbers in the job where those differ)
 };
 
@@ -306,6 +308,10 @@ class UcxNetwork {
   // A failure a rank on this host recorded, if one has (set_host_failures), as the root cause of
   // what `context()` names.
   std::optional<RootCauseError> host_failure(const std::function<std::string()>& context) const;
+  // The loss of a peer that one of `requests` still waits on (NetworkConfig::peer_lost), as the
+  // wait's root cause.
+  std::optional<RootCauseError> lost_peer_failure(std::span<const NetRequest> requests,
+                                                  const WaitContext& ctx) const;
   // The failure this rank recorded or a peer announced, if any, as the root cause of what
   // `context()` names (mu_ held). The name is built only for a failure: every network wait asks
   // on every round, and building it there took ~5 % of a 4 x 2-rank reduce_scatter's CPU.

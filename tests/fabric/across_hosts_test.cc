@@ -2264,6 +2264,50 @@ TEST(AcrossHostsLostRanks, ACommunicatorMadeAfterALossFailsAtOnceNamingIt) {
   }
 }
 
+// A communicator being made when one of its ranks is found lost (by another communicator of the
+// process) stops waiting for it: rank 1 (host b) stops itself in its first network connect while
+// the second communicator is made, having published all it publishes in the store, so rank 0
+// waits for its first message over the network; rank 0's world, which holds rank 1 too, names it
+// by its heartbeat, and that wait ends with the loss as its cause. Until 2026-12-07 no
+// communicator could fail it (the one being made is not yet one) and it waited out its setup
+// deadline (40 s here: "timed out over the network waiting for rank 1").
+TEST(AcrossHostsLostRanks, ACommunicatorBeingMadeStopsWaitingForARankFoundLost) {
+  SharedBlock shared;  // [1]: rank 1's pid
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::seconds(40);
+  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
+  auto outcomes = run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
+        auto make = [&] {
+          return Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                      ctx.comm_options);
+        };
+        Communicator world = make();
+        world.barrier();
+        if (ctx.rank == 1) {
+          const auto store_port = static_cast<uint16_t>(
+              std::stoi(ctx.store_address.substr(ctx.store_address.rfind(':') + 1)));
+          after_next_connect(store_port, [&](int) {
+            shared.counter(1).store(::getpid());
+            ::raise(SIGSTOP);
+          });
+          make();
+          return;  // not reached: killed while stopped
+        }
+        const Error e = expect_error("a communicator whose rank 1 stops", [&] { make(); });
+        ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        TPF_CHILD_CHECK(std::string(e.what()).find(
+                            "rank 1 (host 'host-b') has sent no heartbeat") != std::string::npos,
+                        e.what());
+      },
+      options);
+  ::unsetenv("TPF_HOST_LOST_S");
+  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
+  EXPECT_EQ(outcomes[1].signal, SIGKILL) << outcomes[1].describe();
+}
+
 // Across hosts too a split's messages name its ranks by the job's numbers as well: in a split
 // that reverses two hosts of two, rank 0 (job rank 3, host b) waits for a message from rank 3
 // (job rank 0, host a) that never comes, and the network's deadline names both numbers.

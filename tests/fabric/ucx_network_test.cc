@@ -39,7 +39,7 @@ std::unique_ptr<UcxNetwork> connect_network(
     std::optional<std::vector<int>> connect_first = std::nullopt,
     std::chrono::milliseconds setup_timeout = std::chrono::seconds(30),
     std::optional<std::vector<int>> put_peers = std::nullopt,
-    std::function<bool(int)> peer_lost = {}) {
+    std::function<std::optional<transport::FailureRecord>(int)> peer_lost = {}) {
   auto client = testing::connect_to_store(ctx, ctx.rank);
   transport::NetworkConfig config;
   config.rank = ctx.rank;
@@ -293,7 +293,10 @@ TEST(UcxNetwork, ARankThatFailsDoesNotAwaitAPeerKnownLost) {
     std::atomic<bool> rank_2_lost{false};
     auto net = connect_network(ctx, transport::NetProtocol::automatic, std::nullopt,
                                std::chrono::seconds(30), std::nullopt,
-                               [&](int rank) { return rank == 2 && rank_2_lost.load(); });
+                               [&](int rank) -> std::optional<transport::FailureRecord> {
+                                 if (rank != 2 || !rank_2_lost.load()) return std::nullopt;
+                                 return transport::FailureRecord{ErrorCode::timeout, "stopped"};
+                               });
     if (ctx.rank == 2) {
       shared.counter(1).store(::getpid());
       ::raise(SIGSTOP);
