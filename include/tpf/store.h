@@ -5,7 +5,8 @@
 //
 // Dead ranks: a client may say which job rank it is. When such a client's connection closes without
 // the goodbye its destructor sends (the process died), every get that waits for a missing key fails
-// at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline. A rank
+// at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline (a
+// get_many_from only where the rank is one of those it waits on). A rank
 // that finds another lost (stopped, or on a host cut off: its connection stays open, so the
 // server cannot tell) reports it (Store::report_lost), and the waits end the same way.
 #pragma once
@@ -37,6 +38,12 @@ class Store {
   // address makes one round trip, not one per peer (what a job of many ranks waited for at setup).
   virtual std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                             std::chrono::milliseconds timeout);
+  // As get_many, for keys that only the job ranks `awaited_ranks` set (a communicator's own setup):
+  // a death or loss of another rank of the job does not end the wait (stores that can tell; by
+  // default get_many, which any death ends). Empty `awaited_ranks`: any rank, as get_many.
+  virtual std::vector<std::string> get_many_from(const std::vector<int>& awaited_ranks,
+                                                 const std::vector<std::string>& keys,
+                                                 std::chrono::milliseconds timeout);
   // Tells the store that `job_rank` was found lost (`reason` says how), so that every get that
   // waits, or would wait, for a missing key fails with Error(peer_died) naming it, as for a rank
   // that died. Within `timeout`, whatever other calls are in flight; throws Error where the store
@@ -55,10 +62,15 @@ class PrefixStore : public Store {
   bool check(const std::string& key) override;
   std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override;
+  std::vector<std::string> get_many_from(const std::vector<int>& awaited_ranks,
+                                         const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) override;
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override;
 
  private:
+  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const;
+
   std::string prefix_;
   std::shared_ptr<Store> inner_;
 };
@@ -138,6 +150,9 @@ class TcpStoreClient : public Store {
   bool check(const std::string& key) override;
   std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override;
+  std::vector<std::string> get_many_from(const std::vector<int>& awaited_ranks,
+                                         const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) override;
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override;
 

@@ -1,6 +1,6 @@
 // PrefixStore: a namespaced view of another store, so that sub-communicators can share one
-// connection without their keys colliding. Also Store's defaults: get_many (a get per key) and
-// report_lost (a store that cannot tell its waiters).
+// connection without their keys colliding. Also Store's defaults: get_many (a get per key),
+// get_many_from and report_lost (a store that cannot tell its waiters).
 
 #include <algorithm>
 #include <utility>
@@ -33,12 +33,22 @@ int64_t PrefixStore::add(const std::string& key, int64_t delta) {
 
 bool PrefixStore::check(const std::string& key) { return inner_->check(prefix_ + key); }
 
-std::vector<std::string> PrefixStore::get_many(const std::vector<std::string>& keys,
-                                               std::chrono::milliseconds timeout) {
+std::vector<std::string> PrefixStore::prefixed(const std::vector<std::string>& keys) const {
   std::vector<std::string> inner_keys;
   inner_keys.reserve(keys.size());
   for (const std::string& key : keys) inner_keys.push_back(prefix_ + key);
-  return inner_->get_many(inner_keys, timeout);
+  return inner_keys;
+}
+
+std::vector<std::string> PrefixStore::get_many(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds timeout) {
+  return inner_->get_many(prefixed(keys), timeout);
+}
+
+std::vector<std::string> PrefixStore::get_many_from(const std::vector<int>& awaited_ranks,
+                                                    const std::vector<std::string>& keys,
+                                                    std::chrono::milliseconds timeout) {
+  return inner_->get_many_from(awaited_ranks, prefixed(keys), timeout);
 }
 
 bool PrefixStore::report_lost(int job_rank, const std::string& reason,
@@ -47,6 +57,12 @@ bool PrefixStore::report_lost(int job_rank, const std::string& reason,
 }
 
 bool Store::report_lost(int, const std::string&, std::chrono::milliseconds) { return false; }
+
+std::vector<std::string> Store::get_many_from(const std::vector<int>&,
+                                              const std::vector<std::string>& keys,
+                                              std::chrono::milliseconds timeout) {
+  return get_many(keys, timeout);
+}
 
 std::vector<std::string> Store::get_many(const std::vector<std::string>& keys,
                                          std::chrono::milliseconds timeout) {

@@ -17,6 +17,7 @@
 //   goodbye  : (nothing)                           -> (no reply; the server closes)
 //   lost     : i32 job_rank, i32 by_job_rank, str reason
 //                                                  -> ok | error(str message)
+//   get_many_from : u32 n, i32 job_rank x n, then get_many's fields -> get_many's answers
 //
 // The hello must be the first frame; a malformed frame is answered with error(str message) and the
 // connection is closed. Frames above kMaxFrameBytes (kMaxHelloBytes before the hello) are refused
@@ -29,7 +30,9 @@
 // process serves the store (-1: a launcher), so that a client can say who died when the
 // connection drops. A lost report says the same of a rank whose connection the server cannot see
 // fail (a stopped process, a host cut off): by_job_rank found it so (-1: not a rank), and reason
-// says how; the server answers the waits as for a death, once per rank.
+// says how; the server answers the waits as for a death, once per rank. A get_many_from waits on
+// the keys only `job_rank x n` set (a communicator's setup): a death of another rank does not end
+// it (get and get_many wait on any rank).
 #pragma once
 
 #include <cstddef>
@@ -57,7 +60,8 @@ enum class Op : uint8_t {
   check = 5,
   goodbye = 6,
   get_many = 7,
-  lost = 8
+  lost = 8,
+  get_many_from = 9
 };
 enum class Status : uint8_t { ok = 0, not_found = 1, error = 2, auth_failed = 3, peer_died = 4 };
 

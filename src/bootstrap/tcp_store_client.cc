@@ -242,14 +242,32 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
 
 std::vector<std::string> TcpStoreClient::get_many(const std::vector<std::string>& keys,
                                                   std::chrono::milliseconds timeout) {
+  return get_many_from({}, keys, timeout);
+}
+
+std::vector<std::string> TcpStoreClient::get_many_from(const std::vector<int>& awaited_ranks,
+                                                       const std::vector<std::string>& keys,
+                                                       std::chrono::milliseconds timeout) {
   if (keys.empty()) return {};
-  size_t key_bytes = 0;
+  for (int rank : awaited_ranks) {
+    if (rank < 0) {
+      throw Error(ErrorCode::invalid_argument,
+                  "store get_many_from: job rank " + std::to_string(rank) + " is negative");
+    }
+  }
+  size_t key_bytes = 4 * awaited_ranks.size();
   for (const std::string& key : keys) key_bytes += key.size() + 4;
   check_size(keys.front(), key_bytes, "get_many");
   if (timeout < std::chrono::milliseconds::zero()) timeout = std::chrono::milliseconds::zero();
   const Deadline deadline = bootstrap::deadline_after(timeout);
   std::string p;
-  proto::put_u8(p, static_cast<uint8_t>(proto::Op::get_many));
+  if (awaited_ranks.empty()) {  // any rank's death ends the wait
+    proto::put_u8(p, static_cast<uint8_t>(proto::Op::get_many));
+  } else {
+    proto::put_u8(p, static_cast<uint8_t>(proto::Op::get_many_from));
+    proto::put_u32(p, static_cast<uint32_t>(awaited_ranks.size()));
+    for (int rank : awaited_ranks) proto::put_u32(p, static_cast<uint32_t>(rank));
+  }
   proto::put_u32(p, static_cast<uint32_t>(keys.size()));
   for (const std::string& key : keys) proto::put_str(p, key);
   proto::put_i64(p, bootstrap::poll_timeout_ms(deadline));  // the remaining time, as get

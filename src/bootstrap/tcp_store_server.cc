@@ -67,6 +67,8 @@ struct Connection {
   // deadline, which holds for all of them.
   std::vector<std::string> parked_many;
   Deadline many_deadline{};
+  // The job ranks a GET_MANY_FROM waits on, sorted (empty: any rank): only their deaths end it.
+  std::vector<int> awaited_ranks;
   Deadline hello_deadline{};
   Deadline grace_end{};  // from then on a newer connection may take its place (hello_grace)
   uint64_t accepted_round = 0;
@@ -141,8 +143,14 @@ struct TcpStoreServer::Impl {
   // The pid a connection of `job_rank` declared, or 0.
   int64_t pid_of(int job_rank) const;
   void expire_strangers();
-  std::string death_message() const;
-  void fail_all_waiters();
+  // The first death among `awaited` (sorted; empty: any rank), if any.
+  const DeadRank* first_death_among(const std::vector<int>& awaited) const;
+  // Names `first` and the other deaths among `awaited`.
+  std::string death_message(const DeadRank& first, const std::vector<int>& awaited) const;
+  // The peer_died answer for a wait on `awaited`, if one of those ranks died.
+  std::optional<std::string> death_answer(const std::vector<int>& awaited) const;
+  // Answers every waiting request that a death now ends.
+  void fail_waiters_of_dead_ranks();
   void publish_stats();
   void read_from(uint64_t id, Connection& c);
   void process_input(uint64_t id, Connection& c);
@@ -229,7 +237,7 @@ void TcpStoreServer::Impl::serve() {
       if (it->second.dead) remove(it);
       it = next;
     }
-    if (dead_ranks.size() != deaths_before) fail_all_waiters();
+    if (dead_ranks.size() != deaths_before) fail_waiters_of_dead_ranks();
     publish_stats();
   }
 }
@@ -297,8 +305,15 @@ void TcpStoreServer::Impl::expire_strangers() {
   }
 }
 
-std::string TcpStoreServer::Impl::death_message() const {
-  const DeadRank& first = dead_ranks.front();
+const DeadRank* TcpStoreServer::Impl::first_death_among(const std::vector<int>& awaited) const {
+  for (const DeadRank& death : dead_ranks)
+    if (awaited.empty() || std::binary_search(awaited.begin(), awaited.end(), death.rank))
+      return &death;
+  return nullptr;
+}
+
+std::string TcpStoreServer::Impl::death_message(const DeadRank& first,
+                                                const std::vector<int>& awaited) const {
   std::string m = "job rank " + std::to_string(first.rank);
   if (first.pid != 0) m += " (pid " + std::to_string(first.pid) + ")";
   if (first.reason.empty()) {
@@ -309,24 +324,50 @@ std::string TcpStoreServer::Impl::death_message() const {
     if (first.found_by >= 0) m += " by job rank " + std::to_string(first.found_by);
     m += ": " + first.reason;
   }
-  if (dead_ranks.size() > 1) {
+  std::vector<int> others;
+  for (const DeadRank& death : dead_ranks) {
+    if (&death == &first) continue;
+    if (awaited.empty() || std::binary_search(awaited.begin(), awaited.end(), death.rank))
+      others.push_back(death.rank);
+  }
+  if (!others.empty()) {
     m += "; also dead: rank";
-    for (size_t i = 1; i < dead_ranks.size() && i < 8; ++i) {
-      m += (i > 1 ? ", " : " ") + std::to_string(dead_ranks[i].rank);
+    for (size_t i = 0; i < others.size() && i < 7; ++i) {
+      m += (i > 0 ? ", " : " ") + std::to_string(others[i]);
     }
-    if (dead_ranks.size() > 8) m += ", ...";
+    if (others.size() > 7) m += ", ...";
   }
   return m;
 }
 
-void TcpStoreServer::Impl::fail_all_waiters() {
+std::optional<std::string> TcpStoreServer::Impl::death_answer(
+    const std::vector<int>& awaited) const {
+  const DeadRank* first = first_death_among(awaited);
+  if (first == nullptr) return std::nullopt;
   std::string p;
   proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
-  proto::put_str(p, death_message());
-  for (auto& [key, list] : waiters) {
-    for (const Waiter& w : list) answer_parked(w.conn_id, p);
+  proto::put_str(p, death_message(*first, awaited));
+  return p;
+}
+
+void TcpStoreServer::Impl::fail_waiters_of_dead_ranks() {
+  static const std::vector<int> kAnyRank;
+  for (auto it = waiters.begin(); it != waiters.end();) {
+    auto& list = it->second;
+    for (size_t i = 0; i < list.size();) {
+      const auto cit = conns.find(list[i].conn_id);
+      const std::vector<int>& awaited = cit == conns.end() ? kAnyRank : cit->second.awaited_ranks;
+      const std::optional<std::string> answer = death_answer(awaited);
+      if (!answer) {
+        ++i;
+        continue;
+      }
+      answer_parked(list[i].conn_id, *answer);
+      list[i] = list.back();
+      list.pop_back();
+    }
+    it = list.empty() ? waiters.erase(it) : std::next(it);
   }
-  waiters.clear();
 }
 
 void TcpStoreServer::Impl::publish_stats() {
@@ -534,7 +575,20 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     note_death({rank, pid_of(rank), static_cast<int32_t>(*found_by), std::move(*reason)});
     return respond(c, ok_payload());
   }
-  if (*op == static_cast<uint8_t>(proto::Op::get_many)) {
+  if (*op == static_cast<uint8_t>(proto::Op::get_many) ||
+      *op == static_cast<uint8_t>(proto::Op::get_many_from)) {
+    std::vector<int> awaited;  // get_many_from's job ranks, sorted; empty: any rank
+    if (*op == static_cast<uint8_t>(proto::Op::get_many_from)) {
+      const auto ranks = r.u32();
+      if (!ranks || *ranks == 0) return fail(c, "store: malformed get_many_from request");
+      for (uint32_t i = 0; i < *ranks; ++i) {
+        const auto rank = r.u32();
+        if (!rank || static_cast<int32_t>(*rank) < 0)
+          return fail(c, "store: malformed get_many_from request");
+        awaited.push_back(static_cast<int32_t>(*rank));
+      }
+      std::sort(awaited.begin(), awaited.end());
+    }
     const auto count = r.u32();
     if (!count || *count == 0) return fail(c, "store: malformed get_many request");
     std::vector<std::string> keys;  // not reserved from `count`: the frame bounds it, not a peer
@@ -546,6 +600,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     const auto timeout_ms = r.i64();
     if (!timeout_ms || !r.at_end()) return fail(c, "store: malformed get_many request");
     c.parked_many = std::move(keys);
+    c.awaited_ranks = std::move(awaited);
     c.many_deadline =
         bootstrap::deadline_after(std::chrono::milliseconds(std::max<int64_t>(*timeout_ms, 0)));
     return continue_get_many(id, c);
@@ -568,13 +623,9 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
         proto::put_str(p, it->second);
         return respond(c, p);
       }
-      if (!dead_ranks.empty()) {
-        // The key may never come: the rank that would set it may be the dead one.
-        std::string p;
-        proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
-        proto::put_str(p, death_message());
-        return respond(c, p);
-      }
+      c.awaited_ranks.clear();  // a get waits on any rank
+      // The key may never come: the rank that would set it may be the dead one.
+      if (std::optional<std::string> died = death_answer(c.awaited_ranks)) return respond(c, *died);
       if (*timeout_ms <= 0) {
         std::string p;
         proto::put_u8(p, static_cast<uint8_t>(proto::Status::not_found));
@@ -625,6 +676,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     case proto::Op::goodbye:   // handled above
     case proto::Op::get_many:  // handled above
     case proto::Op::lost:      // handled above
+    case proto::Op::get_many_from:  // handled above
       break;
   }
   fail(c, "store: unknown request op " + std::to_string(*op));
@@ -694,12 +746,9 @@ void TcpStoreServer::Impl::continue_get_many(uint64_t id, Connection& c) {
   };
   for (const std::string& key : c.parked_many) {
     if (data.count(key) != 0) continue;
+    // The key may never come (see get).
+    if (std::optional<std::string> died = death_answer(c.awaited_ranks)) return answer(*died);
     std::string p;
-    if (!dead_ranks.empty()) {  // the key may never come (see get)
-      proto::put_u8(p, static_cast<uint8_t>(proto::Status::peer_died));
-      proto::put_str(p, death_message());
-      return answer(std::move(p));
-    }
     if (Clock::now() >= c.many_deadline) {
       proto::put_u8(p, static_cast<uint8_t>(proto::Status::not_found));
       proto::put_str(p, key);

@@ -10,6 +10,7 @@
 
 #include "base/open_files.h"
 #include "base/process_token.h"
+#include "bootstrap/awaited_ranks_store.h"
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
@@ -92,8 +93,12 @@ CommImpl::CommImpl(CommSetup setup)
   // n-th communicator of this name: keys never collide when a name is reused.
   int64_t joined = setup_.store->add(setup_.name + "/joined", 1);
   uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
-  auto scoped_store =
+  std::shared_ptr<Store> scoped_store =
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
+  // A split knows its members' job ranks: a death or loss of another rank of the job does not
+  // end its waits (for a communicator made by create(), the store cannot know its members).
+  if (!setup_.job_ranks.empty())
+    scoped_store = std::make_shared<bootstrap::AwaitedRanksStore>(scoped_store, setup_.job_ranks);
   try {
     join(scoped_store, generation);
   } catch (...) {

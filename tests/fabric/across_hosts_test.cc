@@ -2474,6 +2474,12 @@ class FailingReadStore : public ForwardingStore {
     for (const std::string& key : keys) fail_on(key);
     return ForwardingStore::get_many(keys, timeout);
   }
+  std::vector<std::string> get_many_from(const std::vector<int>& awaited_ranks,
+                                         const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) override {
+    for (const std::string& key : keys) fail_on(key);
+    return ForwardingStore::get_many_from(awaited_ranks, keys, timeout);
+  }
 
  private:
   void fail_on(const std::string& key) const {

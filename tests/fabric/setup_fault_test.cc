@@ -161,5 +161,46 @@ TEST(SetupFault, RankKilledDuringSplitIsPeerDiedNamingIt) {
   expect_no_segments(job);
 }
 
+// A death ends the store's waits for what the dead rank would set, but a split knows its members'
+// job ranks and waits only on them: ranks 0 and 1 split off a pair, rank 2 dies, and once the
+// store knows it the pair splits again and works. Until 2026-12-07 any death in the job failed
+// every communicator made afterwards ("job rank 2 (pid ...) died"), even one without that rank.
+TEST(SetupFault, ASplitOfLiveRanksIsMadeAfterAnotherRankOfTheJobDied) {
+  const std::string job = unique_job("others");
+  constexpr int kVictim = 2;
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        auto store = connect_store(ctx, ctx.rank);
+        Communicator world =
+            Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        Communicator pair = world.split(ctx.rank == kVictim ? 1 : 0, ctx.rank);
+        if (ctx.rank == kVictim) ::raise(SIGKILL);
+        auto probe = connect_store(ctx, -1);  // no rank's: sees what any wait would
+        TPF_CHILD_CHECK(testing::wait_until(
+                            [&] {
+                              try {
+                                probe->get("never set", 0ms);
+                              } catch (const Error& e) {
+                                return e.code() == ErrorCode::peer_died;
+                              }
+                              return false;
+                            },
+                            20s),
+                        "the store never heard that rank 2 died");
+        Communicator again = pair.split(0, -ctx.rank);
+        int32_t mine = ctx.rank + 1, sum = 0;
+        again.all_reduce(&mine, &sum, 1, DType::i32, ReduceOp::sum);
+        TPF_CHILD_CHECK(sum == 3, "all_reduce gave " + std::to_string(sum));
+        TPF_CHILD_CHECK(again.job_rank(0) == 1,
+                        "rank 0 is job rank " + std::to_string(again.job_rank(0)));
+        // What rank 2 would have set is still waited for in vain, and named.
+        expect_peer_died([&] { probe->get("never set", 60s); }, "job rank 2 (pid ");
+      },
+      options_for(job));
+  expect_outcomes(outcomes, kVictim);
+  expect_no_segments(job);
+}
+
 }  // namespace
 }  // namespace tpf

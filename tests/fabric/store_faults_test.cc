@@ -113,6 +113,42 @@ TEST(StoreDeadRank, AGetManyWaitingForAKeyFailsWithPeerDied) {
   EXPECT_EQ(waiter->get_many({"present"}, 1s), std::vector<std::string>{"v"});
 }
 
+// A get_many_from waits only on the ranks it names: another rank's death leaves it waiting (it
+// gets its value once set), while one of theirs ends it, naming that rank first and only theirs.
+TEST(StoreDeadRank, AWaitOnSomeRanksOutlivesTheDeathsOfOthers) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto waiter = rank_client(server, 0);
+  auto setter = rank_client(server, 1);
+  std::vector<std::string> values;
+  GetOutcome parked;
+  std::thread t([&] {
+    parked = outcome_of([&] { values = waiter->get_many_from({1, 0}, {"k"}, 60s); });
+  });
+  ASSERT_TRUE(wait_until([&] { return server.stats().waiting == 1; }, 10s));
+  connect_and_vanish(server, 2, 4242);
+  ASSERT_TRUE(wait_until([&] { return server.stats().dead_ranks == 1; }, 10s));
+  EXPECT_EQ(server.stats().waiting, 1u);  // still waiting: rank 2 is none of its ranks
+  setter->set("k", "v");
+  t.join();
+  EXPECT_FALSE(parked.threw) << parked.message;
+  EXPECT_EQ(values, std::vector<std::string>{"v"});
+  // Any rank's wait (get, get_many, an empty list) ends at once.
+  EXPECT_EQ(try_get(*waiter, "never", 60s).code, ErrorCode::peer_died);
+  EXPECT_EQ(outcome_of([&] { waiter->get_many_from({}, {"never"}, 60s); }).code,
+            ErrorCode::peer_died);
+  // A wait on ranks 5 and 7 names its own dead rank, not rank 2 (dead first).
+  connect_and_vanish(server, 7, 4343);
+  connect_and_vanish(server, 9, 4444);
+  ASSERT_TRUE(wait_until([&] { return server.stats().dead_ranks == 3; }, 10s));
+  const GetOutcome theirs = outcome_of([&] { waiter->get_many_from({5, 7}, {"never"}, 60s); });
+  EXPECT_EQ(theirs.code, ErrorCode::peer_died) << theirs.message;
+  EXPECT_EQ(theirs.message.find("job rank 7 (pid 4343) died"), 0u) << theirs.message;
+  EXPECT_EQ(theirs.message.find("also dead"), std::string::npos) << theirs.message;
+  // Bad input: a negative rank.
+  const GetOutcome negative = outcome_of([&] { waiter->get_many_from({-1}, {"k"}, 1s); });
+  EXPECT_EQ(negative.code, ErrorCode::invalid_argument) << negative.message;
+}
+
 TEST(StoreDeadRank, ClientsThatAreNotRanksNeverCountAsDead) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   auto client = rank_client(server, -1);

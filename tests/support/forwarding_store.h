@@ -26,6 +26,11 @@ class ForwardingStore : public Store {
   }
   int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
   bool check(const std::string& key) override { return inner_->check(key); }
+  std::vector<std::string> get_many_from(const std::vector<int>& awaited_ranks,
+                                         const std::vector<std::string>& keys,
+                                         std::chrono::milliseconds timeout) override {
+    return inner_->get_many_from(awaited_ranks, keys, timeout);
+  }
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override {
     return inner_->report_lost(job_rank, reason, timeout);
