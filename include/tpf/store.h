@@ -6,9 +6,9 @@
 // Dead ranks: a client may say which job rank it is. When such a client's connection closes without
 // the goodbye its destructor sends (the process died), every get that waits for a missing key fails
 // at once with Error(peer_died) naming that rank (and its pid), instead of at its deadline (a
-// get_many_from only where the rank is one of those it waits on). A rank
-// that finds another lost (stopped, or on a host cut off: its connection stays open, so the
-// server cannot tell) reports it (Store::report_lost), and the waits end the same way.
+// get_many_from only where the rank is one of those it waits on). A rank that finds another lost
+// (stopped, or on a host cut off: its connection stays open, so the server cannot tell) reports it
+// (Store::report_lost), and the waits end the same way.
 #pragma once
 
 #include <chrono>

@@ -673,9 +673,9 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
       return respond(c, p);
     }
     case proto::Op::hello: return fail(c, "store: duplicate hello");
-    case proto::Op::goodbye:   // handled above
-    case proto::Op::get_many:  // handled above
-    case proto::Op::lost:      // handled above
+    case proto::Op::goodbye:        // handled above
+    case proto::Op::get_many:       // handled above
+    case proto::Op::lost:           // handled above
     case proto::Op::get_many_from:  // handled above
       break;
   }
