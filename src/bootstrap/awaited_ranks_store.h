@@ -8,27 +8,18 @@
 #include <string>
 #include <vector>
 
-#include "tpf/store.h"
+#include "bootstrap/forwarding_store.h"
 
 namespace tpf::bootstrap {
 
-class AwaitedRanksStore : public Store {
+class AwaitedRanksStore : public ForwardingStore {
  public:
   AwaitedRanksStore(std::shared_ptr<Store> inner, std::vector<int> job_ranks);
-  void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  bool check(const std::string& key) override;
   std::vector<std::string> get_many(const std::vector<std::string>& keys,
                                     std::chrono::milliseconds timeout) override;
-  std::vector<std::string> get_many_from(const std::vector<int>& awaited_ranks,
-                                         const std::vector<std::string>& keys,
-                                         std::chrono::milliseconds timeout) override;
-  bool report_lost(int job_rank, const std::string& reason,
-                   std::chrono::milliseconds timeout) override;
 
  private:
-  std::shared_ptr<Store> inner_;
   std::vector<int> job_ranks_;
 };
 

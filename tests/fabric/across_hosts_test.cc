@@ -27,12 +27,12 @@
 #include <tuple>
 #include <vector>
 
+#include "bootstrap/forwarding_store.h"
 #include "coll/network_cost.h"
 #include "support/async_waits.h"
 #include "support/coll_reference.h"
 #include "support/connect_hook.h"
 #include "support/expect_error.h"
-#include "support/forwarding_store.h"
 #include "support/multiproc.h"
 #include "support/on_hosts.h"
 #include "support/test_environment.h"
@@ -2105,35 +2105,26 @@ TEST_P(AcrossHostsFailures, RanksThatStartAfterTheCulpritsHostFailedNameTheCulpr
   expect_all_ok(outcomes);
 }
 
-// Rank `victim` stops itself (SIGSTOP) after `prepare` (every rank runs it) and a first barrier,
-// with TPF_HOST_LOST_S = 3; every other rank runs `wait_for_it` (a call it cannot finish without
-// the victim) and must fail with the victim's watcher's heartbeat as the root cause: a timeout
-// naming the victim and its host, where only the call's own deadline would otherwise end the
-// wait. The last of them ends the victim.
-void expect_every_other_rank_names_the_stopped_rank(
-    const HostKeys& keys, int victim, const std::function<void(Communicator&)>& wait_for_it,
-    transport::NetProtocol protocol, const std::function<void(Communicator&)>& prepare = {}) {
-  SharedBlock shared;                   // [0]: the others done; [1]: the victim's pid
+// Runs `body` on ranks on hosts `keys`, with TPF_HOST_LOST_S = 3 and a setup deadline of 40 s;
+// `make` makes a communicator of every rank over the job's store. The body stops rank `victim`
+// and a survivor kills it: it must end so, the others well.
+using MakeCommunicator = std::function<Communicator()>;
+void run_with_a_stopped_rank(
+    const HostKeys& keys, int victim,
+    const std::function<void(const RankContext&, const MakeCommunicator&)>& body) {
+  RunOptions options;
+  options.comm_options.timeout = std::chrono::seconds(40);
   ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
-  auto outcomes = run_on_hosts(
-      keys,
-      [&](Communicator& comm) {
-        if (prepare) prepare(comm);
-        comm.barrier();
-        if (comm.rank() == victim) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
-        const Error e = expect_error("a call with a stopped rank", [&] { wait_for_it(comm); });
-        if (shared.counter(0).fetch_add(1) + 1 == comm.size() - 1)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
-        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
-        const std::string naming = "rank " + std::to_string(victim) + " (host '" + keys[victim] +
-                                   "') has sent no heartbeat";
-        TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
+  auto outcomes = run_ranks_raw(
+      static_cast<int>(keys.size()),
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_NODE_ID", keys[ctx.rank].c_str(), 1);
+        body(ctx, [&] {
+          return Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                      ctx.comm_options);
+        });
       },
-      protocol);
+      options);
   ::unsetenv("TPF_HOST_LOST_S");
   for (const RankOutcome& o : outcomes) {
     if (o.rank == victim) {
@@ -2142,6 +2133,35 @@ void expect_every_other_rank_names_the_stopped_rank(
       EXPECT_TRUE(o.ok()) << o.describe();
     }
   }
+}
+
+// Rank `victim` stops itself (SIGSTOP) after `prepare` (every rank runs it) and a first barrier,
+// with TPF_HOST_LOST_S = 3; every other rank runs `wait_for_it` (a call it cannot finish without
+// the victim) and must fail with the victim's watcher's heartbeat as the root cause: a timeout
+// naming the victim and its host, where only the call's own deadline would otherwise end the
+// wait. The last of them ends the victim.
+void expect_every_other_rank_names_the_stopped_rank(
+    const HostKeys& keys, int victim, const std::function<void(Communicator&)>& wait_for_it,
+    transport::NetProtocol protocol, const std::function<void(Communicator&)>& prepare = {}) {
+  SharedBlock shared;  // [0]: the others done; [1]: the victim's pid
+  run_with_a_stopped_rank(keys, victim, [&](const RankContext&, const MakeCommunicator& make) {
+    ::setenv("TPF_NET_PROTOCOL", transport::net_protocol_name(protocol), 1);
+    Communicator comm = make();
+    if (prepare) prepare(comm);
+    comm.barrier();
+    if (comm.rank() == victim) {
+      shared.counter(1).store(::getpid());
+      ::raise(SIGSTOP);
+      return;  // not reached: killed while stopped
+    }
+    const Error e = expect_error("a call with a stopped rank", [&] { wait_for_it(comm); });
+    if (shared.counter(0).fetch_add(1) + 1 == comm.size() - 1)
+      ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+    TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+    const std::string naming =
+        "rank " + std::to_string(victim) + " (host '" + keys[victim] + "') has sent no heartbeat";
+    TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
+  });
 }
 
 // A stopped process gives UCX nothing to report: its watcher (the previous host's leader) stops
@@ -2223,45 +2243,26 @@ TEST_P(AcrossHostsFailures, AStoppedRanksHostMateWaitingInAnotherCommunicatorHea
 // their deadline (40 s here: a timeout).
 TEST(AcrossHostsLostRanks, ACommunicatorMadeAfterALossFailsAtOnceNamingIt) {
   SharedBlock shared;  // [0]: the others done; [1]: rank 3's pid
-  RunOptions options;
-  options.comm_options.timeout = std::chrono::seconds(40);
-  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
-  auto outcomes = run_ranks_raw(
-      4,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_NODE_ID", kTwoHostsOfTwo[ctx.rank].c_str(), 1);
-        auto make = [&] {
-          return Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                      ctx.comm_options);
-        };
-        Communicator world = make();
-        world.barrier();
-        if (ctx.rank == 3) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
-        const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
-        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
-        const Error e = expect_error("a communicator made after the loss", [&] { make(); });
-        if (shared.counter(0).fetch_add(1) + 1 == 3)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
-        TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
-        for (const char* naming : {"job rank 3 (pid ",
-                                   "was found lost by job rank 0: communicator 'world': rank 3 "
-                                   "(host 'host-b') has sent no heartbeat for "}) {
-          TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
-        }
-      },
-      options);
-  ::unsetenv("TPF_HOST_LOST_S");
-  for (const RankOutcome& o : outcomes) {
-    if (o.rank == 3) {
-      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
-    } else {
-      EXPECT_TRUE(o.ok()) << o.describe();
+  run_with_a_stopped_rank(kTwoHostsOfTwo, 3, [&](const RankContext& ctx, const auto& make) {
+    Communicator world = make();
+    world.barrier();
+    if (ctx.rank == 3) {
+      shared.counter(1).store(::getpid());
+      ::raise(SIGSTOP);
+      return;  // not reached: killed while stopped
     }
-  }
+    const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
+    TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+    const Error e = expect_error("a communicator made after the loss", [&] { make(); });
+    if (shared.counter(0).fetch_add(1) + 1 == 3)
+      ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+    for (const char* naming : {"job rank 3 (pid ",
+                               "was found lost by job rank 0: communicator 'world': rank 3 "
+                               "(host 'host-b') has sent no heartbeat for "}) {
+      TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
+    }
+  });
 }
 
 // A communicator being made when one of its ranks is found lost (by another communicator of the
@@ -2273,39 +2274,25 @@ TEST(AcrossHostsLostRanks, ACommunicatorMadeAfterALossFailsAtOnceNamingIt) {
 // deadline (40 s here: "timed out over the network waiting for rank 1").
 TEST(AcrossHostsLostRanks, ACommunicatorBeingMadeStopsWaitingForARankFoundLost) {
   SharedBlock shared;  // [1]: rank 1's pid
-  RunOptions options;
-  options.comm_options.timeout = std::chrono::seconds(40);
-  ::setenv("TPF_HOST_LOST_S", "3", 1);  // the children inherit it
-  auto outcomes = run_ranks_raw(
-      2,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_NODE_ID", kTwoHostsOfOne[ctx.rank].c_str(), 1);
-        auto make = [&] {
-          return Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                      ctx.comm_options);
-        };
-        Communicator world = make();
-        world.barrier();
-        if (ctx.rank == 1) {
-          const auto store_port = static_cast<uint16_t>(
-              std::stoi(ctx.store_address.substr(ctx.store_address.rfind(':') + 1)));
-          after_next_connect(store_port, [&](int) {
-            shared.counter(1).store(::getpid());
-            ::raise(SIGSTOP);
-          });
-          make();
-          return;  // not reached: killed while stopped
-        }
-        const Error e = expect_error("a communicator whose rank 1 stops", [&] { make(); });
-        ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
-        TPF_CHILD_CHECK(std::string(e.what()).find(
-                            "rank 1 (host 'host-b') has sent no heartbeat") != std::string::npos,
-                        e.what());
-      },
-      options);
-  ::unsetenv("TPF_HOST_LOST_S");
-  EXPECT_TRUE(outcomes[0].ok()) << outcomes[0].describe();
-  EXPECT_EQ(outcomes[1].signal, SIGKILL) << outcomes[1].describe();
+  run_with_a_stopped_rank(kTwoHostsOfOne, 1, [&](const RankContext& ctx, const auto& make) {
+    Communicator world = make();
+    world.barrier();
+    if (ctx.rank == 1) {
+      const auto store_port = static_cast<uint16_t>(
+          std::stoi(ctx.store_address.substr(ctx.store_address.rfind(':') + 1)));
+      after_next_connect(store_port, [&](int) {
+        shared.counter(1).store(::getpid());
+        ::raise(SIGSTOP);
+      });
+      make();
+      return;  // not reached: killed while stopped
+    }
+    const Error e = expect_error("a communicator whose rank 1 stops", [&] { make(); });
+    ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+    TPF_CHILD_CHECK(std::string(e.what()).find("rank 1 (host 'host-b') has sent no heartbeat") !=
+                        std::string::npos,
+                    e.what());
+  });
 }
 
 // Across hosts too a split's messages name its ranks by the job's numbers as well: in a split
@@ -2456,7 +2443,7 @@ TEST(AcrossHostsConnect, EveryPairConnectedUpFrontWorksAndMustBeAlike) {
 // A store whose reads of the keys `fails` picks fail (after `before_failing`, if any): a rank
 // whose creation fails once it has published its own network address. They throw tpf::Error, or
 // std::runtime_error as a store of the user's own might.
-class FailingReadStore : public ForwardingStore {
+class FailingReadStore : public bootstrap::ForwardingStore {
  public:
   enum class Throws { tpf_error, standard };
   FailingReadStore(std::shared_ptr<Store> inner, std::function<bool(const std::string&)> fails,

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "support/forwarding_store.h"
+#include "bootstrap/forwarding_store.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
@@ -28,7 +28,7 @@ using testing::RankOutcome;
 
 // A store that kills its own process (SIGKILL: no destructor, no goodbye) when asked to set one
 // key, before or after passing the set on: a rank that dies at an exact point of the setup.
-class DyingStore : public testing::ForwardingStore {
+class DyingStore : public bootstrap::ForwardingStore {
  public:
   DyingStore(std::shared_ptr<Store> inner, std::string fatal_key, bool after_set)
       : ForwardingStore(std::move(inner)),

@@ -1,5 +1,6 @@
-// A Store that passes every call to another: the base of the tests' stores that fail or kill
-// their process at one chosen call (override that call, call the base for the rest).
+// A Store that passes every call to another: the base of a view that changes some calls
+// (AwaitedRanksStore) and of the tests' stores that fail or kill their process at one chosen call
+// (override that call, call the base for the rest).
 #pragma once
 
 #include <chrono>
@@ -11,7 +12,7 @@
 
 #include "tpf/store.h"
 
-namespace tpf::testing {
+namespace tpf::bootstrap {
 
 class ForwardingStore : public Store {
  public:
@@ -40,4 +41,4 @@ class ForwardingStore : public Store {
   std::shared_ptr<Store> inner_;
 };
 
-}  // namespace tpf::testing
+}  // namespace tpf::bootstrap
