@@ -96,8 +96,8 @@ CommImpl::CommImpl(CommSetup setup)
   std::shared_ptr<Store> scoped_store =
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
   // A split knows its members' job ranks: a death or loss of another rank of the job does not
-  // end its waits (for a communicator made by create(), the store cannot know its members).
-  if (!setup_.job_ranks.empty())
+  // end its waits (a communicator made by create() has members the store cannot know yet).
+  if (!setup_.job_ranks.empty() && setup_.store_knows_job_ranks)
     scoped_store = std::make_shared<bootstrap::AwaitedRanksStore>(scoped_store, setup_.job_ranks);
   try {
     join(scoped_store, generation);

@@ -37,6 +37,10 @@ struct CommSetup {
   // By rank: its rank in the job (the communicator made from the launcher's environment, or by
   // Communicator::create, that this one was split from); empty: the same numbers.
   std::vector<int> job_ranks;
+  // Whether the store's clients declared these job ranks (a store tpf connected: from_env, or
+  // create() from an address), so that a split may wait on its members' alone (its setup then
+  // ignores a death elsewhere in the job); a store of the user's own may number them otherwise.
+  bool store_knows_job_ranks = false;
   CommOptions options;               // as the user gave them (a split's child inherits them)
   CommSettings settings;             // resolved from `options` and the environment
 };

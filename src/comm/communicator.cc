@@ -31,6 +31,22 @@ OpDesc make(OpKind kind, const void* send, void* recv, size_t count, DType dtype
   return desc;
 }
 
+// What Communicator::create makes a communicator of.
+detail::CommSetup created_setup(int rank, int size, std::shared_ptr<Store> store,
+                                const std::string& name, const CommOptions& options) {
+  if (!store) throw Error(ErrorCode::invalid_argument, "Communicator::create: store is null");
+  if (name.empty()) throw Error(ErrorCode::invalid_argument, "Communicator::create: empty name");
+  detail::CommSetup setup;
+  setup.rank = rank;
+  setup.size = size;
+  setup.name = name;
+  setup.store = std::move(store);
+  setup.settings = detail::resolve_comm_settings(options);
+  setup.job_id = setup.settings.job_id;
+  setup.options = options;
+  return setup;
+}
+
 }  // namespace
 
 Communicator::Communicator() = default;
@@ -50,6 +66,7 @@ Communicator Communicator::from_env(const CommOptions& options) {
   setup.store = rendezvous.store;
   setup.job_id = env.job_id.empty() ? settings.job_id : env.job_id;
   setup.keep_alive = std::shared_ptr<TcpStoreServer>(std::move(rendezvous.server));
+  setup.store_knows_job_ranks = true;  // its client declared env.rank
   setup.options = options;
   setup.settings = std::move(settings);
   return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
@@ -70,22 +87,15 @@ Communicator Communicator::create(int rank, int size, const std::string& store_a
   auto store = std::make_shared<TcpStoreClient>(
       store_address.substr(0, colon), static_cast<uint16_t>(port), secret,
       detail::resolve_comm_settings(options).setup_timeout, rank);
-  return create(rank, size, store, "world", options);
+  detail::CommSetup setup = created_setup(rank, size, std::move(store), "world", options);
+  setup.store_knows_job_ranks = true;  // its client declared `rank`
+  return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
 }
 
 Communicator Communicator::create(int rank, int size, std::shared_ptr<Store> store,
                                   const std::string& name, const CommOptions& options) {
-  if (!store) throw Error(ErrorCode::invalid_argument, "Communicator::create: store is null");
-  if (name.empty()) throw Error(ErrorCode::invalid_argument, "Communicator::create: empty name");
-  detail::CommSetup setup;
-  setup.rank = rank;
-  setup.size = size;
-  setup.name = name;
-  setup.store = std::move(store);
-  setup.settings = detail::resolve_comm_settings(options);
-  setup.job_id = setup.settings.job_id;
-  setup.options = options;
-  return Communicator(std::make_unique<detail::CommImpl>(std::move(setup)));
+  return Communicator(std::make_unique<detail::CommImpl>(
+      created_setup(rank, size, std::move(store), name, options)));
 }
 
 static detail::CommImpl& checked(const std::unique_ptr<detail::CommImpl>& impl) {
