@@ -46,7 +46,8 @@ class Store {
                                                  std::chrono::milliseconds timeout);
   // Tells the store that `job_rank` was found lost (`reason` says how), so that every get that
   // waits, or would wait, for a missing key fails with Error(peer_died) naming it, as for a rank
-  // that died. Within `timeout`, whatever other calls are in flight; throws Error where the store
+  // that died (not with the heartbeat's timeout: a store read's timeout means its own deadline
+  // passed, and callers wait on in slices until theirs). Within `timeout`, whatever other calls are in flight; throws Error where the store
   // did not take the report. False for a store that cannot tell its waiters (the default).
   virtual bool report_lost(int job_rank, const std::string& reason,
                            std::chrono::milliseconds timeout);
