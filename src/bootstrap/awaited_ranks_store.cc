@@ -2,7 +2,6 @@
 
 #include <utility>
 
-
 namespace tpf::bootstrap {
 
 AwaitedRanksStore::AwaitedRanksStore(std::shared_ptr<Store> inner, std::vector<int> job_ranks)
