@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -305,10 +306,18 @@ void TcpStoreServer::Impl::expire_strangers() {
   }
 }
 
+namespace {
+
+// Whether a wait on `awaited` (sorted; empty: any rank) waits on `rank`.
+bool awaits(const std::vector<int>& awaited, int rank) {
+  return awaited.empty() || std::binary_search(awaited.begin(), awaited.end(), rank);
+}
+
+}  // namespace
+
 const DeadRank* TcpStoreServer::Impl::first_death_among(const std::vector<int>& awaited) const {
   for (const DeadRank& death : dead_ranks)
-    if (awaited.empty() || std::binary_search(awaited.begin(), awaited.end(), death.rank))
-      return &death;
+    if (awaits(awaited, death.rank)) return &death;
   return nullptr;
 }
 
@@ -326,9 +335,7 @@ std::string TcpStoreServer::Impl::death_message(const DeadRank& first,
   }
   std::vector<int> others;
   for (const DeadRank& death : dead_ranks) {
-    if (&death == &first) continue;
-    if (awaited.empty() || std::binary_search(awaited.begin(), awaited.end(), death.rank))
-      others.push_back(death.rank);
+    if (&death != &first && awaits(awaited, death.rank)) others.push_back(death.rank);
   }
   if (!others.empty()) {
     m += "; also dead: rank";

@@ -487,13 +487,17 @@ void CommImpl::tell_other_hosts(const transport::FailureRecord& record) {
   network_->await_failure_published(kFailurePublishWait);
 }
 
+std::optional<int> CommImpl::rank_of_process(uint64_t process) const {
+  const auto found = std::find(processes_.begin(), processes_.end(), process);
+  if (found == processes_.end()) return std::nullopt;
+  return static_cast<int>(found - processes_.begin());
+}
+
 void CommImpl::fail_if_holding_lost_process(const transport::FailureRecord& root) {
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank() || processes_[r] != root.lost_process) continue;
-    record_failure(std::make_exception_ptr(transport::RootCauseError(
-        "communicator '" + setup_.name + "': its " + names_(r) + " was found lost", root)));
-    return;
-  }
+  const std::optional<int> r = rank_of_process(root.lost_process);
+  if (!r || *r == rank()) return;
+  record_failure(std::make_exception_ptr(transport::RootCauseError(
+      "communicator '" + setup_.name + "': its " + names_(*r) + " was found lost", root)));
 }
 
 void CommImpl::report_loss_to_store(std::exception_ptr error) noexcept {
@@ -502,9 +506,9 @@ void CommImpl::report_loss_to_store(std::exception_ptr error) noexcept {
   try {
     std::rethrow_exception(error);
   } catch (const transport::ProcessLostError& lost) {
-    const auto found = std::find(processes_.begin(), processes_.end(), lost.process());
-    if (found == processes_.end()) return;
-    job_rank = names_.job_rank(static_cast<int>(found - processes_.begin()));
+    const std::optional<int> r = rank_of_process(lost.process());
+    if (!r) return;
+    job_rank = names_.job_rank(*r);
     reason = lost.what();
   } catch (...) {
     return;  // not a loss

@@ -126,6 +126,8 @@ class CommImpl {
   // Fails the communicator with `root` where one of its other ranks is the process `root` found
   // lost (comm/process_failures.h).
   void fail_if_holding_lost_process(const transport::FailureRecord& root);
+  // This communicator's rank whose process is `process` (a base::this_process_token), if any.
+  std::optional<int> rank_of_process(uint64_t process) const;
   // Where `error` is this rank's heartbeat finding one of its ranks lost: tells the job's store
   // (Store::report_lost), so that every rank waiting there for what the lost process would set
   // (a communicator being made, now or later) fails at once naming it, not at its deadline. Only
