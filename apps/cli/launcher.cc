@@ -673,6 +673,12 @@ class Job {
     if (!failed) return;
     any_failed_ = true;
     if (first_failure_.empty()) first_failure_ = who;
+    if (options_.keep_going) {
+      if (ranks_.running_count() > 0 && !stopped_by_launcher_ && received_signal_ == 0)
+        report(ranks_.running_list() + (ranks_.running_count() == 1 ? " goes" : " go") +
+               " on (--keep-going)");
+      return;
+    }
     // The others will notice the dead peer through their own deadlines and say so; give them
     // the grace period to do it before stopping them.
     if (!term_deadline_ && !kill_deadline_) term_deadline_ = Clock::now() + options_.grace;

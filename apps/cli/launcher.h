@@ -23,6 +23,9 @@ struct LaunchOptions {
   // How long the other ranks may keep running after one fails (to report their own view of the
   // failure) before SIGTERM, and again between SIGTERM and SIGKILL.
   std::chrono::milliseconds grace{3000};
+  // --keep-going: a rank that fails does not stop the others, which may go on without it
+  // (Communicator::shrink); the exit status still says that a rank failed.
+  bool keep_going = false;
   // Stop the job after this long (--job-timeout): ask the ranks for their flight recorders, print
   // where each one is, then SIGTERM and, after the grace, SIGKILL. Exit code kExitJobTimeout.
   std::optional<std::chrono::milliseconds> job_timeout;

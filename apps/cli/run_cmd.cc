@@ -31,8 +31,9 @@ constexpr const char* kDescription =
     "environment holds the job's TPF_JOB_ID.\n"
     "\n"
     "When a rank fails, the others get a grace period (TPF_RUN_GRACE_S, default 3 s) to report,\n"
-    "then SIGTERM, then after another grace period SIGKILL. SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
-    "sent to tpf run are forwarded to every rank.\n"
+    "then SIGTERM, then after another grace period SIGKILL; with --keep-going they run on (a job\n"
+    "whose ranks go on without the failed one: Communicator::shrink). SIGINT, SIGTERM, SIGHUP\n"
+    "and SIGQUIT sent to tpf run are forwarded to every rank.\n"
     "\n"
     "Flight recorder: every communicator keeps its last operations (TPF_FLIGHT_RECORDER_SIZE,\n"
     "default 64). Ranks dump them into a directory of the job (TPF_FLIGHT_RECORDER_DIR, made by\n"
@@ -71,6 +72,7 @@ struct RunFlags {
   std::optional<std::string> job_timeout;
   std::optional<std::string> rail_devices;
   bool tag_output = false;
+  bool keep_going = false;
   std::vector<std::string> command;
 };
 
@@ -209,6 +211,7 @@ LaunchOptions launch_options(const RunFlags& flags) {
   if (!flags.bind)
     options.bind = options.hosts.empty() ? default_bind(options.world_size) : BindPolicy::none;
   options.tag_output = flags.tag_output;
+  options.keep_going = flags.keep_going;
   options.command = flags.command;
   options.grace = base::env_seconds("TPF_RUN_GRACE_S").value_or(std::chrono::seconds(3));
   options.dump_wait = base::env_seconds("TPF_RUN_DUMP_WAIT_S").value_or(std::chrono::seconds(5));
@@ -262,6 +265,9 @@ void add_run_command(Command& tpf) {
                  "visible ones, or TPF_GPU), or, on a machine without GPUs, one next\n"
                  "to its cores (hwloc; see tpf topo), a host's ranks spread over them")
       .type_name("LIST");
+  run.add_flag("--keep-going", flags->keep_going,
+               "a rank that fails does not stop the others: they may go on without it\n"
+               "(Communicator::shrink); the exit status is still 1");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");
   run.add_option("program", flags->command,

@@ -134,6 +134,15 @@ class Communicator {
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
   // by key then by rank. A negative color returns an invalid Communicator.
   Communicator split(int color, int key, const CommOptions& options = {}) const;
+  // After ranks of this communicator died or were found lost (a call failed naming one): the
+  // communicator of the ranks that go on, in their order here, made without this one's
+  // collectives (as ULFM's MPI_Comm_shrink). Called by every surviving rank. Which ranks are gone
+  // is what the job's store knows (a rank whose process died, or that a heartbeat found lost), so
+  // every survivor leaves out the same ones; one that dies while it is made is left out in turn.
+  // Error(invalid_argument) where the store knows of no dead rank here, or cannot tell (made by
+  // create() over the caller's own store); Error(peer_died) where the store holds this very rank
+  // lost. This communicator stays failed: destroy it. docs/fabric.md, "Going on without a rank".
+  Communicator shrink(const CommOptions& options = {}) const;
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                   const CallOptions& call = {});

@@ -51,6 +51,9 @@ class Store {
   // did not take the report. False for a store that cannot tell its waiters (the default).
   virtual bool report_lost(int job_rank, const std::string& reason,
                            std::chrono::milliseconds timeout);
+  // The job ranks the store knows dead (connection closed without a goodbye) or reported lost,
+  // ascending, as of now; never blocks. Empty for a store that cannot tell (the default).
+  virtual std::vector<int> dead_ranks();
 };
 
 // Keys of `inner` seen under "prefix/": lets sub-communicators share one store connection.
@@ -68,6 +71,7 @@ class PrefixStore : public Store {
                                          std::chrono::milliseconds timeout) override;
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override;
+  std::vector<int> dead_ranks() override;
 
  private:
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const;
@@ -156,6 +160,7 @@ class TcpStoreClient : public Store {
                                          std::chrono::milliseconds timeout) override;
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override;
+  std::vector<int> dead_ranks() override;
 
  private:
   struct TPF_LOCAL Impl;  // hidden: the implementation is not part of the ABI

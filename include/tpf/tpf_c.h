@@ -43,6 +43,9 @@ tpf_status tpf_comm_create(int rank, int size, const char* store_address, const 
                            tpf_comm_t* out);
 /* color < 0 gives *out == NULL. */
 tpf_status tpf_comm_split(tpf_comm_t comm, int color, int key, tpf_comm_t* out);
+/* After ranks of `comm` died or were found lost: the communicator of the ranks that go on
+   (tpf::Communicator::shrink). Called by every surviving rank; `comm` stays failed. */
+tpf_status tpf_comm_shrink(tpf_comm_t comm, tpf_comm_t* out);
 tpf_status tpf_comm_destroy(tpf_comm_t comm);
 tpf_status tpf_comm_rank(tpf_comm_t comm, int* rank);
 tpf_status tpf_comm_size(tpf_comm_t comm, int* size);

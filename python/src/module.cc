@@ -147,6 +147,20 @@ bytearray), contiguous and in CPU memory; they are used in place, never copied i
           "Collective: ranks with the same color form a new communicator, ordered by key (default: "
           "rank). A negative color returns None.")
       .def(
+          "shrink",
+          [](PythonCommunicator& self) {
+            Communicator& comm = self.comm();
+            Communicator live;
+            {
+              py::gil_scoped_release nogil;
+              live = comm.shrink();
+            }
+            return PythonCommunicator::owning(std::move(live));
+          },
+          "After ranks died or were found lost (a call raised naming one), called by every "
+          "surviving rank: the communicator of the ranks that go on, in their order here. This "
+          "one stays failed.")
+      .def(
           "abort", [](PythonCommunicator& self) { self.comm().abort(); },
           "Fails this communicator's pending and later operations, here and on every peer.")
       .def("close", &PythonCommunicator::close,

@@ -36,6 +36,7 @@ class ForwardingStore : public Store {
                    std::chrono::milliseconds timeout) override {
     return inner_->report_lost(job_rank, reason, timeout);
   }
+  std::vector<int> dead_ranks() override { return inner_->dead_ranks(); }
 
  private:
   std::shared_ptr<Store> inner_;

@@ -1,6 +1,6 @@
 // PrefixStore: a namespaced view of another store, so that sub-communicators can share one
 // connection without their keys colliding. Also Store's defaults: get_many (a get per key),
-// get_many_from and report_lost (a store that cannot tell its waiters).
+// get_many_from, report_lost and dead_ranks (a store that cannot tell its waiters).
 
 #include <algorithm>
 #include <utility>
@@ -56,7 +56,11 @@ bool PrefixStore::report_lost(int job_rank, const std::string& reason,
   return inner_->report_lost(job_rank, reason, timeout);  // ranks are the job's: no prefix
 }
 
+std::vector<int> PrefixStore::dead_ranks() { return inner_->dead_ranks(); }  // the job's
+
 bool Store::report_lost(int, const std::string&, std::chrono::milliseconds) { return false; }
+
+std::vector<int> Store::dead_ranks() { return {}; }
 
 std::vector<std::string> Store::get_many_from(const std::vector<int>&,
                                               const std::vector<std::string>& keys,

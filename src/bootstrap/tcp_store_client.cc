@@ -343,6 +343,30 @@ bool TcpStoreClient::check(const std::string& key) {
                                         key + "': " + r.str().value_or("(no message)"));
 }
 
+std::vector<int> TcpStoreClient::dead_ranks() {
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Op::dead));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string reply =
+      impl_->exchange(p, Clock::now() + kReplyGrace, "question of which ranks died");
+  proto::Reader r(reply);
+  if (r.u8() == static_cast<uint8_t>(proto::Status::ok)) {
+    if (const auto count = r.u32()) {
+      std::vector<int> ranks;  // not reserved from `count`: the frame bounds it, not a peer
+      for (uint32_t i = 0; i < *count; ++i) {
+        const auto rank = r.u32();
+        if (!rank) break;
+        ranks.push_back(static_cast<int32_t>(*rank));
+      }
+      if (ranks.size() == *count && r.at_end()) return ranks;
+    }
+  }
+  impl_->drop();
+  throw Error(ErrorCode::bootstrap, impl_->where() +
+                                        " sent a malformed reply to the question of which ranks "
+                                        "died (a store from an older tpfabric?)");
+}
+
 bool TcpStoreClient::report_lost(int job_rank, const std::string& reason,
                                  std::chrono::milliseconds timeout) {
   if (job_rank < 0) {

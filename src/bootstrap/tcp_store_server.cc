@@ -582,6 +582,16 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     note_death({rank, pid_of(rank), static_cast<int32_t>(*found_by), std::move(*reason)});
     return respond(c, ok_payload());
   }
+  if (*op == static_cast<uint8_t>(proto::Op::dead)) {
+    if (!r.at_end()) return fail(c, "store: malformed dead request");
+    std::vector<int> ranks;
+    for (const DeadRank& death : dead_ranks) ranks.push_back(death.rank);
+    std::sort(ranks.begin(), ranks.end());
+    std::string p = ok_payload();
+    proto::put_u32(p, static_cast<uint32_t>(ranks.size()));
+    for (int rank : ranks) proto::put_u32(p, static_cast<uint32_t>(rank));
+    return respond(c, p);
+  }
   if (*op == static_cast<uint8_t>(proto::Op::get_many) ||
       *op == static_cast<uint8_t>(proto::Op::get_many_from)) {
     std::vector<int> awaited;  // get_many_from's job ranks, sorted; empty: any rank
@@ -684,6 +694,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     case proto::Op::get_many:       // handled above
     case proto::Op::lost:           // handled above
     case proto::Op::get_many_from:  // handled above
+    case proto::Op::dead:           // handled above
       break;
   }
   fail(c, "store: unknown request op " + std::to_string(*op));

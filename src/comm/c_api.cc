@@ -88,6 +88,15 @@ tpf_status tpf_comm_split(tpf_comm_t comm, int color, int key, tpf_comm_t* out) 
   });
 }
 
+tpf_status tpf_comm_shrink(tpf_comm_t comm, tpf_comm_t* out) {
+  return guarded("tpf_comm_shrink", [&] {
+    check_handle(comm, "tpf_comm_shrink");
+    if (out == nullptr)
+      throw tpf::Error(tpf::ErrorCode::invalid_argument, "tpf_comm_shrink: out is NULL");
+    *out = new tpf_comm{comm->comm.shrink(), comm->call};
+  });
+}
+
 tpf_status tpf_comm_destroy(tpf_comm_t comm) {
   return guarded("tpf_comm_destroy", [&] { delete comm; });
 }

@@ -570,11 +570,100 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions&
   child.name = setup_.name + ".s" + std::to_string(split_index) + "c" + std::to_string(color);
   child.job_ranks.clear();
   for (int member : members) child.job_ranks.push_back(names_.job_rank(member));
-  child.options = options;
-  if (!child.options.timeout) child.options.timeout = setup_.options.timeout;
-  if (!child.options.buffer_bytes) child.options.buffer_bytes = setup_.options.buffer_bytes;
+  child.options = child_options(options);
   child.settings = resolve_comm_settings(child.options);
   return std::make_unique<CommImpl>(std::move(child));
+}
+
+CommOptions CommImpl::child_options(const CommOptions& options) const {
+  CommOptions child = options;
+  if (!child.timeout) child.timeout = setup_.options.timeout;
+  if (!child.buffer_bytes) child.buffer_bytes = setup_.options.buffer_bytes;
+  return child;
+}
+
+std::vector<int> CommImpl::dead_members() const {
+  const std::vector<int> dead_job_ranks = setup_.store->dead_ranks();  // ascending
+  std::vector<int> dead;
+  for (int r = 0; r < size(); ++r) {
+    if (std::binary_search(dead_job_ranks.begin(), dead_job_ranks.end(), names_.job_rank(r)))
+      dead.push_back(r);
+  }
+  return dead;
+}
+
+std::vector<int> CommImpl::dead_members_after_own_failure(Clock::time_point deadline) const {
+  bool failed_on_a_rank = false;
+  if (failed_.load()) {
+    std::lock_guard lock(mu_);
+    failed_on_a_rank = failure_.code == ErrorCode::peer_died || failure_.lost_process != 0;
+  }
+  std::vector<int> dead = dead_members();
+  if (!dead.empty() || !failed_on_a_rank) return dead;
+  // The store answers a wait on a key nobody sets once one of the awaited ranks is dead or lost.
+  std::vector<int> members;
+  for (int r = 0; r < size(); ++r) members.push_back(names_.job_rank(r));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  try {
+    setup_.store->get_many_from(members, {setup_.name + "/shrink: a key nobody sets"},
+                                std::max(left, std::chrono::milliseconds(0)));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::peer_died && e.code() != ErrorCode::timeout) throw;
+  }
+  return dead_members();
+}
+
+std::unique_ptr<CommImpl> CommImpl::shrink(const CommOptions& options) {
+  const std::string label = "communicator '" + setup_.name + "'";
+  if (!setup_.store_knows_job_ranks) {
+    throw Error(ErrorCode::invalid_argument,
+                label +
+                    ": shrink needs the job's store to know its ranks (a communicator made by "
+                    "from_env or create() from a store address, or split from one), to tell "
+                    "which of them died; this one's store is the caller's own");
+  }
+  CommSetup child = setup_;
+  child.options = child_options(options);
+  child.settings = resolve_comm_settings(child.options);
+  child.lineage = setup_.lineage.empty() ? setup_.name : setup_.lineage;
+  const Clock::time_point deadline = Clock::now() + child.settings.setup_timeout;
+  std::vector<int> dead = dead_members_after_own_failure(deadline);
+  for (;;) {
+    if (dead.empty()) {
+      throw Error(ErrorCode::invalid_argument,
+                  label +
+                      ": shrink found no rank of it dead or lost (the job's store knows of "
+                      "none): there is nothing to leave out");
+    }
+    if (std::binary_search(dead.begin(), dead.end(), rank())) {
+      throw Error(ErrorCode::peer_died,
+                  label + ": the job's store holds this rank, " + names_(rank()) +
+                      ", dead or lost (found lost while stopped?): it cannot join the ranks that "
+                      "go on");
+    }
+    std::vector<int> live;
+    for (int r = 0; r < size(); ++r)
+      if (!std::binary_search(dead.begin(), dead.end(), r)) live.push_back(r);
+    child.rank = static_cast<int>(std::find(live.begin(), live.end(), rank()) - live.begin());
+    child.size = static_cast<int>(live.size());
+    child.job_ranks.clear();
+    for (int r : live) child.job_ranks.push_back(names_.job_rank(r));
+    // Named by its members' job ranks: ranks that shrink different communicators of the line
+    // (this one, or one shrunk from it that included a rank dead since) to the same ranks meet.
+    child.name = child.lineage + ".live(" + encode_rank_runs(child.job_ranks) + ")";
+    // This process goes on: the new communicator's peers are not to take its old failure (or a
+    // failed attempt's) for the cause of a later one.
+    ProcessFailures::instance().go_on();
+    try {
+      return std::make_unique<CommImpl>(child);
+    } catch (const Error& e) {
+      // A member died while it was made: go again without it, if the store knows it now.
+      if (e.code() != ErrorCode::peer_died || Clock::now() >= deadline) throw;
+      std::vector<int> now = dead_members();
+      if (now == dead) throw;
+      dead = std::move(now);
+    }
+  }
 }
 
 }  // namespace tpf::detail

@@ -42,6 +42,10 @@ struct CommSetup {
   // ignores a death elsewhere in the job); a store of the user's own may number them otherwise.
   bool store_knows_job_ranks = false;
   CommOptions options;               // as the user gave them (a split's child inherits them)
+  // The name a shrink's child is named after: that of the first communicator of its line (a
+  // shrink's child keeps its parent's); empty: `name`. So ranks that shrink different
+  // communicators of one line to the same ranks meet under one name (CommImpl::shrink).
+  std::string lineage;
   CommSettings settings;             // resolved from `options` and the environment
 };
 
@@ -82,10 +86,21 @@ class CommImpl {
   Work submit_composite(const char* name, std::function<void(const RunCollective&)> body,
                         const CallOptions& call);
   std::unique_ptr<CommImpl> split(int color, int key, const CommOptions& options);
+  // Communicator::shrink: the ranks of this communicator that the job's store does not know dead
+  // or lost, in their order here, made into a communicator without this one's collectives.
+  std::unique_ptr<CommImpl> shrink(const CommOptions& options);
   void abort();
 
  private:
   using Task = OperationQueue::Task;
+  // A child's options (split, shrink): `options`, with what they leave unset from this one's.
+  CommOptions child_options(const CommOptions& options) const;
+  // This communicator's ranks whose job ranks the store knows dead or lost, ascending.
+  std::vector<int> dead_members() const;
+  // dead_members(), once the store knows of a death among them where this communicator failed
+  // on one (the failure may reach this rank before the store learns it), waiting until
+  // `deadline` at most.
+  std::vector<int> dead_members_after_own_failure(Clock::time_point deadline) const;
   // The creation after the communicator's store is known: hosts, settings, shared memory, the
   // network, the heartbeat (`scoped_store`: this generation's keys).
   void join(const std::shared_ptr<Store>& scoped_store, uint64_t generation);

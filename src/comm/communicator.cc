@@ -117,6 +117,10 @@ Communicator Communicator::split(int color, int key, const CommOptions& options)
   return Communicator(checked(impl_).split(color, key, options));
 }
 
+Communicator Communicator::shrink(const CommOptions& options) const {
+  return Communicator(checked(impl_).shrink(options));
+}
+
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                     ReduceOp op, const CallOptions& call) {
   return checked(impl_).submit_async(make(OpKind::all_reduce, send, recv, count, dtype, op), call);

@@ -55,6 +55,12 @@ std::optional<transport::FailureRecord> ProcessFailures::first() {
   return first_;
 }
 
+void ProcessFailures::go_on() {
+  std::lock_guard lock(mu_);
+  forget_if_forked();
+  first_.reset();
+}
+
 std::optional<transport::FailureRecord> ProcessFailures::lost(uint64_t process) {
   std::lock_guard lock(lost_mu_);
   const auto it = lost_.find(process);

@@ -42,6 +42,10 @@ class ProcessFailures {
   void record(const transport::FailureRecord& root);
   // The process's first failure, if it met one.
   std::optional<transport::FailureRecord> first();
+  // The process goes on past its failures (Communicator::shrink): communicators made from now on
+  // carry no note of them, so that their peers name this process's later failures, not an old one.
+  // The processes found lost stay lost.
+  void go_on();
   // The first record this process learnt that named `process` (a base::this_process_token) lost,
   // if one did. Takes only a lock of its own: the network layer asks it with its own lock held.
   std::optional<transport::FailureRecord> lost(uint64_t process);

@@ -104,6 +104,17 @@ TEST_F(CApi, AbortMakesLaterCallsFailFast) {
   EXPECT_EQ(tpf_all_reduce(comm_, &x, &x, 1, TPF_F32, TPF_SUM), TPF_ERR_ABORTED);
 }
 
+TEST_F(CApi, ShrinkWithNoRankDeadIsInvalidArgument) {
+  tpf_comm_t live = nullptr;
+  EXPECT_EQ(tpf_comm_shrink(comm_, &live), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tpf_last_error()).find("nothing to leave out"), std::string::npos)
+      << tpf_last_error();
+  EXPECT_EQ(live, nullptr);
+  EXPECT_EQ(tpf_comm_shrink(comm_, nullptr), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_comm_shrink(nullptr, &live), TPF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(tpf_barrier(comm_), TPF_OK);
+}
+
 TEST(CApiCreate, BadStoreAddressIsInvalidArgument) {
   tpf_comm_t comm = nullptr;
   EXPECT_EQ(tpf_comm_create(0, 1, "nonsense", "", &comm), TPF_ERR_INVALID_ARGUMENT);

@@ -289,6 +289,44 @@ TEST(StoreLostRank, OnlyStoresThatCanTellTheirWaitersTakeAReport) {
   EXPECT_FALSE(plain.report_lost(1, "stopped", 5s));
 }
 
+// Which ranks the store holds dead (what Communicator::shrink leaves out): those whose connection
+// closed without a goodbye and those reported lost, each once, ascending; through a PrefixStore
+// too (ranks are the job's). A store of the user's own knows of none.
+TEST(StoreDeadRank, DeadRanksListsTheDeadAndTheLostOnceEach) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto client = std::shared_ptr<Store>(rank_client(server, 0));
+  EXPECT_TRUE(client->dead_ranks().empty());
+  {
+    auto polite = rank_client(server, 1);  // says goodbye: not dead
+  }
+  connect_and_vanish(server, 5, 4242);
+  ASSERT_TRUE(wait_until([&] { return server.stats().dead_ranks == 1; }, 10s));
+  EXPECT_EQ(client->dead_ranks(), std::vector<int>({5}));
+  EXPECT_TRUE(client->report_lost(2, "stopped", 5s));
+  EXPECT_TRUE(client->report_lost(5, "also lost", 5s));  // noted already
+  EXPECT_EQ(client->dead_ranks(), std::vector<int>({2, 5}));
+  EXPECT_EQ(PrefixStore("comm/0", client).dead_ranks(), std::vector<int>({2, 5}));
+  struct Plain : Store {
+    void set(const std::string&, const std::string&) override {}
+    std::string get(const std::string&, std::chrono::milliseconds) override { return ""; }
+    int64_t add(const std::string&, int64_t) override { return 0; }
+    bool check(const std::string&) override { return false; }
+  } plain;
+  EXPECT_TRUE(plain.dead_ranks().empty());
+  // A malformed question is refused, and that connection closed.
+  RawClient raw(server.port());
+  raw.send_bytes(RawClient::hello(kSecret));
+  ASSERT_EQ(raw.read_reply().value_or("?").at(0), static_cast<char>(proto::Status::ok));
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Op::dead));
+  proto::put_u32(p, 7);  // dead takes no fields
+  raw.send_bytes(RawClient::frame(p));
+  const std::string reply = raw.read_reply().value_or("");
+  ASSERT_FALSE(reply.empty());
+  EXPECT_EQ(reply.at(0), static_cast<char>(proto::Status::error));
+  EXPECT_NE(reply.find("malformed dead request"), std::string::npos) << reply;
+}
+
 TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {
   StoreServerLimits limits;
   limits.hello_grace = 0ms;  // each stranger may be dropped at once for the next (default: 2 s)

@@ -3,6 +3,8 @@ once per case, since the fabric ties a later failure to an earlier one in the sa
   mismatch  ranks that call different collectives all get tpfabric.MismatchError naming both
   death     a rank that dies makes the survivors' next collective raise tpfabric.PeerDiedError
             naming it (the deadline is 120 s; the fabric's own detection must come first)
+  shrink    rank 2 is killed; under `tpf run --keep-going` (run.sh) the others go on: they
+            shrink the world to the two of them, and that communicator works
   abort     rank 1 aborts while the others wait in a collective: they get tpfabric.AbortedError
             naming rank 1, and rank 1's own next call fails too
   raise     rank 0 dies of an uncaught exception with a recv posted: its exit hook aborts the
@@ -65,6 +67,20 @@ if case == "raise":
     e = expect(tpf.AbortedError, lambda: world.all_reduce(np.ones(4)),
                "rank 0 aborted the communicator")
     print(f"rank {rank}: the abort of the rank that raised reached this rank: {e}")
+    print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
+    sys.exit(0)
+if case == "shrink":
+    world.barrier()
+    if rank == 2:
+        sys.stdout.flush()
+        os.kill(os.getpid(), 9)
+    expect(tpf.PeerDiedError, lambda: world.all_reduce(np.ones(4, np.float32)), "rank 2")
+    live = world.shrink()
+    assert (live.size, live.rank, live.name) == (2, rank, "world.live(0-1)"), live
+    v = np.full(4, rank + 1, np.float32)
+    live.all_reduce(v)
+    assert (v == 3).all(), v
+    print(f"rank {rank}: the shrunk communicator '{live.name}' works")
     print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
     sys.exit(0)
 assert case == "death", case

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a test of the Python package on several ranks, as users start them:
 #   run.sh package TPF_BINARY   package_test.py under `tpf run -n 3`
-#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3`, a job per case
+#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3` (shrink: --keep-going), a job
+#                               per case
 #   run.sh torch TPF_BINARY     torch_backend_test.py under a real torchrun (one node)
 #   run.sh torch-exit TPF_BINARY  torch_exit_test.py's cases under a real torchrun, 2 ranks
 # PYTHONPATH must hold the built package (build/python); PYTHON names the interpreter with torch
@@ -43,7 +44,19 @@ case "$mode" in
     out=$(timeout 120 "$tpf" run -n 3 "$python" "$here/failure_test.py" raise 2>&1) || true
     echo "$out"
     grep -q "rank 1: tpfabric failures (raise): all checks passed" <<<"$out"
-    grep -q "rank 2: tpfabric failures (raise): all checks passed" <<<"$out" ;;
+    grep -q "rank 2: tpfabric failures (raise): all checks passed" <<<"$out"
+    # Rank 2 is killed and the others go on without it: tpf run must not stop them, not even
+    # with a grace of 1 ms, and still exits 1 (a rank failed).
+    echo "== shrink"
+    status=0
+    out=$(TPF_RUN_GRACE_S=0.001 timeout 120 "$tpf" run --keep-going -n 3 "$python" \
+      "$here/failure_test.py" shrink 2>&1) || status=$?
+    echo "$out"
+    [[ $status == 1 ]]
+    grep -q "rank 2 was killed by signal SIGKILL" <<<"$out"
+    grep -q "ranks 0,1 go on (--keep-going)" <<<"$out"
+    grep -q "rank 0: tpfabric failures (shrink): all checks passed" <<<"$out"
+    grep -q "rank 1: tpfabric failures (shrink): all checks passed" <<<"$out" ;;
   torch) torchrun 3 "$here/torch_backend_test.py" ;;
   torch-exit)
     echo "== exit"

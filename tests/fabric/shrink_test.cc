@@ -1,0 +1,367 @@
+// Communicator::shrink: after ranks of a communicator die or are found lost, the ranks that go on
+// make a communicator of themselves, without the failed one's collectives, and it works.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/expect_error.h"
+#include "support/multiproc.h"
+#include "support/on_hosts.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "tpf/store.h"
+#include "tpf/tpf_c.h"
+
+namespace tpf {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::expect_error;
+using testing::RankContext;
+using testing::RankOutcome;
+using testing::SharedBlock;
+
+std::string unique_job(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  return "shrink-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+testing::RunOptions options_for(const std::string& job) {
+  testing::RunOptions options;
+  options.job_name = job;
+  options.deadline = 90s;
+  // Far beyond what a death takes to reach everyone: a wait that ends at it failed the test.
+  options.comm_options.timeout = 60s;
+  return options;
+}
+
+// The job's world through the store's address: its client declares the rank, so the store can
+// tell which ranks died (what shrink needs).
+Communicator make_world(const RankContext& ctx) {
+  return Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret, ctx.comm_options);
+}
+
+std::vector<int> job_ranks_of(const Communicator& comm) {
+  std::vector<int> ranks;
+  for (int r = 0; r < comm.size(); ++r) ranks.push_back(comm.job_rank(r));
+  return ranks;
+}
+
+std::string joined(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : " ") + std::to_string(r);
+  return out;
+}
+
+// `live` is made of job ranks `expected`, in that order, and its collectives give every rank the
+// serial result: a sum of the job ranks + 1 and an all_gather of them.
+void expect_it_works(Communicator& live, const std::vector<int>& expected) {
+  TPF_CHILD_CHECK(job_ranks_of(live) == expected, "the shrunk communicator holds job ranks " +
+                                                      joined(job_ranks_of(live)) + ", not " +
+                                                      joined(expected));
+  int64_t mine = live.job_rank(live.rank()) + 1, sum = 0, want = 0;
+  for (int r : expected) want += r + 1;
+  live.all_reduce(&mine, &sum, 1, DType::i64, ReduceOp::sum);
+  TPF_CHILD_CHECK(sum == want,
+                  "all_reduce gave " + std::to_string(sum) + ", not " + std::to_string(want));
+  std::vector<int64_t> all(expected.size());
+  live.all_gather(&mine, all.data(), 1, DType::i64);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    TPF_CHILD_CHECK(all[i] == expected[i] + 1,
+                    "all_gather's block " + std::to_string(i) + " is " + std::to_string(all[i]));
+  }
+  live.barrier();
+}
+
+// A call on `world` fails once a rank died, naming a rank, as peer_died.
+void expect_the_death_reaches(Communicator& world) {
+  const Error e = expect_error("a barrier after a death", [&] { world.barrier(); });
+  TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died,
+                  std::string(error_code_name(e.code())) + ": " + e.what());
+}
+
+void expect_outcomes(const std::vector<RankOutcome>& outcomes, const std::set<int>& victims) {
+  for (const RankOutcome& o : outcomes) {
+    if (victims.count(o.rank)) {
+      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
+    } else {
+      EXPECT_TRUE(o.ok()) << o.describe();
+    }
+  }
+}
+
+void expect_no_segments(const std::string& job) {
+  const auto left = testing::list_dev_shm("tpf-" + std::to_string(::getuid()) + "-" + job + "-");
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+// Rank 2 of 4 dies; the others' calls fail naming it, they shrink, and the three go on in their
+// order, named after the ranks that make them.
+TEST(Shrink, TheRanksThatGoOnWorkWithoutTheDeadOne) {
+  const std::string job = unique_job("one");
+  const auto outcomes = testing::run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 2) ::raise(SIGKILL);
+        expect_the_death_reaches(world);
+        Communicator live = world.shrink();
+        TPF_CHILD_CHECK(
+            live.size() == 3 && live.rank() == (ctx.rank < 2 ? ctx.rank : 2),
+            "rank " + std::to_string(live.rank()) + " of " + std::to_string(live.size()));
+        TPF_CHILD_CHECK(live.name() == "world.live(0-1,3)", live.name());
+        expect_it_works(live, {0, 1, 3});
+        // The failed one stays failed.
+        const Error after = expect_error("the old world", [&] { world.barrier(); });
+        TPF_CHILD_CHECK(after.code() == ErrorCode::peer_died, after.what());
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {2});
+  expect_no_segments(job);
+}
+
+// Two ranks die together: whichever the survivors' calls name, the store knows both, and a
+// survivor that shrinks before it knows the second is sent on without it.
+TEST(Shrink, TwoDeathsAreBothLeftOut) {
+  const std::string job = unique_job("two");
+  const auto outcomes = testing::run_ranks_raw(
+      5,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 1 || ctx.rank == 3) ::raise(SIGKILL);
+        expect_the_death_reaches(world);
+        Communicator live = world.shrink();
+        expect_it_works(live, {0, 2, 4});
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {1, 3});
+  expect_no_segments(job);
+}
+
+// Rank 3 dies; ranks 0 and 1 start making the communicator of 0, 1 and 2, and rank 2 dies once
+// both have joined it (it watches the store's count of joiners). They go again without it, and
+// the two make a communicator of themselves.
+TEST(Shrink, ARankThatDiesWhileTheOthersShrinkIsLeftOutInTurn) {
+  const std::string job = unique_job("during");
+  const auto outcomes = testing::run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 3) ::raise(SIGKILL);
+        if (ctx.rank == 2) {
+          auto probe = testing::connect_to_store(ctx, -1);  // no rank's: its close is no death
+          TPF_CHILD_CHECK(testing::wait_until(
+                              [&] { return probe->add("world.live(0-2)/joined", 0) == 2; }, 60s),
+                          "ranks 0 and 1 never began the communicator of ranks 0-2");
+          ::raise(SIGKILL);
+        }
+        expect_the_death_reaches(world);
+        Communicator live = world.shrink();
+        TPF_CHILD_CHECK(live.name() == "world.live(0-1)", live.name());
+        expect_it_works(live, {0, 1});
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {2, 3});
+  expect_no_segments(job);
+}
+
+// A shrunk communicator shrinks again, and a split of one shrinks too: its job ranks name the
+// dead ranks in the store.
+TEST(Shrink, AShrunkCommunicatorAndASplitOfOneShrinkAgain) {
+  const std::string job = unique_job("again");
+  SharedBlock shared;  // [0]: the survivors of the first death that made their communicator
+  const auto outcomes = testing::run_ranks_raw(
+      5,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 0) ::raise(SIGKILL);
+        expect_the_death_reaches(world);
+        Communicator live = world.shrink();  // job ranks 1-4
+        expect_it_works(live, {1, 2, 3, 4});
+        Communicator odd_even = live.split(ctx.rank % 2, ctx.rank);  // {1, 3}, {2, 4}
+        if (ctx.rank == 4) ::raise(SIGKILL);
+        if (ctx.rank == 2) {
+          expect_the_death_reaches(odd_even);
+          Communicator alone = odd_even.shrink();
+          expect_it_works(alone, {2});
+        }
+        expect_the_death_reaches(live);
+        Communicator rest = live.shrink();
+        TPF_CHILD_CHECK(rest.name() == "world.live(1-3)", rest.name());
+        expect_it_works(rest, {1, 2, 3});
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {0, 4});
+  expect_no_segments(job);
+}
+
+// Rank 3 dies, the others shrink; then rank 2 dies. Rank 0 shrinks the shrunk communicator, rank
+// 1 the world it came from (as a rank that missed the first shrink would): both leave out ranks 2
+// and 3 and meet in one communicator.
+TEST(Shrink, RanksShrinkingDifferentCommunicatorsOfALineMeet) {
+  const std::string job = unique_job("line");
+  const auto outcomes = testing::run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 3) ::raise(SIGKILL);
+        expect_the_death_reaches(world);
+        Communicator live = world.shrink();
+        expect_it_works(live, {0, 1, 2});
+        if (ctx.rank == 2) ::raise(SIGKILL);
+        expect_the_death_reaches(live);
+        Communicator rest = ctx.rank == 0 ? live.shrink() : world.shrink();
+        TPF_CHILD_CHECK(rest.name() == "world.live(0-1)", rest.name());
+        expect_it_works(rest, {0, 1});
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {2, 3});
+  expect_no_segments(job);
+}
+
+// Across hosts (forced host ids: shared memory inside a host, UCX between): rank 2, on host b,
+// dies; the three left span both hosts, and a large all_reduce crosses the network too.
+TEST(Shrink, AcrossHostsTheRanksLeftOnEitherHostGoOn) {
+  const testing::HostKeys keys = {"host-a", "host-a", "host-b", "host-b"};
+  const auto outcomes = testing::run_on_hosts(keys, [&](Communicator& world) {
+    world.barrier();
+    if (world.rank() == 2) ::raise(SIGKILL);
+    expect_the_death_reaches(world);
+    Communicator live = world.shrink();
+    TPF_CHILD_CHECK(live.host_count() == 2, "hosts: " + std::to_string(live.host_count()));
+    expect_it_works(live, {0, 1, 3});
+    std::vector<float> mine(size_t{1} << 18, static_cast<float>(live.rank() + 1)), sum(mine.size());
+    live.all_reduce(mine.data(), sum.data(), mine.size(), DType::f32, ReduceOp::sum);
+    for (float s : sum) TPF_CHILD_CHECK(s == 6.0f, "a large all_reduce gave " + std::to_string(s));
+  });
+  expect_outcomes(outcomes, {2});
+}
+
+// A rank on another host stops (SIGSTOP: its connections stay open, so only its watcher's
+// heartbeat finds it, and reports it to the store); the others' calls fail naming it, and they
+// go on without it. The last of them ends it.
+TEST(Shrink, AcrossHostsARankFoundLostIsLeftOut) {
+  const testing::HostKeys keys = {"host-a", "host-a", "host-b", "host-b"};
+  SharedBlock shared;  // [0]: the survivors done; [1]: rank 3's pid
+  const auto outcomes = testing::run_on_hosts(
+      keys,
+      [&](Communicator& world) {
+        world.barrier();
+        if (world.rank() == 3) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
+        TPF_CHILD_CHECK(
+            lost.code() == ErrorCode::timeout && lost.what() != nullptr &&
+                std::string(lost.what()).find("has sent no heartbeat") != std::string::npos,
+            lost.what());
+        Communicator live = world.shrink();
+        expect_it_works(live, {0, 1, 2});
+        if (shared.counter(0).fetch_add(1) + 1 == 3)
+          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+      },
+      transport::NetProtocol::automatic, [](int) { ::setenv("TPF_HOST_LOST_S", "3", 1); });
+  expect_outcomes(outcomes, {3});
+}
+
+// A rank found lost while stopped that then resumes (a debugger let go of it): the others went on
+// without it, and its own shrink refuses, naming why, instead of waiting for them.
+TEST(Shrink, AcrossHostsARankFoundLostThatResumesCannotJoin) {
+  const testing::HostKeys keys = {"host-a", "host-b"};
+  SharedBlock shared;  // [1]: rank 1's pid
+  const auto outcomes = testing::run_on_hosts(
+      keys,
+      [&](Communicator& world) {
+        world.barrier();
+        if (world.rank() == 1) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          const Error e = expect_error("the shrink of a rank found lost", [&] { world.shrink(); });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
+          TPF_CHILD_CHECK(std::string(e.what()).find("cannot join") != std::string::npos, e.what());
+          return;
+        }
+        expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
+        Communicator live = world.shrink();
+        expect_it_works(live, {0});
+        ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGCONT);
+      },
+      transport::NetProtocol::automatic, [](int) { ::setenv("TPF_HOST_LOST_S", "3", 1); });
+  expect_outcomes(outcomes, {});
+}
+
+// The same through the C API: rank 1 of 3 dies, and the others' shrunk handle works.
+TEST(Shrink, ThroughTheCApi) {
+  const std::string job = unique_job("c");
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        tpf_comm_t world = nullptr;
+        TPF_CHILD_CHECK(tpf_comm_create(ctx.rank, ctx.size, ctx.store_address.c_str(),
+                                        ctx.secret.c_str(), &world) == TPF_OK,
+                        tpf_last_error());
+        TPF_CHILD_CHECK(tpf_barrier(world) == TPF_OK, tpf_last_error());
+        if (ctx.rank == 1) ::raise(SIGKILL);
+        TPF_CHILD_CHECK(tpf_barrier(world) == TPF_ERR_PEER_DIED, tpf_last_error());
+        tpf_comm_t live = nullptr;
+        TPF_CHILD_CHECK(tpf_comm_shrink(world, &live) == TPF_OK, tpf_last_error());
+        int size = 0, rank = -1;
+        TPF_CHILD_CHECK(tpf_comm_size(live, &size) == TPF_OK && size == 2, "size");
+        TPF_CHILD_CHECK(tpf_comm_rank(live, &rank) == TPF_OK && rank == ctx.rank / 2, "rank");
+        int32_t mine = ctx.rank + 1, sum = 0;
+        TPF_CHILD_CHECK(tpf_all_reduce(live, &mine, &sum, 1, TPF_I32, TPF_SUM) == TPF_OK,
+                        tpf_last_error());
+        TPF_CHILD_CHECK(sum == 4, "all_reduce gave " + std::to_string(sum));
+        TPF_CHILD_CHECK(tpf_comm_destroy(live) == TPF_OK, tpf_last_error());
+        TPF_CHILD_CHECK(tpf_comm_destroy(world) == TPF_OK, tpf_last_error());
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {1});
+  expect_no_segments(job);
+}
+
+// Shrink refuses where it cannot help, naming why.
+TEST(Shrink, RefusesWhereNoRankIsDeadOrTheStoreCannotTell) {
+  const std::string job = unique_job("refused");
+  const auto outcomes = testing::run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        const Error none = expect_error("a shrink with every rank alive", [&] { world.shrink(); });
+        TPF_CHILD_CHECK(none.code() == ErrorCode::invalid_argument, none.what());
+        TPF_CHILD_CHECK(std::string(none.what()).find("nothing to leave out") != std::string::npos,
+                        none.what());
+        world.barrier();  // and the communicator is untouched
+        Communicator own = Communicator::create(
+            ctx.rank, ctx.size, testing::connect_to_store(ctx, ctx.rank), "own", ctx.comm_options);
+        const Error cannot =
+            expect_error("a shrink over the caller's store", [&] { own.shrink(); });
+        TPF_CHILD_CHECK(cannot.code() == ErrorCode::invalid_argument, cannot.what());
+        TPF_CHILD_CHECK(
+            std::string(cannot.what()).find("store to know its ranks") != std::string::npos,
+            cannot.what());
+        own.barrier();
+      },
+      options_for(job));
+  expect_outcomes(outcomes, {});
+}
+
+}  // namespace
+}  // namespace tpf
