@@ -24,7 +24,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::RankContext;
-using testing::RankOutcome;
 
 // A store that kills its own process (SIGKILL: no destructor, no goodbye) when asked to set one
 // key, before or after passing the set on: a rank that dies at an exact point of the setup.
@@ -76,21 +75,6 @@ void expect_peer_died(const std::function<void()>& create, const std::string& wh
   TPF_CHILD_CHECK(false, "the communicator was created although a rank died");
 }
 
-void expect_outcomes(const std::vector<RankOutcome>& outcomes, int victim) {
-  for (const RankOutcome& o : outcomes) {
-    if (o.rank == victim) {
-      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
-    } else {
-      EXPECT_TRUE(o.ok()) << o.describe();
-    }
-  }
-}
-
-void expect_no_segments(const std::string& job) {
-  const auto left = testing::list_dev_shm("tpf-" + std::to_string(::getuid()) + "-" + job + "-");
-  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
-}
-
 // Creation of a 3-rank "world" where rank 2 dies on setting `fatal_key`.
 void run_creation_with_death(const std::string& job, const std::string& fatal_key, bool after_set,
                              bool store_knows_ranks, const std::string& who) {
@@ -115,8 +99,8 @@ void run_creation_with_death(const std::string& job, const std::string& fatal_ke
                         "the other survivor did not finish");
       },
       options_for(job));
-  expect_outcomes(outcomes, kVictim);
-  expect_no_segments(job);
+  testing::expect_only_victims_killed(outcomes, {kVictim});
+  testing::expect_no_segments_of(job);
 }
 
 TEST(SetupFault, RankKilledBeforePublishingIsPeerDiedNamingIt) {
@@ -157,8 +141,8 @@ TEST(SetupFault, RankKilledDuringSplitIsPeerDiedNamingIt) {
         expect_peer_died([&] { world.split(0, -ctx.rank); }, "rank 1 (pid ");
       },
       options_for(job));
-  expect_outcomes(outcomes, kVictim);
-  expect_no_segments(job);
+  testing::expect_only_victims_killed(outcomes, {kVictim});
+  testing::expect_no_segments_of(job);
 }
 
 // A death ends the store's waits for what the dead rank would set, but a split knows its members'
@@ -199,8 +183,8 @@ TEST(SetupFault, ASplitOfLiveRanksIsMadeAfterAnotherRankOfTheJobDied) {
         expect_peer_died([&] { probe->get("never set", 60s); }, "job rank 2 (pid ");
       },
       options_for(job));
-  expect_outcomes(outcomes, kVictim);
-  expect_no_segments(job);
+  testing::expect_only_victims_killed(outcomes, {kVictim});
+  testing::expect_no_segments_of(job);
 }
 
 }  // namespace

@@ -59,6 +59,14 @@ GetOutcome try_get(Store& store, const std::string& key, std::chrono::millisecon
   return outcome_of([&] { store.get(key, timeout); });
 }
 
+// A store of the user's own that overrides only what it must: Store's defaults for the rest.
+struct PlainStore : Store {
+  void set(const std::string&, const std::string&) override {}
+  std::string get(const std::string&, std::chrono::milliseconds) override { return ""; }
+  int64_t add(const std::string&, int64_t) override { return 0; }
+  bool check(const std::string&) override { return false; }
+};
+
 // Job rank `rank` (process `pid`) connects and vanishes without a goodbye, as a killed process
 // does.
 void connect_and_vanish(const TcpStoreServer& server, int rank, int64_t pid) {
@@ -280,12 +288,7 @@ TEST(StoreLostRank, OnlyStoresThatCanTellTheirWaitersTakeAReport) {
   PrefixStore scoped("comm/0", inner);
   EXPECT_TRUE(scoped.report_lost(1, "stopped", 5s));
   EXPECT_EQ(try_get(*inner, "never", 60s).code, ErrorCode::peer_died);
-  struct Plain : Store {
-    void set(const std::string&, const std::string&) override {}
-    std::string get(const std::string&, std::chrono::milliseconds) override { return ""; }
-    int64_t add(const std::string&, int64_t) override { return 0; }
-    bool check(const std::string&) override { return false; }
-  } plain;
+  PlainStore plain;
   EXPECT_FALSE(plain.report_lost(1, "stopped", 5s));
 }
 
@@ -306,12 +309,7 @@ TEST(StoreDeadRank, DeadRanksListsTheDeadAndTheLostOnceEach) {
   EXPECT_TRUE(client->report_lost(5, "also lost", 5s));  // noted already
   EXPECT_EQ(client->dead_ranks(), std::vector<int>({2, 5}));
   EXPECT_EQ(PrefixStore("comm/0", client).dead_ranks(), std::vector<int>({2, 5}));
-  struct Plain : Store {
-    void set(const std::string&, const std::string&) override {}
-    std::string get(const std::string&, std::chrono::milliseconds) override { return ""; }
-    int64_t add(const std::string&, int64_t) override { return 0; }
-    bool check(const std::string&) override { return false; }
-  } plain;
+  PlainStore plain;
   EXPECT_TRUE(plain.dead_ranks().empty());
   // A malformed question is refused, and that connection closed.
   RawClient raw(server.port());

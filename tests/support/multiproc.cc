@@ -397,6 +397,22 @@ std::shared_ptr<Store> connect_to_store(const RankContext& ctx, int job_rank,
                                           connect_timeout, job_rank);
 }
 
+void expect_only_victims_killed(const std::vector<RankOutcome>& outcomes,
+                                const std::set<int>& victims) {
+  for (const RankOutcome& o : outcomes) {
+    if (victims.count(o.rank)) {
+      EXPECT_EQ(o.signal, SIGKILL) << o.describe();
+    } else {
+      EXPECT_TRUE(o.ok()) << o.describe();
+    }
+  }
+}
+
+void expect_no_segments_of(const std::string& job) {
+  const auto left = list_dev_shm("tpf-" + std::to_string(::getuid()) + "-" + job + "-");
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
 std::vector<std::string> list_dev_shm(const std::string& prefix) {
   std::vector<std::string> names;
   DIR* dir = ::opendir("/dev/shm");

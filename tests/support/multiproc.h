@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,6 +79,12 @@ std::shared_ptr<Store> connect_to_store(
 
 // gtest: one non-fatal failure per rank that did not succeed, naming the rank and its message.
 void expect_all_ok(const std::vector<RankOutcome>& outcomes);
+// gtest: the ranks `victims` were killed by SIGKILL (as they killed themselves), every other one
+// succeeded.
+void expect_only_victims_killed(const std::vector<RankOutcome>& outcomes,
+                                const std::set<int>& victims);
+// gtest: /dev/shm holds nothing of the job named `job` (RunOptions::job_name).
+void expect_no_segments_of(const std::string& job);
 
 // Memory shared by the parent and all children (an anonymous MAP_SHARED mapping made before the
 // fork): lets children coordinate without the communicator under test, e.g. "rank 0 has timed
