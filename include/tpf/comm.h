@@ -139,9 +139,12 @@ class Communicator {
   // collectives (as ULFM's MPI_Comm_shrink). Called by every surviving rank. Which ranks are gone
   // is what the job's store knows (a rank whose process died, or that a heartbeat found lost), so
   // every survivor leaves out the same ones; one that dies while it is made is left out in turn.
-  // Error(invalid_argument) where the store knows of no dead rank here, or cannot tell (made by
-  // create() over the caller's own store); Error(peer_died) where the store holds this very rank
-  // lost. This communicator stays failed: destroy it. docs/fabric.md, "Going on without a rank".
+  // Abort the other communicators you hold with the survivors first, so that one blocked with you
+  // in them fails at once and shrinks too. Error(invalid_argument) where the store knows of no
+  // dead rank here (at once for a healthy communicator; a failed or aborted one first waits up to
+  // the setup timeout for the store to learn of a death), or cannot tell (made by create() over
+  // the caller's own store); Error(peer_died) where the store holds this very rank lost. This
+  // communicator stays failed: destroy it. docs/fabric.md, "Going on without a rank".
   Communicator shrink(const CommOptions& options = {}) const;
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,

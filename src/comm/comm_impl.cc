@@ -592,15 +592,12 @@ std::vector<int> CommImpl::dead_members() const {
   return dead;
 }
 
-std::vector<int> CommImpl::dead_members_after_own_failure(Clock::time_point deadline) const {
-  bool failed_on_a_rank = false;
-  if (failed_.load()) {
-    std::lock_guard lock(mu_);
-    failed_on_a_rank = failure_.code == ErrorCode::peer_died || failure_.lost_process != 0;
-  }
+std::vector<int> CommImpl::dead_members_after_failure(Clock::time_point deadline) const {
   std::vector<int> dead = dead_members();
-  if (!dead.empty() || !failed_on_a_rank) return dead;
-  // The store answers a wait on a key nobody sets once one of the awaited ranks is dead or lost.
+  if (!dead.empty() || !(failed_.load() || aborted_.load())) return dead;
+  // Failed on a death the store has not seen yet, or on a failure or abort that followed one (a
+  // peer that aborted its communicators at a death, as ULFM's revoke). The store answers a wait
+  // on a key nobody sets once one of the awaited ranks is dead or lost.
   std::vector<int> members;
   for (int r = 0; r < size(); ++r) members.push_back(names_.job_rank(r));
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -627,7 +624,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const CommOptions& options) {
   child.settings = resolve_comm_settings(child.options);
   child.lineage = setup_.lineage.empty() ? setup_.name : setup_.lineage;
   const Clock::time_point deadline = Clock::now() + child.settings.setup_timeout;
-  std::vector<int> dead = dead_members_after_own_failure(deadline);
+  std::vector<int> dead = dead_members_after_failure(deadline);
   for (;;) {
     if (dead.empty()) {
       throw Error(ErrorCode::invalid_argument,

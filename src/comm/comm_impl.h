@@ -97,10 +97,10 @@ class CommImpl {
   CommOptions child_options(const CommOptions& options) const;
   // This communicator's ranks whose job ranks the store knows dead or lost, ascending.
   std::vector<int> dead_members() const;
-  // dead_members(), once the store knows of a death among them where this communicator failed
-  // on one (the failure may reach this rank before the store learns it), waiting until
-  // `deadline` at most.
-  std::vector<int> dead_members_after_own_failure(Clock::time_point deadline) const;
+  // dead_members(), where this communicator failed or was aborted once the store knows of a
+  // death among them (the failure, or a peer's abort that followed a death, may reach this rank
+  // before the store learns of the death), waiting until `deadline` at most.
+  std::vector<int> dead_members_after_failure(Clock::time_point deadline) const;
   // The creation after the communicator's store is known: hosts, settings, shared memory, the
   // network, the heartbeat (`scoped_store`: this generation's keys).
   void join(const std::shared_ptr<Store>& scoped_store, uint64_t generation);

@@ -2,7 +2,8 @@
 // exchanges (pairs, rings, large messages), with one fault injected per trial: a rank crashes,
 // calls a mismatched operation, stalls, or aborts. Every result before the fault is checked
 // exactly; after it, every surviving rank must stop with an error of the fault's kind (the root
-// cause, wherever it is seen), and nobody hangs. Bounded: a fixed set of seeded trials.
+// cause, wherever it is seen), and nobody hangs. Bounded: a fixed set of seeded trials. And crash
+// trials whose survivors go on: they shrink the world and run a program on what is left.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -250,6 +251,53 @@ void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
                       std::to_string(fault_step));
 }
 
+// The crash trials again, and then the survivors go on: at their first error each aborts the
+// communicators it holds (so that a peer blocked with it in another one, the half or the pair,
+// fails at once instead of at its deadline: ULFM's revoke), shrinks the world, makes the half and
+// the pair again from the shrunk one, and runs the whole program on them, every result checked.
+void rank_body_that_goes_on(const Trial& t, SharedBlock& shared, Communicator& world) {
+  const int n = world.size(), me = world.rank();
+  shared.counter(kPid + me).store(::getpid());
+  Communicator half = world.split(me < n / 2 ? 0 : 1, me);
+  Communicator pair = world.split(me / 2, me);
+  world.barrier();
+  std::mt19937_64 rng(t.seed);
+  std::vector<Step> steps;
+  for (int i = 0; i < kSteps; ++i) steps.push_back(draw_step(rng, n));
+  const int fault_step = 5 + static_cast<int>(rng() % (kSteps - 10));
+  int culprit = static_cast<int>(rng() % n);
+  while (!takes_part(steps[fault_step], culprit, n)) culprit = (culprit + 1) % n;
+
+  int step = 0;
+  try {
+    const Comms comms{&world, &half, &pair};
+    for (; step < kSteps; ++step) {
+      if (me == culprit && step == fault_step) ::_exit(kCrashExit);
+      run_step(comms, steps[step], step, 0);
+    }
+    world.barrier();
+    TPF_CHILD_CHECK(false, "rank " + std::to_string(me) + " finished despite the crash");
+  } catch (const Error& e) {
+    const std::string where = "rank " + std::to_string(me) + " at step " + std::to_string(step) +
+                              " (rank " + std::to_string(culprit) + " crashed at step " +
+                              std::to_string(fault_step) + "): ";
+    TPF_CHILD_CHECK(step >= fault_step, where + "failed before the crash: " + e.what());
+    TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died || e.code() == ErrorCode::aborted,
+                    where + error_code_name(e.code()) + ": " + e.what());
+  }
+  for (Communicator* held : {&pair, &half, &world}) held->abort();
+  Communicator live = world.shrink();
+  TPF_CHILD_CHECK(live.size() == n - 1 && live.job_rank(live.rank()) == me,
+                  "rank " + std::to_string(live.rank()) + " of " + std::to_string(live.size()));
+  const int m = live.size(), r = live.rank();
+  Communicator live_half = live.split(r < m / 2 ? 0 : 1, r);
+  Communicator live_pair = live.split(r / 2, r);
+  std::mt19937_64 again(t.seed + 1);
+  const Comms comms{&live, &live_half, &live_pair};
+  for (int i = 0; i < kSteps; ++i) run_step(comms, draw_step(again, m), i, 0);
+  live.barrier();
+}
+
 std::vector<Trial> trials() {
   const Fault kinds[] = {Fault::none, Fault::crash, Fault::mismatch, Fault::abort, Fault::stall};
   std::vector<Trial> out;
@@ -283,6 +331,31 @@ TEST(RandomFaults, CollectivesAndPointToPointOnSubCommunicatorsStopWithTheFaults
       for (const RankOutcome& o : outcomes) crashes += o.exited && o.exit_code == kCrashExit;
       EXPECT_EQ(crashes, 1) << "the crash fault did not happen exactly once";
     }
+  }
+}
+
+TEST(RandomFaults, SurvivorsOfACrashShrinkTheWorldAndRunTheProgramOnIt) {
+#if defined(__SANITIZE_ADDRESS__)
+  const int count = 2;
+#else
+  const int count = 6;
+#endif
+  for (int i = 0; i < count; ++i) {
+    const Trial t{0x5eed1000u + static_cast<uint64_t>(i), 3 + i % 4, Fault::crash};
+    SCOPED_TRACE("seed " + std::to_string(t.seed) + ", " + std::to_string(t.ranks) + " ranks");
+    SharedBlock shared;
+    RunOptions options;
+    options.deadline = milliseconds(100000);
+    options.comm_options.timeout = milliseconds(60000);
+    const auto outcomes = run_ranks(
+        t.ranks, [&](Communicator& world) { rank_body_that_goes_on(t, shared, world); }, options);
+    int crashes = 0;
+    for (const RankOutcome& o : outcomes) {
+      const bool crashed = o.exited && o.exit_code == kCrashExit;
+      crashes += crashed;
+      EXPECT_TRUE(o.ok() || crashed) << o.describe();
+    }
+    EXPECT_EQ(crashes, 1) << "the crash did not happen exactly once";
   }
 }
 
