@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/multiproc.h"
+#include "support/on_hosts.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 
@@ -186,21 +187,45 @@ bool takes_part(const Step& s, int me, int n) {
 // Shared between the ranks of one trial (memory of the test, not of the communicator).
 enum Slot : size_t { kReported = 0, kPid = 1 };  // kPid + rank: each rank's pid
 
+// A trial's program on `n` ranks, the same on every rank (drawn from its seed), and its fault: a
+// step past the start, and a culprit that takes part in it.
+struct Program {
+  std::vector<Step> steps;
+  int fault_step = 0;
+  int culprit = 0;
+};
+
+Program draw_program(uint64_t seed, int n) {
+  Program p;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < kSteps; ++i) p.steps.push_back(draw_step(rng, n));
+  p.fault_step = 5 + static_cast<int>(rng() % (kSteps - 10));
+  p.culprit = static_cast<int>(rng() % n);
+  while (!takes_part(p.steps[p.fault_step], p.culprit, n)) p.culprit = (p.culprit + 1) % n;
+  return p;
+}
+
+// The world's halves and pairs (Comms), made once every rank's pid is in `shared`.
+struct SubCommunicators {
+  SubCommunicators(SharedBlock& shared, Communicator& world)
+      : half(world.split(world.rank() < world.size() / 2 ? 0 : 1, world.rank())),
+        pair(world.split(world.rank() / 2, world.rank())) {
+    shared.counter(kPid + world.rank()).store(::getpid());
+    world.barrier();  // every pid is written
+  }
+  Communicator half;
+  Communicator pair;
+};
+
 void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
   const int n = world.size(), me = world.rank();
-  shared.counter(kPid + me).store(::getpid());
-  Communicator half = world.split(me < n / 2 ? 0 : 1, me);
-  Communicator pair = world.split(me / 2, me);
-  world.barrier();  // every pid is written
+  SubCommunicators sub(shared, world);
+  Communicator& half = sub.half;
+  Communicator& pair = sub.pair;
   const Comms comms{&world, &half, &pair};
-
-  std::mt19937_64 rng(t.seed);
-  std::vector<Step> steps;
-  for (int i = 0; i < kSteps; ++i) steps.push_back(draw_step(rng, n));
-  // The fault: a step past the start, and a culprit that takes part in it.
-  const int fault_step = 5 + static_cast<int>(rng() % (kSteps - 10));
-  int culprit = static_cast<int>(rng() % n);
-  while (!takes_part(steps[fault_step], culprit, n)) culprit = (culprit + 1) % n;
+  const Program program = draw_program(t.seed, n);
+  const std::vector<Step>& steps = program.steps;
+  const int fault_step = program.fault_step, culprit = program.culprit;
   const bool faulty = t.fault != Fault::none && me == culprit;
 
   int step = 0;
@@ -257,23 +282,16 @@ void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
 // the pair again from the shrunk one, and runs the whole program on them, every result checked.
 void rank_body_that_goes_on(const Trial& t, SharedBlock& shared, Communicator& world) {
   const int n = world.size(), me = world.rank();
-  shared.counter(kPid + me).store(::getpid());
-  Communicator half = world.split(me < n / 2 ? 0 : 1, me);
-  Communicator pair = world.split(me / 2, me);
-  world.barrier();
-  std::mt19937_64 rng(t.seed);
-  std::vector<Step> steps;
-  for (int i = 0; i < kSteps; ++i) steps.push_back(draw_step(rng, n));
-  const int fault_step = 5 + static_cast<int>(rng() % (kSteps - 10));
-  int culprit = static_cast<int>(rng() % n);
-  while (!takes_part(steps[fault_step], culprit, n)) culprit = (culprit + 1) % n;
+  SubCommunicators sub(shared, world);
+  const Program program = draw_program(t.seed, n);
+  const int fault_step = program.fault_step, culprit = program.culprit;
 
   int step = 0;
   try {
-    const Comms comms{&world, &half, &pair};
+    const Comms comms{&world, &sub.half, &sub.pair};
     for (; step < kSteps; ++step) {
       if (me == culprit && step == fault_step) ::_exit(kCrashExit);
-      run_step(comms, steps[step], step, 0);
+      run_step(comms, program.steps[step], step, 0);
     }
     world.barrier();
     TPF_CHILD_CHECK(false, "rank " + std::to_string(me) + " finished despite the crash");
@@ -285,17 +303,28 @@ void rank_body_that_goes_on(const Trial& t, SharedBlock& shared, Communicator& w
     TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died || e.code() == ErrorCode::aborted,
                     where + error_code_name(e.code()) + ": " + e.what());
   }
-  for (Communicator* held : {&pair, &half, &world}) held->abort();
+  for (Communicator* held : {&sub.pair, &sub.half, &world}) held->abort();
   Communicator live = world.shrink();
   TPF_CHILD_CHECK(live.size() == n - 1 && live.job_rank(live.rank()) == me,
                   "rank " + std::to_string(live.rank()) + " of " + std::to_string(live.size()));
   const int m = live.size(), r = live.rank();
   Communicator live_half = live.split(r < m / 2 ? 0 : 1, r);
   Communicator live_pair = live.split(r / 2, r);
-  std::mt19937_64 again(t.seed + 1);
   const Comms comms{&live, &live_half, &live_pair};
-  for (int i = 0; i < kSteps; ++i) run_step(comms, draw_step(again, m), i, 0);
+  const Program again = draw_program(t.seed + 1, m);
+  for (int i = 0; i < kSteps; ++i) run_step(comms, again.steps[i], i, 0);
   live.barrier();
+}
+
+// gtest: one rank crashed (exit kCrashExit), every other one succeeded.
+void expect_one_crash_and_the_rest_ok(const std::vector<RankOutcome>& outcomes) {
+  int crashes = 0;
+  for (const RankOutcome& o : outcomes) {
+    const bool crashed = o.exited && o.exit_code == kCrashExit;
+    crashes += crashed;
+    EXPECT_TRUE(o.ok() || crashed) << o.describe();
+  }
+  EXPECT_EQ(crashes, 1) << "the crash did not happen exactly once";
 }
 
 std::vector<Trial> trials() {
@@ -349,13 +378,23 @@ TEST(RandomFaults, SurvivorsOfACrashShrinkTheWorldAndRunTheProgramOnIt) {
     options.comm_options.timeout = milliseconds(60000);
     const auto outcomes = run_ranks(
         t.ranks, [&](Communicator& world) { rank_body_that_goes_on(t, shared, world); }, options);
-    int crashes = 0;
-    for (const RankOutcome& o : outcomes) {
-      const bool crashed = o.exited && o.exit_code == kCrashExit;
-      crashes += crashed;
-      EXPECT_TRUE(o.ok() || crashed) << o.describe();
-    }
-    EXPECT_EQ(crashes, 1) << "the crash did not happen exactly once";
+    expect_one_crash_and_the_rest_ok(outcomes);
+  }
+}
+
+// The same across forced hosts (shared memory inside a host, UCX between): the crash reaches the
+// other host over the network, the aborts too, and the shrunk world spans what is left.
+TEST(RandomFaults, SurvivorsOfACrashAcrossHostsShrinkTheWorldAndRunTheProgramOnIt) {
+  const std::vector<HostKeys> layouts = {{"host-a", "host-a", "host-b", "host-b"},
+                                         {"host-a", "host-b", "host-b", "host-c", "host-c"}};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const HostKeys& keys = layouts[i];
+    const Trial t{0x5eed2000u + i, static_cast<int>(keys.size()), Fault::crash};
+    SCOPED_TRACE("seed " + std::to_string(t.seed) + ", " + std::to_string(t.ranks) + " ranks");
+    SharedBlock shared;
+    const auto outcomes =
+        run_on_hosts(keys, [&](Communicator& world) { rank_body_that_goes_on(t, shared, world); });
+    expect_one_crash_and_the_rest_ok(outcomes);
   }
 }
 
