@@ -205,7 +205,7 @@ Program draw_program(uint64_t seed, int n) {
   return p;
 }
 
-// The world's halves and pairs (Comms), made once every rank's pid is in `shared`.
+// The world's halves and pairs (Comms); once made, every rank's pid is in `shared`.
 struct SubCommunicators {
   SubCommunicators(SharedBlock& shared, Communicator& world)
       : half(world.split(world.rank() < world.size() / 2 ? 0 : 1, world.rank())),
