@@ -141,8 +141,9 @@ class Communicator {
   // every survivor leaves out the same ones; one that dies while it is made is left out in turn.
   // Abort the other communicators you hold with the survivors first, so that one blocked with you
   // in them fails at once and shrinks too. Error(invalid_argument) where the store knows of no
-  // dead rank here (at once for a healthy communicator; a failed or aborted one first waits up to
-  // the setup timeout for the store to learn of a death), or cannot tell (made by create() over
+  // dead rank here (at once for a healthy communicator or one that failed on what no death
+  // explains, a mismatch; one that failed on a death, a loss, a timeout or an abort first waits up
+  // to the setup timeout for the store to learn of a death), or cannot tell (made by create() over
   // the caller's own store); Error(peer_died) where the store holds this very rank lost. This
   // communicator stays failed: destroy it. docs/fabric.md, "Going on without a rank".
   Communicator shrink(const CommOptions& options = {}) const;

@@ -610,6 +610,18 @@ std::vector<int> CommImpl::dead_members_after_failure(Clock::time_point deadline
   return dead_members();
 }
 
+std::optional<transport::FailureRecord> CommImpl::failure_no_death_explains() const {
+  if (!failed_.load() || aborted_.load()) return std::nullopt;
+  std::lock_guard lock(mu_);
+  switch (failure_.code) {
+    case ErrorCode::peer_died:  // a death
+    case ErrorCode::timeout:    // a loss, or a wait for a dead rank that nothing reported sooner
+    case ErrorCode::aborted:    // a peer's abort, as at a death (ULFM's revoke)
+      return std::nullopt;
+    default: return failure_;  // a mismatch, say: every rank lives
+  }
+}
+
 std::unique_ptr<CommImpl> CommImpl::shrink(const CommOptions& options) {
   const std::string label = "communicator '" + setup_.name + "'";
   if (!setup_.store_knows_job_ranks) {
@@ -623,6 +635,12 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const CommOptions& options) {
   child.options = child_options(options);
   child.settings = resolve_comm_settings(child.options);
   child.lineage = setup_.lineage.empty() ? setup_.name : setup_.lineage;
+  if (const std::optional<transport::FailureRecord> other = failure_no_death_explains()) {
+    throw Error(ErrorCode::invalid_argument,
+                label + ": it failed on " + error_code_name(other->code) +
+                    ", which no death or loss explains (" + other->message +
+                    "): shrink leaves out only ranks that died or were found lost");
+  }
   const Clock::time_point deadline = Clock::now() + child.settings.setup_timeout;
   std::vector<int> dead = dead_members_after_failure(deadline);
   for (;;) {

@@ -97,6 +97,8 @@ class CommImpl {
   CommOptions child_options(const CommOptions& options) const;
   // This communicator's ranks whose job ranks the store knows dead or lost, ascending.
   std::vector<int> dead_members() const;
+  // This communicator's failure, where it is one that no death or loss causes (a mismatch).
+  std::optional<transport::FailureRecord> failure_no_death_explains() const;
   // dead_members(), where this communicator failed or was aborted once the store knows of a
   // death among them (the failure, or a peer's abort that followed a death, may reach this rank
   // before the store learns of the death), waiting until `deadline` at most.

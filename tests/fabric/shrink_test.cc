@@ -287,6 +287,34 @@ TEST(Shrink, AcrossHostsARankFoundLostThatResumesCannotJoin) {
   testing::expect_only_victims_killed(outcomes, {});
 }
 
+// Ranks that called different collectives all live: a shrink after that mismatch refuses at once,
+// naming the failure, instead of waiting for a death that will not come.
+TEST(Shrink, RefusesAtOnceAfterAFailureNoDeathExplains) {
+  const std::string job = unique_job("mismatch");
+  const auto outcomes = testing::run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        int32_t mine = 1, out[2] = {};
+        const Error e = expect_error("different collectives", [&] {
+          if (ctx.rank == 0)
+            world.all_reduce(&mine, out, 1, DType::i32, ReduceOp::sum);
+          else
+            world.all_gather(&mine, out, 1, DType::i32);
+        });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::mismatch, e.what());
+        const Error refused = expect_error("a shrink after a mismatch", [&] { world.shrink(); });
+        TPF_CHILD_CHECK(refused.code() == ErrorCode::invalid_argument, refused.what());
+        for (const char* naming : {"it failed on mismatched collectives, which no death or loss",
+                                   "ranks called different collectives"}) {
+          TPF_CHILD_CHECK(std::string(refused.what()).find(naming) != std::string::npos,
+                          refused.what());
+        }
+      },
+      options_for(job));
+  testing::expect_only_victims_killed(outcomes, {});
+}
+
 // The same through the C API: rank 1 of 3 dies, and the others' shrunk handle works.
 TEST(Shrink, ThroughTheCApi) {
   const std::string job = unique_job("c");
