@@ -47,8 +47,9 @@ class Store {
   // Tells the store that `job_rank` was found lost (`reason` says how), so that every get that
   // waits, or would wait, for a missing key fails with Error(peer_died) naming it, as for a rank
   // that died (not with the heartbeat's timeout: a store read's timeout means its own deadline
-  // passed, and callers wait on in slices until theirs). Within `timeout`, whatever other calls are in flight; throws Error where the store
-  // did not take the report. False for a store that cannot tell its waiters (the default).
+  // passed, and callers wait on in slices until theirs). Within `timeout`, whatever other calls
+  // are in flight; throws Error where the store did not take the report. False for a store that
+  // cannot tell its waiters (the default).
   virtual bool report_lost(int job_rank, const std::string& reason,
                            std::chrono::milliseconds timeout);
   // The job ranks the store knows dead (connection closed without a goodbye) or reported lost,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "base/open_files.h"
@@ -568,11 +569,16 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key, const CommOptions&
       static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
   child.size = static_cast<int>(members.size());
   child.name = setup_.name + ".s" + std::to_string(split_index) + "c" + std::to_string(color);
-  child.job_ranks.clear();
-  for (int member : members) child.job_ranks.push_back(names_.job_rank(member));
+  child.job_ranks = job_ranks_of(members);
   child.options = child_options(options);
   child.settings = resolve_comm_settings(child.options);
   return std::make_unique<CommImpl>(std::move(child));
+}
+
+std::vector<int> CommImpl::job_ranks_of(const std::vector<int>& ranks) const {
+  std::vector<int> job_ranks;
+  for (int r : ranks) job_ranks.push_back(names_.job_rank(r));
+  return job_ranks;
 }
 
 CommOptions CommImpl::child_options(const CommOptions& options) const {
@@ -598,11 +604,11 @@ std::vector<int> CommImpl::dead_members_after_failure(Clock::time_point deadline
   // Failed on a death the store has not seen yet, or on a failure or abort that followed one (a
   // peer that aborted its communicators at a death, as ULFM's revoke). The store answers a wait
   // on a key nobody sets once one of the awaited ranks is dead or lost.
-  std::vector<int> members;
-  for (int r = 0; r < size(); ++r) members.push_back(names_.job_rank(r));
+  std::vector<int> all(static_cast<size_t>(size()));
+  std::iota(all.begin(), all.end(), 0);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   try {
-    setup_.store->get_many_from(members, {setup_.name + "/shrink: a key nobody sets"},
+    setup_.store->get_many_from(job_ranks_of(all), {setup_.name + "/shrink: a key nobody sets"},
                                 std::max(left, std::chrono::milliseconds(0)));
   } catch (const Error& e) {
     if (e.code() != ErrorCode::peer_died && e.code() != ErrorCode::timeout) throw;
@@ -631,16 +637,16 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const CommOptions& options) {
                     "from_env or create() from a store address, or split from one), to tell "
                     "which of them died; this one's store is the caller's own");
   }
-  CommSetup child = setup_;
-  child.options = child_options(options);
-  child.settings = resolve_comm_settings(child.options);
-  child.lineage = setup_.lineage.empty() ? setup_.name : setup_.lineage;
   if (const std::optional<transport::FailureRecord> other = failure_no_death_explains()) {
     throw Error(ErrorCode::invalid_argument,
                 label + ": it failed on " + error_code_name(other->code) +
                     ", which no death or loss explains (" + other->message +
                     "): shrink leaves out only ranks that died or were found lost");
   }
+  CommSetup child = setup_;
+  child.options = child_options(options);
+  child.settings = resolve_comm_settings(child.options);
+  child.lineage = setup_.lineage.empty() ? setup_.name : setup_.lineage;
   const Clock::time_point deadline = Clock::now() + child.settings.setup_timeout;
   std::vector<int> dead = dead_members_after_failure(deadline);
   for (;;) {
@@ -661,8 +667,7 @@ std::unique_ptr<CommImpl> CommImpl::shrink(const CommOptions& options) {
       if (!std::binary_search(dead.begin(), dead.end(), r)) live.push_back(r);
     child.rank = static_cast<int>(std::find(live.begin(), live.end(), rank()) - live.begin());
     child.size = static_cast<int>(live.size());
-    child.job_ranks.clear();
-    for (int r : live) child.job_ranks.push_back(names_.job_rank(r));
+    child.job_ranks = job_ranks_of(live);
     // Named by its members' job ranks: ranks that shrink different communicators of the line
     // (this one, or one shrunk from it that included a rank dead since) to the same ranks meet.
     child.name = child.lineage + ".live(" + encode_rank_runs(child.job_ranks) + ")";

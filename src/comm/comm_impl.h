@@ -93,6 +93,8 @@ class CommImpl {
 
  private:
   using Task = OperationQueue::Task;
+  // The job ranks of this communicator's `ranks`, in their order.
+  std::vector<int> job_ranks_of(const std::vector<int>& ranks) const;
   // A child's options (split, shrink): `options`, with what they leave unset from this one's.
   CommOptions child_options(const CommOptions& options) const;
   // This communicator's ranks whose job ranks the store knows dead or lost, ascending.

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -46,11 +45,6 @@ class DyingStore : public bootstrap::ForwardingStore {
 
 std::shared_ptr<Store> connect_store(const RankContext& ctx, int job_rank) {
   return testing::connect_to_store(ctx, job_rank, 10s);
-}
-
-std::string unique_job(const std::string& tag) {
-  static std::atomic<int> counter{0};
-  return "setupfault-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
 }
 
 testing::RunOptions options_for(const std::string& job) {
@@ -105,25 +99,25 @@ void run_creation_with_death(const std::string& job, const std::string& fatal_ke
 
 TEST(SetupFault, RankKilledBeforePublishingIsPeerDiedNamingIt) {
   // Rank 2 has created its segment but not told anyone: only the store can tell it died.
-  run_creation_with_death(unique_job("before"), "world/0/rank/2", /*after_set=*/false,
+  run_creation_with_death(testing::unique_job_name(), "world/0/rank/2", /*after_set=*/false,
                           /*store_knows_ranks=*/true, "job rank 2 (pid ");
 }
 
 TEST(SetupFault, RankKilledAfterPublishingIsPeerDiedAndLeavesNoSegment) {
   // Rank 2's segment name is published and then orphaned: the survivors remove it.
-  run_creation_with_death(unique_job("after"), "world/0/rank/2", /*after_set=*/true,
+  run_creation_with_death(testing::unique_job_name(), "world/0/rank/2", /*after_set=*/true,
                           /*store_knows_ranks=*/true, "rank 2 (pid ");
 }
 
 TEST(SetupFault, DeadPeerIsNoticedByItsPidWhenTheStoreCannotTell) {
-  run_creation_with_death(unique_job("pid"), "world/0/rank/2", /*after_set=*/true,
+  run_creation_with_death(testing::unique_job_name(), "world/0/rank/2", /*after_set=*/true,
                           /*store_knows_ranks=*/false, "rank 2 (pid ");
 }
 
 TEST(SetupFault, RankKilledDuringSplitIsPeerDiedNamingIt) {
   // All three ranks split into one communicator in reverse order; job rank 1 (rank 1 of the new
   // communicator too) dies right after publishing its segment there.
-  const std::string job = unique_job("split");
+  const std::string job = testing::unique_job_name();
   constexpr int kVictim = 1;
   const auto outcomes = testing::run_ranks_raw(
       3,
@@ -150,7 +144,7 @@ TEST(SetupFault, RankKilledDuringSplitIsPeerDiedNamingIt) {
 // store knows it the pair splits again and works. Until 2026-12-07 any death in the job failed
 // every communicator made afterwards ("job rank 2 (pid ...) died"), even one without that rank.
 TEST(SetupFault, ASplitOfLiveRanksIsMadeAfterAnotherRankOfTheJobDied) {
-  const std::string job = unique_job("others");
+  const std::string job = testing::unique_job_name();
   constexpr int kVictim = 2;
   const auto outcomes = testing::run_ranks_raw(
       3,

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -27,11 +26,6 @@ using namespace std::chrono_literals;
 using testing::expect_error;
 using testing::RankContext;
 using testing::SharedBlock;
-
-std::string unique_job(const std::string& tag) {
-  static std::atomic<int> counter{0};
-  return "shrink-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
 
 testing::RunOptions options_for(const std::string& job) {
   testing::RunOptions options;
@@ -90,7 +84,7 @@ void expect_the_death_reaches(Communicator& world) {
 // Rank 2 of 4 dies; the others' calls fail naming it, they shrink, and the three go on in their
 // order, named after the ranks that make them.
 TEST(Shrink, TheRanksThatGoOnWorkWithoutTheDeadOne) {
-  const std::string job = unique_job("one");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       4,
       [&](const RankContext& ctx) {
@@ -116,7 +110,7 @@ TEST(Shrink, TheRanksThatGoOnWorkWithoutTheDeadOne) {
 // Two ranks die together: whichever the survivors' calls name, the store knows both, and a
 // survivor that shrinks before it knows the second is sent on without it.
 TEST(Shrink, TwoDeathsAreBothLeftOut) {
-  const std::string job = unique_job("two");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       5,
       [&](const RankContext& ctx) {
@@ -136,7 +130,7 @@ TEST(Shrink, TwoDeathsAreBothLeftOut) {
 // both have joined it (it watches the store's count of joiners). They go again without it, and
 // the two make a communicator of themselves.
 TEST(Shrink, ARankThatDiesWhileTheOthersShrinkIsLeftOutInTurn) {
-  const std::string job = unique_job("during");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       4,
       [&](const RankContext& ctx) {
@@ -163,7 +157,7 @@ TEST(Shrink, ARankThatDiesWhileTheOthersShrinkIsLeftOutInTurn) {
 // A shrunk communicator shrinks again, and a split of one shrinks too: its job ranks name the
 // dead ranks in the store.
 TEST(Shrink, AShrunkCommunicatorAndASplitOfOneShrinkAgain) {
-  const std::string job = unique_job("again");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       5,
       [&](const RankContext& ctx) {
@@ -194,7 +188,7 @@ TEST(Shrink, AShrunkCommunicatorAndASplitOfOneShrinkAgain) {
 // 1 the world it came from (as a rank that missed the first shrink would): both leave out ranks 2
 // and 3 and meet in one communicator.
 TEST(Shrink, RanksShrinkingDifferentCommunicatorsOfALineMeet) {
-  const std::string job = unique_job("line");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       4,
       [&](const RankContext& ctx) {
@@ -290,7 +284,7 @@ TEST(Shrink, AcrossHostsARankFoundLostThatResumesCannotJoin) {
 // Ranks that called different collectives all live: a shrink after that mismatch refuses at once,
 // naming the failure, instead of waiting for a death that will not come.
 TEST(Shrink, RefusesAtOnceAfterAFailureNoDeathExplains) {
-  const std::string job = unique_job("mismatch");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       2,
       [&](const RankContext& ctx) {
@@ -317,7 +311,7 @@ TEST(Shrink, RefusesAtOnceAfterAFailureNoDeathExplains) {
 
 // The same through the C API: rank 1 of 3 dies, and the others' shrunk handle works.
 TEST(Shrink, ThroughTheCApi) {
-  const std::string job = unique_job("c");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       3,
       [&](const RankContext& ctx) {
@@ -347,7 +341,7 @@ TEST(Shrink, ThroughTheCApi) {
 
 // Shrink refuses where it cannot help, naming why.
 TEST(Shrink, RefusesWhereNoRankIsDeadOrTheStoreCannotTell) {
-  const std::string job = unique_job("refused");
+  const std::string job = testing::unique_job_name();
   const auto outcomes = testing::run_ranks_raw(
       2,
       [&](const RankContext& ctx) {

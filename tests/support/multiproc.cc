@@ -38,19 +38,6 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
-std::string unique_job_name() {
-  static std::atomic<int> counter{0};
-  std::string test = "test";
-  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
-    test = std::string(info->test_suite_name()) + "." + info->name();
-  }
-  // Keep it short and file-name friendly: segment names derive from it.
-  std::string clean;
-  for (char c : test) clean += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  if (clean.size() > 40) clean = clean.substr(clean.size() - 40);
-  return "t" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" +
-         clean;
-}
 
 // The child side: never returns, never runs the parent's teardown.
 [[noreturn]] void child_main(int report_fd, pid_t parent, const RankContext& ctx,
@@ -138,6 +125,20 @@ void record_status(RankOutcome& out, int status) {
 }
 
 }  // namespace
+
+std::string unique_job_name() {
+  static std::atomic<int> counter{0};
+  std::string test = "test";
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    test = std::string(info->test_suite_name()) + "." + info->name();
+  }
+  // Keep it short and file-name friendly: segment names derive from it.
+  std::string clean;
+  for (char c : test) clean += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (clean.size() > 40) clean = clean.substr(clean.size() - 40);
+  return "t" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" +
+         clean;
+}
 
 std::string RankOutcome::describe() const {
   std::string s = "rank " + std::to_string(rank) + ": ";

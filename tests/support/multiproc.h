@@ -63,6 +63,10 @@ class ChildCheckFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A job name no other run shares (the current test's name, this process, a counter): what a run
+// gets where RunOptions::job_name is empty; a test that checks the job's segments names it so.
+std::string unique_job_name();
+
 // Runs body(comm) in `size` children, each with a Communicator created through the parent's store.
 std::vector<RankOutcome> run_ranks(int size, const std::function<void(Communicator&)>& body,
                                    const RunOptions& options = {});
