@@ -38,7 +38,6 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
-
 // The child side: never returns, never runs the parent's teardown.
 [[noreturn]] void child_main(int report_fd, pid_t parent, const RankContext& ctx,
                              const std::function<void(const RankContext&)>& body) {
