@@ -105,7 +105,9 @@ class Communicator {
   // From an explicit (rank, size, store address "host:port") triple.
   static Communicator create(int rank, int size, const std::string& store_address,
                              const std::string& secret = "", const CommOptions& options = {});
-  // Over an existing store; `name` keeps several communicators on one store apart.
+  // Over an existing store; `name` keeps several communicators on one store apart. A name may be
+  // used again: after its communicator is destroyed, or after a creation under it failed (every
+  // rank then tries again).
   static Communicator create(int rank, int size, std::shared_ptr<Store> store,
                              const std::string& name = "world", const CommOptions& options = {});
 
@@ -144,7 +146,8 @@ class Communicator {
   // dead rank here (at once for a healthy communicator or one that failed on what no death
   // explains, a mismatch; one that failed on a death, a loss, a timeout or an abort first waits up
   // to the setup timeout for the store to learn of a death), or cannot tell (made by create() over
-  // the caller's own store); Error(peer_died) where the store holds this very rank lost. This
+  // the caller's own store); Error(peer_died) where the store holds this very rank lost. A shrink
+  // that failed (a survivor was late: Error(timeout)) may be called again by every survivor. This
   // communicator stays failed: destroy it. docs/fabric.md, "Going on without a rank".
   Communicator shrink(const CommOptions& options = {}) const;
 

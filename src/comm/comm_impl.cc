@@ -16,6 +16,7 @@
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
 #include "comm/host_discovery.h"
+#include "comm/name_generations.h"
 #include "comm/net_p2p.h"
 #include "comm/open_file_room.h"
 #include "comm/process_failures.h"
@@ -90,10 +91,8 @@ CommImpl::CommImpl(CommSetup setup)
                 "communicator '" + setup_.name + "': rank " + std::to_string(setup_.rank) +
                     " is outside [0, size=" + std::to_string(setup_.size) + ")");
   }
-  // Ranks join in the same order on every rank, so the n-th group of `size` joiners forms the
-  // n-th communicator of this name: keys never collide when a name is reused.
-  int64_t joined = setup_.store->add(setup_.name + "/joined", 1);
-  uint64_t generation = static_cast<uint64_t>((joined - 1) / setup_.size);
+  // Keys never collide when a name is used again, nor after a failed creation under it.
+  const uint64_t generation = take_generation(*setup_.store, setup_.name, setup_.size);
   std::shared_ptr<Store> scoped_store =
       std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
   // A split knows its members' job ranks: a death or loss of another rank of the job does not
@@ -109,6 +108,8 @@ CommImpl::CommImpl(CommSetup setup)
     // other communicators keep it as a failure met first: where the process leaves them or exits
     // now, their peers name this cause (the parent of a split that failed, say).
     const transport::FailureRecord root = transport::root_of(std::current_exception());
+    // First: those who try again under this name meet in the next generation.
+    abandon_generation(*setup_.store, setup_.name, generation);
     ProcessFailures::instance().record(root);
     transport::FailureBoard board(scoped_store);
     board.publish(root);

@@ -9,78 +9,22 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "support/memory_store.h"
 #include "tpf/error.h"
 
 namespace tpf::transport {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Keys in memory; `gated`: every call waits until open() (a store that does not answer yet).
-class MemoryStore : public Store {
- public:
-  explicit MemoryStore(bool gated = false) : open_(!gated) {}
-  void open() {
-    {
-      std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    opened_.notify_all();
-  }
-  void set(const std::string& key, const std::string& value) override {
-    std::unique_lock lock = enter();
-    values_[key] = value;
-  }
-  std::string get(const std::string& key, std::chrono::milliseconds) override {
-    std::unique_lock lock = enter();
-    const auto found = values_.find(key);
-    if (found == values_.end()) throw Error(ErrorCode::timeout, "no key " + key);
-    return found->second;
-  }
-  int64_t add(const std::string& key, int64_t delta) override {
-    std::unique_lock lock = enter();
-    const int64_t now = (values_.count(key) ? std::stoll(values_[key]) : 0) + delta;
-    values_[key] = std::to_string(now);
-    return now;
-  }
-  bool check(const std::string& key) override {
-    std::unique_lock lock = enter();
-    return values_.count(key) != 0;
-  }
-
- private:
-  std::unique_lock<std::mutex> enter() {
-    std::unique_lock lock(mu_);
-    opened_.wait(lock, [this] { return open_; });
-    return lock;
-  }
-  std::mutex mu_;
-  std::condition_variable opened_;
-  bool open_;
-  std::map<std::string, std::string> values_;
-};
-
-// Every call fails, as a store whose server went away does.
-class GoneStore : public Store {
- public:
-  void set(const std::string&, const std::string&) override { fail(); }
-  std::string get(const std::string&, std::chrono::milliseconds) override { fail(); }
-  int64_t add(const std::string&, int64_t) override { fail(); }
-  bool check(const std::string&) override { fail(); }
-
- private:
-  [[noreturn]] static void fail() { throw Error(ErrorCode::bootstrap, "the store is gone"); }
-};
+using testing::GoneStore;
+using testing::MemoryStore;
 
 // What `board` reads within 30 s (the reader looks every 5 ms), or nothing.
 std::optional<FailureRecord> read_within_bound(FailureBoard& board) {

@@ -181,5 +181,42 @@ TEST(SetupFault, ASplitOfLiveRanksIsMadeAfterAnotherRankOfTheJobDied) {
   testing::expect_no_segments_of(job);
 }
 
+// A creation that failed with some of its ranks joined (ranks 0 and 1 timed out waiting for rank
+// 2) is tried again under the same name by all three, rank 2 arriving last: they meet and the
+// communicator works. Until 2026-12-07 the failed try's joiners stayed counted, so the retry's
+// ranks fell into different generations of the name (rank 2 into the failed one, reading what
+// ranks 0 and 1 had left there) and each waited out its setup timeout, at every retry after.
+TEST(SetupFault, ACreationThatFailedCanBeTriedAgainUnderItsName) {
+  const std::string job = testing::unique_job_name();
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        auto store = connect_store(ctx, ctx.rank);
+        if (ctx.rank < 2) {
+          CommOptions hasty = ctx.comm_options;
+          hasty.timeout = 1s;  // rank 2 does not come until both have failed: any timeout fails
+          try {
+            Communicator::create(ctx.rank, ctx.size, store, "again", hasty);
+            TPF_CHILD_CHECK(false, "created without rank 2");
+          } catch (const Error& e) {
+            TPF_CHILD_CHECK(e.code() == ErrorCode::timeout,
+                            std::string(error_code_name(e.code())) + ": " + e.what());
+          }
+          store->set("failed/" + std::to_string(ctx.rank), "1");
+        } else {
+          store->get_many({"failed/0", "failed/1"}, 20s);
+        }
+        CommOptions patient = ctx.comm_options;
+        patient.timeout = 20s;  // within the test's deadline, far beyond what a meeting takes
+        Communicator comm = Communicator::create(ctx.rank, ctx.size, store, "again", patient);
+        int32_t mine = ctx.rank + 1, sum = 0;
+        comm.all_reduce(&mine, &sum, 1, DType::i32, ReduceOp::sum);
+        TPF_CHILD_CHECK(sum == 6, "all_reduce gave " + std::to_string(sum));
+      },
+      options_for(job));
+  testing::expect_all_ok(outcomes);
+  testing::expect_no_segments_of(job);
+}
+
 }  // namespace
 }  // namespace tpf

@@ -209,6 +209,43 @@ TEST(Shrink, RanksShrinkingDifferentCommunicatorsOfALineMeet) {
   testing::expect_no_segments_of(job);
 }
 
+// A shrink that failed can be called again: rank 3 dies, ranks 0 and 1 shrink with a short
+// setup timeout and time out (rank 2 does not come until both have failed); then all three shrink
+// and meet. Until 2026-12-07 the failed try's joiners stayed counted under the new communicator's
+// name, which every try shares, so the second try's ranks fell into different generations of it
+// and waited out their setup timeouts.
+TEST(Shrink, AShrinkThatTimedOutCanBeCalledAgain) {
+  const std::string job = testing::unique_job_name();
+  const auto outcomes = testing::run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 3) ::raise(SIGKILL);
+        expect_the_death_reaches(world);
+        auto probe = testing::connect_to_store(ctx, -1);  // no rank's: its close is no death
+        if (ctx.rank < 2) {
+          // The store knows the death first, so the short timeout can only end the wait for rank 2.
+          TPF_CHILD_CHECK(testing::wait_until([&] { return !probe->dead_ranks().empty(); }, 20s),
+                          "the store never heard that rank 3 died");
+          CommOptions hasty;
+          hasty.timeout = 1s;
+          const Error e = expect_error("a shrink without rank 2", [&] { world.shrink(hasty); });
+          TPF_CHILD_CHECK(e.code() == ErrorCode::timeout,
+                          std::string(error_code_name(e.code())) + ": " + e.what());
+          probe->set("failed/" + std::to_string(ctx.rank), "1");
+        } else {
+          probe->get_many_from({0, 1}, {"failed/0", "failed/1"}, 30s);  // not ended by rank 3
+        }
+        Communicator live = world.shrink();
+        TPF_CHILD_CHECK(live.name() == "world.live(0-2)", live.name());
+        expect_it_works(live, {0, 1, 2});
+      },
+      options_for(job));
+  testing::expect_only_victims_killed(outcomes, {3});
+  testing::expect_no_segments_of(job);
+}
+
 // Across hosts (forced host ids: shared memory inside a host, UCX between): rank 2, on host b,
 // dies; the three left span both hosts, and a large all_reduce crosses the network too.
 TEST(Shrink, AcrossHostsTheRanksLeftOnEitherHostGoOn) {
