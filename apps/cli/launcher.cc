@@ -24,6 +24,7 @@
 #include "base/open_files.h"
 #include "cli/flight_dumps.h"
 #include "cli/line_prefixer.h"
+#include "cli/lost_ranks.h"
 #include "cli/process_util.h"
 #include "cli/remote_processes.h"
 #include "cli/remote_sweep.h"
@@ -114,6 +115,7 @@ struct Rank {
   Fd exec_status;      // read end of the child's CLOEXEC pipe: EOF = exec succeeded
   Fd out, err;         // read ends of the child's stdout/stderr (--tag-output only)
   std::unique_ptr<LinePrefixer> out_tag, err_tag;
+  bool ended_as_lost = false;  // --keep-going ended it: the job found it lost
 };
 
 // Owns the ranks' processes: whatever path leaves launch_job (including an exception), no rank
@@ -362,12 +364,15 @@ struct ChildPlan {
 
 class Job {
  public:
-  Job(const LaunchOptions& options, std::string path, FlightDumps& dumps, JobSweeper& sweeper)
+  // `lost`: the ranks the job found lost, to end (--keep-going), or null.
+  Job(const LaunchOptions& options, std::string path, FlightDumps& dumps, JobSweeper& sweeper,
+      LostRanks* lost)
       : options_(options),
         path_(std::move(path)),
         ranks_(options.world_size),
         dumps_(dumps),
-        sweeper_(sweeper) {}
+        sweeper_(sweeper),
+        lost_(lost) {}
 
   int run(const std::string& store_addr, const std::string& secret, const std::string& job_id,
           const SignalRouting& signals) {
@@ -559,6 +564,10 @@ class Job {
         fds.push_back({dumps_.watch_fd(), POLLIN, 0});
         owners.push_back({nullptr, 3});
       }
+      if (lost_ != nullptr) {
+        fds.push_back({lost_->fd(), POLLIN, 0});
+        owners.push_back({nullptr, 4});
+      }
       int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
       if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "poll", errno);
       if (rc > 0) {
@@ -567,6 +576,8 @@ class Job {
           auto [rank, stream] = owners[i - 1];
           if (stream == 3) {
             dumps_.drain_watch();  // a dump file changed: enforce_deadlines() looks
+          } else if (stream == 4) {
+            end_lost_ranks();
           } else if (stream == 0) {
             read_exec_status(*rank);
           } else {
@@ -664,7 +675,9 @@ class Job {
       if (failed) report(who + " exited with code " + std::to_string(code));
     } else if (WIFSIGNALED(r.wait_status)) {
       int sig = WTERMSIG(r.wait_status);
-      if (stopped_by_launcher_ || received_signal_ != 0) {
+      if (r.ended_as_lost) {
+        report(who + " was ended by " + signal_name(sig) + " (found lost)");
+      } else if (stopped_by_launcher_ || received_signal_ != 0) {
         report(who + " was stopped by " + signal_name(sig));
       } else {
         report(who + " was killed by signal " + signal_name(sig));
@@ -682,6 +695,30 @@ class Job {
     // The others will notice the dead peer through their own deadlines and say so; give them
     // the grace period to do it before stopping them.
     if (!term_deadline_ && !kill_deadline_) term_deadline_ = Clock::now() + options_.grace;
+  }
+
+  // --keep-going: a rank the job found lost has been given up by the ranks that go on
+  // (cli/lost_ranks.h). Ended at once with SIGKILL, which a stopped process takes too, here and
+  // (--hosts) on its host.
+  void end_lost_ranks() {
+    std::set<int> ending;
+    for (const LostRanks::Report& lost : lost_->take()) {
+      if (lost.rank < 0 || lost.rank >= options_.world_size) continue;
+      Rank& r = ranks_.ranks()[static_cast<size_t>(lost.rank)];
+      if (!r.running || r.ended_as_lost) continue;  // it exited, or was ended already
+      report("rank " + std::to_string(lost.rank) + " was found lost by rank " +
+             std::to_string(lost.found_by) + " (" + lost.reason + "); ending it (--keep-going)");
+      r.ended_as_lost = true;
+      ending.insert(lost.rank);
+      if (::kill(-r.pid, SIGKILL) != 0) ::kill(r.pid, SIGKILL);
+    }
+    if (ending.empty() || options_.hosts.empty()) return;
+    const auto until = Clock::now() + kRemoteProcessDeadline;
+    std::vector<RemoteProcess> theirs;
+    for (const RemoteProcess& p : remote_processes(armed_remote_pids()))
+      if (ending.count(p.rank) != 0) theirs.push_back(p);
+    if (!theirs.empty())
+      signal_remote_processes(options_.remote_shell, theirs, {SIGKILL}, remote_time_left(until));
   }
 
   // What to do once the ranks asked for their flight recorders have dumped them.
@@ -880,6 +917,7 @@ class Job {
   RankSet ranks_;
   FlightDumps& dumps_;
   JobSweeper& sweeper_;
+  LostRanks* lost_;
   std::string job_id_;
   std::optional<Clock::time_point> job_deadline_;
   std::optional<Clock::time_point> dump_deadline_;  // a dump request is pending until then
@@ -947,11 +985,13 @@ int launch_job(const LaunchOptions& options) {
   // communicators need: comm/open_file_room.h).
   base::make_room_for_files(kLauncherFilesPerRank * static_cast<uint64_t>(options.world_size),
                             kLauncherSpareFiles);
+  LostRanks lost;  // before the server, whose thread tells it
   TcpStoreServer server(bind, 0, secret);
+  if (options.keep_going) server.on_rank_lost(lost.handler());
   std::string store_addr = advertised + ":" + std::to_string(server.port());
   read_dumps_from_store(dumps, options, bind == "0.0.0.0" ? "127.0.0.1" : bind, server.port(),
                         secret);
-  Job job(options, *path, dumps, sweeper);
+  Job job(options, *path, dumps, sweeper, options.keep_going ? &lost : nullptr);
   return job.run(store_addr, secret, job_id, signals);
 }
 

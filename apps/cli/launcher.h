@@ -24,7 +24,8 @@ struct LaunchOptions {
   // failure) before SIGTERM, and again between SIGTERM and SIGKILL.
   std::chrono::milliseconds grace{3000};
   // --keep-going: a rank that fails does not stop the others, which may go on without it
-  // (Communicator::shrink); the exit status still says that a rank failed.
+  // (Communicator::shrink), and a rank the job finds lost is ended (cli/lost_ranks.h); the exit
+  // status still says that a rank failed.
   bool keep_going = false;
   // Stop the job after this long (--job-timeout): ask the ranks for their flight recorders, print
   // where each one is, then SIGTERM and, after the grace, SIGKILL. Exit code kExitJobTimeout.

@@ -267,7 +267,8 @@ void add_run_command(Command& tpf) {
       .type_name("LIST");
   run.add_flag("--keep-going", flags->keep_going,
                "a rank that fails does not stop the others: they may go on without it\n"
-               "(Communicator::shrink); the exit status is still 1");
+               "(Communicator::shrink); a rank the job finds lost (stopped, or cut off\n"
+               "from the other hosts) is ended (SIGKILL); the exit status is still 1");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");
   run.add_option("program", flags->command,

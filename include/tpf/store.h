@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,6 +118,14 @@ class TcpStoreServer {
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   uint16_t port() const noexcept;
+
+  // Called on the server's thread for each rank first reported lost (Store::report_lost): its job
+  // rank, the job rank that found it and the report. For a supervisor that serves the store:
+  // `tpf run --keep-going` ends the process the ranks that go on gave up. Must not block (the
+  // server waits for it); replaces the handler set before.
+  using LostRankHandler =
+      std::function<void(int job_rank, int found_by, const std::string& reason)>;
+  void on_rank_lost(LostRankHandler handler);
 
   // Counters for monitoring and tests; updated by the server thread once per round.
   struct Stats {

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -100,6 +101,8 @@ struct TcpStoreServer::Impl {
   bootstrap::Listener listener;
   Socket wake_fd;  // eventfd: the destructor writes it to stop the thread
   std::thread thread;
+  std::mutex lost_handler_mu;  // on_rank_lost may be called while the thread runs
+  LostRankHandler lost_handler;
 
   // Published by the server thread at the end of each round (see stats()).
   struct {
@@ -140,7 +143,8 @@ struct TcpStoreServer::Impl {
   bool connection_pending() const;
   void remove(std::unordered_map<uint64_t, Connection>::iterator it);
   // Notes a death; a rank already noted (reported lost, then killed) is kept as first noted.
-  void note_death(DeadRank death);
+  // False if it was.
+  bool note_death(DeadRank death);
   // The pid a connection of `job_rank` declared, or 0.
   int64_t pid_of(int job_rank) const;
   void expire_strangers();
@@ -256,10 +260,11 @@ void TcpStoreServer::Impl::remove(std::unordered_map<uint64_t, Connection>::iter
   accept_paused = false;  // a descriptor is free again
 }
 
-void TcpStoreServer::Impl::note_death(DeadRank death) {
+bool TcpStoreServer::Impl::note_death(DeadRank death) {
   for (const DeadRank& known : dead_ranks)
-    if (known.rank == death.rank) return;
+    if (known.rank == death.rank) return false;
   dead_ranks.push_back(std::move(death));
+  return true;
 }
 
 int64_t TcpStoreServer::Impl::pid_of(int job_rank) const {
@@ -578,8 +583,16 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     }
     const int rank = static_cast<int32_t>(*job_rank);
     if (reason->empty()) reason = "(no reason given)";
+    const int finder = static_cast<int32_t>(*found_by);
     // Waiters are answered at the end of the round, as for a death.
-    note_death({rank, pid_of(rank), static_cast<int32_t>(*found_by), std::move(*reason)});
+    if (note_death({rank, pid_of(rank), finder, *reason})) {
+      LostRankHandler handler;
+      {
+        std::lock_guard lock(lost_handler_mu);
+        handler = lost_handler;
+      }
+      if (handler) handler(rank, finder, *reason);
+    }
     return respond(c, ok_payload());
   }
   if (*op == static_cast<uint8_t>(proto::Op::dead)) {
@@ -880,6 +893,11 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 uint16_t TcpStoreServer::port() const noexcept { return impl_->listener.port; }
+
+void TcpStoreServer::on_rank_lost(LostRankHandler handler) {
+  std::lock_guard lock(impl_->lost_handler_mu);
+  impl_->lost_handler = std::move(handler);
+}
 
 TcpStoreServer::Stats TcpStoreServer::stats() const {
   const auto& p = impl_->published;

@@ -2341,16 +2341,26 @@ TEST_P(AcrossHostsFailures, ARankKilledDuringARecvFromAnotherHostIsNamed) {
 
 // A pair off each other's rails connects on its first transfer (comm_impl.h:
 // first_network_peers): rank 3 (host b, local 1) and rank 4 (host c's leader) are no first peers
-// of each other. After a first barrier (every rank has made the communicator) rank 3 dies; rank
-// 4's first receive from it names it (its connection refused, or a notice from rank 3's host-mate,
-// which sees the death in shared memory), as do the ranks waiting in a second barrier.
+// of each other. Once every rank has left a first barrier (every rank has made the communicator)
+// rank 3 dies; rank 4's first receive from it names it (its connection refused, or a notice from
+// rank 3's host-mate, which sees the death in shared memory), as do the ranks waiting in a second
+// barrier. (Rank 3 once died as soon as it had left the barrier, and a notice of its death reached
+// rank 0 before rank 4's last message of that barrier, on another connection: rank 0's first
+// barrier failed, as a collective that a death overtakes may.)
 TEST_P(AcrossHostsFailures, ARankKilledBeforeItsFirstTransferWithAPeerOffItsRailIsNamed) {
   const HostKeys three_of_two = {"host-a", "host-a", "host-b", "host-b", "host-c", "host-c"};
+  SharedBlock shared;  // [0]: the ranks out of the first barrier
   auto outcomes = run_on_hosts(
       three_of_two,
-      [](Communicator& comm) {
+      [&](Communicator& comm) {
         comm.barrier();
-        if (comm.rank() == 3) ::raise(SIGKILL);
+        shared.counter(0).fetch_add(1);
+        if (comm.rank() == 3) {
+          TPF_CHILD_CHECK(
+              wait_until([&] { return shared.counter(0).load() == 6; }, std::chrono::seconds(50)),
+              "the others never left the first barrier");
+          ::raise(SIGKILL);
+        }
         int32_t value = 0;
         const Error e = expect_error("waiting on a dead rank", [&] {
           if (comm.rank() == 4) {

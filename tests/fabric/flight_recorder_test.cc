@@ -752,7 +752,9 @@ TEST(FlightRecorderRanks, ASplitsDumpsNameItsRanksByTheJobsNumbersToo) {
 // (this binary, with --gtest_also_run_disabled_tests). TPF_FR_SCENARIO says what to do:
 // "hang": four barriers, then every rank but 2 calls an all_reduce (with FR_CALL_TIMEOUT_MS, if
 // set) that rank 2 never joins; "stop": the same with rank 2 stopping itself (SIGSTOP) instead;
-// "ok": two barriers, print the dump directory, exit 0. With FR_PID_DIR set, each rank writes its
+// "lost": as "stop", and the others, whose all_reduce fails once rank 2 is found lost (across
+// hosts: its watcher's heartbeat), shrink and go on, saying so, and exit 0; "ok": two barriers,
+// print the dump directory, exit 0. With FR_PID_DIR set, each rank writes its
 // pid into the file rankN there first.
 TEST(FlightRecorderRankProgram, DISABLED_Run) {
   const char* scenario = std::getenv("TPF_FR_SCENARIO");
@@ -772,7 +774,7 @@ TEST(FlightRecorderRankProgram, DISABLED_Run) {
   std::printf("ready %d\n", comm.rank());
   std::fflush(stdout);
   if (comm.rank() == 2) {
-    if (std::string(scenario) == "stop") ::raise(SIGSTOP);
+    if (std::string(scenario) != "hang") ::raise(SIGSTOP);
     for (;;) ::pause();  // until tpf run stops it; the dump signal only interrupts the pause
   }
   CallOptions call;
@@ -783,7 +785,12 @@ TEST(FlightRecorderRankProgram, DISABLED_Run) {
     comm.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum, call);
   } catch (const Error& e) {
     std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
-    std::_Exit(3);
+    if (std::string(scenario) != "lost") std::_Exit(3);
+    Communicator live = comm.shrink();
+    live.all_reduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum);
+    std::printf("rank %d went on with %d ranks: %g\n", comm.rank(), live.size(), b[0]);
+    std::fflush(stdout);
+    std::_Exit(live.size() == 2 && b[0] == 2.0f ? 0 : 4);
   }
   std::_Exit(0);
 }
@@ -1045,6 +1052,38 @@ TEST(FlightRecorderLauncher, AcrossHostsAStoppedRankIsSaidToBeStoppedAndEndedOnI
               contains(r.err, "rank 2 still running after rank 1 failed; sending SIGTERM"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
+  const std::string dir = named_dump_dir(r.err);
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+}
+
+// tpf run --keep-going across hosts: rank 2 stops on host c (in a session of its own, as sshd
+// starts it: ending its remote shell does not end it, and the ranks do not end with the store);
+// its watcher's heartbeat finds it lost and tells the store, the others shrink and go on, and tpf
+// run ends rank 2 on its host instead of waiting for it (before, until --job-timeout).
+TEST(FlightRecorderLauncher, AcrossHostsKeepGoingEndsARankFoundLostOnItsHost) {
+  SeparateHosts hosts(FakeRemoteShell::Session::own);
+  ASSERT_TRUE(hosts.rsh.ok());
+  ScratchDir pids;
+  std::vector<std::string> launcher = hosts.run_on("a:1,b:1,c:1");
+  for (const char* a : {"--keep-going", "--job-timeout", "60"}) launcher.push_back(a);
+  const Outcome r = run_tpf(tpf_run_args(launcher),
+                            {"TPF_FR_SCENARIO=lost", "TPF_HOST_LOST_S=3", hosts.tmpdir(),
+                             "FR_PID_DIR=" + pids.path(), "TPF_END_WITH_STORE=0"},
+                            {}, 90s);
+  const pid_t stopped = rank_pids(pids, 3)[2];
+  ASSERT_GT(stopped, 0) << r.err;
+  EXPECT_TRUE(ends_soon(stopped)) << "rank 2 (pid " << stopped << ") outlived the job\n" << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // a rank failed
+  EXPECT_FALSE(contains(r.err, "--job-timeout")) << r.err;
+  EXPECT_TRUE(contains(r.err, "tpf run: rank 2 was found lost by rank ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "(host 'c') has sent no heartbeat")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; ending it (--keep-going)")) << r.err;
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(contains(r.out, "rank " + std::to_string(rank) + " went on with 2 ranks: 2"))
+        << r.out << r.err;
+  }
   const std::string dir = named_dump_dir(r.err);
   std::error_code ec;
   if (!dir.empty()) std::filesystem::remove_all(dir, ec);

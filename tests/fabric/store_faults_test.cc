@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -323,6 +324,33 @@ TEST(StoreDeadRank, DeadRanksListsTheDeadAndTheLostOnceEach) {
   ASSERT_FALSE(reply.empty());
   EXPECT_EQ(reply.at(0), static_cast<char>(proto::Status::error));
   EXPECT_NE(reply.find("malformed dead request"), std::string::npos) << reply;
+}
+
+// The server tells its owner of each rank first reported lost (tpf run --keep-going ends it): not
+// of a rank reported again, nor of one whose connection had closed (dead already).
+TEST(StoreDeadRank, TheServerTellsOfEachRankFirstReportedLost) {
+  struct Told {
+    int rank, found_by;
+    std::string reason;
+  };
+  std::mutex mu;
+  std::vector<Told> told;
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  server.on_rank_lost([&](int rank, int found_by, const std::string& reason) {
+    std::lock_guard lock(mu);
+    told.push_back({rank, found_by, reason});
+  });
+  auto finder = rank_client(server, 1);
+  connect_and_vanish(server, 5, 4242);
+  ASSERT_TRUE(wait_until([&] { return server.stats().dead_ranks == 1; }, 10s));
+  EXPECT_TRUE(finder->report_lost(3, "no heartbeat for 3.0 s", 5s));
+  EXPECT_TRUE(finder->report_lost(3, "no heartbeat again", 5s));
+  EXPECT_TRUE(finder->report_lost(5, "lost after it died", 5s));
+  std::lock_guard lock(mu);  // each report was answered after the handler ran
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].rank, 3);
+  EXPECT_EQ(told[0].found_by, 1);
+  EXPECT_EQ(told[0].reason, "no heartbeat for 3.0 s");
 }
 
 TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {

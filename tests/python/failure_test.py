@@ -7,18 +7,24 @@ once per case, since the fabric ties a later failure to an earlier one in the sa
             shrink the world to the two of them, and that communicator works
   abort     rank 1 aborts while the others wait in a collective: they get tpfabric.AbortedError
             naming rank 1, and rank 1's own next call fails too
+  lost      each rank a host of its own (TPF_NODE_ID); rank 2 stops (SIGSTOP), the others'
+            collective fails naming it found lost (its watcher's heartbeat, TPF_HOST_LOST_S), and
+            they shrink and go on; under `tpf run --keep-going` (run.sh) tpf run ends rank 2
   raise     rank 0 dies of an uncaught exception with a recv posted: its exit hook aborts the
             communicator, so the others' collective fails at once naming rank 0 (without it,
             rank 0's exit waited for the recv until the deadline, and they with it). The job
             fails by design: run.sh checks ranks 1 and 2 said they passed."""
 
 import os
+import signal
 import sys
 
 import numpy as np
 
 import tpfabric as tpf
 
+if sys.argv[1] == "lost":  # hosts of one rank each, over loopback
+    os.environ["TPF_NODE_ID"] = "host-" + os.environ["TPF_RANK"]
 world = tpf.Communicator.from_env(timeout=120)
 rank = world.rank
 assert world.size == 3, world.size
@@ -75,6 +81,22 @@ if case == "shrink":
         sys.stdout.flush()
         os.kill(os.getpid(), 9)
     expect(tpf.PeerDiedError, lambda: world.all_reduce(np.ones(4, np.float32)), "rank 2")
+    live = world.shrink()
+    assert (live.size, live.rank, live.name) == (2, rank, "world.live(0-1)"), live
+    v = np.full(4, rank + 1, np.float32)
+    live.all_reduce(v)
+    assert (v == 3).all(), v
+    print(f"rank {rank}: the shrunk communicator '{live.name}' works")
+    print(f"rank {rank}: tpfabric failures ({case}): all checks passed")
+    sys.exit(0)
+if case == "lost":
+    world.barrier()
+    if rank == 2:
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        sys.exit(f"rank {rank}: resumed, where tpf run should have ended it")
+    expect(tpf.TimeoutError, lambda: world.all_reduce(np.ones(4, np.float32)),
+           "rank 2 (host 'host-2') has sent no heartbeat")
     live = world.shrink()
     assert (live.size, live.rank, live.name) == (2, rank, "world.live(0-1)"), live
     v = np.full(4, rank + 1, np.float32)

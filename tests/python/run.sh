@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a test of the Python package on several ranks, as users start them:
 #   run.sh package TPF_BINARY   package_test.py under `tpf run -n 3`
-#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3` (shrink: --keep-going), a job
+#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3` (shrink, lost: --keep-going), a job
 #                               per case
 #   run.sh torch TPF_BINARY     torch_backend_test.py under a real torchrun (one node)
 #   run.sh torch-exit TPF_BINARY  torch_exit_test.py's cases under a real torchrun, 2 ranks
@@ -56,7 +56,20 @@ case "$mode" in
     grep -q "rank 2 was killed by signal SIGKILL" <<<"$out"
     grep -q "ranks 0,1 go on (--keep-going)" <<<"$out"
     grep -q "rank 0: tpfabric failures (shrink): all checks passed" <<<"$out"
-    grep -q "rank 1: tpfabric failures (shrink): all checks passed" <<<"$out" ;;
+    grep -q "rank 1: tpfabric failures (shrink): all checks passed" <<<"$out"
+    # Rank 2 stops on a host of its own: the others find it lost (heartbeat) and go on without
+    # it, and tpf run ends it instead of waiting for it (before, until --job-timeout).
+    echo "== lost"
+    status=0
+    out=$(TPF_HOST_LOST_S=3 timeout 120 "$tpf" run --keep-going --job-timeout 90 -n 3 "$python" \
+      "$here/failure_test.py" lost 2>&1) || status=$?
+    echo "$out"
+    [[ $status == 1 ]]
+    grep -q "rank 2 was found lost by rank [01] (.*has sent no heartbeat.*); ending it (--keep-going)" \
+      <<<"$out"
+    grep -q "rank 2 was ended by SIGKILL.* (found lost)" <<<"$out"
+    grep -q "rank 0: tpfabric failures (lost): all checks passed" <<<"$out"
+    grep -q "rank 1: tpfabric failures (lost): all checks passed" <<<"$out" ;;
   torch) torchrun 3 "$here/torch_backend_test.py" ;;
   torch-exit)
     echo "== exit"
