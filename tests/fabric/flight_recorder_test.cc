@@ -754,8 +754,8 @@ TEST(FlightRecorderRanks, ASplitsDumpsNameItsRanksByTheJobsNumbersToo) {
 // set) that rank 2 never joins; "stop": the same with rank 2 stopping itself (SIGSTOP) instead;
 // "lost": as "stop", and the others, whose all_reduce fails once rank 2 is found lost (across
 // hosts: its watcher's heartbeat), shrink and go on, saying so, and exit 0; "ok": two barriers,
-// print the dump directory, exit 0. With FR_PID_DIR set, each rank writes its
-// pid into the file rankN there first.
+// print the dump directory, exit 0. With FR_PID_DIR set, each rank writes its pid into the file
+// rankN there first.
 TEST(FlightRecorderRankProgram, DISABLED_Run) {
   const char* scenario = std::getenv("TPF_FR_SCENARIO");
   if (scenario == nullptr) GTEST_SKIP() << "only run under tpf run by the launcher tests";

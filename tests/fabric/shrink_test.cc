@@ -81,6 +81,20 @@ void expect_the_death_reaches(Communicator& world) {
                   std::string(error_code_name(e.code())) + ": " + e.what());
 }
 
+// The job's world once the ranks `victim` tells have died in it (SIGKILL, after a first barrier)
+// and their death has failed a call of this rank's. Never returns on a victim.
+template <class IsVictim>
+Communicator world_after_deaths(const RankContext& ctx, IsVictim victim) {
+  Communicator world = make_world(ctx);
+  world.barrier();
+  if (victim(ctx.rank)) ::raise(SIGKILL);
+  expect_the_death_reaches(world);
+  return world;
+}
+Communicator world_after_death_of(const RankContext& ctx, int victim) {
+  return world_after_deaths(ctx, [victim](int r) { return r == victim; });
+}
+
 // Rank 2 of 4 dies; the others' calls fail naming it, they shrink, and the three go on in their
 // order, named after the ranks that make them.
 TEST(Shrink, TheRanksThatGoOnWorkWithoutTheDeadOne) {
@@ -88,10 +102,7 @@ TEST(Shrink, TheRanksThatGoOnWorkWithoutTheDeadOne) {
   const auto outcomes = testing::run_ranks_raw(
       4,
       [&](const RankContext& ctx) {
-        Communicator world = make_world(ctx);
-        world.barrier();
-        if (ctx.rank == 2) ::raise(SIGKILL);
-        expect_the_death_reaches(world);
+        Communicator world = world_after_death_of(ctx, 2);
         Communicator live = world.shrink();
         TPF_CHILD_CHECK(
             live.size() == 3 && live.rank() == (ctx.rank < 2 ? ctx.rank : 2),
@@ -114,10 +125,7 @@ TEST(Shrink, TwoDeathsAreBothLeftOut) {
   const auto outcomes = testing::run_ranks_raw(
       5,
       [&](const RankContext& ctx) {
-        Communicator world = make_world(ctx);
-        world.barrier();
-        if (ctx.rank == 1 || ctx.rank == 3) ::raise(SIGKILL);
-        expect_the_death_reaches(world);
+        Communicator world = world_after_deaths(ctx, [](int r) { return r == 1 || r == 3; });
         Communicator live = world.shrink();
         expect_it_works(live, {0, 2, 4});
       },
@@ -161,10 +169,7 @@ TEST(Shrink, AShrunkCommunicatorAndASplitOfOneShrinkAgain) {
   const auto outcomes = testing::run_ranks_raw(
       5,
       [&](const RankContext& ctx) {
-        Communicator world = make_world(ctx);
-        world.barrier();
-        if (ctx.rank == 0) ::raise(SIGKILL);
-        expect_the_death_reaches(world);
+        Communicator world = world_after_death_of(ctx, 0);
         Communicator live = world.shrink();  // job ranks 1-4
         expect_it_works(live, {1, 2, 3, 4});
         Communicator odd_even = live.split(ctx.rank % 2, ctx.rank);  // {1, 3}, {2, 4}
@@ -192,10 +197,7 @@ TEST(Shrink, RanksShrinkingDifferentCommunicatorsOfALineMeet) {
   const auto outcomes = testing::run_ranks_raw(
       4,
       [&](const RankContext& ctx) {
-        Communicator world = make_world(ctx);
-        world.barrier();
-        if (ctx.rank == 3) ::raise(SIGKILL);
-        expect_the_death_reaches(world);
+        Communicator world = world_after_death_of(ctx, 3);
         Communicator live = world.shrink();
         expect_it_works(live, {0, 1, 2});
         if (ctx.rank == 2) ::raise(SIGKILL);
@@ -219,10 +221,7 @@ TEST(Shrink, AShrinkThatTimedOutCanBeCalledAgain) {
   const auto outcomes = testing::run_ranks_raw(
       4,
       [&](const RankContext& ctx) {
-        Communicator world = make_world(ctx);
-        world.barrier();
-        if (ctx.rank == 3) ::raise(SIGKILL);
-        expect_the_death_reaches(world);
+        Communicator world = world_after_death_of(ctx, 3);
         auto probe = testing::connect_to_store(ctx, -1);  // no rank's: its close is no death
         if (ctx.rank < 2) {
           // The store knows the death first, so the short timeout can only end the wait for rank 2.
