@@ -158,9 +158,12 @@ class RankSet {
   // pipes open and survive the job.
   void signal_running(int sig) {
     for (Rank& r : ranks_) {
-      if (!r.running) continue;
-      if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
+      if (r.running) signal(r, sig);
     }
+  }
+  // One rank's process group (or, where it has left its group, the process).
+  static void signal(const Rank& r, int sig) {
+    if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
   }
 
   // The running ranks whose process group has a stopped process in it (SIGSTOP, ^Z, a
@@ -710,7 +713,7 @@ class Job {
              std::to_string(lost.found_by) + " (" + lost.reason + "); ending it (--keep-going)");
       r.ended_as_lost = true;
       ending.insert(lost.rank);
-      if (::kill(-r.pid, SIGKILL) != 0) ::kill(r.pid, SIGKILL);
+      RankSet::signal(r, SIGKILL);
     }
     if (ending.empty() || options_.hosts.empty()) return;
     const auto until = Clock::now() + kRemoteProcessDeadline;

@@ -94,7 +94,7 @@ CommImpl::CommImpl(CommSetup setup)
   // Keys never collide when a name is used again, nor after a failed creation under it.
   const uint64_t generation = take_generation(*setup_.store, setup_.name, setup_.size);
   std::shared_ptr<Store> scoped_store =
-      std::make_shared<PrefixStore>(setup_.name + "/" + std::to_string(generation), setup_.store);
+      std::make_shared<PrefixStore>(generation_prefix(setup_.name, generation), setup_.store);
   // A split knows its members' job ranks: a death or loss of another rank of the job does not
   // end its waits (a communicator made by create() has members the store cannot know yet).
   if (!setup_.job_ranks.empty() && setup_.store_knows_job_ranks)

@@ -4,10 +4,14 @@ namespace tpf::detail {
 namespace {
 
 std::string abandoned_key(const std::string& name, uint64_t generation) {
-  return name + "/" + std::to_string(generation) + "/abandoned";
+  return generation_prefix(name, generation) + "/abandoned";
 }
 
 }  // namespace
+
+std::string generation_prefix(const std::string& name, uint64_t generation) {
+  return name + "/" + std::to_string(generation);
+}
 
 uint64_t take_generation(Store& store, const std::string& name, int size) {
   for (;;) {

@@ -18,6 +18,10 @@
 
 namespace tpf::detail {
 
+// Where generation `generation` of `name` keeps its keys: "<name>/<generation>" (a PrefixStore's
+// prefix).
+std::string generation_prefix(const std::string& name, uint64_t generation);
+
 // Takes this rank's ticket for a communicator `name` of `size` ranks and returns its generation,
 // skipping generations marked abandoned.
 uint64_t take_generation(Store& store, const std::string& name, int size);
