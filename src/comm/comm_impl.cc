@@ -134,6 +134,16 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   make_room_for_communicator(hosts_, setup_.rank);
   transport::FabricConfig config =
       fabric_config(setup_, generation, scoped_store, ranks_on_machine());
+  config.processes = processes_;
+  // A stopped rank is found lost by one owner: across hosts the heartbeat watches every rank (each
+  // host's by the previous host's leader), in this communicator or in another of the process that
+  // holds it (a world across hosts over this group of one host); otherwise the ranks waiting on it.
+  if (hosts_.single_host()) {
+    config.stopped_lost_after = setup_.settings.host_lost_after;
+    config.watched_elsewhere = [](uint64_t process) {
+      return ProcessFailures::instance().watched_by_heartbeat(process);
+    };
+  }
   if (!hosts_.single_host()) {
     // Shared memory joins this host's ranks only (numbered by local rank, with keys and segment
     // names of their own); the network joins this rank to every rank on another host.
@@ -184,15 +194,13 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
                           &recent_calls_, processes_},
-        *network_, [this](std::exception_ptr e) {
-          record_failure(e);  // first: the peers hear of it before the store does
-          report_loss_to_store(e);
-        });
+        *network_, [this](std::exception_ptr e) { record_failure(e); });
   }
   // Last, once nothing can throw: a communicator whose constructor threw is never removed.
-  ProcessFailures::instance().add(fabric_.get(), [this](const transport::FailureRecord& root) {
-    fail_if_holding_lost_process(root);
-  });
+  ProcessFailures::instance().add(
+      fabric_.get(),
+      [this](const transport::FailureRecord& root) { fail_if_holding_lost_process(root); },
+      heartbeat_ ? processes_ : std::vector<uint64_t>{});
 }
 
 CommImpl::~CommImpl() {
@@ -481,6 +489,8 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
   p2p_->fail_all(first);
   if (net_p2p_) net_p2p_->fail_all(first);
   recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
+  // Last: the peers hear of a loss this rank found before the job's store does.
+  if (root.lost_process != 0) report_loss_to_store(error);
   return first;
 }
 

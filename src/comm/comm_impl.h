@@ -136,7 +136,8 @@ class CommImpl {
   coll::HostGroup host_group();
   // Keeps `error` as the communicator's failure if it is the first (peers are told, and so are the
   // other communicators of this process) and returns the first failure's error, which pending
-  // and later operations report.
+  // and later operations report. A loss this rank found also goes to the job's store
+  // (report_loss_to_store).
   std::exception_ptr record_failure(std::exception_ptr error);
   // Tells the ranks on other hosts of this rank's failure (network_ set): notices, and the record
   // in the communicator's store, which is there before this returns (bounded), so that a process
@@ -147,10 +148,11 @@ class CommImpl {
   void fail_if_holding_lost_process(const transport::FailureRecord& root);
   // This communicator's rank whose process is `process` (a base::this_process_token), if any.
   std::optional<int> rank_of_process(uint64_t process) const;
-  // Where `error` is this rank's heartbeat finding one of its ranks lost: tells the job's store
-  // (Store::report_lost), so that every rank waiting there for what the lost process would set
-  // (a communicator being made, now or later) fails at once naming it, not at its deadline. Only
-  // the watcher that found the loss reports it: one report per loss, not one per rank that hears.
+  // Where `error` is this rank finding one of its ranks lost (its heartbeat, or a wait on a
+  // stopped peer of its host): tells the job's store (Store::report_lost), so that every rank
+  // waiting there for what the lost process would set (a communicator being made, now or later)
+  // fails at once naming it, not at its deadline, and `tpf run --keep-going` ends it. Only the
+  // ranks that found the loss report it, not every rank that hears of it.
   void report_loss_to_store(std::exception_ptr error) noexcept;
 
   CommSetup setup_;

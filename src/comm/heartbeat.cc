@@ -5,22 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <utility>
 
+#include "base/duration_text.h"
 #include "coll/op_desc.h"
 #include "tpf/error.h"
 
 namespace tpf::detail {
-namespace {
-
-std::string seconds(std::chrono::milliseconds ms) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-  return text;
-}
-
-}  // namespace
 
 std::vector<int> Heartbeat::watched_by(const topo::HostMap& hosts, int rank) {
   if (hosts.single_host() || hosts.local_rank(rank) != 0) return {};
@@ -113,9 +104,9 @@ void Heartbeat::watch(Clock::time_point now) {
         ErrorCode::timeout,
         config_.label + ": " +
             network_.names().with_host(rank, config_.hosts.key(config_.hosts.host_of(rank))) +
-            " has sent no heartbeat for " + seconds(silent) +
+            " has sent no heartbeat for " + base::format_seconds(silent) +
             ": its process is stopped or its host is unreachable " +
-            "(TPF_HOST_LOST_S = " + seconds(config_.lost_after) + ")",
+            "(TPF_HOST_LOST_S = " + base::format_seconds(config_.lost_after) + ")",
         rank < static_cast<int>(config_.processes.size()) ? config_.processes[rank] : 0);
   }
 }

@@ -1,6 +1,7 @@
 #include "comm/p2p_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <optional>
 
@@ -355,7 +356,8 @@ void P2pEngine::check_stalled() {
                         (send ? " has not received " : " has not sent ") +
                         (&p == &head ? "it" : "the earlier " + label(head)) + " (" +
                         std::to_string(head.transfer.chunks_moved()) + " of " +
-                        std::to_string(head.transfer.chunks()) + " chunks moved)");
+                        std::to_string(head.transfer.chunks()) + " chunks moved)" +
+                        fabric_.stopped_note(std::array{head.transfer.desc().peer}));
       }
     }
   }

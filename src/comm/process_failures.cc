@@ -16,19 +16,32 @@ void ProcessFailures::forget_if_forked() {
   pid_ = pid;
   members_.clear();
   first_.reset();
+  std::lock_guard watched_lock(watched_mu_);
+  watched_.clear();
 }
 
-void ProcessFailures::add(transport::ShmFabric* fabric, OnProcessLost on_lost) {
+void ProcessFailures::add(transport::ShmFabric* fabric, OnProcessLost on_lost,
+                          std::vector<uint64_t> heartbeat_watched) {
   std::lock_guard lock(mu_);
   forget_if_forked();
-  members_.push_back({fabric, std::move(on_lost)});
+  {
+    std::lock_guard watched_lock(watched_mu_);
+    for (uint64_t process : heartbeat_watched) ++watched_[process];
+  }
+  members_.push_back({fabric, std::move(on_lost), std::move(heartbeat_watched)});
   if (first_) fabric->note_process_failure(*first_);
 }
 
 void ProcessFailures::remove(transport::ShmFabric* fabric) {
   std::lock_guard lock(mu_);
   forget_if_forked();
-  std::erase_if(members_, [&](const Member& m) { return m.fabric == fabric; });
+  std::lock_guard watched_lock(watched_mu_);
+  std::erase_if(members_, [&](const Member& m) {
+    if (m.fabric != fabric) return false;
+    for (uint64_t process : m.heartbeat_watched)
+      if (--watched_[process] == 0) watched_.erase(process);
+    return true;
+  });
 }
 
 void ProcessFailures::record(const transport::FailureRecord& root) {
@@ -66,6 +79,11 @@ std::optional<transport::FailureRecord> ProcessFailures::lost(uint64_t process) 
   const auto it = lost_.find(process);
   if (it == lost_.end()) return std::nullopt;
   return it->second;
+}
+
+bool ProcessFailures::watched_by_heartbeat(uint64_t process) {
+  std::lock_guard lock(watched_mu_);
+  return watched_.contains(process);
 }
 
 }  // namespace tpf::detail

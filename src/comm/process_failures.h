@@ -34,8 +34,10 @@ class ProcessFailures {
   using OnProcessLost = std::function<void(const transport::FailureRecord&)>;
   // A live communicator: its fabric gets the note at once if a failure came first; `on_lost`
   // hears of the losses learnt from now on (called under this registry's lock: it may record a
-  // failure in turn, which comes back here).
-  void add(transport::ShmFabric* fabric, OnProcessLost on_lost = {});
+  // failure in turn, which comes back here). `heartbeat_watched`: the processes of a
+  // communicator across hosts, whose heartbeat watches every one of them.
+  void add(transport::ShmFabric* fabric, OnProcessLost on_lost = {},
+           std::vector<uint64_t> heartbeat_watched = {});
   void remove(transport::ShmFabric* fabric);
   // Keeps `root` if it is the process's first failure and notes it in every live fabric; where it
   // names a lost process not known before, notes that and tells every live communicator.
@@ -49,6 +51,11 @@ class ProcessFailures {
   // The first record this process learnt that named `process` (a base::this_process_token) lost,
   // if one did. Takes only a lock of its own: the network layer asks it with its own lock held.
   std::optional<transport::FailureRecord> lost(uint64_t process);
+  // Whether a heartbeat watches `process`: a live communicator across hosts of this process holds
+  // it. That heartbeat owns finding it stopped, not a communicator of one host that holds it too
+  // (transport/stopped_peers.h): one finder, one way of naming the loss. Takes only a lock of its
+  // own: shared-memory waits ask it.
+  bool watched_by_heartbeat(uint64_t process);
 
  private:
   // A forked child starts with none of this: its parent's failure and communicators are not its
@@ -58,6 +65,7 @@ class ProcessFailures {
   struct Member {
     transport::ShmFabric* fabric;
     OnProcessLost on_lost;
+    std::vector<uint64_t> heartbeat_watched;
   };
   std::recursive_mutex mu_;  // recursive: an on_lost callback records its communicator's failure
   pid_t pid_ = 0;            // the process the state belongs to
@@ -66,6 +74,8 @@ class ProcessFailures {
   std::mutex lost_mu_;  // guards lost_ only, and is never held while calling out
   // By lost process. Kept by a forked child, unlike the rest: those processes are lost to it too.
   std::map<uint64_t, transport::FailureRecord> lost_;
+  std::mutex watched_mu_;            // guards watched_ only, and is never held while calling out
+  std::map<uint64_t, int> watched_;  // process -> live members whose heartbeat watches it
 };
 
 }  // namespace tpf::detail

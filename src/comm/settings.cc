@@ -99,7 +99,8 @@ constexpr SettingInfo kCatalog[] = {
      "cost model: combining the hosts' partial results, GB/s"},
     {"TPF_HOST_LOST_S", "communicator",
      "seconds without a heartbeat after which a rank on another host is named stopped or "
-     "unreachable"},
+     "unreachable, and that a rank on this host may stay stopped before a rank waiting on it "
+     "finds it lost"},
     {"TPF_NET_NOTICE_WAIT_S", "communicator",
      "seconds a rank whose peer's connection failed waits for another rank's failure notice "
      "that explains it (a bad buffer or a crash its host-mates saw) before naming the peer lost "

@@ -47,7 +47,8 @@ struct CommSettings {
   // TPF_NET_CONNECT=all: connect to every rank on another host while a communicator is made
   // (every pair checked up front), instead of to the first peers only (the others on first use).
   bool net_connect_all = false;
-  // A rank on another host not heard from for this long is named lost (comm/heartbeat.h).
+  // A rank on another host not heard from for this long is named lost (comm/heartbeat.h); a rank
+  // on this host seen stopped for this long by one waiting on it, too (transport/stopped_peers.h).
   std::chrono::milliseconds host_lost_after{0};
   // A rank whose peer's connection failed waits this long for a notice that explains it
   // (transport::NetworkConfig::notice_wait).

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <string>
 #include <utility>
 
 namespace tpf::transport {
@@ -44,6 +46,19 @@ bool PeerProcess::alive() const {
   }
   // No pidfd (old kernel): the best we can do; misses unreaped zombies.
   return ::kill(pid_, 0) == 0 || errno == EPERM;
+}
+
+bool PeerProcess::stopped() const {
+  if (pid_ <= 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // "pid (command) S ...": the command may hold spaces and parentheses, the state follows the
+  // last ')'. 'T': stopped by a signal; 't': stopped by its tracer.
+  const size_t end_of_command = line.rfind(')');
+  if (end_of_command == std::string::npos || end_of_command + 2 >= line.size()) return false;
+  const char state = line[end_of_command + 2];
+  return state == 'T' || state == 't';
 }
 
 }  // namespace tpf::transport

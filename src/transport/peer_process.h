@@ -20,6 +20,10 @@ class PeerProcess {
   pid_t pid() const noexcept { return pid_; }
   // False once the process has exited (for any reason). Never blocks.
   bool alive() const;
+  // True while the process is stopped: by a stop signal (SIGSTOP, SIGTSTP, ...) or by a tracer (a
+  // debugger holding it). Reads /proc/<pid>/stat; false for an unknown peer or where that cannot
+  // be read (the process has just exited: alive() says so).
+  bool stopped() const;
 
  private:
   pid_t pid_ = 0;

@@ -14,12 +14,16 @@
 
 #include "base/available_memory.h"
 #include "base/byte_size.h"
+#include "base/duration_text.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/shm_layout.h"
 
 namespace tpf::transport {
 namespace {
+
+// How a process comes to be stopped, for the messages that say one is.
+constexpr const char* kStoppedHow = "a stop signal, or a debugger holding it";
 
 // What a rank publishes under "rank/<r>" once its segment exists: "<segment> <pid> <bytes>
 // <can_fence>". `ok` is false for a text that does not have all four.
@@ -60,7 +64,8 @@ size_t ShmFabric::mailbox_chunk_bytes(size_t slot_bytes, int ranks) {
   return std::min(by_slot, std::max(kMinChunk, by_mailboxes)) / kCacheLine * kCacheLine;
 }
 
-ShmFabric::ShmFabric(FabricConfig config) : config_(std::move(config)) {
+ShmFabric::ShmFabric(FabricConfig config)
+    : config_(std::move(config)), stopped_peers_(config_.size, config_.stopped_lost_after) {
   const int n = config_.size;
   if (config_.p2p_chunk_bytes == 0) {
     config_.p2p_chunk_bytes = mailbox_chunk_bytes(config_.slot_bytes, n);
@@ -409,7 +414,10 @@ void ShmFabric::check_alive(int peer, const WaitContext& ctx) const {
   // A peer that failed (and recorded why) or left the communicator before exiting is reported by
   // check_peer, which names the root cause. Its state is read after its death was seen, when it is
   // final, so a peer that marked itself failed and then exited is never mistaken for a victim.
-  if (processes_[peer].alive()) return;
+  if (processes_[peer].alive()) {
+    check_stopped(peer, ctx);
+    return;
+  }
   Control& other = control(peer);
   if (other.state.value.load(std::memory_order_acquire) != kStateOk) return;
   const std::string who = rank_name(peer) + " (pid " + std::to_string(processes_[peer].pid()) + ")";
@@ -522,6 +530,32 @@ void ShmFabric::check_p2p_peer(int peer, const WaitContext& ctx) const {
   check_self(ctx);
   check_alive(peer, ctx);
   check_peer(peer, ctx);
+}
+
+void ShmFabric::check_stopped(int peer, const WaitContext& ctx) const {
+  const std::optional<std::chrono::milliseconds> stopped =
+      stopped_peers_.lost_for(peer, processes_[peer]);
+  if (!stopped) return;
+  const auto r = static_cast<size_t>(comm_rank(peer));
+  const uint64_t process = r < config_.processes.size() ? config_.processes[r] : 0;
+  if (config_.watched_elsewhere && config_.watched_elsewhere(process)) return;
+  throw ProcessLostError(
+      ErrorCode::timeout,
+      ctx.op_label() + ": " + rank_name(peer) + " (pid " + std::to_string(processes_[peer].pid()) +
+          ") has been stopped for " + base::format_seconds(*stopped) + " (" + kStoppedHow +
+          "): found lost (TPF_HOST_LOST_S = " + base::format_seconds(stopped_peers_.lost_after()) +
+          ")",
+      process);
+}
+
+std::string ShmFabric::stopped_note(std::span<const int> ranks) const {
+  std::string note;
+  for (int p : ranks) {
+    if (!processes_[p].stopped()) continue;
+    note += "; " + rank_name(p) + " (pid " + std::to_string(processes_[p].pid()) +
+            ") is stopped (" + kStoppedHow + ")";
+  }
+  return note;
 }
 
 void ShmFabric::sleep_p2p(const std::function<bool()>& ready,

@@ -36,6 +36,7 @@
 #include "transport/rank_names.h"
 #include "transport/shm_segment.h"
 #include "transport/signal.h"
+#include "transport/stopped_peers.h"
 
 namespace tpf::transport {
 
@@ -145,6 +146,14 @@ struct FabricConfig {
   // as `names` says (with their numbers in the job where those differ).
   std::vector<int> comm_ranks;
   RankNames names;
+  // Each communicator rank's process (base::this_process_token), which a loss names; and how long
+  // a peer of this host may stay stopped before a rank waiting on it finds it lost (zero: never;
+  // transport/stopped_peers.h).
+  std::vector<uint64_t> processes;
+  std::chrono::milliseconds stopped_lost_after{0};
+  // Whether another part of the process owns finding a process lost (a heartbeat watches it):
+  // such a peer is not looked at for being stopped. Empty: none is.
+  std::function<bool(uint64_t process)> watched_elsewhere;
 };
 
 class ShmFabric {
@@ -218,8 +227,11 @@ class ShmFabric {
   // Hands the chunk try_recv(peer) returned back to its sender.
   void release_recv(int peer) noexcept;
   // Throws what keeps `peer` from ever completing a transfer with this rank: this rank aborted,
-  // or the peer aborted, failed or died.
+  // or the peer aborted, failed, died or was found lost (stopped).
   void check_p2p_peer(int peer, const WaitContext& ctx) const;
+  // "; rank 2 (pid 4242) is stopped (...)" for those of `ranks` whose processes are stopped now,
+  // "" if none: what a deadline's message adds about the peers it names.
+  std::string stopped_note(std::span<const int> ranks) const;
   // Sleeps until a peer moves one of this rank's mailboxes, wake_p2p() is called, one sleep
   // slice passes (as in wait(): dead peers and deadlines are looked at between slices) or `until`
   // comes; returns at once if ready() holds once the sleep is announced (no lost wake-ups).
@@ -299,9 +311,13 @@ class ShmFabric {
   void wait(Arrived&& arrived, std::span<const int> awaited, const WaitContext& ctx);
   [[noreturn]] void throw_mismatch(int peer, const Fingerprint& mine, const Fingerprint& theirs,
                                    const WaitContext& ctx) const;
-  // Throw if the peer aborted or failed (check_peer) or if its process is gone (check_alive).
+  // Throw if the peer aborted or failed (check_peer) or if its process is gone or found lost
+  // (check_alive).
   void check_peer(int peer, const WaitContext& ctx) const;
   void check_alive(int peer, const WaitContext& ctx) const;
+  // Throws the peer's loss once it has been stopped for config_.stopped_lost_after
+  // (transport/stopped_peers.h), unless another part of the process owns finding it.
+  void check_stopped(int peer, const WaitContext& ctx) const;
   // Throws the root cause if this rank was marked failed (mark_failed) while it waited.
   void check_self(const WaitContext& ctx) const;
   void ring_peers() noexcept;
@@ -328,6 +344,7 @@ class ShmFabric {
   std::vector<ShmSegment> peers_;  // index = rank (own rank's entry is empty)
   std::vector<std::byte*> bases_;  // mapped base of every rank's segment
   std::vector<PeerProcess> processes_;
+  StoppedPeers stopped_peers_;
   std::vector<int> all_peers_;
 };
 

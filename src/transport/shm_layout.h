@@ -150,7 +150,8 @@ void ShmFabric::wait(Arrived&& arrived, std::span<const int> awaited, const Wait
       for (int p : awaited)
         if (!arrived(p)) missing.push_back(p);
       throw Error(ErrorCode::timeout, ctx.op_label() + " timed out on " + rank_name(config_.rank) +
-                                          ": " + rank_names(missing) + " never arrived");
+                                          ": " + rank_names(missing) + " never arrived" +
+                                          stopped_note(missing));
     }
     if (stage == Backoff::Stage::sleep) {
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(ctx.deadline() - now);

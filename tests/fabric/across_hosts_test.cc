@@ -2217,7 +2217,10 @@ TEST_P(AcrossHostsFailures, ARankReceivingFromAStoppedPeerHearsOfItFromItsHostMa
 // network and so no heartbeat of its own (a tensor-parallel group inside a host, under a world
 // that spans hosts). Rank 0, rank 3's watcher in the world, names it; the notice reaches rank 2's
 // world, and with it the loss, which fails rank 2's communicator of host b at once. Until
-// 2026-12-06 rank 2 waited out its call's deadline there ("timed out"; 30 s here).
+// 2026-12-06 rank 2 waited out its call's deadline there ("timed out"; 30 s here). Rank 2 does
+// not find rank 3 stopped itself, though a communicator of one host does that where no heartbeat
+// watches (transport/stopped_peers.h): the world's heartbeat owns it, and every rank names the
+// loss its way (ProcessFailures::watched_by_heartbeat; the two raced before that rule).
 TEST_P(AcrossHostsFailures, AStoppedRanksHostMateWaitingInAnotherCommunicatorHearsOfIt) {
   Communicator on_host;  // the ranks of one host (each rank's own copy: they are processes)
   expect_every_other_rank_names_the_stopped_rank(

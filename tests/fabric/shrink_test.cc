@@ -291,6 +291,38 @@ TEST(Shrink, AcrossHostsARankFoundLostIsLeftOut) {
   testing::expect_only_victims_killed(outcomes, {3});
 }
 
+// The same on one host, where no heartbeat runs: a rank waiting on the stopped one finds it lost
+// once it has been stopped for TPF_HOST_LOST_S (transport/stopped_peers.h) and reports it to the
+// store, and the others leave it out.
+TEST(Shrink, AStoppedRankOfThisHostIsFoundLostAndLeftOut) {
+  const std::string job = testing::unique_job_name();
+  SharedBlock shared;  // [0]: the survivors done; [1]: rank 3's pid
+  const auto outcomes = testing::run_ranks_raw(
+      4,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        Communicator world = make_world(ctx);
+        world.barrier();
+        if (ctx.rank == 3) {
+          shared.counter(1).store(::getpid());
+          ::raise(SIGSTOP);
+          return;  // not reached: killed while stopped
+        }
+        const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
+        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+        const std::string naming =
+            "rank 3 (pid " + std::to_string(shared.counter(1).load()) + ") has been stopped for";
+        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
+        Communicator live = world.shrink();
+        expect_it_works(live, {0, 1, 2});
+        if (shared.counter(0).fetch_add(1) + 1 == 3)
+          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+      },
+      options_for(job));
+  testing::expect_only_victims_killed(outcomes, {3});
+  testing::expect_no_segments_of(job);
+}
+
 // A rank found lost while stopped that then resumes (a debugger let go of it): the others went on
 // without it, and its own shrink refuses, naming why, instead of waiting for them.
 TEST(Shrink, AcrossHostsARankFoundLostThatResumesCannotJoin) {

@@ -10,6 +10,7 @@ once per case, since the fabric ties a later failure to an earlier one in the sa
   lost      each rank a host of its own (TPF_NODE_ID); rank 2 stops (SIGSTOP), the others'
             collective fails naming it found lost (its watcher's heartbeat, TPF_HOST_LOST_S), and
             they shrink and go on; under `tpf run --keep-going` (run.sh) tpf run ends rank 2
+  stopped   as lost, on one host: a rank waiting on rank 2 finds it stopped (TPF_HOST_LOST_S)
   raise     rank 0 dies of an uncaught exception with a recv posted: its exit hook aborts the
             communicator, so the others' collective fails at once naming rank 0 (without it,
             rank 0's exit waited for the recv until the deadline, and they with it). The job
@@ -94,14 +95,15 @@ if case == "shrink":
         os.kill(os.getpid(), 9)
     expect(tpf.PeerDiedError, lambda: world.all_reduce(np.ones(4, np.float32)), "rank 2")
     go_on_without_rank_2()
-if case == "lost":
+if case in ("lost", "stopped"):
     world.barrier()
     if rank == 2:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGSTOP)
         sys.exit(f"rank {rank}: resumed, where tpf run should have ended it")
-    expect(tpf.TimeoutError, lambda: world.all_reduce(np.ones(4, np.float32)),
-           "rank 2 (host 'host-2') has sent no heartbeat")
+    how = ("rank 2 (host 'host-2') has sent no heartbeat" if case == "lost" else
+           "has been stopped for")
+    expect(tpf.TimeoutError, lambda: world.all_reduce(np.ones(4, np.float32)), "rank 2", how)
     go_on_without_rank_2()
 assert case == "death", case
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a test of the Python package on several ranks, as users start them:
 #   run.sh package TPF_BINARY   package_test.py under `tpf run -n 3`
-#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3` (shrink and lost:
+#   run.sh failures TPF_BINARY  failure_test.py under `tpf run -n 3` (shrink, lost and stopped:
 #                               --keep-going), a job per case
 #   run.sh torch TPF_BINARY     torch_backend_test.py under a real torchrun (one node)
 #   run.sh torch-exit TPF_BINARY  torch_exit_test.py's cases under a real torchrun, 2 ranks
@@ -70,7 +70,17 @@ case "$mode" in
     [[ $status == 1 ]]
     grep -q "rank 2 was found lost by rank [01] (.*no heartbeat.*); ending it (--keep-going)" <<<"$out"
     grep -q "rank 2 was ended by SIGKILL.* (found lost)" <<<"$out"
-    passed_on_ranks_0_and_1 lost "$out" ;;
+    passed_on_ranks_0_and_1 lost "$out"
+    # The same on one host, where no heartbeat runs: a rank waiting on rank 2 finds it stopped.
+    echo "== stopped"
+    status=0
+    out=$(TPF_HOST_LOST_S=3 timeout 120 "$tpf" run --keep-going --job-timeout 90 -n 3 "$python" \
+      "$here/failure_test.py" stopped 2>&1) || status=$?
+    echo "$out"
+    [[ $status == 1 ]]
+    grep -q "rank 2 was found lost by rank [01] (.*rank 2 (pid [0-9]*) has been stopped for .*); ending it (--keep-going)" <<<"$out"
+    grep -q "rank 2 was ended by SIGKILL.* (found lost)" <<<"$out"
+    passed_on_ranks_0_and_1 stopped "$out" ;;
   torch) torchrun 3 "$here/torch_backend_test.py" ;;
   torch-exit)
     echo "== exit"

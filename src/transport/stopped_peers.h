@@ -1,0 +1,49 @@
+// Finds a peer process on this host lost when it stays stopped (a stop signal, a debugger holding
+// it): the one-host twin of the heartbeat (comm/heartbeat.h), which finds a stopped rank of a
+// communicator across hosts by its silence (and so owns those: this runs in communicators of one
+// host only, CommImpl::join). A stopped process holds every rank that waits for it until the
+// operation's deadline, and the job cannot go on without it (a shrink leaves out dead or lost
+// ranks only, and `tpf run --keep-going` ends only a rank reported lost), so a peer seen stopped
+// for `lost_after` (TPF_HOST_LOST_S) is found lost, as the heartbeat finds one.
+//
+// Only the ranks that wait on a peer look at it (ShmFabric::check_alive, between the slices of a
+// wait), each peer at most every look_every(lost_after) (a read of /proc/<pid>/stat). The time
+// counts from the first look that saw it stopped; a look that sees it running starts it again.
+// Thread-safe: a collective's wait and the point-to-point engine may look at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "transport/peer_process.h"
+
+namespace tpf::transport {
+
+class StoppedPeers {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `ranks`: the fabric's ranks (peers are numbered as there). `lost_after` zero: none is ever
+  // found lost.
+  StoppedPeers(int ranks, std::chrono::milliseconds lost_after);
+
+  // How long `process`, rank `peer`'s, has been seen stopped, once that reaches lost_after;
+  // nullopt before (and between looks).
+  std::optional<std::chrono::milliseconds> lost_for(int peer, const PeerProcess& process,
+                                                    Clock::time_point now = Clock::now()) const;
+  std::chrono::milliseconds lost_after() const noexcept { return lost_after_; }
+  // A tenth of lost_after, within [10 ms, 1 s]: the found-lost time overshoots by at most that.
+  static std::chrono::milliseconds look_every(std::chrono::milliseconds lost_after);
+
+ private:
+  struct Watch {
+    std::atomic<int64_t> next_look{0};      // Clock ticks
+    std::atomic<int64_t> stopped_since{0};  // Clock ticks; 0: not seen stopped
+  };
+  std::chrono::milliseconds lost_after_;
+  std::chrono::milliseconds look_every_;
+  std::unique_ptr<Watch[]> watches_;
+};
+
+}  // namespace tpf::transport

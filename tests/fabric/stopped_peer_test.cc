@@ -1,0 +1,230 @@
+// A peer process on this host that stays stopped (SIGSTOP, a debugger holding it): PeerProcess
+// tells, StoppedPeers counts how long, and a rank waiting on it finds it lost after
+// TPF_HOST_LOST_S (the one-host twin of the heartbeat) or, at an earlier deadline, says it is
+// stopped. In a communicator of one host; across hosts the heartbeat finds it
+// (across_hosts_test.cc). With a shrink after it: shrink_test.cc.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/expect_error.h"
+#include "support/multiproc.h"
+#include "tpf/comm.h"
+#include "tpf/error.h"
+#include "transport/peer_process.h"
+#include "transport/stopped_peers.h"
+
+namespace tpf {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::expect_error;
+using testing::RankContext;
+using testing::SharedBlock;
+using transport::PeerProcess;
+using transport::StoppedPeers;
+
+// A child of this process that waits to be killed, named `command` (what /proc/<pid>/stat shows
+// in parentheses).
+class Child {
+ public:
+  explicit Child(const char* command) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_NAME, command);
+      for (;;) ::pause();
+    }
+  }
+  ~Child() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  // Returns once the child is stopped (waitpid says so: no polling).
+  void stop() {
+    ASSERT_EQ(::kill(pid_, SIGSTOP), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid_, &status, WUNTRACED), pid_);
+    ASSERT_TRUE(WIFSTOPPED(status));
+  }
+  void resume() {
+    ASSERT_EQ(::kill(pid_, SIGCONT), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid_, &status, WCONTINUED), pid_);
+    ASSERT_TRUE(WIFCONTINUED(status));
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST(PeerProcess, TellsAStoppedProcessWhateverItsCommandIsCalled) {
+  // A command with spaces and parentheses: the state is read after the last ')'.
+  Child child("a) (T b");
+  ASSERT_GT(child.pid(), 0);
+  const PeerProcess process(child.pid());
+  EXPECT_FALSE(process.stopped());  // asleep in pause(): 'S'
+  child.stop();
+  EXPECT_TRUE(process.stopped());
+  EXPECT_TRUE(process.alive());
+  child.resume();
+  EXPECT_FALSE(process.stopped());
+  EXPECT_FALSE(PeerProcess().stopped());  // an unknown peer
+}
+
+TEST(StoppedPeers, APeerIsLostOnceSeenStoppedForLostAfterCountedFromTheFirstLook) {
+  Child child("stopped-peer");
+  const PeerProcess process(child.pid());
+  const StoppedPeers peers(3, 1000ms);
+  ASSERT_EQ(StoppedPeers::look_every(1000ms), 100ms);
+  const StoppedPeers::Clock::time_point t0{std::chrono::hours(1)};
+  EXPECT_FALSE(peers.lost_for(2, process, t0));  // running
+  child.stop();
+  EXPECT_FALSE(peers.lost_for(2, process, t0 + 50ms));    // not looked at: before the next look
+  EXPECT_FALSE(peers.lost_for(2, process, t0 + 100ms));   // first seen stopped: counts from here
+  EXPECT_FALSE(peers.lost_for(2, process, t0 + 1050ms));  // stopped 950 ms
+  EXPECT_FALSE(peers.lost_for(2, process, t0 + 1100ms));  // 1000 ms, but not looked at again yet
+  const auto lost = peers.lost_for(2, process, t0 + 1150ms);
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(*lost, 1050ms);
+  // Another peer's count is its own.
+  EXPECT_FALSE(peers.lost_for(1, process, t0 + 1150ms));
+}
+
+TEST(StoppedPeers, APeerSeenRunningStartsTheCountAgain) {
+  Child child("resumed-peer");
+  const PeerProcess process(child.pid());
+  const StoppedPeers peers(2, 1000ms);
+  const StoppedPeers::Clock::time_point t0{std::chrono::hours(1)};
+  child.stop();
+  EXPECT_FALSE(peers.lost_for(1, process, t0));
+  child.resume();
+  EXPECT_FALSE(peers.lost_for(1, process, t0 + 900ms));
+  child.stop();
+  EXPECT_FALSE(peers.lost_for(1, process, t0 + 1000ms));  // seen stopped again: a new count
+  EXPECT_FALSE(peers.lost_for(1, process, t0 + 1900ms));
+  EXPECT_TRUE(peers.lost_for(1, process, t0 + 2000ms));
+}
+
+TEST(StoppedPeers, ZeroFindsNoneLost) {
+  Child child("never-lost");
+  child.stop();
+  const PeerProcess process(child.pid());
+  const StoppedPeers peers(2, 0ms);
+  const StoppedPeers::Clock::time_point t0{std::chrono::hours(1)};
+  EXPECT_FALSE(peers.lost_for(1, process, t0));
+  EXPECT_FALSE(peers.lost_for(1, process, t0 + std::chrono::hours(24)));
+}
+
+// Until `pid` is stopped (a sibling process: no waitpid), within the test's deadline.
+void until_stopped(pid_t pid) {
+  const PeerProcess process(pid);
+  while (!process.stopped()) std::this_thread::yield();
+}
+
+testing::RunOptions options(std::chrono::milliseconds timeout) {
+  testing::RunOptions run;
+  run.deadline = 120s;
+  run.comm_options.timeout = timeout;
+  return run;
+}
+
+// Rank `victim` stops itself after a first barrier, publishing its pid in `shared.counter(1)`;
+// never returns there. Elsewhere returns that pid once the victim is stopped.
+pid_t stop_rank(Communicator& comm, int victim, SharedBlock& shared) {
+  comm.barrier();
+  if (comm.rank() == victim) {
+    shared.counter(1).store(::getpid());
+    ::raise(SIGSTOP);
+    ::_exit(3);  // not reached: ended while stopped
+  }
+  while (shared.counter(1).load() == 0) std::this_thread::yield();
+  const auto pid = static_cast<pid_t>(shared.counter(1).load());
+  until_stopped(pid);
+  return pid;
+}
+
+// Every survivor's collective fails, naming the stopped rank found lost after TPF_HOST_LOST_S
+// (far before the operation's 60 s deadline); the last survivor ends it.
+TEST(StoppedPeer, ACollectiveWaitingOnAStoppedRankFindsItLost) {
+  SharedBlock shared;  // [0]: survivors done; [1]: the stopped rank's pid
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                  ctx.comm_options);
+        const pid_t stopped = stop_rank(world, 2, shared);
+        float one = 1.0f, sum = 0.0f;
+        const Error lost = expect_error("an all_reduce with a stopped rank", [&] {
+          world.all_reduce(&one, &sum, 1, DType::f32, ReduceOp::sum);
+        });
+        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+        const std::string naming =
+            "rank 2 (pid " + std::to_string(stopped) + ") has been stopped for ";
+        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
+        TPF_CHILD_CHECK(std::string(lost.what()).find("found lost (TPF_HOST_LOST_S = 1.0 s)") !=
+                            std::string::npos,
+                        lost.what());
+        if (shared.counter(0).fetch_add(1) + 1 == 2) ::kill(stopped, SIGKILL);
+      },
+      options(60s));
+  testing::expect_only_victims_killed(outcomes, {2});
+}
+
+// A receive from a stopped rank (the point-to-point engine's wait) finds it lost too.
+TEST(StoppedPeer, AReceiveFromAStoppedRankFindsItLost) {
+  SharedBlock shared;
+  const auto outcomes = testing::run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                  ctx.comm_options);
+        const pid_t stopped = stop_rank(world, 1, shared);
+        std::vector<float> in(1024);
+        const Error lost = expect_error("a recv from a stopped rank",
+                                        [&] { world.recv(in.data(), in.size(), DType::f32, 1); });
+        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+        const std::string naming =
+            "rank 1 (pid " + std::to_string(stopped) + ") has been stopped for ";
+        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
+        ::kill(stopped, SIGKILL);
+      },
+      options(60s));
+  testing::expect_only_victims_killed(outcomes, {1});
+}
+
+// A deadline that comes before TPF_HOST_LOST_S says which of the ranks it names is stopped.
+TEST(StoppedPeer, ADeadlineSaysTheRankItWaitedForIsStopped) {
+  SharedBlock shared;
+  const auto outcomes = testing::run_ranks_raw(
+      2,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "600", 1);
+        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
+                                                  ctx.comm_options);
+        const pid_t stopped = stop_rank(world, 1, shared);
+        const Error late = expect_error("a barrier with a stopped rank",
+                                        [&] { world.barrier({std::chrono::milliseconds(200)}); });
+        TPF_CHILD_CHECK(late.code() == ErrorCode::timeout, late.what());
+        const std::string naming = "rank 1 never arrived; rank 1 (pid " + std::to_string(stopped) +
+                                   ") is stopped (a stop signal";
+        TPF_CHILD_CHECK(std::string(late.what()).find(naming) != std::string::npos, late.what());
+        ::kill(stopped, SIGKILL);
+      },
+      options(60s));
+  testing::expect_only_victims_killed(outcomes, {1});
+}
+
+}  // namespace
+}  // namespace tpf
