@@ -165,6 +165,14 @@ void ShmFabric::setup() {
   auto learn_joined_pids = [&] {
     for (int q : all_peers_) learn_pid(q);
   };
+  // A joined peer that stays stopped is found lost, as in the waits of a communicator made
+  // (check_stopped), instead of being waited for until the setup's deadline.
+  auto throw_if_a_peer_is_lost = [&](const std::string& context) {
+    const WaitContext ctx = WaitContext::with_timeout(
+        {}, [&] { return config_.label + " (creating the communicator, " + context + ")"; });
+    for (int p : all_peers_)
+      if (processes_[p].pid() > 0) check_stopped(p, ctx);
+  };
   size_t next_to_learn = 0;  // the peer whose pid a wait's next slice asks for (wait_for_all)
   // Waits for keys that peers set (all of them, in one request: a get per peer made setting up
   // N ranks N^2 round trips to the store), in short slices: between them, a peer whose pid is
@@ -188,6 +196,7 @@ void ShmFabric::setup() {
         if (e.code() != ErrorCode::timeout) throw;
         if (!all_peers_.empty()) learn_pid(all_peers_[next_to_learn++ % all_peers_.size()]);
         throw_if_a_peer_exited("waiting for " + what);
+        throw_if_a_peer_is_lost("waiting for " + what);
         if (SetupClock::now() >= deadline) {
           std::string missing;  // the keys still missing (the store's error names one)
           size_t listed = 0;
@@ -292,6 +301,12 @@ void ShmFabric::setup() {
     // rank killed later leaves nothing behind in /dev/shm.
     if (store.add("mapped", 1) == n) store.set("all_mapped", "1");
     wait_for("all_mapped", "every rank to map every segment");
+  } catch (const ProcessLostError&) {
+    // A peer found lost (stopped) holds its segment for as long as it stays stopped: waiting for
+    // it as below would only add the bound. What it leaves is an orphan once it is ended, which
+    // the next setup on this machine (or `tpf run`'s sweep) removes.
+    own_.unlink();
+    throw;
   } catch (...) {
     // The communicator will not exist. A peer killed during setup left its segment behind; its
     // lock goes with the process, possibly a moment after its store connection told us of the

@@ -6,8 +6,9 @@
 // ranks only, and `tpf run --keep-going` ends only a rank reported lost), so a peer seen stopped
 // for `lost_after` (TPF_HOST_LOST_S) is found lost, as the heartbeat finds one.
 //
-// Only the ranks that wait on a peer look at it (ShmFabric::check_alive, between the slices of a
-// wait), each peer at most every look_every(lost_after) (a read of /proc/<pid>/stat). The time
+// Only the ranks that wait on a peer look at it (ShmFabric::check_stopped, between the slices of a
+// wait, and of the setup's waits once the peer's pid is known), each peer at most every
+// look_every(lost_after) (a read of /proc/<pid>/stat). The time
 // counts from the first look that saw it stopped; a look that sees it running starts it again.
 // Thread-safe: a collective's wait and the point-to-point engine may look at once.
 #pragma once

@@ -12,15 +12,18 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bootstrap/forwarding_store.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "transport/peer_process.h"
+#include "transport/shm_segment.h"
 #include "transport/stopped_peers.h"
 
 namespace tpf {
@@ -224,6 +227,67 @@ TEST(StoppedPeer, ADeadlineSaysTheRankItWaitedForIsStopped) {
       },
       options(60s));
   testing::expect_only_victims_killed(outcomes, {1});
+}
+
+// A store that stops its own process (SIGSTOP) once it has passed on the set of one key: a rank
+// that stops at an exact point of a communicator's setup.
+class StoppingStore : public bootstrap::ForwardingStore {
+ public:
+  StoppingStore(std::shared_ptr<Store> inner, std::string key)
+      : ForwardingStore(std::move(inner)), key_(std::move(key)) {}
+  void set(const std::string& key, const std::string& value) override {
+    ForwardingStore::set(key, value);
+    if (key == key_) ::raise(SIGSTOP);
+  }
+
+ private:
+  std::string key_;
+};
+
+// Rank 2 stops once it has published its segment (so its pid is known): the others' setup waits
+// for it to map theirs, finds it stopped for TPF_HOST_LOST_S and fails naming it, far before the
+// setup's 60 s deadline (which would say "did not happen within"); and tells the store, which
+// names the loss to a creation that follows. Its segment, held while it is stopped, is an orphan
+// once it is ended: the next setup's sweep (here, the test's) removes it.
+TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
+  const std::string job = testing::unique_job_name();
+  SharedBlock shared;  // [0]: survivors done; [1]: rank 2's pid
+  testing::RunOptions run = options(60s);
+  run.job_name = job;
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        auto store = testing::connect_to_store(ctx, ctx.rank, 10s);
+        if (ctx.rank == 2) {
+          shared.counter(1).store(::getpid());
+          Communicator::create(ctx.rank, ctx.size,
+                               std::make_shared<StoppingStore>(store, "world/0/rank/2"), "world",
+                               ctx.comm_options);
+          ::_exit(3);  // not reached: ended while stopped
+        }
+        const Error lost = expect_error("a creation with a stopped rank", [&] {
+          Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        });
+        const auto stopped = static_cast<pid_t>(shared.counter(1).load());
+        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+        for (const std::string naming :
+             {std::string("creating the communicator, waiting for"),
+              "rank 2 (pid " + std::to_string(stopped) + ") has been stopped for "}) {
+          TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
+        }
+        const Error told = expect_error("a creation after the loss", [&] {
+          Communicator::create(ctx.rank, ctx.size, store, "again", ctx.comm_options);
+        });
+        TPF_CHILD_CHECK(told.code() == ErrorCode::peer_died, told.what());
+        TPF_CHILD_CHECK(std::string(told.what()).find("has been stopped for") != std::string::npos,
+                        told.what());
+        if (shared.counter(0).fetch_add(1) + 1 == 2) ::kill(stopped, SIGKILL);
+      },
+      run);
+  testing::expect_only_victims_killed(outcomes, {2});
+  transport::remove_orphan_segments(transport::shm_job_prefix(job));
+  testing::expect_no_segments_of(job);
 }
 
 }  // namespace
