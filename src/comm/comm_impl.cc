@@ -471,6 +471,14 @@ std::exception_ptr CommImpl::run(const coll::OpDesc& desc, uint64_t sequence,
 }
 
 std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
+  std::exception_ptr first = keep_failure(error);
+  // Last (the peers hear of a loss this rank found before the job's store does), and on an
+  // aborted communicator too: the job goes on without the lost rank either way.
+  report_loss_to_store(error);
+  return first;
+}
+
+std::exception_ptr CommImpl::keep_failure(std::exception_ptr error) {
   // A consequence passes its root on, not its own wrapping.
   const transport::FailureRecord root = transport::root_of(error);
   std::exception_ptr first;
@@ -490,8 +498,6 @@ std::exception_ptr CommImpl::record_failure(std::exception_ptr error) {
   p2p_->fail_all(first);
   if (net_p2p_) net_p2p_->fail_all(first);
   recorder_.dump_on_failure(root.code);  // flight recorder: once, on the first failure
-  // Last: the peers hear of a loss this rank found before the job's store does.
-  if (root.lost_process != 0) report_loss_to_store(error);
   return first;
 }
 

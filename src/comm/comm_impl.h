@@ -139,6 +139,8 @@ class CommImpl {
   // and later operations report. A loss this rank found also goes to the job's store
   // (report_loss_to_store).
   std::exception_ptr record_failure(std::exception_ptr error);
+  // record_failure but for the store: does nothing on an aborted communicator.
+  std::exception_ptr keep_failure(std::exception_ptr error);
   // Tells the ranks on other hosts of this rank's failure (network_ set): notices, and the record
   // in the communicator's store, which is there before this returns (bounded), so that a process
   // that exits after its failure leaves it.

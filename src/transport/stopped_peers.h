@@ -30,9 +30,14 @@ class StoppedPeers {
   StoppedPeers(int ranks, std::chrono::milliseconds lost_after);
 
   // How long `process`, rank `peer`'s, has been seen stopped, once that reaches lost_after;
-  // nullopt before (and between looks).
+  // nullopt before (and between looks). The clock is read only where a peer may be found lost.
+  std::optional<std::chrono::milliseconds> lost_for(int peer, const PeerProcess& process) const {
+    if (lost_after_.count() <= 0) return std::nullopt;
+    return lost_for(peer, process, Clock::now());
+  }
+  // The same at `now` (tests give their own clock).
   std::optional<std::chrono::milliseconds> lost_for(int peer, const PeerProcess& process,
-                                                    Clock::time_point now = Clock::now()) const;
+                                                    Clock::time_point now) const;
   std::chrono::milliseconds lost_after() const noexcept { return lost_after_; }
   // A tenth of lost_after, within [10 ms, 1 s]: the found-lost time overshoots by at most that.
   static std::chrono::milliseconds look_every(std::chrono::milliseconds lost_after);
