@@ -111,7 +111,7 @@ CommImpl::CommImpl(CommSetup setup)
     // First: those who try again under this name meet in the next generation.
     abandon_generation(*setup_.store, setup_.name, generation);
     ProcessFailures::instance().record(root);
-    if (root.lost_process != 0) report_loss_to_store(std::current_exception());
+    report_loss_to_store(std::current_exception());  // where this rank found a peer lost
     transport::FailureBoard board(scoped_store);
     board.publish(root);
     board.await_published(kFailurePublishWait);

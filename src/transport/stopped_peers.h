@@ -1,15 +1,16 @@
 // Finds a peer process on this host lost when it stays stopped (a stop signal, a debugger holding
 // it): the one-host twin of the heartbeat (comm/heartbeat.h), which finds a stopped rank of a
 // communicator across hosts by its silence (and so owns those: this runs in communicators of one
-// host only, CommImpl::join). A stopped process holds every rank that waits for it until the
-// operation's deadline, and the job cannot go on without it (a shrink leaves out dead or lost
-// ranks only, and `tpf run --keep-going` ends only a rank reported lost), so a peer seen stopped
-// for `lost_after` (TPF_HOST_LOST_S) is found lost, as the heartbeat finds one.
+// host only, for peers no heartbeat of the process watches; CommImpl::join). A stopped process
+// holds every rank that waits for it until the operation's deadline, and the job cannot go on
+// without it (a shrink leaves out dead or lost ranks only, and `tpf run --keep-going` ends only a
+// rank reported lost), so a peer seen stopped for `lost_after` (TPF_HOST_LOST_S) is found lost, as
+// the heartbeat finds one.
 //
 // Only the ranks that wait on a peer look at it (ShmFabric::check_stopped, between the slices of a
 // wait, and of the setup's waits once the peer's pid is known), each peer at most every
-// look_every(lost_after) (a read of /proc/<pid>/stat). The time
-// counts from the first look that saw it stopped; a look that sees it running starts it again.
+// look_every(lost_after) (a read of /proc/<pid>/stat). The time counts from the first look that
+// saw it stopped; a look that sees it running starts it again.
 // Thread-safe: a collective's wait and the point-to-point engine may look at once.
 #pragma once
 

@@ -48,6 +48,7 @@ class Child {
     }
   }
   ~Child() {
+    if (pid_ <= 0) return;  // fork failed: never kill(-1)
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
