@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -263,29 +264,37 @@ TEST(Shrink, AcrossHostsTheRanksLeftOnEitherHostGoOn) {
   testing::expect_only_victims_killed(outcomes, {2});
 }
 
-// A rank on another host stops (SIGSTOP: its connections stay open, so only its watcher's
-// heartbeat finds it, and reports it to the store); the others' calls fail naming it, and they
-// go on without it. The last of them ends it.
+// Rank 3 of 4 stops (SIGSTOP) after a first barrier, its pid in `shared.counter(1)`; the others'
+// next barrier fails with a timeout whose message holds what `naming` says for that pid, they
+// shrink and go on without it, and the last of them ends it.
+void expect_rank_3_found_lost_and_left_out(Communicator& world, SharedBlock& shared,
+                                           const std::function<std::string(pid_t)>& naming) {
+  world.barrier();
+  if (world.rank() == 3) {
+    shared.counter(1).store(::getpid());
+    ::raise(SIGSTOP);
+    ::_exit(3);  // not reached: killed while stopped
+  }
+  const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
+  const auto stopped = static_cast<pid_t>(shared.counter(1).load());
+  TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
+  TPF_CHILD_CHECK(std::string(lost.what()).find(naming(stopped)) != std::string::npos, lost.what());
+  Communicator live = world.shrink();
+  expect_it_works(live, {0, 1, 2});
+  if (shared.counter(0).fetch_add(1) + 1 == 3) ::kill(stopped, SIGKILL);
+}
+
+// A rank on another host stops (its connections stay open, so only its watcher's heartbeat finds
+// it, and reports it to the store); the others' calls fail naming it, and they go on without it.
 TEST(Shrink, AcrossHostsARankFoundLostIsLeftOut) {
   const testing::HostKeys keys = {"host-a", "host-a", "host-b", "host-b"};
   SharedBlock shared;  // [0]: the survivors done; [1]: rank 3's pid
   const auto outcomes = testing::run_on_hosts(
       keys,
       [&](Communicator& world) {
-        world.barrier();
-        if (world.rank() == 3) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
-        const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
-        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
-        const std::string naming = "rank 3 (host 'host-b') has sent no heartbeat";
-        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
-        Communicator live = world.shrink();
-        expect_it_works(live, {0, 1, 2});
-        if (shared.counter(0).fetch_add(1) + 1 == 3)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        expect_rank_3_found_lost_and_left_out(world, shared, [](pid_t) {
+          return std::string("rank 3 (host 'host-b') has sent no heartbeat");
+        });
       },
       transport::NetProtocol::automatic, [](int) { ::setenv("TPF_HOST_LOST_S", "3", 1); });
   testing::expect_only_victims_killed(outcomes, {3});
@@ -302,21 +311,9 @@ TEST(Shrink, AStoppedRankOfThisHostIsFoundLostAndLeftOut) {
       [&](const RankContext& ctx) {
         ::setenv("TPF_HOST_LOST_S", "1", 1);
         Communicator world = make_world(ctx);
-        world.barrier();
-        if (ctx.rank == 3) {
-          shared.counter(1).store(::getpid());
-          ::raise(SIGSTOP);
-          return;  // not reached: killed while stopped
-        }
-        const Error lost = expect_error("a barrier with a stopped rank", [&] { world.barrier(); });
-        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
-        const std::string naming =
-            "rank 3 (pid " + std::to_string(shared.counter(1).load()) + ") has been stopped for";
-        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
-        Communicator live = world.shrink();
-        expect_it_works(live, {0, 1, 2});
-        if (shared.counter(0).fetch_add(1) + 1 == 3)
-          ::kill(static_cast<pid_t>(shared.counter(1).load()), SIGKILL);
+        expect_rank_3_found_lost_and_left_out(world, shared, [](pid_t pid) {
+          return "rank 3 (pid " + std::to_string(pid) + ") has been stopped for";
+        });
       },
       options_for(job));
   testing::expect_only_victims_killed(outcomes, {3});

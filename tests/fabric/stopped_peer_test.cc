@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -157,77 +158,61 @@ pid_t stop_rank(Communicator& comm, int victim, SharedBlock& shared) {
   return pid;
 }
 
-// Every survivor's collective fails, naming the stopped rank found lost after TPF_HOST_LOST_S
-// (far before the operation's 60 s deadline); the last survivor ends it.
-TEST(StoppedPeer, ACollectiveWaitingOnAStoppedRankFindsItLost) {
-  SharedBlock shared;  // [0]: survivors done; [1]: the stopped rank's pid
+// On `ranks` ranks of one host with TPF_HOST_LOST_S = `lost_s`, rank `victim` stops after a
+// first barrier; every other rank's `wait_for_it` must fail with a timeout whose message holds each
+// of `fragments` (after "{pid}" is replaced with the victim's pid). The last of them ends it.
+void expect_the_stopped_rank_named(int ranks, int victim, const char* lost_s,
+                                   const std::function<void(Communicator&)>& wait_for_it,
+                                   const std::vector<std::string>& fragments) {
+  SharedBlock shared;  // [0]: the others done; [1]: the victim's pid
   const auto outcomes = testing::run_ranks_raw(
-      3,
+      ranks,
       [&](const RankContext& ctx) {
-        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        ::setenv("TPF_HOST_LOST_S", lost_s, 1);
         Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
                                                   ctx.comm_options);
-        const pid_t stopped = stop_rank(world, 2, shared);
-        float one = 1.0f, sum = 0.0f;
-        const Error lost = expect_error("an all_reduce with a stopped rank", [&] {
-          world.all_reduce(&one, &sum, 1, DType::f32, ReduceOp::sum);
-        });
-        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
-        const std::string naming =
-            "rank 2 (pid " + std::to_string(stopped) + ") has been stopped for ";
-        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
-        TPF_CHILD_CHECK(std::string(lost.what()).find("found lost (TPF_HOST_LOST_S = 1.0 s)") !=
-                            std::string::npos,
-                        lost.what());
-        if (shared.counter(0).fetch_add(1) + 1 == 2) ::kill(stopped, SIGKILL);
+        const pid_t stopped = stop_rank(world, victim, shared);
+        const Error e =
+            expect_error("a call that waits on a stopped rank", [&] { wait_for_it(world); });
+        TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+        for (std::string fragment : fragments) {
+          if (const size_t at = fragment.find("{pid}"); at != std::string::npos)
+            fragment.replace(at, 5, std::to_string(stopped));
+          TPF_CHILD_CHECK(std::string(e.what()).find(fragment) != std::string::npos, e.what());
+        }
+        if (shared.counter(0).fetch_add(1) + 1 == ranks - 1) ::kill(stopped, SIGKILL);
       },
       options(60s));
-  testing::expect_only_victims_killed(outcomes, {2});
+  testing::expect_only_victims_killed(outcomes, {victim});
+}
+
+// Every survivor's collective fails, naming the stopped rank found lost after TPF_HOST_LOST_S
+// (far before the operation's 60 s deadline).
+TEST(StoppedPeer, ACollectiveWaitingOnAStoppedRankFindsItLost) {
+  expect_the_stopped_rank_named(
+      3, 2, "1",
+      [](Communicator& world) {
+        float one = 1.0f, sum = 0.0f;
+        world.all_reduce(&one, &sum, 1, DType::f32, ReduceOp::sum);
+      },
+      {"rank 2 (pid {pid}) has been stopped for ", "found lost (TPF_HOST_LOST_S = 1.0 s)"});
 }
 
 // A receive from a stopped rank (the point-to-point engine's wait) finds it lost too.
 TEST(StoppedPeer, AReceiveFromAStoppedRankFindsItLost) {
-  SharedBlock shared;
-  const auto outcomes = testing::run_ranks_raw(
-      2,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_HOST_LOST_S", "1", 1);
-        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                  ctx.comm_options);
-        const pid_t stopped = stop_rank(world, 1, shared);
-        std::vector<float> in(1024);
-        const Error lost = expect_error("a recv from a stopped rank",
-                                        [&] { world.recv(in.data(), in.size(), DType::f32, 1); });
-        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
-        const std::string naming =
-            "rank 1 (pid " + std::to_string(stopped) + ") has been stopped for ";
-        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
-        ::kill(stopped, SIGKILL);
-      },
-      options(60s));
-  testing::expect_only_victims_killed(outcomes, {1});
+  expect_the_stopped_rank_named(2, 1, "1",
+                                [](Communicator& world) {
+                                  std::vector<float> in(1024);
+                                  world.recv(in.data(), in.size(), DType::f32, 1);
+                                },
+                                {"rank 1 (pid {pid}) has been stopped for "});
 }
 
 // A deadline that comes before TPF_HOST_LOST_S says which of the ranks it names is stopped.
 TEST(StoppedPeer, ADeadlineSaysTheRankItWaitedForIsStopped) {
-  SharedBlock shared;
-  const auto outcomes = testing::run_ranks_raw(
-      2,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_HOST_LOST_S", "600", 1);
-        Communicator world = Communicator::create(ctx.rank, ctx.size, ctx.store_address, ctx.secret,
-                                                  ctx.comm_options);
-        const pid_t stopped = stop_rank(world, 1, shared);
-        const Error late = expect_error("a barrier with a stopped rank",
-                                        [&] { world.barrier({std::chrono::milliseconds(200)}); });
-        TPF_CHILD_CHECK(late.code() == ErrorCode::timeout, late.what());
-        const std::string naming = "rank 1 never arrived; rank 1 (pid " + std::to_string(stopped) +
-                                   ") is stopped (a stop signal";
-        TPF_CHILD_CHECK(std::string(late.what()).find(naming) != std::string::npos, late.what());
-        ::kill(stopped, SIGKILL);
-      },
-      options(60s));
-  testing::expect_only_victims_killed(outcomes, {1});
+  expect_the_stopped_rank_named(
+      2, 1, "600", [](Communicator& world) { world.barrier({std::chrono::milliseconds(200)}); },
+      {"rank 1 never arrived; rank 1 (pid {pid}) is stopped (a stop signal"});
 }
 
 // A store that stops its own process (SIGSTOP) once it has passed on the set of one key: a rank

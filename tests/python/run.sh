@@ -35,6 +35,17 @@ passed_on_ranks_0_and_1() {  # CASE OUTPUT: both said failure_test.py's CASE pas
   grep -q "rank 0: tpfabric failures ($1): all checks passed" <<<"$2"
   grep -q "rank 1: tpfabric failures ($1): all checks passed" <<<"$2"
 }
+found_lost_and_ended() {  # CASE HOW: failure_test.py's CASE under --keep-going, HOW it was found
+  echo "== $1"
+  local status=0 out
+  out=$(TPF_HOST_LOST_S=3 timeout 120 "$tpf" run --keep-going --job-timeout 90 -n 3 "$python" \
+    "$here/failure_test.py" "$1" 2>&1) || status=$?
+  echo "$out"
+  [[ $status == 1 ]]
+  grep -q "rank 2 was found lost by rank [01] (.*$2.*); ending it (--keep-going)" <<<"$out"
+  grep -q "rank 2 was ended by SIGKILL.* (found lost)" <<<"$out"
+  passed_on_ranks_0_and_1 "$1" "$out"
+}
 case "$mode" in
   package) exec timeout 240 "$tpf" run -n 3 "$python" "$here/package_test.py" ;;
   failures)
@@ -62,25 +73,9 @@ case "$mode" in
     passed_on_ranks_0_and_1 shrink "$out"
     # Rank 2 stops on a host of its own: the others find it lost (heartbeat) and go on without
     # it, and tpf run ends it instead of waiting for it (before, until --job-timeout).
-    echo "== lost"
-    status=0
-    out=$(TPF_HOST_LOST_S=3 timeout 120 "$tpf" run --keep-going --job-timeout 90 -n 3 "$python" \
-      "$here/failure_test.py" lost 2>&1) || status=$?
-    echo "$out"
-    [[ $status == 1 ]]
-    grep -q "rank 2 was found lost by rank [01] (.*no heartbeat.*); ending it (--keep-going)" <<<"$out"
-    grep -q "rank 2 was ended by SIGKILL.* (found lost)" <<<"$out"
-    passed_on_ranks_0_and_1 lost "$out"
+    found_lost_and_ended lost "no heartbeat"
     # The same on one host, where no heartbeat runs: a rank waiting on rank 2 finds it stopped.
-    echo "== stopped"
-    status=0
-    out=$(TPF_HOST_LOST_S=3 timeout 120 "$tpf" run --keep-going --job-timeout 90 -n 3 "$python" \
-      "$here/failure_test.py" stopped 2>&1) || status=$?
-    echo "$out"
-    [[ $status == 1 ]]
-    grep -q "rank 2 was found lost by rank [01] (.*rank 2 (pid [0-9]*) has been stopped for .*); ending it (--keep-going)" <<<"$out"
-    grep -q "rank 2 was ended by SIGKILL.* (found lost)" <<<"$out"
-    passed_on_ranks_0_and_1 stopped "$out" ;;
+    found_lost_and_ended stopped "rank 2 (pid [0-9]*) has been stopped for " ;;
   torch) torchrun 3 "$here/torch_backend_test.py" ;;
   torch-exit)
     echo "== exit"
