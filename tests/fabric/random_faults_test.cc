@@ -1,10 +1,12 @@
 // Random programs of collectives on the world and on sub-communicators mixed with point-to-point
 // exchanges (pairs, rings, large messages), with one fault injected per trial: a rank crashes,
-// calls a mismatched operation, stalls, or aborts. Every result before the fault is checked
+// calls a mismatched operation, stalls, aborts, or stops (SIGSTOP, found lost on one host).
+// Every result before the fault is checked
 // exactly; after it, every surviving rank must stop with an error of the fault's kind (the root
 // cause, wherever it is seen), and nobody hangs. Bounded: a fixed set of seeded trials. And crash
 // trials whose survivors go on: they shrink the world and run a program on what is left.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 
 #include "support/multiproc.h"
 #include "support/on_hosts.h"
+#include "support/scoped_env.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 
@@ -23,7 +26,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-enum class Fault { none, crash, mismatch, stall, abort };
+enum class Fault { none, crash, mismatch, stall, abort, stop };
 
 const char* fault_name(Fault f) {
   switch (f) {
@@ -32,6 +35,7 @@ const char* fault_name(Fault f) {
     case Fault::mismatch: return "mismatch";
     case Fault::stall: return "stall";
     case Fault::abort: return "abort";
+    case Fault::stop: return "stop";
   }
   return "?";
 }
@@ -43,6 +47,7 @@ ErrorCode expected_code(Fault f) {
     case Fault::mismatch: return ErrorCode::mismatch;
     case Fault::stall: return ErrorCode::timeout;
     case Fault::abort: return ErrorCode::aborted;
+    case Fault::stop: return ErrorCode::timeout;  // found lost (TPF_HOST_LOST_S)
     case Fault::none: break;
   }
   return ErrorCode::internal;
@@ -255,6 +260,7 @@ void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
             return;
           }
           case Fault::mismatch: run_step(comms, steps[step], step, 1); continue;
+          case Fault::stop: ::raise(SIGSTOP); return;  // ended by the last rank to report
           case Fault::none: break;
         }
       }
@@ -262,7 +268,9 @@ void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
     }
     world.barrier();  // everyone learns of a fault that their own steps did not touch
   } catch (const Error& e) {
-    shared.counter(kReported).fetch_add(1);
+    const bool last_to_report = shared.counter(kReported).fetch_add(1) + 1 == n - 1;
+    if (t.fault == Fault::stop && last_to_report)
+      ::kill(static_cast<pid_t>(shared.counter(kPid + culprit).load()), SIGKILL);
     const std::string m = e.what();
     const std::string where = "rank " + std::to_string(me) + " at step " + std::to_string(step) +
                               " (fault " + fault_name(t.fault) + " by rank " +
@@ -287,6 +295,11 @@ void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
           (t.across_hosts && (m.find("lost rank " + c + " (its process") != std::string::npos ||
                               m.find("(job rank " + c + ") (its process") != std::string::npos));
       TPF_CHILD_CHECK(named, where + "does not name the dead " + pid + ": " + m);
+    }
+    if (t.fault == Fault::stop) {  // found lost by a rank waiting on it, not at the deadline
+      const std::string lost = "(pid " + std::to_string(shared.counter(kPid + culprit).load()) +
+                               ") has been stopped for ";
+      TPF_CHILD_CHECK(m.find(lost) != std::string::npos, where + "does not name it " + lost + m);
     }
     return;
   }
@@ -358,6 +371,10 @@ std::vector<Trial> trials() {
   for (int i = 0; i < count; ++i) {
     out.push_back(Trial{0x5eed0000u + static_cast<uint64_t>(i), 3 + i % 3, kinds[i % 5]});
   }
+  // A stopped rank, found lost by those waiting on it (seeds of their own: the trials above
+  // stay as they were).
+  for (int i = 0; i < (count + 4) / 5; ++i)
+    out.push_back(Trial{0x5eed0100u + static_cast<uint64_t>(i), 3 + i % 3, Fault::stop});
   return out;
 }
 
@@ -382,12 +399,20 @@ TEST(RandomFaults, CollectivesAndPointToPointOnSubCommunicatorsStopWithTheFaults
     SharedBlock shared;
     RunOptions options;
     options.deadline = milliseconds(100000);
-    // The stall is found by the deadline; everything else by a signal from the peer.
+    // The stall is found by the deadline; everything else by a signal from the peer, or (stop)
+    // by a rank waiting on the stopped one.
     options.comm_options.timeout = milliseconds(t.fault == Fault::stall ? 4000 : 60000);
+    const ScopedEnv lost_after("TPF_HOST_LOST_S", "1");
     const auto outcomes = run_ranks(t.ranks, [&](Communicator& world) { rank_body(t, shared, world); }, options);
     for (const RankOutcome& o : outcomes) {
       const bool crashed = t.fault == Fault::crash && o.exited && o.exit_code == kCrashExit;
-      EXPECT_TRUE(o.ok() || crashed) << o.describe();
+      const bool ended = t.fault == Fault::stop && o.signal == SIGKILL;  // stopped, then killed
+      EXPECT_TRUE(o.ok() || crashed || ended) << o.describe();
+    }
+    if (t.fault == Fault::stop) {
+      int ended = 0;
+      for (const RankOutcome& o : outcomes) ended += o.signal == SIGKILL;
+      EXPECT_EQ(ended, 1) << "the stopped rank was not the one ended";
     }
     if (t.fault == Fault::crash) {
       int crashes = 0;
