@@ -121,10 +121,12 @@ CommImpl::CommImpl(CommSetup setup)
 
 void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generation) {
   const std::string comm_label = "communicator '" + setup_.name + "'";
-  const JoiningRank joining{setup_.settings.host_key, setup_.settings.net_devices,
+  const JoiningRank joining{setup_.settings.host_key,
+                            setup_.settings.net_devices,
                             encode_shared_settings(shared_settings(setup_.settings)),
                             base::encode_open_files(base::open_files()),
-                            base::this_process_token()};
+                            base::this_process_token(),
+                            static_cast<int64_t>(::getpid())};
   DiscoveredRanks discovered = discover_hosts(*scoped_store, setup_.rank, setup_.size, joining,
                                               setup_.settings.setup_timeout, comm_label);
   hosts_ = std::move(discovered.hosts);
@@ -178,6 +180,11 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     // processes_ outlives network_ (declared before it).
     net.peer_lost = [this](int r) { return ProcessFailures::instance().lost(processes_[r]); };
     net.names = names_;
+    for (int r = 0; r < setup_.size; ++r) {
+      net.process_names.push_back(
+          (discovered.pids.at(r) > 0 ? "pid " + std::to_string(discovered.pids.at(r)) + " " : "") +
+          "on host '" + hosts_.key(hosts_.host_of(r)) + "'");
+    }
     network_ = std::make_unique<transport::UcxNetwork>(std::move(net));
     rooted_credit_ = std::make_unique<coll::RootedCredit>(hosts_.hosts());
     net_p2p_ = std::make_shared<NetP2p>(*network_, setup_.size, setup_.name, recorder_,

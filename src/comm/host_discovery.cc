@@ -20,8 +20,8 @@ std::chrono::milliseconds left_until(SetupClock::time_point deadline) {
 
 // A rank's entry in the store, one line: its host key (printable, no tabs: TPF_NODE_ID has no
 // spaces, the derived key none but spaces), its devices, its machine key, its shared settings,
-// its open files and its process token, tab-separated (control characters and spaces in the
-// devices and machine key made '?'; the settings' and open files' lines have no tab).
+// its open files, its process token and its pid, tab-separated (control characters and spaces in
+// the devices and machine key made '?'; the settings' and open files' lines have no tab).
 std::string entry_of(const JoiningRank& rank, std::string machine) {
   std::string devices = rank.net_devices;
   for (std::string* field : {&devices, &machine}) {
@@ -29,18 +29,19 @@ std::string entry_of(const JoiningRank& rank, std::string machine) {
       if (static_cast<unsigned char>(c) <= ' ') c = '?';
   }
   return rank.host_key + "\t" + devices + "\t" + machine + "\t" + rank.shared_settings + "\t" +
-         rank.open_files + "\t" + std::to_string(rank.process);
+         rank.open_files + "\t" + std::to_string(rank.process) + "\t" + std::to_string(rank.pid);
 }
 
 // What the entries of every rank, in rank order, say.
 DiscoveredRanks discovered_from(const std::vector<std::string>& entries) {
   std::vector<std::string> keys, devices, machines, settings, open_files;
   std::vector<uint64_t> processes;
+  std::vector<int64_t> pids;
   for (const std::string& entry : entries) {
     std::vector<std::string> fields;
     std::istringstream parts(entry);
     for (std::string field; std::getline(parts, field, '\t');) fields.push_back(field);
-    fields.resize(6);
+    fields.resize(7);
     keys.push_back(fields[0]);
     devices.push_back(fields[1].empty() ? "all" : fields[1]);
     machines.push_back(fields[2].empty() ? fields[0] : fields[2]);
@@ -49,11 +50,14 @@ DiscoveredRanks discovered_from(const std::vector<std::string>& entries) {
     uint64_t process = 0;  // 0, no process's token, where the field is not a number
     std::from_chars(fields[5].data(), fields[5].data() + fields[5].size(), process);
     processes.push_back(process);
+    int64_t pid = 0;
+    std::from_chars(fields[6].data(), fields[6].data() + fields[6].size(), pid);
+    pids.push_back(pid);
   }
   topo::resolve_auto_rail_requests(keys, devices);
   topo::HostMap hosts(keys, devices, machines);
-  return {std::move(hosts), std::move(devices), std::move(settings), std::move(open_files),
-          std::move(processes)};
+  return {std::move(hosts),      std::move(devices),   std::move(settings),
+          std::move(open_files), std::move(processes), std::move(pids)};
 }
 
 }  // namespace
@@ -67,7 +71,8 @@ DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRa
             std::move(devices),
             {joining.shared_settings},
             {joining.open_files},
-            {joining.process}};
+            {joining.process},
+            {joining.pid}};
   }
   const std::string mine = entry_of(joining, topo::local_machine_key());
   const auto deadline = SetupClock::now() + timeout;

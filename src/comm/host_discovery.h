@@ -1,9 +1,9 @@
 // Learns which host every rank of a new communicator is on, through its store: each rank
 // publishes its host key, the network devices it was given (UCX_NET_DEVICES, or those nearest
 // to it for TPF_RAIL_DEVICES=auto), its shared settings (comm/settings_agreement.h) and its
-// open-file limit (comm/open_file_room.h), rank 0 collects them in rank order and publishes the
-// list, and every rank builds its HostMap from that one list (so all ranks agree even if a key
-// were to change).
+// open-file limit (comm/open_file_room.h) and its process (token and pid), rank 0 collects them in
+// rank order and publishes the list, and every rank builds its HostMap from that one list (so all
+// ranks agree even if a key were to change).
 #pragma once
 
 #include <chrono>
@@ -22,6 +22,7 @@ struct JoiningRank {
   std::string shared_settings;  // encode_shared_settings' line
   std::string open_files;       // base::encode_open_files' line
   uint64_t process = 0;         // base::this_process_token
+  int64_t pid = 0;              // its pid (in its host's pid namespace), for messages
 };
 
 struct DiscoveredRanks {
@@ -32,6 +33,7 @@ struct DiscoveredRanks {
   std::vector<std::string> shared_settings;  // per rank: encode_shared_settings' line
   std::vector<std::string> open_files;       // per rank: base::encode_open_files' line
   std::vector<uint64_t> processes;           // per rank: its process's token
+  std::vector<int64_t> pids;                 // per rank: its pid, 0 where not told
 };
 
 // `store` is the communicator's own (prefixed) store; `label` names the communicator in errors.

@@ -193,6 +193,7 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   int self = -1;  // this rank: the sender in the tags of its acks
   std::function<std::optional<FailureRecord>(int)> peer_lost;  // NetworkConfig::peer_lost
   RankNames names;                     // NetworkConfig::names
+  std::vector<std::string> process_names;  // NetworkConfig::process_names
   bool lost(int p) const { return peer_lost && peer_lost(p).has_value(); }
   // Heartbeats (send_beat / heard_from): a receive kept posted per peer listened to.
   // A beat is empty (outside a collective) or a Fingerprint (the collective the rank is in); a
@@ -238,10 +239,15 @@ struct UcxNetwork::Ucx final : RemoteWriter {
   std::vector<uint64_t> remote_bases;  // where the peer's region starts, in its process
   std::unique_ptr<PutProtocol> put_protocol;
 
-  // How a peer whose connection failed with `status`, and which nothing else explains, is named.
+  // How a peer whose connection failed with `status`, and which nothing else explains, is named:
+  // by its pid and host too, since no rank of its host saw it die (a crashed rank alone on its
+  // host is named so).
   std::string lost_text(int peer, ucs_status_t status) const {
-    return label + " lost " + names(peer) +
-           " (its process exited or its connection failed: " + status_text(status) + ")";
+    const std::string process = static_cast<size_t>(peer) < process_names.size()
+                                    ? process_names[static_cast<size_t>(peer)] + "; "
+                                    : std::string();
+    return label + " lost " + names(peer) + " (" + process +
+           "its process exited or its connection failed: " + status_text(status) + ")";
   }
   void* put(int peer, uint64_t offset, const void* source, size_t bytes) override {
     if (endpoints[peer] == nullptr) throw PutFailed{peer, UCS_ERR_NOT_CONNECTED};
@@ -560,6 +566,7 @@ UcxNetwork::UcxNetwork(NetworkConfig config)
   u.label = config_.label;
   u.peer_lost = config_.peer_lost;
   u.names = config_.names;
+  u.process_names = config_.process_names;
   u.rkeys.assign(n, nullptr);
   u.remote_bases.assign(n, 0);
   auto check = [&](ucs_status_t status, const char* call) {

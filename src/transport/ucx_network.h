@@ -106,6 +106,9 @@ struct NetworkConfig {
   // which no communicator can fail yet). Empty: none is.
   std::function<std::optional<FailureRecord>(int rank)> peer_lost;
   RankNames names;  // how messages name ranks (with their numbers in the job where those differ)
+  // Per rank, its process as a lost connection names it: "pid 4242 on host 'b'". Empty: by
+  // rank only.
+  std::vector<std::string> process_names;
 };
 
 // One transfer started on the network; finished (or failed) by UcxNetwork::wait_all.

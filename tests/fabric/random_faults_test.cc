@@ -285,16 +285,12 @@ void rank_body(const Trial& t, SharedBlock& shared, Communicator& world) {
                     where + "expected Error(" + error_code_name(expected_code(t.fault)) + "), got " +
                         error_code_name(e.code()) + ": " + m);
     if (t.fault == Fault::crash) {
-      // By its pid, which its host's ranks see die; a rank alone on its host is named where its
-      // connection failed: "lost rank 2 (its process exited or ...", in a split "lost rank 0
-      // (job rank 2) (its process exited or ...".
-      const std::string pid = "(pid " + std::to_string(shared.counter(kPid + culprit).load()) + ")";
-      const std::string c = std::to_string(culprit);
-      const bool named =
-          m.find(pid) != std::string::npos ||
-          (t.across_hosts && (m.find("lost rank " + c + " (its process") != std::string::npos ||
-                              m.find("(job rank " + c + ") (its process") != std::string::npos));
-      TPF_CHILD_CHECK(named, where + "does not name the dead " + pid + ": " + m);
+      // By its pid, which its host's ranks see die ("rank 2 (pid 42) died"); a rank alone on its
+      // host is named so where its connection failed ("lost rank 2 (pid 42 on host 'b'; ...").
+      const std::string pid = "(pid " + std::to_string(shared.counter(kPid + culprit).load());
+      const bool named = m.find(pid + ")") != std::string::npos ||
+                         (t.across_hosts && m.find(pid + " on host '") != std::string::npos);
+      TPF_CHILD_CHECK(named, where + "does not name the dead " + pid + "): " + m);
     }
     if (t.fault == Fault::stop) {  // found lost by a rank waiting on it, not at the deadline
       const std::string lost = "(pid " + std::to_string(shared.counter(kPid + culprit).load()) +
