@@ -2413,8 +2413,8 @@ TEST(AcrossHostsPutFailures, APutSendWhosePeerIsKilledFailsNamingItAndTheSenderG
         ::kill(victim, SIGKILL);
         const Error e = expect_error("a put send to a killed rank", [&] { send.wait(); });
         TPF_CHILD_CHECK(e.code() == ErrorCode::peer_died, e.what());
-        const std::string naming = "lost rank 1 (pid " + std::to_string(victim) +
-                                   " on host 'host-b'; its process exited";
+        const std::string naming =
+            "lost rank 1 (pid " + std::to_string(victim) + " on host 'host-b'; its process exited";
         TPF_CHILD_CHECK(std::string(e.what()).find(naming) != std::string::npos, e.what());
       },
       transport::NetProtocol::put);
