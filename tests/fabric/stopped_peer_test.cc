@@ -257,7 +257,7 @@ TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
         });
         const auto stopped = static_cast<pid_t>(shared.counter(1).load());
         TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, lost.what());
-        for (const std::string naming :
+        for (const std::string& naming :
              {std::string("creating the communicator, waiting for"),
               "rank 2 (pid " + std::to_string(stopped) + ") has been stopped for "}) {
           TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
