@@ -131,12 +131,12 @@ void ShmFabric::setup() {
   const auto timeout =
       std::min(config_.setup_timeout, std::chrono::milliseconds(std::chrono::hours(24 * 30)));
   const auto deadline = SetupClock::now() + timeout;
-  // Setup fails as soon as a rank is known dead: the store's verdict, or a known pid that exited.
-  // `context` says what this rank was doing.
+  // Setup fails as soon as a rank is known dead or lost: the store's verdict, or a known pid that
+  // exited. `context` says what this rank was doing.
   auto died_per_store = [&](const Error& verdict, const std::string& context) {
-    return Error(ErrorCode::peer_died, config_.label +
-                                           ": a rank died while creating the communicator" +
-                                           context + ": " + verdict.what());
+    return Error(ErrorCode::peer_died,
+                 config_.label + ": a rank died or was found lost while creating the communicator" +
+                     context + ": " + verdict.what());
   };
   auto throw_if_a_peer_exited = [&](const std::string& context) {
     for (int p : all_peers_) {
