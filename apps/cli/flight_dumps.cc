@@ -302,14 +302,14 @@ size_t FlightDumps::dumps_in_files() const {
   return n;
 }
 
-std::vector<std::string> FlightDumps::summary() {
+std::vector<std::string> FlightDumps::summary(const std::set<int>& ended_lost) {
   copy_from_store();
   std::vector<detail::FlightDump> dumps;
   for (const std::string& file : files()) {
     detail::FlightFile parsed = detail::parse_flight_file(read_tail(file));
     for (detail::FlightDump& d : parsed.dumps) dumps.push_back(std::move(d));
   }
-  return detail::summarize_flight_dumps(dumps);
+  return detail::summarize_flight_dumps(dumps, ended_lost);
 }
 
 }  // namespace tpf::cli

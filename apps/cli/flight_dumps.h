@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,8 +67,9 @@ class FlightDumps {
   bool request_done(const std::vector<int>& running_ranks);
 
   size_t dump_count();
-  // "communicator 'world' ...", one entry per line; empty if no rank dumped.
-  std::vector<std::string> summary();
+  // "communicator 'world' ...", one entry per line; empty if no rank dumped. `ended_lost`: the
+  // ranks the launcher found lost and ended (detail::summarize_flight_dumps).
+  std::vector<std::string> summary(const std::set<int>& ended_lost);
   const std::string& dir() const { return dir_; }
 
  private:

@@ -28,6 +28,7 @@
 #include "cli/process_util.h"
 #include "cli/remote_processes.h"
 #include "cli/remote_sweep.h"
+#include "cli/stopped_ranks.h"
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "tpf/store.h"
@@ -115,7 +116,7 @@ struct Rank {
   Fd exec_status;      // read end of the child's CLOEXEC pipe: EOF = exec succeeded
   Fd out, err;         // read ends of the child's stdout/stderr (--tag-output only)
   std::unique_ptr<LinePrefixer> out_tag, err_tag;
-  bool ended_as_lost = false;  // --keep-going ended it: the job found it lost
+  bool ended_as_lost = false;  // the job found it lost and ended it
 };
 
 // Owns the ranks' processes: whatever path leaves launch_job (including an exception), no rank
@@ -367,15 +368,16 @@ struct ChildPlan {
 
 class Job {
  public:
-  // `lost`: the ranks the job found lost, to end (--keep-going), or null.
+  // `lost`: the ranks the job's store was told are lost, to end.
   Job(const LaunchOptions& options, std::string path, FlightDumps& dumps, JobSweeper& sweeper,
-      LostRanks* lost)
+      LostRanks& lost)
       : options_(options),
         path_(std::move(path)),
         ranks_(options.world_size),
         dumps_(dumps),
         sweeper_(sweeper),
-        lost_(lost) {}
+        lost_(lost),
+        stopped_ranks_(options.world_size, options.stopped_lost_after) {}
 
   int run(const std::string& store_addr, const std::string& secret, const std::string& job_id,
           const SignalRouting& signals) {
@@ -567,10 +569,8 @@ class Job {
         fds.push_back({dumps_.watch_fd(), POLLIN, 0});
         owners.push_back({nullptr, 3});
       }
-      if (lost_ != nullptr) {
-        fds.push_back({lost_->fd(), POLLIN, 0});
-        owners.push_back({nullptr, 4});
-      }
+      fds.push_back({lost_.fd(), POLLIN, 0});
+      owners.push_back({nullptr, 4});
       int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
       if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "poll", errno);
       if (rc > 0) {
@@ -590,6 +590,7 @@ class Job {
         if (fds[0].revents != 0) handle_signals(signals);
       }
       enforce_deadlines();
+      end_stopped_ranks_none_can_find();
     }
   }
 
@@ -599,6 +600,10 @@ class Job {
     if (kill_deadline_ && (!next || *kill_deadline_ < *next)) next = kill_deadline_;
     if (job_deadline_ && (!next || *job_deadline_ < *next)) next = job_deadline_;
     if (dump_deadline_ && (!next || *dump_deadline_ < *next)) next = dump_deadline_;
+    if (watching_stopped_ranks()) {
+      const std::optional<Clock::time_point> look = stopped_ranks_.next_look();
+      if (look && (!next || *look < *next)) next = look;
+    }
     if (!next) return -1;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
     int timeout = ms < 0 ? 0 : static_cast<int>(ms + 1);
@@ -700,20 +705,19 @@ class Job {
     if (!term_deadline_ && !kill_deadline_) term_deadline_ = Clock::now() + options_.grace;
   }
 
-  // --keep-going: a rank the job found lost has been given up by the ranks that go on
-  // (cli/lost_ranks.h). Ended at once with SIGKILL, which a stopped process takes too, here and
-  // (--hosts) on its host.
+  // A rank the job found lost has been given up by the ranks that found it (with --keep-going
+  // they go on without it; without, the job fails): ended at once with SIGKILL, which a stopped
+  // process takes too, here and (--hosts) on its host. (cli/lost_ranks.h)
   void end_lost_ranks() {
     std::set<int> ending;
-    for (const LostRanks::Report& lost : lost_->take()) {
+    for (const LostRanks::Report& lost : lost_.take()) {
       if (lost.rank < 0 || lost.rank >= options_.world_size) continue;
       Rank& r = ranks_.ranks()[static_cast<size_t>(lost.rank)];
       if (!r.running || r.ended_as_lost) continue;  // it exited, or was ended already
       report("rank " + std::to_string(lost.rank) + " was found lost by rank " +
-             std::to_string(lost.found_by) + " (" + lost.reason + "); ending it (--keep-going)");
-      r.ended_as_lost = true;
+             std::to_string(lost.found_by) + " (" + lost.reason + "); ending it");
+      end_as_lost(r);
       ending.insert(lost.rank);
-      RankSet::signal(r, SIGKILL);
     }
     if (ending.empty() || options_.hosts.empty()) return;
     const auto until = Clock::now() + kRemoteProcessDeadline;
@@ -722,6 +726,40 @@ class Job {
       if (ending.count(p.rank) != 0) theirs.push_back(p);
     if (!theirs.empty())
       signal_remote_processes(options_.remote_shell, theirs, {SIGKILL}, remote_time_left(until));
+  }
+
+  static void end_as_lost(Rank& r) {
+    r.ended_as_lost = true;
+    RankSet::signal(r, SIGKILL);
+  }
+
+  // Whether tpf run looks for a stopped rank that no running rank could find lost
+  // (cli/stopped_ranks.h): ranks of this machine (with --hosts its children are the remote
+  // shells), once one has ended, and not while the job is being stopped.
+  bool watching_stopped_ranks() const {
+    const int running = ranks_.running_count();
+    return options_.hosts.empty() && running > 0 && running < options_.world_size &&
+           !term_deadline_ && !kill_deadline_ && !dump_deadline_ && !stopped_by_launcher_ &&
+           received_signal_ == 0;
+  }
+
+  void end_stopped_ranks_none_can_find() {
+    const Clock::time_point now = Clock::now();
+    if (!watching_stopped_ranks() || !stopped_ranks_.look_due(now)) return;
+    const std::vector<std::pair<int, pid_t>> stopped = ranks_.stopped();
+    std::vector<StoppedRanks::Look> looks;
+    for (const Rank& r : ranks_.ranks()) {
+      if (!r.running || r.ended_as_lost) continue;
+      StoppedRanks::Look look{r.rank, false, r.pid};
+      for (const auto& [rank, pid] : stopped) {
+        if (rank == r.rank) look = {r.rank, true, pid};
+      }
+      looks.push_back(look);
+    }
+    for (const StoppedRanks::Found& found : stopped_ranks_.look(looks, now)) {
+      report(found.text + "; no running rank could find it: ending it");
+      end_as_lost(ranks_.ranks()[static_cast<size_t>(found.rank)]);
+    }
   }
 
   // What to do once the ranks asked for their flight recorders have dumped them.
@@ -757,7 +795,11 @@ class Job {
   // False if no rank has dumped yet.
   bool print_summary() {
     summarized_dumps_ = dumps_.dump_count();
-    std::vector<std::string> lines = dumps_.summary();
+    std::set<int> ended_lost;
+    for (const Rank& r : ranks_.ranks()) {
+      if (r.ended_as_lost) ended_lost.insert(r.rank);
+    }
+    std::vector<std::string> lines = dumps_.summary(ended_lost);
     if (lines.empty()) return false;
     report("flight recorder summary (dumps in " + dumps_.dir() + "):");
     for (const std::string& line : lines) report(line);
@@ -920,7 +962,8 @@ class Job {
   RankSet ranks_;
   FlightDumps& dumps_;
   JobSweeper& sweeper_;
-  LostRanks* lost_;
+  LostRanks& lost_;
+  StoppedRanks stopped_ranks_;
   std::string job_id_;
   std::optional<Clock::time_point> job_deadline_;
   std::optional<Clock::time_point> dump_deadline_;  // a dump request is pending until then
@@ -990,11 +1033,11 @@ int launch_job(const LaunchOptions& options) {
                             kLauncherSpareFiles);
   LostRanks lost;  // before the server, whose thread tells it
   TcpStoreServer server(bind, 0, secret);
-  if (options.keep_going) server.on_rank_lost(lost.handler());
+  server.on_rank_lost(lost.handler());
   std::string store_addr = advertised + ":" + std::to_string(server.port());
   read_dumps_from_store(dumps, options, bind == "0.0.0.0" ? "127.0.0.1" : bind, server.port(),
                         secret);
-  Job job(options, *path, dumps, sweeper, options.keep_going ? &lost : nullptr);
+  Job job(options, *path, dumps, sweeper, lost);
   return job.run(store_addr, secret, job_id, signals);
 }
 

@@ -24,9 +24,12 @@ struct LaunchOptions {
   // failure) before SIGTERM, and again between SIGTERM and SIGKILL.
   std::chrono::milliseconds grace{3000};
   // --keep-going: a rank that fails does not stop the others, which may go on without it
-  // (Communicator::shrink), and a rank the job finds lost is ended (cli/lost_ranks.h); the exit
-  // status still says that a rank failed.
+  // (Communicator::shrink); the exit status still says that a rank failed. With it or without, a
+  // rank the job finds lost is ended at once (cli/lost_ranks.h).
   bool keep_going = false;
+  // A rank of this machine seen stopped this long when no other rank runs is found lost by the
+  // launcher itself (TPF_HOST_LOST_S; cli/stopped_ranks.h). Zero: never.
+  std::chrono::milliseconds stopped_lost_after{0};
   // Stop the job after this long (--job-timeout): ask the ranks for their flight recorders, print
   // where each one is, then SIGTERM and, after the grace, SIGKILL. Exit code kExitJobTimeout.
   std::optional<std::chrono::milliseconds> job_timeout;

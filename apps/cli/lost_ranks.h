@@ -1,8 +1,8 @@
-// The ranks the job's store was told are lost (the heartbeat's watcher found them stopped or cut
-// off the network and reported them, Store::report_lost), for `tpf run --keep-going` to end: the
-// ranks that go on have given them up (Communicator::shrink leaves them out), and a stopped one
-// would otherwise hold the job until --job-timeout. The store's server tells of each on its own
-// thread; the launcher's poll loop wakes on fd() and takes them.
+// The ranks the job's store was told are lost (a rank found them stopped or cut off the network
+// and reported them, Store::report_lost), for `tpf run` to end: the ranks that found them have
+// given them up (with --keep-going they go on without them: Communicator::shrink leaves them
+// out), and a stopped one would otherwise hold the job until --job-timeout. The store's server
+// tells of each on its own thread; the launcher's poll loop wakes on fd() and takes them.
 #pragma once
 
 #include <mutex>

@@ -13,6 +13,7 @@
 #include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
+#include "comm/settings.h"
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "tpf/topology.h"
@@ -34,6 +35,12 @@ constexpr const char* kDescription =
     "then SIGTERM, then after another grace period SIGKILL; with --keep-going they run on (a job\n"
     "whose ranks go on without the failed one: Communicator::shrink). SIGINT, SIGTERM, SIGHUP\n"
     "and SIGQUIT sent to tpf run are forwarded to every rank.\n"
+    "\n"
+    "A rank found lost is ended at once (SIGKILL, which a stopped process takes too): one that\n"
+    "stays stopped (SIGSTOP, a debugger) for TPF_HOST_LOST_S (default 10 s) or is cut off from\n"
+    "the other hosts, as the rank that found it tells the store; and one of this machine that\n"
+    "stays stopped that long while no running rank could find it (each other one has ended or\n"
+    "is stopped too), which tpf run finds itself.\n"
     "\n"
     "Flight recorder: every communicator keeps its last operations (TPF_FLIGHT_RECORDER_SIZE,\n"
     "default 64). Ranks dump them into a directory of the job (TPF_FLIGHT_RECORDER_DIR, made by\n"
@@ -215,6 +222,7 @@ LaunchOptions launch_options(const RunFlags& flags) {
   options.command = flags.command;
   options.grace = base::env_seconds("TPF_RUN_GRACE_S").value_or(std::chrono::seconds(3));
   options.dump_wait = base::env_seconds("TPF_RUN_DUMP_WAIT_S").value_or(std::chrono::seconds(5));
+  options.stopped_lost_after = detail::host_lost_after_setting();
   return options;
 }
 
@@ -267,8 +275,7 @@ void add_run_command(Command& tpf) {
       .type_name("LIST");
   run.add_flag("--keep-going", flags->keep_going,
                "a rank that fails does not stop the others: they may go on without it\n"
-               "(Communicator::shrink); a rank the job finds lost (stopped, or cut off\n"
-               "from the other hosts) is ended (SIGKILL); the exit status is still 1");
+               "(Communicator::shrink); the exit status is still 1");
   run.add_flag("--tag-output", flags->tag_output,
                "prefix every line a rank prints with \"[rank] \"");
   run.add_option("program", flags->command,

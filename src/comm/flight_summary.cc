@@ -142,7 +142,7 @@ Position position_of(const FlightDump& d) {
 }
 
 void summarize_communicator(const std::vector<const FlightDump*>& dumps,
-                            std::vector<std::string>& out) {
+                            const std::set<int>& ended_lost, std::vector<std::string>& out) {
   const FlightDump& first = *dumps.front();
   const int size = first.size;
   std::map<int, Position> at;  // by rank
@@ -162,8 +162,12 @@ void summarize_communicator(const std::vector<const FlightDump*>& dumps,
   for (int r = 0; r < size; ++r) {
     auto it = at.find(r);
     if (it == at.end()) {
-      missing.push_back(r);
-      out.push_back("  " + names(r) + ": no dump");
+      if (ended_lost.count(names.job_rank(r)) != 0) {
+        out.push_back("  " + names(r) + ": no dump (found lost and ended)");
+      } else {
+        missing.push_back(r);
+        out.push_back("  " + names(r) + ": no dump");
+      }
       continue;
     }
     const Position& p = it->second;
@@ -312,7 +316,8 @@ FlightFile parse_flight_file(std::string_view content) {
   return file;
 }
 
-std::vector<std::string> summarize_flight_dumps(const std::vector<FlightDump>& dumps) {
+std::vector<std::string> summarize_flight_dumps(const std::vector<FlightDump>& dumps,
+                                                const std::set<int>& ended_lost) {
   // The newest dump of each (communicator, generation, rank).
   std::map<std::pair<std::string, uint64_t>, std::map<int, const FlightDump*>> groups;
   for (const FlightDump& d : dumps) {
@@ -323,7 +328,7 @@ std::vector<std::string> summarize_flight_dumps(const std::vector<FlightDump>& d
   for (const auto& [key, by_rank] : groups) {
     std::vector<const FlightDump*> latest;
     for (const auto& [rank, d] : by_rank) latest.push_back(d);
-    summarize_communicator(latest, out);
+    summarize_communicator(latest, ended_lost, out);
   }
   return out;
 }

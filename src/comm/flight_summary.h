@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,9 @@ FlightFile parse_flight_file(std::string_view content);
 // point-to-point operations in flight, then who waits for whom: the rank(s) at the lowest
 // collective sequence that have not started it, or the ranks that left no dump; point-to-point
 // operations whose peer has not posted the matching call. Empty when there are no dumps.
-std::vector<std::string> summarize_flight_dumps(const std::vector<FlightDump>& dumps);
+// `ended_lost`: the job ranks the launcher found lost and ended, which left no dump for that
+// reason and which nobody waits for any more (said as such, not as ranks the others may wait for).
+std::vector<std::string> summarize_flight_dumps(const std::vector<FlightDump>& dumps,
+                                                const std::set<int>& ended_lost = {});
 
 }  // namespace tpf::detail

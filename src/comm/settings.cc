@@ -100,7 +100,7 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_HOST_LOST_S", "communicator",
      "seconds without a heartbeat after which a rank on another host is named stopped or "
      "unreachable, and that a rank on this host may stay stopped before a rank waiting on it "
-     "finds it lost"},
+     "(or tpf run, once no other rank runs) finds it lost"},
     {"TPF_NET_NOTICE_WAIT_S", "communicator",
      "seconds a rank whose peer's connection failed waits for another rank's failure notice "
      "that explains it (a bad buffer or a crash its host-mates saw) before naming the peer lost "
@@ -342,6 +342,10 @@ coll::NetworkLinkCost network_cost(Reader& read) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds host_lost_after_setting() {
+  return base::env_seconds("TPF_HOST_LOST_S").value_or(kDefaultHostLostAfter);
+}
 
 CommSettings resolve_comm_settings(const CommOptions& options) {
   CommSettings s;

@@ -66,6 +66,11 @@ struct CommSettings {
 // Reads the environment now. Options set in `options` win over the environment.
 CommSettings resolve_comm_settings(const CommOptions& options = {});
 
+// TPF_HOST_LOST_S, or its default, for a reader outside a communicator (`tpf run`, which finds a
+// stopped rank lost when no rank is left to: cli/stopped_ranks.h). Throws Error naming the
+// variable where it is malformed.
+std::chrono::milliseconds host_lost_after_setting();
+
 // Settings from which every rank derives the same choices on its own (algorithms, segment and
 // chunk sizes): the network's must be alike on every rank of a communicator, shared memory's on
 // every rank of a host. Ranks that differ would choose differently and send or expect messages

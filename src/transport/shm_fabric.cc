@@ -14,16 +14,12 @@
 
 #include "base/available_memory.h"
 #include "base/byte_size.h"
-#include "base/duration_text.h"
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/shm_layout.h"
 
 namespace tpf::transport {
 namespace {
-
-// How a process comes to be stopped, for the messages that say one is.
-constexpr const char* kStoppedHow = "a stop signal, or a debugger holding it";
 
 // What a rank publishes under "rank/<r>" once its segment exists: "<segment> <pid> <bytes>
 // <can_fence>". `ok` is false for a text that does not have all four.
@@ -554,13 +550,11 @@ void ShmFabric::check_stopped(int peer, const WaitContext& ctx) const {
   const auto r = static_cast<size_t>(comm_rank(peer));
   const uint64_t process = r < config_.processes.size() ? config_.processes[r] : 0;
   if (config_.watched_elsewhere && config_.watched_elsewhere(process)) return;
-  throw ProcessLostError(
-      ErrorCode::timeout,
-      ctx.op_label() + ": " + rank_name(peer) + " (pid " + std::to_string(processes_[peer].pid()) +
-          ") has been stopped for " + base::format_seconds(*stopped) + " (" + kStoppedHow +
-          "): found lost (TPF_HOST_LOST_S = " + base::format_seconds(stopped_peers_.lost_after()) +
-          ")",
-      process);
+  throw ProcessLostError(ErrorCode::timeout,
+                         ctx.op_label() + ": " +
+                             stopped_lost_text(rank_name(peer), processes_[peer].pid(), *stopped,
+                                               stopped_peers_.lost_after()),
+                         process);
 }
 
 std::string ShmFabric::stopped_note(std::span<const int> ranks) const {

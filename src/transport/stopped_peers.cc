@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/duration_text.h"
+
 namespace tpf::transport {
 
 StoppedPeers::StoppedPeers(int ranks, std::chrono::milliseconds lost_after)
@@ -14,15 +16,21 @@ std::chrono::milliseconds StoppedPeers::look_every(std::chrono::milliseconds los
                     std::chrono::milliseconds(1000));
 }
 
-std::optional<std::chrono::milliseconds> StoppedPeers::lost_for(int peer,
-                                                                const PeerProcess& process,
-                                                                Clock::time_point now) const {
+bool StoppedPeers::look_due(int peer, Clock::time_point now) const {
+  if (lost_after_.count() <= 0) return false;
+  Watch& watch = watches_[static_cast<size_t>(peer)];
+  const int64_t ticks = now.time_since_epoch().count();
+  if (ticks < watch.next_look.load(std::memory_order_relaxed)) return false;
+  watch.next_look.store(ticks + Clock::duration(look_every_).count(), std::memory_order_relaxed);
+  return true;
+}
+
+std::optional<std::chrono::milliseconds> StoppedPeers::seen(int peer, bool stopped,
+                                                            Clock::time_point now) const {
   if (lost_after_.count() <= 0) return std::nullopt;
   Watch& watch = watches_[static_cast<size_t>(peer)];
   const int64_t ticks = now.time_since_epoch().count();
-  if (ticks < watch.next_look.load(std::memory_order_relaxed)) return std::nullopt;
-  watch.next_look.store(ticks + Clock::duration(look_every_).count(), std::memory_order_relaxed);
-  if (!process.stopped()) {
+  if (!stopped) {
     watch.stopped_since.store(0, std::memory_order_relaxed);
     return std::nullopt;
   }
@@ -32,10 +40,18 @@ std::optional<std::chrono::milliseconds> StoppedPeers::lost_for(int peer,
     since = ticks == 0 ? 1 : ticks;
     watch.stopped_since.store(since, std::memory_order_relaxed);
   }
-  const auto stopped =
+  const auto stopped_for =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::duration(ticks - since));
-  if (stopped < lost_after_) return std::nullopt;
-  return stopped;
+  if (stopped_for < lost_after_) return std::nullopt;
+  return stopped_for;
+}
+
+std::string stopped_lost_text(const std::string& who, int64_t pid,
+                              std::chrono::milliseconds stopped_for,
+                              std::chrono::milliseconds lost_after) {
+  return who + " (pid " + std::to_string(pid) + ") has been stopped for " +
+         base::format_seconds(stopped_for) + " (" + kStoppedHow +
+         "): found lost (TPF_HOST_LOST_S = " + base::format_seconds(lost_after) + ")";
 }
 
 }  // namespace tpf::transport

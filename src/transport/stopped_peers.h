@@ -16,8 +16,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "transport/peer_process.h"
 
@@ -38,7 +40,18 @@ class StoppedPeers {
   }
   // The same at `now` (tests give their own clock).
   std::optional<std::chrono::milliseconds> lost_for(int peer, const PeerProcess& process,
-                                                    Clock::time_point now) const;
+                                                    Clock::time_point now) const {
+    if (!look_due(peer, now)) return std::nullopt;
+    return seen(peer, process.stopped(), now);
+  }
+  // The two halves of lost_for, for a watcher that looks its own way (`tpf run` reads a whole
+  // process group's state, cli/stopped_ranks.h). Whether a look at `peer` is due at `now`; if so,
+  // the next one is due look_every() later.
+  bool look_due(int peer, Clock::time_point now) const;
+  // Takes a look at `peer` made at `now` (`stopped`: what it saw) and says, as lost_for does, how
+  // long it has been seen stopped once that reaches lost_after.
+  std::optional<std::chrono::milliseconds> seen(int peer, bool stopped,
+                                                Clock::time_point now) const;
   std::chrono::milliseconds lost_after() const noexcept { return lost_after_; }
   // A tenth of lost_after, within [10 ms, 1 s]: the found-lost time overshoots by at most that.
   static std::chrono::milliseconds look_every(std::chrono::milliseconds lost_after);
@@ -52,5 +65,14 @@ class StoppedPeers {
   std::chrono::milliseconds look_every_;
   std::unique_ptr<Watch[]> watches_;
 };
+
+// What a rank that finds a stopped process lost says of it: "rank 2 (pid 4242) has been stopped
+// for 10.0 s (a stop signal, or a debugger holding it): found lost (TPF_HOST_LOST_S = 10.0 s)",
+// with `who` "rank 2". The one spelling, whoever finds it (a waiting rank, `tpf run`).
+std::string stopped_lost_text(const std::string& who, int64_t pid,
+                              std::chrono::milliseconds stopped_for,
+                              std::chrono::milliseconds lost_after);
+// Why a process is stopped, as messages say it: "a stop signal, or a debugger holding it".
+inline constexpr const char* kStoppedHow = "a stop signal, or a debugger holding it";
 
 }  // namespace tpf::transport

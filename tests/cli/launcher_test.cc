@@ -300,6 +300,54 @@ TEST(Launcher, RanksThatIgnoreSigtermAreKilled) {
   EXPECT_LT(r.seconds, 5.0);
 }
 
+// A rank stopped (SIGSTOP here; a debugger alike) once the others have ended would hold the job
+// until --job-timeout: nobody waits on it to find it lost (transport/stopped_peers.h). tpf run
+// finds it itself after TPF_HOST_LOST_S and ends it (cli/stopped_ranks.h).
+TEST(Launcher, AStoppedRankNoRunningRankCouldFindIsFoundLostAndEnded) {
+  const Outcome r =
+      run_tpf({"run", "--job-timeout", "60", "-n", "3", "--", "sh", "-c",
+               "if [ $TPF_RANK = 1 ]; then kill -STOP $$; fi; echo rank $TPF_RANK done"},
+              {"TPF_HOST_LOST_S=1"}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // a rank did not finish
+  EXPECT_FALSE(contains(r.err, "--job-timeout")) << r.err;
+  EXPECT_TRUE(contains(r.out, "rank 0 done")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 2 done")) << r.out;
+  EXPECT_FALSE(contains(r.out, "rank 1 done")) << r.out;
+  EXPECT_TRUE(contains(r.err, "tpf run: rank 1 (pid ")) << r.err;
+  EXPECT_TRUE(contains(r.err, ") has been stopped for ")) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "(a stop signal, or a debugger holding it): found lost (TPF_HOST_LOST_S = "
+                       "1.0 s); no running rank could find it: ending it"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 was ended by SIGKILL (9) (found lost)")) << r.err;
+}
+
+// While a rank runs, a stopped one is left to it (it finds it lost if it waits on it); once it has
+// ended, every stopped rank is found, here two, with --keep-going as without. Rank 3 ends at once
+// and rank 0 sleeps past TPF_HOST_LOST_S: were the stopped ranks found while it ran, that would be
+// said before its exit.
+TEST(Launcher, StoppedRanksAreLeftToARankThatRunsAndFoundOnceItHasEnded) {
+  const Outcome r =
+      run_tpf({"run", "--keep-going", "--job-timeout", "60", "-n", "4", "--", "sh", "-c",
+               "case $TPF_RANK in 0) sleep 2; exit 5 ;; 3) exit 0 ;; esac; kill -STOP $$; "
+               "echo rank $TPF_RANK done"},
+              {"TPF_HOST_LOST_S=1"}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_FALSE(contains(r.err, "--job-timeout")) << r.err;
+  EXPECT_FALSE(contains(r.out, " done")) << r.out;
+  const size_t rank_0_exit = r.err.find("rank 0 exited with code 5");
+  ASSERT_NE(rank_0_exit, std::string::npos) << r.err;
+  for (const int rank : {1, 2}) {
+    const std::string who = "rank " + std::to_string(rank);
+    const size_t found = r.err.find("tpf run: " + who + " (pid ");
+    ASSERT_NE(found, std::string::npos) << r.err;
+    EXPECT_GT(found, rank_0_exit) << r.err;
+    EXPECT_TRUE(contains(r.err, who + " was ended by SIGKILL (9) (found lost)")) << r.err;
+  }
+}
+
 TEST(Launcher, SigtermIsForwardedToEveryRank) {
   bool sent = false;
   auto on_stdout = [&sent](pid_t tpf, const std::string& out) {

@@ -501,6 +501,28 @@ TEST(FlightSummary, NamesASplitsRanksByTheJobsNumbersToo) {
       << s;
 }
 
+// A rank tpf run found lost and ended left no dump for that reason, and nobody waits for it any
+// more: said so, by the job's number (here in the world and in a split of job ranks 4, 9, 14).
+TEST(FlightSummary, ARankFoundLostAndEndedIsSaidSoAndNotWaitedFor) {
+  const auto done = FlightState::completed;
+  std::vector<FlightDump> dumps = {
+      dump(0, 4, {record(0, 0, OpKind::barrier, done)}),
+      dump(1, 4, {record(0, 0, OpKind::barrier, done)}),
+      dump(0, 3, {record(0, 0, OpKind::barrier, done)}, "world.s0c1"),
+  };
+  dumps.back().job_ranks = {4, 9, 14};
+  const std::string s = joined(detail::summarize_flight_dumps(dumps, {3, 14}));
+  EXPECT_NE(s.find("  rank 2: no dump\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("  rank 3: no dump (found lost and ended)"), std::string::npos) << s;
+  EXPECT_NE(s.find("no dump from rank 2 (exited without one"), std::string::npos) << s;
+  EXPECT_NE(s.find("  rank 1 (job rank 9): no dump\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("  rank 2 (job rank 14): no dump (found lost and ended)"), std::string::npos)
+      << s;
+  EXPECT_NE(s.find("no dump from rank 1 (job rank 9) (exited"), std::string::npos) << s;
+  EXPECT_EQ(s.find("no dump from rank 3"), std::string::npos) << s;
+  EXPECT_EQ(s.find("job rank 14) (exited"), std::string::npos) << s;
+}
+
 TEST(FlightSummary, SaysWhenRanksCalledDifferentCollectivesAndWhichSendIsMissing) {
   std::vector<FlightDump> dumps = {
       dump(0, 2, {record(0, 0, OpKind::all_reduce, FlightState::failed, -1, ErrorCode::mismatch)}),
@@ -1079,7 +1101,9 @@ TEST(FlightRecorderLauncher, AcrossHostsKeepGoingEndsARankFoundLostOnItsHost) {
   EXPECT_FALSE(contains(r.err, "--job-timeout")) << r.err;
   EXPECT_TRUE(contains(r.err, "tpf run: rank 2 was found lost by rank ")) << r.err;
   EXPECT_TRUE(contains(r.err, "(host 'c') has sent no heartbeat")) << r.err;
-  EXPECT_TRUE(contains(r.err, "; ending it (--keep-going)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; ending it\n")) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 2: no dump (found lost and ended)")) << r.err;
+  EXPECT_FALSE(contains(r.err, "no dump from rank 2")) << r.err;
   for (int rank : {0, 1}) {
     EXPECT_TRUE(contains(r.out, "rank " + std::to_string(rank) + " went on with 2 ranks: 2"))
         << r.out << r.err;
