@@ -15,6 +15,7 @@
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
+#include "comm/creation_watch.h"
 #include "comm/host_discovery.h"
 #include "comm/name_generations.h"
 #include "comm/net_p2p.h"
@@ -99,8 +100,12 @@ CommImpl::CommImpl(CommSetup setup)
   // end its waits (a communicator made by create() has members the store cannot know yet).
   if (!setup_.job_ranks.empty() && setup_.store_knows_job_ranks)
     scoped_store = std::make_shared<bootstrap::AwaitedRanksStore>(scoped_store, setup_.job_ranks);
+  // The creation's waits end at once where another rank's creation failed (comm/creation_watch.h).
+  const auto creation_store =
+      std::make_shared<CreationWatchStore>(scoped_store, "communicator '" + setup_.name + "'");
   try {
-    join(scoped_store, generation);
+    join(creation_store, generation);
+    creation_store->creation_done();
   } catch (...) {
     // A rank that fails here leaves its peers connecting to it, or waiting for its first message,
     // to find its connection gone: they look for a recorded cause before they name it lost

@@ -7,6 +7,7 @@
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
 #include "transport/rank_names.h"
+#include "transport/shm_fabric.h"
 
 namespace tpf::detail {
 namespace {
@@ -86,6 +87,8 @@ DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRa
     std::string list;
     try {
       list = store.get("hosts", left_until(deadline));
+    } catch (const transport::RootCauseError&) {
+      throw;  // another rank's failure ended the creation (comm/creation_watch.h)
     } catch (const Error& e) {
       throw failed(e, "rank 0's list of hosts");
     }
@@ -105,6 +108,8 @@ DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRa
   try {
     for (std::string& entry : store.get_many(keys, left_until(deadline)))
       entries.push_back(std::move(entry));
+  } catch (const transport::RootCauseError&) {
+    throw;
   } catch (const Error& e) {
     if (e.code() != ErrorCode::timeout) throw failed(e, "the other ranks' entries");
     std::vector<int> missing;

@@ -55,6 +55,11 @@ std::optional<FailureRecord> decode_failure_record(const std::string& text) {
   return FailureRecord{static_cast<ErrorCode>(code), text.substr(newline + 1), lost};
 }
 
+std::optional<FailureRecord> read_published_failure(Store& store) {
+  if (!store.check(kRecordKey)) return std::nullopt;
+  return decode_failure_record(store.get(kRecordKey, std::chrono::milliseconds(0)));
+}
+
 FailureBoard::FailureBoard(std::shared_ptr<Store> store) : state_(std::make_shared<State>()) {
   state_->store = std::move(store);
 }
@@ -109,8 +114,7 @@ std::optional<FailureRecord> FailureBoard::published() {
       std::optional<FailureRecord> record;
       try {
         if (state->store->check(kRecordKey)) {
-          record =
-              decode_failure_record(state->store->get(kRecordKey, std::chrono::milliseconds(0)));
+          record = read_published_failure(*state->store);
           if (!record) return;  // not ours: nothing to learn here
         }
       } catch (...) {

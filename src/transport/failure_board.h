@@ -43,6 +43,11 @@ class FailureBoard {
   std::shared_ptr<State> state_;  // shared with the threads, which may outlive the board
 };
 
+// The record a rank published on the board of `store` (the communicator's prefixed store), if any
+// by now: one look, two store calls where there is one (CreationWatchStore looks so between the
+// slices of a creation's waits). Throws what the store throws.
+std::optional<FailureRecord> read_published_failure(Store& store);
+
 // A record as the store holds it and a failure notice carries it ("<code>\n<message>", or
 // "<code> <lost process>\n<message>" where it names one), and back; nullopt for a value that is
 // not one.

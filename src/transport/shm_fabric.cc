@@ -185,6 +185,8 @@ void ShmFabric::setup() {
           std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(100));
       try {
         return store.get_many(keys, slice);
+      } catch (const RootCauseError&) {
+        throw;  // another rank's failure ended the creation (comm/creation_watch.h)
       } catch (const Error& e) {
         if (e.code() == ErrorCode::peer_died) {
           throw died_per_store(e, " (waiting for " + what + ")");

@@ -818,6 +818,8 @@ std::vector<UcxNetwork::Published> UcxNetwork::read_published(std::span<const in
   std::vector<std::string> values;
   try {
     values = config_.store->get_many(keys, config_.setup_timeout);
+  } catch (const RootCauseError&) {
+    throw;  // another rank's failure, which names the communicator (comm/creation_watch.h)
   } catch (const Error& e) {
     throw Error(e.code(), config_.label + ": " + what + ": " + e.what());
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,21 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::RankContext;
+
+// A store that refuses to set one key (Error(resource), as a full store might): a rank whose
+// creation fails at an exact point of the setup, for a reason of its own, and lives on.
+class RefusingStore : public bootstrap::ForwardingStore {
+ public:
+  RefusingStore(std::shared_ptr<Store> inner, std::string refused_key)
+      : ForwardingStore(std::move(inner)), refused_key_(std::move(refused_key)) {}
+  void set(const std::string& key, const std::string& value) override {
+    if (key == refused_key_) throw Error(ErrorCode::resource, "test: no room for " + key);
+    ForwardingStore::set(key, value);
+  }
+
+ private:
+  std::string refused_key_;
+};
 
 // A store that kills its own process (SIGKILL: no destructor, no goodbye) when asked to set one
 // key, before or after passing the set on: a rank that dies at an exact point of the setup.
@@ -178,6 +194,104 @@ TEST(SetupFault, ASplitOfLiveRanksIsMadeAfterAnotherRankOfTheJobDied) {
       },
       options_for(job));
   testing::expect_only_victims_killed(outcomes, {kVictim});
+  testing::expect_no_segments_of(job);
+}
+
+// Inside a rank whose creation another rank gave up: it must fail with that rank's failure (code
+// and cause) as its root, told through the generation's failure board (comm/creation_watch.h),
+// not with a timeout of its own.
+void expect_told_of_a_given_up_creation(const std::function<void()>& create, ErrorCode code,
+                                        const std::string& cause) {
+  try {
+    create();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    TPF_CHILD_CHECK(e.code() == code, std::string(error_code_name(e.code())) + ": " + what);
+    TPF_CHILD_CHECK(
+        what.find("another rank's creation of it failed and gave it up") != std::string::npos &&
+            what.find(cause) != std::string::npos,
+        what);
+    return;
+  }
+  TPF_CHILD_CHECK(false, "the creation succeeded");
+}
+
+// The three ranks try again under the name and meet (in the next generation).
+void create_again_and_reduce(const RankContext& ctx, const std::shared_ptr<Store>& store,
+                             const std::string& name) {
+  CommOptions patient = ctx.comm_options;
+  patient.timeout = 20s;  // within the test's deadline, far beyond what a meeting takes
+  Communicator comm = Communicator::create(ctx.rank, ctx.size, store, name, patient);
+  int32_t mine = ctx.rank + 1, sum = 0;
+  comm.all_reduce(&mine, &sum, 1, DType::i32, ReduceOp::sum);
+  TPF_CHILD_CHECK(sum == 6, "all_reduce gave " + std::to_string(sum));
+}
+
+// Rank 0's creation fails for a reason of its own (the store refuses its segment's key) while
+// ranks 1 and 2 wait for that segment: they are told at once, with rank 0's cause, instead of
+// waiting out their setup timeout (which the test's 30 s deadline would not see the end of), and
+// all three meet when they try again. Until 2026-12-07 they waited out that timeout.
+TEST(SetupFault, RanksWaitingOnARankWhoseCreationFailedAreToldItsCause) {
+  const std::string job = testing::unique_job_name();
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        auto store = connect_store(ctx, ctx.rank);
+        CommOptions slow = ctx.comm_options;
+        slow.timeout = 100s;  // beyond the test's deadline: only the notice ends their wait
+        if (ctx.rank == 0) {
+          auto refusing = std::make_shared<RefusingStore>(store, "given_up/0/rank/0");
+          try {
+            Communicator::create(ctx.rank, ctx.size, refusing, "given_up", slow);
+            TPF_CHILD_CHECK(false, "created without its segment's key");
+          } catch (const Error& e) {
+            TPF_CHILD_CHECK(e.code() == ErrorCode::resource, e.what());
+          }
+        } else {
+          expect_told_of_a_given_up_creation(
+              [&] { Communicator::create(ctx.rank, ctx.size, store, "given_up", slow); },
+              ErrorCode::resource, "test: no room for given_up/0/rank/0");
+        }
+        create_again_and_reduce(ctx, store, "given_up");
+      },
+      options_for(job));
+  testing::expect_all_ok(outcomes);
+  testing::expect_no_segments_of(job);
+}
+
+// The same while the others still learn every rank's host: rank 0 gives up after 1 s (rank 2 has
+// not come), and rank 1, waiting for rank 0's list of hosts with a timeout beyond the test's
+// deadline, is told that rank 2 did not join, as rank 0 found.
+TEST(SetupFault, ARankWaitingForTheHostListIsToldThatTheCreationWasGivenUp) {
+  const std::string job = testing::unique_job_name();
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        auto store = connect_store(ctx, ctx.rank);
+        if (ctx.rank == 0) {
+          CommOptions hasty = ctx.comm_options;
+          hasty.timeout = 1s;
+          try {
+            Communicator::create(ctx.rank, ctx.size, store, "hosts_given_up", hasty);
+            TPF_CHILD_CHECK(false, "created without rank 2");
+          } catch (const Error& e) {
+            TPF_CHILD_CHECK(e.code() == ErrorCode::timeout, e.what());
+          }
+          store->set("failed/0", "1");
+        } else if (ctx.rank == 1) {
+          CommOptions slow = ctx.comm_options;
+          slow.timeout = 100s;
+          expect_told_of_a_given_up_creation(
+              [&] { Communicator::create(ctx.rank, ctx.size, store, "hosts_given_up", slow); },
+              ErrorCode::timeout, "rank 2 did not join");
+          store->set("failed/1", "1");
+        } else {
+          store->get_many({"failed/0", "failed/1"}, 20s);
+        }
+        create_again_and_reduce(ctx, store, "hosts_given_up");
+      },
+      options_for(job));
+  testing::expect_all_ok(outcomes);
   testing::expect_no_segments_of(job);
 }
 
