@@ -143,6 +143,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   transport::FabricConfig config =
       fabric_config(setup_, generation, scoped_store, ranks_on_machine());
   config.processes = processes_;
+  config.pids = discovered.pids;
   // A stopped rank is found lost by one owner: across hosts the heartbeat watches every rank (each
   // host's by the previous host's leader), in this communicator or in another of the process that
   // holds it (a world across hosts over this group of one host); otherwise the ranks waiting on it.

@@ -122,6 +122,11 @@ void ShmFabric::setup() {
   Store& store = *config_.store;
   peers_.resize(n);
   processes_.resize(n);
+  for (int p : all_peers_) {
+    const auto r = static_cast<size_t>(comm_rank(p));
+    if (r < config_.pids.size() && config_.pids[r] > 0)
+      processes_[p] = PeerProcess(static_cast<pid_t>(config_.pids[r]));
+  }
   std::vector<std::string> peer_names(n);
   using SetupClock = std::chrono::steady_clock;
   const auto timeout =
@@ -146,8 +151,9 @@ void ShmFabric::setup() {
       }
     }
   };
-  // The pid of peer q if it has joined (published "rank/<q>") and is not known yet: a joined
-  // peer whose process exits is then noticed by its pid.
+  // The pid of peer q if it has joined (published "rank/<q>") and is not known yet (the
+  // communicator gave none: FabricConfig::pids): a joined peer whose process exits is then
+  // noticed by its pid.
   auto learn_pid = [&](int q) {
     if (processes_[q].pid() > 0) return;
     try {

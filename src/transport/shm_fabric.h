@@ -150,6 +150,10 @@ struct FabricConfig {
   // a peer of this host may stay stopped before a rank waiting on it finds it lost (zero: never;
   // transport/stopped_peers.h).
   std::vector<uint64_t> processes;
+  // Each communicator rank's pid as it published it with its host (0: not told; empty: none),
+  // so that a peer that exits or stays stopped before it publishes its segment is found. A
+  // peer's pid not given here is learned from its segment's entry.
+  std::vector<int64_t> pids;
   std::chrono::milliseconds stopped_lost_after{0};
   // Whether another part of the process owns finding a process lost (a heartbeat watches it):
   // such a peer is not looked at for being stopped. Empty: none is.

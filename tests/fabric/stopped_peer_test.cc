@@ -219,24 +219,28 @@ TEST(StoppedPeer, ADeadlineSaysTheRankItWaitedForIsStopped) {
 // that stops at an exact point of a communicator's setup.
 class StoppingStore : public bootstrap::ForwardingStore {
  public:
-  StoppingStore(std::shared_ptr<Store> inner, std::string key)
-      : ForwardingStore(std::move(inner)), key_(std::move(key)) {}
+  // `before`: stops as it is asked to set `key`, which it does not set.
+  StoppingStore(std::shared_ptr<Store> inner, std::string key, bool before)
+      : ForwardingStore(std::move(inner)), key_(std::move(key)), before_(before) {}
   void set(const std::string& key, const std::string& value) override {
+    if (key == key_ && before_) ::raise(SIGSTOP);
     ForwardingStore::set(key, value);
-    if (key == key_) ::raise(SIGSTOP);
+    if (key == key_ && !before_) ::raise(SIGSTOP);
   }
 
  private:
   std::string key_;
+  bool before_;
 };
 
-// Rank 2 stops once it has published its segment (so its pid is known): the others' setup waits
-// for it to map theirs, finds it stopped for TPF_HOST_LOST_S and fails naming it (timeout), far
-// before the setup's 60 s deadline (which would say "did not happen within"), or hears it from
-// the store, which the first to find it told (peer_died, quoting the finder: seen under ASan in
-// CI); and the store names the loss to a creation that follows. Its segment, held while it is
-// stopped, is an orphan once it is ended: the next setup's sweep (here, the test's) removes it.
-TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
+// Rank 2 stops in the creation's setup of shared memory as it sets `key` (before setting it with
+// `before`): the others' setup, waiting for it, finds it stopped for TPF_HOST_LOST_S and fails
+// naming it (timeout), far before the setup's 60 s deadline (which would say "did not happen
+// within"), or hears it from the store, which the first to find it told (peer_died, quoting the
+// finder: seen under ASan in CI); and the store names the loss to a creation that follows. Its
+// segment, held while it is stopped, is an orphan once it is ended: the next setup's sweep (here,
+// the test's) removes it.
+void expect_a_creation_to_find_rank_2_stopped_at(const std::string& key, bool before) {
   const std::string job = testing::unique_job_name();
   SharedBlock shared;  // [0]: survivors done; [1]: rank 2's pid
   testing::RunOptions run = options(60s);
@@ -249,7 +253,7 @@ TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
         if (ctx.rank == 2) {
           shared.counter(1).store(::getpid());
           Communicator::create(ctx.rank, ctx.size,
-                               std::make_shared<StoppingStore>(store, "world/0/rank/2"), "world",
+                               std::make_shared<StoppingStore>(store, key, before), "world",
                                ctx.comm_options);
           ::_exit(3);  // not reached: ended while stopped
         }
@@ -276,6 +280,18 @@ TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
   testing::expect_only_victims_killed(outcomes, {2});
   transport::remove_orphan_segments(transport::shm_job_prefix(job));
   testing::expect_no_segments_of(job);
+}
+
+// Once it has published its segment, the others wait for it to map theirs.
+TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
+  expect_a_creation_to_find_rank_2_stopped_at("world/0/rank/2", /*before=*/false);
+}
+
+// Before it publishes its segment, the others know its pid from its host's entry (FabricConfig::
+// pids): until 2026-12-07 they learned it from the segment's entry only, and waited out the
+// setup's deadline.
+TEST(StoppedPeer, ARankStoppedBeforePublishingItsSegmentIsFoundLostAllTheSame) {
+  expect_a_creation_to_find_rank_2_stopped_at("world/0/rank/2", /*before=*/true);
 }
 
 }  // namespace
