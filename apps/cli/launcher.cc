@@ -767,9 +767,9 @@ class Job {
 
   // Sends the dump signal to the running ranks that armed it; false if none did.
   bool request_dumps(AfterDumps after) {
-    static const std::string kStopped =
-        " is stopped (SIGSTOP, SIGTSTP or a debugger): it cannot dump its flight recorder, and "
-        "the others may be waiting for it";
+    static const std::string kStopped = std::string(" is stopped (") + transport::kStoppedHow +
+                                        "): it cannot dump its flight recorder, and the others "
+                                        "may be waiting for it";
     std::set<int> said;
     for (const auto& [rank, pid] : ranks_.stopped()) {
       report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")" + kStopped);

@@ -7,8 +7,8 @@
 // that length, and between them (at most every kLookEvery, whatever the callers' own slices) the
 // rank reads the board: a creation that failed on another rank ends this one at once, with that
 // failure as its root cause (transport::RootCauseError), so every rank of it fails alike and all
-// can try again together. A wait that ends within a slice costs nothing more; one that waits pays
-// a store call per slice.
+// can try again together. A wait that ends within a slice costs nothing more; a longer one asks
+// the store again each slice and reads the board once a second.
 #pragma once
 
 #include <atomic>
@@ -34,8 +34,8 @@ class CreationWatchStore : public bootstrap::ForwardingStore {
                                          const std::vector<std::string>& keys,
                                          std::chrono::milliseconds timeout) override;
 
-  // The creation is over (the communicator is made): from here waits are passed on whole (the
-  // parts of the communicator that keep the store, and its own board, read it so later).
+  // The creation is over (the communicator is made): from here every call is passed on as it is
+  // (the communicator's parts keep this store for their later reads).
   void creation_done() noexcept { watching_.store(false, std::memory_order_relaxed); }
 
   static constexpr std::chrono::milliseconds kLookEvery{1000};

@@ -910,7 +910,7 @@ TEST(FlightRecorderLauncher, AStoppedRankIsSaidToBeStoppedAndEndedBySigterm) {
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(contains(r.err,
-                       ") is stopped (SIGSTOP, SIGTSTP or a debugger): it cannot dump its "
+                       ") is stopped (a stop signal, or a debugger holding it): it cannot dump its "
                        "flight recorder, and the others may be waiting for it"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "tpf run: rank 2 (pid ")) << r.err;
@@ -1064,10 +1064,11 @@ TEST(FlightRecorderLauncher, AcrossHostsAStoppedRankIsSaidToBeStoppedAndEndedOnI
   EXPECT_TRUE(ends_soon(stopped)) << "rank 2 (pid " << stopped << ") outlived the job\n" << r.err;
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "tpf run: rank 2 (pid " + std::to_string(stopped) +
-                                  " on host 'c') is stopped (SIGSTOP, SIGTSTP or a debugger): it "
-                                  "cannot dump its flight recorder, and the others may be "
-                                  "waiting for it"))
+  EXPECT_TRUE(
+      contains(r.err, "tpf run: rank 2 (pid " + std::to_string(stopped) +
+                          " on host 'c') is stopped (a stop signal, or a debugger holding it): it "
+                          "cannot dump its flight recorder, and the others may be "
+                          "waiting for it"))
       << r.err;
   EXPECT_FALSE(contains(r.err, "asking rank 2 for their flight recorders")) << r.err;
   EXPECT_TRUE(contains(r.err, "rank 2 still running after rank 0 failed; sending SIGTERM") ||
