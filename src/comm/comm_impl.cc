@@ -15,6 +15,7 @@
 #include "coll/across_hosts.h"
 #include "coll/algorithms.h"
 #include "coll/network_cost.h"
+#include "comm/creation_barrier.h"
 #include "comm/creation_watch.h"
 #include "comm/host_discovery.h"
 #include "comm/name_generations.h"
@@ -115,6 +116,7 @@ CommImpl::CommImpl(CommSetup setup)
     const transport::FailureRecord root = transport::root_of(std::current_exception());
     // First: those who try again under this name meet in the next generation.
     abandon_generation(*setup_.store, setup_.name, generation);
+    if (network_) network_->creation_failed();
     ProcessFailures::instance().record(root);
     report_loss_to_store(std::current_exception());  // where this rank found a peer lost
     transport::FailureBoard board(scoped_store);
@@ -147,12 +149,12 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   // A stopped rank is found lost by one owner: across hosts the heartbeat watches every rank (each
   // host's by the previous host's leader), in this communicator or in another of the process that
   // holds it (a world across hosts over this group of one host); otherwise the ranks waiting on it.
-  if (hosts_.single_host()) {
-    config.stopped_lost_after = setup_.settings.host_lost_after;
-    config.watched_elsewhere = [](uint64_t process) {
-      return ProcessFailures::instance().watched_by_heartbeat(process);
-    };
-  }
+  // This communicator's heartbeat starts once it is made: until then its host-mates look.
+  config.setup_stopped_lost_after = setup_.settings.host_lost_after;
+  if (hosts_.single_host()) config.stopped_lost_after = setup_.settings.host_lost_after;
+  config.watched_elsewhere = [](uint64_t process) {
+    return ProcessFailures::instance().watched_by_heartbeat(process);
+  };
   if (!hosts_.single_host()) {
     // Shared memory joins this host's ranks only (numbered by local rank, with keys and segment
     // names of their own); the network joins this rank to every rank on another host.
@@ -205,6 +207,8 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   recorder_.attach(setup_.name, generation, setup_.rank, setup_.size,  // flight recorder
                    setup_.job_ranks);
   if (network_) {
+    await_every_rank_made(*scoped_store, setup_.rank, setup_.size, setup_.settings.setup_timeout,
+                          comm_label);
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
                           &recent_calls_, processes_},

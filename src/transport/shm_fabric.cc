@@ -167,13 +167,14 @@ void ShmFabric::setup() {
   auto learn_joined_pids = [&] {
     for (int q : all_peers_) learn_pid(q);
   };
-  // A joined peer that stays stopped is found lost, as in the waits of a communicator made
+  // A peer that stays stopped is found lost, as in the waits of a communicator made
   // (check_stopped), instead of being waited for until the setup's deadline.
+  const StoppedPeers setup_stopped(n, config_.setup_stopped_lost_after);
   auto throw_if_a_peer_is_lost = [&](const std::string& context) {
     const WaitContext ctx = WaitContext::with_timeout(
         {}, [&] { return config_.label + " (creating the communicator, " + context + ")"; });
     for (int p : all_peers_)
-      if (processes_[p].pid() > 0) check_stopped(p, ctx);
+      if (processes_[p].pid() > 0) check_stopped(p, ctx, setup_stopped);
   };
   size_t next_to_learn = 0;  // the peer whose pid a wait's next slice asks for (wait_for_all)
   // Waits for keys that peers set (all of them, in one request: a get per peer made setting up
@@ -551,18 +552,17 @@ void ShmFabric::check_p2p_peer(int peer, const WaitContext& ctx) const {
   check_peer(peer, ctx);
 }
 
-void ShmFabric::check_stopped(int peer, const WaitContext& ctx) const {
-  const std::optional<std::chrono::milliseconds> stopped =
-      stopped_peers_.lost_for(peer, processes_[peer]);
+void ShmFabric::check_stopped(int peer, const WaitContext& ctx, const StoppedPeers& watch) const {
+  const std::optional<std::chrono::milliseconds> stopped = watch.lost_for(peer, processes_[peer]);
   if (!stopped) return;
   const auto r = static_cast<size_t>(comm_rank(peer));
   const uint64_t process = r < config_.processes.size() ? config_.processes[r] : 0;
   if (config_.watched_elsewhere && config_.watched_elsewhere(process)) return;
-  throw ProcessLostError(ErrorCode::timeout,
-                         ctx.op_label() + ": " +
-                             stopped_lost_text(rank_name(peer), processes_[peer].pid(), *stopped,
-                                               stopped_peers_.lost_after()),
-                         process);
+  throw ProcessLostError(
+      ErrorCode::timeout,
+      ctx.op_label() + ": " +
+          stopped_lost_text(rank_name(peer), processes_[peer].pid(), *stopped, watch.lost_after()),
+      process);
 }
 
 std::string ShmFabric::stopped_note(std::span<const int> ranks) const {

@@ -155,6 +155,9 @@ struct FabricConfig {
   // peer's pid not given here is learned from its segment's entry.
   std::vector<int64_t> pids;
   std::chrono::milliseconds stopped_lost_after{0};
+  // The same while the fabric is set up, where it may differ: a communicator across hosts leaves
+  // its made waits to its heartbeat, which starts only once it is made (comm/heartbeat.h).
+  std::chrono::milliseconds setup_stopped_lost_after{0};
   // Whether another part of the process owns finding a process lost (a heartbeat watches it):
   // such a peer is not looked at for being stopped. Empty: none is.
   std::function<bool(uint64_t process)> watched_elsewhere;
@@ -319,9 +322,13 @@ class ShmFabric {
   // (check_alive).
   void check_peer(int peer, const WaitContext& ctx) const;
   void check_alive(int peer, const WaitContext& ctx) const;
-  // Throws the peer's loss once it has been stopped for config_.stopped_lost_after
-  // (transport/stopped_peers.h), unless another part of the process owns finding it.
-  void check_stopped(int peer, const WaitContext& ctx) const;
+  // Throws the peer's loss once `watch` (stopped_peers_ by default: config_.stopped_lost_after)
+  // has seen it stopped long enough (transport/stopped_peers.h), unless another part of the
+  // process owns finding it.
+  void check_stopped(int peer, const WaitContext& ctx) const {
+    check_stopped(peer, ctx, stopped_peers_);
+  }
+  void check_stopped(int peer, const WaitContext& ctx, const StoppedPeers& watch) const;
   // Throws the root cause if this rank was marked failed (mark_failed) while it waited.
   void check_self(const WaitContext& ctx) const;
   void ring_peers() noexcept;

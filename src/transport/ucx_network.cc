@@ -954,6 +954,11 @@ void UcxNetwork::notify_failure_locked(const FailureRecord& record) {
   }
 }
 
+void UcxNetwork::creation_failed() {
+  std::lock_guard lock(mu_);
+  ucx_->failed = true;
+}
+
 void UcxNetwork::leave(const std::optional<FailureRecord>& failed_first) {
   std::lock_guard lock(mu_);
   Ucx& u = *ucx_;

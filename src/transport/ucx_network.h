@@ -234,6 +234,10 @@ class UcxNetwork {
   // The record also goes to the communicator's store (FailureBoard), where a rank whose
   // connection failed looks for it while it waits for a notice (await_notice_locked).
   void notify_failure(const FailureRecord& record);
+  // The communicator's creation failed: nothing sent is awaited, so the destructor closes the
+  // connections at once, as after a failure, instead of flushing them (a flush waits up to 10 s
+  // on a peer that is stopped).
+  void creation_failed();
   // Waits at most `limit` until notify_failure's record reached the store; false if it did not.
   bool await_failure_published(std::chrono::milliseconds limit);
   // Waits, bounded (2 s), until every peer notify_failure told acknowledged the notice or lost

@@ -294,5 +294,59 @@ TEST(StoppedPeer, ARankStoppedBeforePublishingItsSegmentIsFoundLostAllTheSame) {
   expect_a_creation_to_find_rank_2_stopped_at("world/0/rank/2", /*before=*/true);
 }
 
+// A communicator across hosts leaves a stopped rank to its heartbeat, which starts only once it
+// is made: until then the stopped rank's host-mates look, as on one host. Rank 2 stops before it
+// publishes its segment on host b (local rank 1 there): rank 1, its host-mate, finds it in the
+// creation, and rank 0 (host a), whose creation may be done by then (it waits for no segment of
+// host b), fails at its first call, hearing it from rank 1 or finding it by its heartbeat. Until
+// 2026-12-07 nobody looked during the creation: rank 1 waited out the setup's deadline.
+TEST(StoppedPeer, ACreationAcrossHostsFindsAStoppedRankThroughItsHostMate) {
+  const std::string job = testing::unique_job_name();
+  SharedBlock shared;  // [0]: survivors done; [1]: rank 2's pid
+  testing::RunOptions run = options(60s);
+  run.job_name = job;
+  const std::vector<std::string> hosts = {"host-a", "host-b", "host-b"};
+  const auto outcomes = testing::run_ranks_raw(
+      3,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        ::setenv("TPF_NODE_ID", hosts[ctx.rank].c_str(), 1);
+        auto store = testing::connect_to_store(ctx, ctx.rank, 10s);
+        if (ctx.rank == 2) {
+          shared.counter(1).store(::getpid());
+          Communicator::create(
+              ctx.rank, ctx.size,
+              std::make_shared<StoppingStore>(store, "world/0/host1/rank/1", /*before=*/true),
+              "world", ctx.comm_options);
+          ::_exit(3);  // not reached: ended while stopped
+        }
+        const Error lost = expect_error("a creation with a stopped rank, or its first call", [&] {
+          Communicator comm =
+              Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+          comm.barrier();
+        });
+        const auto stopped = static_cast<pid_t>(shared.counter(1).load());
+        const std::string what = lost.what();
+        if (ctx.rank == 1) {
+          TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout, what);
+          for (const std::string& naming :
+               {std::string("creating the communicator, waiting for"),
+                "rank 2 (pid " + std::to_string(stopped) + ") has been stopped for "}) {
+            TPF_CHILD_CHECK(what.find(naming) != std::string::npos, what);
+          }
+        } else {
+          TPF_CHILD_CHECK(what.find("rank 2") != std::string::npos &&
+                              (what.find("has been stopped for") != std::string::npos ||
+                               what.find("has sent no heartbeat") != std::string::npos),
+                          what);
+        }
+        if (shared.counter(0).fetch_add(1) + 1 == 2) ::kill(stopped, SIGKILL);
+      },
+      run);
+  testing::expect_only_victims_killed(outcomes, {2});
+  transport::remove_orphan_segments(transport::shm_job_prefix(job));
+  testing::expect_no_segments_of(job);
+}
+
 }  // namespace
 }  // namespace tpf
