@@ -324,9 +324,9 @@ TEST(Launcher, AStoppedRankNoRunningRankCouldFindIsFoundLostAndEnded) {
 }
 
 // While a rank runs, a stopped one is left to it (it finds it lost if it waits on it); once it has
-// ended, every stopped rank is found, here two, with --keep-going as without. Rank 3 ends at once
-// and rank 0 sleeps past TPF_HOST_LOST_S: were the stopped ranks found while it ran, that would be
-// said before its exit.
+// ended, every stopped rank is found, here two (--keep-going: the first one ended does not stop
+// the job before the other is found). Rank 3 ends at once and rank 0 sleeps past
+// TPF_HOST_LOST_S: were the stopped ranks found while it ran, that would be said before its exit.
 TEST(Launcher, StoppedRanksAreLeftToARankThatRunsAndFoundOnceItHasEnded) {
   const Outcome r =
       run_tpf({"run", "--keep-going", "--job-timeout", "60", "-n", "4", "--", "sh", "-c",
