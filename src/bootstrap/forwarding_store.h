@@ -38,6 +38,10 @@ class ForwardingStore : public Store {
   }
   std::vector<int> dead_ranks() override { return inner_->dead_ranks(); }
 
+ protected:
+  // The store every call is passed to, for a view that reads it past its own changes.
+  Store& inner() const { return *inner_; }
+
  private:
   std::shared_ptr<Store> inner_;
 };

@@ -208,7 +208,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
                    setup_.job_ranks);
   if (network_) {
     await_every_rank_made(*scoped_store, setup_.rank, setup_.size, setup_.settings.setup_timeout,
-                          comm_label);
+                          comm_label, names_);
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
                           &recent_calls_, processes_},

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "tpf/error.h"
-#include "transport/rank_names.h"
 #include "transport/shm_fabric.h"
 
 namespace tpf::detail {
@@ -14,7 +13,7 @@ std::string made_key(int rank) { return "made/" + std::to_string(rank); }
 }  // namespace
 
 void await_every_rank_made(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           const std::string& label) {
+                           const std::string& label, const transport::RankNames& names) {
   if (size == 1) return;
   if (rank != 0) {
     store.set(made_key(rank), "1");
@@ -42,8 +41,7 @@ void await_every_rank_made(Store& store, int rank, int size, std::chrono::millis
     std::vector<int> missing;
     for (int r = 1; r < size; ++r)
       if (!store.check(made_key(r))) missing.push_back(r);
-    throw Error(ErrorCode::timeout, label + ": rank" + (missing.size() > 1 ? "s " : " ") +
-                                        transport::join_ranks(missing) +
+    throw Error(ErrorCode::timeout, label + ": " + names.list(missing) +
                                         " did not finish creating the communicator within " +
                                         std::to_string(timeout.count()) + " ms: " + e.what());
   }

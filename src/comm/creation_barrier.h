@@ -12,12 +12,14 @@
 #include <string>
 
 #include "tpf/store.h"
+#include "transport/rank_names.h"
 
 namespace tpf::detail {
 
 // Rank 0 waits for every other rank's "made/<rank>" and then sets "all_made", which the others
-// wait for; within `timeout` (then Error(timeout) naming the ranks not made, `label` in front).
+// wait for; within `timeout` (then Error(timeout) naming the ranks not made as `names` does,
+// `label` in front).
 void await_every_rank_made(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                           const std::string& label);
+                           const std::string& label, const transport::RankNames& names);
 
 }  // namespace tpf::detail

@@ -14,9 +14,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 CreationWatchStore::CreationWatchStore(std::shared_ptr<Store> generation_store, std::string label)
-    : ForwardingStore(generation_store),
-      generation_store_(std::move(generation_store)),
-      label_(std::move(label)) {}
+    : ForwardingStore(std::move(generation_store)), label_(std::move(label)) {}
 
 template <class Wait>
 auto CreationWatchStore::sliced(std::chrono::milliseconds timeout, Wait&& wait)
@@ -45,7 +43,7 @@ void CreationWatchStore::throw_if_given_up() {
   next_look_.store(now + Clock::duration(kLookEvery).count(), std::memory_order_relaxed);
   std::optional<transport::FailureRecord> given_up;
   try {
-    given_up = transport::read_published_failure(*generation_store_);
+    given_up = transport::read_published_failure(inner());
   } catch (const Error&) {
     return;  // the wait's own error says what the store did
   }

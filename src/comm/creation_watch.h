@@ -46,7 +46,6 @@ class CreationWatchStore : public bootstrap::ForwardingStore {
   // Throws the failure another rank published, looking at most every kLookEvery.
   void throw_if_given_up();
 
-  std::shared_ptr<Store> generation_store_;
   std::string label_;
   std::atomic<bool> watching_{true};
   std::atomic<int64_t> next_look_{0};  // steady_clock ticks
