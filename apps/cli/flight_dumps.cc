@@ -206,9 +206,12 @@ std::vector<RemoteProcess> FlightDumps::remote_processes(const std::vector<int>&
 }
 
 int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks,
-                         const std::vector<RemoteProcess>& stopped_remote) {
+                         const std::vector<RemoteProcess>& stopped_remote, RemoteRequests& remote) {
   copy_from_store();
   asked_.clear();
+  remote.generation = ++generation_;
+  remote.remote_shell = remote_.remote_shell;
+  remote.kills.clear();
   std::set<std::pair<std::string, pid_t>> seen;  // (file, pid): a pid may arm more than once
   const std::set<int> running(running_ranks.begin(), running_ranks.end());
   std::map<std::pair<std::string, int>, std::vector<std::string>> remote_pids;  // (host, signal)
@@ -243,18 +246,25 @@ int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int
       asked_.push_back({file, pid, remote_rank, parsed.signal_dumps});
     }
   }
-  if (remote_pids.empty()) return static_cast<int>(asked_.size());
-  std::vector<RemoteCommand> kills;
   for (const auto& [where, pids] : remote_pids) {
-    RemoteCommand& kill = kills.emplace_back();
+    RemoteCommand& kill = remote.kills.emplace_back();
     kill.host = where.first;
     std::string signal_flag("-");  // appended: GCC 12 -O3 warns falsely on "-" + std::string
     signal_flag += std::to_string(where.second);
     kill.words = {"kill", signal_flag};
     kill.words.insert(kill.words.end(), pids.begin(), pids.end());
   }
-  run_remote_commands(remote_.remote_shell, kills, kRemoteRequestDeadline);
-  for (const RemoteCommand& kill : kills) {
+  return static_cast<int>(asked_.size());
+}
+
+void FlightDumps::RemoteRequests::send() {
+  run_remote_commands(remote_shell, kills, kRemoteRequestDeadline);
+}
+
+void FlightDumps::remote_requests_sent(const RemoteRequests& sent) {
+  // A newer request asked again: what it waits for is its own.
+  if (sent.generation != generation_) return;
+  for (const RemoteCommand& kill : sent.kills) {
     if (kill.answered && WIFEXITED(kill.status) && WEXITSTATUS(kill.status) == 0) continue;
     report("warning: asking the ranks on host '" + kill.host +
            "' for their flight recorders failed (" +
@@ -267,7 +277,6 @@ int FlightDumps::request(const std::vector<pid_t>& groups, const std::vector<int
       return a.remote_rank >= 0 && remote_.host_of_rank[size_t(a.remote_rank)] == kill.host;
     });
   }
-  return static_cast<int>(asked_.size());
 }
 
 bool FlightDumps::request_done(const std::vector<int>& running_ranks) {

@@ -57,11 +57,23 @@ class FlightDumps {
   // The processes on other hosts that armed their flight recorders, of the ranks in
   // `running_ranks` (empty for a job on this machine): the only pids the launcher learns there.
   std::vector<RemoteProcess> remote_processes(const std::vector<int>& running_ranks);
+  // The dump signal for processes on other hosts: one `kill -SIGNAL PID...` per host and
+  // signal, which wait on the remote shell, so the launcher sends them off its loop
+  // (cli/remote_worker.h) and hands them back to remote_requests_sent.
+  struct RemoteRequests {
+    std::vector<std::string> remote_shell;
+    std::vector<RemoteCommand> kills;
+    int generation = 0;  // which request they belong to
+    void send();
+  };
   // Sends the dump signal to each process of the job that armed it and still belongs to one of
-  // `groups` (the running ranks' process groups), or, on other hosts, whose rank is in
-  // `running_ranks` and which is not in `stopped_remote`. Returns how many were asked.
+  // `groups` (the running ranks' process groups); on other hosts, to each whose rank is in
+  // `running_ranks` and which is not in `stopped_remote`, through `remote` (empty when there
+  // are none). Returns how many were asked.
   int request(const std::vector<pid_t>& groups, const std::vector<int>& running_ranks,
-              const std::vector<RemoteProcess>& stopped_remote);
+              const std::vector<RemoteProcess>& stopped_remote, RemoteRequests& remote);
+  // Says which hosts `sent` could not ask, and stops waiting for their processes' dumps.
+  void remote_requests_sent(const RemoteRequests& sent);
   // Every process asked by the last request has finished its dump or is gone (on other hosts:
   // its rank's remote shell has exited, which the launcher says in `running_ranks`).
   bool request_done(const std::vector<int>& running_ranks);
@@ -91,6 +103,7 @@ class FlightDumps {
   bool owned_ = false;
   Fd watch_;
   std::vector<Asked> asked_;
+  int generation_ = 0;  // of the last request
   // Dumps through the store (read_store):
   std::unique_ptr<Store> store_;
   int world_size_ = 0;

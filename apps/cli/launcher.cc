@@ -28,6 +28,7 @@
 #include "cli/process_util.h"
 #include "cli/remote_processes.h"
 #include "cli/remote_sweep.h"
+#include "cli/remote_worker.h"
 #include "cli/stopped_ranks.h"
 #include "topo/rail_devices.h"
 #include "tpf/error.h"
@@ -44,6 +45,11 @@ using Clock = std::chrono::steady_clock;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // Asks tpf run for the ranks' flight recorders and a summary of where they are; the job goes on.
 constexpr int kSummarySignal = SIGUSR2;
+// What tpf run says, after "rank 2 (pid 1234)", of a stopped rank it does not ask for a dump.
+std::string stopped_cannot_dump() {
+  return std::string(" is stopped (") + transport::kStoppedHow +
+         "): it cannot dump its flight recorder, and the others may be waiting for it";
+}
 // While waiting for dumps without inotify, how often the dump files are looked at.
 constexpr int kDumpPollMs = 20;
 constexpr uint64_t kLauncherFilesPerRank = 4;  // measured: 1 per rank with plain output
@@ -289,6 +295,27 @@ std::vector<std::string> host_of_each_rank(const LaunchOptions& options) {
   return hosts;
 }
 
+// The job's processes on other hosts: those its id marks there (found through the remote shell),
+// and of `armed` (the pids the running ranks' flight recorders gave) those on hosts that answered
+// the search (a process that changed its environment would be missed by it). Waits on the remote
+// shell: tpf run calls it off its loop (cli/remote_worker.h).
+std::vector<RemoteProcess> find_remote_processes(const LaunchOptions& options,
+                                                 const std::string& job_id,
+                                                 const std::vector<RemoteProcess>& armed,
+                                                 RepeatedWarnings* warnings = nullptr) {
+  if (options.hosts.empty()) return {};
+  JobProcesses found = find_job_processes(options.remote_shell, host_of_each_rank(options), job_id,
+                                          kRemoteProcessDeadline, warnings);
+  std::set<std::pair<std::string, pid_t>> known;
+  for (const RemoteProcess& p : found.processes) known.insert({p.host, p.pid});
+  for (const RemoteProcess& p : armed) {
+    if (found.unanswered.count(p.host) == 0 && known.insert({p.host, p.pid}).second) {
+      found.processes.push_back(p);
+    }
+  }
+  return found.processes;
+}
+
 // What the job leaves behind once its ranks have ended: its segments in /dev/shm here, and
 // (--hosts) on every host through the remote shell the processes it left running there and its
 // segments (cli/remote_sweep.h). The fabric unlinks its segments as soon as every rank has mapped
@@ -385,6 +412,7 @@ class Job {
     spawn_all(store_addr, secret, job_id, signals);
     if (options_.job_timeout) job_deadline_ = Clock::now() + *options_.job_timeout;
     supervise(signals);
+    remote_.finish();  // what it still had to do on other hosts (signals the ranks were sent)
     ranks_.kill_leftover_groups();
     kill_local_leftovers();
     sweeper_.sweep_hosts_once();
@@ -544,8 +572,9 @@ class Job {
   }
 
   // One poll loop: the signalfd (children exiting, signals to forward), the ranks' output pipes
-  // and exec-status pipes, and the teardown deadlines. It sleeps in poll() until one of them
-  // needs attention; nothing spins.
+  // and exec-status pipes, the results of commands on other hosts, and the teardown deadlines.
+  // It sleeps in poll() until one of them needs attention; nothing spins, and nothing in it
+  // waits on another host (cli/remote_worker.h).
   void supervise(const SignalRouting& signals) {
     while (ranks_.running_count() > 0) {
       std::vector<pollfd> fds;
@@ -571,6 +600,8 @@ class Job {
       }
       fds.push_back({lost_.fd(), POLLIN, 0});
       owners.push_back({nullptr, 4});
+      fds.push_back({remote_.fd(), POLLIN, 0});
+      owners.push_back({nullptr, 5});
       int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
       if (rc < 0 && errno != EINTR) throw_system_error(ErrorCode::system, "poll", errno);
       if (rc > 0) {
@@ -581,6 +612,8 @@ class Job {
             dumps_.drain_watch();  // a dump file changed: enforce_deadlines() looks
           } else if (stream == 4) {
             end_lost_ranks();
+          } else if (stream == 5) {
+            remote_.run_results();
           } else if (stream == 0) {
             read_exec_status(*rank);
           } else {
@@ -596,11 +629,14 @@ class Job {
 
   int poll_timeout_ms() const {
     std::optional<Clock::time_point> next;
-    if (term_deadline_) next = term_deadline_;
+    // The deadlines that ask for dumps wait while a request is being made (enforce_deadlines).
+    if (term_deadline_ && !asking_for_dumps_) next = term_deadline_;
     if (kill_deadline_ && (!next || *kill_deadline_ < *next)) next = kill_deadline_;
-    if (job_deadline_ && (!next || *job_deadline_ < *next)) next = job_deadline_;
+    if (job_deadline_ && !asking_for_dumps_ && (!next || *job_deadline_ < *next)) {
+      next = job_deadline_;
+    }
     if (dump_deadline_ && (!next || *dump_deadline_ < *next)) next = dump_deadline_;
-    if (watching_stopped_ranks()) {
+    if (watching_stopped_ranks() && !looking_at_stopped_ranks_) {
       const std::optional<Clock::time_point> look = stopped_ranks_.next_look();
       if (look && (!next || *look < *next)) next = look;
     }
@@ -624,9 +660,7 @@ class Job {
         continue;
       }
       if (sig == kSummarySignal) {
-        if (!dump_deadline_ && !request_dumps(AfterDumps::summary)) {
-          report("received " + signal_name(sig) + ", but no running rank has a flight recorder");
-        }
+        if (!dump_deadline_ && !asking_for_dumps_) request_dumps(AfterDumps::summary);
         continue;
       }
       if (received_signal_ == 0) received_signal_ = sig;
@@ -719,13 +753,7 @@ class Job {
       end_as_lost(r);
       ending.insert(lost.rank);
     }
-    if (ending.empty() || options_.hosts.empty()) return;
-    const auto until = Clock::now() + kRemoteProcessDeadline;
-    std::vector<RemoteProcess> theirs;
-    for (const RemoteProcess& p : remote_processes(armed_remote_pids()))
-      if (ending.count(p.rank) != 0) theirs.push_back(p);
-    if (!theirs.empty())
-      signal_remote_processes(options_.remote_shell, theirs, {SIGKILL}, remote_time_left(until));
+    if (!ending.empty()) signal_remote(armed_remote_pids(), {SIGKILL}, ending);
   }
 
   static void end_as_lost(Rank& r) {
@@ -734,62 +762,138 @@ class Job {
   }
 
   // Whether tpf run looks for a stopped rank that no running rank could find lost
-  // (cli/stopped_ranks.h): ranks of this machine (with --hosts its children are the remote
-  // shells), once one has ended, and not while the job is being stopped.
+  // (cli/stopped_ranks.h): once a rank has ended, and not while the job is being stopped.
   bool watching_stopped_ranks() const {
     const int running = ranks_.running_count();
-    return options_.hosts.empty() && running > 0 && running < options_.world_size &&
-           !term_deadline_ && !kill_deadline_ && !dump_deadline_ && !stopped_by_launcher_ &&
-           received_signal_ == 0;
+    return running > 0 && running < options_.world_size && !term_deadline_ && !kill_deadline_ &&
+           !dump_deadline_ && !asking_for_dumps_ && !stopped_by_launcher_ && received_signal_ == 0;
   }
 
+  // Looks at the running ranks when a look is due: here through /proc, across hosts through the
+  // remote shell, off the loop, one look at a time (with --hosts the launcher's children are the
+  // remote shells, whose state says nothing of their ranks').
   void end_stopped_ranks_none_can_find() {
     const Clock::time_point now = Clock::now();
-    if (!watching_stopped_ranks() || !stopped_ranks_.look_due(now)) return;
-    const std::vector<std::pair<int, pid_t>> stopped = ranks_.stopped();
+    if (!watching_stopped_ranks()) return;
+    stopped_ranks_.begin(now);
+    if (looking_at_stopped_ranks_ || !stopped_ranks_.look_due(now)) return;
+    if (options_.hosts.empty()) {
+      std::vector<RemoteProcess> stopped;
+      for (const auto& [rank, pid] : ranks_.stopped()) stopped.push_back({rank, "", pid});
+      take_stopped_look(stopped, now);
+      return;
+    }
+    looking_at_stopped_ranks_ = true;
+    // The work captures no `this` it uses: only the result, run on the loop, does.
+    auto look = [&options = options_, job_id = job_id_, armed = armed_remote_pids(),
+                 warnings = &stopped_look_warnings_, this]() -> RemoteWorker::Then {
+      const auto until = Clock::now() + kRemoteProcessDeadline;
+      std::vector<RemoteProcess> stopped = stopped_remote_processes(
+          options.remote_shell, find_remote_processes(options, job_id, armed, warnings),
+          remote_time_left(until), warnings);
+      return [this, stopped = std::move(stopped), at = Clock::now()] {
+        looking_at_stopped_ranks_ = false;
+        take_stopped_look(stopped, at);
+      };
+    };
+    remote_.post(look, [this] { looking_at_stopped_ranks_ = false; });
+  }
+
+  // One look at the running ranks, made at `at`: `stopped`, their processes found stopped. A
+  // rank found lost is ended, here and on its host.
+  void take_stopped_look(const std::vector<RemoteProcess>& stopped, Clock::time_point at) {
+    if (!watching_stopped_ranks()) return;  // the job changed while the look was made
     std::vector<StoppedRanks::Look> looks;
     for (const Rank& r : ranks_.ranks()) {
       if (!r.running || r.ended_as_lost) continue;
-      StoppedRanks::Look look{r.rank, false, r.pid};
-      for (const auto& [rank, pid] : stopped) {
-        if (rank == r.rank) look = {r.rank, true, pid};
+      StoppedRanks::Look look{r.rank, false, r.pid, ""};
+      for (const RemoteProcess& p : stopped) {
+        if (p.rank == r.rank) look = {r.rank, true, p.pid, p.host};
       }
       looks.push_back(look);
     }
-    for (const StoppedRanks::Found& found : stopped_ranks_.look(looks, now)) {
+    std::set<int> ending;
+    for (const StoppedRanks::Found& found : stopped_ranks_.look(looks, at)) {
       report(found.text + "; no running rank could find it: ending it");
       end_as_lost(ranks_.ranks()[static_cast<size_t>(found.rank)]);
+      ending.insert(found.rank);
     }
+    if (!ending.empty()) signal_remote(armed_remote_pids(), {SIGKILL}, ending);
   }
 
   // What to do once the ranks asked for their flight recorders have dumped them.
   enum class AfterDumps { summary, terminate };
 
-  // Sends the dump signal to the running ranks that armed it; false if none did.
-  bool request_dumps(AfterDumps after) {
-    static const std::string kStopped = std::string(" is stopped (") + transport::kStoppedHow +
-                                        "): it cannot dump its flight recorder, and the others "
-                                        "may be waiting for it";
+  // Asks the running ranks that armed their flight recorders for their dumps; once they have
+  // dumped (or the dump wait has run out), `after` follows, at once if none armed it. A stopped
+  // rank is said and not asked (it could not dump). Across hosts, which ranks are stopped is
+  // asked on their hosts first, off the loop (asking_for_dumps_ meanwhile).
+  void request_dumps(AfterDumps after) {
     std::set<int> said;
     for (const auto& [rank, pid] : ranks_.stopped()) {
-      report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")" + kStopped);
+      report("rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")" +
+             stopped_cannot_dump());
       said.insert(rank);
     }
-    const auto until = Clock::now() + kRemoteProcessDeadline;
-    const std::vector<RemoteProcess> stopped_remote = stopped_remote_processes(
-        options_.remote_shell, remote_processes(armed_remote_pids()), remote_time_left(until));
+    if (options_.hosts.empty()) {
+      ask_for_dumps(after, {}, said);
+      return;
+    }
+    asking_for_dumps_ = true;
+    // The work captures no `this` it uses: only the result, run on the loop, does.
+    auto look = [&options = options_, job_id = job_id_, armed = armed_remote_pids(), after, said,
+                 this]() -> RemoteWorker::Then {
+      const auto until = Clock::now() + kRemoteProcessDeadline;
+      std::vector<RemoteProcess> stopped = stopped_remote_processes(
+          options.remote_shell, find_remote_processes(options, job_id, armed),
+          remote_time_left(until));
+      return [this, after, said, stopped = std::move(stopped)] {
+        hosts_looked_at(after, said, stopped);
+      };
+    };
+    remote_.post(look, [this, after, said] { hosts_looked_at(after, said, {}); });
+  }
+
+  // The look on other hosts for a dump request is done (`stopped`: what it found stopped).
+  void hosts_looked_at(AfterDumps after, const std::set<int>& said,
+                       const std::vector<RemoteProcess>& stopped) {
+    asking_for_dumps_ = false;
+    // The job may have ended meanwhile, or been stopped by a signal: nobody to ask.
+    if (ranks_.running_count() > 0 && !stopped_by_launcher_ && received_signal_ == 0) {
+      ask_for_dumps(after, stopped, said);
+    }
+  }
+
+  // request_dumps' second half: `stopped_remote`, the ranks' processes found stopped on other
+  // hosts; `said`, the ranks already said to be stopped.
+  void ask_for_dumps(AfterDumps after, const std::vector<RemoteProcess>& stopped_remote,
+                     std::set<int> said) {
     for (const RemoteProcess& p : stopped_remote) {
       // A fake remote shell may run the rank in the launcher's group: said once.
-      if (said.insert(p.rank).second) report(describe(p) + kStopped);
+      if (said.insert(p.rank).second) report(describe(p) + stopped_cannot_dump());
     }
+    FlightDumps::RemoteRequests remote;
     const int asked =
-        dumps_.request(ranks_.running_groups(), ranks_.running_ranks(), stopped_remote);
-    if (asked == 0) return false;
+        dumps_.request(ranks_.running_groups(), ranks_.running_ranks(), stopped_remote, remote);
+    if (asked == 0) {
+      if (after == AfterDumps::terminate) {
+        terminate_running(Clock::now(), stop_reason());
+      } else {
+        report("received " + signal_name(kSummarySignal) +
+               ", but no running rank has a flight recorder");
+      }
+      return;
+    }
     report("asking " + ranks_.running_list() + " for their flight recorders (" +
            std::to_string(asked) + " process" + (asked == 1 ? "" : "es") + ")");
     after_dumps_ = after;
     dump_deadline_ = Clock::now() + options_.dump_wait;
-    return true;
+    if (remote.kills.empty()) return;
+    auto send = [remote = std::move(remote), this]() mutable -> RemoteWorker::Then {
+      remote.send();
+      return [this, sent = std::move(remote)] { dumps_.remote_requests_sent(sent); };
+    };
+    remote_.post(std::move(send));
   }
 
   // False if no rank has dumped yet.
@@ -819,43 +923,42 @@ class Job {
   // hosts the job's processes too (the remote shell that is the launcher's child there would pass
   // on none of these signals).
   void signal_running(const std::vector<int>& signals) {
-    const auto until = Clock::now() + kRemoteProcessDeadline;
     // The recorders' pids of the ranks running now (a shell signalled here may end at once),
-    // the local signals, then the search on the other hosts: the ranks here need not wait for it.
-    const std::vector<RemoteProcess> armed = armed_remote_pids();
+    // then the local signals: the ranks here need not wait for the search on the other hosts.
+    std::vector<RemoteProcess> armed = armed_remote_pids();
     for (const int sig : signals) ranks_.signal_running(sig);
     if (options_.hosts.empty()) {
       for (const JobProcess& p : escaped_local_processes()) {
         for (const int sig : signals) ::kill(p.pid, sig);
       }
     }
-    const std::vector<RemoteProcess> remote = remote_processes(armed);
-    if (!remote.empty()) {
-      signal_remote_processes(options_.remote_shell, remote, signals, remote_time_left(until));
-    }
+    signal_remote(std::move(armed), signals);
+  }
+
+  // Sends `signals` to the job's processes on other hosts (of `ranks` only, where given), off
+  // the loop: the search for them and the signals wait on the remote shell. `armed`: the pids
+  // the running ranks' flight recorders gave. Nothing without --hosts.
+  void signal_remote(std::vector<RemoteProcess> armed, std::vector<int> signals,
+                     std::optional<std::set<int>> ranks = std::nullopt) {
+    if (options_.hosts.empty()) return;
+    remote_.post([&options = options_, job_id = job_id_, armed = std::move(armed),
+                  signals = std::move(signals), ranks = std::move(ranks)]() -> RemoteWorker::Then {
+      const auto until = Clock::now() + kRemoteProcessDeadline;
+      std::vector<RemoteProcess> theirs = find_remote_processes(options, job_id, armed);
+      if (ranks) {
+        std::erase_if(theirs, [&](const RemoteProcess& p) { return ranks->count(p.rank) == 0; });
+      }
+      if (!theirs.empty()) {
+        signal_remote_processes(options.remote_shell, theirs, signals, remote_time_left(until));
+      }
+      return {};
+    });
   }
 
   // The pids the running ranks' flight recorders gave for their processes on other hosts (none
   // without --hosts: FlightDumps knows no remote shell then).
   std::vector<RemoteProcess> armed_remote_pids() const {
     return dumps_.remote_processes(ranks_.running_ranks());
-  }
-
-  // The job's processes on other hosts: those its id marks there (found through the remote
-  // shell), and of `armed` (the pids the running ranks' flight recorders gave) those on hosts
-  // that answered the search (a process that changed its environment would be missed by it).
-  std::vector<RemoteProcess> remote_processes(const std::vector<RemoteProcess>& armed) const {
-    if (options_.hosts.empty()) return {};
-    JobProcesses found = find_job_processes(options_.remote_shell, host_of_each_rank(options_),
-                                            job_id_, kRemoteProcessDeadline);
-    std::set<std::pair<std::string, pid_t>> known;
-    for (const RemoteProcess& p : found.processes) known.insert({p.host, p.pid});
-    for (const RemoteProcess& p : armed) {
-      if (found.unanswered.count(p.host) == 0 && known.insert({p.host, p.pid}).second) {
-        found.processes.push_back(p);
-      }
-    }
-    return found.processes;
   }
 
   // The job's processes on this machine out of the ranks' process groups (a process a rank
@@ -903,17 +1006,19 @@ class Job {
       }
     }
     if (ranks_.running_count() == 0) return;
-    if (job_deadline_ && now >= *job_deadline_) {
+    // While a dump request asks other hosts which ranks are stopped, the deadlines that would
+    // ask again wait for it.
+    if (job_deadline_ && now >= *job_deadline_ && !asking_for_dumps_) {
       job_deadline_.reset();
       term_deadline_.reset();
       job_timed_out_ = true;
       char limit[32];
       std::snprintf(limit, sizeof(limit), "%g", options_.job_timeout->count() / 1000.0);
       report(std::string("the job ran past --job-timeout ") + limit + " s");
-      if (!request_dumps(AfterDumps::terminate)) terminate_running(now, stop_reason());
-    } else if (term_deadline_ && now >= *term_deadline_) {
+      request_dumps(AfterDumps::terminate);
+    } else if (term_deadline_ && now >= *term_deadline_ && !asking_for_dumps_) {
       term_deadline_.reset();
-      if (!request_dumps(AfterDumps::terminate)) terminate_running(now, stop_reason());
+      request_dumps(AfterDumps::terminate);
     } else if (kill_deadline_ && now >= *kill_deadline_) {
       kill_deadline_.reset();
       report(ranks_.running_list() + " did not stop; sending SIGKILL");
@@ -964,9 +1069,12 @@ class Job {
   JobSweeper& sweeper_;
   LostRanks& lost_;
   StoppedRanks stopped_ranks_;
+  bool looking_at_stopped_ranks_ = false;   // a look across hosts is under way
+  RepeatedWarnings stopped_look_warnings_;  // the worker's alone
   std::string job_id_;
   std::optional<Clock::time_point> job_deadline_;
   std::optional<Clock::time_point> dump_deadline_;  // a dump request is pending until then
+  bool asking_for_dumps_ = false;  // request_dumps is asking other hosts which ranks are stopped
   AfterDumps after_dumps_ = AfterDumps::summary;
   size_t summarized_dumps_ = 0;
   bool stop_summary_printed_ = false;
@@ -978,6 +1086,8 @@ class Job {
   bool cannot_start_ = false;
   bool stopped_by_launcher_ = false;
   int received_signal_ = 0;
+  // Last: destroyed first, waiting for its work, which may use the members above.
+  RemoteWorker remote_;
 };
 
 // Ranks that dump into the job's store (those on other hosts) reach the summary through it.

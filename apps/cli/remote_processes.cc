@@ -45,7 +45,19 @@ std::string failure_of(const RemoteCommand& command, std::chrono::milliseconds d
   return remote_exit_description(command.status);
 }
 
+void warn(const std::string& line, RepeatedWarnings* warnings) {
+  if (warnings != nullptr) {
+    warnings->say(line);
+  } else {
+    report(line);
+  }
+}
+
 }  // namespace
+
+void RepeatedWarnings::say(const std::string& line) {
+  if (said_.insert(line).second) report(line);
+}
 
 std::string describe(const RemoteProcess& process) {
   return "rank " + std::to_string(process.rank) + " (pid " + std::to_string(process.pid) +
@@ -62,13 +74,15 @@ RemoteCommand job_process_search(const std::string& host, const std::string& job
 
 JobProcesses job_processes_found(const std::vector<RemoteCommand>& searches,
                                  const std::vector<std::string>& host_of_rank,
-                                 const std::string& job_id, std::chrono::milliseconds deadline) {
+                                 const std::string& job_id, std::chrono::milliseconds deadline,
+                                 RepeatedWarnings* warnings) {
   JobProcesses found;
   for (const RemoteCommand& search : searches) {
     if (!search.started || !search.answered) found.unanswered.insert(search.host);
     if (const std::string why = failure_of(search, deadline); !why.empty()) {
-      report("warning: cannot look for the job's processes on host '" + search.host + "' (" + why +
-             ")");
+      warn("warning: cannot look for the job's processes on host '" + search.host + "' (" + why +
+               ")",
+           warnings);
       continue;
     }
     for (const JobProcess& p : parse_job_environ_search(search.printed, job_id)) {
@@ -82,18 +96,20 @@ JobProcesses job_processes_found(const std::vector<RemoteCommand>& searches,
 
 JobProcesses find_job_processes(const std::vector<std::string>& remote_shell,
                                 const std::vector<std::string>& host_of_rank,
-                                const std::string& job_id, std::chrono::milliseconds deadline) {
+                                const std::string& job_id, std::chrono::milliseconds deadline,
+                                RepeatedWarnings* warnings) {
   std::vector<RemoteCommand> searches;
   for (const std::string& host : std::set<std::string>(host_of_rank.begin(), host_of_rank.end())) {
     searches.push_back(job_process_search(host, job_id));
   }
   run_remote_commands(remote_shell, searches, deadline);
-  return job_processes_found(searches, host_of_rank, job_id, deadline);
+  return job_processes_found(searches, host_of_rank, job_id, deadline, warnings);
 }
 
 std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::string>& remote_shell,
                                                     const std::vector<RemoteProcess>& processes,
-                                                    std::chrono::milliseconds deadline) {
+                                                    std::chrono::milliseconds deadline,
+                                                    RepeatedWarnings* warnings) {
   const ByHost hosts = by_host(processes);
   std::vector<RemoteCommand> looks;
   for (const auto& [host, on_host] : hosts) {
@@ -110,8 +126,9 @@ std::vector<RemoteProcess> stopped_remote_processes(const std::vector<std::strin
   for (const RemoteCommand& look : looks) {
     const std::vector<const RemoteProcess*>& on_host = hosts.at(look.host);
     if (const std::string why = failure_of(look, deadline); !why.empty()) {
-      report("warning: cannot tell whether " + rank_list(on_host) + " on host '" + look.host +
-             (on_host.size() == 1 ? "' is" : "' are") + " stopped (" + why + ")");
+      warn("warning: cannot tell whether " + rank_list(on_host) + " on host '" + look.host +
+               (on_host.size() == 1 ? "' is" : "' are") + " stopped (" + why + ")",
+           warnings);
     }
     std::istringstream lines(look.printed);
     std::string line;

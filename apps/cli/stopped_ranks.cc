@@ -7,8 +7,12 @@ namespace tpf::cli {
 StoppedRanks::StoppedRanks(int ranks, std::chrono::milliseconds lost_after)
     : peers_(ranks, lost_after) {}
 
+void StoppedRanks::begin(Clock::time_point now) {
+  if (!next_look_) next_look_ = now + transport::StoppedPeers::look_every(peers_.lost_after());
+}
+
 bool StoppedRanks::look_due(Clock::time_point now) const {
-  return peers_.lost_after().count() > 0 && now >= next_look_;
+  return peers_.lost_after().count() > 0 && next_look_ && now >= *next_look_;
 }
 
 std::optional<StoppedRanks::Clock::time_point> StoppedRanks::next_look() const {
@@ -24,9 +28,8 @@ std::vector<StoppedRanks::Found> StoppedRanks::look(const std::vector<Look>& run
   for (const Look& l : running) {
     const std::optional<std::chrono::milliseconds> lost = peers_.seen(l.rank, l.stopped, now);
     if (lost) {
-      found.push_back({l.rank, l.pid,
-                       transport::stopped_lost_text("rank " + std::to_string(l.rank), l.pid, *lost,
-                                                    peers_.lost_after())});
+      found.push_back({l.rank, transport::stopped_lost_text("rank " + std::to_string(l.rank), l.pid,
+                                                            *lost, peers_.lost_after(), l.host)});
     }
   }
   const bool all_stopped =

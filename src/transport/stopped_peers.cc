@@ -48,8 +48,9 @@ std::optional<std::chrono::milliseconds> StoppedPeers::seen(int peer, bool stopp
 
 std::string stopped_lost_text(const std::string& who, int64_t pid,
                               std::chrono::milliseconds stopped_for,
-                              std::chrono::milliseconds lost_after) {
-  return who + " (pid " + std::to_string(pid) + ") has been stopped for " +
+                              std::chrono::milliseconds lost_after, const std::string& host) {
+  const std::string where = host.empty() ? "" : " on host '" + host + "'";
+  return who + " (pid " + std::to_string(pid) + where + ") has been stopped for " +
          base::format_seconds(stopped_for) + " (" + kStoppedHow +
          "): found lost (TPF_HOST_LOST_S = " + base::format_seconds(lost_after) + ")";
 }

@@ -68,10 +68,11 @@ class StoppedPeers {
 
 // What a rank that finds a stopped process lost says of it: "rank 2 (pid 4242) has been stopped
 // for 10.0 s (a stop signal, or a debugger holding it): found lost (TPF_HOST_LOST_S = 10.0 s)",
-// with `who` "rank 2". The one spelling, whoever finds it (a waiting rank, `tpf run`).
+// with `who` "rank 2"; "(pid 4242 on host 'c')" where `host` names the process's machine (`tpf
+// run --hosts`). The one spelling, whoever finds it (a waiting rank, `tpf run`).
 std::string stopped_lost_text(const std::string& who, int64_t pid,
                               std::chrono::milliseconds stopped_for,
-                              std::chrono::milliseconds lost_after);
+                              std::chrono::milliseconds lost_after, const std::string& host = "");
 // Why a process is stopped, as messages say it: "a stop signal, or a debugger holding it".
 inline constexpr const char* kStoppedHow = "a stop signal, or a debugger holding it";
 

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -24,6 +25,7 @@
 #include "base/open_files.h"
 #include "support/fake_remote_shell.h"
 #include "support/run_tpf.h"
+#include "support/scratch_dir.h"
 #include "tpf/topology.h"
 
 #ifndef TPF_BINARY
@@ -36,11 +38,13 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 using tpf::testing::contains;
+using tpf::testing::ends_soon;
 using tpf::testing::FakeRemoteShell;
 using tpf::testing::lines_of;
 using tpf::testing::OnStdout;
 using tpf::testing::Outcome;
 using tpf::testing::run_tpf;
+using tpf::testing::ScratchDir;
 
 TEST(Launcher, RanksGetTheirEnvironment) {
   Outcome r = run_tpf({"run", "-n", "3", "--timeout", "7.5", "--", "sh", "-c",
@@ -346,6 +350,134 @@ TEST(Launcher, StoppedRanksAreLeftToARankThatRunsAndFoundOnceItHasEnded) {
     EXPECT_GT(found, rank_0_exit) << r.err;
     EXPECT_TRUE(contains(r.err, who + " was ended by SIGKILL (9) (found lost)")) << r.err;
   }
+}
+
+// Across hosts tpf run's children are the remote shells, and a rank runs on its host in a session
+// of its own (as sshd starts it), out of their reach: tpf run looks at the ranks' processes there
+// through the remote shell. Rank 1 stops once the others have ended; tpf run finds it lost after
+// TPF_HOST_LOST_S, names its host and ends it there. Before, it held the job until --job-timeout.
+TEST(Launcher, AcrossHostsAStoppedRankNoRunningRankCouldFindIsFoundLostAndEndedOnItsHost) {
+  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes, "", FakeRemoteShell::Session::own);
+  ASSERT_TRUE(rsh.ok());
+  ScratchDir pids;
+  const Outcome r = run_tpf({"run", "--hosts", "a:1,b:1,c:1", "--rsh", rsh.path(), "--store-bind",
+                             "127.0.0.1", "--job-timeout", "60", "--", "sh", "-c",
+                             "echo $$ > " + pids.path() +
+                                 "/rank$TPF_RANK; if [ $TPF_RANK = 1 ]; then kill -STOP $$; fi; "
+                                 "echo rank $TPF_RANK done"},
+                            {"TPF_HOST_LOST_S=1"}, {}, 90s);
+  pid_t stopped = 0;
+  std::ifstream(pids / "rank1") >> stopped;
+  ASSERT_GT(stopped, 0) << r.err;
+  EXPECT_TRUE(ends_soon(stopped)) << "rank 1 (pid " << stopped << ") outlived the job\n" << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_FALSE(contains(r.err, "--job-timeout")) << r.err;
+  EXPECT_TRUE(contains(r.out, "rank 0 done")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 2 done")) << r.out;
+  EXPECT_TRUE(contains(r.err, "tpf run: rank 1 (pid " + std::to_string(stopped) +
+                                  " on host 'b') has been stopped for "))
+      << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "(a stop signal, or a debugger holding it): found lost (TPF_HOST_LOST_S = "
+                       "1.0 s); no running rank could find it: ending it"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 was ended by SIGKILL (9) (found lost)")) << r.err;
+  EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
+}
+
+// Where the watch cannot read the ranks' states on a host (here `cat` fails on every host), it
+// says so once, however often it looks (every 50 ms here), and takes the host's ranks as running:
+// the stopped rank 1 is not found lost, and the job runs until --job-timeout, which ends it.
+TEST(Launcher, AcrossHostsAWatchThatCannotReadAHostSaysSoOnceAndTakesItsRanksAsRunning) {
+  FakeRemoteShell rsh(FakeRemoteShell::Hosts::named_nodes, "", FakeRemoteShell::Session::own);
+  ASSERT_TRUE(rsh.ok());
+  ScratchDir pids, bin;
+  {
+    std::ofstream cat(bin / "cat");
+    cat << "#!/bin/sh\necho 'cat refused' >&2\nexit 7\n";
+  }
+  ASSERT_EQ(::chmod((bin / "cat").c_str(), 0755), 0);
+  const char* path = std::getenv("PATH");
+  const Outcome r = run_tpf(
+      {"run", "--hosts", "a:1,b:1,c:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1",
+       "--job-timeout", "3", "--", "sh", "-c",
+       "echo $$ > " + pids.path() + "/rank$TPF_RANK; if [ $TPF_RANK = 1 ]; then kill -STOP $$; fi"},
+      {"TPF_HOST_LOST_S=0.5", "TPF_RUN_GRACE_S=0.5",
+       "PATH=" + bin.path() + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
+      {}, 90s);
+  pid_t stopped = 0;
+  std::ifstream(pids / "rank1") >> stopped;
+  ASSERT_GT(stopped, 0) << r.err;
+  EXPECT_TRUE(ends_soon(stopped)) << "rank 1 (pid " << stopped << ") outlived the job\n" << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  const size_t timeout = r.err.find("the job ran past --job-timeout 3 s");
+  ASSERT_NE(timeout, std::string::npos) << r.err;
+  const std::string watched = r.err.substr(0, timeout);
+  const std::string warning =
+      "warning: cannot tell whether rank 1 on host 'b' is stopped (exit code 7)";
+  const size_t first = watched.find(warning);
+  EXPECT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(watched.find(warning, first + 1), std::string::npos) << r.err;
+  EXPECT_FALSE(contains(r.err, "no running rank could find it")) << r.err;
+}
+
+// tpf run's commands on other hosts wait on the remote shell (seconds, for a host that cannot be
+// reached), off its loop. Here the search for the job's processes that SIGUSR2 starts (before it
+// asks the ranks for their flight recorders) is held on its host until the test releases it,
+// and meanwhile the rank's output is passed on (--tag-output: through tpf run's loop), so the
+// test sees the rank say that the search has begun and releases it. Before, the loop waited for
+// the search: that output came only once the search had been ended at its deadline, unreleased.
+TEST(Launcher, AcrossHostsTheOutputIsPassedOnWhileACommandWaitsOnAHost) {
+  ScratchDir dir;
+  ASSERT_EQ(::mkfifo((dir / "searching").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir / "release").c_str(), 0600), 0);
+  const std::string rsh = dir / "rsh";
+  {
+    // The first `find` on a host (the search) says it has begun and waits to be released. It
+    // opens the release fifo (for reading and writing: no wait) before it says so, so that the
+    // test's release finds a reader for as long as the search waits.
+    const std::string held = dir / "held", release = dir / "release";
+    const std::string searching = dir / "searching", released = dir / "released";
+    std::ofstream script(rsh);
+    script << "#!/bin/sh\nhost=$1\nshift\n"
+           << "if [ \"$1\" = find ] && mkdir " + held + " 2>/dev/null; then\n"
+           << "  exec 3<> " + release + "\n"
+           << "  echo begun > " + searching + "\n"
+           << "  read line <&3 && : > " + released + "\n"
+           << "  exec 3<&-\n"
+           << "fi\nexec env AGENT_HOST=\"$host\" \"$@\"\n";
+  }
+  ASSERT_EQ(::chmod(rsh.c_str(), 0755), 0);
+  bool asked = false;
+  int release_error = -1;  // errno of the release, 0 once released
+  auto on_stdout = [&](pid_t tpf, const std::string& out) {
+    if (!asked && contains(out, "ready")) {
+      asked = true;
+      ::kill(tpf, SIGUSR2);
+    }
+    if (release_error < 0 && contains(out, "search begun")) {
+      // The search still waits (it reads the fifo) unless tpf run ended it: then there is no
+      // reader and the open fails (ENXIO).
+      const int fd = ::open((dir / "release").c_str(), O_WRONLY | O_NONBLOCK);
+      release_error = fd < 0 ? errno : 0;
+      if (fd >= 0) {
+        EXPECT_EQ(::write(fd, "go\n", 3), 3);
+        ::close(fd);
+      }
+    }
+  };
+  const Outcome r = run_tpf(
+      {"run", "--hosts", "a:1", "--rsh", rsh, "--store-bind", "127.0.0.1", "--tag-output", "--",
+       "sh", "-c", "echo ready; read line < " + (dir / "searching") + "; echo search $line"},
+      {}, on_stdout, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(asked) << r.out;
+  EXPECT_EQ(release_error, 0) << std::strerror(release_error) << "\n" << r.out << r.err;
+  EXPECT_TRUE(std::ifstream(dir / "released").good()) << r.err;
+  EXPECT_FALSE(contains(r.err, "warning:")) << r.err;
 }
 
 TEST(Launcher, SigtermIsForwardedToEveryRank) {

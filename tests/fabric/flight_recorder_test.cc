@@ -1011,20 +1011,6 @@ TEST(FlightRecorderLauncher, AcrossHostsJobTimeoutAsksEveryHostsRanks) {
   expect_job_timeout_summarized(hosts.run_on("a:2,b:1"), {hosts.tmpdir()});
 }
 
-// Whether process `pid` (not a child of this one) ends within 30 s; it is killed if not, so that
-// no test leaves it behind. Bounded: the end is an event (a pidfd becomes readable).
-bool ends_soon(pid_t pid) {
-  const int exited = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  bool ended = exited < 0 && errno == ESRCH;
-  if (exited >= 0) {
-    pollfd fd{exited, POLLIN, 0};
-    ended = ::poll(&fd, 1, 30000) == 1;
-    ::close(exited);
-  }
-  if (!ended) ::kill(pid, SIGKILL);
-  return ended;
-}
-
 // The pids the ranks of a run with FR_PID_DIR=`dir` wrote (0 where a rank wrote none).
 std::vector<pid_t> rank_pids(const ScratchDir& dir, int ranks) {
   std::vector<pid_t> pids(static_cast<size_t>(ranks), 0);

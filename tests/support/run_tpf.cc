@@ -98,6 +98,18 @@ Outcome run_tpf(const std::vector<std::string>& args, const std::vector<std::str
   return result;
 }
 
+bool ends_soon(pid_t pid) {
+  const int exited = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  bool ended = exited < 0 && errno == ESRCH;
+  if (exited >= 0) {
+    pollfd fd{exited, POLLIN, 0};
+    ended = ::poll(&fd, 1, 30000) == 1;
+    ::close(exited);
+  }
+  if (!ended) ::kill(pid, SIGKILL);
+  return ended;
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);

@@ -29,6 +29,11 @@ Outcome run_tpf(const std::vector<std::string>& args, const std::vector<std::str
                 OnStdout on_stdout = {},
                 std::chrono::milliseconds limit = std::chrono::milliseconds(20000));
 
+// Whether process `pid` (not a child of this one: a rank tpf started) ends within 30 s; it is
+// killed if not, so that no test leaves it behind. Bounded: the end is an event (a pidfd becomes
+// readable).
+bool ends_soon(pid_t pid);
+
 std::vector<std::string> lines_of(const std::string& text);
 bool contains(const std::string& haystack, const std::string& needle);
 
