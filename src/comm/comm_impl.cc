@@ -134,8 +134,9 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
                             base::encode_open_files(base::open_files()),
                             base::this_process_token(),
                             static_cast<int64_t>(::getpid())};
-  DiscoveredRanks discovered = discover_hosts(*scoped_store, setup_.rank, setup_.size, joining,
-                                              setup_.settings.setup_timeout, comm_label);
+  DiscoveredRanks discovered = discover_hosts(
+      *scoped_store, setup_.rank, setup_.size, joining,
+      {setup_.settings.setup_timeout, comm_label, names_, setup_.settings.host_lost_after});
   hosts_ = std::move(discovered.hosts);
   processes_ = std::move(discovered.processes);
   // Before anything is mapped or connected: every rank fails here alike.
@@ -542,7 +543,8 @@ void CommImpl::report_loss_to_store(std::exception_ptr error) noexcept {
   try {
     std::rethrow_exception(error);
   } catch (const transport::ProcessLostError& lost) {
-    const std::optional<int> r = rank_of_process(lost.process());
+    const std::optional<int> r =
+        lost.rank() >= 0 ? std::optional<int>(lost.rank()) : rank_of_process(lost.process());
     if (!r) return;
     job_rank = names_.job_rank(*r);
     reason = lost.what();

@@ -3,7 +3,8 @@
 // to it for TPF_RAIL_DEVICES=auto), its shared settings (comm/settings_agreement.h) and its
 // open-file limit (comm/open_file_room.h) and its process (token and pid), rank 0 collects them in
 // rank order and publishes the list, and every rank builds its HostMap from that one list (so all
-// ranks agree even if a key were to change).
+// ranks agree even if a key were to change). Rank 0 publishes its own entry first, so that a rank
+// waiting for the list on rank 0's host can look at rank 0's process meanwhile.
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include "topo/hosts.h"
 #include "tpf/store.h"
+#include "transport/rank_names.h"
 
 namespace tpf::detail {
 
@@ -36,9 +38,18 @@ struct DiscoveredRanks {
   std::vector<int64_t> pids;                 // per rank: its pid, 0 where not told
 };
 
-// `store` is the communicator's own (prefixed) store; `label` names the communicator in errors.
-// Bounded by `timeout`: a rank that does not publish its key is named.
+// How a discovery waits, and how its errors name what it waited for.
+struct DiscoveryContext {
+  std::chrono::milliseconds timeout{0};  // a rank that does not publish its entry is named
+  std::string label;                     // the communicator, "communicator 'x'"
+  transport::RankNames names;            // its ranks, with their job ranks
+  // A rank waiting for rank 0's list of hosts finds rank 0 lost once it has seen it stopped this
+  // long (TPF_HOST_LOST_S; zero: never), where rank 0 is on its host.
+  std::chrono::milliseconds stopped_lost_after{0};
+};
+
+// `store` is the communicator's own (prefixed) store. Bounded by `context.timeout`.
 DiscoveredRanks discover_hosts(Store& store, int rank, int size, const JoiningRank& mine,
-                               std::chrono::milliseconds timeout, const std::string& label);
+                               const DiscoveryContext& context);
 
 }  // namespace tpf::detail

@@ -83,14 +83,18 @@ struct FailureRecord {
 };
 
 // A failure that is the loss of a process: `process` is its token (FailureRecord::lost_process).
+// `rank`: its rank in the communicator, where the finder knows it before the communicator knows
+// its ranks' processes (while it learns their hosts); -1 otherwise.
 class ProcessLostError : public Error {
  public:
-  ProcessLostError(ErrorCode code, const std::string& message, uint64_t process)
-      : Error(code, message), process_(process) {}
+  ProcessLostError(ErrorCode code, const std::string& message, uint64_t process, int rank = -1)
+      : Error(code, message), process_(process), rank_(rank) {}
   uint64_t process() const noexcept { return process_; }
+  int rank() const noexcept { return rank_; }
 
  private:
   uint64_t process_;
+  int rank_;
 };
 
 // An operation that failed because of an earlier failure (a peer failed, or exited after one):

@@ -233,16 +233,15 @@ class StoppingStore : public bootstrap::ForwardingStore {
   bool before_;
 };
 
-// Rank 2 stops in the creation's setup of shared memory as it sets `key` (before setting it with
-// `before`): the others' setup, waiting for it, finds it stopped for TPF_HOST_LOST_S and fails
-// naming it (timeout), far before the setup's 60 s deadline (which would say "did not happen
-// within"), or hears it from the store, which the first to find it told (peer_died, quoting the
-// finder: seen under ASan in CI); and the store names the loss to a creation that follows. Its
-// segment, held while it is stopped, is an orphan once it is ended: the next setup's sweep (here,
-// the test's) removes it.
-void expect_a_creation_to_find_rank_2_stopped_at(const std::string& key, bool before) {
+// Rank `victim` (of 3) stops in the creation as it sets `key` (before setting it with `before`):
+// the others, waiting for it, find it stopped for TPF_HOST_LOST_S and fail naming it (timeout),
+// far before the setup's 60 s deadline (which would say "did not happen within"), or hear it from
+// the store, which the first to find it told (peer_died, quoting the finder: seen under ASan in
+// CI); and the store names the loss to a creation that follows. Its segment, held while it is
+// stopped, is an orphan once it is ended: the next setup's sweep (here, the test's) removes it.
+void expect_a_creation_to_find_rank_stopped_at(int victim, const std::string& key, bool before) {
   const std::string job = testing::unique_job_name();
-  SharedBlock shared;  // [0]: survivors done; [1]: rank 2's pid
+  SharedBlock shared;  // [0]: survivors done; [1]: the victim's pid
   testing::RunOptions run = options(60s);
   run.job_name = job;
   const auto outcomes = testing::run_ranks_raw(
@@ -250,7 +249,7 @@ void expect_a_creation_to_find_rank_2_stopped_at(const std::string& key, bool be
       [&](const RankContext& ctx) {
         ::setenv("TPF_HOST_LOST_S", "1", 1);
         auto store = testing::connect_to_store(ctx, ctx.rank, 10s);
-        if (ctx.rank == 2) {
+        if (ctx.rank == victim) {
           shared.counter(1).store(::getpid());
           Communicator::create(ctx.rank, ctx.size,
                                std::make_shared<StoppingStore>(store, key, before), "world",
@@ -265,7 +264,8 @@ void expect_a_creation_to_find_rank_2_stopped_at(const std::string& key, bool be
                         lost.what());
         for (const std::string& naming :
              {std::string("creating the communicator, waiting for"),
-              "rank 2 (pid " + std::to_string(stopped) + ") has been stopped for "}) {
+              "rank " + std::to_string(victim) + " (pid " + std::to_string(stopped) +
+                  ") has been stopped for "}) {
           TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
         }
         const Error told = expect_error("a creation after the loss", [&] {
@@ -277,21 +277,29 @@ void expect_a_creation_to_find_rank_2_stopped_at(const std::string& key, bool be
         if (shared.counter(0).fetch_add(1) + 1 == 2) ::kill(stopped, SIGKILL);
       },
       run);
-  testing::expect_only_victims_killed(outcomes, {2});
+  testing::expect_only_victims_killed(outcomes, {victim});
   transport::remove_orphan_segments(transport::shm_job_prefix(job));
   testing::expect_no_segments_of(job);
 }
 
 // Once it has published its segment, the others wait for it to map theirs.
 TEST(StoppedPeer, ACreationWaitingOnAStoppedRankFindsItLost) {
-  expect_a_creation_to_find_rank_2_stopped_at("world/0/rank/2", /*before=*/false);
+  expect_a_creation_to_find_rank_stopped_at(2, "world/0/rank/2", /*before=*/false);
 }
 
 // Before it publishes its segment, the others know its pid from its host's entry (FabricConfig::
 // pids): until 2026-12-07 they learned it from the segment's entry only, and waited out the
 // setup's deadline.
 TEST(StoppedPeer, ARankStoppedBeforePublishingItsSegmentIsFoundLostAllTheSame) {
-  expect_a_creation_to_find_rank_2_stopped_at("world/0/rank/2", /*before=*/true);
+  expect_a_creation_to_find_rank_stopped_at(2, "world/0/rank/2", /*before=*/true);
+}
+
+// Rank 0 stops before it publishes the list of every rank's host, which the others wait for
+// before anything else: they know its pid from its own entry, which it publishes first, and find
+// it lost. Until 2026-12-07 nobody looked at rank 0 then: the others waited out the setup's
+// deadline.
+TEST(StoppedPeer, ARankWaitingForRank0sListOfHostsFindsItLost) {
+  expect_a_creation_to_find_rank_stopped_at(0, "world/0/hosts", /*before=*/true);
 }
 
 // A communicator across hosts leaves a stopped rank to its heartbeat, which starts only once it
