@@ -134,6 +134,8 @@ class HostListWait {
     Entry entry;
     try {
       entry = parse_entry(store_.get("host/0", std::chrono::milliseconds(0)));
+    } catch (const transport::RootCauseError&) {
+      throw;  // another rank's creation failed: the creation watch looked between the slices
     } catch (const Error&) {
       return;  // not published yet; the wait for the list says what the store says
     }
@@ -156,8 +158,7 @@ class HostListWait {
     if (const auto lost = watch_.lost_for(0, rank_0_)) {
       throw transport::ProcessLostError(
           ErrorCode::timeout,
-          context_.label + " (creating the communicator, waiting for " + rank_0 +
-              "'s list of hosts): " +
+          context_.label + " (creating the communicator, waiting for rank 0's list of hosts): " +
               transport::stopped_lost_text(rank_0, rank_0_.pid(), *lost, watch_.lost_after()),
           rank_0_process_, /*rank=*/0);
     }
