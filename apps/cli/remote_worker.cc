@@ -36,12 +36,14 @@ void RemoteWorker::post(Work work, Then if_failed) {
 }
 
 void RemoteWorker::run_results() {
-  uint64_t count = 0;
-  while (::read(ready_.get(), &count, sizeof count) < 0 && errno == EINTR) {
-  }
   std::deque<Then> results;
   {
+    // The count is read with the results taken (the worker adds both under the lock), so fd()
+    // is readable exactly while results wait.
     std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t count = 0;
+    while (::read(ready_.get(), &count, sizeof count) < 0 && errno == EINTR) {
+    }
     results.swap(results_);
   }
   for (Then& then : results) then();
@@ -51,6 +53,9 @@ void RemoteWorker::finish() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return work_.empty() && !busy_; });
   results_.clear();
+  uint64_t count = 0;
+  while (::read(ready_.get(), &count, sizeof count) < 0 && errno == EINTR) {
+  }
 }
 
 void RemoteWorker::serve() {

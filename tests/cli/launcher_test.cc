@@ -401,7 +401,7 @@ TEST(Launcher, AcrossHostsAWatchThatCannotReadAHostSaysSoOnceAndTakesItsRanksAsR
   const char* path = std::getenv("PATH");
   const Outcome r = run_tpf(
       {"run", "--hosts", "a:1,b:1,c:1", "--rsh", rsh.path(), "--store-bind", "127.0.0.1",
-       "--job-timeout", "3", "--", "sh", "-c",
+       "--job-timeout", "5", "--", "sh", "-c",
        "echo $$ > " + pids.path() + "/rank$TPF_RANK; if [ $TPF_RANK = 1 ]; then kill -STOP $$; fi"},
       {"TPF_HOST_LOST_S=0.5", "TPF_RUN_GRACE_S=0.5",
        "PATH=" + bin.path() + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
@@ -412,7 +412,7 @@ TEST(Launcher, AcrossHostsAWatchThatCannotReadAHostSaysSoOnceAndTakesItsRanksAsR
   EXPECT_TRUE(ends_soon(stopped)) << "rank 1 (pid " << stopped << ") outlived the job\n" << r.err;
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 124) << r.err;
-  const size_t timeout = r.err.find("the job ran past --job-timeout 3 s");
+  const size_t timeout = r.err.find("the job ran past --job-timeout 5 s");
   ASSERT_NE(timeout, std::string::npos) << r.err;
   const std::string watched = r.err.substr(0, timeout);
   const std::string warning =

@@ -69,6 +69,8 @@ TEST(RemoteWorker, FinishRunsThePostedWorkAndDropsItsResults) {
     }
     worker.finish();
     EXPECT_EQ(done, (std::vector<int>{0, 1, 2}));
+    pollfd ready{worker.fd(), POLLIN, 0};
+    EXPECT_EQ(::poll(&ready, 1, 0), 0) << "fd() stays readable with the results dropped";
     worker.run_results();
     EXPECT_FALSE(result_ran);
     worker.post([&done]() -> RemoteWorker::Then {
