@@ -1,13 +1,13 @@
 // `tpf run`'s own watch for a rank that stays stopped (SIGSTOP, a debugger holding it) when no
 // rank is left running to find it lost: on this machine, or, with --hosts, on the rank's host
-// (looked at through the remote shell). The ranks find a stopped peer lost themselves,
-// but only while they wait on it (transport/stopped_peers.h); once every other rank has ended, a
-// stopped one would hold the job until --job-timeout, or for ever. So while some rank has ended
-// and every rank still running is stopped, a rank seen stopped for TPF_HOST_LOST_S is found lost by
-// the launcher, by the ranks' rule (the time counts from the first look that saw it stopped; a look
-// that sees it run starts it again) and in their words. A job whose ranks are all stopped at once
-// and none has ended (a job paused as a whole) is left alone, as are ranks that others still wait
-// on: they are the waiting ranks' to find.
+// (looked at through the remote shell). The ranks find a stopped peer lost themselves, but only
+// while they wait on it (transport/stopped_peers.h); once every other rank has ended, a stopped one
+// would hold the job until --job-timeout, or for ever. So while some rank has ended and every rank
+// still running is stopped, a rank seen stopped for TPF_HOST_LOST_S is found lost by the launcher,
+// by the ranks' rule (the time counts from the first look that saw it stopped; a look that sees it
+// run starts it again) and in their words. A job whose ranks are all stopped at once and none has
+// ended (a job paused as a whole) is left alone, as are ranks that others still wait on: they are
+// the waiting ranks' to find.
 #pragma once
 
 #include <sys/types.h>

@@ -237,8 +237,9 @@ class StoppingStore : public bootstrap::ForwardingStore {
 // the others, waiting for it, find it stopped for TPF_HOST_LOST_S and fail naming it (timeout),
 // far before the setup's 60 s deadline (which would say "did not happen within"), or hear it from
 // the store, which the first to find it told (peer_died, quoting the finder: seen under ASan in
-// CI); and the store names the loss to a creation that follows. Its segment, held while it is
-// stopped, is an orphan once it is ended: the next setup's sweep (here, the test's) removes it.
+// CI); and the store names the loss to a creation that follows. Its segment (where it made one),
+// held while it is stopped, is an orphan once it is ended: the next setup's sweep (here, the
+// test's) removes it.
 void expect_a_creation_to_find_rank_stopped_at(int victim, const std::string& key, bool before) {
   const std::string job = testing::unique_job_name();
   SharedBlock shared;  // [0]: survivors done; [1]: the victim's pid
