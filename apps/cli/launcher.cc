@@ -316,6 +316,19 @@ std::vector<RemoteProcess> find_remote_processes(const LaunchOptions& options,
   return found.processes;
 }
 
+// Those of the job's processes on other hosts (find_remote_processes) that are stopped: the search
+// and the read of their states share the bound of kRemoteProcessDeadline. Waits on the remote
+// shell: tpf run calls it off its loop.
+std::vector<RemoteProcess> stopped_remote_job_processes(const LaunchOptions& options,
+                                                        const std::string& job_id,
+                                                        const std::vector<RemoteProcess>& armed,
+                                                        RepeatedWarnings* warnings = nullptr) {
+  const auto until = std::chrono::steady_clock::now() + kRemoteProcessDeadline;
+  return stopped_remote_processes(options.remote_shell,
+                                  find_remote_processes(options, job_id, armed, warnings),
+                                  remote_time_left(until), warnings);
+}
+
 // What the job leaves behind once its ranks have ended: its segments in /dev/shm here, and
 // (--hosts) on every host through the remote shell the processes it left running there and its
 // segments (cli/remote_sweep.h). The fabric unlinks its segments as soon as every rank has mapped
@@ -787,10 +800,8 @@ class Job {
     // The work captures no `this` it uses: only the result, run on the loop, does.
     auto look = [&options = options_, job_id = job_id_, armed = armed_remote_pids(),
                  warnings = &stopped_look_warnings_, this]() -> RemoteWorker::Then {
-      const auto until = Clock::now() + kRemoteProcessDeadline;
-      std::vector<RemoteProcess> stopped = stopped_remote_processes(
-          options.remote_shell, find_remote_processes(options, job_id, armed, warnings),
-          remote_time_left(until), warnings);
+      std::vector<RemoteProcess> stopped =
+          stopped_remote_job_processes(options, job_id, armed, warnings);
       return [this, stopped = std::move(stopped), at = Clock::now()] {
         looking_at_stopped_ranks_ = false;
         take_stopped_look(stopped, at);
@@ -843,10 +854,7 @@ class Job {
     // The work captures no `this` it uses: only the result, run on the loop, does.
     auto look = [&options = options_, job_id = job_id_, armed = armed_remote_pids(), after, said,
                  this]() -> RemoteWorker::Then {
-      const auto until = Clock::now() + kRemoteProcessDeadline;
-      std::vector<RemoteProcess> stopped = stopped_remote_processes(
-          options.remote_shell, find_remote_processes(options, job_id, armed),
-          remote_time_left(until));
+      std::vector<RemoteProcess> stopped = stopped_remote_job_processes(options, job_id, armed);
       return [this, after, said, stopped = std::move(stopped)] {
         hosts_looked_at(after, said, stopped);
       };

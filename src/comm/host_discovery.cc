@@ -148,12 +148,11 @@ class HostListWait {
   void look_at_rank_0() const {
     if (rank_0_.pid() <= 0) return;
     const std::string rank_0 = context_.names(0);
-    const std::string pid = std::to_string(rank_0_.pid());
     if (!rank_0_.alive()) {
       throw Error(ErrorCode::peer_died,
-                  context_.label + ": " + rank_0 + " (pid " + pid +
-                      ") died (its process exited or was killed) while creating the "
-                      "communicator (waiting for its list of hosts)");
+                  context_.label + ": " +
+                      transport::died_while_creating_text(rank_0, rank_0_.pid(),
+                                                          "waiting for its list of hosts"));
     }
     if (const auto lost = watch_.lost_for(0, rank_0_)) {
       throw transport::ProcessLostError(

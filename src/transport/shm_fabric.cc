@@ -143,11 +143,8 @@ void ShmFabric::setup() {
     for (int p : all_peers_) {
       if (processes_[p].pid() > 0 && !processes_[p].alive()) {
         throw Error(ErrorCode::peer_died,
-                    config_.label + ": " + rank_name(p) + " (pid " +
-                        std::to_string(processes_[p].pid()) +
-                        ") died (its process exited or was killed) while creating the "
-                        "communicator (" +
-                        context + ")");
+                    config_.label + ": " +
+                        died_while_creating_text(rank_name(p), processes_[p].pid(), context));
       }
     }
   };

@@ -55,4 +55,11 @@ std::string stopped_lost_text(const std::string& who, int64_t pid,
          "): found lost (TPF_HOST_LOST_S = " + base::format_seconds(lost_after) + ")";
 }
 
+std::string died_while_creating_text(const std::string& who, int64_t pid,
+                                     const std::string& context) {
+  return who + " (pid " + std::to_string(pid) +
+         ") died (its process exited or was killed) while creating the communicator (" + context +
+         ")";
+}
+
 }  // namespace tpf::transport

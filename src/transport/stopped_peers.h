@@ -73,6 +73,10 @@ class StoppedPeers {
 std::string stopped_lost_text(const std::string& who, int64_t pid,
                               std::chrono::milliseconds stopped_for,
                               std::chrono::milliseconds lost_after, const std::string& host = "");
+// What a rank says of a peer whose process exited while a communicator was made: "rank 2 (pid
+// 4242) died (its process exited or was killed) while creating the communicator (CONTEXT)".
+std::string died_while_creating_text(const std::string& who, int64_t pid,
+                                     const std::string& context);
 // Why a process is stopped, as messages say it: "a stop signal, or a debugger holding it".
 inline constexpr const char* kStoppedHow = "a stop signal, or a debugger holding it";
 

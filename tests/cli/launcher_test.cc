@@ -352,6 +352,13 @@ TEST(Launcher, StoppedRanksAreLeftToARankThatRunsAndFoundOnceItHasEnded) {
   }
 }
 
+// The pid a rank wrote into `dir` as `name` (0 where it wrote none).
+pid_t pid_written(const ScratchDir& dir, const std::string& name) {
+  pid_t pid = 0;
+  std::ifstream(dir / name) >> pid;
+  return pid;
+}
+
 // Across hosts tpf run's children are the remote shells, and a rank runs on its host in a session
 // of its own (as sshd starts it), out of their reach: tpf run looks at the ranks' processes there
 // through the remote shell. Rank 1 stops once the others have ended; tpf run finds it lost after
@@ -366,8 +373,7 @@ TEST(Launcher, AcrossHostsAStoppedRankNoRunningRankCouldFindIsFoundLostAndEndedO
                                  "/rank$TPF_RANK; if [ $TPF_RANK = 1 ]; then kill -STOP $$; fi; "
                                  "echo rank $TPF_RANK done"},
                             {"TPF_HOST_LOST_S=1"}, {}, 90s);
-  pid_t stopped = 0;
-  std::ifstream(pids / "rank1") >> stopped;
+  const pid_t stopped = pid_written(pids, "rank1");
   ASSERT_GT(stopped, 0) << r.err;
   EXPECT_TRUE(ends_soon(stopped)) << "rank 1 (pid " << stopped << ") outlived the job\n" << r.err;
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -406,8 +412,7 @@ TEST(Launcher, AcrossHostsAWatchThatCannotReadAHostSaysSoOnceAndTakesItsRanksAsR
       {"TPF_HOST_LOST_S=0.5", "TPF_RUN_GRACE_S=0.5",
        "PATH=" + bin.path() + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
       {}, 90s);
-  pid_t stopped = 0;
-  std::ifstream(pids / "rank1") >> stopped;
+  const pid_t stopped = pid_written(pids, "rank1");
   ASSERT_GT(stopped, 0) << r.err;
   EXPECT_TRUE(ends_soon(stopped)) << "rank 1 (pid " << stopped << ") outlived the job\n" << r.err;
   ASSERT_FALSE(r.timed_out) << r.err;
