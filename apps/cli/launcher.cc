@@ -761,8 +761,10 @@ class Job {
       if (lost.rank < 0 || lost.rank >= options_.world_size) continue;
       Rank& r = ranks_.ranks()[static_cast<size_t>(lost.rank)];
       if (!r.running || r.ended_as_lost) continue;  // it exited, or was ended already
-      report("rank " + std::to_string(lost.rank) + " was found lost by rank " +
-             std::to_string(lost.found_by) + " (" + lost.reason + "); ending it");
+      const std::string finder = lost.found_by >= 0 ? "rank " + std::to_string(lost.found_by)
+                                                    : std::string("the job's store");
+      report("rank " + std::to_string(lost.rank) + " was found lost by " + finder + " (" +
+             lost.reason + "); ending it");
       end_as_lost(r);
       ending.insert(lost.rank);
     }

@@ -1,5 +1,6 @@
 // The ranks the job's store was told are lost (a rank found them stopped or cut off the network
-// and reported them, Store::report_lost), for `tpf run` to end: the ranks that found them have
+// and reported them, Store::report_lost) or found lost itself (their beats stopped while they made
+// a communicator, Store::keep_alive), for `tpf run` to end: the ranks that found them have
 // given them up (with --keep-going they go on without them: Communicator::shrink leaves them
 // out), and a stopped one would otherwise hold the job until --job-timeout. The store's server
 // tells of each on its own thread; the launcher's poll loop wakes on fd() and takes them.
@@ -18,7 +19,7 @@ class LostRanks {
  public:
   struct Report {
     int rank;      // the lost rank's job rank
-    int found_by;  // the job rank whose heartbeat found it
+    int found_by;  // the job rank whose heartbeat found it; -1: the store, from its silence
     std::string reason;
   };
 

@@ -56,6 +56,13 @@ class Store {
   // The job ranks the store knows dead (connection closed without a goodbye) or reported lost,
   // ascending, as of now; never blocks. Empty for a store that cannot tell (the default).
   virtual std::vector<int> dead_ranks();
+  // While the token returned lives, this process tells the store it is alive, every tenth of
+  // `silence_limit`, and a store that can judge silence (TcpStoreServer) takes this rank for lost
+  // once it has heard nothing for `silence_limit` (a stopped process, a host cut off): the waits
+  // then end as for a death, naming it (see "Dead ranks" above). tpfabric asks for it while a
+  // communicator is made, before its ranks watch each other. nullptr where the store cannot (the
+  // default) or the client is no rank.
+  virtual std::shared_ptr<void> keep_alive(std::chrono::milliseconds silence_limit);
 };
 
 // Keys of `inner` seen under "prefix/": lets sub-communicators share one store connection.
@@ -74,6 +81,7 @@ class PrefixStore : public Store {
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override;
   std::vector<int> dead_ranks() override;
+  std::shared_ptr<void> keep_alive(std::chrono::milliseconds silence_limit) override;
 
  private:
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const;
@@ -95,8 +103,9 @@ struct StoreServerLimits {
   // late: with the oldest stranger dropped at once for each connection past the limit, ranks of
   // `tpf run -n 128` on 2 cores lost their connections before their hello.
   std::chrono::milliseconds hello_grace{2000};
-  // All connections; at the limit the server stops accepting until one closes.
-  size_t max_connections = 16384;
+  // All connections; at the limit the server stops accepting until one closes. A rank making a
+  // communicator holds two (its calls, its beats: Store::keep_alive).
+  size_t max_connections = 32768;
   // A connection that has not sent its hello by then is closed.
   std::chrono::milliseconds hello_timeout{10000};
   // When the process is out of descriptors and no stranger can be dropped, the server stops
@@ -119,8 +128,9 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   uint16_t port() const noexcept;
 
-  // Called on the server's thread for each rank first reported lost (Store::report_lost): its job
-  // rank, the job rank that found it and the report. For a supervisor that serves the store:
+  // Called on the server's thread for each rank first reported lost (Store::report_lost), or taken
+  // for lost by the server when its beats stopped (Store::keep_alive; found_by -1): its job rank,
+  // the job rank that found it and the report. For a supervisor that serves the store:
   // `tpf run --keep-going` ends the process the ranks that go on gave up. Must not block (the
   // server waits for it); replaces the handler set before.
   using LostRankHandler =
@@ -171,6 +181,9 @@ class TcpStoreClient : public Store {
   bool report_lost(int job_rank, const std::string& reason,
                    std::chrono::milliseconds timeout) override;
   std::vector<int> dead_ranks() override;
+  // Beats on a connection of their own, from a thread of their own; nullptr where that
+  // connection cannot be made.
+  std::shared_ptr<void> keep_alive(std::chrono::milliseconds silence_limit) override;
 
  private:
   struct TPF_LOCAL Impl;  // hidden: the implementation is not part of the ABI

@@ -37,6 +37,9 @@ class ForwardingStore : public Store {
     return inner_->report_lost(job_rank, reason, timeout);
   }
   std::vector<int> dead_ranks() override { return inner_->dead_ranks(); }
+  std::shared_ptr<void> keep_alive(std::chrono::milliseconds silence_limit) override {
+    return inner_->keep_alive(silence_limit);
+  }
 
  protected:
   // The store every call is passed to, for a view that reads it past its own changes.

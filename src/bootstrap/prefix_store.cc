@@ -1,6 +1,6 @@
 // PrefixStore: a namespaced view of another store, so that sub-communicators can share one
 // connection without their keys colliding. Also Store's defaults: get_many (a get per key),
-// get_many_from, report_lost and dead_ranks (a store that cannot tell its waiters).
+// get_many_from, report_lost, dead_ranks and keep_alive (a store that cannot tell its waiters).
 
 #include <algorithm>
 #include <utility>
@@ -61,6 +61,12 @@ std::vector<int> PrefixStore::dead_ranks() { return inner_->dead_ranks(); }  // 
 bool Store::report_lost(int, const std::string&, std::chrono::milliseconds) { return false; }
 
 std::vector<int> Store::dead_ranks() { return {}; }
+
+std::shared_ptr<void> PrefixStore::keep_alive(std::chrono::milliseconds silence_limit) {
+  return inner_->keep_alive(silence_limit);  // the process's, whatever the prefix
+}
+
+std::shared_ptr<void> Store::keep_alive(std::chrono::milliseconds) { return nullptr; }
 
 std::vector<std::string> Store::get_many_from(const std::vector<int>&,
                                               const std::vector<std::string>& keys,

@@ -19,6 +19,7 @@
 //                                                  -> ok | error(str message)
 //   get_many_from : u32 n, i32 job_rank x n, then get_many's fields -> get_many's answers
 //   dead     : (nothing)                           -> ok(u32 n, i32 job_rank x n: ascending)
+//   beat     : i64 silence_limit_ms                -> (no reply)
 //
 // The hello must be the first frame; a malformed frame is answered with error(str message) and the
 // connection is closed. Frames above kMaxFrameBytes (kMaxHelloBytes before the hello) are refused
@@ -33,7 +34,10 @@
 // fail (a stopped process, a host cut off): by_job_rank found it so (-1: not a rank), and reason
 // says how; the server answers the waits as for a death, once per rank. A get_many_from waits on
 // the keys only `job_rank x n` set (a communicator's setup): a death of another rank does not end
-// it (get and get_many wait on any rank). dead lists the ranks noted dead or lost so far.
+// it (get and get_many wait on any rank). dead lists the ranks noted dead or lost so far. A beat
+// says the rank is alive and asks the server to take it for lost, as a lost report would, once no
+// beat has come for silence_limit_ms (0: no longer judged); beats come on a connection of their
+// own (Store::keep_alive), never parked in a get, so the server reads each as it comes.
 #pragma once
 
 #include <cstddef>
@@ -63,7 +67,8 @@ enum class Op : uint8_t {
   get_many = 7,
   lost = 8,
   get_many_from = 9,
-  dead = 10
+  dead = 10,
+  beat = 11
 };
 enum class Status : uint8_t { ok = 0, not_found = 1, error = 2, auth_failed = 3, peer_died = 4 };
 

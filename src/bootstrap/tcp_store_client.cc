@@ -2,14 +2,20 @@
 // Any transport failure drops the socket so that a late reply can never be read as the answer to
 // a later request; the next call reconnects. Every deliberate close says goodbye first, so that
 // the server does not take this rank for dead; only a process that dies closes without one.
-// A lost report goes over a connection of its own (TcpStoreClient::report_lost).
+// A lost report goes over a connection of its own (TcpStoreClient::report_lost), and so do the
+// beats keep_alive asks for (Beats).
 
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
+#include <thread>
 
 #include "bootstrap/socket.h"
 #include "bootstrap/store_protocol.h"
@@ -52,7 +58,14 @@ struct TcpStoreClient::Impl {
   // of retrying to connect for connect_timeout.
   std::optional<std::string> host_died;
 
+  // Started at the first keep_alive (Beats, below).
+  class Beats;
+  std::mutex beats_mutex;
+  std::shared_ptr<Beats> beats;
+
   std::string where() const { return "store at " + bootstrap::host_port(host, port); }
+  // A connection like this one's (same store, secret and rank), not connected yet.
+  std::unique_ptr<Impl> sibling(int rank) const;
 
   void connect();
   // Best-effort goodbye, then close: the server then knows this was not a death.
@@ -60,6 +73,98 @@ struct TcpStoreClient::Impl {
   // Sends one request and returns the reply payload; `what` names the operation for errors.
   std::string exchange(const std::string& payload, Deadline deadline, const std::string& what);
   [[noreturn]] void fail_transport(IoStatus status, const std::string& what);
+};
+
+std::unique_ptr<TcpStoreClient::Impl> TcpStoreClient::Impl::sibling(int rank) const {
+  auto side = std::make_unique<Impl>();
+  side->host = host;
+  side->port = port;
+  side->secret = secret;
+  side->connect_timeout = connect_timeout;
+  side->job_rank = rank;
+  return side;
+}
+
+// The beats of Store::keep_alive, on a connection of their own: the calls' connection may be held
+// for seconds by a get that waits (a rendezvous with a late rank), and a beat held behind it would
+// make a healthy rank look stopped. The first token's beat and the last one's end (a beat of limit
+// 0: the server stops judging) are sent by the caller, so that the store judges this rank exactly
+// while a token lives; between them a thread sends one every tenth of the tightest limit asked.
+// The beats are one-way (the server never answers them). A send that fails ends the beats (the
+// store's failures are the calls' to report); the server then judges the silence, as it would a
+// stopped process's.
+class TcpStoreClient::Impl::Beats {
+ public:
+  explicit Beats(std::unique_ptr<Impl> link) : link_(std::move(link)) {
+    link_->connect();
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Beats() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+    link_->drop();  // a goodbye: the beats' close is no death
+  }
+  Beats(const Beats&) = delete;
+  Beats& operator=(const Beats&) = delete;
+
+  void hold(std::chrono::milliseconds limit) {
+    {
+      std::lock_guard lock(mutex_);
+      const bool tighter = limits_.empty() || limit < *limits_.begin();
+      limits_.insert(limit);
+      if (tighter) send(limit);
+    }
+    changed_.notify_all();
+  }
+  void release(std::chrono::milliseconds limit) {
+    {
+      std::lock_guard lock(mutex_);
+      limits_.erase(limits_.find(limit));
+      send(limits_.empty() ? std::chrono::milliseconds(0) : *limits_.begin());
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (limits_.empty()) {
+        changed_.wait(lock);
+        continue;
+      }
+      const std::chrono::milliseconds every =
+          std::max(*limits_.begin() / 10, std::chrono::milliseconds(1));
+      // Woken early by a change of the limits (whose caller beat), or to stop.
+      if (changed_.wait_for(lock, every) == std::cv_status::no_timeout) continue;
+      if (!limits_.empty()) send(*limits_.begin());
+    }
+  }
+
+  // mutex_ held.
+  void send(std::chrono::milliseconds limit) {
+    if (failed_) return;
+    std::string frame;
+    const size_t at = proto::begin_frame(frame);
+    proto::put_u8(frame, static_cast<uint8_t>(proto::Op::beat));
+    proto::put_i64(frame, limit.count());
+    proto::finish_frame(frame, at);
+    const Deadline deadline = Clock::now() + std::max(limit / 10, std::chrono::milliseconds(100));
+    failed_ = bootstrap::send_all(link_->socket.fd(), frame.data(), frame.size(), deadline) !=
+              IoStatus::ok;
+  }
+
+  std::unique_ptr<Impl> link_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::multiset<std::chrono::milliseconds> limits_;
+  bool stopping_ = false;
+  bool failed_ = false;
+  std::thread thread_;
 };
 
 void TcpStoreClient::Impl::drop() noexcept {
@@ -168,8 +273,32 @@ TcpStoreClient::TcpStoreClient(const std::string& host, uint16_t port, const std
 }
 
 TcpStoreClient::~TcpStoreClient() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->beats_mutex);
+    impl_->beats.reset();  // the beats end here unless a token still holds them
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->drop();
+}
+
+std::shared_ptr<void> TcpStoreClient::keep_alive(std::chrono::milliseconds silence_limit) {
+  if (impl_->job_rank < 0 || silence_limit.count() <= 0) return nullptr;  // nobody to judge
+  std::shared_ptr<Impl::Beats> beats;
+  {
+    std::lock_guard<std::mutex> lock(impl_->beats_mutex);
+    try {
+      if (!impl_->beats)
+        impl_->beats = std::make_shared<Impl::Beats>(impl_->sibling(impl_->job_rank));
+    } catch (const Error&) {
+      // No beats (as from a store that cannot judge silence): the calls report what the store
+      // does, and the next keep_alive tries again.
+      return nullptr;
+    }
+    beats = impl_->beats;
+  }
+  beats->hold(silence_limit);
+  // The token keeps the beats (and their thread) while it lives, even past this client.
+  return {beats.get(), [beats, silence_limit](void*) { beats->release(silence_limit); }};
 }
 
 namespace {
@@ -376,26 +505,23 @@ bool TcpStoreClient::report_lost(int job_rank, const std::string& reason,
   check_size(reason, 0, "report_lost");
   // A connection of its own, made and closed here: the call's own connection may be held by a
   // get that waits for the lost rank. It is no rank's (-1), so that its close is never a death.
-  Impl side;
-  side.host = impl_->host;
-  side.port = impl_->port;
-  side.secret = impl_->secret;
-  side.connect_timeout = std::max(timeout, std::chrono::milliseconds(0));
-  side.hello_reply_timeout = std::chrono::milliseconds(0);  // all within `timeout`
-  const Deadline deadline = bootstrap::deadline_after(side.connect_timeout);
+  const std::unique_ptr<Impl> side = impl_->sibling(-1);
+  side->connect_timeout = std::max(timeout, std::chrono::milliseconds(0));
+  side->hello_reply_timeout = std::chrono::milliseconds(0);  // all within `timeout`
+  const Deadline deadline = bootstrap::deadline_after(side->connect_timeout);
   std::string p;
   proto::put_u8(p, static_cast<uint8_t>(proto::Op::lost));
   proto::put_u32(p, static_cast<uint32_t>(job_rank));
   proto::put_u32(p, static_cast<uint32_t>(impl_->job_rank));
   proto::put_str(p, reason);
   const std::string what = "the report that job rank " + std::to_string(job_rank) + " was lost";
-  side.connect();
-  const std::string reply = side.exchange(p, deadline, what);
+  side->connect();
+  const std::string reply = side->exchange(p, deadline, what);
   proto::Reader r(reply);
   const auto status = r.u8();
-  side.drop();
+  side->drop();
   if (status == static_cast<uint8_t>(proto::Status::ok) && r.at_end()) return true;
-  throw Error(ErrorCode::bootstrap, side.where() + " refused " + what + ": " +
+  throw Error(ErrorCode::bootstrap, side->where() + " refused " + what + ": " +
                                         r.str().value_or("(no message)") +
                                         " (a store from an older tpfabric?)");
 }

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/duration_text.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/store_protocol.h"
 #include "tpf/error.h"
@@ -78,6 +79,9 @@ struct Connection {
   int64_t pid = 0;
   bool said_goodbye = false;
   bool peer_closed = false;  // the client closed or reset its end (not us)
+  // A rank's beats (Op::beat): taken for lost at silence_end unless another beat comes first.
+  std::chrono::milliseconds silence_limit{0};  // 0: not judged
+  Deadline silence_end{};
 };
 
 // A rank whose connection closed without a goodbye (`reason` empty), or that a rank reported lost.
@@ -171,6 +175,10 @@ struct TcpStoreServer::Impl {
   // Sends `payload` to a connection parked in a GET (if it still is) and lets it run again.
   void answer_parked(uint64_t conn_id, const std::string& payload);
   void expire_waiters();
+  // Takes for lost each rank whose beats have stopped for their silence limit (as a lost report).
+  void judge_silences();
+  // Notes a rank lost (a report, a silence) and tells the lost-rank handler, once per rank.
+  void note_lost(int rank, int found_by, const std::string& reason);
   void drop_waiter(uint64_t id, const std::string& key);
   int poll_timeout() const;
 };
@@ -236,6 +244,7 @@ void TcpStoreServer::Impl::serve() {
       if (it != conns.end() && !it->second.dead) process_input(id, it->second);
     }
     expire_waiters();
+    judge_silences();
     expire_strangers();
     for (auto it = conns.begin(); it != conns.end();) {
       auto next = std::next(it);
@@ -265,6 +274,29 @@ bool TcpStoreServer::Impl::note_death(DeadRank death) {
     if (known.rank == death.rank) return false;
   dead_ranks.push_back(std::move(death));
   return true;
+}
+
+void TcpStoreServer::Impl::note_lost(int rank, int found_by, const std::string& reason) {
+  // Waiters are answered at the end of the round, as for a death.
+  if (!note_death({rank, pid_of(rank), found_by, reason})) return;
+  LostRankHandler handler;
+  {
+    std::lock_guard lock(lost_handler_mu);
+    handler = lost_handler;
+  }
+  if (handler) handler(rank, found_by, reason);
+}
+
+void TcpStoreServer::Impl::judge_silences() {
+  const Deadline now = Clock::now();
+  for (auto& [id, c] : conns) {
+    if (c.silence_limit.count() == 0 || c.dead || now < c.silence_end) continue;
+    const std::string limit = base::format_seconds(c.silence_limit);
+    c.silence_limit = std::chrono::milliseconds(0);  // judged once
+    note_lost(c.job_rank, -1,
+              "the store heard no beat from it for " + limit +
+                  " while it made a communicator (a stopped process, or its host cut off)");
+  }
 }
 
 int64_t TcpStoreServer::Impl::pid_of(int job_rank) const {
@@ -420,6 +452,9 @@ int TcpStoreServer::Impl::poll_timeout() const {
     }
   }
   if (accept_paused) consider(accept_resume_at);
+  for (const auto& [id, c] : conns) {
+    if (c.silence_limit.count() > 0) consider(c.silence_end);
+  }
   return any ? bootstrap::poll_timeout_ms(earliest) : -1;
 }
 
@@ -583,17 +618,16 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     }
     const int rank = static_cast<int32_t>(*job_rank);
     if (reason->empty()) reason = "(no reason given)";
-    const int finder = static_cast<int32_t>(*found_by);
-    // Waiters are answered at the end of the round, as for a death.
-    if (note_death({rank, pid_of(rank), finder, *reason})) {
-      LostRankHandler handler;
-      {
-        std::lock_guard lock(lost_handler_mu);
-        handler = lost_handler;
-      }
-      if (handler) handler(rank, finder, *reason);
-    }
+    note_lost(rank, static_cast<int32_t>(*found_by), *reason);
     return respond(c, ok_payload());
+  }
+  if (*op == static_cast<uint8_t>(proto::Op::beat)) {
+    const auto limit_ms = r.i64();
+    if (!limit_ms || *limit_ms < 0 || !r.at_end()) return fail(c, "store: malformed beat");
+    if (c.job_rank < 0) return;  // not a rank: nobody to take for lost
+    c.silence_limit = std::chrono::milliseconds(*limit_ms);
+    c.silence_end = bootstrap::deadline_after(c.silence_limit);
+    return;  // no reply: the client's beat thread never reads
   }
   if (*op == static_cast<uint8_t>(proto::Op::dead)) {
     if (!r.at_end()) return fail(c, "store: malformed dead request");
@@ -708,6 +742,7 @@ void TcpStoreServer::Impl::handle_request(uint64_t id, Connection& c, std::strin
     case proto::Op::lost:           // handled above
     case proto::Op::get_many_from:  // handled above
     case proto::Op::dead:           // handled above
+    case proto::Op::beat:           // handled above
       break;
   }
   fail(c, "store: unknown request op " + std::to_string(*op));

@@ -26,6 +26,7 @@
 #include "tpf/error.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/failure_board.h"
+#include "transport/stopped_peers.h"
 
 namespace tpf::detail {
 namespace {
@@ -93,6 +94,12 @@ CommImpl::CommImpl(CommSetup setup)
                 "communicator '" + setup_.name + "': rank " + std::to_string(setup_.rank) +
                     " is outside [0, size=" + std::to_string(setup_.size) + ")");
   }
+  // Until its ranks watch each other (the heartbeat starts once it is made), a rank stopped while
+  // the communicator is made is found by the store, from the silence of its beats
+  // (comm/store_deaths.h).
+  std::shared_ptr<void> keeping_alive;
+  if (setup_.size > 1 && setup_.settings.host_lost_after.count() > 0)
+    keeping_alive = setup_.store->keep_alive(store_silence_limit(setup_.settings.host_lost_after));
   // Keys never collide when a name is used again, nor after a failed creation under it.
   const uint64_t generation = take_generation(*setup_.store, setup_.name, setup_.size);
   std::shared_ptr<Store> scoped_store =
@@ -186,8 +193,20 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
     net.eager_bytes = coll::kNetworkEagerBytes;
     net.oversubscribed = config.excess_ranks > 0;
     net.notice_wait = setup_.settings.net_notice_wait;
-    // processes_ outlives network_ (declared before it).
-    net.peer_lost = [this](int r) { return ProcessFailures::instance().lost(processes_[r]); };
+    // processes_ outlives network_ (declared before it). While the communicator is made, what
+    // the store knows ends the network's first waits too.
+    const std::chrono::milliseconds lost_after = setup_.settings.host_lost_after;
+    store_deaths_ = std::make_unique<StoreDeaths>(
+        *setup_.store, lost_after.count() > 0
+                           ? transport::StoppedPeers::look_every(store_silence_limit(lost_after))
+                           : CreationWatchStore::kLookEvery);
+    net.peer_lost = [this](int r) -> std::optional<transport::FailureRecord> {
+      if (auto lost = ProcessFailures::instance().lost(processes_[r])) return lost;
+      if (!store_deaths_) return std::nullopt;
+      std::optional<std::string> said = store_deaths_->dead(names_.job_rank(r));
+      if (!said) return std::nullopt;
+      return transport::FailureRecord{ErrorCode::peer_died, *said, processes_[r]};
+    };
     net.names = names_;
     for (int r = 0; r < setup_.size; ++r) {
       net.process_names.push_back(
@@ -210,6 +229,7 @@ void CommImpl::join(const std::shared_ptr<Store>& scoped_store, uint64_t generat
   if (network_) {
     await_every_rank_made(*scoped_store, setup_.rank, setup_.size, setup_.settings.setup_timeout,
                           comm_label, names_);
+    store_deaths_.reset();  // the heartbeat watches from here
     heartbeat_ = std::make_unique<Heartbeat>(
         Heartbeat::Config{setup_.rank, hosts_, comm_label, setup_.settings.host_lost_after,
                           &recent_calls_, processes_},

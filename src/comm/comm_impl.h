@@ -19,6 +19,7 @@
 #include "comm/p2p_engine.h"
 #include "comm/recent_calls.h"
 #include "comm/settings.h"
+#include "comm/store_deaths.h"
 #include "comm/work_state.h"
 #include "topo/hosts.h"
 #include "tpf/comm.h"
@@ -166,6 +167,10 @@ class CommImpl {
   FlightRecorder recorder_;
   std::unique_ptr<transport::ShmFabric> fabric_;
   std::shared_ptr<P2pEngine> p2p_;  // declared after fabric_: destroyed before it
+  // While the communicator is made across hosts: the peers the job's store holds lost, for the
+  // network's waits (comm/store_deaths.h); null once it is made (the heartbeat watches then).
+  // Declared before network_, which asks it (its teardown too).
+  std::unique_ptr<StoreDeaths> store_deaths_;
   // The ranks on other hosts; null when every rank is on this one (coll/across_hosts.h).
   std::unique_ptr<transport::UcxNetwork> network_;
   std::shared_ptr<NetP2p> net_p2p_;       // send/recv to other hosts; declared after network_

@@ -22,7 +22,11 @@ void await_every_rank_made(Store& store, int rank, int size, std::chrono::millis
     } catch (const transport::RootCauseError&) {
       throw;  // another rank's failure ended the creation
     } catch (const Error& e) {
-      if (e.code() != ErrorCode::timeout) throw;
+      if (e.code() != ErrorCode::timeout) {
+        throw Error(
+            e.code(),
+            label + ": waiting for rank 0 to see every rank finish creating it: " + e.what());
+      }
       throw Error(ErrorCode::timeout,
                   label +
                       ": rank 0 did not see every rank finish creating the communicator within " +
@@ -37,7 +41,9 @@ void await_every_rank_made(Store& store, int rank, int size, std::chrono::millis
   } catch (const transport::RootCauseError&) {
     throw;
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::timeout) throw;
+    if (e.code() != ErrorCode::timeout) {
+      throw Error(e.code(), label + ": waiting for every rank to finish creating it: " + e.what());
+    }
     std::vector<int> missing;
     for (int r = 1; r < size; ++r)
       if (!store.check(made_key(r))) missing.push_back(r);

@@ -11,7 +11,9 @@
 // communicator says goodbye, so a rank that left is not taken for lost. The beats travel the
 // links whose loss they detect; the store (issue 10 suggested it) would not do: its client
 // serializes calls, so a rank blocked in a long rendezvous read (a split waiting for a late rank)
-// would fall silent and be named lost while healthy.
+// would fall silent and be named lost while healthy. (While a communicator is made, before this
+// starts, the store does judge silence, from beats on a connection of their own:
+// comm/store_deaths.h.)
 //
 // The same thread progresses the network at most every UcxNetwork::kPushEvery (20 ms), so a failure
 // notice from another host reaches a rank that is blocked in shared memory within about 20 ms

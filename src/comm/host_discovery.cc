@@ -82,8 +82,8 @@ DiscoveredRanks discovered_from(const std::vector<std::string>& lines) {
 // the same process here, as for the shared-memory fabric's peers), it looks at rank 0's process:
 // one that has exited, or that it has seen stopped for stopped_lost_after, ends the wait naming
 // it. Before 2026-12-07 a stopped rank 0 held every other rank until the setup's deadline (up to
-// 120 s). A rank 0 on another host is left to the deadline: no heartbeat runs before the
-// communicator is made.
+// 120 s). A rank 0 on another host is the store's to find (comm/store_deaths.h): its wait for
+// the list then ends with the store's peer_died.
 class HostListWait {
  public:
   HostListWait(Store& store, std::string host_key, const DiscoveryContext& context)

@@ -216,21 +216,31 @@ TEST(StoppedPeer, ADeadlineSaysTheRankItWaitedForIsStopped) {
 }
 
 // A store that stops its own process (SIGSTOP) once it has passed on the set of one key: a rank
-// that stops at an exact point of a communicator's setup.
+// that stops at an exact point of a communicator's setup. Unless `beats` passes them on, it
+// keeps the beats of Store::keep_alive from the store, as a store that cannot judge silence
+// would: then only the stopped rank's host-mates can find it, which the tests of their look want
+// (the store, judging its silence, would name it too, after twice TPF_HOST_LOST_S).
 class StoppingStore : public bootstrap::ForwardingStore {
  public:
+  enum class Beats { withheld, passed_on };
   // `before`: stops as it is asked to set `key`, which it does not set.
-  StoppingStore(std::shared_ptr<Store> inner, std::string key, bool before)
-      : ForwardingStore(std::move(inner)), key_(std::move(key)), before_(before) {}
+  StoppingStore(std::shared_ptr<Store> inner, std::string key, bool before,
+                Beats beats = Beats::withheld)
+      : ForwardingStore(std::move(inner)), key_(std::move(key)), before_(before), beats_(beats) {}
   void set(const std::string& key, const std::string& value) override {
     if (key == key_ && before_) ::raise(SIGSTOP);
     ForwardingStore::set(key, value);
     if (key == key_ && !before_) ::raise(SIGSTOP);
   }
+  std::shared_ptr<void> keep_alive(std::chrono::milliseconds silence_limit) override {
+    if (beats_ == Beats::withheld) return nullptr;
+    return ForwardingStore::keep_alive(silence_limit);
+  }
 
  private:
   std::string key_;
   bool before_;
+  Beats beats_;
 };
 
 // Rank `victim` (of 3) stops in the creation as it sets `key` (before setting it with `before`):
@@ -355,6 +365,79 @@ TEST(StoppedPeer, ACreationAcrossHostsFindsAStoppedRankThroughItsHostMate) {
   testing::expect_only_victims_killed(outcomes, {2});
   transport::remove_orphan_segments(transport::shm_job_prefix(job));
   testing::expect_no_segments_of(job);
+}
+
+// Across hosts, a rank stopped while the communicator is made, with no host-mate to see it (alone
+// on its host, or a host-mate not waiting on it), is found by the job's store: its beats
+// (Store::keep_alive) stop, and after twice TPF_HOST_LOST_S of silence the store takes it for lost,
+// which ends every wait on it, naming it (peer_died), far before the setup's 60 s deadline
+// (which would say "did not ... within"). `hosts`: each rank's host; rank `victim` stops as it
+// sets `key` (before setting it with `before`). A creation that follows is told the same. Until
+// 2026-12-07 nobody found such a rank before the deadline.
+void expect_the_store_to_find_rank_stopped_at(const std::vector<std::string>& hosts, int victim,
+                                              const std::string& key, bool before) {
+  const std::string job = testing::unique_job_name();
+  const int ranks = static_cast<int>(hosts.size());
+  SharedBlock shared;  // [0]: survivors done; [1]: the victim's pid
+  testing::RunOptions run = options(60s);
+  run.job_name = job;
+  const auto outcomes = testing::run_ranks_raw(
+      ranks,
+      [&](const RankContext& ctx) {
+        ::setenv("TPF_HOST_LOST_S", "1", 1);
+        ::setenv("TPF_NODE_ID", hosts[ctx.rank].c_str(), 1);
+        auto store = testing::connect_to_store(ctx, ctx.rank, 10s);
+        if (ctx.rank == victim) {
+          shared.counter(1).store(::getpid());
+          Communicator::create(
+              ctx.rank, ctx.size,
+              std::make_shared<StoppingStore>(store, key, before, StoppingStore::Beats::passed_on),
+              "world", ctx.comm_options);
+          ::_exit(3);  // not reached: ended while stopped
+        }
+        const Error lost = expect_error("a creation with a stopped rank", [&] {
+          Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
+        });
+        const auto stopped = static_cast<pid_t>(shared.counter(1).load());
+        const std::string naming = "job rank " + std::to_string(victim) + " (pid " +
+                                   std::to_string(stopped) +
+                                   ") was found lost: the store heard no beat from it for 2.0 s "
+                                   "while it made a communicator";
+        TPF_CHILD_CHECK(lost.code() == ErrorCode::peer_died, lost.what());
+        TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
+        const Error told = expect_error("a creation after the loss", [&] {
+          Communicator::create(ctx.rank, ctx.size, store, "again", ctx.comm_options);
+        });
+        TPF_CHILD_CHECK(told.code() == ErrorCode::peer_died, told.what());
+        TPF_CHILD_CHECK(std::string(told.what()).find(naming) != std::string::npos, told.what());
+        if (shared.counter(0).fetch_add(1) + 1 == ranks - 1) ::kill(stopped, SIGKILL);
+      },
+      run);
+  testing::expect_only_victims_killed(outcomes, {victim});
+  transport::remove_orphan_segments(transport::shm_job_prefix(job));
+  testing::expect_no_segments_of(job);
+}
+
+// Rank 0, alone on its host, stops before it publishes the list of hosts the others wait for:
+// they cannot look at its process (it is on another host).
+TEST(StoppedPeer, Rank0StoppedOnAnotherHostBeforeItsListOfHostsIsFoundByTheStore) {
+  expect_the_store_to_find_rank_stopped_at({"host-a", "host-b", "host-b"}, 0, "world/0/hosts",
+                                           /*before=*/true);
+}
+
+// Rank 2, alone on its host, stops once it has published its network address, before it sends
+// the others their first messages: they wait on the network, not on the store, and ask the store
+// what it knows (comm/store_deaths.h).
+TEST(StoppedPeer, ARankStoppedBeforeItsFirstMessagesIsFoundByTheStore) {
+  expect_the_store_to_find_rank_stopped_at({"host-a", "host-b", "host-c"}, 2, "world/0/net/2",
+                                           /*before=*/false);
+}
+
+// Rank 2, alone on its host, stops before it says it has made the communicator: rank 0 waits for
+// its word, rank 1 for rank 0's.
+TEST(StoppedPeer, ARankStoppedAtTheEndOfACreationAcrossHostsIsFoundByTheStore) {
+  expect_the_store_to_find_rank_stopped_at({"host-a", "host-b", "host-c"}, 2, "world/0/made/2",
+                                           /*before=*/true);
 }
 
 }  // namespace

@@ -353,6 +353,103 @@ TEST(StoreDeadRank, TheServerTellsOfEachRankFirstReportedLost) {
   EXPECT_EQ(told[0].reason, "no heartbeat for 3.0 s");
 }
 
+// A beat (Op::beat) with its silence limit in ms, as Store::keep_alive's thread sends it.
+std::string beat_frame(int64_t limit_ms) {
+  std::string p;
+  proto::put_u8(p, static_cast<uint8_t>(proto::Op::beat));
+  proto::put_i64(p, limit_ms);
+  return RawClient::frame(p);
+}
+
+// A rank that beat and then fell silent (its process stopped: its connection stays open, so the
+// server cannot see it go) is taken for lost once its silence limit has passed: every wait ends
+// as for a death, naming it and why, and the server's lost-rank handler hears of it (found by no
+// rank: -1).
+TEST(StoreSilence, ARankWhoseBeatsStopIsTakenForLostAndItsWaitersEnd) {
+  struct Told {
+    int rank, found_by;
+    std::string reason;
+  };
+  std::mutex mu;
+  std::vector<Told> told;
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  server.on_rank_lost([&](int rank, int found_by, const std::string& reason) {
+    std::lock_guard lock(mu);
+    told.push_back({rank, found_by, reason});
+  });
+  auto waiter = rank_client(server, 1);
+  RawClient silent(server.port());
+  silent.send_bytes(RawClient::hello(kSecret, 2, 4242));
+  ASSERT_TRUE(silent.read_reply().has_value());
+  silent.send_bytes(beat_frame(200));
+  const GetOutcome parked = try_get(*waiter, "never", 60s);
+  EXPECT_EQ(parked.code, ErrorCode::peer_died) << parked.message;
+  const std::string reason =
+      "the store heard no beat from it for 0.2 s while it made a communicator (a stopped "
+      "process, or its host cut off)";
+  EXPECT_EQ(parked.message.find("job rank 2 (pid 4242) was found lost: " + reason), 0u)
+      << parked.message;
+  EXPECT_EQ(waiter->dead_ranks(), std::vector<int>({2}));
+  EXPECT_EQ(server.stats().connections, 2u);  // the silent one is still open: no death
+  std::lock_guard lock(mu);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].rank, 2);
+  EXPECT_EQ(told[0].found_by, -1);
+  EXPECT_EQ(told[0].reason, reason);
+}
+
+// A beat of limit 0 ends the judging (the last token is gone: the rank is done making its
+// communicator); a client that is no rank is never judged; a malformed beat is refused.
+TEST(StoreSilence, AZeroLimitEndsTheJudgingAndNoRankIsEverJudged) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto waiter = rank_client(server, 1);
+  RawClient done(server.port());
+  done.send_bytes(RawClient::hello(kSecret, 2, 4242));
+  ASSERT_TRUE(done.read_reply().has_value());
+  done.send_bytes(beat_frame(200) + beat_frame(0));
+  RawClient tool(server.port());
+  tool.send_bytes(RawClient::hello(kSecret));
+  ASSERT_TRUE(tool.read_reply().has_value());
+  tool.send_bytes(beat_frame(200));
+  // Five times the limit: either would have been taken for lost by now.
+  EXPECT_EQ(try_get(*waiter, "never", 1s).code, ErrorCode::timeout);
+  EXPECT_EQ(server.stats().dead_ranks, 0u);
+  RawClient bad(server.port());
+  bad.send_bytes(RawClient::hello(kSecret, 3, 4343));
+  ASSERT_TRUE(bad.read_reply().has_value());
+  bad.send_bytes(beat_frame(-1));
+  const std::optional<std::string> refused = bad.read_reply();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_NE(refused->find("store: malformed beat"), std::string::npos);
+  EXPECT_TRUE(bad.closed_by_server());
+  EXPECT_EQ(server.stats().dead_ranks, 0u);  // the server closed it: no death
+}
+
+// TcpStoreClient::keep_alive beats on a connection of its own, every tenth of the limit, while a
+// token lives (past the client itself), so a live rank is never taken for lost, even while its
+// client waits in a long get; the last token's end stops the judging, and the beats' connection
+// closes with a goodbye. A client that is no rank, or a limit of 0, gets no token.
+TEST(StoreSilence, AClientKeepsItsRankAliveWhileATokenLives) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto waiter = rank_client(server, 0);
+  auto rank = rank_client(server, 1);
+  std::shared_ptr<void> token = rank->keep_alive(1s);
+  ASSERT_NE(token, nullptr);
+  // The rank's own connection held by a get three times the limit.
+  EXPECT_EQ(try_get(*rank, "never", 3s).code, ErrorCode::timeout);
+  std::shared_ptr<void> tighter = rank->keep_alive(500ms);  // the tightest limit holds
+  token.reset();
+  rank.reset();  // the beats go on while a token lives
+  EXPECT_EQ(try_get(*waiter, "never", 2s).code, ErrorCode::timeout);
+  tighter.reset();  // the end of the judging, then the beats' goodbye
+  EXPECT_EQ(try_get(*waiter, "never", 1s).code, ErrorCode::timeout);
+  ASSERT_TRUE(wait_until([&] { return server.stats().connections == 1; }, 10s));
+  EXPECT_EQ(server.stats().dead_ranks, 0u);
+  EXPECT_EQ(TcpStoreClient("127.0.0.1", server.port(), kSecret, 5s).keep_alive(1s), nullptr);
+  EXPECT_EQ(waiter->keep_alive(0ms), nullptr);
+  EXPECT_EQ(PlainStore().keep_alive(1s), nullptr);  // a store that cannot judge silence
+}
+
 TEST(StoreStrangers, ManyOneByteStrangersCostLittleMemoryAndAreCapped) {
   StoreServerLimits limits;
   limits.hello_grace = 0ms;  // each stranger may be dropped at once for the next (default: 2 s)
