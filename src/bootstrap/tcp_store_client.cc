@@ -112,21 +112,20 @@ class TcpStoreClient::Impl::Beats {
   Beats& operator=(const Beats&) = delete;
 
   void hold(std::chrono::milliseconds limit) {
+    bool tighter = false;
     {
       std::lock_guard lock(mutex_);
-      const bool tighter = limits_.empty() || limit < *limits_.begin();
+      tighter = limits_.empty() || limit < *limits_.begin();
       limits_.insert(limit);
       if (tighter) send(limit);
     }
-    changed_.notify_all();
+    if (tighter) changed_.notify_all();  // the thread beats at the new pace
   }
+  // The thread is not woken: at its next beat it finds the limits as they are (none: it waits).
   void release(std::chrono::milliseconds limit) {
-    {
-      std::lock_guard lock(mutex_);
-      limits_.erase(limits_.find(limit));
-      send(limits_.empty() ? std::chrono::milliseconds(0) : *limits_.begin());
-    }
-    changed_.notify_all();
+    std::lock_guard lock(mutex_);
+    limits_.erase(limits_.find(limit));
+    send(limits_.empty() ? std::chrono::milliseconds(0) : *limits_.begin());
   }
 
  private:
@@ -139,7 +138,7 @@ class TcpStoreClient::Impl::Beats {
       }
       const std::chrono::milliseconds every =
           std::max(*limits_.begin() / 10, std::chrono::milliseconds(1));
-      // Woken early by a change of the limits (whose caller beat), or to stop.
+      // Woken early by a tighter limit (whose caller beat), or to stop.
       if (changed_.wait_for(lock, every) == std::cv_status::no_timeout) continue;
       if (!limits_.empty()) send(*limits_.begin());
     }

@@ -100,7 +100,8 @@ constexpr SettingInfo kCatalog[] = {
     {"TPF_HOST_LOST_S", "communicator",
      "seconds without a heartbeat after which a rank on another host is named stopped or "
      "unreachable, and that a rank on this host may stay stopped before a rank waiting on it "
-     "(or tpf run, once no other rank runs) finds it lost"},
+     "(or tpf run, once no other rank runs) finds it lost; twice it, how long the job's store "
+     "hears nothing from a rank making a communicator before taking it for lost"},
     {"TPF_NET_NOTICE_WAIT_S", "communicator",
      "seconds a rank whose peer's connection failed waits for another rank's failure notice "
      "that explains it (a bad buffer or a crash its host-mates saw) before naming the peer lost "

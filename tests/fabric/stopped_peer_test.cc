@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +24,7 @@
 #include "bootstrap/forwarding_store.h"
 #include "support/expect_error.h"
 #include "support/multiproc.h"
+#include "support/run_tpf.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
 #include "transport/peer_process.h"
@@ -438,6 +442,63 @@ TEST(StoppedPeer, ARankStoppedBeforeItsFirstMessagesIsFoundByTheStore) {
 TEST(StoppedPeer, ARankStoppedAtTheEndOfACreationAcrossHostsIsFoundByTheStore) {
   expect_the_store_to_find_rank_stopped_at({"host-a", "host-b", "host-c"}, 2, "world/0/made/2",
                                            /*before=*/true);
+}
+
+// Not a test by itself: the rank program StoppedPeerLauncher starts with tpf run (this binary,
+// with --gtest_also_run_disabled_tests). Each rank is a host of its own (TPF_NODE_ID h<rank>), and
+// rank 2 stops itself as it is about to say it has made the world (before it sets made/2); the
+// others' creation fails (a 30 s setup deadline), and each says why and exits 3.
+TEST(StoppedPeerRankProgram, DISABLED_Run) {
+  const char* address = std::getenv("TPF_STORE_ADDR");
+  if (std::getenv("TPF_STOP_PROGRAM") == nullptr || address == nullptr)
+    GTEST_SKIP() << "only run under tpf run by StoppedPeerLauncher";
+  const int rank = std::atoi(std::getenv("TPF_RANK"));
+  const int size = std::atoi(std::getenv("TPF_WORLD_SIZE"));
+  ::setenv("TPF_NODE_ID", ("h" + std::to_string(rank)).c_str(), 1);
+  const std::string where = address;
+  const size_t colon = where.rfind(':');
+  auto store = std::make_shared<TcpStoreClient>(
+      where.substr(0, colon), static_cast<uint16_t>(std::stoi(where.substr(colon + 1))),
+      std::getenv("TPF_JOB_SECRET"), 10s, rank);
+  CommOptions options;
+  options.timeout = 30s;
+  std::shared_ptr<Store> used = store;
+  if (rank == 2) {
+    used = std::make_shared<StoppingStore>(store, "world/0/made/2", /*before=*/true,
+                                           StoppingStore::Beats::passed_on);
+  }
+  try {
+    Communicator::create(rank, size, used, "world", options);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    std::_Exit(3);
+  }
+  std::_Exit(0);
+}
+
+// Under tpf run, which serves the store, the store's finding reaches the launcher too: it says
+// which rank the store found lost and why, and ends it (SIGKILL, which a stopped process takes);
+// the job fails (exit status 1) long before its setup deadline (30 s) or --job-timeout (60 s).
+TEST(StoppedPeerLauncher, TpfRunEndsARankTheStoreFoundLostWhileTheWorldWasMade) {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  const testing::Outcome r = testing::run_tpf(
+      {"run", "-n", "3", "--job-timeout", "60", "--", self, "--gtest_also_run_disabled_tests",
+       "--gtest_filter=StoppedPeerRankProgram.DISABLED_Run"},
+      {"TPF_STOP_PROGRAM=1", "TPF_HOST_LOST_S=1"}, {}, 90s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string lost =
+      "the store heard no beat from it for 2.0 s while it made a communicator (a stopped "
+      "process, or its host cut off)";
+  EXPECT_TRUE(testing::contains(
+      r.err, "rank 2 was found lost by the job's store (" + lost + "); ending it"))
+      << r.err;
+  for (const char* rank : {"rank 0: ", "rank 1: "}) {
+    EXPECT_TRUE(testing::contains(r.err, std::string(rank) + "communicator 'world'")) << r.err;
+  }
+  EXPECT_TRUE(testing::contains(r.err, "job rank 2 (pid ")) << r.err;
+  EXPECT_TRUE(testing::contains(r.err, ") was found lost: " + lost)) << r.err;
 }
 
 }  // namespace
