@@ -326,27 +326,42 @@ TEST(StoreDeadRank, DeadRanksListsTheDeadAndTheLostOnceEach) {
   EXPECT_NE(reply.find("malformed dead request"), std::string::npos) << reply;
 }
 
-// The server tells its owner of each rank first reported lost (tpf run --keep-going ends it): not
-// of a rank reported again, nor of one whose connection had closed (dead already).
-TEST(StoreDeadRank, TheServerTellsOfEachRankFirstReportedLost) {
+// What a server's lost-rank handler (TcpStoreServer::on_rank_lost) was told, in order.
+class LostRanksTold {
+ public:
   struct Told {
     int rank, found_by;
     std::string reason;
   };
-  std::mutex mu;
-  std::vector<Told> told;
+  explicit LostRanksTold(TcpStoreServer& server) {
+    server.on_rank_lost([this](int rank, int found_by, const std::string& reason) {
+      std::lock_guard lock(mu_);
+      told_.push_back({rank, found_by, reason});
+    });
+  }
+  std::vector<Told> told() {
+    std::lock_guard lock(mu_);
+    return told_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Told> told_;
+};
+
+// The server tells its owner of each rank first reported lost (tpf run --keep-going ends it): not
+// of a rank reported again, nor of one whose connection had closed (dead already).
+TEST(StoreDeadRank, TheServerTellsOfEachRankFirstReportedLost) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
-  server.on_rank_lost([&](int rank, int found_by, const std::string& reason) {
-    std::lock_guard lock(mu);
-    told.push_back({rank, found_by, reason});
-  });
+  LostRanksTold lost(server);
   auto finder = rank_client(server, 1);
   connect_and_vanish(server, 5, 4242);
   ASSERT_TRUE(wait_until([&] { return server.stats().dead_ranks == 1; }, 10s));
   EXPECT_TRUE(finder->report_lost(3, "no heartbeat for 3.0 s", 5s));
   EXPECT_TRUE(finder->report_lost(3, "no heartbeat again", 5s));
   EXPECT_TRUE(finder->report_lost(5, "lost after it died", 5s));
-  std::lock_guard lock(mu);  // each report was answered after the handler ran
+  // Each report was answered after the handler ran.
+  const std::vector<LostRanksTold::Told> told = lost.told();
   ASSERT_EQ(told.size(), 1u);
   EXPECT_EQ(told[0].rank, 3);
   EXPECT_EQ(told[0].found_by, 1);
@@ -366,17 +381,8 @@ std::string beat_frame(int64_t limit_ms) {
 // as for a death, naming it and why, and the server's lost-rank handler hears of it (found by no
 // rank: -1).
 TEST(StoreSilence, ARankWhoseBeatsStopIsTakenForLostAndItsWaitersEnd) {
-  struct Told {
-    int rank, found_by;
-    std::string reason;
-  };
-  std::mutex mu;
-  std::vector<Told> told;
   TcpStoreServer server("127.0.0.1", 0, kSecret);
-  server.on_rank_lost([&](int rank, int found_by, const std::string& reason) {
-    std::lock_guard lock(mu);
-    told.push_back({rank, found_by, reason});
-  });
+  LostRanksTold lost(server);
   auto waiter = rank_client(server, 1);
   RawClient silent(server.port());
   silent.send_bytes(RawClient::hello(kSecret, 2, 4242));
@@ -391,7 +397,7 @@ TEST(StoreSilence, ARankWhoseBeatsStopIsTakenForLostAndItsWaitersEnd) {
       << parked.message;
   EXPECT_EQ(waiter->dead_ranks(), std::vector<int>({2}));
   EXPECT_EQ(server.stats().connections, 2u);  // the silent one is still open: no death
-  std::lock_guard lock(mu);
+  const std::vector<LostRanksTold::Told> told = lost.told();
   ASSERT_EQ(told.size(), 1u);
   EXPECT_EQ(told[0].rank, 2);
   EXPECT_EQ(told[0].found_by, -1);
