@@ -2,7 +2,8 @@
 // tells, StoppedPeers counts how long, and a rank waiting on it finds it lost after
 // TPF_HOST_LOST_S (the one-host twin of the heartbeat) or, at an earlier deadline, says it is
 // stopped. In a communicator of one host; across hosts the heartbeat finds it
-// (across_hosts_test.cc). With a shrink after it: shrink_test.cc.
+// (across_hosts_test.cc), and while a communicator is made, its host-mates or, where none can look,
+// the job's store (below). With a shrink after it: shrink_test.cc.
 
 #include <gtest/gtest.h>
 #include <signal.h>
