@@ -28,6 +28,7 @@
 #include "support/run_tpf.h"
 #include "tpf/comm.h"
 #include "tpf/error.h"
+#include "tpf/launch_env.h"
 #include "transport/peer_process.h"
 #include "transport/shm_segment.h"
 #include "transport/stopped_peers.h"
@@ -248,54 +249,79 @@ class StoppingStore : public bootstrap::ForwardingStore {
   Beats beats_;
 };
 
-// Rank `victim` (of 3) stops in the creation as it sets `key` (before setting it with `before`):
-// the others, waiting for it, find it stopped for TPF_HOST_LOST_S and fail naming it (timeout),
-// far before the setup's 60 s deadline (which would say "did not happen within"), or hear it from
-// the store, which the first to find it told (peer_died, quoting the finder: seen under ASan in
-// CI); and the store names the loss to a creation that follows. Its segment (where it made one),
-// held while it is stopped, is an orphan once it is ended: the next setup's sweep (here, the
-// test's) removes it.
-void expect_a_creation_to_find_rank_stopped_at(int victim, const std::string& key, bool before) {
+// Where a rank stops in a communicator's creation: rank `victim` of `hosts.size()` (each rank's
+// host key, or 3 ranks of this host where empty) stops as it sets `key` (before setting it with
+// `before`), its beats withheld from the store or passed on.
+struct StopInCreation {
+  std::vector<std::string> hosts;
+  int victim;
+  std::string key;
+  bool before;
+  StoppingStore::Beats beats = StoppingStore::Beats::withheld;
+};
+
+// Runs such a creation with TPF_HOST_LOST_S=1 and a 60 s setup deadline: every other rank's
+// creation must fail (`lost`), and so must a creation after it (`told`), which `check` looks at
+// with the victim's pid. The last of them ends the victim; only it may have been killed, and the
+// segment it held (an orphan once it is ended) is removed by the test's sweep, as the next setup's
+// would.
+void expect_a_creation_stopped(
+    const StopInCreation& stop,
+    const std::function<void(const Error& lost, const Error& told, pid_t stopped)>& check) {
   const std::string job = testing::unique_job_name();
+  const int ranks = stop.hosts.empty() ? 3 : static_cast<int>(stop.hosts.size());
   SharedBlock shared;  // [0]: survivors done; [1]: the victim's pid
   testing::RunOptions run = options(60s);
   run.job_name = job;
   const auto outcomes = testing::run_ranks_raw(
-      3,
+      ranks,
       [&](const RankContext& ctx) {
         ::setenv("TPF_HOST_LOST_S", "1", 1);
+        if (!stop.hosts.empty()) ::setenv("TPF_NODE_ID", stop.hosts[ctx.rank].c_str(), 1);
         auto store = testing::connect_to_store(ctx, ctx.rank, 10s);
-        if (ctx.rank == victim) {
+        if (ctx.rank == stop.victim) {
           shared.counter(1).store(::getpid());
-          Communicator::create(ctx.rank, ctx.size,
-                               std::make_shared<StoppingStore>(store, key, before), "world",
-                               ctx.comm_options);
+          Communicator::create(
+              ctx.rank, ctx.size,
+              std::make_shared<StoppingStore>(store, stop.key, stop.before, stop.beats), "world",
+              ctx.comm_options);
           ::_exit(3);  // not reached: ended while stopped
         }
         const Error lost = expect_error("a creation with a stopped rank", [&] {
           Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
         });
-        const auto stopped = static_cast<pid_t>(shared.counter(1).load());
-        TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout || lost.code() == ErrorCode::peer_died,
-                        lost.what());
-        for (const std::string& naming :
-             {std::string("creating the communicator, waiting for"),
-              "rank " + std::to_string(victim) + " (pid " + std::to_string(stopped) +
-                  ") has been stopped for "}) {
-          TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
-        }
         const Error told = expect_error("a creation after the loss", [&] {
           Communicator::create(ctx.rank, ctx.size, store, "again", ctx.comm_options);
         });
-        TPF_CHILD_CHECK(told.code() == ErrorCode::peer_died, told.what());
-        TPF_CHILD_CHECK(std::string(told.what()).find("has been stopped for") != std::string::npos,
-                        told.what());
-        if (shared.counter(0).fetch_add(1) + 1 == 2) ::kill(stopped, SIGKILL);
+        const auto stopped = static_cast<pid_t>(shared.counter(1).load());
+        check(lost, told, stopped);
+        if (shared.counter(0).fetch_add(1) + 1 == ranks - 1) ::kill(stopped, SIGKILL);
       },
       run);
-  testing::expect_only_victims_killed(outcomes, {victim});
+  testing::expect_only_victims_killed(outcomes, {stop.victim});
   transport::remove_orphan_segments(transport::shm_job_prefix(job));
   testing::expect_no_segments_of(job);
+}
+
+// Rank `victim` (of 3 on this host) stops in the creation as it sets `key` (before setting it
+// with `before`): the others, waiting for it, find it stopped for TPF_HOST_LOST_S and fail naming
+// it (timeout), far before the setup's 60 s deadline (which would say "did not happen within"),
+// or hear it from the store, which the first to find it told (peer_died, quoting the finder: seen
+// under ASan in CI); and the store names the loss to a creation that follows.
+void expect_a_creation_to_find_rank_stopped_at(int victim, const std::string& key, bool before) {
+  expect_a_creation_stopped({{}, victim, key, before}, [&](const Error& lost, const Error& told,
+                                                           pid_t stopped) {
+    TPF_CHILD_CHECK(lost.code() == ErrorCode::timeout || lost.code() == ErrorCode::peer_died,
+                    lost.what());
+    for (const std::string& naming : {std::string("creating the communicator, waiting for"),
+                                      "rank " + std::to_string(victim) + " (pid " +
+                                          std::to_string(stopped) + ") has been stopped for "}) {
+      TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
+    }
+    TPF_CHILD_CHECK(told.code() == ErrorCode::peer_died, told.what());
+    TPF_CHILD_CHECK(std::string(told.what()).find("has been stopped for") != std::string::npos,
+                    told.what());
+  });
 }
 
 // Once it has published its segment, the others wait for it to map theirs.
@@ -381,46 +407,18 @@ TEST(StoppedPeer, ACreationAcrossHostsFindsAStoppedRankThroughItsHostMate) {
 // 2026-12-07 nobody found such a rank before the deadline.
 void expect_the_store_to_find_rank_stopped_at(const std::vector<std::string>& hosts, int victim,
                                               const std::string& key, bool before) {
-  const std::string job = testing::unique_job_name();
-  const int ranks = static_cast<int>(hosts.size());
-  SharedBlock shared;  // [0]: survivors done; [1]: the victim's pid
-  testing::RunOptions run = options(60s);
-  run.job_name = job;
-  const auto outcomes = testing::run_ranks_raw(
-      ranks,
-      [&](const RankContext& ctx) {
-        ::setenv("TPF_HOST_LOST_S", "1", 1);
-        ::setenv("TPF_NODE_ID", hosts[ctx.rank].c_str(), 1);
-        auto store = testing::connect_to_store(ctx, ctx.rank, 10s);
-        if (ctx.rank == victim) {
-          shared.counter(1).store(::getpid());
-          Communicator::create(
-              ctx.rank, ctx.size,
-              std::make_shared<StoppingStore>(store, key, before, StoppingStore::Beats::passed_on),
-              "world", ctx.comm_options);
-          ::_exit(3);  // not reached: ended while stopped
-        }
-        const Error lost = expect_error("a creation with a stopped rank", [&] {
-          Communicator::create(ctx.rank, ctx.size, store, "world", ctx.comm_options);
-        });
-        const auto stopped = static_cast<pid_t>(shared.counter(1).load());
+  expect_a_creation_stopped(
+      {hosts, victim, key, before, StoppingStore::Beats::passed_on},
+      [&](const Error& lost, const Error& told, pid_t stopped) {
         const std::string naming = "job rank " + std::to_string(victim) + " (pid " +
                                    std::to_string(stopped) +
                                    ") was found lost: the store heard no beat from it for 2.0 s "
                                    "while it made a communicator";
         TPF_CHILD_CHECK(lost.code() == ErrorCode::peer_died, lost.what());
         TPF_CHILD_CHECK(std::string(lost.what()).find(naming) != std::string::npos, lost.what());
-        const Error told = expect_error("a creation after the loss", [&] {
-          Communicator::create(ctx.rank, ctx.size, store, "again", ctx.comm_options);
-        });
         TPF_CHILD_CHECK(told.code() == ErrorCode::peer_died, told.what());
         TPF_CHILD_CHECK(std::string(told.what()).find(naming) != std::string::npos, told.what());
-        if (shared.counter(0).fetch_add(1) + 1 == ranks - 1) ::kill(stopped, SIGKILL);
-      },
-      run);
-  testing::expect_only_victims_killed(outcomes, {victim});
-  transport::remove_orphan_segments(transport::shm_job_prefix(job));
-  testing::expect_no_segments_of(job);
+      });
 }
 
 // Rank 0, alone on its host, stops before it publishes the list of hosts the others wait for:
@@ -450,17 +448,14 @@ TEST(StoppedPeer, ARankStoppedAtTheEndOfACreationAcrossHostsIsFoundByTheStore) {
 // rank 2 stops itself as it is about to say it has made the world (before it sets made/2); the
 // others' creation fails (a 30 s setup deadline), and each says why and exits 3.
 TEST(StoppedPeerRankProgram, DISABLED_Run) {
-  const char* address = std::getenv("TPF_STORE_ADDR");
-  if (std::getenv("TPF_STOP_PROGRAM") == nullptr || address == nullptr)
+  if (std::getenv("TPF_STOP_PROGRAM") == nullptr || !launch_env_present())
     GTEST_SKIP() << "only run under tpf run by StoppedPeerLauncher";
-  const int rank = std::atoi(std::getenv("TPF_RANK"));
-  const int size = std::atoi(std::getenv("TPF_WORLD_SIZE"));
+  const LaunchEnv env = detect_launch_env();
+  const int rank = env.rank;
+  const int size = env.world_size;
   ::setenv("TPF_NODE_ID", ("h" + std::to_string(rank)).c_str(), 1);
-  const std::string where = address;
-  const size_t colon = where.rfind(':');
-  auto store = std::make_shared<TcpStoreClient>(
-      where.substr(0, colon), static_cast<uint16_t>(std::stoi(where.substr(colon + 1))),
-      std::getenv("TPF_JOB_SECRET"), 10s, rank);
+  auto store =
+      std::make_shared<TcpStoreClient>(env.store_host, env.store_port, env.secret, 10s, rank);
   CommOptions options;
   options.timeout = 30s;
   std::shared_ptr<Store> used = store;
